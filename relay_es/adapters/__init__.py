@@ -1,0 +1,1 @@
+"""All of Relay's I/O: stores, clock, HTTP, WebSocket hub."""

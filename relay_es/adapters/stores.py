@@ -1,0 +1,248 @@
+"""Stores: where events and read models live.
+
+One database URL selects everything:
+
+* ``sqlite:///path/to/relay.db`` (the default of ``relay serve`` is
+  ``./relay-data/relay.db``) -- the ``eventsourcing`` SQLite recorder for
+  events, and the read models in the same file.
+* ``postgresql://user:pass@host:port/dbname`` -- the ``eventsourcing``
+  Postgres recorder (psycopg 3) for events, the read models in the same
+  database.
+
+:class:`Database` is the small SQL interface the read models use. It has two
+implementations with one behaviour; SQL is written once, in psycopg's
+``%(name)s`` style, and translated for sqlite3.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+DEFAULT_SQLITE_PATH = Path("relay-data") / "relay.db"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    kind: str  # "sqlite" | "postgres"
+    url: str
+    sqlite_path: str | None = None
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.kind == "postgres"
+
+
+def parse_database_url(url: str | None) -> StoreConfig:
+    """Turns ``--database-url`` into a :class:`StoreConfig`, refusing what it can't use."""
+    if not url:
+        return StoreConfig("sqlite", f"sqlite:///{DEFAULT_SQLITE_PATH}", str(DEFAULT_SQLITE_PATH))
+    if url.startswith(("postgresql://", "postgres://")):
+        return StoreConfig("postgres", url)
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        if not path:
+            raise ValueError("database URL sqlite:/// needs a file path, e.g. sqlite:///relay-data/relay.db")
+        return StoreConfig("sqlite", url, path)
+    raise ValueError(
+        f"unsupported database URL {redact_url(url)!r}: use postgresql://user:pass@host:port/db "
+        "or sqlite:///path/to/relay.db"
+    )
+
+
+def redact_url(url: str) -> str:
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def postgres_params(url: str) -> dict[str, str]:
+    u = urlparse(url)
+    return {
+        "dbname": unquote(u.path.lstrip("/")) or "postgres",
+        "host": u.hostname or "localhost",
+        "port": str(u.port or 5432),
+        "user": unquote(u.username or os.environ.get("PGUSER", "postgres")),
+        "password": unquote(u.password or os.environ.get("PGPASSWORD", "")),
+    }
+
+
+def event_store_env(config: StoreConfig) -> dict[str, str]:
+    """The ``eventsourcing`` environment for the Relay application."""
+    if config.is_postgres:
+        p = postgres_params(config.url)
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": p["dbname"],
+            "POSTGRES_HOST": p["host"],
+            "POSTGRES_PORT": p["port"],
+            "POSTGRES_USER": p["user"],
+            "POSTGRES_PASSWORD": p["password"],
+            "POSTGRES_POOL_SIZE": "2",
+            "POSTGRES_MAX_OVERFLOW": "6",
+            "POSTGRES_CONNECT_TIMEOUT": "10",
+        }
+    assert config.sqlite_path is not None
+    if config.sqlite_path != ":memory:":
+        Path(config.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": config.sqlite_path,
+        "SQLITE_LOCK_TIMEOUT": "10",
+    }
+
+
+class Cursor(Protocol):
+    def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> Any: ...
+
+    def executemany(self, sql: str, seq: Sequence[Any]) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+
+class Database(Protocol):
+    dialect: str
+
+    def transaction(self) -> Any: ...  # context manager yielding a Cursor, committed on exit
+
+    def read(self) -> Any: ...  # context manager yielding a Cursor for a consistent read
+
+    def close(self) -> None: ...
+
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+def to_sqlite(sql: str) -> str:
+    return _NAMED.sub(r":\1", sql).replace("%s", "?")
+
+
+class _SQLiteCursor:
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Any = None) -> "_SQLiteCursor":
+        self._cur.execute(to_sqlite(sql), params if params is not None else ())
+        return self
+
+    def executemany(self, sql: str, seq: Sequence[Any]) -> "_SQLiteCursor":
+        self._cur.executemany(to_sqlite(sql), seq)
+        return self
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self._cur.rowcount
+
+
+class SQLiteDatabase:
+    """One writer connection behind a lock; one reader connection per thread (WAL)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._writer = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[_SQLiteCursor]:
+        with self._write_lock:
+            cur = self._writer.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield _SQLiteCursor(cur)
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    @contextmanager
+    def read(self) -> Iterator[_SQLiteCursor]:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        cur = conn.cursor()
+        cur.execute("BEGIN")
+        try:
+            yield _SQLiteCursor(cur)
+        finally:
+            cur.execute("COMMIT")
+            cur.close()
+
+    def close(self) -> None:
+        with self._all_lock:
+            for c in self._all:
+                try:
+                    c.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+
+
+class PostgresDatabase:
+    dialect = "postgres"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=True, timeout=30)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    yield cur
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    yield cur
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def open_database(config: StoreConfig) -> Database:
+    if config.is_postgres:
+        return PostgresDatabase(config.url)
+    assert config.sqlite_path is not None
+    if config.sqlite_path != ":memory:":
+        Path(config.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteDatabase(config.sqlite_path)

@@ -1,0 +1,159 @@
+"""The Application aggregate: registration and per-application settings.
+
+Settings are held as typed values: durations are ``timedelta``, the rows
+threshold an ``int``. Seconds and milliseconds exist only at the boundary
+(:mod:`relay_es.units`, the REST API), never in here.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+
+from eventsourcing.domain import Aggregate, event
+
+from relay_es.errors import IllegalTransition, InvalidSetting
+
+NAMESPACE = uuid.UUID("0c8e7d2a-5b4f-4f6e-8a1d-7e3c9b2f1a64")
+
+# Python, TypeScript and Java put the name into the WebSocket path unescaped.
+APP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,255}$")
+ORG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
+
+
+def check_app_name(name: str) -> str:
+    if not isinstance(name, str) or not APP_NAME.match(name):
+        raise InvalidSetting(
+            "appName",
+            "must be 1-256 URL-safe characters (letters, digits, . _ ~ -), starting with a letter or digit",
+        )
+    return name
+
+
+def check_org_name(name: str) -> str:
+    if not isinstance(name, str) or not ORG_NAME.match(name):
+        raise InvalidSetting("orgName", "must be 1-128 URL-safe characters (letters, digits, . _ ~ -)")
+    return name
+
+
+def app_stream_id(org: str, name: str) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, f"app/{org}/{name}")
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Per-application settings; ``None`` means "not set" (use the default or disable)."""
+
+    executor_timeout: timedelta | None = None
+    gc_time_threshold: timedelta | None = None
+    gc_rows_threshold: int | None = None
+    global_timeout: timedelta | None = None
+    private_mode: bool = False
+
+    def grace(self, default: timedelta) -> timedelta:
+        return self.executor_timeout if self.executor_timeout is not None else default
+
+    @property
+    def wants_retention(self) -> bool:
+        return any(
+            v is not None for v in (self.gc_time_threshold, self.gc_rows_threshold, self.global_timeout)
+        )
+
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class SettingsPatch:
+    """Only the fields given change. ``None`` on a nullable field clears it."""
+
+    executor_timeout: object = _UNSET
+    gc_time_threshold: object = _UNSET
+    gc_rows_threshold: object = _UNSET
+    global_timeout: object = _UNSET
+    private_mode: object = _UNSET
+
+    def given(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not _UNSET}
+
+    def apply_to(self, settings: AppSettings) -> AppSettings:
+        return replace(settings, **self.given())
+
+
+class Application(Aggregate):
+    @staticmethod
+    def create_id(org: str, name: str) -> uuid.UUID:
+        return app_stream_id(org, name)
+
+    @event("Registered")
+    def __init__(self, org: str, name: str, private_mode: bool, timestamp: datetime) -> None:
+        self.org = org
+        self.name = name
+        self.settings = AppSettings(private_mode=private_mode)
+        self.deleted = False
+
+    def _refuse(self, command: str, why: str) -> None:
+        raise IllegalTransition(f"application {self.name!r}", "deleted" if self.deleted else "registered", command, why)
+
+    def register_again(self, *, private_mode: bool | None, at: datetime) -> bool:
+        """PUT on an existing application: idempotent. Returns whether anything was recorded."""
+        if self.deleted:
+            self._restored(private_mode=bool(private_mode), timestamp=at)
+            return True
+        if private_mode is not None and private_mode != self.settings.private_mode:
+            self.change_settings(SettingsPatch(private_mode=private_mode), at=at)
+            return True
+        return False
+
+    @event("Restored")
+    def _restored(self, private_mode: bool, timestamp: datetime) -> None:
+        self.deleted = False
+        self.settings = AppSettings(private_mode=private_mode)
+
+    def change_settings(self, patch: SettingsPatch, *, at: datetime) -> bool:
+        if self.deleted:
+            self._refuse("change settings", "it was deleted")
+        new = patch.apply_to(self.settings)
+        changed = [f.name for f in fields(AppSettings) if getattr(new, f.name) != getattr(self.settings, f.name)]
+        if not changed:
+            return False
+        self._settings_changed(
+            executor_timeout=new.executor_timeout,
+            gc_time_threshold=new.gc_time_threshold,
+            gc_rows_threshold=new.gc_rows_threshold,
+            global_timeout=new.global_timeout,
+            private_mode=new.private_mode,
+            changed=changed,
+            timestamp=at,
+        )
+        return True
+
+    @event("SettingsChanged")
+    def _settings_changed(
+        self,
+        executor_timeout: timedelta | None,
+        gc_time_threshold: timedelta | None,
+        gc_rows_threshold: int | None,
+        global_timeout: timedelta | None,
+        private_mode: bool,
+        changed: list[str],
+        timestamp: datetime,
+    ) -> None:
+        self.settings = AppSettings(
+            executor_timeout=executor_timeout,
+            gc_time_threshold=gc_time_threshold,
+            gc_rows_threshold=gc_rows_threshold,
+            global_timeout=global_timeout,
+            private_mode=private_mode,
+        )
+
+    def delete(self, *, at: datetime) -> None:
+        if self.deleted:
+            self._refuse("delete", "it is already deleted")
+        self._deleted(timestamp=at)
+
+    @event("Deleted")
+    def _deleted(self, timestamp: datetime) -> None:
+        self.deleted = True

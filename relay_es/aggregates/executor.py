@@ -1,0 +1,298 @@
+"""The Executor aggregate: one stream per ``(org, app, executor_id)``.
+
+State machine (``status``)::
+
+    (new) --connect--> HEALTHY --disconnect--> DISCONNECTED --declare_dead--> DEAD
+                         ^  |                      |                          |
+                         |  +--connect (supersede) |                          |
+                         +------connect------------+ (reconnect: no recovery) |
+                         +------connect (new incarnation) --------------------+
+    DEAD --confirm_recovery + delete--> DELETED --connect--> HEALTHY (new incarnation)
+
+The recovery obligation is a second, orthogonal machine (``recovery_phase``)::
+
+    None --declare_dead--> pending --dispatch--> dispatched --confirm--> confirmed
+              pending --defer--> deferred --dispatch--> dispatched --fail--> pending
+              pending|deferred --withdraw (executor came back)--> None
+
+Rules, each enforced here and raised as a domain error:
+
+* A reconnect while DISCONNECTED cancels the deadline and returns to HEALTHY;
+  nothing is recovered.
+* DeclaredDead only when DISCONNECTED and the deadline has come by the clock.
+* At most one outstanding dispatch; RecoveryConfirmed / RecoveryFailed only
+  for the outstanding request.
+* Deleted only after a confirmed recovery, and only while DEAD.
+* The same executor id connecting while DEAD or DELETED starts a new
+  incarnation in the same stream; a dispatch already under way still completes.
+
+Public command methods decide and compute; the private ``@event`` methods only
+assign state, because they run again on every replay.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from eventsourcing.domain import Aggregate, event
+
+from relay_es.errors import IllegalTransition, NotDue, StaleConnection
+
+NAMESPACE = uuid.UUID("6b1f0a52-3c1e-4e0b-9f7a-2d5b8c4e7a10")
+
+
+class ExecutorStatus(StrEnum):
+    HEALTHY = "HEALTHY"
+    DISCONNECTED = "DISCONNECTED"
+    DEAD = "DEAD"
+    DELETED = "DELETED"
+
+
+class RecoveryPhase(StrEnum):
+    PENDING = "pending"
+    DEFERRED = "deferred"
+    DISPATCHED = "dispatched"
+    CONFIRMED = "confirmed"
+
+
+class DisconnectReason(StrEnum):
+    SOCKET_CLOSED = "socket_closed"
+    PING_TIMEOUT = "ping_timeout"
+    RELAY_RESTARTED = "relay_restarted"
+    SUPERSEDED = "superseded"
+    TOKEN_REVOKED = "token_revoked"
+
+
+def executor_stream_id(org: str, app: str, executor_id: str) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, f"executor/{org}/{app}/{executor_id}")
+
+
+class Executor(Aggregate):
+    @staticmethod
+    def create_id(org: str, app: str, executor_id: str) -> uuid.UUID:
+        return executor_stream_id(org, app, executor_id)
+
+    @event("Registered")
+    def __init__(self, org: str, app: str, executor_id: str, timestamp: datetime) -> None:
+        self.org = org
+        self.app = app
+        self.executor_id = executor_id
+        self.status: ExecutorStatus | None = None
+        self.incarnation = 0
+        self.app_version: str | None = None
+        self.hostname: str | None = None
+        self.language: str | None = None
+        self.dbos_version: str | None = None
+        self.executor_metadata: Any = None
+        self.connection_id: str | None = None
+        self.owner: str | None = None
+        self.deadline: datetime | None = None
+        self.recovery_phase: RecoveryPhase | None = None
+        self.recovery_version: str | None = None
+        self.recovery_request_id: str | None = None
+        self.recovery_target: str | None = None
+        self.recovery_attempt = 0
+
+    # ----------------------------------------------------------------- helpers
+    def _refuse(self, command: str, why: str = "", cls: type[IllegalTransition] = IllegalTransition) -> None:
+        raise cls(f"executor {self.executor_id!r}", self.status or "new", command, why)
+
+    @property
+    def outstanding_request(self) -> str | None:
+        return self.recovery_request_id if self.recovery_phase == RecoveryPhase.DISPATCHED else None
+
+    # ---------------------------------------------------------------- commands
+    def connect(
+        self,
+        *,
+        connection_id: str,
+        owner: str,
+        app_version: str,
+        hostname: str | None,
+        language: str | None,
+        dbos_version: str | None,
+        executor_metadata: Any,
+        at: datetime,
+    ) -> None:
+        """A connection answered ``executor_info``: always legal, the kind differs."""
+        if not connection_id:
+            self._refuse("connect", "a connection id is required")
+        if connection_id == self.connection_id and self.status == ExecutorStatus.HEALTHY:
+            self._refuse("connect", f"connection {connection_id!r} is already current")
+        new_incarnation = self.status in (None, ExecutorStatus.DEAD, ExecutorStatus.DELETED)
+        self._connected(
+            connection_id=connection_id,
+            owner=owner,
+            app_version=app_version,
+            hostname=hostname,
+            language=language,
+            dbos_version=dbos_version,
+            executor_metadata=executor_metadata,
+            previous_status=self.status.value if self.status else None,
+            superseded_connection=self.connection_id if self.status == ExecutorStatus.HEALTHY else None,
+            incarnation=self.incarnation + 1 if new_incarnation else self.incarnation,
+            timestamp=at,
+        )
+
+    @event("Connected")
+    def _connected(
+        self,
+        connection_id: str,
+        owner: str,
+        app_version: str,
+        hostname: str | None,
+        language: str | None,
+        dbos_version: str | None,
+        executor_metadata: Any,
+        previous_status: str | None,
+        superseded_connection: str | None,
+        incarnation: int,
+        timestamp: datetime,
+    ) -> None:
+        self.status = ExecutorStatus.HEALTHY
+        self.connection_id = connection_id
+        self.owner = owner
+        self.app_version = app_version
+        self.hostname = hostname
+        self.language = language
+        self.dbos_version = dbos_version
+        self.executor_metadata = executor_metadata
+        self.incarnation = incarnation
+        self.deadline = None
+
+    def disconnect(self, *, connection_id: str, reason: str, deadline: datetime, at: datetime) -> None:
+        """The current connection closed or went silent; arm the grace deadline."""
+        if self.status != ExecutorStatus.HEALTHY:
+            self._refuse("disconnect", "only a HEALTHY executor can disconnect")
+        if connection_id != self.connection_id:
+            self._refuse(
+                "disconnect",
+                f"connection {connection_id!r} is not current ({self.connection_id!r} is)",
+                StaleConnection,
+            )
+        if deadline < at:
+            self._refuse("disconnect", "the deadline is before the disconnect")
+        self._disconnected(connection_id=connection_id, reason=str(reason), deadline=deadline, timestamp=at)
+
+    @event("Disconnected")
+    def _disconnected(self, connection_id: str, reason: str, deadline: datetime, timestamp: datetime) -> None:
+        self.status = ExecutorStatus.DISCONNECTED
+        self.deadline = deadline
+        self.connection_id = None
+        self.owner = None
+
+    def declare_dead(self, *, now: datetime, expected_deadline: datetime | None = None) -> None:
+        if self.status != ExecutorStatus.DISCONNECTED:
+            self._refuse("declare dead", "only a DISCONNECTED executor can be declared dead")
+        assert self.deadline is not None
+        if expected_deadline is not None and expected_deadline != self.deadline:
+            self._refuse("declare dead", f"the deadline is now {self.deadline.isoformat()}", NotDue)
+        if now < self.deadline:
+            self._refuse("declare dead", f"the deadline {self.deadline.isoformat()} has not come", NotDue)
+        self._declared_dead(deadline=self.deadline, app_version=self.app_version, timestamp=now)
+
+    @event("DeclaredDead")
+    def _declared_dead(self, deadline: datetime, app_version: str | None, timestamp: datetime) -> None:
+        self.status = ExecutorStatus.DEAD
+        self.deadline = None
+        # A new death replaces a finished obligation; an unfinished one stays.
+        if self.recovery_phase in (None, RecoveryPhase.CONFIRMED):
+            self.recovery_phase = RecoveryPhase.PENDING
+            self.recovery_version = app_version
+            self.recovery_attempt = 0
+            self.recovery_request_id = None
+            self.recovery_target = None
+
+    def defer_recovery(self, *, reason: str, at: datetime) -> None:
+        if self.status != ExecutorStatus.DEAD or self.recovery_phase != RecoveryPhase.PENDING:
+            self._refuse("defer recovery", f"recovery is {self.recovery_phase or 'not needed'}")
+        self._recovery_deferred(reason=reason, timestamp=at)
+
+    @event("RecoveryDeferred")
+    def _recovery_deferred(self, reason: str, timestamp: datetime) -> None:
+        self.recovery_phase = RecoveryPhase.DEFERRED
+
+    def dispatch_recovery(self, *, request_id: str, target_executor_id: str, at: datetime) -> None:
+        if self.status != ExecutorStatus.DEAD:
+            self._refuse("dispatch recovery", "only a DEAD executor is recovered")
+        if self.recovery_phase not in (RecoveryPhase.PENDING, RecoveryPhase.DEFERRED):
+            self._refuse(
+                "dispatch recovery",
+                f"recovery is {self.recovery_phase or 'not needed'}"
+                + (f" (request {self.recovery_request_id} outstanding)" if self.outstanding_request else ""),
+            )
+        if target_executor_id == self.executor_id:
+            self._refuse("dispatch recovery", "an executor cannot recover itself")
+        self._recovery_dispatched(
+            request_id=request_id,
+            target_executor_id=target_executor_id,
+            app_version=self.recovery_version,
+            attempt=self.recovery_attempt + 1,
+            timestamp=at,
+        )
+
+    @event("RecoveryDispatched")
+    def _recovery_dispatched(
+        self, request_id: str, target_executor_id: str, app_version: str | None, attempt: int, timestamp: datetime
+    ) -> None:
+        self.recovery_phase = RecoveryPhase.DISPATCHED
+        self.recovery_request_id = request_id
+        self.recovery_target = target_executor_id
+        self.recovery_attempt = attempt
+
+    def _check_outstanding(self, command: str, request_id: str) -> None:
+        if self.recovery_phase != RecoveryPhase.DISPATCHED:
+            self._refuse(command, f"no recovery request is outstanding (recovery is {self.recovery_phase or 'not needed'})")
+        if request_id != self.recovery_request_id:
+            self._refuse(command, f"request {request_id!r} is not the outstanding one ({self.recovery_request_id!r})")
+
+    def fail_recovery(self, *, request_id: str, reason: str, at: datetime) -> None:
+        self._check_outstanding("fail recovery", request_id)
+        self._recovery_failed(request_id=request_id, target_executor_id=self.recovery_target, reason=reason, timestamp=at)
+
+    @event("RecoveryFailed")
+    def _recovery_failed(self, request_id: str, target_executor_id: str | None, reason: str, timestamp: datetime) -> None:
+        self.recovery_phase = RecoveryPhase.PENDING
+        self.recovery_request_id = None
+
+    def confirm_recovery(self, *, request_id: str, pending_found: bool | None, at: datetime) -> None:
+        self._check_outstanding("confirm recovery", request_id)
+        self._recovery_confirmed(
+            request_id=request_id, target_executor_id=self.recovery_target, pending_found=pending_found, timestamp=at
+        )
+
+    @event("RecoveryConfirmed")
+    def _recovery_confirmed(
+        self, request_id: str, target_executor_id: str | None, pending_found: bool | None, timestamp: datetime
+    ) -> None:
+        self.recovery_phase = RecoveryPhase.CONFIRMED
+
+    def withdraw_recovery(self, *, reason: str, at: datetime) -> None:
+        if self.recovery_phase not in (RecoveryPhase.PENDING, RecoveryPhase.DEFERRED):
+            self._refuse("withdraw recovery", f"recovery is {self.recovery_phase or 'not needed'}")
+        if self.status == ExecutorStatus.DEAD:
+            self._refuse("withdraw recovery", "the executor is still dead")
+        self._recovery_withdrawn(reason=reason, timestamp=at)
+
+    @event("RecoveryWithdrawn")
+    def _recovery_withdrawn(self, reason: str, timestamp: datetime) -> None:
+        self.recovery_phase = None
+        self.recovery_request_id = None
+        self.recovery_target = None
+
+    def delete(self, *, at: datetime) -> None:
+        if self.status != ExecutorStatus.DEAD:
+            self._refuse("delete", "only a DEAD executor is deleted")
+        if self.recovery_phase != RecoveryPhase.CONFIRMED:
+            self._refuse("delete", "its recovery has not been confirmed")
+        self._deleted(timestamp=at)
+
+    @event("Deleted")
+    def _deleted(self, timestamp: datetime) -> None:
+        self.status = ExecutorStatus.DELETED
+        self.recovery_phase = None
+        self.recovery_request_id = None
+        self.recovery_target = None

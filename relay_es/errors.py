@@ -1,0 +1,67 @@
+"""Relay's exception hierarchy.
+
+* RelayError
+  * DomainError -- a command that the current state does not allow
+    * IllegalTransition -- the state machine refuses this transition
+      * StaleConnection -- the command names a connection that is no longer current
+      * NotDue -- a deadline has not come yet by the injected clock
+    * UnknownApplication, ApplicationDeleted, UnknownToken, TokenRevoked,
+      UnknownExecutor
+  * InvalidSetting -- a value refused at the boundary (names the field and unit)
+"""
+
+from __future__ import annotations
+
+
+class RelayError(Exception):
+    """Base class of every error Relay raises on purpose."""
+
+
+class DomainError(RelayError):
+    """A command the current state of an aggregate does not allow."""
+
+
+class IllegalTransition(DomainError):
+    def __init__(self, entity: str, state: object, command: str, why: str = "") -> None:
+        self.entity = entity
+        self.state = state
+        self.command = command
+        msg = f"{entity}: cannot {command} while {state}"
+        if why:
+            msg += f" ({why})"
+        super().__init__(msg)
+
+
+class StaleConnection(IllegalTransition):
+    """The connection named is not the executor's current connection."""
+
+
+class NotDue(IllegalTransition):
+    """The deadline has not come yet by the injected clock."""
+
+
+class UnknownApplication(DomainError):
+    def __init__(self, org: str, app: str) -> None:
+        super().__init__(f"application {app!r} is not registered in org {org!r}")
+        self.org, self.app = org, app
+
+
+class UnknownExecutor(DomainError):
+    def __init__(self, org: str, app: str, executor_id: str) -> None:
+        super().__init__(
+            f"executor {executor_id!r} of application {app!r} in org {org!r} is unknown"
+        )
+
+
+class UnknownToken(DomainError):
+    def __init__(self, org: str, name: str) -> None:
+        super().__init__(f"token {name!r} does not exist in org {org!r}")
+
+
+class InvalidSetting(RelayError, ValueError):
+    """A value refused at the boundary. ``field`` is the name the user typed."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")

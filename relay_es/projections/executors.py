@@ -1,0 +1,284 @@
+"""The executors read model: one row per executor stream.
+
+:func:`reduce` is a pure fold of an executor's events into an
+:class:`ExecutorRow`. The same function builds the live table (through the
+projection runner), the table as it stood at any past instant (``as_of``), and
+the process manager's in-memory view at start-up. The row carries the armed
+deadline and the outstanding dispatch, so this table is also Relay's durable
+timer table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase
+from relay_es.adapters.stores import Database
+from relay_es.units import from_epoch_ms, to_epoch_ms
+
+
+@dataclass(frozen=True)
+class ExecutorRow:
+    stream_id: str
+    org: str
+    app: str
+    executor_id: str
+    version: int
+    status: str | None = None
+    incarnation: int = 0
+    app_version: str | None = None
+    hostname: str | None = None
+    language: str | None = None
+    dbos_version: str | None = None
+    executor_metadata: Any = None
+    connection_id: str | None = None
+    owner: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    deadline: datetime | None = None
+    disconnect_reason: str | None = None
+    recovery_phase: str | None = None
+    recovery_version: str | None = None
+    recovery_request_id: str | None = None
+    recovery_target: str | None = None
+    recovery_attempt: int = 0
+    recovery_dispatched_at: datetime | None = None
+
+    @property
+    def visible(self) -> bool:
+        """Listed by the API: HEALTHY, DISCONNECTED and DEAD; deleted ones are gone."""
+        return self.status in (ExecutorStatus.HEALTHY, ExecutorStatus.DISCONNECTED, ExecutorStatus.DEAD)
+
+
+EXECUTOR_EVENTS = (
+    Executor.Registered,
+    Executor.Connected,
+    Executor.Disconnected,
+    Executor.DeclaredDead,
+    Executor.RecoveryDeferred,
+    Executor.RecoveryDispatched,
+    Executor.RecoveryFailed,
+    Executor.RecoveryConfirmed,
+    Executor.RecoveryWithdrawn,
+    Executor.Deleted,
+)
+
+
+def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
+    """Applies one executor event to a row. Pure."""
+    at: datetime = e.timestamp
+    if isinstance(e, Executor.Registered):
+        return ExecutorRow(
+            stream_id=str(e.originator_id),
+            org=e.org,
+            app=e.app,
+            executor_id=e.executor_id,
+            version=e.originator_version,
+            updated_at=at,
+        )
+    if row is None:
+        raise ValueError(f"{type(e).__qualname__} before Registered in stream {e.originator_id}")
+    base = replace(row, version=e.originator_version, updated_at=at)
+    if isinstance(e, Executor.Connected):
+        new_incarnation = e.incarnation != row.incarnation
+        return replace(
+            base,
+            status=ExecutorStatus.HEALTHY.value,
+            incarnation=e.incarnation,
+            app_version=e.app_version,
+            hostname=e.hostname,
+            language=e.language,
+            dbos_version=e.dbos_version,
+            executor_metadata=e.executor_metadata,
+            connection_id=e.connection_id,
+            owner=e.owner,
+            created_at=at if new_incarnation or row.created_at is None else row.created_at,
+            deadline=None,
+            disconnect_reason=None,
+        )
+    if isinstance(e, Executor.Disconnected):
+        return replace(
+            base,
+            status=ExecutorStatus.DISCONNECTED.value,
+            deadline=e.deadline,
+            disconnect_reason=e.reason,
+            connection_id=None,
+            owner=None,
+        )
+    if isinstance(e, Executor.DeclaredDead):
+        fresh = row.recovery_phase in (None, RecoveryPhase.CONFIRMED)
+        return replace(
+            base,
+            status=ExecutorStatus.DEAD.value,
+            deadline=None,
+            recovery_phase=RecoveryPhase.PENDING.value if fresh else row.recovery_phase,
+            recovery_version=e.app_version if fresh else row.recovery_version,
+            recovery_attempt=0 if fresh else row.recovery_attempt,
+            recovery_request_id=None if fresh else row.recovery_request_id,
+            recovery_target=None if fresh else row.recovery_target,
+            recovery_dispatched_at=None if fresh else row.recovery_dispatched_at,
+        )
+    if isinstance(e, Executor.RecoveryDeferred):
+        return replace(base, recovery_phase=RecoveryPhase.DEFERRED.value)
+    if isinstance(e, Executor.RecoveryDispatched):
+        return replace(
+            base,
+            recovery_phase=RecoveryPhase.DISPATCHED.value,
+            recovery_request_id=e.request_id,
+            recovery_target=e.target_executor_id,
+            recovery_attempt=e.attempt,
+            recovery_dispatched_at=at,
+        )
+    if isinstance(e, Executor.RecoveryFailed):
+        return replace(base, recovery_phase=RecoveryPhase.PENDING.value, recovery_request_id=None)
+    if isinstance(e, Executor.RecoveryConfirmed):
+        return replace(base, recovery_phase=RecoveryPhase.CONFIRMED.value)
+    if isinstance(e, Executor.RecoveryWithdrawn):
+        return replace(base, recovery_phase=None, recovery_request_id=None, recovery_target=None)
+    if isinstance(e, Executor.Deleted):
+        return replace(
+            base,
+            status=ExecutorStatus.DELETED.value,
+            recovery_phase=None,
+            recovery_request_id=None,
+            recovery_target=None,
+        )
+    return base
+
+
+def fold(events: Any, *, until: datetime | None = None) -> ExecutorRow | None:
+    """Folds a stream's events (optionally only those at or before ``until``)."""
+    row: ExecutorRow | None = None
+    for e in events:
+        if until is not None and e.timestamp > until:
+            break
+        row = reduce(row, e)
+    return row
+
+
+# ------------------------------------------------------------------ storage
+
+_TS_FIELDS = {"created_at", "updated_at", "deadline", "recovery_dispatched_at"}
+COLUMNS = [f.name for f in fields(ExecutorRow)]
+
+DDL = [
+    """
+    CREATE TABLE IF NOT EXISTS relay_executors (
+        stream_id TEXT PRIMARY KEY,
+        org TEXT NOT NULL,
+        app TEXT NOT NULL,
+        executor_id TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        status TEXT,
+        incarnation INTEGER NOT NULL,
+        app_version TEXT,
+        hostname TEXT,
+        language TEXT,
+        dbos_version TEXT,
+        executor_metadata TEXT,
+        connection_id TEXT,
+        owner TEXT,
+        created_at BIGINT,
+        updated_at BIGINT,
+        deadline BIGINT,
+        disconnect_reason TEXT,
+        recovery_phase TEXT,
+        recovery_version TEXT,
+        recovery_request_id TEXT,
+        recovery_target TEXT,
+        recovery_attempt INTEGER NOT NULL,
+        recovery_dispatched_at BIGINT
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS relay_executors_app ON relay_executors (org, app, executor_id)",
+]
+
+
+def row_to_db(row: ExecutorRow) -> dict[str, Any]:
+    d = asdict(row)
+    for k in _TS_FIELDS:
+        if d[k] is not None:
+            d[k] = to_epoch_ms(d[k])
+    d["executor_metadata"] = json.dumps(d["executor_metadata"]) if d["executor_metadata"] is not None else None
+    return d
+
+
+def row_from_db(values: Any) -> ExecutorRow:
+    d = dict(zip(COLUMNS, values))
+    for k in _TS_FIELDS:
+        if d[k] is not None:
+            d[k] = from_epoch_ms(d[k])
+    if d["executor_metadata"] is not None:
+        d["executor_metadata"] = json.loads(d["executor_metadata"])
+    return ExecutorRow(**d)
+
+
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM relay_executors"
+_UPSERT = (
+    f"INSERT INTO relay_executors ({', '.join(COLUMNS)}) VALUES ({', '.join(f'%({c})s' for c in COLUMNS)}) "
+    f"ON CONFLICT (stream_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "stream_id")
+    + " WHERE relay_executors.version < excluded.version"
+)
+
+
+class ExecutorsProjection:
+    """Keeps ``relay_executors``. Rows never move backwards (``version`` guard)."""
+
+    name = "executors"
+    tables = ("relay_executors",)
+    event_types = EXECUTOR_EVENTS
+
+    def create(self, cur: Any) -> None:
+        for stmt in DDL:
+            cur.execute(stmt)
+
+    def drop(self, cur: Any) -> None:
+        cur.execute("DROP TABLE IF EXISTS relay_executors")
+
+    def begin_batch(self) -> dict[str, ExecutorRow | None]:
+        return {}
+
+    def handle(self, cur: Any, batch: dict[str, ExecutorRow | None], event: Any, notification_id: int) -> None:
+        sid = str(event.originator_id)
+        if sid not in batch:
+            cur.execute(_SELECT + " WHERE stream_id = %(sid)s", {"sid": sid})
+            found = cur.fetchone()
+            batch[sid] = row_from_db(found) if found else None
+        current = batch[sid]
+        if current is not None and current.version >= event.originator_version:
+            return  # already applied (a rebuilt or replayed view never moves backwards)
+        batch[sid] = reduce(current, event)
+
+    def end_batch(self, cur: Any, batch: dict[str, ExecutorRow | None]) -> None:
+        rows = [row_to_db(r) for r in batch.values() if r is not None]
+        if rows:
+            cur.executemany(_UPSERT, rows)
+
+
+# ------------------------------------------------------------------ queries
+
+
+def all_rows(db: Database, *, org: str | None = None, app: str | None = None) -> list[ExecutorRow]:
+    sql, params = _SELECT, {}
+    if org is not None:
+        sql += " WHERE org = %(org)s"
+        params["org"] = org
+        if app is not None:
+            sql += " AND app = %(app)s"
+            params["app"] = app
+    sql += " ORDER BY org, app, executor_id"
+    with db.read() as cur:
+        cur.execute(sql, params)
+        return [row_from_db(r) for r in cur.fetchall()]
+
+
+def get_row(db: Database, stream_id: UUID | str) -> ExecutorRow | None:
+    with db.read() as cur:
+        cur.execute(_SELECT + " WHERE stream_id = %(sid)s", {"sid": str(stream_id)})
+        r = cur.fetchone()
+    return row_from_db(r) if r else None

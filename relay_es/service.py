@@ -1,0 +1,332 @@
+"""The Relay application service: every command, on one event store.
+
+One ``eventsourcing`` Application (``name = "Relay"``: tables ``relay_events``)
+holds all three aggregate types, so the notification log is a single total
+order that projections and the process manager follow.
+
+Each command loads a fresh aggregate, runs the domain command with the time
+read from the injected clock, and saves. A conflicting save (another writer got
+there first) raises ``IntegrityError``; the whole command is retried on a fresh
+load. Conditional commands used by timers and the process manager return
+``False`` when the state has moved on, instead of raising.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application as ESApplication
+from eventsourcing.persistence import IntegrityError, Transcoder, Transcoding
+
+from relay_es.aggregates.application import (
+    Application,
+    AppSettings,
+    SettingsPatch,
+    app_stream_id,
+    check_app_name,
+    check_org_name,
+)
+from relay_es.aggregates.executor import Executor, executor_stream_id
+from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
+from relay_es.clock import Clock
+from relay_es.errors import IllegalTransition, UnknownApplication, UnknownExecutor, UnknownToken
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_GRACE = timedelta(seconds=60)
+MAX_ATTEMPTS = 8
+
+
+class TimedeltaAsMicroseconds(Transcoding):
+    """Durations are stored as whole microseconds: exact, unit in the name."""
+
+    type = timedelta
+    name = "timedelta_us"
+
+    def encode(self, obj: timedelta) -> int:
+        return obj // timedelta(microseconds=1)
+
+    def decode(self, data: int) -> timedelta:
+        return timedelta(microseconds=data)
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """What an executor reports in its ``executor_info`` reply."""
+
+    executor_id: str
+    application_version: str
+    hostname: str | None = None
+    language: str | None = None
+    dbos_version: str | None = None
+    executor_metadata: Any = None
+
+
+class Relay(ESApplication[UUID]):
+    name = "Relay"
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        clock: Clock,
+        default_grace: timedelta = DEFAULT_GRACE,
+    ) -> None:
+        super().__init__(env=env)
+        self.clock = clock
+        self.default_grace = default_grace
+        self._listeners: list[Callable[[int], None]] = []
+        self._listeners_lock = threading.Lock()
+
+    # ------------------------------------------------------------ plumbing
+    def register_transcodings(self, transcoder: Transcoder) -> None:
+        super().register_transcodings(transcoder)
+        transcoder.register(TimedeltaAsMicroseconds())
+
+    def add_listener(self, fn: Callable[[int], None]) -> None:
+        """``fn(max_notification_id)`` is called after every save in this process."""
+        with self._listeners_lock:
+            self._listeners.append(fn)
+
+    def _notify(self, recordings: list[Any]) -> None:
+        if not recordings:
+            return
+        top = max(r.notification.id for r in recordings)
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(top)
+            except Exception:  # a listener must never fail a save
+                log.exception("notification listener failed")
+
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return fn()
+            except IntegrityError:
+                if attempt == MAX_ATTEMPTS:
+                    raise
+                log.debug("conflicting save, retrying (attempt %d)", attempt)
+        raise AssertionError("unreachable")
+
+    def _get(self, aggregate_id: UUID) -> Any:
+        return self.repository.get(aggregate_id)
+
+    def _maybe(self, aggregate_id: UUID) -> Any | None:
+        try:
+            return self.repository.get(aggregate_id)
+        except AggregateNotFoundError:
+            return None
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    # -------------------------------------------------------- applications
+    def register_app(self, org: str, name: str, *, private_mode: bool | None = None) -> bool:
+        """Register (PUT): idempotent. Returns True if anything was recorded."""
+        check_org_name(org)
+        check_app_name(name)
+
+        def run() -> bool:
+            app = self._maybe(app_stream_id(org, name))
+            if app is None:
+                app = Application(org=org, name=name, private_mode=bool(private_mode), timestamp=self.now())
+            elif not app.register_again(private_mode=private_mode, at=self.now()):
+                return False
+            self.save(app)
+            return True
+
+        return self._retrying(run)
+
+    def get_app(self, org: str, name: str) -> Application:
+        app = self._maybe(app_stream_id(org, name))
+        if app is None or app.deleted:
+            raise UnknownApplication(org, name)
+        return app
+
+    def app_exists(self, org: str, name: str) -> bool:
+        app = self._maybe(app_stream_id(org, name))
+        return app is not None and not app.deleted
+
+    def app_settings(self, org: str, name: str) -> AppSettings:
+        """Settings of a registered application; defaults for an unknown one."""
+        app = self._maybe(app_stream_id(org, name))
+        return app.settings if app is not None and not app.deleted else AppSettings()
+
+    def update_app(self, org: str, name: str, patch: SettingsPatch) -> bool:
+        def run() -> bool:
+            app = self.get_app(org, name)
+            if not app.change_settings(patch, at=self.now()):
+                return False
+            self.save(app)
+            return True
+
+        return self._retrying(run)
+
+    def delete_app(self, org: str, name: str) -> None:
+        def run() -> None:
+            app = self.get_app(org, name)
+            app.delete(at=self.now())
+            self.save(app)
+
+        self._retrying(run)
+
+    # ------------------------------------------------------------ executors
+    def executor_connected(
+        self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str
+    ) -> Executor:
+        def run() -> Executor:
+            sid = executor_stream_id(org, app, info.executor_id)
+            ex = self._maybe(sid)
+            now = self.now()
+            if ex is None:
+                ex = Executor(org=org, app=app, executor_id=info.executor_id, timestamp=now)
+            ex.connect(
+                connection_id=connection_id,
+                owner=owner,
+                app_version=info.application_version,
+                hostname=info.hostname,
+                language=info.language,
+                dbos_version=info.dbos_version,
+                executor_metadata=info.executor_metadata,
+                at=now,
+            )
+            self.save(ex)
+            return ex
+
+        return self._retrying(run)
+
+    def grace_for(self, org: str, app: str) -> timedelta:
+        return self.app_settings(org, app).grace(self.default_grace)
+
+    def executor_disconnected(
+        self,
+        stream_id: UUID,
+        *,
+        connection_id: str,
+        reason: str,
+        grace_from: datetime | None = None,
+    ) -> bool:
+        """Conditional: a no-op (False) when ``connection_id`` is no longer current.
+
+        The deadline is ``grace_from + grace`` (``grace_from`` defaults to now),
+        never earlier than now.
+        """
+
+        def run() -> bool:
+            ex = self._maybe(stream_id)
+            if ex is None:
+                return False
+            now = self.now()
+            deadline = max((grace_from or now) + self.grace_for(ex.org, ex.app), now)
+            try:
+                ex.disconnect(connection_id=connection_id, reason=reason, deadline=deadline, at=now)
+            except IllegalTransition as e:
+                log.debug("disconnect ignored: %s", e)
+                return False
+            self.save(ex)
+            return True
+
+        return self._retrying(run)
+
+    def _conditional(self, stream_id: UUID, command: Callable[[Any], Any], then: Callable[[Any], Any] | None = None) -> bool:
+        def run() -> bool:
+            ex = self._maybe(stream_id)
+            if ex is None:
+                return False
+            try:
+                command(ex)
+                if then is not None:
+                    then(ex)
+            except IllegalTransition as e:
+                log.debug("command ignored: %s", e)
+                return False
+            self.save(ex)
+            return True
+
+        return self._retrying(run)
+
+    def declare_dead_if_due(self, stream_id: UUID, expected_deadline: datetime | None = None) -> bool:
+        return self._conditional(
+            stream_id, lambda ex: ex.declare_dead(now=self.now(), expected_deadline=expected_deadline)
+        )
+
+    def dispatch_recovery(self, stream_id: UUID, *, request_id: str, target_executor_id: str) -> bool:
+        return self._conditional(
+            stream_id,
+            lambda ex: ex.dispatch_recovery(request_id=request_id, target_executor_id=target_executor_id, at=self.now()),
+        )
+
+    def fail_recovery(self, stream_id: UUID, *, request_id: str, reason: str) -> bool:
+        return self._conditional(
+            stream_id, lambda ex: ex.fail_recovery(request_id=request_id, reason=reason, at=self.now())
+        )
+
+    def confirm_recovery(self, stream_id: UUID, *, request_id: str, pending_found: bool | None) -> bool:
+        """Confirms the outstanding request; a DEAD executor is deleted in the same save."""
+
+        def delete_if_dead(ex: Executor) -> None:
+            if ex.status == "DEAD":
+                ex.delete(at=self.now())
+
+        return self._conditional(
+            stream_id,
+            lambda ex: ex.confirm_recovery(request_id=request_id, pending_found=pending_found, at=self.now()),
+            delete_if_dead,
+        )
+
+    def defer_recovery(self, stream_id: UUID, *, reason: str) -> bool:
+        return self._conditional(stream_id, lambda ex: ex.defer_recovery(reason=reason, at=self.now()))
+
+    def withdraw_recovery(self, stream_id: UUID, *, reason: str) -> bool:
+        return self._conditional(stream_id, lambda ex: ex.withdraw_recovery(reason=reason, at=self.now()))
+
+    def get_executor(self, org: str, app: str, executor_id: str) -> Executor:
+        ex = self._maybe(executor_stream_id(org, app, executor_id))
+        if ex is None:
+            raise UnknownExecutor(org, app, executor_id)
+        return ex
+
+    def stream(self, stream_id: UUID) -> Iterator[Any]:
+        """Every event of one aggregate, in order (deleted executors included)."""
+        return iter(self.repository.event_store.get(stream_id))
+
+    # --------------------------------------------------------------- tokens
+    def create_token(self, org: str, name: str, *, app_names: list[str] | None = None) -> str:
+        """Makes a token and returns its secret: the only time it is ever seen."""
+        check_org_name(org)
+        check_app_name(name)  # same URL-safe alphabet
+        for a in app_names or []:
+            check_app_name(a)
+        secret = new_secret()
+
+        def run() -> str:
+            tok = self._maybe(token_stream_id(org, name))
+            apps = sorted(set(app_names)) if app_names else None
+            if tok is None:
+                tok = Token(org=org, name=name, secret_hash=hash_secret(secret), app_names=apps, timestamp=self.now())
+            else:
+                tok.reissue(secret_hash=hash_secret(secret), app_names=apps, at=self.now())
+            self.save(tok)
+            return secret
+
+        return self._retrying(run)
+
+    def revoke_token(self, org: str, name: str) -> None:
+        def run() -> None:
+            tok = self._maybe(token_stream_id(org, name))
+            if tok is None:
+                raise UnknownToken(org, name)
+            tok.revoke(at=self.now())
+            self.save(tok)
+
+        self._retrying(run)

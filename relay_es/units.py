@@ -1,0 +1,106 @@
+"""Unit discipline at the boundary.
+
+Inside Relay every duration is a :class:`datetime.timedelta` and every row count
+an ``int``. The Conductor REST contract is heterogeneous: ``executorTimeoutSecs``
+is whole **seconds**, ``gcTimeThresholdMs`` and ``globalTimeoutMs`` are
+**milliseconds**, ``gcRowsThreshold`` is a **row count**. The functions here are
+the only places where a number on the wire becomes a duration and back; each
+refuses bad input with an :class:`InvalidSetting` that names the field and the
+unit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from relay_es.errors import InvalidSetting
+
+# Upper bounds that refuse absurd values while allowing every sane one.
+MAX_EXECUTOR_TIMEOUT = timedelta(days=7)
+MAX_RETENTION = timedelta(days=3650)
+MAX_ROWS = 10**12
+
+
+def _whole_number(field: str, value: object, unit: str) -> int:
+    # bool is an int in Python; JSON true is not a number of seconds.
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise InvalidSetting(
+                field, f"must be a whole number of {unit}, got {value!r}"
+            )
+    return value
+
+
+def seconds_to_duration(
+    field: str, value: object, *, minimum: int = 1, maximum: timedelta
+) -> timedelta:
+    n = _whole_number(field, value, "seconds")
+    if n < minimum:
+        raise InvalidSetting(field, f"must be at least {minimum} second(s), got {n}")
+    if n > maximum.total_seconds():
+        raise InvalidSetting(
+            field, f"must be at most {int(maximum.total_seconds())} seconds, got {n}"
+        )
+    return timedelta(seconds=n)
+
+
+def millis_to_duration(
+    field: str, value: object, *, minimum: int = 1, maximum: timedelta
+) -> timedelta:
+    n = _whole_number(field, value, "milliseconds")
+    if n < minimum:
+        raise InvalidSetting(
+            field, f"must be at least {minimum} millisecond(s), got {n}"
+        )
+    limit = int(maximum.total_seconds() * 1000)
+    if n > limit:
+        raise InvalidSetting(field, f"must be at most {limit} milliseconds, got {n}")
+    return timedelta(milliseconds=n)
+
+
+def rows(field: str, value: object, *, minimum: int = 1, maximum: int = MAX_ROWS) -> int:
+    n = _whole_number(field, value, "rows")
+    if n < minimum:
+        raise InvalidSetting(field, f"must be at least {minimum} row(s), got {n}")
+    if n > maximum:
+        raise InvalidSetting(field, f"must be at most {maximum} rows, got {n}")
+    return n
+
+
+def duration_to_seconds(d: timedelta) -> int:
+    return int(d.total_seconds())
+
+
+def duration_to_millis(d: timedelta) -> int:
+    return d // timedelta(milliseconds=1)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_epoch_ms(t: datetime) -> int:
+    return (t - EPOCH) // timedelta(milliseconds=1)
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def rfc3339(t: datetime | None) -> str | None:
+    """RFC 3339, UTC, millisecond precision, ``Z`` suffix: 2026-11-30T12:00:05.123Z."""
+    if t is None:
+        return None
+    t = t.astimezone(timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def parse_rfc3339(field: str, text: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidSetting(field, f"must be an RFC 3339 timestamp, got {text!r}") from None
+    if t.tzinfo is None:
+        raise InvalidSetting(field, f"must carry a UTC offset, got {text!r}")
+    return t.astimezone(timezone.utc)
