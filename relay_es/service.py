@@ -180,6 +180,55 @@ class Relay(ESApplication[UUID]):
 
         self._retrying(run)
 
+    def record_retention_dispatched(
+        self,
+        org: str,
+        name: str,
+        *,
+        request_id: str,
+        target_executor_id: str,
+        gc_cutoff: datetime | None,
+        gc_rows_threshold: int | None,
+        timeout_cutoff: datetime | None,
+    ) -> None:
+        def run() -> None:
+            app = self.get_app(org, name)
+            app.record_retention_dispatched(
+                request_id=request_id,
+                target_executor_id=target_executor_id,
+                gc_cutoff=gc_cutoff,
+                gc_rows_threshold=gc_rows_threshold,
+                timeout_cutoff=timeout_cutoff,
+                at=self.now(),
+            )
+            self.save(app)
+
+        self._retrying(run)
+
+    def record_retention_answered(self, org: str, name: str, *, request_id: str, success: bool, error: str | None) -> None:
+        def run() -> None:
+            app = self._maybe(app_stream_id(org, name))
+            if app is None:
+                return
+            app.record_retention_answered(request_id=request_id, success=success, error=error, at=self.now())
+            self.save(app)
+
+        self._retrying(run)
+
+    def record_violation(
+        self, org: str, name: str, *, kind: str, detail: str, executor_id: str | None, peer: str | None, suppressed: int = 0
+    ) -> bool:
+        def run() -> bool:
+            app = self._maybe(app_stream_id(org, name))
+            if app is None:
+                return False
+            app.record_violation(kind=kind, detail=detail, executor_id=executor_id, peer=peer,
+                                 suppressed=suppressed, at=self.now())
+            self.save(app)
+            return True
+
+        return self._retrying(run)
+
     # ------------------------------------------------------------ executors
     def executor_connected(
         self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str

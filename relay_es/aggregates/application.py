@@ -157,3 +157,58 @@ class Application(Aggregate):
     @event("Deleted")
     def _deleted(self, timestamp: datetime) -> None:
         self.deleted = True
+
+    # ----------------------------------------------------- retention, hygiene
+    def record_retention_dispatched(
+        self,
+        *,
+        request_id: str,
+        target_executor_id: str,
+        gc_cutoff: datetime | None,
+        gc_rows_threshold: int | None,
+        timeout_cutoff: datetime | None,
+        at: datetime,
+    ) -> None:
+        if self.deleted:
+            self._refuse("send retention", "it was deleted")
+        self._retention_dispatched(
+            request_id=request_id,
+            target_executor_id=target_executor_id,
+            gc_cutoff=gc_cutoff,
+            gc_rows_threshold=gc_rows_threshold,
+            timeout_cutoff=timeout_cutoff,
+            timestamp=at,
+        )
+
+    @event("RetentionDispatched")
+    def _retention_dispatched(
+        self,
+        request_id: str,
+        target_executor_id: str,
+        gc_cutoff: datetime | None,
+        gc_rows_threshold: int | None,
+        timeout_cutoff: datetime | None,
+        timestamp: datetime,
+    ) -> None:
+        pass
+
+    def record_retention_answered(self, *, request_id: str, success: bool, error: str | None, at: datetime) -> None:
+        self._retention_answered(request_id=request_id, success=success, error=error, timestamp=at)
+
+    @event("RetentionAnswered")
+    def _retention_answered(self, request_id: str, success: bool, error: str | None, timestamp: datetime) -> None:
+        pass
+
+    def record_violation(
+        self, *, kind: str, detail: str, executor_id: str | None, peer: str | None, suppressed: int, at: datetime
+    ) -> None:
+        """Hostile or broken input from an executor socket (throttled by the hub)."""
+        self._protocol_violated(
+            kind=kind, detail=detail[:500], executor_id=executor_id, peer=peer, suppressed=suppressed, timestamp=at
+        )
+
+    @event("ProtocolViolated")
+    def _protocol_violated(
+        self, kind: str, detail: str, executor_id: str | None, peer: str | None, suppressed: int, timestamp: datetime
+    ) -> None:
+        pass

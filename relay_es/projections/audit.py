@@ -117,6 +117,20 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any]) -> AuditEntry | None
         return AuditEntry(seq, e.timestamp, org, app, None, "app.updated", {"changes": changes})
     if isinstance(e, Application.Deleted):
         return AuditEntry(seq, e.timestamp, org, app, None, "app.deleted", {})
+    if isinstance(e, Application.RetentionDispatched):
+        return AuditEntry(seq, e.timestamp, org, app, None, "retention.dispatched", {
+            "requestId": e.request_id,
+            "targetExecutorId": e.target_executor_id,
+            "gcCutoffEpochMs": None if e.gc_cutoff is None else to_epoch_ms(e.gc_cutoff),
+            "gcRowsThreshold": e.gc_rows_threshold,
+            "timeoutCutoffEpochMs": None if e.timeout_cutoff is None else to_epoch_ms(e.timeout_cutoff),
+        })
+    if isinstance(e, Application.RetentionAnswered):
+        return AuditEntry(seq, e.timestamp, org, app, None, "retention.answered",
+                          {"requestId": e.request_id, "success": e.success, "error": e.error})
+    if isinstance(e, Application.ProtocolViolated):
+        return AuditEntry(seq, e.timestamp, org, app, e.executor_id, "protocol.violation",
+                          {"kind": e.kind, "detail": e.detail, "peer": e.peer, "suppressed": e.suppressed})
     if isinstance(e, Token.Reissued):
         return AuditEntry(seq, e.timestamp, org, None, None, "token.created", {"tokenName": name, "appNames": e.app_names, "reissued": True})
     if isinstance(e, Token.Revoked):
@@ -129,6 +143,9 @@ AUDITED_EVENTS = (
     Application.Restored,
     Application.SettingsChanged,
     Application.Deleted,
+    Application.RetentionDispatched,
+    Application.RetentionAnswered,
+    Application.ProtocolViolated,
     Token.Created,
     Token.Reissued,
     Token.Revoked,

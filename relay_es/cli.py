@@ -1,0 +1,143 @@
+"""The ``relay`` command.
+
+``relay serve`` runs the server. ``relay projections rebuild`` drops the read
+models and rebuilds them from the event stream. The other subcommands talk to
+a running server over its REST API (see :mod:`relay_es.client_cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from relay_es.errors import InvalidSetting
+from relay_es.settings import TIMINGS, Settings
+
+log = logging.getLogger("relay")
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the Relay server")
+    p.add_argument("--host", help="address to bind (RELAY_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (RELAY_PORT, default 8090)")
+    p.add_argument("--database-url", help="postgresql://... or sqlite:///path (RELAY_DATABASE_URL, default ./relay-data/relay.db)")
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--auth", dest="auth", action="store_const", const=True, help="require tokens (RELAY_AUTH)")
+    auth.add_argument("--no-auth", dest="auth", action="store_const", const=False, help="development mode")
+    p.add_argument("--insecure", action="store_true", default=None, help="allow a non-loopback bind without --auth")
+    p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
+    for key, t in TIMINGS.items():
+        p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {t.default:g})")
+
+
+def _add_projections(sub: Any) -> None:
+    p = sub.add_parser("projections", help="read-model maintenance")
+    psub = p.add_subparsers(dest="action", required=True)
+    r = psub.add_parser("rebuild", help="drop the read models and rebuild them from the event stream")
+    r.add_argument("--database-url", help="as for serve (RELAY_DATABASE_URL)")
+    r.add_argument("--only", action="append", choices=["executors", "audit", "apps"], help="rebuild only this one")
+
+
+def serve(args: argparse.Namespace) -> int:
+    import warnings
+
+    import uvicorn
+
+    from relay_es.adapters import logs
+    from relay_es.adapters.hub import MAX_FRAME
+    from relay_es.adapters.http import RelayASGI
+    from relay_es.adapters.lease import LeaseHeld
+    from relay_es.runtime import Runtime
+
+    logs.configure(args.log_level.upper())
+    # uvicorn's "websockets" protocol is the one that supports refusing a
+    # handshake with an HTTP status and body (the websocket.http.response extension).
+    warnings.filterwarnings("ignore", message=".*websockets.* implementation is deprecated")
+    try:
+        settings = Settings.from_sources(vars(args))
+        runtime = Runtime(settings)
+    except (InvalidSetting, LeaseHeld, ValueError) as e:
+        print(f"relay: {e}", file=sys.stderr)
+        return 2
+    app = RelayASGI(runtime)
+    ping = settings.ping_interval.total_seconds()
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ws="websockets",
+        ws_max_size=MAX_FRAME,
+        ws_ping_interval=ping,
+        ws_ping_timeout=settings.ping_wait.total_seconds() - ping,
+        ws_per_message_deflate=True,
+        access_log=False,
+        log_config=None,
+        lifespan="on",
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=5,
+    )
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Before uvicorn closes the sockets: a shutdown is not a disconnect.
+            runtime.hub.shutting_down = True
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
+    log.info("relay serving on http://%s:%d (store: %s, auth: %s)", settings.host, settings.port,
+             runtime.store.kind, "on" if settings.auth else "off (development mode, org 'local')")
+    try:
+        server.run()
+    finally:
+        if not runtime._started:
+            runtime.close()
+    return 0 if server.started else 1
+
+
+def projections(args: argparse.Namespace) -> int:
+    from relay_es.adapters import logs
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
+    from relay_es.projections import all_projections
+    from relay_es.projections.runner import ProjectionRunner
+    from relay_es.service import Relay
+
+    logs.configure("WARNING")
+    try:
+        store = parse_database_url(args.database_url or os.environ.get("RELAY_DATABASE_URL"))
+    except ValueError as e:
+        print(f"relay: {e}", file=sys.stderr)
+        return 2
+    relay = Relay(event_store_env(store), clock=SystemClock())
+    db = open_database(store)
+    try:
+        runner = ProjectionRunner(relay, db, all_projections())
+        n = runner.rebuild(args.only)
+        print(f"rebuilt {', '.join(args.only or ['executors', 'audit', 'apps'])} from {n} events")
+    finally:
+        db.close()
+        relay.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="relay", description="Relay: a self-hosted control plane for DBOS executors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    _add_projections(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    if args.command == "projections":
+        return projections(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

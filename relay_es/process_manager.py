@@ -1,0 +1,420 @@
+"""The process manager: durable timers and recovery decisions.
+
+Pure logic behind two small interfaces -- a :class:`~relay_es.clock.Clock` and
+a :class:`Dispatcher` -- so tests drive it with a fake clock and an in-memory
+dispatcher: no sockets, no sleeps. It never blocks; its owner calls
+:meth:`ProcessManager.step` whenever something may have happened (new events,
+an answer, a timer due) and sleeps until :meth:`ProcessManager.next_wakeup`.
+
+What it does, per executor row (the same fold as the executors table):
+
+* DISCONNECTED -> a timer at the deadline carried by the Disconnected event.
+  When it fires, a *conditional* command declares the executor dead only if
+  it is still disconnected with that deadline and the deadline has come.
+* DEAD with recovery pending -> pick a candidate (same org and app, HEALTHY,
+  same application version, connected to a live Relay), record the dispatch,
+  then hand it to the dispatcher. No candidate -> record that it waits; the
+  moment an eligible executor connects, dispatch.
+* An outstanding dispatch -> a response timer. A failure, a timeout or the
+  target going away -> RecoveryFailed, then a retry to another candidate after
+  an exponential backoff.
+* Back alive before any dispatch (a new incarnation) -> withdraw the recovery.
+
+Everything it needs is in the event store, so a restart rebuilds it: pending
+deadlines and outstanding dispatches come back from the rows. Deadlines that
+passed while Relay was down fire only after the settle window, and executors
+that were HEALTHY on a Relay that is gone get a full fresh grace from start.
+
+Timers wait on the monotonic clock; a persisted wall-clock deadline ``D`` is
+armed at ``monotonic() + (D - now())``. If the wall clock is stepped back, the
+conditional command refuses and the timer is re-armed; stepped forward, the
+monotonic timer has not fired yet. Either way nothing dies early.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+from uuid import UUID
+
+from eventsourcing.utils import get_topic
+
+from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
+from relay_es.clock import Clock
+from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
+from relay_es.scheduler import TimerHeap
+from relay_es.service import Relay
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_TOPICS = [get_topic(c) for c in EXECUTOR_EVENTS]
+
+
+@dataclass(frozen=True)
+class RecoveryRequest:
+    """Ask ``target`` to recover the workflows of ``dead_executor_id``."""
+
+    request_id: str
+    org: str
+    app: str
+    dead_executor_id: str
+    app_version: str | None
+    target_executor_id: str
+    target_connection_id: str | None
+    target_owner: str | None
+
+
+@dataclass(frozen=True)
+class RecoveryOutcome:
+    request_id: str
+    ok: bool
+    pending_found: bool | None = None
+    reason: str | None = None
+
+
+class Dispatcher(Protocol):
+    def send_recovery(self, request: RecoveryRequest) -> None:
+        """Hand the request to the target's connection; never block. The
+        answer comes back through :meth:`ProcessManager.recovery_answered`."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    settle: timedelta = timedelta(seconds=5)
+    response_timeout: timedelta = timedelta(seconds=30)
+    backoff_base: timedelta = timedelta(seconds=1)
+    backoff_max: timedelta = timedelta(seconds=30)
+
+    def backoff(self, attempt: int) -> timedelta:
+        if attempt <= 0:
+            return timedelta(0)
+        return min(self.backoff_base * (2 ** (attempt - 1)), self.backoff_max)
+
+
+Bootstrap = Callable[[], tuple[list[ExecutorRow], int]]
+
+
+@dataclass
+class _Stats:
+    declared_dead: int = 0
+    dispatched: int = 0
+    confirmed: int = 0
+    failed: int = 0
+
+
+class ProcessManager:
+    def __init__(
+        self,
+        relay: Relay,
+        clock: Clock,
+        dispatcher: Dispatcher,
+        *,
+        owner: str,
+        timing: Timing = Timing(),
+        bootstrap: Bootstrap | None = None,
+        batch_size: int = 500,
+    ) -> None:
+        self.relay = relay
+        self.clock = clock
+        self.dispatcher = dispatcher
+        self.owner = owner
+        self.live_owners = {owner}
+        self.timing = timing
+        self._bootstrap = bootstrap
+        self.batch_size = batch_size
+        self.position = 0
+        self.rows: dict[str, ExecutorRow] = {}
+        self.timers = TimerHeap()
+        self._healthy: dict[tuple[str, str, str | None], set[str]] = defaultdict(set)
+        self._waiting: dict[tuple[str, str, str | None], set[str]] = defaultdict(set)
+        self._tried: dict[str, set[str]] = defaultdict(set)
+        self._backoff_until: dict[str, float] = {}
+        self._requests: dict[str, str] = {}  # request id -> stream id
+        self._outstanding: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # target -> dead sids
+        self._answers: deque[RecoveryOutcome] = deque()
+        self._answers_lock = threading.Lock()
+        self.settle_until = 0.0
+        self.started_at: datetime | None = None
+        self.wake: Callable[[], None] = lambda: None
+        self.stats = _Stats()
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Rebuilds pending deadlines and outstanding dispatches from the store."""
+        self.started_at = self.clock.now()
+        self.settle_until = self.clock.monotonic() + self.timing.settle.total_seconds()
+        if self._bootstrap is not None:
+            rows, self.position = self._bootstrap()
+            for row in rows:
+                self._put(row)
+        for row in list(self.rows.values()):
+            self._react(row)
+        self.step()
+
+    def step(self) -> int:
+        """Does everything that is due now. Returns how many things it did."""
+        total = 0
+        while True:
+            n = self.catch_up() + self._drain_answers() + self._run_due()
+            if n == 0:
+                return total
+            total += n
+
+    def next_wakeup(self) -> float | None:
+        """Monotonic time of the next timer, or None."""
+        return self.timers.next_at()
+
+    def recovery_answered(self, outcome: RecoveryOutcome) -> None:
+        """Thread-safe: called by the dispatcher when a target answers (or can't)."""
+        with self._answers_lock:
+            self._answers.append(outcome)
+        self.wake()
+
+    # ------------------------------------------------------------ following
+    def catch_up(self) -> int:
+        n = 0
+        while True:
+            notifications = self.relay.recorder.select_notifications(
+                start=self.position, limit=self.batch_size, topics=EXECUTOR_TOPICS, inclusive_of_start=False
+            )
+            if not notifications:
+                return n
+            for note in notifications:
+                self._apply(self.relay.mapper.to_domain_event(note))
+                self.position = note.id
+                n += 1
+
+    def _put(self, row: ExecutorRow) -> None:
+        old = self.rows.get(row.stream_id)
+        if old is not None:
+            self._healthy[(old.org, old.app, old.app_version)].discard(old.stream_id)
+            if old.recovery_target:
+                self._outstanding[(old.org, old.app, old.recovery_target)].discard(old.stream_id)
+        self.rows[row.stream_id] = row
+        if row.status == S.HEALTHY and row.owner in self.live_owners:
+            self._healthy[(row.org, row.app, row.app_version)].add(row.stream_id)
+        if row.recovery_phase == P.DISPATCHED and row.recovery_target:
+            self._outstanding[(row.org, row.app, row.recovery_target)].add(row.stream_id)
+
+    def _apply(self, event: Any) -> None:
+        sid = str(event.originator_id)
+        old = self.rows.get(sid)
+        if old is not None and old.version >= event.originator_version:
+            return
+        row = reduce(old, event)
+        self._put(row)
+        if isinstance(event, Executor.RecoveryDispatched):
+            self._requests[event.request_id] = sid
+        elif isinstance(event, Executor.RecoveryFailed):
+            self.stats.failed += 1
+            if event.target_executor_id:
+                self._tried[sid].add(event.target_executor_id)
+            delay = self.timing.backoff(row.recovery_attempt).total_seconds()
+            self._backoff_until[sid] = self.clock.monotonic() + delay
+            self._requests.pop(event.request_id, None)
+        elif isinstance(event, Executor.RecoveryConfirmed):
+            self._requests.pop(event.request_id, None)
+        elif isinstance(event, Executor.Deleted):
+            self._tried.pop(sid, None)
+            self._backoff_until.pop(sid, None)
+        if isinstance(event, (Executor.Disconnected, Executor.DeclaredDead)):
+            self._target_lost(row)
+        if isinstance(event, Executor.Connected) and row.owner in self.live_owners:
+            for waiting in list(self._waiting.get((row.org, row.app, row.app_version), ())):
+                self._arm_dispatch(waiting)
+        self._react(row)
+
+    # ------------------------------------------------------------- reacting
+    def _mono_for(self, wall: datetime) -> float:
+        return self.clock.monotonic() + (wall - self.clock.now()).total_seconds()
+
+    def _at(self, mono: float) -> float:
+        """Nothing is enforced before the settle window after start has passed."""
+        return max(mono, self.settle_until)
+
+    def _react(self, row: ExecutorRow) -> None:
+        sid = row.stream_id
+        if row.status == S.DISCONNECTED and row.deadline is not None:
+            self.timers.arm(("deadline", sid), self._at(self._mono_for(row.deadline)), row.deadline)
+        else:
+            self.timers.cancel(("deadline", sid))
+
+        if row.status == S.HEALTHY and row.owner not in self.live_owners:
+            if ("orphan", sid) not in self.timers:
+                self.timers.arm(("orphan", sid), self._at(self.clock.monotonic()), row.connection_id)
+        else:
+            self.timers.cancel(("orphan", sid))
+
+        if row.recovery_phase == P.DISPATCHED and row.recovery_dispatched_at is not None:
+            at = self._mono_for(row.recovery_dispatched_at + self.timing.response_timeout)
+            self.timers.arm(("response", sid), self._at(at), row.recovery_request_id)
+            self._requests[row.recovery_request_id or ""] = sid
+        else:
+            self.timers.cancel(("response", sid))
+
+        if row.recovery_phase in (P.PENDING, P.DEFERRED):
+            if row.status == S.DEAD:
+                if ("dispatch", sid) not in self.timers:
+                    self._arm_dispatch(sid)
+            else:
+                self.timers.cancel(("dispatch", sid))
+                self._unwait(sid)
+                self.relay.withdraw_recovery(UUID(sid), reason=f"executor reconnected (incarnation {row.incarnation})")
+        else:
+            self.timers.cancel(("dispatch", sid))
+            self._unwait(sid)
+
+    def _arm_dispatch(self, sid: str) -> None:
+        at = max(self.clock.monotonic(), self._backoff_until.get(sid, 0.0))
+        self.timers.arm(("dispatch", sid), self._at(at))
+
+    def _unwait(self, sid: str) -> None:
+        row = self.rows.get(sid)
+        if row is not None:
+            self._waiting[(row.org, row.app, row.recovery_version)].discard(sid)
+
+    def _target_lost(self, lost: ExecutorRow) -> None:
+        for sid in list(self._outstanding.get((lost.org, lost.app, lost.executor_id), ())):
+            row = self.rows[sid]
+            if row.recovery_phase == P.DISPATCHED and row.recovery_request_id:
+                self.relay.fail_recovery(
+                    UUID(sid),
+                    request_id=row.recovery_request_id,
+                    reason=f"target {lost.executor_id} became {lost.status}",
+                )
+
+    # ---------------------------------------------------------------- timers
+    def _run_due(self) -> int:
+        due = self.timers.pop_due(self.clock.monotonic())
+        for (kind, sid), payload in due:
+            try:
+                getattr(self, f"_fire_{kind}")(sid, payload)
+            except Exception:  # one bad timer must not stop the others
+                log.exception("timer %s for %s failed", kind, sid)
+        return len(due)
+
+    def _fire_deadline(self, sid: str, deadline: datetime) -> None:
+        if self.relay.declare_dead_if_due(UUID(sid), expected_deadline=deadline):
+            self.stats.declared_dead += 1
+            return
+        self.catch_up()
+        row = self.rows.get(sid)
+        if row is not None and row.status == S.DISCONNECTED and row.deadline == deadline:
+            # The wall clock is behind the deadline (it was stepped back): wait again.
+            at = max(self._mono_for(deadline), self.clock.monotonic() + 0.01)
+            self.timers.arm(("deadline", sid), at, deadline)
+
+    def _fire_orphan(self, sid: str, connection_id: str | None) -> None:
+        row = self.rows.get(sid)
+        if row is None or row.status != S.HEALTHY or row.connection_id != connection_id:
+            return
+        if row.owner in self.live_owners:
+            return
+        self.relay.executor_disconnected(
+            UUID(sid), connection_id=connection_id or "", reason="relay_restarted", grace_from=self.started_at
+        )
+
+    def _fire_response(self, sid: str, request_id: str | None) -> None:
+        if request_id:
+            self.relay.fail_recovery(
+                UUID(sid),
+                request_id=request_id,
+                reason=f"no answer within {self.timing.response_timeout.total_seconds():g}s",
+            )
+
+    def _fire_dispatch(self, sid: str, _payload: Any) -> None:
+        row = self.rows.get(sid)
+        if row is None or row.status != S.DEAD or row.recovery_phase not in (P.PENDING, P.DEFERRED):
+            return
+        key = (row.org, row.app, row.recovery_version)
+        candidates = self._candidates(row)
+        if not candidates:
+            self._waiting[key].add(sid)
+            if row.recovery_phase == P.PENDING:
+                self.relay.defer_recovery(
+                    UUID(sid), reason=f"no HEALTHY executor of application version {row.recovery_version!r}"
+                )
+            return
+        self._waiting[key].discard(sid)
+        target = candidates[0]
+        request_id = str(uuid.uuid4())
+        if not self.relay.dispatch_recovery(UUID(sid), request_id=request_id, target_executor_id=target.executor_id):
+            return
+        self.stats.dispatched += 1
+        self._requests[request_id] = sid
+        self.dispatcher.send_recovery(
+            RecoveryRequest(
+                request_id=request_id,
+                org=row.org,
+                app=row.app,
+                dead_executor_id=row.executor_id,
+                app_version=row.recovery_version,
+                target_executor_id=target.executor_id,
+                target_connection_id=target.connection_id,
+                target_owner=target.owner,
+            )
+        )
+
+    def _candidates(self, dead: ExecutorRow) -> list[ExecutorRow]:
+        """HEALTHY, same org/app/version, connected to a live Relay; untried first,
+        then the least loaded, then by id (deterministic)."""
+        sids = self._healthy.get((dead.org, dead.app, dead.recovery_version), set())
+        tried = self._tried.get(dead.stream_id, set())
+        found = [self.rows[s] for s in sids if self.rows[s].executor_id != dead.executor_id]
+
+        def load(r: ExecutorRow) -> int:
+            return len(self._outstanding.get((r.org, r.app, r.executor_id), ()))
+
+        return sorted(found, key=lambda r: (r.executor_id in tried, load(r), r.executor_id))
+
+    # --------------------------------------------------------------- answers
+    def _drain_answers(self) -> int:
+        n = 0
+        while True:
+            with self._answers_lock:
+                if not self._answers:
+                    return n
+                outcome = self._answers.popleft()
+            n += 1
+            sid = self._requests.get(outcome.request_id)
+            if sid is None:
+                log.info("answer to unknown or finished recovery request %s ignored", outcome.request_id)
+                continue
+            if outcome.ok:
+                if self.relay.confirm_recovery(
+                    UUID(sid), request_id=outcome.request_id, pending_found=outcome.pending_found
+                ):
+                    self.stats.confirmed += 1
+            else:
+                self.relay.fail_recovery(UUID(sid), request_id=outcome.request_id, reason=outcome.reason or "failed")
+
+    # ---------------------------------------------------------------- views
+    def pending(self) -> Iterable[ExecutorRow]:
+        return (r for r in self.rows.values() if r.recovery_phase is not None)
+
+
+def replay_bootstrap(relay: Relay) -> Bootstrap:
+    """Bootstrap by folding every executor event in the store (no read model)."""
+
+    def load() -> tuple[list[ExecutorRow], int]:
+        rows: dict[str, ExecutorRow] = {}
+        position = 0
+        while True:
+            batch = relay.recorder.select_notifications(
+                start=position, limit=1000, topics=EXECUTOR_TOPICS, inclusive_of_start=False
+            )
+            if not batch:
+                return list(rows.values()), position
+            for note in batch:
+                e = relay.mapper.to_domain_event(note)
+                sid = str(e.originator_id)
+                rows[sid] = reduce(rows.get(sid), e)
+                position = note.id
+
+    return load

@@ -1,0 +1,144 @@
+"""One executor connection's protocol state, Sans-I/O.
+
+The session turns frames into events and requests into frames; it never
+touches a socket or a clock. The hub (:mod:`relay_es.adapters.hub`) feeds it
+what arrives and sends what it returns.
+
+States: ``AWAITING_INFO`` (Relay has sent ``executor_info`` and knows nothing
+yet about who is on the other end) -> ``REGISTERED`` -> ``CLOSED``.
+
+Replies are matched to requests by ``request_id`` only: TypeScript and Java
+executors answer out of order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import msgspec
+
+from relay_es.protocol import messages as m
+
+
+class State(Enum):
+    AWAITING_INFO = "awaiting_info"
+    REGISTERED = "registered"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class Registered:
+    info: m.ExecutorInfoResponse
+
+
+@dataclass(frozen=True)
+class Answered:
+    request_id: str
+    type: str
+    response: m.Response
+
+
+@dataclass(frozen=True)
+class Violation:
+    """Input Relay could not use. ``fatal`` ones end the connection."""
+
+    kind: str
+    detail: str
+    fatal: bool = False
+    request_id: str | None = None
+
+
+SessionEvent = Registered | Answered | Violation
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Session:
+    def __init__(
+        self,
+        *,
+        new_request_id: Callable[[], str] = _new_id,
+        responses: dict[str, type[m.Response]] | None = None,
+    ) -> None:
+        self.state = State.AWAITING_INFO
+        self._new_id = new_request_id
+        self._responses = responses or m.CORE_RESPONSES
+        self.pending: dict[str, str] = {}  # request id -> type
+        self.info: m.ExecutorInfoResponse | None = None
+        self._info_request: str | None = None
+
+    def open(self) -> str:
+        """The first frame: Relay speaks first, asking who is there."""
+        req = m.ExecutorInfoRequest(request_id=self._new_id())
+        self._info_request = req.request_id
+        self.pending[req.request_id] = req.type
+        return m.encode(req)
+
+    def request(self, make: Callable[[str], m.Request]) -> tuple[str, str]:
+        """Builds a request with a fresh id; returns ``(request_id, frame)``."""
+        if self.state is not State.REGISTERED:
+            raise RuntimeError(f"cannot send requests while {self.state.value}")
+        req = make(self._new_id())
+        self.pending[req.request_id] = req.type
+        return req.request_id, m.encode(req)
+
+    def forget(self, request_id: str) -> None:
+        """The caller gave up waiting (timeout); a late answer becomes a violation."""
+        self.pending.pop(request_id, None)
+
+    def close(self) -> list[str]:
+        """Returns the ids of requests that will never be answered."""
+        self.state = State.CLOSED
+        ids = list(self.pending)
+        self.pending.clear()
+        return ids
+
+    def receive(self, data: str | bytes) -> list[SessionEvent]:
+        if self.state is State.CLOSED:
+            return []
+        if isinstance(data, (bytes, bytearray)):
+            return [Violation("binary_frame", f"binary frame of {len(data)} bytes ignored")]
+        try:
+            env = m.decode_envelope(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            return [Violation("invalid_frame", f"not a JSON object with type and request_id: {_short(e)}")]
+        expected = self.pending.pop(env.request_id, None)
+        if expected is None:
+            return [Violation("unsolicited", f"reply of type {env.type!r} to no outstanding request", request_id=env.request_id)]
+        if env.type != expected:
+            return [
+                Violation("type_mismatch", f"reply of type {env.type!r} to a {expected!r} request", request_id=env.request_id),
+                Answered(env.request_id, expected, m.Response(type=env.type, request_id=env.request_id,
+                                                              error_message=f"reply had type {env.type!r}")),
+            ]
+        cls = self._responses.get(expected, m.Response)
+        try:
+            resp: Any = m.decode_response(data, cls)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            detail = f"malformed {expected!r} reply: {_short(e)}"
+            out: list[SessionEvent] = [Violation("malformed_reply", detail, request_id=env.request_id)]
+            if env.request_id == self._info_request:
+                out[0] = Violation("malformed_reply", detail, fatal=True, request_id=env.request_id)
+            else:
+                out.append(Answered(env.request_id, expected, m.Response(type=expected, request_id=env.request_id,
+                                                                          error_message=detail)))
+            return out
+        if env.request_id == self._info_request:
+            if resp.error_message is not None or not resp.executor_id:
+                return [Violation("info_refused", f"executor_info failed: {resp.error_message or 'empty executor_id'}",
+                                  fatal=True)]
+            self.info = resp
+            self.state = State.REGISTERED
+            return [Registered(resp)]
+        return [Answered(env.request_id, expected, resp)]
+
+
+def _short(e: Exception, limit: int = 200) -> str:
+    s = str(e)
+    return s if len(s) <= limit else s[:limit] + "..."

@@ -1,0 +1,155 @@
+"""Composition: one Relay process, its store, its workers and its hub.
+
+Threads:
+
+* the **projection worker** follows the notification log into the read
+  models; woken after every save in this process, and polling once a second
+  for writers elsewhere;
+* the **process-manager worker** runs :meth:`ProcessManager.step`, sleeping on
+  the monotonic clock until the next timer, woken by new events and answers;
+* the asyncio loop (uvicorn) runs the hub and the REST API; store commands go
+  to a small thread pool, never onto the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from relay_es.adapters.clock import SystemClock
+from relay_es.adapters.hub import Hub
+from relay_es.adapters.lease import Lease
+from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
+from relay_es.clock import Clock
+from relay_es.process_manager import ProcessManager, Timing
+from relay_es.projections import all_projections
+from relay_es.projections.executors import COLUMNS, row_from_db
+from relay_es.projections.runner import ProjectionRunner
+from relay_es.service import Relay
+from relay_es.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Worker(threading.Thread):
+    """Calls ``fn`` whenever woken, or when ``timeout()`` seconds have passed."""
+
+    def __init__(self, name: str, fn: Callable[[], Any], timeout: Callable[[], float]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.fn = fn
+        self.timeout = timeout
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self.errors = 0
+
+    def wake(self, *_: Any) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self.fn()
+            except Exception:
+                self.errors += 1
+                log.exception("%s failed; retrying", self.name)
+                self._halt.wait(0.5)
+            self._wake.wait(max(0.0, self.timeout()))
+            self._wake.clear()
+
+
+def view_bootstrap(db: Database, runner: ProjectionRunner) -> Callable[[], tuple[list[Any], int]]:
+    """The process manager starts from the executors table and its tracked
+    position, read in one transaction, then follows the log from there."""
+
+    def load() -> tuple[list[Any], int]:
+        runner.catch_up()
+        with db.read() as cur:
+            cur.execute("SELECT position FROM relay_tracking WHERE name = 'executors'")
+            position = int(cur.fetchone()[0])
+            cur.execute(f"SELECT {', '.join(COLUMNS)} FROM relay_executors")
+            rows = [row_from_db(r) for r in cur.fetchall()]
+        return rows, position
+
+    return load
+
+
+class Runtime:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.store = parse_database_url(settings.database_url)
+        self.lease = Lease(self.store)
+        self.lease.acquire()
+        try:
+            self.relay = Relay(event_store_env(self.store), clock=self.clock,
+                               default_grace=settings.default_executor_timeout)
+            self.db = open_database(self.store)
+            self.runner = ProjectionRunner(self.relay, self.db, all_projections())
+            self.hub = Hub(
+                self.relay,
+                owner=settings.instance,
+                response_timeout=settings.recovery_response_timeout.total_seconds(),
+                retention_interval=settings.retention_interval.total_seconds(),
+            )
+            self.pm = ProcessManager(
+                self.relay,
+                self.clock,
+                self.hub,
+                owner=settings.instance,
+                timing=Timing(settle=settings.restart_settle, response_timeout=settings.recovery_response_timeout),
+                bootstrap=view_bootstrap(self.db, self.runner),
+            )
+        except BaseException:
+            self.lease.release()
+            raise
+        self.hub.pm = self.pm
+        self.projection_worker = Worker("relay-projections", self.runner.catch_up, lambda: 1.0)
+        self._pm_started = False
+        self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
+        self.pm.wake = self.pm_worker.wake
+        self.relay.add_listener(self.projection_worker.wake)
+        self.relay.add_listener(self.pm_worker.wake)
+        self._started = False
+
+    def _pm_tick(self) -> None:
+        if not self._pm_started:
+            self.pm.start()  # rebuilds timers and dispatches from the store
+            self._pm_started = True
+        else:
+            self.pm.step()
+
+    def _pm_sleep(self) -> float:
+        nxt = self.pm.next_wakeup()
+        if nxt is None:
+            return 1.0
+        return min(1.0, max(0.0, nxt - self.clock.monotonic()))
+
+    def start(self, loop: Any) -> None:
+        """Called on the server's event loop once it runs."""
+        self.hub.start(loop)
+        self.projection_worker.start()
+        self.pm_worker.start()
+        self._started = True
+        log.info("relay started: instance %s, store %s", self.settings.instance, self.store.kind)
+
+    async def stop(self) -> None:
+        await self.hub.stop()
+        self.pm_worker.stop()
+        self.projection_worker.stop()
+        if self._started:
+            self.pm_worker.join(timeout=5)
+            self.projection_worker.join(timeout=5)
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.db.close()
+            self.relay.close()
+        finally:
+            self.lease.release()
