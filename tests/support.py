@@ -1,4 +1,4 @@
-"""Test doubles and helpers shared by the suite."""
+"""Test doubles and the "world" that drives the engine without sockets or sleeps."""
 
 from __future__ import annotations
 
@@ -6,8 +6,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from relay_es.aggregates import SettingsPatch
+from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
 from relay_es.clock import FakeClock
 from relay_es.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest, Timing, replay_bootstrap
+from relay_es.projections import all_projections
+from relay_es.projections.runner import ProjectionRunner
+from relay_es.runtime import view_bootstrap
 from relay_es.service import ExecutorInfo, Relay
 
 POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
@@ -32,40 +37,81 @@ def info(executor_id: str, version: str = "v1", **kw: Any) -> ExecutorInfo:
 
 
 class World:
-    """One Relay, one fake clock, one process manager: the unit of a PM test."""
+    """One Relay on one store, a fake clock, and a process manager with an
+    in-memory dispatcher. ``store_url=None`` is the in-memory (POPO) store;
+    otherwise a real SQLite or Postgres store with the read models running,
+    and :meth:`restart` really closes and reopens everything."""
 
-    def __init__(self, relay: Relay, clock: FakeClock, *, owner: str = "relay-1", timing: Timing | None = None) -> None:
-        self.relay = relay
+    def __init__(self, clock: FakeClock, store_url: str | None = None, *, owner: str = "relay-1",
+                 timing: Timing | None = None, grace: float = 10.0) -> None:
         self.clock = clock
+        self.store_url = store_url
         self.owner = owner
-        self.timing = timing or Timing(settle=timedelta(seconds=5), response_timeout=timedelta(seconds=10))
+        self.timing = timing or Timing(settle=timedelta(seconds=5), response_timeout=timedelta(seconds=10),
+                                       backoff_base=timedelta(seconds=1), backoff_max=timedelta(seconds=8))
+        self.relay: Relay | None = None
+        self.db = None
+        self.runner: ProjectionRunner | None = None
+        self._open()
+        self.relay.register_app("local", "app")
+        self.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=grace)))
         self.dispatcher = InMemoryDispatcher()
-        self.pm = self.new_pm()
+        self.pm = self._new_pm()
 
-    def new_pm(self, owner: str | None = None) -> ProcessManager:
-        if owner is not None:
-            self.owner = owner
+    def _open(self) -> None:
+        if self.store_url is None:
+            if self.relay is None:
+                self.relay = Relay(POPO, clock=self.clock)
+            return
+        cfg = parse_database_url(self.store_url)
+        self.relay = Relay(event_store_env(cfg), clock=self.clock)
+        self.db = open_database(cfg)
+        self.runner = ProjectionRunner(self.relay, self.db, all_projections())
+
+    def _new_pm(self) -> ProcessManager:
+        bootstrap = replay_bootstrap(self.relay) if self.runner is None else view_bootstrap(self.db, self.runner)
+        pm = ProcessManager(self.relay, self.clock, self.dispatcher, owner=self.owner, timing=self.timing,
+                            bootstrap=bootstrap)
+        pm.start()
+        return pm
+
+    def restart(self, *, down_for: float = 0.0, owner: str = "relay-2") -> None:
+        """Relay stops (its memory is gone), time passes, a new Relay starts."""
+        self.close()
+        self.clock.advance(down_for)
+        self.owner = owner
+        self._open()
         self.dispatcher = InMemoryDispatcher()
-        self.pm = ProcessManager(self.relay, self.clock, self.dispatcher, owner=self.owner, timing=self.timing,
-                                 bootstrap=replay_bootstrap(self.relay))
-        self.pm.start()
-        return self.pm
+        self.pm = self._new_pm()
+        self.sync()
 
-    def connect(self, executor_id: str, version: str = "v1", *, app: str = "app", org: str = "local", conn: str | None = None):
-        ex = self.relay.executor_connected(org, app, info(executor_id, version),
-                                           connection_id=conn or f"{executor_id}-conn-{self.clock.monotonic()}",
-                                           owner=self.owner)
+    def close(self) -> None:
+        if self.store_url is not None:
+            self.db.close()
+            self.relay.close()
+
+    def sync(self) -> None:
         self.pm.step()
+        if self.runner is not None:
+            self.runner.catch_up()
+
+    # -------------------------------------------------------------- actions
+    def connect(self, executor_id: str, version: str = "v1", *, app: str = "app", org: str = "local",
+                conn: str | None = None) -> Any:
+        ex = self.relay.executor_connected(org, app, info(executor_id, version),
+                                           connection_id=conn or f"{executor_id}@{self.clock.monotonic()}",
+                                           owner=self.owner)
+        self.sync()
         return ex
 
     def drop(self, executor_id: str, *, app: str = "app", org: str = "local", reason: str = "socket_closed") -> bool:
         ex = self.relay.get_executor(org, app, executor_id)
         ok = self.relay.executor_disconnected(ex.id, connection_id=ex.connection_id, reason=reason)
-        self.pm.step()
+        self.sync()
         return ok
 
     def advance(self, seconds: float) -> None:
-        """Moves time in small steps, letting the PM act at every step, as its driver would."""
+        """Moves time forward, letting the PM act at each timer, as its driver would."""
         end = self.clock.monotonic() + seconds
         while True:
             nxt = self.pm.next_wakeup()
@@ -73,19 +119,24 @@ class World:
                 break
             if nxt > self.clock.monotonic():
                 self.clock.advance(nxt - self.clock.monotonic())
-            self.pm.step()
+            self.sync()
         if end > self.clock.monotonic():
             self.clock.advance(end - self.clock.monotonic())
-        self.pm.step()
+        self.sync()
 
-    def answer(self, request: RecoveryRequest, ok: bool = True, pending_found: bool | None = True, reason: str | None = None) -> None:
+    def answer(self, request: RecoveryRequest, ok: bool = True, pending_found: bool | None = True,
+               reason: str | None = None) -> None:
         self.pm.recovery_answered(RecoveryOutcome(request.request_id, ok, pending_found, reason))
-        self.pm.step()
+        self.sync()
+
+    # -------------------------------------------------------------- reading
+    def executor(self, executor_id: str, app: str = "app", org: str = "local") -> Any:
+        return self.relay.get_executor(org, app, executor_id)
 
     def status(self, executor_id: str, app: str = "app", org: str = "local") -> str | None:
-        ex = self.relay.get_executor(org, app, executor_id)
-        return ex.status.value if ex.status else None
+        st = self.executor(executor_id, app, org).status
+        return st.value if st else None
 
     def history(self, executor_id: str, app: str = "app", org: str = "local") -> list[str]:
-        ex = self.relay.get_executor(org, app, executor_id)
+        ex = self.executor(executor_id, app, org)
         return [type(e).__name__ for e in self.relay.stream(ex.id)]

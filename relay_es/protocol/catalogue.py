@@ -153,7 +153,8 @@ class ForkFromFailureBody(_Body, kw_only=True):
     queue_name: str | None = None
     queue_partition_key: str | None = None
     # Exactly one starting point: a true flag or a non-null value. The unused
-    # ones still go on the wire (false / null), which every SDK reads as unset.
+    # ones still go on the wire as false / null. Go's types read those as
+    # unset; for Python and TS that is inferred from their typings, not seen live.
     from_last_failure: bool = False
     from_last_step: bool = False
     from_step: int | None = None

@@ -1,0 +1,62 @@
+"""Fixtures: clocks, and stores on both backends.
+
+Integration tests take the ``store_url`` fixture, which runs each test once on
+SQLite (a file in the test's tmp dir) and once on Postgres (a fresh database
+in the cluster ``scripts/test`` started). Without that cluster the Postgres
+variants fail loudly: they are never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from relay_es.clock import FakeClock
+
+
+def postgres_admin_url() -> str:
+    url = os.environ.get("RELAY_TEST_POSTGRES_URL")
+    if not url:
+        pytest.fail("RELAY_TEST_POSTGRES_URL is not set: run the suite with ./scripts/test, which starts Postgres")
+    return url
+
+
+def create_database(admin_url: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = admin_url.rpartition("/")
+    return f"{base}/{name}"
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    admin = postgres_admin_url()
+    name = f"relay_test_{uuid.uuid4().hex[:12]}"
+    url = create_database(admin, name)
+    yield url
+    drop_database(admin, name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/relay.db"
+    else:
+        yield request.getfixturevalue("postgres_url")

@@ -1,0 +1,281 @@
+"""The process manager on a fake clock with an in-memory dispatcher.
+
+Every scenario runs three times: on the in-memory store (unit), and on SQLite
+and Postgres with the read models running and real restarts (integration).
+No sockets, no sleeps: time moves only when a test says so.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import World
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def world(request: pytest.FixtureRequest, clock, tmp_path):
+    if request.param == "memory":
+        url = None
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/relay.db"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    w = World(clock, url, grace=10)
+    yield w
+    w.close()
+
+
+def recoveries(world: World, executor_id: str) -> list[str]:
+    return [h for h in world.history(executor_id) if h.startswith("Recovery")]
+
+
+def test_reconnect_within_grace_means_no_recovery(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(9.9)
+    assert world.status("A") == "DISCONNECTED"
+    world.connect("A")
+    world.advance(60)
+    assert world.status("A") == "HEALTHY"
+    assert world.dispatcher.sent == []
+    assert world.history("A") == ["Registered", "Connected", "Disconnected", "Connected"]
+
+
+def test_dead_executor_gets_exactly_one_confirmed_recovery_at_the_deadline(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(9.99)
+    assert world.status("A") == "DISCONNECTED"
+    assert world.dispatcher.sent == []
+    world.advance(0.01)
+    assert world.status("A") == "DEAD"
+    assert len(world.dispatcher.sent) == 1
+    req = world.dispatcher.last()
+    assert (req.dead_executor_id, req.target_executor_id, req.app_version) == ("A", "B", "v1")
+    world.answer(req)
+    assert world.status("A") == "DELETED"
+    world.answer(req)  # a duplicate answer changes nothing
+    world.advance(120)
+    assert len(world.dispatcher.sent) == 1
+    assert world.history("A") == [
+        "Registered", "Connected", "Disconnected", "DeclaredDead", "RecoveryDispatched", "RecoveryConfirmed", "Deleted",
+    ]
+
+
+def test_failed_dispatch_goes_to_another_candidate_after_backoff(world: World) -> None:
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    first = world.dispatcher.last()
+    assert first.target_executor_id == "B"
+    world.answer(first, ok=False, reason="recovery failed: boom")
+    assert world.status("A") == "DEAD"
+    world.advance(0.9)
+    assert len(world.dispatcher.sent) == 1  # still backing off (1 s after the first failure)
+    world.advance(0.1)
+    second = world.dispatcher.last()
+    assert second.target_executor_id == "C"
+    assert second.request_id != first.request_id
+    world.answer(second)
+    assert world.status("A") == "DELETED"
+    assert recoveries(world, "A") == ["RecoveryDispatched", "RecoveryFailed", "RecoveryDispatched", "RecoveryConfirmed"]
+
+
+def test_timed_out_dispatch_goes_to_another_candidate(world: World) -> None:
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    first = world.dispatcher.last()
+    world.advance(9.9)
+    assert len(world.dispatcher.sent) == 1
+    world.advance(0.1 + 1.0)  # response timeout, then 1 s backoff
+    assert len(world.dispatcher.sent) == 2
+    second = world.dispatcher.last()
+    assert second.target_executor_id != first.target_executor_id
+    world.answer(first)  # the late answer to the abandoned request is ignored
+    assert world.status("A") == "DEAD"
+    world.answer(second)
+    assert world.status("A") == "DELETED"
+
+
+def test_target_disconnecting_fails_the_dispatch_at_once(world: World) -> None:
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    assert world.dispatcher.last().target_executor_id == "B"
+    world.drop("B")
+    world.advance(1)
+    assert world.dispatcher.last().target_executor_id == "C"
+    assert "RecoveryFailed" in recoveries(world, "A")
+
+
+def test_no_same_version_candidate_means_waiting_then_dispatch_when_one_connects(world: World) -> None:
+    world.connect("A", "v1")
+    world.connect("B", "v2")
+    world.drop("A")
+    world.advance(10)
+    assert world.status("A") == "DEAD"
+    assert world.dispatcher.sent == []  # never another version
+    assert recoveries(world, "A") == ["RecoveryDeferred"]
+    world.advance(300)
+    assert world.dispatcher.sent == []
+    assert recoveries(world, "A") == ["RecoveryDeferred"]  # waiting is recorded once
+    world.connect("C", "v1")
+    req = world.dispatcher.last()
+    assert (req.target_executor_id, req.app_version) == ("C", "v1")
+    world.answer(req)
+    assert world.status("A") == "DELETED"
+
+
+def test_dead_executor_coming_back_before_dispatch_withdraws_the_recovery(world: World) -> None:
+    world.connect("A")
+    world.drop("A")
+    world.advance(10)
+    assert world.status("A") == "DEAD"
+    world.connect("A")
+    assert world.status("A") == "HEALTHY"
+    assert world.executor("A").incarnation == 2
+    world.connect("B")
+    world.advance(60)
+    assert world.dispatcher.sent == []
+    assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryWithdrawn"]
+
+
+def test_recovery_under_way_completes_when_the_dead_executor_comes_back(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(10)
+    req = world.dispatcher.last()
+    world.connect("A")  # a new incarnation while the dispatch is outstanding
+    world.answer(req)
+    assert world.status("A") == "HEALTHY"  # confirmed, but a live executor is not deleted
+    assert recoveries(world, "A") == ["RecoveryDispatched", "RecoveryConfirmed"]
+    world.advance(60)
+    assert len(world.dispatcher.sent) == 1
+
+
+def test_new_process_manager_started_mid_grace_fires_at_the_original_deadline(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(3)
+    world.restart(down_for=1.0)  # A's deadline is 6 s away; the settle window is 5 s
+    world.connect("B")  # B reconnects to the new Relay
+    world.advance(5.9)
+    assert world.status("A") == "DISCONNECTED"
+    world.advance(0.1)
+    assert world.status("A") == "DEAD"
+    assert world.dispatcher.last().target_executor_id == "B"
+
+
+def test_new_process_manager_started_after_the_deadline_fires_within_the_settle_window(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.restart(down_for=60.0)  # A's deadline passed while Relay was down
+    world.connect("B")
+    world.advance(4.9)
+    assert world.status("A") == "DISCONNECTED"  # not before the settle window
+    world.advance(0.1)
+    assert world.status("A") == "DEAD"
+    world.answer(world.dispatcher.last())
+    assert world.status("A") == "DELETED"
+
+
+def test_executor_that_reconnects_inside_the_settle_window_is_not_declared_dead(world: World) -> None:
+    world.connect("A")
+    world.drop("A")
+    world.restart(down_for=60.0)
+    world.advance(2)
+    world.connect("A")
+    world.advance(120)
+    assert world.status("A") == "HEALTHY"
+    assert world.history("A") == ["Registered", "Connected", "Disconnected", "Connected"]
+
+
+def test_healthy_executor_of_a_stopped_relay_gets_a_full_fresh_grace(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.restart(down_for=600.0)
+    world.connect("B")
+    world.advance(5)  # settle over: A never came back, so it is disconnected now...
+    a = world.executor("A")
+    assert a.status.value == "DISCONNECTED"
+    assert a.deadline == world.pm.started_at + world.relay.grace_for("local", "app")  # ...with a grace from start
+    world.advance(4.9)
+    assert world.status("A") == "DISCONNECTED"
+    world.advance(0.1)
+    assert world.status("A") == "DEAD"
+    assert world.status("B") == "HEALTHY"
+
+
+def test_healthy_executors_that_reconnect_after_a_restart_are_never_disconnected(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.restart(down_for=30.0)
+    world.connect("A")
+    world.connect("B")
+    world.advance(120)
+    assert world.status("A") == world.status("B") == "HEALTHY"
+    assert "Disconnected" not in world.history("A")
+
+
+def test_outstanding_dispatch_survives_a_restart_and_is_retried(world: World) -> None:
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    lost = world.dispatcher.last()
+    world.restart(down_for=2.0)  # the answer never comes: Relay died after recording the dispatch
+    world.connect("B")
+    world.connect("C")
+    world.advance(8.0)  # 10 s after the dispatch: the response timer (rebuilt from the store) fires
+    world.advance(1.0)  # backoff
+    retry = world.dispatcher.last()
+    assert retry.request_id != lost.request_id
+    assert retry.target_executor_id == "C"  # B was tried
+    world.answer(retry)
+    assert world.status("A") == "DELETED"
+    assert recoveries(world, "A").count("RecoveryConfirmed") == 1
+
+
+def test_wall_clock_step_forward_does_not_declare_early(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(2)
+    world.clock.step_wall(600)  # an NTP correction of ten minutes
+    world.advance(7.9)
+    assert world.status("A") == "DISCONNECTED"
+    world.advance(0.1)
+    assert world.status("A") == "DEAD"
+
+
+def test_wall_clock_step_back_does_not_declare_early_either(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(2)
+    world.clock.step_wall(-120)
+    world.advance(8)  # the monotonic timer fires, but by the wall clock the deadline is 2 minutes away
+    assert world.status("A") == "DISCONNECTED"
+    world.advance(119.9)
+    assert world.status("A") == "DISCONNECTED"
+    world.advance(0.2)
+    assert world.status("A") == "DEAD"
+
+
+def test_supersede_and_stale_disconnect(world: World) -> None:
+    world.connect("A", conn="c1")
+    world.connect("A", conn="c2")  # a second live connection with the same id wins
+    ex = world.executor("A")
+    assert world.relay.executor_disconnected(ex.id, connection_id="c1", reason="socket_closed") is False
+    world.sync()
+    assert world.status("A") == "HEALTHY"
+    assert world.history("A") == ["Registered", "Connected", "Connected"]
