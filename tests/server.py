@@ -1,0 +1,90 @@
+"""Runs ``relay serve`` as a real process for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+RELAY = [sys.executable, "-m", "relay_es.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RelayServer:
+    def __init__(self, cwd: Path, *, port: int | None = None, args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.cwd = cwd
+        self.port = port or free_port()
+        self.args = args or []
+        self.env = env or {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.log_path = cwd / f"relay-{self.port}.log"
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self, *, wait: bool = True) -> "RelayServer":
+        env = {**os.environ, **self.env}
+        args = ["serve", *self.args]
+        if "--port" not in self.args:
+            args += ["--port", str(self.port)]
+        self._log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(RELAY + args, cwd=self.cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     text=True)
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def wait_healthy(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"relay serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.http + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"relay serve did not become healthy:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text()
+        except FileNotFoundError:
+            return ""
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return httpx.get(self.http + path, timeout=10, **kw)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> int | None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode if self.proc else None

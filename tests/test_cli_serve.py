@@ -1,0 +1,57 @@
+"""``relay serve`` as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx
+
+from tests.server import RELAY, RelayServer
+
+
+def test_serve_with_no_options_in_an_empty_folder(tmp_path) -> None:
+    server = RelayServer(tmp_path, port=8090)  # for its helpers; started by hand, with no options at all
+    proc = subprocess.Popen(RELAY + ["serve"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server.proc = proc
+    try:
+        server.wait_healthy()
+        r = httpx.get("http://127.0.0.1:8090/healthz", timeout=5)
+        assert r.status_code == 200
+        assert r.json()["store"] == "sqlite"
+        assert (tmp_path / "relay-data" / "relay.db").exists()
+        # a second instance on the same store refuses to start, with a clear message
+        second = subprocess.run(RELAY + ["serve", "--port", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert second.returncode == 2
+        assert "another Relay instance is serving" in second.stderr
+    finally:
+        server.stop()
+    # uvicorn re-raises the SIGTERM it handled once shutdown is complete
+    assert proc.returncode in (0, -15)
+
+
+def test_non_loopback_bind_without_auth_is_refused(tmp_path) -> None:
+    r = subprocess.run(RELAY + ["serve", "--host", "0.0.0.0"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "refusing to serve without --auth" in r.stderr
+    assert not (tmp_path / "relay-data").exists()
+
+
+def test_bad_settings_are_refused_with_the_setting_named(tmp_path) -> None:
+    r = subprocess.run(RELAY + ["serve", "--ping-interval-secs", "30", "--ping-wait-secs", "25"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "RELAY_PING_WAIT_SECS" in r.stderr
+    r = subprocess.run(RELAY + ["serve", "--database-url", "mysql://x"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2
+    assert "unsupported database URL" in r.stderr
+
+
+def test_help_lists_every_timing_flag() -> None:
+    out = subprocess.run(RELAY + ["serve", "--help"], capture_output=True, text=True, timeout=30).stdout
+    for flag in ("--ping-interval-secs", "--ping-wait-secs", "--default-executor-timeout-secs",
+                 "--recovery-response-timeout-secs", "--retention-interval-secs", "--restart-settle-secs",
+                 "--database-url", "--auth", "--no-auth", "--insecure", "--host", "--port"):
+        assert flag in out
+    assert sys.executable
