@@ -142,6 +142,7 @@ class ProcessManager:
         self.settle_until = 0.0
         self.started_at: datetime | None = None
         self.wake: Callable[[], None] = lambda: None
+        self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = lambda e, old, new: None
         self.stats = _Stats()
 
     # ------------------------------------------------------------ lifecycle
@@ -209,6 +210,10 @@ class ProcessManager:
             return
         row = reduce(old, event)
         self._put(row)
+        try:
+            self.on_event(event, old, row)
+        except Exception:
+            log.exception("process-manager observer failed")
         if isinstance(event, Executor.RecoveryDispatched):
             self._requests[event.request_id] = sid
         elif isinstance(event, Executor.RecoveryFailed):

@@ -21,6 +21,7 @@ from typing import Any
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.hub import Hub
 from relay_es.adapters.lease import Lease
+from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
 from relay_es.clock import Clock
 from relay_es.process_manager import ProcessManager, Timing
@@ -109,6 +110,12 @@ class Runtime:
             self.lease.release()
             raise
         self.hub.pm = self.pm
+        if settings.auth:
+            from relay_es.adapters.hub import AuthGate
+
+            self.hub.gate = AuthGate(self.relay, self.hub.run, self.db)
+        self.metrics = Metrics()
+        self._observe()
         self.projection_worker = Worker("relay-projections", self.runner.catch_up, lambda: 1.0)
         self._pm_started = False
         self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
@@ -116,6 +123,42 @@ class Runtime:
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
         self._started = False
+
+    def _observe(self) -> None:
+        from relay_es.aggregates.executor import Executor
+
+        m = self.metrics
+        m.watch_executors(lambda: list(self.pm.rows.values()))
+        self.hub.on_connection_change = m.open_connections.set
+        self.hub.on_refused = m.auth_refused.labels("websocket").inc
+
+        def saved(took: float, events: list[Any]) -> None:
+            m.append_latency.observe(took)
+            for e in events:
+                if type(e).__qualname__.startswith("Executor."):
+                    m.transitions.labels(type(e).__name__).inc()
+
+        self.relay.save_observers.append(saved)
+
+        def pm_event(e: Any, old: Any, new: Any) -> None:
+            if isinstance(e, Executor.RecoveryDispatched):
+                m.recoveries_dispatched.inc()
+            elif isinstance(e, Executor.RecoveryFailed):
+                m.recoveries_failed.inc()
+            elif isinstance(e, Executor.RecoveryConfirmed):
+                m.recoveries_confirmed.inc()
+                if new.declared_dead_at is not None:
+                    m.dead_to_confirmed.observe((e.timestamp - new.declared_dead_at).total_seconds())
+
+        self.pm.on_event = pm_event
+
+    def token_revoked(self, org: str, name: str) -> None:
+        """Called after a token is revoked: its executors are disconnected."""
+        loop = self.hub.loop
+        if loop is not None:
+            import asyncio
+
+            asyncio.run_coroutine_threadsafe(self.hub.close_token(org, name), loop)
 
     def _pm_tick(self) -> None:
         if not self._pm_started:

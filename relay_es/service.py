@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ from relay_es.aggregates.application import (
     check_org_name,
 )
 from relay_es.aggregates.executor import Executor, executor_stream_id
+from relay_es.aggregates.gate import Gate, gate_stream_id
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
 from relay_es.clock import Clock
 from relay_es.errors import IllegalTransition, UnknownApplication, UnknownExecutor, UnknownToken
@@ -85,6 +87,7 @@ class Relay(ESApplication[UUID]):
         self.default_grace = default_grace
         self._listeners: list[Callable[[int], None]] = []
         self._listeners_lock = threading.Lock()
+        self.save_observers: list[Callable[[float, list[Any]], None]] = []
 
     # ------------------------------------------------------------ plumbing
     def register_transcodings(self, transcoder: Transcoder) -> None:
@@ -95,6 +98,19 @@ class Relay(ESApplication[UUID]):
         """``fn(max_notification_id)`` is called after every save in this process."""
         with self._listeners_lock:
             self._listeners.append(fn)
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        started = time.perf_counter()
+        recordings = super().save(*objs, **kwargs)
+        if self.save_observers:
+            took = time.perf_counter() - started
+            events = [r.domain_event for r in recordings]
+            for fn in self.save_observers:
+                try:
+                    fn(took, events)
+                except Exception:
+                    log.exception("save observer failed")
+        return recordings
 
     def _notify(self, recordings: list[Any]) -> None:
         if not recordings:
@@ -348,6 +364,18 @@ class Relay(ESApplication[UUID]):
     def stream(self, stream_id: UUID) -> Iterator[Any]:
         """Every event of one aggregate, in order (deleted executors included)."""
         return iter(self.repository.event_store.get(stream_id))
+
+    def record_refusal(self, org: str, *, app: str, peer: str, status: int, reason: str, suppressed: int = 0) -> None:
+        """A refused executor handshake, for the org's audit log."""
+
+        def run() -> None:
+            gate = self._maybe(gate_stream_id(org))
+            if gate is None:
+                gate = Gate(org=org, timestamp=self.now())
+            gate.refuse(app=app, peer=peer, status=status, reason=reason, suppressed=suppressed, at=self.now())
+            self.save(gate)
+
+        self._retrying(run)
 
     # --------------------------------------------------------------- tokens
     def create_token(self, org: str, name: str, *, app_names: list[str] | None = None) -> str:

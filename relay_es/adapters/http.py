@@ -6,32 +6,16 @@ WebSocket scopes go straight to the hub (any path ending in
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from litestar import Litestar, get
-
+from relay_es.adapters.rest import build_app
 from relay_es.runtime import Runtime
 
 
-def build_rest(runtime: Runtime) -> Litestar:
-    @get("/healthz", sync_to_thread=False)
-    def healthz() -> dict[str, Any]:
-        return {"status": "ok", "instance": runtime.settings.instance, "store": runtime.store.kind}
-
-    async def on_startup() -> None:
-        runtime.start(asyncio.get_running_loop())
-
-    async def on_shutdown() -> None:
-        await runtime.stop()
-
-    return Litestar(route_handlers=[healthz], on_startup=[on_startup], on_shutdown=[on_shutdown], logging_config=None)
-
-
 class RelayASGI:
-    def __init__(self, runtime: Runtime, rest: Litestar | None = None) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.rest = rest or build_rest(runtime)
+        self.rest = build_app(runtime)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":

@@ -62,9 +62,9 @@ VIOLATION_AUDIT_INTERVAL = 60.0  # seconds between audit entries of one kind per
 class Refused(Exception):
     """A handshake refused before the upgrade, with an HTTP status."""
 
-    def __init__(self, status: int, title: str, detail: str, *, audit: bool = True) -> None:
+    def __init__(self, status: int, title: str, detail: str, *, audit: bool = True, org: str | None = None) -> None:
         super().__init__(detail)
-        self.status, self.title, self.detail, self.audit = status, title, detail, audit
+        self.status, self.title, self.detail, self.audit, self.org = status, title, detail, audit, org
 
 
 class ConnectionLost(Exception):
@@ -95,7 +95,7 @@ class Connection:
     org: str
     app: str
     peer: str
-    key: str
+    token: str | None
     send_message: Callable[[dict[str, Any]], Awaitable[None]]
     session: Session = field(default_factory=Session)
     waiters: dict[str, asyncio.Future[m.Response]] = field(default_factory=dict)
@@ -105,6 +105,7 @@ class Connection:
     connected_at: float = field(default_factory=time.monotonic)
     closed: bool = False
     superseded: bool = False
+    close_reason: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def send_text(self, text: str) -> None:
@@ -139,13 +140,15 @@ class Connection:
 
 class Gate:
     """Admission of an executor handshake. Development mode: org ``local``,
-    any key, an unknown application is registered on first connection."""
+    any key, an unknown application is registered on first connection.
+    Returns ``(org, token name or None)`` or raises :class:`Refused`."""
 
     def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]]) -> None:
         self.relay = relay
         self.run = run
 
-    async def admit(self, app: str, key: str, peer: str) -> str:
+    @staticmethod
+    def check_name(app: str) -> None:
         from relay_es.aggregates.application import check_app_name
         from relay_es.errors import InvalidSetting
 
@@ -153,9 +156,44 @@ class Gate:
             check_app_name(app)
         except InvalidSetting as e:
             raise Refused(404, "Unknown application", str(e), audit=False) from None
+
+    async def admit(self, app: str, key: str, peer: str) -> tuple[str, str | None]:
+        self.check_name(app)
         if not await self.run(self.relay.app_exists, "local", app):
             await self.run(self.relay.register_app, "local", app)
-        return "local"
+        return "local", None
+
+    async def orgs_for(self, app: str) -> list[str]:
+        """Where a refusal for ``app`` is audited."""
+        return ["local"]
+
+
+class AuthGate(Gate):
+    """Auth mode: the key must be a live token of an org that covers the
+    application, and the application must be registered in that org."""
+
+    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any) -> None:
+        super().__init__(relay, run)
+        self.db = db
+
+    async def admit(self, app: str, key: str, peer: str) -> tuple[str, str | None]:
+        from relay_es.aggregates.token import hash_secret
+        from relay_es.projections.apps import token_by_hash
+
+        self.check_name(app)
+        row = await self.run(token_by_hash, self.db, hash_secret(key))
+        if row is None or row.revoked:
+            raise Refused(401, "Unauthorized", "unknown or revoked conductor key")
+        if row.app_names and app not in row.app_names:
+            raise Refused(403, "Forbidden", f"this key does not cover application {app!r}", org=row.org)
+        if not await self.run(self.relay.app_exists, row.org, app):
+            raise Refused(403, "Forbidden", f"application {app!r} is not registered in org {row.org!r}", org=row.org)
+        return row.org, row.name
+
+    async def orgs_for(self, app: str) -> list[str]:
+        from relay_es.projections.apps import orgs_with_app
+
+        return await self.run(orgs_with_app, self.db, app)
 
 
 class Hub:
@@ -183,6 +221,9 @@ class Hub:
         self.shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._violations: dict[tuple[str, str, str], tuple[float, int]] = {}
+        self._refusals: dict[str, tuple[float, int]] = {}  # peer host -> (last refusal, strikes)
+        self._refusal_audit: dict[tuple[str, str, str], tuple[float, int]] = {}
+        self.on_refused: Callable[[], None] = lambda: None
         self.on_connection_change: Callable[[int], None] = lambda n: None
 
     # --------------------------------------------------------------- helpers
@@ -224,13 +265,17 @@ class Hub:
             if self.shutting_down:
                 raise Refused(503, "Shutting down", "Relay is shutting down; retry shortly", audit=False)
             app, key = parsed
-            org = await self.gate.admit(app, key, peer)
+            org, token = await self.gate.admit(app, key, peer)
         except Refused as r:
             log.info("refused executor handshake from %s on %s: %s %s", peer, scrub(path), r.status, r.detail)
+            await self._slow_down(peer)
+            if r.audit and parsed is not None:
+                await self._audit_refusal(parsed[0], peer, r)
             await self._refuse(send, r)
             return
+        self._refusals.pop(peer.rsplit(":", 1)[0], None)
         await send({"type": "websocket.accept"})
-        conn = Connection(id=uuid.uuid4().hex, org=org, app=app, peer=peer, key=key, send_message=send)
+        conn = Connection(id=uuid.uuid4().hex, org=org, app=app, peer=peer, token=token, send_message=send)
         self.connections[conn.id] = conn
         self.on_connection_change(len(self.connections))
         code: int | None = None
@@ -254,6 +299,46 @@ class Hub:
         finally:
             handshake.cancel()
             await self._cleanup(conn, code)
+
+    async def _slow_down(self, peer: str) -> None:
+        """Repeated refusals from one address are answered more and more slowly
+        (0.1 s doubling to 5 s; forgotten after a minute of quiet)."""
+        self.on_refused()
+        host = peer.rsplit(":", 1)[0]
+        now = time.monotonic()
+        last, strikes = self._refusals.get(host, (now, 0))
+        strikes = 0 if now - last > 60 else strikes
+        self._refusals[host] = (now, strikes + 1)
+        if strikes:
+            await asyncio.sleep(min(0.1 * 2 ** (strikes - 1), 5.0))
+
+    async def _audit_refusal(self, app: str, peer: str, r: Refused) -> None:
+        """One audit entry per (org, app, address) per interval, counting the rest."""
+        orgs = [r.org] if r.org else await self.gate.orgs_for(app)
+        host = peer.rsplit(":", 1)[0]
+        for org in orgs:
+            k = (org, app, host)
+            now = time.monotonic()
+            last, suppressed = self._refusal_audit.get(k, (-1e18, 0))
+            if now - last < VIOLATION_AUDIT_INTERVAL:
+                self._refusal_audit[k] = (last, suppressed + 1)
+                continue
+            self._refusal_audit[k] = (now, 0)
+            try:
+                await self.run(self.relay.record_refusal, org, app=app, peer=host, status=r.status, reason=r.detail,
+                               suppressed=suppressed)
+            except Exception:
+                log.exception("could not record a refused handshake")
+
+    async def close_token(self, org: str, name: str) -> int:
+        """Disconnects every executor that connected with a revoked token."""
+        closed = 0
+        for conn in list(self.connections.values()):
+            if conn.org == org and conn.token == name and not conn.closed:
+                conn.close_reason = "token_revoked"
+                await conn.close(CLOSE_REVOKED, "token revoked")
+                closed += 1
+        return closed
 
     async def _refuse(self, send: Any, r: Refused) -> None:
         body = json.dumps({"type": "about:blank", "title": r.title, "status": r.status, "detail": r.detail}).encode()
@@ -342,7 +427,7 @@ class Hub:
             del self.by_executor[key]
         if self.shutting_down or conn.superseded or conn.stream_id is None:
             return
-        reason = "ping_timeout" if code == 1011 else "socket_closed"
+        reason = conn.close_reason or ("ping_timeout" if code == 1011 else "socket_closed")
         try:
             await self.run(self.relay.executor_disconnected, conn.stream_id, connection_id=conn.id, reason=reason)
         except Exception:

@@ -14,6 +14,7 @@ from typing import Any
 
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
+from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.token import Token
 from relay_es.adapters.stores import Database
 from relay_es.projections.executors import EXECUTOR_EVENTS
@@ -95,6 +96,9 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any]) -> AuditEntry | None
     if isinstance(e, Application.Registered):
         context[sid] = (e.org, e.name, None)
         return AuditEntry(seq, e.timestamp, e.org, e.name, None, "app.registered", {"privateMode": e.private_mode})
+    if isinstance(e, Gate.Opened):
+        context[sid] = (e.org, None, None)
+        return None
     if isinstance(e, Token.Created):
         context[sid] = (e.org, None, e.name)
         return AuditEntry(seq, e.timestamp, e.org, None, None, "token.created", {"tokenName": e.name, "appNames": e.app_names})
@@ -131,6 +135,9 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any]) -> AuditEntry | None
     if isinstance(e, Application.ProtocolViolated):
         return AuditEntry(seq, e.timestamp, org, app, e.executor_id, "protocol.violation",
                           {"kind": e.kind, "detail": e.detail, "peer": e.peer, "suppressed": e.suppressed})
+    if isinstance(e, Gate.Refused):
+        return AuditEntry(seq, e.timestamp, org, e.app, None, "auth.refused",
+                          {"peer": e.peer, "status": e.status, "reason": e.reason, "suppressed": e.suppressed})
     if isinstance(e, Token.Reissued):
         return AuditEntry(seq, e.timestamp, org, None, None, "token.created", {"tokenName": name, "appNames": e.app_names, "reissued": True})
     if isinstance(e, Token.Revoked):
@@ -149,6 +156,8 @@ AUDITED_EVENTS = (
     Token.Created,
     Token.Reissued,
     Token.Revoked,
+    Gate.Opened,
+    Gate.Refused,
 )
 
 DDL = [
@@ -203,7 +212,9 @@ class AuditProjection:
     def handle(self, cur: Any, batch: dict[str, Any], event: Any, notification_id: int) -> None:
         ctx = batch["context"]
         sid = str(event.originator_id)
-        if sid not in ctx and not isinstance(event, (Executor.Registered, Application.Registered, Token.Created)):
+        if sid not in ctx and not isinstance(
+            event, (Executor.Registered, Application.Registered, Token.Created, Gate.Opened)
+        ):
             cur.execute("SELECT org, app, name FROM relay_audit_streams WHERE stream_id = %(sid)s", {"sid": sid})
             found = cur.fetchone()
             if found:

@@ -47,6 +47,7 @@ class ExecutorRow:
     recovery_target: str | None = None
     recovery_attempt: int = 0
     recovery_dispatched_at: datetime | None = None
+    declared_dead_at: datetime | None = None
 
     @property
     def visible(self) -> bool:
@@ -121,6 +122,7 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
             recovery_request_id=None if fresh else row.recovery_request_id,
             recovery_target=None if fresh else row.recovery_target,
             recovery_dispatched_at=None if fresh else row.recovery_dispatched_at,
+            declared_dead_at=at,
         )
     if isinstance(e, Executor.RecoveryDeferred):
         return replace(base, recovery_phase=RecoveryPhase.DEFERRED.value)
@@ -162,7 +164,7 @@ def fold(events: Any, *, until: datetime | None = None) -> ExecutorRow | None:
 
 # ------------------------------------------------------------------ storage
 
-_TS_FIELDS = {"created_at", "updated_at", "deadline", "recovery_dispatched_at"}
+_TS_FIELDS = {"created_at", "updated_at", "deadline", "recovery_dispatched_at", "declared_dead_at"}
 COLUMNS = [f.name for f in fields(ExecutorRow)]
 
 DDL = [
@@ -191,7 +193,8 @@ DDL = [
         recovery_request_id TEXT,
         recovery_target TEXT,
         recovery_attempt INTEGER NOT NULL,
-        recovery_dispatched_at BIGINT
+        recovery_dispatched_at BIGINT,
+        declared_dead_at BIGINT
     )
     """,
     "CREATE INDEX IF NOT EXISTS relay_executors_app ON relay_executors (org, app, executor_id)",

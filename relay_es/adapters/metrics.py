@@ -1,0 +1,52 @@
+"""Prometheus metrics (``GET /metrics``), on a registry of the runtime's own."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _ExecutorsByStatus:
+    """Computed at scrape time from the process manager's in-memory rows."""
+
+    def __init__(self, rows: Callable[[], Iterable[Any]]) -> None:
+        self.rows = rows
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        g = GaugeMetricFamily("relay_executors", "Executors by status and application",
+                              labels=["org", "app", "status"])
+        tally = Tally((r.org, r.app, r.status) for r in self.rows() if r.visible)
+        for (org, app, status), n in sorted(tally.items()):
+            g.add_metric([org, app, status], n)
+        yield g
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.transitions = Counter("relay_transitions", "Executor transitions recorded", ["event"], registry=r)
+        self.recoveries_dispatched = Counter("relay_recoveries_dispatched", "Recovery dispatches sent", registry=r)
+        self.recoveries_confirmed = Counter("relay_recoveries_confirmed", "Recoveries confirmed", registry=r)
+        self.recoveries_failed = Counter("relay_recoveries_failed", "Recovery attempts failed", registry=r)
+        self.dead_to_confirmed = Histogram(
+            "relay_dead_to_recovery_confirmed_seconds", "Time from DeclaredDead to RecoveryConfirmed",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800), registry=r)
+        self.open_connections = Gauge("relay_open_connections", "Open executor WebSocket connections", registry=r)
+        self.append_latency = Histogram(
+            "relay_event_store_append_seconds", "Latency of one save to the event store",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1), registry=r)
+        self.auth_refused = Counter("relay_auth_refused", "Refused executor handshakes and API calls", ["where"],
+                                    registry=r)
+
+    def watch_executors(self, rows: Callable[[], Iterable[Any]]) -> None:
+        self.registry.register(_ExecutorsByStatus(rows))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

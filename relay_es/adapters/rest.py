@@ -1,0 +1,420 @@
+"""The REST API: a subset of Conductor API v2, plus Relay's own queries.
+
+Bodies are msgspec Structs with camelCase names; errors are RFC 7807
+``application/problem+json`` documents naming the field and what was wrong.
+Every mutating call waits until the read models have caught up with it, so a
+following read sees the change.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+from litestar import Controller, Litestar, Request, Response, delete, get, patch, post, put
+from litestar.connection import ASGIConnection
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.params import Parameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from msgspec import UNSET, UnsetType
+
+from relay_es import units
+from relay_es.aggregates.application import SettingsPatch, check_app_name
+from relay_es.aggregates.executor import ExecutorStatus
+from relay_es.aggregates.token import hash_secret
+from relay_es.errors import DomainError, IllegalTransition, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
+from relay_es.projections import apps as apps_view
+from relay_es.projections import audit as audit_view
+from relay_es.projections.executors import ExecutorRow, all_rows
+from relay_es.queries import executor_history, executors_as_of
+
+log = logging.getLogger(__name__)
+
+PROBLEM = "application/problem+json"
+
+
+# ------------------------------------------------------------------ schemas
+
+
+class Application(msgspec.Struct, rename="camel"):
+    id: str
+    name: str
+    org_id: str
+    status: str
+    language: str | None
+    executor_timeout_secs: int
+    gc_time_threshold_ms: int | None
+    gc_rows_threshold: int | None
+    global_timeout_ms: int | None
+    private_mode: bool
+    dbos_cloud: bool = False
+
+
+class Executor(msgspec.Struct, rename="camel"):
+    executor_id: str
+    app_id: str
+    app_version: str | None
+    status: str
+    host_id: str | None
+    hostname: str | None
+    language: str | None
+    dbos_version: str | None
+    executor_metadata: Any
+    created_at: str | None
+    updated_at: str | None
+    deadline: str | None = None
+
+
+class PutAppBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    private_mode: bool | UnsetType = UNSET
+
+
+class PatchAppBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """Only the fields sent change; ``null`` clears a setting."""
+
+    executor_timeout_secs: int | None | UnsetType = UNSET
+    gc_time_threshold_ms: int | None | UnsetType = UNSET
+    gc_rows_threshold: int | None | UnsetType = UNSET
+    global_timeout_ms: int | None | UnsetType = UNSET
+    private_mode: bool | UnsetType = UNSET
+
+
+class Token(msgspec.Struct, rename="camel"):
+    token_name: str
+    created_at: str
+    permissions: list[str]
+    app_ids: list[str]
+    app_names: list[str] | None
+
+
+class CreateTokenBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    app_names: list[str] | None | UnsetType = UNSET
+
+
+class TokenCreated(msgspec.Struct, rename="camel"):
+    token: str
+    token_name: str
+
+
+class HistoryEntry(msgspec.Struct):
+    version: int
+    type: str
+    at: str
+    data: dict[str, Any]
+
+
+class AuditEntry(msgspec.Struct, rename="camel"):
+    seq: int
+    at: str
+    org: str
+    app: str | None
+    executor_id: str | None
+    action: str
+    detail: dict[str, Any]
+
+
+# ------------------------------------------------------------------- errors
+
+
+def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] | None = None) -> Response[Any]:
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return Response(content=body, status_code=status, media_type=PROBLEM)
+
+
+def _validation_problem(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    errors = []
+    for item in exc.extra or []:
+        if isinstance(item, dict):
+            errors.append({"location": item.get("key") or item.get("source") or "body", "message": item.get("message", "")})
+    detail = "; ".join(f"{e['location']}: {e['message']}" for e in errors) or str(exc.detail)
+    return problem(422, "Unprocessable entity", detail, errors)
+
+
+def _invalid_setting(_: Request[Any, Any, Any], exc: InvalidSetting) -> Response[Any]:
+    return problem(422, "Unprocessable entity", str(exc), [{"location": exc.field, "message": exc.message}])
+
+
+def _not_found(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    return problem(404, "Not found", str(exc) if not isinstance(exc, HTTPException) else exc.detail)
+
+
+def _conflict(_: Request[Any, Any, Any], exc: DomainError) -> Response[Any]:
+    return problem(409, "Conflict", str(exc))
+
+
+def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    title = {401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed"}.get(
+        exc.status_code, "Error")
+    resp = problem(exc.status_code, title, exc.detail)
+    if exc.headers:
+        resp.headers.update(exc.headers)
+    return resp
+
+
+def _internal(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error", exc_info=exc)
+    return problem(500, "Internal server error", "Relay failed to handle this request; see its log")
+
+
+# --------------------------------------------------------------- conversion
+
+
+def _app_out(row: apps_view.AppRow, executors: list[ExecutorRow], default_grace: timedelta) -> Application:
+    live = [e for e in executors if e.status == ExecutorStatus.HEALTHY]
+    latest = max(executors, key=lambda e: e.updated_at or e.created_at or 0, default=None) if executors else None
+    return Application(
+        id=row.stream_id,
+        name=row.name,
+        org_id=row.org,
+        status="AVAILABLE" if live else "UNAVAILABLE",
+        language=latest.language if latest else None,
+        executor_timeout_secs=units.duration_to_seconds(row.executor_timeout or default_grace),
+        gc_time_threshold_ms=None if row.gc_time_threshold is None else units.duration_to_millis(row.gc_time_threshold),
+        gc_rows_threshold=row.gc_rows_threshold,
+        global_timeout_ms=None if row.global_timeout is None else units.duration_to_millis(row.global_timeout),
+        private_mode=row.private_mode,
+    )
+
+
+def _executor_out(r: ExecutorRow, app_id: str) -> Executor:
+    return Executor(
+        executor_id=r.executor_id,
+        app_id=app_id,
+        app_version=r.app_version,
+        status=r.status or "",
+        host_id=None,
+        hostname=r.hostname,
+        language=r.language,
+        dbos_version=r.dbos_version,
+        executor_metadata=r.executor_metadata,
+        created_at=units.rfc3339(r.created_at),
+        updated_at=units.rfc3339(r.updated_at),
+        deadline=units.rfc3339(r.deadline),
+    )
+
+
+def patch_from_body(body: PatchAppBody) -> SettingsPatch:
+    given: dict[str, Any] = {}
+    if body.executor_timeout_secs is not UNSET:
+        given["executor_timeout"] = None if body.executor_timeout_secs is None else units.seconds_to_duration(
+            "executorTimeoutSecs", body.executor_timeout_secs, maximum=units.MAX_EXECUTOR_TIMEOUT)
+    if body.gc_time_threshold_ms is not UNSET:
+        given["gc_time_threshold"] = None if body.gc_time_threshold_ms is None else units.millis_to_duration(
+            "gcTimeThresholdMs", body.gc_time_threshold_ms, maximum=units.MAX_RETENTION)
+    if body.global_timeout_ms is not UNSET:
+        given["global_timeout"] = None if body.global_timeout_ms is None else units.millis_to_duration(
+            "globalTimeoutMs", body.global_timeout_ms, maximum=units.MAX_RETENTION)
+    if body.gc_rows_threshold is not UNSET:
+        given["gc_rows_threshold"] = None if body.gc_rows_threshold is None else units.rows(
+            "gcRowsThreshold", body.gc_rows_threshold)
+    if body.private_mode is not UNSET:
+        given["private_mode"] = body.private_mode
+    return SettingsPatch(**given)
+
+
+# -------------------------------------------------------------------- auth
+
+
+class Caller(msgspec.Struct):
+    org: str
+    token: str | None = None
+    app_names: list[str] | None = None
+
+
+def build_app(runtime: Any) -> Litestar:
+    relay = runtime.relay
+    db = runtime.db
+    settings = runtime.settings
+
+    def settle() -> None:
+        """Read-your-writes: wait until the read models have every event so far."""
+        top = relay.recorder.max_notification_id() or 0
+        if not runtime.runner.wait_for(top, timeout=10):
+            log.warning("read models are lagging behind the event store")
+
+    def caller_for(connection: ASGIConnection[Any, Any, Any, Any]) -> Caller:
+        org = connection.path_params.get("org")
+        if not settings.auth:
+            if org is not None and org != "local":
+                raise NotFoundException(f"org {org!r} does not exist: in development mode the only org is 'local'")
+            return Caller(org="local")
+        header = connection.headers.get("authorization", "")
+        scheme, _, secret = header.partition(" ")
+        if not header:
+            raise HTTPException(status_code=401, detail="an Authorization: Bearer <token> header is required",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if scheme.lower() != "bearer" or not secret.strip() or " " in secret.strip():
+            raise HTTPException(status_code=401, detail="malformed Authorization header: expected 'Bearer <token>'",
+                                headers={"WWW-Authenticate": "Bearer"})
+        row = apps_view.token_by_hash(db, hash_secret(secret.strip()))
+        if row is None or row.revoked:
+            runtime.metrics.auth_refused.labels("rest").inc()
+            raise HTTPException(status_code=401, detail="unknown or revoked token",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if org is not None and row.org != org:
+            runtime.metrics.auth_refused.labels("rest").inc()
+            raise HTTPException(status_code=403, detail=f"this token belongs to another org, not {org!r}")
+        app = connection.path_params.get("app")
+        if row.app_names:
+            if app is None and connection.query_params.get("app") not in row.app_names:
+                raise HTTPException(status_code=403,
+                                    detail="this token is limited to applications " + ", ".join(row.app_names))
+            if app is not None and app not in row.app_names:
+                raise HTTPException(status_code=403, detail=f"this token does not cover application {app!r}")
+        return Caller(org=row.org, token=row.name, app_names=row.app_names)
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        connection.state.caller = caller_for(connection)
+
+    def app_row(org: str, app: str) -> apps_view.AppRow:
+        for row in apps_view.list_apps(db, org):
+            if row.name == app:
+                return row
+        raise UnknownApplication(org, app)
+
+    class Apps(Controller):
+        path = "/v2/orgs/{org:str}/apps"
+        guards = [guard]
+
+        @get("/", sync_to_thread=True, summary="List applications")
+        def list_apps(self, org: str) -> list[Application]:
+            rows = apps_view.list_apps(db, org)
+            execs = all_rows(db, org=org)
+            return [_app_out(r, [e for e in execs if e.app == r.name and e.visible], runtime.relay.default_grace)
+                    for r in rows]
+
+        @put("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Register an application")
+        def register(self, org: str, app: str, data: PutAppBody | None = None) -> None:
+            check_app_name(app)
+            pm = None if data is None or data.private_mode is UNSET else data.private_mode
+            relay.register_app(org, app, private_mode=pm)
+            settle()
+
+        @get("/{app:str}", sync_to_thread=True, summary="Read an application")
+        def get_app(self, org: str, app: str) -> Application:
+            row = app_row(org, app)
+            execs = [e for e in all_rows(db, org=org, app=app) if e.visible]
+            return _app_out(row, execs, runtime.relay.default_grace)
+
+        @patch("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Change settings")
+        def update(self, org: str, app: str, data: PatchAppBody) -> None:
+            relay.update_app(org, app, patch_from_body(data))
+            settle()
+
+        @delete("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Delete an application")
+        def delete_app(self, org: str, app: str) -> None:
+            relay.delete_app(org, app)
+            settle()
+
+        @get("/{app:str}/executors", sync_to_thread=True, summary="List executors (optionally as of a past instant)")
+        def executors(self, org: str, app: str,
+                      as_of: str | None = Parameter(query="asOf", default=None, required=False,
+                                                    description="RFC 3339 instant")) -> list[Executor]:
+            row = app_row(org, app) if as_of is None else None
+            if as_of is not None:
+                at = units.parse_rfc3339("asOf", as_of)
+                rows = executors_as_of(relay, db, org, app, at)
+                app_id = str(relay.get_app(org, app).id) if relay.app_exists(org, app) else ""
+            else:
+                rows = [e for e in all_rows(db, org=org, app=app) if e.visible]
+                app_id = row.stream_id if row else ""
+            return [_executor_out(r, app_id) for r in rows]
+
+        @get("/{app:str}/executors/{executor_id:str}/history", sync_to_thread=True, summary="An executor's events")
+        def history(self, org: str, app: str, executor_id: str) -> list[HistoryEntry]:
+            return [HistoryEntry(**h) for h in executor_history(relay, org, app, executor_id)]
+
+    class Tokens(Controller):
+        path = "/v2/orgs/{org:str}/tokens"
+        guards = [guard]
+
+        @get("/", sync_to_thread=True, summary="List live tokens (never the secret)")
+        def list_tokens(self, org: str) -> list[Token]:
+            return [Token(token_name=t.name, created_at=units.rfc3339(t.created_at) or "",
+                          permissions=["websocket.connect"] if t.app_names else ["all"],
+                          app_ids=[str(relay.get_app(org, a).id) for a in (t.app_names or []) if relay.app_exists(org, a)],
+                          app_names=t.app_names)
+                    for t in apps_view.list_tokens(db, org)]
+
+        @post("/{token_name:str}", sync_to_thread=True, status_code=HTTP_201_CREATED,
+              summary="Create a token; the secret is shown once")
+        def create(self, org: str, token_name: str, data: CreateTokenBody | None = None) -> TokenCreated:
+            names = None if data is None or data.app_names is UNSET else data.app_names
+            secret = relay.create_token(org, token_name, app_names=names)
+            settle()
+            return TokenCreated(token=secret, token_name=token_name)
+
+        @delete("/{token_name:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT,
+                summary="Revoke a token; executors using it are disconnected")
+        def revoke(self, org: str, token_name: str) -> None:
+            relay.revoke_token(org, token_name)
+            settle()
+            runtime.token_revoked(org, token_name)
+
+    @get("/v2/orgs/{org:str}/audit-logs", sync_to_thread=True, guards=[guard], summary="Audit entries in order")
+    def audit_logs(
+        org: str,
+        app: str | None = None,
+        executor_id: str | None = Parameter(query="executorId", default=None, required=False),
+        after: int | None = Parameter(query="after", default=None, required=False, ge=0),
+        limit: int = Parameter(query="limit", default=100, ge=1, le=1000),
+    ) -> list[AuditEntry]:
+        return [AuditEntry(seq=a.seq, at=units.rfc3339(a.at) or "", org=a.org, app=a.app, executor_id=a.executor_id,
+                           action=a.action, detail=a.detail)
+                for a in audit_view.query(db, org=org, app=app, executor_id=executor_id, after=after, limit=limit)]
+
+    @get("/healthz", sync_to_thread=False, summary="Liveness")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "instance": settings.instance, "store": runtime.store.kind}
+
+    @get("/metrics", sync_to_thread=False, summary="Prometheus metrics", media_type="text/plain")
+    def metrics() -> Response[bytes]:
+        from relay_es.adapters.metrics import CONTENT_TYPE
+
+        return Response(content=runtime.metrics.render(), media_type=CONTENT_TYPE)
+
+    @get("/openapi.json", sync_to_thread=False, include_in_schema=False)
+    def openapi(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        return request.app.openapi_schema.to_schema()
+
+    async def on_startup(app: Litestar) -> None:
+        import asyncio
+
+        runtime.start(asyncio.get_running_loop())
+
+    async def on_shutdown(app: Litestar) -> None:
+        await runtime.stop()
+
+    return Litestar(
+        route_handlers=[Apps, Tokens, audit_logs, healthz, metrics, openapi],
+        exception_handlers={
+            ValidationException: _validation_problem,
+            InvalidSetting: _invalid_setting,
+            UnknownApplication: _not_found,
+            UnknownExecutor: _not_found,
+            UnknownToken: _not_found,
+            NotFoundException: _not_found,
+            IllegalTransition: _conflict,
+            DomainError: _conflict,
+            HTTPException: _http,
+            Exception: _internal,
+        },
+        openapi_config=OpenAPIConfig(
+            title="Relay",
+            version="0.1.0",
+            description="Self-hosted control plane for DBOS executors (a subset of Conductor API v2, plus Relay's own)",
+            path="/schema",
+            components=Components(security_schemes={"BearerAuth": SecurityScheme(type="http", scheme="bearer")}),
+        ),
+        on_startup=[on_startup],
+        on_shutdown=[on_shutdown],
+        logging_config=None,
+        debug=False,
+    )

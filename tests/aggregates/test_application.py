@@ -1,0 +1,278 @@
+"""The Application aggregate: registration, restore, settings, deletion."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from relay_es.aggregates.application import (
+    AppSettings,
+    Application,
+    SettingsPatch,
+    app_stream_id,
+    check_app_name,
+    check_org_name,
+)
+from relay_es.errors import IllegalTransition, InvalidSetting
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: int) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def new_app(private_mode: bool = False) -> Application:
+    app = Application(org="o", name="shop", private_mode=private_mode, timestamp=T0)
+    return app
+
+
+def replay(events: list[Any]) -> Application:
+    agg = None
+    for e in events:
+        agg = e.mutate(agg)
+    assert isinstance(agg, Application)
+    return agg
+
+
+def refused(app: Application, command: str, **kwargs: Any) -> IllegalTransition:
+    before = copy.deepcopy(vars(app))
+    with pytest.raises(IllegalTransition) as info:
+        getattr(app, command)(**kwargs)
+    assert vars(app) == before
+    return info.value
+
+
+# ---------------------------------------------------------------- register
+
+
+def test_register() -> None:
+    app = new_app(private_mode=True)
+    assert app.id == app_stream_id("o", "shop") == Application.create_id("o", "shop")
+    assert app.id != app_stream_id("o", "shop2") != app_stream_id("p", "shop")
+    assert (app.org, app.name, app.deleted) == ("o", "shop", False)
+    assert app.settings == AppSettings(private_mode=True)
+    (e,) = app.collect_events()
+    assert isinstance(e, Application.Registered)
+    assert e.timestamp == T0 and e.private_mode is True
+
+
+@pytest.mark.parametrize("private_mode", [None, False])
+def test_register_again_with_nothing_new_records_nothing(private_mode: bool | None) -> None:
+    app = new_app(private_mode=False)
+    app.collect_events()
+    assert app.register_again(private_mode=private_mode, at=at(1)) is False
+    assert app.collect_events() == []
+
+
+def test_register_again_keeps_other_settings_when_private_mode_is_not_given() -> None:
+    app = new_app(private_mode=True)
+    app.change_settings(SettingsPatch(executor_timeout=timedelta(seconds=60)), at=at(1))
+    app.collect_events()
+    assert app.register_again(private_mode=None, at=at(2)) is False
+    assert app.settings.private_mode is True and app.settings.executor_timeout == timedelta(seconds=60)
+
+
+def test_register_again_with_another_private_mode_changes_only_that() -> None:
+    app = new_app(private_mode=False)
+    app.change_settings(SettingsPatch(executor_timeout=timedelta(seconds=60)), at=at(1))
+    app.collect_events()
+    assert app.register_again(private_mode=True, at=at(2)) is True
+    (e,) = app.collect_events()
+    assert isinstance(e, Application.SettingsChanged)
+    assert e.changed == ["private_mode"]
+    assert app.settings == AppSettings(executor_timeout=timedelta(seconds=60), private_mode=True)
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, False), (False, False), (True, True)])
+def test_register_again_restores_a_deleted_application_with_default_settings(
+    given: bool | None, expected: bool
+) -> None:
+    app = new_app(private_mode=True)
+    app.change_settings(SettingsPatch(gc_rows_threshold=10), at=at(1))
+    app.delete(at=at(2))
+    app.collect_events()
+    assert app.register_again(private_mode=given, at=at(3)) is True
+    (e,) = app.collect_events()
+    assert isinstance(e, Application.Restored)
+    assert e.private_mode is expected and e.timestamp == at(3)
+    assert app.deleted is False
+    assert app.settings == AppSettings(private_mode=expected)
+    # Restored, it behaves like a registered application again.
+    assert app.change_settings(SettingsPatch(gc_rows_threshold=5), at=at(4)) is True
+
+
+# ---------------------------------------------------------------- settings
+
+
+def test_change_settings_records_only_the_changed_fields() -> None:
+    app = new_app()
+    app.collect_events()
+    patch = SettingsPatch(executor_timeout=timedelta(seconds=90), gc_rows_threshold=1000, private_mode=False)
+    assert app.change_settings(patch, at=at(1)) is True
+    (e,) = app.collect_events()
+    assert isinstance(e, Application.SettingsChanged)
+    assert e.changed == ["executor_timeout", "gc_rows_threshold"]
+    # The event carries the full new settings, so a replay needs no earlier state.
+    assert (e.executor_timeout, e.gc_time_threshold, e.gc_rows_threshold, e.global_timeout, e.private_mode) == (
+        timedelta(seconds=90), None, 1000, None, False
+    )
+    assert app.settings == AppSettings(executor_timeout=timedelta(seconds=90), gc_rows_threshold=1000)
+
+
+def test_change_settings_without_a_change_records_nothing() -> None:
+    app = new_app()
+    app.change_settings(SettingsPatch(global_timeout=timedelta(hours=1)), at=at(1))
+    app.collect_events()
+    version = app.version
+    assert app.change_settings(SettingsPatch(global_timeout=timedelta(hours=1)), at=at(2)) is False
+    assert app.change_settings(SettingsPatch(), at=at(3)) is False
+    assert app.change_settings(SettingsPatch(gc_time_threshold=None, private_mode=False), at=at(4)) is False
+    assert app.collect_events() == []
+    assert app.version == version
+
+
+def test_equal_durations_in_other_units_are_no_change() -> None:
+    app = new_app()
+    app.change_settings(SettingsPatch(executor_timeout=timedelta(seconds=60)), at=at(1))
+    app.collect_events()
+    assert app.change_settings(SettingsPatch(executor_timeout=timedelta(minutes=1)), at=at(2)) is False
+    assert app.collect_events() == []
+
+
+def test_none_in_a_patch_clears_the_setting() -> None:
+    app = new_app()
+    app.change_settings(
+        SettingsPatch(executor_timeout=timedelta(seconds=10), gc_time_threshold=timedelta(days=1),
+                      gc_rows_threshold=100, global_timeout=timedelta(hours=2)),
+        at=at(1),
+    )
+    assert app.settings.wants_retention
+    app.collect_events()
+    assert app.change_settings(SettingsPatch(gc_time_threshold=None, gc_rows_threshold=None), at=at(2)) is True
+    (e,) = app.collect_events()
+    assert e.changed == ["gc_time_threshold", "gc_rows_threshold"]
+    assert app.settings == AppSettings(executor_timeout=timedelta(seconds=10), global_timeout=timedelta(hours=2))
+    app.change_settings(SettingsPatch(global_timeout=None, executor_timeout=None), at=at(3))
+    assert app.settings == AppSettings()
+    assert not app.settings.wants_retention
+
+
+def test_change_settings_is_refused_when_deleted() -> None:
+    app = new_app()
+    app.delete(at=at(1))
+    app.collect_events()
+    err = refused(app, "change_settings", patch=SettingsPatch(gc_rows_threshold=1), at=at(2))
+    assert "application 'shop'" in str(err)
+    assert "cannot change settings while deleted" in str(err)
+    assert app.collect_events() == []
+
+
+def test_settings_survive_replay() -> None:
+    app = new_app(private_mode=True)
+    app.change_settings(SettingsPatch(executor_timeout=timedelta(seconds=5)), at=at(1))
+    app.change_settings(SettingsPatch(gc_rows_threshold=7, private_mode=False), at=at(2))
+    app.delete(at=at(3))
+    app.register_again(private_mode=True, at=at(4))
+    app.change_settings(SettingsPatch(global_timeout=timedelta(milliseconds=1500)), at=at(5))
+    events = app.collect_events()
+    assert vars(replay(events)) == vars(app)
+    assert app.modified_on == at(5) and app.version == 6
+
+
+# ------------------------------------------------------------ SettingsPatch
+
+
+def test_settings_patch_given_only_lists_the_fields_given() -> None:
+    assert SettingsPatch().given() == {}
+    assert SettingsPatch(executor_timeout=None).given() == {"executor_timeout": None}
+    assert SettingsPatch(gc_rows_threshold=5, private_mode=True).given() == {"gc_rows_threshold": 5,
+                                                                              "private_mode": True}
+
+
+def test_settings_patch_apply_to() -> None:
+    base = AppSettings(executor_timeout=timedelta(seconds=30), gc_rows_threshold=10, private_mode=True)
+    assert SettingsPatch().apply_to(base) == base
+    assert SettingsPatch(executor_timeout=None).apply_to(base) == AppSettings(gc_rows_threshold=10,
+                                                                               private_mode=True)
+    assert SettingsPatch(gc_rows_threshold=20).apply_to(base) == AppSettings(
+        executor_timeout=timedelta(seconds=30), gc_rows_threshold=20, private_mode=True
+    )
+    assert base.gc_rows_threshold == 10  # frozen: the base is not mutated
+
+
+def test_app_settings_grace_and_wants_retention() -> None:
+    default = timedelta(seconds=30)
+    assert AppSettings().grace(default) == default
+    assert AppSettings(executor_timeout=timedelta(seconds=5)).grace(default) == timedelta(seconds=5)
+    assert not AppSettings().wants_retention
+    assert not AppSettings(executor_timeout=timedelta(seconds=5), private_mode=True).wants_retention
+    assert AppSettings(gc_time_threshold=timedelta(days=1)).wants_retention
+    assert AppSettings(gc_rows_threshold=1).wants_retention
+    assert AppSettings(global_timeout=timedelta(hours=1)).wants_retention
+
+
+# ------------------------------------------------------------------ delete
+
+
+def test_delete_then_delete_again_is_refused() -> None:
+    app = new_app()
+    app.delete(at=at(1))
+    (_, e) = app.collect_events()
+    assert isinstance(e, Application.Deleted) and app.deleted is True
+    err = refused(app, "delete", at=at(2))
+    assert str(err) == "application 'shop': cannot delete while deleted (it is already deleted)"
+    assert err.command == "delete" and err.state == "deleted"
+    assert app.collect_events() == []
+
+
+def test_retention_dispatch_is_refused_when_deleted_and_recorded_otherwise() -> None:
+    app = new_app()
+    app.record_retention_dispatched(request_id="q1", target_executor_id="e1", gc_cutoff=at(-100),
+                                    gc_rows_threshold=None, timeout_cutoff=None, at=at(1))
+    app.record_retention_answered(request_id="q1", success=True, error=None, at=at(2))
+    app.delete(at=at(3))
+    app.collect_events()
+    err = refused(app, "record_retention_dispatched", request_id="q2", target_executor_id="e1", gc_cutoff=None,
+                  gc_rows_threshold=5, timeout_cutoff=None, at=at(4))
+    assert "application 'shop'" in str(err) and "send retention" in str(err)
+
+
+def test_protocol_violation_detail_is_truncated() -> None:
+    app = new_app()
+    app.record_violation(kind="oversized", detail="x" * 2000, executor_id="e1", peer="10.0.0.1:5",
+                         suppressed=3, at=at(1))
+    e = app.collect_events()[-1]
+    assert isinstance(e, Application.ProtocolViolated)
+    assert len(e.detail) == 500 and e.suppressed == 3
+
+
+# ------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize("name", ["a", "shop", "my-app_1.v2~x", "A" * 256, "0abc"])
+def test_valid_app_names(name: str) -> None:
+    assert check_app_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-app", ".app", "a/b", "a b", "a?b", "é", "A" * 257, None, 5])
+def test_invalid_app_names(name: Any) -> None:
+    with pytest.raises(InvalidSetting) as info:
+        check_app_name(name)
+    assert info.value.field == "appName"
+    assert str(info.value).startswith("appName: ")
+
+
+@pytest.mark.parametrize("name", ["", "-org", "o/rg", "O" * 129, None])
+def test_invalid_org_names(name: Any) -> None:
+    with pytest.raises(InvalidSetting) as info:
+        check_org_name(name)
+    assert info.value.field == "orgName"
+
+
+def test_valid_org_names() -> None:
+    assert check_org_name("local") == "local"
+    assert check_org_name("O" * 128) == "O" * 128

@@ -1,0 +1,716 @@
+"""The Executor aggregate: every legal transition and every refused one.
+
+Each test drives one aggregate through ``Driver`` (explicit times, events
+collected after every command). At teardown the ``h`` fixture checks that
+replaying the recorded events gives an equal aggregate and that the pure
+executors fold agrees with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from relay_es.aggregates.executor import (
+    DisconnectReason,
+    Executor,
+    ExecutorStatus,
+    RecoveryPhase,
+    executor_stream_id,
+)
+from relay_es.errors import DomainError, IllegalTransition, NotDue, StaleConnection
+from relay_es.projections.executors import fold
+from tests.aggregates.support import GRACE, T0, Driver, assert_fold_agrees, assert_replay_equal, replay
+
+S = ExecutorStatus
+P = RecoveryPhase
+
+
+@pytest.fixture
+def h() -> Iterator[Driver]:
+    d = Driver("e")
+    yield d
+    d.check()
+
+
+def assert_clear(err: Exception, command: str, state: str) -> None:
+    """Refusals name the executor, the command and the state they were refused in."""
+    msg = str(err)
+    assert "executor 'e'" in msg, msg
+    assert f"cannot {command}" in msg, msg
+    assert f"while {state}" in msg, msg
+    assert isinstance(err, IllegalTransition) and isinstance(err, DomainError)
+    assert err.command == command
+    assert err.entity == "executor 'e'"
+
+
+# ---------------------------------------------------------------- creation
+
+
+def test_registered_executor_is_new_and_has_a_deterministic_stream_id(h: Driver) -> None:
+    agg = h.agg
+    assert agg.id == executor_stream_id("o", "a", "e") == Executor.create_id("o", "a", "e")
+    assert agg.status is None
+    assert agg.incarnation == 0
+    assert agg.deadline is None and agg.connection_id is None
+    assert agg.recovery_phase is None and agg.recovery_request_id is None and agg.recovery_attempt == 0
+    assert [type(e).__name__ for e in h.events] == ["Registered"]
+    assert agg.created_on == T0
+
+
+def test_stream_ids_differ_per_org_app_and_executor() -> None:
+    ids = {executor_stream_id(*k) for k in [("o", "a", "e"), ("o", "a", "f"), ("o", "b", "e"), ("p", "a", "e")]}
+    assert len(ids) == 4
+
+
+# ----------------------------------------------------------------- connect
+
+
+def test_connect_from_new_starts_incarnation_one(h: Driver) -> None:
+    e = h.connect("c1", owner="relay-1", app_version="v1")
+    agg = h.agg
+    assert agg.status == S.HEALTHY
+    assert agg.incarnation == 1
+    assert (agg.connection_id, agg.owner, agg.app_version) == ("c1", "relay-1", "v1")
+    assert (agg.hostname, agg.language, agg.dbos_version, agg.executor_metadata) == (
+        "host", "python", "3.2.0", {"k": "v"}
+    )
+    assert isinstance(e, Executor.Connected)
+    assert e.previous_status is None
+    assert e.superseded_connection is None
+    assert e.incarnation == 1
+    assert e.timestamp == h.now == agg.modified_on
+
+
+def test_connect_while_healthy_supersedes_the_current_connection(h: Driver) -> None:
+    h.connect("c1", owner="relay-1", app_version="v1")
+    e = h.connect("c2", owner="relay-2", app_version="v2")
+    agg = h.agg
+    assert e.superseded_connection == "c1"
+    assert e.previous_status == "HEALTHY"
+    assert e.incarnation == 1
+    assert agg.status == S.HEALTHY and agg.incarnation == 1
+    assert (agg.connection_id, agg.owner, agg.app_version) == ("c2", "relay-2", "v2")
+
+
+def test_connect_with_the_current_connection_id_is_refused(h: Driver) -> None:
+    h.connect("c1")
+    err = h.refused(
+        "connect",
+        connection_id="c1",
+        owner="relay-9",
+        app_version="v9",
+        hostname=None,
+        language=None,
+        dbos_version=None,
+        executor_metadata=None,
+        at=h.tick(),
+    )
+    assert_clear(err, "connect", "HEALTHY")
+    assert "'c1'" in str(err) and "already current" in str(err)
+
+
+@pytest.mark.parametrize("bad", ["", None])
+def test_connect_without_a_connection_id_is_refused(h: Driver, bad: str | None) -> None:
+    err = h.refused(
+        "connect",
+        connection_id=bad,
+        owner="relay-1",
+        app_version="v1",
+        hostname=None,
+        language=None,
+        dbos_version=None,
+        executor_metadata=None,
+        at=h.tick(),
+    )
+    assert_clear(err, "connect", "new")
+    assert "connection id is required" in str(err)
+
+
+def test_reconnect_while_disconnected_cancels_the_deadline_and_recovers_nothing(h: Driver) -> None:
+    h.to_disconnected()
+    assert h.agg.deadline is not None
+    e = h.connect("c2")
+    agg = h.agg
+    assert agg.status == S.HEALTHY
+    assert agg.deadline is None
+    assert agg.incarnation == 1
+    assert agg.recovery_phase is None and agg.recovery_request_id is None and agg.recovery_attempt == 0
+    assert e.previous_status == "DISCONNECTED"
+    assert e.superseded_connection is None
+    # The deadline is gone: declaring it dead later is refused, whatever the clock says.
+    err = h.refused("declare_dead", now=h.now + timedelta(days=1))
+    assert_clear(err, "declare dead", "HEALTHY")
+    assert not isinstance(err, NotDue)
+
+
+def test_reconnect_while_disconnected_may_reuse_the_old_connection_id(h: Driver) -> None:
+    h.connect("c1")
+    h.disconnect("c1")
+    h.connect("c1")
+    assert h.agg.status == S.HEALTHY and h.agg.connection_id == "c1" and h.agg.incarnation == 1
+
+
+def test_connect_while_dead_starts_a_new_incarnation(h: Driver) -> None:
+    h.to_dead()
+    e = h.connect("c2", app_version="v2")
+    agg = h.agg
+    assert agg.status == S.HEALTHY
+    assert agg.incarnation == 2 and e.incarnation == 2
+    assert e.previous_status == "DEAD"
+    assert e.superseded_connection is None
+    assert agg.deadline is None
+    # The obligation is not dropped by the connect itself; it is withdrawn explicitly.
+    assert agg.recovery_phase == P.PENDING
+    assert agg.recovery_version == "v1"
+
+
+def test_connect_while_deleted_starts_a_new_incarnation_with_recovery_cleared(h: Driver) -> None:
+    h.to_deleted()
+    assert h.agg.status == S.DELETED
+    e = h.connect("c9")
+    agg = h.agg
+    assert agg.status == S.HEALTHY
+    assert agg.incarnation == 2 and e.incarnation == 2
+    assert e.previous_status == "DELETED"
+    assert agg.recovery_phase is None
+    assert agg.recovery_request_id is None
+    assert agg.recovery_target is None
+    assert agg.outstanding_request is None
+    # Nothing to withdraw, defer, dispatch, fail or confirm for the new incarnation.
+    assert_clear(h.refused("withdraw_recovery", reason="x", at=h.tick()), "withdraw recovery", "HEALTHY")
+    assert_clear(h.refused("confirm_recovery", request_id="r1", pending_found=True, at=h.tick()),
+                 "confirm recovery", "HEALTHY")
+
+
+def test_each_death_and_rebirth_increments_the_incarnation(h: Driver) -> None:
+    h.connect("c1")
+    seen = [h.agg.incarnation]
+    for n in range(3):
+        h.disconnect()
+        h.declare_dead()
+        h.connect(f"c{n + 2}")
+        h.withdraw()
+        seen.append(h.agg.incarnation)
+    assert seen == [1, 2, 3, 4]
+
+
+# -------------------------------------------------------------- disconnect
+
+
+def test_disconnect_arms_the_deadline(h: Driver) -> None:
+    h.connect("c1")
+    e = h.disconnect("c1", reason=DisconnectReason.PING_TIMEOUT)
+    agg = h.agg
+    assert agg.status == S.DISCONNECTED
+    assert agg.deadline == h.now + GRACE == e.deadline
+    assert agg.connection_id is None and agg.owner is None
+    assert isinstance(e, Executor.Disconnected)
+    assert e.connection_id == "c1"
+    assert e.reason == "ping_timeout" and type(e.reason) is str
+    assert fold(h.events).disconnect_reason == "ping_timeout"
+
+
+def test_disconnect_of_a_stale_connection_raises_stale_connection(h: Driver) -> None:
+    h.connect("c1")
+    h.connect("c2")
+    err = h.refused(
+        "disconnect", StaleConnection, connection_id="c1", reason="socket_closed", deadline=h.now + GRACE, at=h.now
+    )
+    assert_clear(err, "disconnect", "HEALTHY")
+    assert "'c1'" in str(err) and "'c2'" in str(err)
+
+
+@pytest.mark.parametrize("state", ["new", "DISCONNECTED", "DEAD", "DELETED"])
+def test_disconnect_is_refused_unless_healthy(h: Driver, state: str) -> None:
+    {"new": lambda: h, "DISCONNECTED": h.to_disconnected, "DEAD": h.to_dead, "DELETED": h.to_deleted}[state]()
+    err = h.refused("disconnect", connection_id="c1", reason="socket_closed", deadline=h.now + GRACE, at=h.now)
+    assert_clear(err, "disconnect", state)
+    assert not isinstance(err, StaleConnection)
+    assert "only a HEALTHY executor can disconnect" in str(err)
+
+
+def test_disconnect_with_a_deadline_before_the_disconnect_is_refused(h: Driver) -> None:
+    h.connect("c1")
+    at = h.tick()
+    err = h.refused(
+        "disconnect", connection_id="c1", reason="socket_closed", deadline=at - timedelta(milliseconds=1), at=at
+    )
+    assert_clear(err, "disconnect", "HEALTHY")
+    assert "deadline is before the disconnect" in str(err)
+
+
+def test_disconnect_with_a_deadline_equal_to_the_disconnect_is_allowed(h: Driver) -> None:
+    h.connect("c1")
+    h.disconnect("c1", grace=timedelta(0))
+    assert h.agg.deadline == h.now
+    h.do("declare_dead", now=h.now)
+    assert h.agg.status == S.DEAD
+
+
+# ------------------------------------------------------------ declare_dead
+
+
+def test_declare_dead_at_the_deadline(h: Driver) -> None:
+    h.to_disconnected()
+    deadline = h.agg.deadline
+    (e,) = h.do("declare_dead", now=deadline, expected_deadline=deadline)
+    agg = h.agg
+    assert agg.status == S.DEAD
+    assert agg.deadline is None
+    assert agg.recovery_phase == P.PENDING
+    assert agg.recovery_version == "v1"
+    assert agg.recovery_attempt == 0
+    assert agg.recovery_request_id is None and agg.recovery_target is None
+    assert isinstance(e, Executor.DeclaredDead)
+    assert e.deadline == deadline and e.app_version == "v1" and e.timestamp == deadline
+
+
+def test_declare_dead_after_the_deadline(h: Driver) -> None:
+    h.to_disconnected()
+    late = h.agg.deadline + timedelta(hours=3)
+    h.do("declare_dead", now=late)
+    assert h.agg.status == S.DEAD and h.agg.modified_on == late
+
+
+def test_declare_dead_before_the_deadline_is_not_due(h: Driver) -> None:
+    h.to_disconnected()
+    deadline = h.agg.deadline
+    err = h.refused("declare_dead", NotDue, now=deadline - timedelta(microseconds=1))
+    assert_clear(err, "declare dead", "DISCONNECTED")
+    assert "has not come" in str(err) and deadline.isoformat() in str(err)
+
+
+def test_declare_dead_with_a_different_expected_deadline_is_not_due(h: Driver) -> None:
+    h.to_disconnected()
+    deadline = h.agg.deadline
+    # Due by the clock, but the caller's timer was armed for an older deadline.
+    err = h.refused(
+        "declare_dead", NotDue, now=deadline + timedelta(hours=1), expected_deadline=deadline - timedelta(seconds=5)
+    )
+    assert_clear(err, "declare dead", "DISCONNECTED")
+    assert f"the deadline is now {deadline.isoformat()}" in str(err)
+
+
+def test_a_timer_for_an_older_deadline_cannot_kill_a_reconnected_and_redisconnected_executor(h: Driver) -> None:
+    h.to_disconnected()
+    old = h.agg.deadline
+    h.connect("c2")
+    h.disconnect("c2", grace=timedelta(minutes=10))
+    assert h.agg.deadline != old
+    h.refused("declare_dead", NotDue, now=old, expected_deadline=old)
+    h.refused("declare_dead", NotDue, now=old)
+    assert h.agg.status == S.DISCONNECTED
+
+
+@pytest.mark.parametrize("state", ["new", "HEALTHY", "DEAD", "DELETED"])
+def test_declare_dead_is_refused_unless_disconnected(h: Driver, state: str) -> None:
+    {"new": lambda: h, "HEALTHY": h.to_healthy, "DEAD": h.to_dead, "DELETED": h.to_deleted}[state]()
+    err = h.refused("declare_dead", now=h.now + timedelta(days=365))
+    assert_clear(err, "declare dead", state)
+    assert not isinstance(err, NotDue)
+    assert "only a DISCONNECTED executor can be declared dead" in str(err)
+
+
+# ---------------------------------------------------------------- defer
+
+
+def test_defer_a_pending_recovery(h: Driver) -> None:
+    h.to_dead()
+    e = h.defer("no live executor on v1")
+    assert h.agg.recovery_phase == P.DEFERRED
+    assert h.agg.status == S.DEAD
+    assert isinstance(e, Executor.RecoveryDeferred) and e.reason == "no live executor on v1"
+
+
+def test_defer_is_refused_when_already_deferred(h: Driver) -> None:
+    h.to_dead()
+    h.defer()
+    err = h.refused("defer_recovery", reason="x", at=h.tick())
+    assert_clear(err, "defer recovery", "DEAD")
+    assert "recovery is deferred" in str(err)
+
+
+def test_defer_is_refused_while_dispatched(h: Driver) -> None:
+    h.to_dispatched()
+    err = h.refused("defer_recovery", reason="x", at=h.tick())
+    assert_clear(err, "defer recovery", "DEAD")
+    assert "recovery is dispatched" in str(err)
+
+
+@pytest.mark.parametrize("state", ["new", "HEALTHY", "DISCONNECTED", "DELETED"])
+def test_defer_is_refused_without_an_obligation(h: Driver, state: str) -> None:
+    {"new": lambda: h, "HEALTHY": h.to_healthy, "DISCONNECTED": h.to_disconnected, "DELETED": h.to_deleted}[state]()
+    err = h.refused("defer_recovery", reason="x", at=h.tick())
+    assert_clear(err, "defer recovery", state)
+    assert "recovery is not needed" in str(err)
+
+
+def test_defer_is_refused_once_the_executor_came_back(h: Driver) -> None:
+    h.to_dead()
+    h.connect("c2")
+    assert h.agg.recovery_phase == P.PENDING
+    assert_clear(h.refused("defer_recovery", reason="x", at=h.tick()), "defer recovery", "HEALTHY")
+
+
+# -------------------------------------------------------------- dispatch
+
+
+def test_dispatch_a_pending_recovery(h: Driver) -> None:
+    h.to_dead()
+    e = h.dispatch("r1", "t1")
+    agg = h.agg
+    assert agg.status == S.DEAD
+    assert agg.recovery_phase == P.DISPATCHED
+    assert agg.recovery_request_id == "r1" == agg.outstanding_request
+    assert agg.recovery_target == "t1"
+    assert agg.recovery_attempt == 1
+    assert isinstance(e, Executor.RecoveryDispatched)
+    assert (e.request_id, e.target_executor_id, e.app_version, e.attempt) == ("r1", "t1", "v1", 1)
+    assert fold(h.events).recovery_dispatched_at == h.now
+
+
+def test_dispatch_a_deferred_recovery(h: Driver) -> None:
+    h.to_dead()
+    h.defer()
+    h.dispatch("r1", "t1")
+    assert h.agg.recovery_phase == P.DISPATCHED and h.agg.recovery_attempt == 1
+
+
+def test_a_second_dispatch_is_refused_while_one_is_outstanding(h: Driver) -> None:
+    h.to_dispatched()
+    err = h.refused("dispatch_recovery", request_id="r2", target_executor_id="t2", at=h.tick())
+    assert_clear(err, "dispatch recovery", "DEAD")
+    assert "request r1 outstanding" in str(err)
+    assert h.agg.outstanding_request == "r1"
+
+
+def test_dispatch_to_itself_is_refused(h: Driver) -> None:
+    h.to_dead()
+    err = h.refused("dispatch_recovery", request_id="r1", target_executor_id="e", at=h.tick())
+    assert_clear(err, "dispatch recovery", "DEAD")
+    assert "cannot recover itself" in str(err)
+
+
+@pytest.mark.parametrize("state", ["new", "HEALTHY", "DISCONNECTED", "DELETED"])
+def test_dispatch_is_refused_unless_dead(h: Driver, state: str) -> None:
+    {"new": lambda: h, "HEALTHY": h.to_healthy, "DISCONNECTED": h.to_disconnected, "DELETED": h.to_deleted}[state]()
+    err = h.refused("dispatch_recovery", request_id="r1", target_executor_id="t1", at=h.tick())
+    assert_clear(err, "dispatch recovery", state)
+    assert "only a DEAD executor is recovered" in str(err)
+
+
+def test_dispatch_is_refused_once_the_executor_came_back_with_recovery_pending(h: Driver) -> None:
+    h.to_dead()
+    h.connect("c2")
+    err = h.refused("dispatch_recovery", request_id="r1", target_executor_id="t1", at=h.tick())
+    assert_clear(err, "dispatch recovery", "HEALTHY")
+
+
+def test_dispatch_is_refused_after_confirmation(h: Driver) -> None:
+    h.to_confirmed()
+    err = h.refused("dispatch_recovery", request_id="r2", target_executor_id="t1", at=h.tick())
+    assert_clear(err, "dispatch recovery", "DEAD")
+    assert "recovery is confirmed" in str(err)
+
+
+# ------------------------------------------------------------ fail/confirm
+
+
+def test_fail_returns_to_pending_and_the_next_dispatch_is_the_next_attempt(h: Driver) -> None:
+    h.to_dispatched()
+    e = h.fail("r1", reason="target disconnected")
+    agg = h.agg
+    assert agg.recovery_phase == P.PENDING
+    assert agg.recovery_request_id is None and agg.outstanding_request is None
+    assert agg.recovery_attempt == 1
+    assert isinstance(e, Executor.RecoveryFailed)
+    assert (e.request_id, e.target_executor_id, e.reason) == ("r1", "t1", "target disconnected")
+    e2 = h.dispatch("r2", "t2")
+    assert e2.attempt == 2 and h.agg.recovery_attempt == 2
+    assert h.agg.recovery_request_id == "r2" and h.agg.recovery_target == "t2"
+    h.fail("r2")
+    h.defer()
+    assert h.dispatch("r3", "t1").attempt == 3
+
+
+def test_confirm_the_outstanding_request(h: Driver) -> None:
+    h.to_dispatched()
+    e = h.confirm("r1", pending_found=False)
+    agg = h.agg
+    assert agg.recovery_phase == P.CONFIRMED
+    assert agg.outstanding_request is None
+    assert agg.status == S.DEAD
+    assert isinstance(e, Executor.RecoveryConfirmed)
+    assert (e.request_id, e.target_executor_id, e.pending_found) == ("r1", "t1", False)
+
+
+@pytest.mark.parametrize(("command", "phrase"), [("fail_recovery", "fail recovery"),
+                                                  ("confirm_recovery", "confirm recovery")])
+def test_fail_and_confirm_are_refused_for_another_request(h: Driver, command: str, phrase: str) -> None:
+    h.to_dispatched()
+    extra = {"reason": "x"} if command == "fail_recovery" else {"pending_found": True}
+    err = h.refused(command, request_id="r-other", at=h.tick(), **extra)
+    assert_clear(err, phrase, "DEAD")
+    assert "'r-other' is not the outstanding one ('r1')" in str(err)
+
+
+@pytest.mark.parametrize("state", ["new", "HEALTHY", "DISCONNECTED", "DEAD", "DEFERRED", "FAILED", "CONFIRMED",
+                                   "DELETED"])
+@pytest.mark.parametrize(("command", "phrase"), [("fail_recovery", "fail recovery"),
+                                                  ("confirm_recovery", "confirm recovery")])
+def test_fail_and_confirm_are_refused_with_nothing_outstanding(h: Driver, state: str, command: str,
+                                                               phrase: str) -> None:
+    setup = {
+        "new": lambda: h,
+        "HEALTHY": h.to_healthy,
+        "DISCONNECTED": h.to_disconnected,
+        "DEAD": h.to_dead,
+        "DEFERRED": lambda: (h.to_dead(), h.defer()),
+        "FAILED": lambda: (h.to_dispatched(), h.fail("r1")),
+        "CONFIRMED": h.to_confirmed,
+        "DELETED": h.to_deleted,
+    }
+    setup[state]()
+    shown = {"DEFERRED": "DEAD", "FAILED": "DEAD", "CONFIRMED": "DEAD"}.get(state, state)
+    extra = {"reason": "x"} if command == "fail_recovery" else {"pending_found": True}
+    err = h.refused(command, request_id="r1", at=h.tick(), **extra)
+    assert_clear(err, phrase, shown)
+    assert "no recovery request is outstanding" in str(err)
+
+
+def test_a_confirmed_request_cannot_be_confirmed_or_failed_again(h: Driver) -> None:
+    h.to_confirmed()
+    h.refused("confirm_recovery", request_id="r1", pending_found=True, at=h.tick())
+    h.refused("fail_recovery", request_id="r1", reason="late", at=h.tick())
+    assert h.agg.recovery_phase == P.CONFIRMED
+
+
+def test_a_failed_request_cannot_be_answered_again(h: Driver) -> None:
+    h.to_dispatched()
+    h.fail("r1")
+    h.dispatch("r2")
+    h.refused("confirm_recovery", request_id="r1", pending_found=True, at=h.tick())
+    h.refused("fail_recovery", request_id="r1", reason="late", at=h.tick())
+    assert h.agg.outstanding_request == "r2"
+
+
+# ---------------------------------------------------------------- delete
+
+
+def test_delete_after_a_confirmed_recovery(h: Driver) -> None:
+    h.to_confirmed()
+    e = h.delete()
+    agg = h.agg
+    assert agg.status == S.DELETED
+    assert agg.recovery_phase is None and agg.recovery_request_id is None and agg.recovery_target is None
+    assert isinstance(e, Executor.Deleted)
+    assert fold(h.events).visible is False
+
+
+@pytest.mark.parametrize("state", ["PENDING", "DEFERRED", "DISPATCHED", "FAILED"])
+def test_delete_is_refused_while_dead_without_a_confirmed_recovery(h: Driver, state: str) -> None:
+    {
+        "PENDING": h.to_dead,
+        "DEFERRED": lambda: (h.to_dead(), h.defer()),
+        "DISPATCHED": h.to_dispatched,
+        "FAILED": lambda: (h.to_dispatched(), h.fail("r1")),
+    }[state]()
+    err = h.refused("delete", at=h.tick())
+    assert_clear(err, "delete", "DEAD")
+    assert "recovery has not been confirmed" in str(err)
+
+
+@pytest.mark.parametrize("state", ["new", "HEALTHY", "DISCONNECTED", "DELETED"])
+def test_delete_is_refused_unless_dead(h: Driver, state: str) -> None:
+    {"new": lambda: h, "HEALTHY": h.to_healthy, "DISCONNECTED": h.to_disconnected, "DELETED": h.to_deleted}[state]()
+    err = h.refused("delete", at=h.tick())
+    assert_clear(err, "delete", state)
+    assert "only a DEAD executor is deleted" in str(err)
+
+
+# -------------------------------------------------------------- withdraw
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_withdraw_once_the_executor_came_back(h: Driver, deferred: bool) -> None:
+    h.to_dead()
+    if deferred:
+        h.defer()
+    h.connect("c2")
+    e = h.withdraw("executor reconnected")
+    agg = h.agg
+    assert agg.status == S.HEALTHY
+    assert agg.recovery_phase is None and agg.recovery_request_id is None and agg.recovery_target is None
+    assert isinstance(e, Executor.RecoveryWithdrawn) and e.reason == "executor reconnected"
+
+
+def test_withdraw_while_disconnected_again(h: Driver) -> None:
+    h.to_dead()
+    h.connect("c2")
+    h.disconnect("c2")
+    h.withdraw()
+    assert h.agg.status == S.DISCONNECTED and h.agg.recovery_phase is None
+
+
+def test_withdraw_after_a_failed_dispatch_once_back(h: Driver) -> None:
+    h.to_dispatched()
+    h.connect("c2")
+    h.fail("r1")
+    assert h.agg.recovery_phase == P.PENDING and h.agg.status == S.HEALTHY
+    h.withdraw()
+    assert h.agg.recovery_phase is None
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_withdraw_is_refused_while_still_dead(h: Driver, deferred: bool) -> None:
+    h.to_dead()
+    if deferred:
+        h.defer()
+    err = h.refused("withdraw_recovery", reason="x", at=h.tick())
+    assert_clear(err, "withdraw recovery", "DEAD")
+    assert "still dead" in str(err)
+
+
+@pytest.mark.parametrize("state", ["new", "HEALTHY", "DISCONNECTED", "DISPATCHED", "CONFIRMED", "DELETED",
+                                   "BACK_DISPATCHED", "BACK_CONFIRMED"])
+def test_withdraw_is_refused_unless_pending_or_deferred(h: Driver, state: str) -> None:
+    setup = {
+        "new": lambda: h,
+        "HEALTHY": h.to_healthy,
+        "DISCONNECTED": h.to_disconnected,
+        "DISPATCHED": h.to_dispatched,
+        "CONFIRMED": h.to_confirmed,
+        "DELETED": h.to_deleted,
+        "BACK_DISPATCHED": lambda: (h.to_dispatched(), h.connect("c2")),
+        "BACK_CONFIRMED": lambda: (h.to_dispatched(), h.connect("c2"), h.confirm("r1")),
+    }
+    setup[state]()
+    shown = {"DISPATCHED": "DEAD", "CONFIRMED": "DEAD", "BACK_DISPATCHED": "HEALTHY",
+             "BACK_CONFIRMED": "HEALTHY"}.get(state, state)
+    err = h.refused("withdraw_recovery", reason="x", at=h.tick())
+    assert_clear(err, "withdraw recovery", shown)
+    assert "recovery is" in str(err)
+
+
+# ----------------------------------------- a dispatch under way still completes
+
+
+def test_reconnect_while_a_dispatch_is_outstanding_keeps_the_dispatch(h: Driver) -> None:
+    h.to_dispatched()
+    e = h.connect("c2")
+    agg = h.agg
+    assert e.incarnation == 2
+    assert agg.status == S.HEALTHY
+    assert agg.recovery_phase == P.DISPATCHED and agg.outstanding_request == "r1"
+    assert agg.recovery_target == "t1" and agg.recovery_attempt == 1
+    h.confirm("r1")
+    assert agg.recovery_phase == P.CONFIRMED
+    assert agg.status == S.HEALTHY  # confirmation does not kill or delete a live executor
+    err = h.refused("delete", at=h.tick())
+    assert_clear(err, "delete", "HEALTHY")
+    assert agg.incarnation == 2
+
+
+def test_a_confirmed_obligation_is_replaced_by_the_next_death(h: Driver) -> None:
+    h.to_dispatched()
+    h.connect("c2", app_version="v2")
+    h.confirm("r1")
+    h.disconnect("c2")
+    h.declare_dead()
+    agg = h.agg
+    assert agg.status == S.DEAD and agg.incarnation == 2
+    assert agg.recovery_phase == P.PENDING
+    assert agg.recovery_version == "v2"
+    assert agg.recovery_attempt == 0
+    assert agg.recovery_request_id is None and agg.recovery_target is None
+    assert h.dispatch("r2").attempt == 1
+
+
+def test_an_unfinished_pending_obligation_survives_a_second_death(h: Driver) -> None:
+    h.to_dead()
+    h.connect("c2", app_version="v2")  # came back, not (yet) withdrawn
+    h.disconnect("c2")
+    h.declare_dead()
+    agg = h.agg
+    assert agg.status == S.DEAD and agg.recovery_phase == P.PENDING
+    assert agg.recovery_version == "v1"  # the obligation that was never discharged
+
+
+def test_an_outstanding_dispatch_survives_a_second_death_and_can_be_confirmed(h: Driver) -> None:
+    h.to_dispatched()
+    h.connect("c2")
+    h.disconnect("c2")
+    h.declare_dead()
+    agg = h.agg
+    assert agg.status == S.DEAD
+    assert agg.recovery_phase == P.DISPATCHED and agg.outstanding_request == "r1" and agg.recovery_attempt == 1
+    h.refused("dispatch_recovery", request_id="r2", target_executor_id="t1", at=h.tick())
+    h.confirm("r1")
+    assert agg.recovery_phase == P.CONFIRMED
+
+
+def test_full_life_cycle_through_deletion_and_rebirth(h: Driver) -> None:
+    h.connect("c1")
+    h.connect("c2")
+    h.disconnect("c2")
+    h.connect("c3")
+    h.disconnect("c3")
+    h.declare_dead()
+    h.defer()
+    h.dispatch("r1", "t1")
+    h.fail("r1")
+    h.dispatch("r2", "t2")
+    h.confirm("r2")
+    h.delete()
+    h.connect("c4")
+    assert h.agg.status == S.HEALTHY and h.agg.incarnation == 2
+    assert [type(e).__name__ for e in h.events] == [
+        "Registered", "Connected", "Connected", "Disconnected", "Connected", "Disconnected", "DeclaredDead",
+        "RecoveryDeferred", "RecoveryDispatched", "RecoveryFailed", "RecoveryDispatched", "RecoveryConfirmed",
+        "Deleted", "Connected",
+    ]
+    assert [e.originator_version for e in h.events] == list(range(1, len(h.events) + 1))
+
+
+# ------------------------------------------------------------ replay, fold
+
+
+def test_replay_after_every_command_gives_equal_state() -> None:
+    d = Driver("e")
+    steps = [
+        lambda: d.connect("c1"), lambda: d.connect("c2"), lambda: d.disconnect("c2"), d.declare_dead, d.defer,
+        lambda: d.dispatch("r1"), lambda: d.connect("c3"), lambda: d.fail("r1"), d.withdraw,
+        lambda: d.disconnect("c3"), d.declare_dead, lambda: d.dispatch("r2"), lambda: d.confirm("r2"), d.delete,
+        lambda: d.connect("c4"),
+    ]
+    for step in steps:
+        step()
+        assert_replay_equal(d.agg, d.events)
+        assert_fold_agrees(d.agg, d.events)
+        # A prefix of the stream replays to the aggregate as it then stood.
+        assert replay(d.events).version == len(d.events)
+
+
+def test_fold_until_gives_the_row_as_it_stood() -> None:
+    d = Driver("e")
+    d.connect("c1")
+    d.disconnect("c1")
+    before_death = d.now
+    d.declare_dead()
+    row = fold(d.events, until=before_death)
+    assert row is not None and row.status == "DISCONNECTED" and row.deadline is not None
+    assert fold(d.events).status == "DEAD"
+    assert fold([]) is None
+    with pytest.raises(ValueError, match="before Registered"):
+        fold(d.events[1:])
+
+
+def test_replay_uses_the_event_timestamps_not_the_clock() -> None:
+    d = Driver("e")
+    d.connect("c1")
+    rebuilt = replay(d.events)
+    assert rebuilt.created_on == T0
+    assert rebuilt.modified_on == d.now
