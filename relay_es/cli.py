@@ -52,6 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     from relay_es.adapters.hub import MAX_FRAME
     from relay_es.adapters.http import RelayASGI
     from relay_es.adapters.lease import LeaseHeld
+    from relay_es.adapters.uvicorn_ws import protocol_class, split_ping_wait
     from relay_es.runtime import Runtime
 
     logs.configure(args.log_level.upper())
@@ -66,14 +67,15 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     app = RelayASGI(runtime)
     ping = settings.ping_interval.total_seconds()
+    ping_timeout, close_timeout = split_ping_wait(ping, settings.ping_wait.total_seconds())
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
-        ws="websockets",
+        ws=protocol_class(close_timeout),
         ws_max_size=MAX_FRAME,
         ws_ping_interval=ping,
-        ws_ping_timeout=settings.ping_wait.total_seconds() - ping,
+        ws_ping_timeout=ping_timeout,
         ws_per_message_deflate=True,
         access_log=False,
         log_config=None,

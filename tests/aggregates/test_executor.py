@@ -648,8 +648,27 @@ def test_an_outstanding_dispatch_survives_a_second_death_and_can_be_confirmed(h:
     assert agg.status == S.DEAD
     assert agg.recovery_phase == P.DISPATCHED and agg.outstanding_request == "r1" and agg.recovery_attempt == 1
     h.refused("dispatch_recovery", request_id="r2", target_executor_id="t1", at=h.tick())
-    h.confirm("r1")
-    assert agg.recovery_phase == P.CONFIRMED
+    e = h.confirm("r1")
+    assert isinstance(e, Executor.RecoveryConfirmed) and e.request_id == "r1"
+    assert agg.outstanding_request is None
+
+
+def test_a_second_death_while_a_dispatch_is_outstanding_is_not_discharged_by_that_dispatch(h: Driver) -> None:
+    """Crash loop: incarnation 2 dies while r1 (sent for incarnation 1's death) is still out.
+
+    The target may have run r1 before incarnation 2 started any workflow, so r1's
+    confirmation says nothing about the workflows incarnation 2 left pending.
+    The executor must not be deletable until a recovery dispatched after the
+    second death has been confirmed.
+    """
+    h.to_dispatched()  # death of incarnation 1; r1 goes out
+    h.connect("c2")  # incarnation 2 starts, runs workflows of its own
+    h.disconnect("c2")
+    h.declare_dead()  # incarnation 2 dies; r1 still unanswered
+    assert h.agg.status == S.DEAD and h.agg.incarnation == 2
+    h.confirm("r1")  # the answer to the old request arrives
+    err = h.refused("delete", at=h.tick())
+    assert_clear(err, "delete", "DEAD")
 
 
 def test_full_life_cycle_through_deletion_and_rebirth(h: Driver) -> None:

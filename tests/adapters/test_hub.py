@@ -1,0 +1,308 @@
+"""The hub against a real ``relay serve``: real WebSockets on loopback,
+lightweight protocol clients that answer like the SDKs, on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from tests.fake_executor import FakeExecutor
+from tests.server import RelayServer
+
+FAST = {
+    "RELAY_PING_INTERVAL_SECS": "1",
+    "RELAY_PING_WAIT_SECS": "2",
+    "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "2",
+    "RELAY_RESTART_SETTLE_SECS": "0.5",
+    "RELAY_RETENTION_INTERVAL_SECS": "3600",
+    "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS": "60",
+}
+
+
+@pytest.fixture
+def server(tmp_path, store_url) -> Iterator[RelayServer]:
+    s = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
+    yield s
+    s.stop()
+
+
+def api(server: RelayServer, method: str, path: str, **kw: Any) -> httpx.Response:
+    return httpx.request(method, server.http + path, timeout=10, **kw)
+
+
+def executors(server: RelayServer, app: str = "app") -> dict[str, dict[str, Any]]:
+    r = api(server, "GET", f"/v2/orgs/local/apps/{app}/executors")
+    assert r.status_code == 200, r.text
+    return {e["executorId"]: e for e in r.json()}
+
+
+def audit(server: RelayServer, **params: Any) -> list[dict[str, Any]]:
+    r = api(server, "GET", "/v2/orgs/local/audit-logs", params={"limit": 1000, **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def actions(server: RelayServer, executor_id: str) -> list[str]:
+    return [a["action"] for a in audit(server, executorId=executor_id)]
+
+
+async def until(pred: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(pred)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+def set_grace(server: RelayServer, secs: int, app: str = "app") -> None:
+    assert api(server, "PUT", f"/v2/orgs/local/apps/{app}").status_code == 204
+    r = api(server, "PATCH", f"/v2/orgs/local/apps/{app}", json={"executorTimeoutSecs": secs})
+    assert r.status_code == 204, r.text
+
+
+def test_connect_registers_with_everything_executor_info_reports(server: RelayServer) -> None:
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A", version="v7").connect()
+        rows = await until(lambda: executors(server).get("A"))
+        assert rows["status"] == "HEALTHY"
+        assert (rows["appVersion"], rows["hostname"], rows["language"], rows["dbosVersion"]) == (
+            "v7", "fakehost", "python", "3.2.0")
+        assert rows["executorMetadata"] == {"fake": True}
+        assert rows["createdAt"].endswith("Z") and len(rows["createdAt"]) == 24
+        app = api(server, "GET", "/v2/orgs/local/apps/app").json()  # registered on first connection
+        assert app["status"] == "AVAILABLE" and app["language"] == "python"
+        assert actions(server, "A") == ["executor.connected"]
+        await a.close()
+
+    asyncio.run(main())
+
+
+def test_drop_and_return_within_grace_means_no_recovery(server: RelayServer) -> None:
+    set_grace(server, 30)
+
+    async def main() -> None:
+        b = await FakeExecutor(server.ws, executor_id="B").connect()
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        await until(lambda: executors(server).get("A"))
+        a.abort()
+        await until(lambda: executors(server)["A"]["status"] == "DISCONNECTED")
+        a2 = await FakeExecutor(server.ws, executor_id="A").connect()
+        await until(lambda: executors(server)["A"]["status"] == "HEALTHY")
+        await asyncio.sleep(0.5)
+        assert actions(server, "A") == ["executor.connected", "executor.disconnected", "executor.reconnected"]
+        assert [r["type"] for r in b.requests] == ["executor_info"]  # nobody was asked to recover
+        await a2.close()
+        await b.close()
+
+    asyncio.run(main())
+
+
+def test_dead_executor_is_recovered_on_the_wire_by_a_same_version_peer(server: RelayServer) -> None:
+    set_grace(server, 1)
+
+    async def main() -> None:
+        other = await FakeExecutor(server.ws, executor_id="C", version="v2").connect()
+        b = await FakeExecutor(server.ws, executor_id="B", version="v1").connect()
+        a = await FakeExecutor(server.ws, executor_id="A", version="v1").connect()
+        await until(lambda: len(executors(server)) == 3)
+        a.abort()
+        recovery = (await b.wait_for("recovery", timeout=10))[0]
+        assert recovery["executor_ids"] == ["A"]
+        exist = (await b.wait_for("exist_pending_workflows"))[0]
+        assert (exist["executor_id"], exist["application_version"]) == ("A", "v1")
+        await until(lambda: "A" not in executors(server))
+        assert actions(server, "A") == ["executor.connected", "executor.disconnected", "executor.declared_dead",
+                                        "recovery.dispatched", "recovery.confirmed", "executor.deleted"]
+        assert [r["type"] for r in other.requests] == ["executor_info"]  # never another version
+        history = api(server, "GET", "/v2/orgs/local/apps/app/executors/A/history").json()
+        assert [h["type"] for h in history][-1] == "Deleted"
+        await b.close()
+        await other.close()
+
+    asyncio.run(main())
+
+
+def test_nothing_pending_is_confirmed_without_a_recovery_message(server: RelayServer) -> None:
+    set_grace(server, 1)
+
+    async def main() -> None:
+        b = await FakeExecutor(server.ws, executor_id="B", pending=False).connect()
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        a.abort()
+        await until(lambda: "A" not in executors(server))
+        assert [r["type"] for r in b.requests] == ["executor_info", "exist_pending_workflows"]
+        confirmed = [x for x in audit(server, executorId="A") if x["action"] == "recovery.confirmed"]
+        assert confirmed[0]["detail"]["pendingFound"] is False
+        await b.close()
+
+    asyncio.run(main())
+
+
+def test_failed_recovery_is_retried_on_another_candidate(server: RelayServer) -> None:
+    set_grace(server, 1)
+
+    async def main() -> None:
+        bad = await FakeExecutor(server.ws, executor_id="B1", recovery_success=False, style="typescript").connect()
+        good = await FakeExecutor(server.ws, executor_id="B2").connect()
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        a.abort()
+        await until(lambda: "A" not in executors(server), timeout=15)
+        acts = actions(server, "A")
+        assert acts.count("recovery.dispatched") == 2 and acts.count("recovery.failed") == 1
+        assert acts[-2:] == ["recovery.confirmed", "executor.deleted"]
+        assert any(r["type"] == "recovery" for r in bad.requests)
+        assert any(r["type"] == "recovery" for r in good.requests)
+        await bad.close()
+        await good.close()
+
+    asyncio.run(main())
+
+
+def test_silent_target_times_out_and_another_recovers(server: RelayServer) -> None:
+    set_grace(server, 1)
+
+    async def main() -> None:
+        mute = await FakeExecutor(server.ws, executor_id="B1").connect()
+        mute.answer = False  # keeps its socket (and its pongs) but never answers a request
+        good = await FakeExecutor(server.ws, executor_id="B2").connect()
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        a.abort()
+        await until(lambda: "A" not in executors(server), timeout=20)
+        failed = [x for x in audit(server, executorId="A") if x["action"] == "recovery.failed"]
+        assert failed and "no answer within" in failed[0]["detail"]["reason"]
+        await mute.close()
+        await good.close()
+
+    asyncio.run(main())
+
+
+def test_version_skew_waits_then_recovers_when_the_version_appears(server: RelayServer) -> None:
+    set_grace(server, 1)
+
+    async def main() -> None:
+        v2 = await FakeExecutor(server.ws, executor_id="B", version="v2").connect()
+        a = await FakeExecutor(server.ws, executor_id="A", version="v1").connect()
+        a.abort()
+        await until(lambda: executors(server)["A"]["status"] == "DEAD")
+        await until(lambda: "recovery.deferred" in actions(server, "A"))
+        deferred = [x for x in audit(server, executorId="A") if x["action"] == "recovery.deferred"][0]
+        assert "v1" in deferred["detail"]["reason"]
+        await asyncio.sleep(1.0)
+        assert [r["type"] for r in v2.requests] == ["executor_info"]
+        v1 = await FakeExecutor(server.ws, executor_id="C", version="v1").connect()
+        await v1.wait_for("recovery")
+        await until(lambda: "A" not in executors(server))
+        await v1.close()
+        await v2.close()
+
+    asyncio.run(main())
+
+
+def test_open_but_silent_socket_is_disconnected_within_the_ping_wait(server: RelayServer) -> None:
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        await until(lambda: executors(server).get("A"))
+        a.freeze()
+        frozen_at = time.monotonic()
+        await until(lambda: executors(server)["A"]["status"] == "DISCONNECTED", timeout=10, interval=0.02)
+        took = time.monotonic() - frozen_at
+        assert took <= 2.0 + 0.5  # RELAY_PING_WAIT_SECS, plus scheduling slack
+        reasons = [x["detail"]["reason"] for x in audit(server, executorId="A") if x["action"] == "executor.disconnected"]
+        assert reasons == ["ping_timeout"]
+        a.thaw()
+        await a.close()
+
+    asyncio.run(main())
+
+
+def test_second_live_connection_supersedes_the_first(server: RelayServer) -> None:
+    set_grace(server, 1)
+
+    async def main() -> None:
+        old = await FakeExecutor(server.ws, executor_id="A").connect()
+        new = await FakeExecutor(server.ws, executor_id="A").connect()
+        assert await old.closed() == 4001
+        await asyncio.sleep(2.0)  # longer than the grace: nothing may be declared dead
+        assert executors(server)["A"]["status"] == "HEALTHY"
+        entries = audit(server, executorId="A")
+        assert [x["action"] for x in entries] == ["executor.connected", "executor.connected"]
+        assert entries[1]["detail"]["supersededConnectionId"] == entries[0]["detail"]["connectionId"]
+        await new.close()
+
+    asyncio.run(main())
+
+
+def test_hostile_input_is_refused_audited_and_disturbs_no_one(server: RelayServer) -> None:
+    async def main() -> None:
+        bystander = await FakeExecutor(server.ws, executor_id="B").connect()
+        bad = await FakeExecutor(server.ws, executor_id="A").connect()
+        await bad.send_raw("this is not json")
+        await bad.send_raw(b"\x00\x01binary")
+        await bad.send_raw(json.dumps({"type": "recovery", "request_id": "nobody-asked", "success": True}))
+        await bad.send_raw(json.dumps({"type": "executor_info"}))  # missing request_id
+        await bad.send_raw("x" * 100_000)
+        await until(lambda: {"invalid_frame", "binary_frame", "unsolicited"} <= {
+            x["detail"]["kind"] for x in audit(server, app="app") if x["action"] == "protocol.violation"})
+        # a handshake that never completes
+        silent = await websockets.connect(f"{server.ws}/websocket/app/k", ping_interval=None)
+        try:
+            await asyncio.wait_for(silent.wait_closed(), 15)
+        finally:
+            await silent.close()
+        assert silent.close_code == 4002
+        # an unusable executor_info reply closes with 1008
+        broken = await websockets.connect(f"{server.ws}/websocket/app/k", ping_interval=None)
+        req = json.loads(await broken.recv())
+        await broken.send(json.dumps({"type": "executor_info", "request_id": req["request_id"], "executor_id": 5}))
+        await asyncio.wait_for(broken.wait_closed(), 5)
+        assert broken.close_code == 1008
+        # bad paths are refused before the upgrade
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(f"{server.ws}/websocket/only-one-segment")
+        assert refused.value.response.status_code == 404
+        assert executors(server)["A"]["status"] == "HEALTHY"
+        assert executors(server)["B"]["status"] == "HEALTHY"
+        assert api(server, "GET", "/healthz").status_code == 200
+        await bad.close()
+        await bystander.close()
+
+    asyncio.run(main())
+
+
+def test_retention_carries_cutoffs_from_relays_clock(tmp_path, store_url) -> None:
+    s = RelayServer(tmp_path, args=["--database-url", store_url],
+                    env={**FAST, "RELAY_RETENTION_INTERVAL_SECS": "1"}).start()
+    try:
+        assert api(s, "PUT", "/v2/orgs/local/apps/app").status_code == 204
+        r = api(s, "PATCH", "/v2/orgs/local/apps/app",
+                json={"gcTimeThresholdMs": 86_400_000, "globalTimeoutMs": 3_600_000, "gcRowsThreshold": 5000})
+        assert r.status_code == 204
+
+        async def main() -> None:
+            a = await FakeExecutor(s.ws, executor_id="A", style="typescript").connect()
+            msg = (await a.wait_for("retention", timeout=10))[0]
+            now_ms = time.time() * 1000
+            body = msg["body"]
+            assert set(body) == {"gc_cutoff_epoch_ms", "gc_rows_threshold", "gc_batch_size", "timeout_cutoff_epoch_ms"}
+            assert abs(body["gc_cutoff_epoch_ms"] - (now_ms - 86_400_000)) < 5_000
+            assert abs(body["timeout_cutoff_epoch_ms"] - (now_ms - 3_600_000)) < 5_000
+            assert body["gc_rows_threshold"] == 5000 and body["gc_batch_size"] is None
+            await until(lambda: any(x["action"] == "retention.answered" for x in audit(s, app="app")))
+            sent = [x for x in audit(s, app="app") if x["action"] == "retention.dispatched"][0]
+            assert sent["detail"]["targetExecutorId"] == "A"
+            assert sent["detail"]["timeoutCutoffEpochMs"] == body["timeout_cutoff_epoch_ms"]
+            await a.close()
+
+        asyncio.run(main())
+    finally:
+        s.stop()
