@@ -340,7 +340,7 @@ class Relay(ESApplication[UUID]):
         """Confirms the outstanding request; a DEAD executor is deleted in the same save."""
 
         def delete_if_dead(ex: Executor) -> None:
-            if ex.status == "DEAD":
+            if ex.status == "DEAD" and ex.recovery_phase == "confirmed":
                 ex.delete(at=self.now())
 
         return self._conditional(

@@ -93,10 +93,13 @@ def rfc3339(t: datetime | None) -> str | None:
     if t is None:
         return None
     t = t.astimezone(timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    return (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
+            f"{t.microsecond // 1000:03d}Z")
 
 
 def parse_rfc3339(field: str, text: str) -> datetime:
+    if not isinstance(text, str):
+        raise InvalidSetting(field, f"must be an RFC 3339 timestamp string, got {text!r}")
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:

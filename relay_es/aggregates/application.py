@@ -115,6 +115,8 @@ class Application(Aggregate):
     def change_settings(self, patch: SettingsPatch, *, at: datetime) -> bool:
         if self.deleted:
             self._refuse("change settings", "it was deleted")
+        if not isinstance(patch.apply_to(self.settings).private_mode, bool):
+            raise InvalidSetting("privateMode", "must be true or false")
         new = patch.apply_to(self.settings)
         changed = [f.name for f in fields(AppSettings) if getattr(new, f.name) != getattr(self.settings, f.name)]
         if not changed:

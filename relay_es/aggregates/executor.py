@@ -95,6 +95,9 @@ class Executor(Aggregate):
         self.recovery_request_id: str | None = None
         self.recovery_target: str | None = None
         self.recovery_attempt = 0
+        # A death recorded while a dispatch for an earlier death is outstanding:
+        # that dispatch cannot discharge it, so recovery starts again after it.
+        self.recovery_redo_version: str | None = None
 
     # ----------------------------------------------------------------- helpers
     def _refuse(self, command: str, why: str = "", cls: type[IllegalTransition] = IllegalTransition) -> None:
@@ -198,13 +201,16 @@ class Executor(Aggregate):
     def _declared_dead(self, deadline: datetime, app_version: str | None, timestamp: datetime) -> None:
         self.status = ExecutorStatus.DEAD
         self.deadline = None
-        # A new death replaces a finished obligation; an unfinished one stays.
+        # A new death replaces a finished obligation; an unfinished one stays,
+        # and one already on the wire is followed by another for this death.
         if self.recovery_phase in (None, RecoveryPhase.CONFIRMED):
             self.recovery_phase = RecoveryPhase.PENDING
             self.recovery_version = app_version
             self.recovery_attempt = 0
             self.recovery_request_id = None
             self.recovery_target = None
+        elif self.recovery_phase == RecoveryPhase.DISPATCHED:
+            self.recovery_redo_version = app_version
 
     def defer_recovery(self, *, reason: str, at: datetime) -> None:
         if self.status != ExecutorStatus.DEAD or self.recovery_phase != RecoveryPhase.PENDING:
@@ -268,7 +274,16 @@ class Executor(Aggregate):
     def _recovery_confirmed(
         self, request_id: str, target_executor_id: str | None, pending_found: bool | None, timestamp: datetime
     ) -> None:
-        self.recovery_phase = RecoveryPhase.CONFIRMED
+        if self.recovery_redo_version is not None and self.status == ExecutorStatus.DEAD:
+            # The confirmed request was for an earlier death: recover this one too.
+            self.recovery_phase = RecoveryPhase.PENDING
+            self.recovery_version = self.recovery_redo_version
+            self.recovery_attempt = 0
+            self.recovery_request_id = None
+            self.recovery_target = None
+        else:
+            self.recovery_phase = RecoveryPhase.CONFIRMED
+        self.recovery_redo_version = None
 
     def withdraw_recovery(self, *, reason: str, at: datetime) -> None:
         if self.recovery_phase not in (RecoveryPhase.PENDING, RecoveryPhase.DEFERRED):
@@ -279,6 +294,7 @@ class Executor(Aggregate):
 
     @event("RecoveryWithdrawn")
     def _recovery_withdrawn(self, reason: str, timestamp: datetime) -> None:
+        self.recovery_redo_version = None
         self.recovery_phase = None
         self.recovery_request_id = None
         self.recovery_target = None

@@ -48,6 +48,7 @@ class ExecutorRow:
     recovery_attempt: int = 0
     recovery_dispatched_at: datetime | None = None
     declared_dead_at: datetime | None = None
+    recovery_redo_version: str | None = None
 
     @property
     def visible(self) -> bool:
@@ -123,6 +124,8 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
             recovery_target=None if fresh else row.recovery_target,
             recovery_dispatched_at=None if fresh else row.recovery_dispatched_at,
             declared_dead_at=at,
+            recovery_redo_version=e.app_version if row.recovery_phase == RecoveryPhase.DISPATCHED
+            else row.recovery_redo_version,
         )
     if isinstance(e, Executor.RecoveryDeferred):
         return replace(base, recovery_phase=RecoveryPhase.DEFERRED.value)
@@ -138,9 +141,14 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
     if isinstance(e, Executor.RecoveryFailed):
         return replace(base, recovery_phase=RecoveryPhase.PENDING.value, recovery_request_id=None)
     if isinstance(e, Executor.RecoveryConfirmed):
-        return replace(base, recovery_phase=RecoveryPhase.CONFIRMED.value)
+        if row.recovery_redo_version is not None and row.status == ExecutorStatus.DEAD:
+            return replace(base, recovery_phase=RecoveryPhase.PENDING.value, recovery_version=row.recovery_redo_version,
+                           recovery_attempt=0, recovery_request_id=None, recovery_target=None,
+                           recovery_redo_version=None)
+        return replace(base, recovery_phase=RecoveryPhase.CONFIRMED.value, recovery_redo_version=None)
     if isinstance(e, Executor.RecoveryWithdrawn):
-        return replace(base, recovery_phase=None, recovery_request_id=None, recovery_target=None)
+        return replace(base, recovery_phase=None, recovery_request_id=None, recovery_target=None,
+                       recovery_redo_version=None)
     if isinstance(e, Executor.Deleted):
         return replace(
             base,
@@ -194,7 +202,8 @@ DDL = [
         recovery_target TEXT,
         recovery_attempt INTEGER NOT NULL,
         recovery_dispatched_at BIGINT,
-        declared_dead_at BIGINT
+        declared_dead_at BIGINT,
+        recovery_redo_version TEXT
     )
     """,
     "CREATE INDEX IF NOT EXISTS relay_executors_app ON relay_executors (org, app, executor_id)",

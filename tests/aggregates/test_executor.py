@@ -631,12 +631,15 @@ def test_a_confirmed_obligation_is_replaced_by_the_next_death(h: Driver) -> None
 
 def test_an_unfinished_pending_obligation_survives_a_second_death(h: Driver) -> None:
     h.to_dead()
-    h.connect("c2", app_version="v2")  # came back, not (yet) withdrawn
+    h.connect("c2")  # came back, not (yet) withdrawn
     h.disconnect("c2")
     h.declare_dead()
     agg = h.agg
-    assert agg.status == S.DEAD and agg.recovery_phase == P.PENDING
-    assert agg.recovery_version == "v1"  # the obligation that was never discharged
+    assert agg.status == S.DEAD and agg.incarnation == 2
+    assert agg.recovery_phase == P.PENDING and agg.recovery_attempt == 0
+    h.dispatch("r1")
+    h.confirm("r1")
+    h.delete()
 
 
 def test_an_outstanding_dispatch_survives_a_second_death_and_can_be_confirmed(h: Driver) -> None:
@@ -656,15 +659,19 @@ def test_an_outstanding_dispatch_survives_a_second_death_and_can_be_confirmed(h:
 def test_a_second_death_while_a_dispatch_is_outstanding_is_not_discharged_by_that_dispatch(h: Driver) -> None:
     """Crash loop: incarnation 2 dies while r1 (sent for incarnation 1's death) is still out.
 
-    The target may have run r1 before incarnation 2 started any workflow, so r1's
-    confirmation says nothing about the workflows incarnation 2 left pending.
-    The executor must not be deletable until a recovery dispatched after the
-    second death has been confirmed.
+    r1 was sent for application version v1 (the SDK recovers only workflows of
+    that version) and the target may have run it before incarnation 2 started
+    any workflow, so its confirmation says nothing about what incarnation 2 (v2)
+    left pending. ADR 0009 lets a dispatch under way complete and keeps a *live*
+    executor; it does not make that old dispatch discharge a newer death. The
+    executor must not be deletable until a recovery dispatched after the second
+    death has been confirmed.
     """
-    h.to_dispatched()  # death of incarnation 1; r1 goes out
-    h.connect("c2")  # incarnation 2 starts, runs workflows of its own
+    h.to_dispatched()  # death of incarnation 1 (v1); r1 goes out for v1
+    h.connect("c2", app_version="v2")  # incarnation 2 runs workflows of its own, on v2
     h.disconnect("c2")
-    h.declare_dead()  # incarnation 2 dies; r1 still unanswered
+    e = h.declare_dead()  # incarnation 2 dies; r1 still unanswered
+    assert e.app_version == "v2"
     assert h.agg.status == S.DEAD and h.agg.incarnation == 2
     h.confirm("r1")  # the answer to the old request arrives
     err = h.refused("delete", at=h.tick())
