@@ -43,6 +43,42 @@ def _add_projections(sub: Any) -> None:
     r.add_argument("--only", action="append", choices=["executors", "audit", "apps"], help="rebuild only this one")
 
 
+def _add_admin(sub: Any) -> None:
+    p = sub.add_parser("admin", help="work on the store directly (for the first token of an org)")
+    asub = p.add_subparsers(dest="action", required=True)
+    c = asub.add_parser("create-token", help="create a token without the API; the secret is printed once")
+    c.add_argument("name")
+    c.add_argument("--org", required=True)
+    c.add_argument("--app", action="append", dest="apps", help="limit to this application (repeatable)")
+    c.add_argument("--database-url", help="as for serve (RELAY_DATABASE_URL)")
+
+
+def admin(args: argparse.Namespace) -> int:
+    from relay_es.adapters import logs
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.errors import RelayError
+    from relay_es.service import Relay
+
+    logs.configure("WARNING")
+    try:
+        store = parse_database_url(args.database_url or os.environ.get("RELAY_DATABASE_URL"))
+        relay = Relay(event_store_env(store), clock=SystemClock())
+    except ValueError as e:
+        print(f"relay: {e}", file=sys.stderr)
+        return 2
+    try:
+        secret = relay.create_token(args.org, args.name, app_names=args.apps)
+    except RelayError as e:
+        print(f"relay: {e}", file=sys.stderr)
+        return 1
+    finally:
+        relay.close()
+    print(f"token {args.name} of org {args.org} created; this is the only time its secret is shown:", file=sys.stderr)
+    print(secret)
+    return 0
+
+
 def serve(args: argparse.Namespace) -> int:
     import warnings
 
@@ -132,11 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
     _add_projections(sub)
+    _add_admin(sub)
+    from relay_es import client_cli
+
+    client_cli.add_parsers(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve(args)
     if args.command == "projections":
         return projections(args)
+    if args.command == "admin":
+        return admin(args)
+    if args.command in ("apps", "tokens", "executors", "audit", "history"):
+        return client_cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
