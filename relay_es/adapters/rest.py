@@ -8,6 +8,7 @@ following read sees the change.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -200,6 +201,17 @@ def _executor_out(r: ExecutorRow, app_id: str) -> Executor:
     )
 
 
+async def strict(request: Request[Any, Any, Any], cls: type[Any]) -> Any:
+    """Decodes the body again, strictly: Litestar's own decoding converts
+    "60" to 60, and a string is not a number of seconds."""
+    try:
+        return msgspec.json.decode(await request.body(), type=cls, strict=True)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
+        raise ValidationException(detail=text, extra=[{"key": where, "message": text}]) from None
+
+
 def patch_from_body(body: PatchAppBody) -> SettingsPatch:
     given: dict[str, Any] = {}
     if body.executor_timeout_secs is not UNSET:
@@ -303,10 +315,11 @@ def build_app(runtime: Any) -> Litestar:
             execs = [e for e in all_rows(db, org=org, app=app) if e.visible]
             return _app_out(row, execs, runtime.relay.default_grace)
 
-        @patch("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Change settings")
-        def update(self, org: str, app: str, data: PatchAppBody) -> None:
-            relay.update_app(org, app, patch_from_body(data))
-            settle()
+        @patch("/{app:str}", status_code=HTTP_204_NO_CONTENT, summary="Change settings")
+        async def update(self, org: str, app: str, data: PatchAppBody, request: Request[Any, Any, Any]) -> None:
+            body = await strict(request, PatchAppBody)
+            await asyncio.to_thread(relay.update_app, org, app, patch_from_body(body))
+            await asyncio.to_thread(settle)
 
         @delete("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Delete an application")
         def delete_app(self, org: str, app: str) -> None:
