@@ -47,6 +47,7 @@ from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
 from relay_es.clock import Clock
+from relay_es.faults import crash_point
 from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
 from relay_es.scheduler import TimerHeap
 from relay_es.service import Relay
@@ -54,6 +55,7 @@ from relay_es.service import Relay
 log = logging.getLogger(__name__)
 
 EXECUTOR_TOPICS = [get_topic(c) for c in EXECUTOR_EVENTS]
+RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,8 @@ class ProcessManager:
             else:
                 self.timers.cancel(("dispatch", sid))
                 self._unwait(sid)
-                self.relay.withdraw_recovery(UUID(sid), reason=f"executor reconnected (incarnation {row.incarnation})")
+                self._guarded(sid, lambda: self.relay.withdraw_recovery(
+                    UUID(sid), reason=f"executor reconnected (incarnation {row.incarnation})"))
         else:
             self.timers.cancel(("dispatch", sid))
             self._unwait(sid)
@@ -288,11 +291,18 @@ class ProcessManager:
         for sid in list(self._outstanding.get((lost.org, lost.app, lost.executor_id), ())):
             row = self.rows[sid]
             if row.recovery_phase == P.DISPATCHED and row.recovery_request_id:
-                self.relay.fail_recovery(
-                    UUID(sid),
-                    request_id=row.recovery_request_id,
-                    reason=f"target {lost.executor_id} became {lost.status}",
-                )
+                request_id = row.recovery_request_id
+                self._guarded(sid, lambda: self.relay.fail_recovery(
+                    UUID(sid), request_id=request_id, reason=f"target {lost.executor_id} became {lost.status}"))
+
+    def _guarded(self, sid: str, command: Callable[[], Any]) -> None:
+        """A reaction's command that failed (the store is down) is retried by
+        reacting to the row again a second later; commands are idempotent."""
+        try:
+            command()
+        except Exception:
+            log.exception("command for %s failed; retrying in %gs", sid, RETRY_SECS)
+            self.timers.arm(("react", sid), self.clock.monotonic() + RETRY_SECS)
 
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
@@ -300,9 +310,17 @@ class ProcessManager:
         for (kind, sid), payload in due:
             try:
                 getattr(self, f"_fire_{kind}")(sid, payload)
-            except Exception:  # one bad timer must not stop the others
-                log.exception("timer %s for %s failed", kind, sid)
+            except Exception:  # one bad timer must not stop the others; it fires again
+                log.exception("timer %s for %s failed; retrying in %gs", kind, sid, RETRY_SECS)
+                self.timers.arm((kind, sid), self.clock.monotonic() + RETRY_SECS, payload)
         return len(due)
+
+    def _fire_react(self, sid: str, _payload: Any) -> None:
+        row = self.rows.get(sid)
+        if row is not None:
+            self._react(row)
+            if row.status in (S.DISCONNECTED, S.DEAD):
+                self._target_lost(row)
 
     def _fire_deadline(self, sid: str, deadline: datetime) -> None:
         if self.relay.declare_dead_if_due(UUID(sid), expected_deadline=deadline):
@@ -351,6 +369,7 @@ class ProcessManager:
         request_id = str(uuid.uuid4())
         if not self.relay.dispatch_recovery(UUID(sid), request_id=request_id, target_executor_id=target.executor_id):
             return
+        crash_point("after_dispatch_recorded")
         self.stats.dispatched += 1
         self._requests[request_id] = sid
         self.dispatcher.send_recovery(
@@ -391,13 +410,19 @@ class ProcessManager:
             if sid is None:
                 log.info("answer to unknown or finished recovery request %s ignored", outcome.request_id)
                 continue
-            if outcome.ok:
-                if self.relay.confirm_recovery(
-                    UUID(sid), request_id=outcome.request_id, pending_found=outcome.pending_found
-                ):
-                    self.stats.confirmed += 1
-            else:
-                self.relay.fail_recovery(UUID(sid), request_id=outcome.request_id, reason=outcome.reason or "failed")
+            try:
+                if outcome.ok:
+                    if self.relay.confirm_recovery(
+                        UUID(sid), request_id=outcome.request_id, pending_found=outcome.pending_found
+                    ):
+                        self.stats.confirmed += 1
+                else:
+                    self.relay.fail_recovery(UUID(sid), request_id=outcome.request_id,
+                                             reason=outcome.reason or "failed")
+            except Exception:
+                with self._answers_lock:  # keep it for the next step: an answer is never lost
+                    self._answers.appendleft(outcome)
+                raise
 
     # ---------------------------------------------------------------- views
     def pending(self) -> Iterable[ExecutorRow]:

@@ -38,6 +38,7 @@ from uuid import UUID
 
 from relay_es import retention
 from relay_es.aggregates.executor import executor_stream_id
+from relay_es.faults import crash_point
 from relay_es.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest
 from relay_es.protocol import messages as m
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
@@ -57,6 +58,60 @@ CLOSE_REVOKED = 4003
 MAX_FRAME = 128 * 1024 * 1024
 
 VIOLATION_AUDIT_INTERVAL = 60.0  # seconds between audit entries of one kind per app
+
+
+class Outbox:
+    """Executor transitions waiting to reach the store, in order per executor.
+
+    If the store is unreachable (Postgres restarting), a transition is retried
+    with backoff until it is recorded: none is lost, none is reordered, and
+    the sockets -- whose pings uvicorn answers without us -- stay up.
+    Domain refusals (a stale disconnect) are final, not retried.
+    """
+
+    def __init__(self, run: Callable[..., Awaitable[Any]]) -> None:
+        self.run = run
+        self._queues: dict[Any, list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]] = {}
+        self.retries = 0
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def submit(self, key: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        queue = self._queues.get(key)
+        if queue is None:
+            self._queues[key] = [(fn, args, kwargs)]
+            asyncio.ensure_future(self._drain(key))
+        else:
+            queue.append((fn, args, kwargs))
+
+    async def _drain(self, key: Any) -> None:
+        from relay_es.errors import RelayError
+
+        queue = self._queues[key]
+        delay = 0.2
+        while queue:
+            fn, args, kwargs = queue[0]
+            try:
+                await self.run(fn, *args, **kwargs)
+            except RelayError as e:
+                log.info("transition refused for %s: %s", key, e)
+            except Exception as e:
+                self.retries += 1
+                log.warning("store unavailable recording %s for %s (%s); retrying in %.1fs",
+                            getattr(fn, "__name__", fn), key, e.__class__.__name__, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            queue.pop(0)
+            delay = 0.2
+        del self._queues[key]
+
+    async def drained(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._queues and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return not self._queues
 
 
 class Refused(Exception):
@@ -224,6 +279,7 @@ class Hub:
         self._refusals: dict[str, tuple[float, int]] = {}  # peer host -> (last refusal, strikes)
         self._refusal_audit: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.on_refused: Callable[[], None] = lambda: None
+        self.outbox = Outbox(self.run)
         self.on_connection_change: Callable[[int], None] = lambda n: None
 
     # --------------------------------------------------------------- helpers
@@ -247,6 +303,7 @@ class Hub:
         self.shutting_down = True
         for conn in list(self.connections.values()):
             await conn.close(CLOSE_SHUTDOWN, "relay is shutting down")
+        await self.outbox.drained(timeout=5.0)
         for t in list(self._tasks):
             t.cancel()
         self.pool.shutdown(wait=False, cancel_futures=False)
@@ -371,9 +428,11 @@ class Hub:
         key = (conn.org, conn.app, info.executor_id)
         conn.executor_id = info.executor_id
         conn.app_version = info.application_version
+        conn.stream_id = executor_stream_id(*key)
         old = self.by_executor.get(key)
         self.by_executor[key] = conn
-        ex = await self.run(
+        self.outbox.submit(
+            key,
             self.relay.executor_connected,
             conn.org,
             conn.app,
@@ -388,7 +447,6 @@ class Hub:
             connection_id=conn.id,
             owner=self.owner,
         )
-        conn.stream_id = ex.id
         if old is not None and old is not conn and not old.closed:
             old.superseded = True
             log.info("executor %s: connection %s superseded by %s", info.executor_id, old.id, conn.id)
@@ -428,10 +486,7 @@ class Hub:
         if self.shutting_down or conn.superseded or conn.stream_id is None:
             return
         reason = conn.close_reason or ("ping_timeout" if code == 1011 else "socket_closed")
-        try:
-            await self.run(self.relay.executor_disconnected, conn.stream_id, connection_id=conn.id, reason=reason)
-        except Exception:
-            log.exception("could not record the disconnect of %s", conn.executor_id)
+        self.outbox.submit(key, self.relay.executor_disconnected, conn.stream_id, connection_id=conn.id, reason=reason)
 
     # ------------------------------------------------------------- dispatch
     def send_recovery(self, request: RecoveryRequest) -> None:
@@ -465,6 +520,7 @@ class Hub:
                 lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=[req.dead_executor_id]),
                 self.response_timeout,
             )
+            crash_point("before_answer_recorded")
             if answer.failed:
                 self._answer(RecoveryOutcome(req.request_id, False, reason=f"recovery failed: {answer.error_message or 'success is not true'}"))
                 return
