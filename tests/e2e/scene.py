@@ -1,0 +1,92 @@
+"""A Relay server, a DBOS system database, and real dbos 3.2.0 executors:
+the stage of the end-to-end and fault tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import postgres_admin_url
+from tests.e2e import harness
+from tests.server import RelayServer
+
+APP = "e2e-app"
+FAST = {
+    "RELAY_PING_INTERVAL_SECS": "1",
+    "RELAY_PING_WAIT_SECS": "2",
+    "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "5",
+    "RELAY_RESTART_SETTLE_SECS": "1",
+}
+
+
+class Scene:
+    """One Relay, one DBOS system database, the executors started so far."""
+
+    def __init__(self, server: RelayServer, admin_url: str) -> None:
+        self.server = server
+        self.admin_url = admin_url
+        self.python = harness.ensure_dbos_venv(harness.REPO_ROOT)
+        self.sys_name, self.steps_name = harness.unique_name("sys"), harness.unique_name("steps")
+        self.sys_db = harness.create_database(admin_url, self.sys_name)
+        self.steps_db = harness.create_database(admin_url, self.steps_name)
+        self.executors: list[harness.Executor] = []
+
+    def spawn(self, name: str, version: str = "v1") -> harness.Executor:
+        ex = harness.Executor(self.python, relay_url=self.server.ws, app_name=APP, app_version=version,
+                              system_database_url=self.sys_db, steps_db_url=self.steps_db, name=name)
+        self.executors.append(ex)
+        self.wait(lambda: self.executor(ex.executor_id) is not None and
+                  self.executor(ex.executor_id)["status"] == "HEALTHY", f"{name} to be HEALTHY in Relay")
+        return ex
+
+    def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return httpx.request(method, self.server.http + path, timeout=10, **kw)
+
+    def executors_now(self) -> dict[str, dict[str, Any]]:
+        r = self.api("GET", f"/v2/orgs/local/apps/{APP}/executors")
+        assert r.status_code == 200, r.text
+        return {e["executorId"]: e for e in r.json()}
+
+    def executor(self, executor_id: str) -> dict[str, Any] | None:
+        return self.executors_now().get(executor_id)
+
+    def audit(self, executor_id: str) -> list[dict[str, Any]]:
+        r = self.api("GET", "/v2/orgs/local/audit-logs", params={"executorId": executor_id, "limit": 1000})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait(self, pred: Any, what: str, timeout: float = 60.0) -> Any:
+        return harness.wait_until(pred, timeout=timeout, interval=0.1, message=what)
+
+    def set_grace(self, secs: int) -> None:
+        assert self.api("PUT", f"/v2/orgs/local/apps/{APP}").status_code == 204
+        r = self.api("PATCH", f"/v2/orgs/local/apps/{APP}", json={"executorTimeoutSecs": secs})
+        assert r.status_code == 204, r.text
+        assert self.api("GET", f"/v2/orgs/local/apps/{APP}").json()["executorTimeoutSecs"] == secs
+
+    def close(self) -> None:
+        for ex in self.executors:
+            ex.close()
+        harness.drop_database(self.admin_url, self.sys_name)
+        harness.drop_database(self.admin_url, self.steps_name)
+
+    def debug(self) -> str:
+        return "\n".join(ex.stderr_tail(30) for ex in self.executors) + "\n--- relay ---\n" + self.server.log()[-6000:]
+
+
+@pytest.fixture
+def scene(tmp_path, store_url) -> Iterator[Scene]:
+    admin = postgres_admin_url()
+    server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
+    s = Scene(server, admin)
+    try:
+        yield s
+    except BaseException:
+        print(s.debug())
+        raise
+    finally:
+        s.close()
+        server.stop()
