@@ -31,7 +31,7 @@ class FakeClock:
     """
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._wall = start or datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+        self._wall = start or datetime(2026, 11, 30, 12, 0, 0, 123457, tzinfo=timezone.utc)  # odd microseconds: precision bugs show
         self._mono = 1000.0
 
     def now(self) -> datetime:

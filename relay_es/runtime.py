@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from relay_es.adapters.clock import SystemClock
+from relay_es.adapters.clock import system_clock
 from relay_es.adapters.hub import Hub
 from relay_es.adapters.lease import Lease
 from relay_es.adapters.metrics import Metrics
@@ -83,7 +83,7 @@ def view_bootstrap(db: Database, runner: ProjectionRunner) -> Callable[[], tuple
 class Runtime:
     def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
         self.settings = settings
-        self.clock = clock or SystemClock()
+        self.clock = clock or system_clock()
         self.store = parse_database_url(settings.database_url)
         self.lease = Lease(self.store)
         self.lease.acquire()

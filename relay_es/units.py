@@ -88,6 +88,14 @@ def from_epoch_ms(ms: int) -> datetime:
     return EPOCH + timedelta(milliseconds=ms)
 
 
+def to_epoch_us(t: datetime) -> int:
+    return (t - EPOCH) // timedelta(microseconds=1)
+
+
+def from_epoch_us(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
+
+
 def rfc3339(t: datetime | None) -> str | None:
     """RFC 3339, UTC, millisecond precision, ``Z`` suffix: 2026-11-30T12:00:05.123Z."""
     if t is None:

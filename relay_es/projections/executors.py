@@ -18,7 +18,7 @@ from uuid import UUID
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase
 from relay_es.adapters.stores import Database
-from relay_es.units import from_epoch_ms, to_epoch_ms
+from relay_es.units import from_epoch_us, to_epoch_us
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ COLUMNS = [f.name for f in fields(ExecutorRow)]
 
 DDL = [
     """
-    CREATE TABLE IF NOT EXISTS relay_executors (
+    CREATE TABLE IF NOT EXISTS relay_executors (  -- timestamps: epoch microseconds, exactly as in the events
         stream_id TEXT PRIMARY KEY,
         org TEXT NOT NULL,
         app TEXT NOT NULL,
@@ -214,7 +214,7 @@ def row_to_db(row: ExecutorRow) -> dict[str, Any]:
     d = asdict(row)
     for k in _TS_FIELDS:
         if d[k] is not None:
-            d[k] = to_epoch_ms(d[k])
+            d[k] = to_epoch_us(d[k])
     d["executor_metadata"] = json.dumps(d["executor_metadata"]) if d["executor_metadata"] is not None else None
     return d
 
@@ -223,7 +223,7 @@ def row_from_db(values: Any) -> ExecutorRow:
     d = dict(zip(COLUMNS, values))
     for k in _TS_FIELDS:
         if d[k] is not None:
-            d[k] = from_epoch_ms(d[k])
+            d[k] = from_epoch_us(d[k])
     if d["executor_metadata"] is not None:
         d["executor_metadata"] = json.loads(d["executor_metadata"])
     return ExecutorRow(**d)

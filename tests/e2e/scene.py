@@ -59,7 +59,10 @@ class Scene:
         return r.json()
 
     def wait(self, pred: Any, what: str, timeout: float = 60.0) -> Any:
-        return harness.wait_until(pred, timeout=timeout, interval=0.1, message=what)
+        try:
+            return harness.wait_until(pred, timeout=timeout, interval=0.1, message=what)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{self.debug()}") from None
 
     def set_grace(self, secs: int) -> None:
         assert self.api("PUT", f"/v2/orgs/local/apps/{APP}").status_code == 204

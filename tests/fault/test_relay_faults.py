@@ -1,0 +1,263 @@
+"""Faults of Relay's own world: Relay killed mid-grace, Postgres restarted
+under load, the wall clock stepped. Each test states its invariant and ends
+with the invariant checker."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+
+from tests.conftest import postgres_admin_url
+from tests.e2e import harness
+from tests.e2e.scene import FAST, Scene
+from tests.fake_executor import FakeExecutor
+from tests.fault.invariants import check_store
+from tests.fault.pg import PgCluster
+from tests.server import RelayServer
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def at(entry: dict[str, Any]) -> float:
+    return datetime.fromisoformat(entry["at"].replace("Z", "+00:00")).timestamp()
+
+
+def first(entries: list[dict[str, Any]], action: str) -> dict[str, Any]:
+    return next(e for e in entries if e["action"] == action)
+
+
+def restart(scene: Scene, tmp_path, store_url: str, env: dict[str, str]) -> float:
+    """SIGKILLs Relay and starts a new one on the same store and port. Returns
+    the wall time at which the new process was started."""
+    port = scene.server.port
+    scene.server.kill()
+    time.sleep(1.0)
+    started = time.time()
+    scene.server = RelayServer(tmp_path, port=port, args=["--database-url", store_url], env=env).start()
+    return started
+
+
+@pytest.fixture
+def scene(tmp_path, store_url) -> Iterator[Scene]:
+    s = Scene(RelayServer(tmp_path, args=["--database-url", store_url], env={**FAST, "RELAY_RESTART_SETTLE_SECS": "3"})
+              .start(), postgres_admin_url())
+    try:
+        yield s
+    except BaseException:
+        print(s.debug())
+        raise
+    finally:
+        s.close()
+        s.server.stop()
+
+
+@pytest.mark.e2e
+def test_relay_killed_mid_grace_honours_the_original_deadline(scene: Scene, tmp_path, store_url) -> None:
+    """Invariant: a deadline armed before a crash fires at its original time
+    after a restart that comes before it; executors that were HEALTHY
+    reconnect and are never declared dead; the dead one is recovered once."""
+    grace = 8
+    scene.set_grace(grace)
+    a, b = scene.spawn("A"), scene.spawn("B")
+    ids = a.start_workflows(count=2, steps=6, step_secs=0.4)
+    scene.wait(lambda: all(harness.step_run_counts(scene.steps_db).get((wf, 1), 0) for wf in ids), "workflows to start")
+    a.kill()
+    scene.wait(lambda: scene.executor(a.executor_id)["status"] == "DISCONNECTED", "A to be DISCONNECTED")
+    restart(scene, tmp_path, store_url, {**FAST, "RELAY_RESTART_SETTLE_SECS": "3"})
+    scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered after the restart", timeout=60)
+    scene.wait(lambda: set(harness.workflow_statuses(scene.sys_db, ids).values()) == {"SUCCESS"}, "workflows", 60)
+    entries = scene.audit(a.executor_id)
+    late = at(first(entries, "executor.declared_dead")) - at(first(entries, "executor.disconnected")) - grace
+    assert 0 <= late < 1.0, f"declared dead {late:.3f}s after the original deadline"
+    assert [e["action"] for e in entries].count("recovery.confirmed") == 1
+    assert scene.executor(b.executor_id)["status"] == "HEALTHY"
+    assert "executor.declared_dead" not in [e["action"] for e in scene.audit(b.executor_id)]
+    scene.server.stop()
+    check_store(store_url).assert_ok()
+
+
+@pytest.mark.e2e
+def test_deadline_that_passed_while_relay_was_down_fires_after_the_settle_window(scene: Scene, tmp_path,
+                                                                                store_url) -> None:
+    """Invariant: an overdue deadline is enforced only after the settle window,
+    and within a second of its end; HEALTHY executors are not declared dead."""
+    scene.set_grace(2)
+    a, b = scene.spawn("A"), scene.spawn("B")
+    a.kill()
+    scene.wait(lambda: scene.executor(a.executor_id)["status"] == "DISCONNECTED", "A to be DISCONNECTED")
+    port = scene.server.port
+    scene.server.kill()
+    time.sleep(4.0)  # the deadline passes while Relay is down
+    started = time.time()
+    scene.server = RelayServer(tmp_path, port=port, args=["--database-url", store_url],
+                               env={**FAST, "RELAY_RESTART_SETTLE_SECS": "3"}).start()
+    scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered", timeout=30)
+    dead_at = at(first(scene.audit(a.executor_id), "executor.declared_dead"))
+    assert started + 3 <= dead_at < started + 3 + 2.0, (dead_at - started)
+    assert scene.executor(b.executor_id)["status"] == "HEALTHY"
+    assert "executor.declared_dead" not in [e["action"] for e in scene.audit(b.executor_id)]
+    scene.server.stop()
+    check_store(store_url).assert_ok()
+
+
+class Flapper:
+    """A fake executor that drops and reconnects (same id) every 0.5-1.5 s, counting its connections."""
+
+    def __init__(self, url: str, executor_id: str) -> None:
+        self.url, self.executor_id = url, executor_id
+        self.connections = 0
+        self.current: FakeExecutor | None = None
+
+    async def run(self, until: float) -> None:
+        while time.monotonic() < until:
+            try:
+                ex = await FakeExecutor(self.url, executor_id=self.executor_id).connect()
+            except Exception:
+                await asyncio.sleep(0.5)
+                continue
+            self.connections += 1
+            self.current = ex
+            await asyncio.sleep(random.uniform(0.5, 1.5))
+            if time.monotonic() < until:
+                ex.abort()
+                await asyncio.sleep(random.uniform(0.2, 0.6))
+
+
+def test_postgres_restarted_under_load(tmp_path) -> None:
+    """Invariant: with Postgres going away three times for a few seconds, no
+    transition is lost or doubled (every connection a client made is one
+    Connected event), the read models converge to the fold of the streams,
+    the executors' sockets stay up, /healthz keeps answering, and a death
+    during an outage is still recovered once."""
+    pg = PgCluster()
+    server = RelayServer(tmp_path, args=["--database-url", pg.url],
+                         env={**FAST, "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS": "4"}).start()
+    try:
+        async def main() -> tuple[list[FakeExecutor], list[Flapper], FakeExecutor, list[int]]:
+            stable = [await FakeExecutor(server.ws, executor_id=f"S{i}").connect() for i in range(20)]
+            victim = await FakeExecutor(server.ws, executor_id="VICTIM").connect()
+            flappers = [Flapper(server.ws, f"F{i}") for i in range(10)]
+            until = time.monotonic() + 20
+            tasks = [asyncio.ensure_future(f.run(until)) for f in flappers]
+            health: list[int] = []
+            for outage in range(3):
+                await asyncio.sleep(2)
+                await asyncio.to_thread(pg.stop)
+                if outage == 1:
+                    victim.abort()  # dies while the store is away
+                for _ in range(6):
+                    r = await asyncio.to_thread(httpx.get, server.http + "/healthz", timeout=5)
+                    health.append(r.status_code)
+                    await asyncio.sleep(0.5)
+                await asyncio.to_thread(pg.start)
+            await asyncio.gather(*tasks)
+            return stable, flappers, victim, health
+
+        stable, flappers, victim, health = asyncio.run(main())
+        assert set(health) == {200}
+        assert all(s.ws.close_code is None for s in stable), "a healthy socket was dropped"
+
+        def settled() -> bool:
+            r = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", timeout=10)
+            rows = {e["executorId"]: e["status"] for e in r.json()} if r.status_code == 200 else {}
+            return "VICTIM" not in rows and all(rows.get(f"S{i}") == "HEALTHY" for i in range(20))
+
+        harness.wait_until(settled, timeout=60, interval=0.5, message="the victim to be recovered after the outages")
+        # every flapper connection is exactly one Connected event: none lost, none doubled
+        for f in flappers:
+            hist = httpx.get(f"{server.http}/v2/orgs/local/apps/app/executors/{f.executor_id}/history",
+                             timeout=10).json()
+            connected = sum(1 for h in hist if h["type"] == "Connected")
+            assert connected == f.connections, (f.executor_id, connected, f.connections)
+            assert "DeclaredDead" not in [h["type"] for h in hist]
+        victim_hist = [h["type"] for h in httpx.get(
+            f"{server.http}/v2/orgs/local/apps/app/executors/VICTIM/history", timeout=10).json()]
+        assert victim_hist.count("RecoveryConfirmed") == 1 and victim_hist[-1] == "Deleted"
+        asyncio.run(_close_all(stable))
+        server.stop()
+        # the read model converged to the fold of the streams
+        _assert_read_model_converged(pg.url)
+        check_store(pg.url).assert_ok()
+    finally:
+        server.stop()
+        pg.destroy()
+
+
+async def _close_all(executors: list[FakeExecutor]) -> None:
+    await asyncio.gather(*(e.close() for e in executors), return_exceptions=True)
+
+
+def _assert_read_model_converged(url: str) -> None:
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
+    from relay_es.projections.executors import all_rows, fold
+    from relay_es.service import Relay
+
+    cfg = parse_database_url(url)
+    relay = Relay(event_store_env(cfg), clock=SystemClock())
+    db = open_database(cfg)
+    try:
+        rows = all_rows(db)
+        assert rows
+        for row in rows:
+            assert fold(relay.stream(UUID(row.stream_id))) == row, row.executor_id
+    finally:
+        db.close()
+        relay.close()
+
+
+@pytest.mark.parametrize("step, dead_after", [(+600.0, 6.0), (-4.0, 10.0)])
+def test_wall_clock_step_declares_nothing_early(tmp_path, store_url, step: float, dead_after: float) -> None:
+    """Invariant: a wall-clock step of minutes forward during a grace period
+    does not declare an executor dead early (timers wait on the monotonic
+    clock); a step back delays the death until the wall clock reaches the
+    recorded deadline."""
+    offset = tmp_path / "wall-offset"
+    offset.write_text("0")
+    server = RelayServer(tmp_path, args=["--database-url", store_url],
+                         env={**FAST, "RELAY_FAULT_WALL_OFFSET_FILE": str(offset)}).start()
+    try:
+        assert httpx.put(server.http + "/v2/orgs/local/apps/app", timeout=10).status_code == 204
+        assert httpx.patch(server.http + "/v2/orgs/local/apps/app", json={"executorTimeoutSecs": 6},
+                           timeout=10).status_code == 204
+
+        def status() -> str | None:
+            rows = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", timeout=10).json()
+            return {e["executorId"]: e["status"] for e in rows}.get("A")
+
+        async def main() -> float:
+            b = await FakeExecutor(server.ws, executor_id="B").connect()
+            a = await FakeExecutor(server.ws, executor_id="A").connect()
+            a.abort()
+            await harness_wait(lambda: status() == "DISCONNECTED")
+            dropped = time.monotonic()
+            await asyncio.sleep(1.0)
+            offset.write_text(str(step))  # the host's clock is stepped
+            while status() == "DISCONNECTED" and time.monotonic() - dropped < dead_after + 5:
+                await asyncio.sleep(0.1)
+            took = time.monotonic() - dropped
+            await b.close()
+            return took
+
+        took = asyncio.run(main())
+        assert dead_after - 0.5 <= took <= dead_after + 2.0, f"left DISCONNECTED after {took:.2f}s"
+        server.stop()
+        check_store(store_url).assert_ok()
+    finally:
+        server.stop()
+
+
+async def harness_wait(pred: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(pred):
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met")
+        await asyncio.sleep(0.05)
