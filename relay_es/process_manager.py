@@ -81,9 +81,15 @@ class RecoveryOutcome:
 
 
 class Dispatcher(Protocol):
+    """The process manager's window on the sockets (the hub, in production)."""
+
     def send_recovery(self, request: RecoveryRequest) -> None:
         """Hand the request to the target's connection; never block. The
         answer comes back through :meth:`ProcessManager.recovery_answered`."""
+
+    def is_connected(self, org: str, app: str, executor_id: str) -> bool:
+        """Is the executor connected right now, even if its Connected event
+        has not reached the store yet? Such an executor is never declared dead."""
 
 
 @dataclass(frozen=True)
@@ -306,13 +312,25 @@ class ProcessManager:
 
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
+        """Fires every due timer. Deadlines and dispatches that come due
+        together are decided together and recorded in one transaction, so a
+        thousand executors dying at once cost one commit, not a thousand."""
         due = self.timers.pop_due(self.clock.monotonic())
+        grouped: dict[str, list[tuple[str, Any]]] = defaultdict(list)
         for (kind, sid), payload in due:
+            grouped[kind].append((sid, payload))
+        for kind, items in grouped.items():
+            batch_fire = getattr(self, f"_fire_{kind}s", None)
             try:
-                getattr(self, f"_fire_{kind}")(sid, payload)
-            except Exception:  # one bad timer must not stop the others; it fires again
-                log.exception("timer %s for %s failed; retrying in %gs", kind, sid, RETRY_SECS)
-                self.timers.arm((kind, sid), self.clock.monotonic() + RETRY_SECS, payload)
+                if batch_fire is not None:
+                    batch_fire(items)
+                else:
+                    for sid, payload in items:
+                        getattr(self, f"_fire_{kind}")(sid, payload)
+            except Exception:  # the store is away: every one of them fires again
+                log.exception("%d %s timer(s) failed; retrying in %gs", len(items), kind, RETRY_SECS)
+                for sid, payload in items:
+                    self.timers.arm((kind, sid), self.clock.monotonic() + RETRY_SECS, payload)
         return len(due)
 
     def _fire_react(self, sid: str, _payload: Any) -> None:
@@ -322,16 +340,28 @@ class ProcessManager:
             if row.status in (S.DISCONNECTED, S.DEAD):
                 self._target_lost(row)
 
-    def _fire_deadline(self, sid: str, deadline: datetime) -> None:
-        if self.relay.declare_dead_if_due(UUID(sid), expected_deadline=deadline):
-            self.stats.declared_dead += 1
+    def _fire_deadlines(self, items: list[tuple[str, datetime]]) -> None:
+        live = []
+        for sid, d in items:
+            row = self.rows.get(sid)
+            if row is not None and self.dispatcher.is_connected(row.org, row.app, row.executor_id):
+                # Back already; its Connected is on the way and will cancel this timer.
+                self.timers.arm(("deadline", sid), self.clock.monotonic() + RETRY_SECS, d)
+            else:
+                live.append((sid, d))
+        items = live
+        results = self.relay.execute([self.relay.op_declare_dead(UUID(sid), d) for sid, d in items])
+        self.stats.declared_dead += sum(results)
+        refused = [(sid, d) for (sid, d), ok in zip(items, results) if not ok]
+        if not refused:
             return
         self.catch_up()
-        row = self.rows.get(sid)
-        if row is not None and row.status == S.DISCONNECTED and row.deadline == deadline:
-            # The wall clock is behind the deadline (it was stepped back): wait again.
-            at = max(self._mono_for(deadline), self.clock.monotonic() + 0.01)
-            self.timers.arm(("deadline", sid), at, deadline)
+        for sid, deadline in refused:
+            row = self.rows.get(sid)
+            if row is not None and row.status == S.DISCONNECTED and row.deadline == deadline:
+                # The wall clock is behind the deadline (it was stepped back): wait again.
+                at = max(self._mono_for(deadline), self.clock.monotonic() + 0.01)
+                self.timers.arm(("deadline", sid), at, deadline)
 
     def _fire_orphan(self, sid: str, connection_id: str | None) -> None:
         row = self.rows.get(sid)
@@ -351,29 +381,31 @@ class ProcessManager:
                 reason=f"no answer within {self.timing.response_timeout.total_seconds():g}s",
             )
 
-    def _fire_dispatch(self, sid: str, _payload: Any) -> None:
-        row = self.rows.get(sid)
-        if row is None or row.status != S.DEAD or row.recovery_phase not in (P.PENDING, P.DEFERRED):
-            return
-        key = (row.org, row.app, row.recovery_version)
-        candidates = self._candidates(row)
-        if not candidates:
-            self._waiting[key].add(sid)
-            if row.recovery_phase == P.PENDING:
-                self.relay.defer_recovery(
-                    UUID(sid), reason=f"no HEALTHY executor of application version {row.recovery_version!r}"
-                )
-            return
-        self._waiting[key].discard(sid)
-        target = candidates[0]
-        request_id = str(uuid.uuid4())
-        if not self.relay.dispatch_recovery(UUID(sid), request_id=request_id, target_executor_id=target.executor_id):
-            return
-        crash_point("after_dispatch_recorded")
-        self.stats.dispatched += 1
-        self._requests[request_id] = sid
-        self.dispatcher.send_recovery(
-            RecoveryRequest(
+    def _fire_dispatchs(self, items: list[tuple[str, Any]]) -> None:
+        """Decides every due dispatch, records them in one transaction, then sends."""
+        ops = []
+        sends: list[tuple[str, RecoveryRequest | None]] = []
+        assigned: dict[tuple[str, str, str], int] = defaultdict(int)
+        for sid, _ in items:
+            row = self.rows.get(sid)
+            if row is None or row.status != S.DEAD or row.recovery_phase not in (P.PENDING, P.DEFERRED):
+                continue
+            key = (row.org, row.app, row.recovery_version)
+            candidates = self._candidates(row, assigned)
+            if not candidates:
+                self._waiting[key].add(sid)
+                if row.recovery_phase == P.PENDING:
+                    ops.append(self.relay.op_defer(
+                        UUID(sid), reason=f"no HEALTHY executor of application version {row.recovery_version!r}"))
+                    sends.append((sid, None))
+                continue
+            self._waiting[key].discard(sid)
+            target = candidates[0]
+            assigned[(target.org, target.app, target.executor_id)] += 1
+            request_id = str(uuid.uuid4())
+            ops.append(self.relay.op_dispatch(UUID(sid), request_id=request_id,
+                                              target_executor_id=target.executor_id))
+            sends.append((sid, RecoveryRequest(
                 request_id=request_id,
                 org=row.org,
                 app=row.app,
@@ -382,18 +414,27 @@ class ProcessManager:
                 target_executor_id=target.executor_id,
                 target_connection_id=target.connection_id,
                 target_owner=target.owner,
-            )
-        )
+            )))
+        results = self.relay.execute(ops)
+        recorded = [(sid, req) for (sid, req), ok in zip(sends, results) if ok and req is not None]
+        if recorded:
+            crash_point("after_dispatch_recorded")
+        for sid, req in recorded:
+            self.stats.dispatched += 1
+            self._requests[req.request_id] = sid
+            self.dispatcher.send_recovery(req)
 
-    def _candidates(self, dead: ExecutorRow) -> list[ExecutorRow]:
+    def _candidates(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None) -> list[ExecutorRow]:
         """HEALTHY, same org/app/version, connected to a live Relay; untried first,
-        then the least loaded, then by id (deterministic)."""
+        then the least loaded (``assigned``: given out in this batch), then by id."""
         sids = self._healthy.get((dead.org, dead.app, dead.recovery_version), set())
         tried = self._tried.get(dead.stream_id, set())
         found = [self.rows[s] for s in sids if self.rows[s].executor_id != dead.executor_id]
+        extra = assigned or {}
 
         def load(r: ExecutorRow) -> int:
-            return len(self._outstanding.get((r.org, r.app, r.executor_id), ()))
+            key = (r.org, r.app, r.executor_id)
+            return len(self._outstanding.get(key, ())) + extra.get(key, 0)
 
         return sorted(found, key=lambda r: (r.executor_id in tried, load(r), r.executor_id))
 

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application as ESApplication
+from eventsourcing.application import AggregateNotFoundError, Application as ESApplication, project_aggregate
 from eventsourcing.persistence import IntegrityError, Transcoder, Transcoding
 
 from relay_es.aggregates.application import (
@@ -37,7 +37,7 @@ from relay_es.aggregates.executor import Executor, executor_stream_id
 from relay_es.aggregates.gate import Gate, gate_stream_id
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
 from relay_es.clock import Clock
-from relay_es.errors import IllegalTransition, UnknownApplication, UnknownExecutor, UnknownToken
+from relay_es.errors import DomainError, IllegalTransition, UnknownApplication, UnknownExecutor, UnknownToken
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,35 @@ class TimedeltaAsMicroseconds(Transcoding):
 
 
 @dataclass(frozen=True)
+class Op:
+    """One command on one aggregate, to be run in a batch.
+
+    ``run(aggregate_or_None, batch)`` applies the domain command to the
+    aggregate (creating it if it returns a new one) and returns the aggregate
+    to save, or ``None`` when there is nothing to do. A domain refusal
+    (``IllegalTransition``) makes the op a no-op.
+    """
+
+    stream_id: UUID
+    run: Callable[[Any, "Batch"], Any]
+
+
+class Batch:
+    """What the ops of one batch share: one clock reading each, and
+    application settings read once."""
+
+    def __init__(self, relay: "Relay") -> None:
+        self.relay = relay
+        self._grace: dict[tuple[str, str], timedelta] = {}
+
+    def grace_for(self, org: str, app: str) -> timedelta:
+        key = (org, app)
+        if key not in self._grace:
+            self._grace[key] = self.relay.grace_for(org, app)
+        return self._grace[key]
+
+
+@dataclass(frozen=True)
 class ExecutorInfo:
     """What an executor reports in its ``executor_info`` reply."""
 
@@ -70,6 +99,16 @@ class ExecutorInfo:
     language: str | None = None
     dbos_version: str | None = None
     executor_metadata: Any = None
+
+
+def is_store_error(e: BaseException) -> bool:
+    """The store is unreachable or failing (retry later), as opposed to a bug."""
+    import sqlite3
+
+    import psycopg
+    from eventsourcing.persistence import PersistenceError
+
+    return isinstance(e, (PersistenceError, psycopg.Error, sqlite3.Error, OSError, TimeoutError))
 
 
 class Relay(ESApplication[UUID]):
@@ -145,6 +184,58 @@ class Relay(ESApplication[UUID]):
 
     def now(self) -> datetime:
         return self.clock.now()
+
+    # ------------------------------------------------------- group commit
+    def load_many(self, ids: list[UUID]) -> dict[UUID, Any]:
+        """Many aggregates, read in one query."""
+        from relay_es.adapters.stores import select_streams
+
+        streams = select_streams(self.recorder, ids)
+        out = {}
+        for i, stored in streams.items():
+            if stored:
+                out[i] = project_aggregate(None, [self.mapper.to_domain_event(s) for s in stored])
+        return out
+
+    def execute(self, ops: list[Op]) -> list[bool]:
+        """Runs many commands and saves all their events in **one** transaction.
+
+        Returns, per op, whether it recorded anything. If the save conflicts
+        (another writer touched one of the aggregates), every op is run again
+        on its own, each with its own retries.
+        """
+        if not ops:
+            return []
+        try:
+            return self._execute_once(ops)
+        except IntegrityError:
+            if len(ops) == 1:
+                return self._retrying(lambda: self._execute_once(ops))
+            log.info("conflict in a batch of %d; running its commands one by one", len(ops))
+            return [self._retrying(lambda op=op: self._execute_once([op])[0]) for op in ops]
+
+    def _execute_once(self, ops: list[Op]) -> list[bool]:
+        aggregates = self.load_many(list(dict.fromkeys(op.stream_id for op in ops)))
+        batch = Batch(self)
+        results: list[bool] = []
+        touched: dict[UUID, Any] = {}
+        for op in ops:
+            current = aggregates.get(op.stream_id)
+            try:
+                result = op.run(current, batch)
+            except DomainError as e:
+                log.debug("command ignored: %s", e)
+                results.append(False)
+                continue
+            if result is None:
+                results.append(False)
+                continue
+            aggregates[op.stream_id] = result
+            touched[op.stream_id] = result
+            results.append(True)
+        if touched:
+            self.save(*touched.values())
+        return results
 
     # -------------------------------------------------------- applications
     def register_app(self, org: str, name: str, *, private_mode: bool | None = None) -> bool:
@@ -246,13 +337,17 @@ class Relay(ESApplication[UUID]):
         return self._retrying(run)
 
     # ------------------------------------------------------------ executors
-    def executor_connected(
-        self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str
-    ) -> Executor:
-        def run() -> Executor:
-            sid = executor_stream_id(org, app, info.executor_id)
-            ex = self._maybe(sid)
-            now = self.now()
+    # Each command exists as an Op factory (``op_*``, for batches) and as a
+    # method that runs it alone. Conditional commands return False, rather
+    # than raise, when the state has moved on.
+
+    def op_connected(
+        self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str, at: datetime | None = None
+    ) -> Op:
+        """``at``: when the connection was seen (the hub may record it a little later)."""
+
+        def run(ex: Executor | None, batch: Batch) -> Executor:
+            now = at or self.now()
             if ex is None:
                 ex = Executor(org=org, app=app, executor_id=info.executor_id, timestamp=now)
             ex.connect(
@@ -265,95 +360,94 @@ class Relay(ESApplication[UUID]):
                 executor_metadata=info.executor_metadata,
                 at=now,
             )
-            self.save(ex)
             return ex
 
-        return self._retrying(run)
+        return Op(executor_stream_id(org, app, info.executor_id), run)
+
+    def executor_connected(self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str) -> bool:
+        return self.execute([self.op_connected(org, app, info, connection_id=connection_id, owner=owner)])[0]
 
     def grace_for(self, org: str, app: str) -> timedelta:
         return self.app_settings(org, app).grace(self.default_grace)
 
-    def executor_disconnected(
+    def op_disconnected(
         self,
         stream_id: UUID,
         *,
         connection_id: str,
         reason: str,
         grace_from: datetime | None = None,
+        at: datetime | None = None,
+    ) -> Op:
+        """``at``: when the disconnect was seen (default: now). The deadline is
+        ``grace_from + grace`` (``grace_from`` defaults to ``at``), never
+        earlier than ``at``. A stale connection id is a no-op."""
+
+        def run(ex: Executor | None, batch: Batch) -> Executor | None:
+            if ex is None:
+                return None
+            now = at or self.now()
+            deadline = max((grace_from or now) + batch.grace_for(ex.org, ex.app), now)
+            ex.disconnect(connection_id=connection_id, reason=reason, deadline=deadline, at=now)
+            return ex
+
+        return Op(stream_id, run)
+
+    def executor_disconnected(
+        self, stream_id: UUID, *, connection_id: str, reason: str, grace_from: datetime | None = None
     ) -> bool:
-        """Conditional: a no-op (False) when ``connection_id`` is no longer current.
+        return self.execute([self.op_disconnected(stream_id, connection_id=connection_id, reason=reason,
+                                                  grace_from=grace_from)])[0]
 
-        The deadline is ``grace_from + grace`` (``grace_from`` defaults to now),
-        never earlier than now.
-        """
-
-        def run() -> bool:
-            ex = self._maybe(stream_id)
+    @staticmethod
+    def _op(stream_id: UUID, command: Callable[[Executor], Any]) -> Op:
+        def run(ex: Executor | None, batch: Batch) -> Executor | None:
             if ex is None:
-                return False
-            now = self.now()
-            deadline = max((grace_from or now) + self.grace_for(ex.org, ex.app), now)
-            try:
-                ex.disconnect(connection_id=connection_id, reason=reason, deadline=deadline, at=now)
-            except IllegalTransition as e:
-                log.debug("disconnect ignored: %s", e)
-                return False
-            self.save(ex)
-            return True
+                return None
+            command(ex)
+            return ex
 
-        return self._retrying(run)
+        return Op(stream_id, run)
 
-    def _conditional(self, stream_id: UUID, command: Callable[[Any], Any], then: Callable[[Any], Any] | None = None) -> bool:
-        def run() -> bool:
-            ex = self._maybe(stream_id)
-            if ex is None:
-                return False
-            try:
-                command(ex)
-                if then is not None:
-                    then(ex)
-            except IllegalTransition as e:
-                log.debug("command ignored: %s", e)
-                return False
-            self.save(ex)
-            return True
-
-        return self._retrying(run)
+    def op_declare_dead(self, stream_id: UUID, expected_deadline: datetime | None = None) -> Op:
+        return self._op(stream_id, lambda ex: ex.declare_dead(now=self.now(), expected_deadline=expected_deadline))
 
     def declare_dead_if_due(self, stream_id: UUID, expected_deadline: datetime | None = None) -> bool:
-        return self._conditional(
-            stream_id, lambda ex: ex.declare_dead(now=self.now(), expected_deadline=expected_deadline)
-        )
+        return self.execute([self.op_declare_dead(stream_id, expected_deadline)])[0]
+
+    def op_dispatch(self, stream_id: UUID, *, request_id: str, target_executor_id: str) -> Op:
+        return self._op(stream_id, lambda ex: ex.dispatch_recovery(
+            request_id=request_id, target_executor_id=target_executor_id, at=self.now()))
 
     def dispatch_recovery(self, stream_id: UUID, *, request_id: str, target_executor_id: str) -> bool:
-        return self._conditional(
-            stream_id,
-            lambda ex: ex.dispatch_recovery(request_id=request_id, target_executor_id=target_executor_id, at=self.now()),
-        )
+        return self.execute([self.op_dispatch(stream_id, request_id=request_id,
+                                              target_executor_id=target_executor_id)])[0]
 
     def fail_recovery(self, stream_id: UUID, *, request_id: str, reason: str) -> bool:
-        return self._conditional(
-            stream_id, lambda ex: ex.fail_recovery(request_id=request_id, reason=reason, at=self.now())
-        )
+        return self.execute([self._op(stream_id, lambda ex: ex.fail_recovery(
+            request_id=request_id, reason=reason, at=self.now()))])[0]
 
-    def confirm_recovery(self, stream_id: UUID, *, request_id: str, pending_found: bool | None) -> bool:
+    def op_confirm(self, stream_id: UUID, *, request_id: str, pending_found: bool | None) -> Op:
         """Confirms the outstanding request; a DEAD executor is deleted in the same save."""
 
-        def delete_if_dead(ex: Executor) -> None:
+        def command(ex: Executor) -> None:
+            ex.confirm_recovery(request_id=request_id, pending_found=pending_found, at=self.now())
             if ex.status == "DEAD" and ex.recovery_phase == "confirmed":
                 ex.delete(at=self.now())
 
-        return self._conditional(
-            stream_id,
-            lambda ex: ex.confirm_recovery(request_id=request_id, pending_found=pending_found, at=self.now()),
-            delete_if_dead,
-        )
+        return self._op(stream_id, command)
+
+    def confirm_recovery(self, stream_id: UUID, *, request_id: str, pending_found: bool | None) -> bool:
+        return self.execute([self.op_confirm(stream_id, request_id=request_id, pending_found=pending_found)])[0]
+
+    def op_defer(self, stream_id: UUID, *, reason: str) -> Op:
+        return self._op(stream_id, lambda ex: ex.defer_recovery(reason=reason, at=self.now()))
 
     def defer_recovery(self, stream_id: UUID, *, reason: str) -> bool:
-        return self._conditional(stream_id, lambda ex: ex.defer_recovery(reason=reason, at=self.now()))
+        return self.execute([self.op_defer(stream_id, reason=reason)])[0]
 
     def withdraw_recovery(self, stream_id: UUID, *, reason: str) -> bool:
-        return self._conditional(stream_id, lambda ex: ex.withdraw_recovery(reason=reason, at=self.now()))
+        return self.execute([self._op(stream_id, lambda ex: ex.withdraw_recovery(reason=reason, at=self.now()))])[0]
 
     def get_executor(self, org: str, app: str, executor_id: str) -> Executor:
         ex = self._maybe(executor_stream_id(org, app, executor_id))

@@ -23,9 +23,13 @@ class InMemoryDispatcher:
     """Records every request; the test answers them through the process manager."""
 
     sent: list[RecoveryRequest] = field(default_factory=list)
+    connected: set[str] = field(default_factory=set)  # executors with a socket the store does not know of yet
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         self.sent.append(request)
+
+    def is_connected(self, org: str, app: str, executor_id: str) -> bool:
+        return executor_id in self.connected
 
     def last(self) -> RecoveryRequest:
         return self.sent[-1]

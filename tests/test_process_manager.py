@@ -279,3 +279,17 @@ def test_supersede_and_stale_disconnect(world: World) -> None:
     world.sync()
     assert world.status("A") == "HEALTHY"
     assert world.history("A") == ["Registered", "Connected", "Connected"]
+
+
+def test_executor_whose_socket_is_back_is_not_declared_dead_before_its_connect_is_recorded(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.dispatcher.connected.add("A")  # the hub holds A's new socket; the store is slow to hear of it
+    world.advance(15)
+    assert world.status("A") == "DISCONNECTED"
+    world.dispatcher.connected.discard("A")
+    world.connect("A")
+    world.advance(60)
+    assert world.status("A") == "HEALTHY"
+    assert world.dispatcher.sent == []

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
+import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,7 +45,7 @@ from relay_es.faults import crash_point
 from relay_es.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest
 from relay_es.protocol import messages as m
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
-from relay_es.service import ExecutorInfo, Relay
+from relay_es.service import ExecutorInfo, Relay, is_store_error
 
 log = logging.getLogger(__name__)
 
@@ -61,51 +64,68 @@ VIOLATION_AUDIT_INTERVAL = 60.0  # seconds between audit entries of one kind per
 
 
 class Outbox:
-    """Executor transitions waiting to reach the store, in order per executor.
+    """Executor transitions on their way to the store: grouped, ordered, retried.
 
-    If the store is unreachable (Postgres restarting), a transition is retried
-    with backoff until it is recorded: none is lost, none is reordered, and
-    the sockets -- whose pings uvicorn answers without us -- stay up.
-    Domain refusals (a stale disconnect) are final, not retried.
+    * **Grouped**: one writer takes the oldest waiting transition of every
+      executor (up to ``max_batch``) and records them in one transaction, so a
+      storm of connects costs a handful of commits.
+    * **Ordered**: per executor, transitions are recorded in the order they
+      happened (one in flight per executor).
+    * **Retried**: while the store is unreachable (Postgres restarting) the
+      batch is retried with backoff until it is recorded; none is lost, and
+      the sockets -- whose pings uvicorn answers without us -- stay up.
     """
 
-    def __init__(self, run: Callable[..., Awaitable[Any]]) -> None:
+    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], *, max_batch: int = 1000) -> None:
+        self.relay = relay
         self.run = run
-        self._queues: dict[Any, list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]] = {}
+        self.max_batch = max_batch
+        self._queues: dict[Any, deque[Any]] = {}
+        self._task: asyncio.Task[Any] | None = None
         self.retries = 0
+        self.batches = 0
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
-    def submit(self, key: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        queue = self._queues.get(key)
-        if queue is None:
-            self._queues[key] = [(fn, args, kwargs)]
-            asyncio.ensure_future(self._drain(key))
-        else:
-            queue.append((fn, args, kwargs))
+    def submit(self, key: Any, op: Any) -> None:
+        self._queues.setdefault(key, deque()).append(op)
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._write())
 
-    async def _drain(self, key: Any) -> None:
-        from relay_es.errors import RelayError
-
-        queue = self._queues[key]
+    async def _write(self) -> None:
         delay = 0.2
-        while queue:
-            fn, args, kwargs = queue[0]
+        while self._queues:
+            heads = list(itertools.islice(self._queues.items(), self.max_batch))
             try:
-                await self.run(fn, *args, **kwargs)
-            except RelayError as e:
-                log.info("transition refused for %s: %s", key, e)
+                await self.run(self.relay.execute, [q[0] for _, q in heads])
             except Exception as e:
+                if not is_store_error(e):
+                    # A bug, not an outage: record what can be, one by one, and say what could not.
+                    log.exception("recording %d transition(s) failed", len(heads))
+                    for key, queue in heads:
+                        try:
+                            await self.run(self.relay.execute, [queue[0]])
+                        except Exception:
+                            if is_store_error(sys.exc_info()[1]):  # the store went away meanwhile
+                                break
+                            log.exception("dropped a transition of %s that cannot be recorded", key)
+                        queue.popleft()
+                        if not queue:
+                            del self._queues[key]
+                    continue
                 self.retries += 1
-                log.warning("store unavailable recording %s for %s (%s); retrying in %.1fs",
-                            getattr(fn, "__name__", fn), key, e.__class__.__name__, delay)
+                log.warning("store unavailable recording %d transition(s) (%s: %s); retrying in %.1fs",
+                            len(heads), e.__class__.__name__, e, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 1.0)  # resume within a second of the store's return
                 continue
-            queue.pop(0)
+            self.batches += 1
             delay = 0.2
-        del self._queues[key]
+            for key, queue in heads:
+                queue.popleft()
+                if not queue:
+                    del self._queues[key]
 
     async def drained(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -279,7 +299,7 @@ class Hub:
         self._refusals: dict[str, tuple[float, int]] = {}  # peer host -> (last refusal, strikes)
         self._refusal_audit: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.on_refused: Callable[[], None] = lambda: None
-        self.outbox = Outbox(self.run)
+        self.outbox = Outbox(relay, self.run)
         self.on_connection_change: Callable[[int], None] = lambda n: None
 
     # --------------------------------------------------------------- helpers
@@ -431,9 +451,7 @@ class Hub:
         conn.stream_id = executor_stream_id(*key)
         old = self.by_executor.get(key)
         self.by_executor[key] = conn
-        self.outbox.submit(
-            key,
-            self.relay.executor_connected,
+        self.outbox.submit(key, self.relay.op_connected(
             conn.org,
             conn.app,
             ExecutorInfo(
@@ -446,7 +464,8 @@ class Hub:
             ),
             connection_id=conn.id,
             owner=self.owner,
-        )
+            at=self.relay.clock.now(),
+        ))
         if old is not None and old is not conn and not old.closed:
             old.superseded = True
             log.info("executor %s: connection %s superseded by %s", info.executor_id, old.id, conn.id)
@@ -486,9 +505,16 @@ class Hub:
         if self.shutting_down or conn.superseded or conn.stream_id is None:
             return
         reason = conn.close_reason or ("ping_timeout" if code == 1011 else "socket_closed")
-        self.outbox.submit(key, self.relay.executor_disconnected, conn.stream_id, connection_id=conn.id, reason=reason)
+        self.outbox.submit(key, self.relay.op_disconnected(conn.stream_id, connection_id=conn.id, reason=reason,
+                                                           at=self.relay.clock.now()))
 
     # ------------------------------------------------------------- dispatch
+    def is_connected(self, org: str, app: str, executor_id: str) -> bool:
+        """Dispatcher interface: a registered, open socket for this executor
+        exists here (its Connected may still be on its way to the store)."""
+        conn = self.by_executor.get((org, app, executor_id))
+        return conn is not None and not conn.closed and conn.session.state is State.REGISTERED
+
     def send_recovery(self, request: RecoveryRequest) -> None:
         """Dispatcher interface: called from the process manager's thread."""
         assert self.loop is not None, "hub not started"

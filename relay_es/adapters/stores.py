@@ -246,3 +246,51 @@ def open_database(config: StoreConfig) -> Database:
     if config.sqlite_path != ":memory:":
         Path(config.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     return SQLiteDatabase(config.sqlite_path)
+
+
+def select_streams(recorder: Any, ids: Sequence[Any]) -> dict[Any, list[Any]]:
+    """The stored events of many aggregates in one query (in version order).
+
+    The library loads one aggregate per query; a batch of a thousand deaths
+    would cost a thousand round trips. Falls back to per-stream reads for
+    recorders it does not know (the in-memory one).
+    """
+    from uuid import UUID
+
+    from eventsourcing.persistence import StoredEvent
+
+    out: dict[Any, list[Any]] = {i: [] for i in ids}
+    if not ids:
+        return out
+    kind = type(recorder).__module__
+    if kind == "eventsourcing.postgres":
+        from psycopg.sql import SQL, Identifier
+
+        query = SQL(
+            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
+            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
+        ).format(schema=Identifier(recorder.datastore.schema), table=Identifier(recorder.events_table_name))
+        with recorder.datastore.transaction(commit=False) as curs:
+            curs.execute(query, (list(ids),))
+            rows = curs.fetchall()
+        for r in rows:
+            out[r["originator_id"]].append(
+                StoredEvent(r["originator_id"], r["originator_version"], r["topic"], bytes(r["state"])))
+        return out
+    if kind == "eventsourcing.sqlite":
+        by_hex = {i.hex: i for i in ids}
+        hexes = list(by_hex)
+        for start in range(0, len(hexes), 500):
+            chunk = hexes[start:start + 500]
+            sql = (f"SELECT originator_id, originator_version, topic, state FROM {recorder.events_table_name} "
+                   f"WHERE originator_id IN ({', '.join('?' * len(chunk))}) ORDER BY originator_id, originator_version")
+            with recorder.datastore.transaction(commit=False) as curs:
+                curs.execute(sql, chunk)
+                rows = curs.fetchall()
+            for r in rows:
+                oid = by_hex[r["originator_id"]] if r["originator_id"] in by_hex else UUID(r["originator_id"])
+                out[oid].append(StoredEvent(oid, r["originator_version"], r["topic"], r["state"]))
+        return out
+    for i in ids:
+        out[i] = list(recorder.select_events(i))
+    return out

@@ -19,6 +19,17 @@ from tests.server import RelayServer
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
+@pytest.fixture
+def scene(tmp_path, store_url) -> Iterator[Scene]:
+    server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
+    s = Scene(server, postgres_admin_url())
+    try:
+        yield s
+    finally:
+        s.close()
+        server.stop()
+
+
 def at(entry: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(entry["at"].replace("Z", "+00:00"))
 
