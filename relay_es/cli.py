@@ -88,7 +88,7 @@ def serve(args: argparse.Namespace) -> int:
     from relay_es.adapters.hub import MAX_FRAME
     from relay_es.adapters.http import RelayASGI
     from relay_es.adapters.lease import LeaseHeld
-    from relay_es.adapters.uvicorn_ws import protocol_class, split_ping_wait
+    from relay_es.adapters.uvicorn_ws import http_protocol_class, protocol_class, split_ping_wait
     from relay_es.runtime import Runtime
 
     logs.configure(args.log_level.upper())
@@ -108,6 +108,7 @@ def serve(args: argparse.Namespace) -> int:
         app,
         host=settings.host,
         port=settings.port,
+        http=http_protocol_class(request_timeout=10.0),
         ws=protocol_class(close_timeout),
         ws_max_size=MAX_FRAME,
         ws_ping_interval=ping,

@@ -114,4 +114,7 @@ def parse_rfc3339(field: str, text: str) -> datetime:
         raise InvalidSetting(field, f"must be an RFC 3339 timestamp, got {text!r}") from None
     if t.tzinfo is None:
         raise InvalidSetting(field, f"must carry a UTC offset, got {text!r}")
-    return t.astimezone(timezone.utc)
+    try:
+        return t.astimezone(timezone.utc)
+    except OverflowError:
+        raise InvalidSetting(field, f"is out of range: {text!r}") from None

@@ -186,8 +186,12 @@ class Connection:
     async def send_text(self, text: str) -> None:
         if self.closed:
             raise ConnectionLost(f"connection {self.id} is closed")
-        async with self.lock:
-            await self.send_message({"type": "websocket.send", "text": text})
+        try:
+            async with self.lock:
+                await self.send_message({"type": "websocket.send", "text": text})
+        except Exception as e:  # the socket is going away under us (ClientDisconnected, OSError...)
+            self.closed = True
+            raise ConnectionLost(f"connection {self.id}: {e.__class__.__name__}") from e
 
     async def call(self, make: Callable[[str], m.Request], timeout: float) -> m.Response:
         if self.closed or self.session.state is not State.REGISTERED:

@@ -159,6 +159,11 @@ def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     return resp
 
 
+def _too_deep(_: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
+    return problem(422, "Unprocessable entity", "body: JSON is nested too deeply",
+                   [{"location": "body", "message": "JSON is nested too deeply"}])
+
+
 def _internal(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error", exc_info=exc)
     return problem(500, "Internal server error", "Relay failed to handle this request; see its log")
@@ -206,6 +211,9 @@ async def strict(request: Request[Any, Any, Any], cls: type[Any]) -> Any:
     "60" to 60, and a string is not a number of seconds."""
     try:
         return msgspec.json.decode(await request.body(), type=cls, strict=True)
+    except RecursionError:
+        raise ValidationException(detail="body: JSON is nested too deeply",
+                                  extra=[{"key": "body", "message": "JSON is nested too deeply"}]) from None
     except msgspec.ValidationError as e:
         text = str(e)
         where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
@@ -283,6 +291,10 @@ def build_app(runtime: Any) -> Litestar:
         return Caller(org=row.org, token=row.name, app_names=row.app_names)
 
     def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        for key in ("org", "app", "token_name", "executor_id"):
+            value = connection.path_params.get(key)
+            if isinstance(value, str) and ("\x00" in value or len(value) > 512):
+                raise NotFoundException(f"no such {key.replace('_', ' ')}: it is not a valid name")
         connection.state.caller = caller_for(connection)
 
     def app_row(org: str, app: str) -> apps_view.AppRow:
@@ -376,9 +388,12 @@ def build_app(runtime: Any) -> Litestar:
         org: str,
         app: str | None = None,
         executor_id: str | None = Parameter(query="executorId", default=None, required=False),
-        after: int | None = Parameter(query="after", default=None, required=False, ge=0),
+        after: int | None = Parameter(query="after", default=None, required=False, ge=0, le=2**63 - 1),
         limit: int = Parameter(query="limit", default=100, ge=1, le=1000),
     ) -> list[AuditEntry]:
+        for name, value in (("app", app), ("executorId", executor_id)):
+            if value is not None and "\x00" in value:
+                raise InvalidSetting(name, "must not contain NUL characters")
         return [AuditEntry(seq=a.seq, at=units.rfc3339(a.at) or "", org=a.org, app=a.app, executor_id=a.executor_id,
                            action=a.action, detail=a.detail)
                 for a in audit_view.query(db, org=org, app=app, executor_id=executor_id, after=after, limit=limit)]
@@ -417,6 +432,7 @@ def build_app(runtime: Any) -> Litestar:
             IllegalTransition: _conflict,
             DomainError: _conflict,
             HTTPException: _http,
+            RecursionError: _too_deep,
             Exception: _internal,
         },
         openapi_config=OpenAPIConfig(

@@ -42,3 +42,32 @@ def protocol_class(close_timeout: float) -> type[WebSocketProtocol]:
             return message
 
     return RelayWebSocketProtocol
+
+
+def http_protocol_class(request_timeout: float) -> type:
+    """uvicorn's h11 protocol with a deadline for the first request.
+
+    uvicorn starts its keep-alive timer only after a response; a client that
+    opens a connection and never completes its request (or its WebSocket
+    upgrade) would hold a file descriptor forever. Here such a connection is
+    closed ``request_timeout`` seconds after it was made.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class RelayH11Protocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._first_request_deadline = self.loop.call_later(request_timeout, self._drop_if_idle)
+
+        def _drop_if_idle(self) -> None:
+            upgraded = self.transport.get_protocol() is not self
+            if not upgraded and self.cycle is None and not self.transport.is_closing():
+                self.logger.info("%s:%d - closed: no complete request within %gs",
+                                 *(self.client or ("?", 0)), request_timeout)
+                self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._first_request_deadline.cancel()
+            super().connection_lost(exc)
+
+    return RelayH11Protocol

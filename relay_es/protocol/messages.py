@@ -151,8 +151,14 @@ def encode(message: msgspec.Struct) -> str:
 def decode_envelope(data: str | bytes) -> Envelope:
     """Raises ``msgspec.DecodeError`` (a ``ValueError``) on anything but a JSON
     object with string ``type`` and ``request_id``."""
-    return _envelope.decode(data)
+    try:
+        return _envelope.decode(data)
+    except RecursionError:  # msgspec recurses; a hostile frame nests 10,000 deep
+        raise msgspec.DecodeError("JSON is nested too deeply") from None
 
 
 def decode_response(data: str | bytes, cls: type[Response]) -> Response:
-    return msgspec.json.decode(data, type=cls)
+    try:
+        return msgspec.json.decode(data, type=cls)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON is nested too deeply") from None

@@ -116,7 +116,9 @@ def check_store(store_url: str) -> Report:
                 if not page:
                     break
                 for a in page:
-                    if a.executor_id is not None and a.app is not None:
+                    # protocol.violation entries name an executor but are not its transitions
+                    if a.executor_id is not None and a.app is not None and \
+                            a.action.split(".")[0] in ("executor", "recovery"):
                         audit_by_executor.setdefault((a.org, a.app, a.executor_id), []).append(a.action)
                 after = page[-1].seq
         for sid, key in streams.items():

@@ -1,0 +1,120 @@
+"""``python -m bench [--quick] [--only SECTION ...]``: run the benchmarks, write the report.
+
+A full run writes ``docs/benchmarks.md``; a quick (smoke) run writes
+``bench/results/quick/benchmarks.md`` unless ``--out`` says otherwise. Each
+section's raw figures are kept as JSON in ``bench/results/<mode>/``, so
+``--only`` re-runs one section and re-renders the report with the others as
+they were (each section says when it was measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, Postgres, log, machine, raise_fd_limit
+
+SECTIONS = {
+    "connections": "bench.s1_connections",
+    "throughput": "bench.s2_throughput",
+    "detection": "bench.s3_detection",
+    "reconnect": "bench.s4_reconnect",
+    "replay": "bench.s5_replay",
+    "e2e": "bench.s6_e2e",
+}
+ALIASES = {str(i + 1): name for i, name in enumerate(SECTIONS)}
+NEEDS_PG = {"throughput", "replay", "e2e", "detection", "reconnect"}
+
+
+class Context:
+    def __init__(self, quick: bool, scale: float, stores: list[str]) -> None:
+        self.quick = quick
+        self.scale = scale
+        self.stores = stores
+        self._pg: Postgres | None = None
+
+    @property
+    def pg(self) -> Postgres:
+        if self._pg is None:
+            log("starting a throwaway Postgres cluster")
+            self._pg = Postgres()
+        return self._pg
+
+    def sizes(self, section: str, *, quick: list[int], full: list[int]) -> list[int]:
+        base = quick if self.quick else full
+        return [max(1, int(n * self.scale)) for n in base]
+
+    def n(self, quick: int, full: int) -> int:
+        return max(1, int((quick if self.quick else full) * self.scale))
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run with small numbers")
+    p.add_argument("--only", action="append", metavar="SECTION",
+                   help=f"run only this section (repeatable): {', '.join(SECTIONS)} or 1-6")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every count by this (e.g. 0.5)")
+    p.add_argument("--stores", default="sqlite,postgres",
+                   help="stores for the sections that run on both (default sqlite,postgres)")
+    p.add_argument("--out", help="where to write the report (default: docs/benchmarks.md for a full run, "
+                                 "bench/results/quick/benchmarks.md for --quick)")
+    args = p.parse_args(argv)
+
+    chosen = []
+    for s in args.only or list(SECTIONS):
+        name = ALIASES.get(s, s)
+        if name not in SECTIONS:
+            p.error(f"unknown section {s!r}: choose from {', '.join(SECTIONS)} or 1-6")
+        chosen.append(name)
+    mode = "quick" if args.quick else "full"
+    if args.scale != 1.0:
+        mode += f"-x{args.scale:g}"
+    results_dir = ROOT / "bench" / "results" / mode
+    results_dir.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else (ROOT / "docs" / "benchmarks.md" if mode == "full"
+                                           else results_dir / "benchmarks.md")
+    raise_fd_limit()
+    os.environ.setdefault("NO_PROXY", "*")
+    ctx = Context(args.quick, args.scale, [s.strip() for s in args.stores.split(",") if s.strip()])
+    (results_dir / "machine.json").write_text(json.dumps(machine(), indent=2))
+    started = time.monotonic()
+    try:
+        for name in chosen:
+            log(f"section {name}: starting ({mode})")
+            t0 = time.monotonic()
+            load_before = open("/proc/loadavg").read().split()[:3]
+            try:
+                result = importlib.import_module(SECTIONS[name]).run(ctx)
+            except Exception:
+                traceback.print_exc()
+                result = {"error": traceback.format_exc()}
+            took = time.monotonic() - t0
+            doc = {"section": name, "mode": mode, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                   "took_s": took, "loadavg_before": " ".join(load_before),
+                   "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3]), "result": result}
+            if ctx._pg is not None:
+                doc["postgres_settings"] = ctx._pg.settings
+            (results_dir / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str))
+            log(f"section {name}: done in {took:.0f}s")
+            from bench.report import render
+
+            out.write_text(render(results_dir, list(SECTIONS)))
+    finally:
+        ctx.close()
+    log(f"all done in {time.monotonic() - started:.0f}s; report: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,473 @@
+"""Shared plumbing of the benchmarks: the machine, /proc readings, Postgres,
+Relay as a process, the client fleets, and polling the store.
+
+Nothing here asserts anything: every helper measures and returns numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def raise_fd_limit(n: int = 200_000) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(n, soft), max(n, hard)))
+    except (ValueError, PermissionError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+# ------------------------------------------------------------------ /proc
+def rss_bytes(pid: int) -> int:
+    """VmRSS of a process, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def threads_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+class CpuMeter:
+    """CPU seconds of some processes between start() and stop()."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.t0 = 0.0
+        self.c0: dict[str, float] = {}
+
+    def start(self) -> "CpuMeter":
+        self.t0 = time.monotonic()
+        self.c0 = {k: _cpu_or_zero(p) for k, p in self.pids.items()}
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        wall = time.monotonic() - self.t0
+        out: dict[str, Any] = {"wall_s": wall}
+        for k, p in self.pids.items():
+            used = _cpu_or_zero(p) - self.c0[k]
+            out[k] = {"cpu_s": used, "cores": used / wall if wall > 0 else 0.0}
+        return out
+
+
+def _cpu_or_zero(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+
+
+# ----------------------------------------------------------------- machine
+def machine() -> dict[str, Any]:
+    model = "?"
+    mhz = None
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model == "?":
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("cpu MHz") and mhz is None:
+                mhz = float(line.split(":", 1)[1])
+    except OSError:
+        pass
+    mem_kb = 0
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    pg = "?"
+    pgbin = pg_bin()
+    if pgbin:
+        try:
+            pg = subprocess.run([f"{pgbin}/postgres", "--version"], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            pass
+    versions: dict[str, str] = {}
+    from importlib import metadata
+
+    for pkg in ("eventsourcing", "websockets", "uvicorn", "litestar", "psycopg", "msgspec"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = "-"
+    commit = "?"
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "?"
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "relay_es"], capture_output=True,
+                               text=True).stdout.strip()
+        if dirty:
+            commit += " (+ uncommitted changes in relay_es/)"
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "cpu_model": model,
+        "cpu_mhz": mhz,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "postgres": pg,
+        "sqlite": sqlite3.sqlite_version,
+        "packages": versions,
+        "commit": commit,
+    }
+
+
+# ---------------------------------------------------------------- postgres
+def pg_bin() -> str | None:
+    env = os.environ.get("RELAY_TEST_PGBIN")
+    if env:
+        return env
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return str(found[-1].parent) if found else None
+
+
+class Postgres:
+    """A throwaway cluster (tests.fault.pg.PgCluster: fsync=off, max_connections=200)."""
+
+    def __init__(self) -> None:
+        from tests.fault.pg import PgCluster
+
+        self.cluster = PgCluster()
+        self.admin_url = self.cluster.url
+        self.settings = self._settings()
+
+    def _settings(self) -> dict[str, str]:
+        import psycopg
+
+        out = {}
+        with psycopg.connect(self.admin_url, autocommit=True) as c:
+            for k in ("fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "max_connections"):
+                out[k] = c.execute(f"SHOW {k}").fetchone()[0]
+        return out
+
+    def create_db(self, prefix: str = "bench") -> str:
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(self.admin_url, autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        return self.admin_url.rsplit("/", 1)[0] + "/" + name
+
+    def drop_db(self, url: str) -> None:
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def close(self) -> None:
+        self.cluster.destroy()
+
+
+# --------------------------------------------------------------- the store
+class StoreReader:
+    """Reads the event log's head and the projections' positions directly."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pg = url.startswith("postgres")
+        self._conn: Any = None
+        self._events_table: str | None = None
+
+    def _c(self) -> Any:
+        if self._conn is None:
+            if self.pg:
+                import psycopg
+
+                self._conn = psycopg.connect(self.url, autocommit=True)
+            else:
+                path = self.url[len("sqlite:///"):]
+                self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, isolation_level=None)
+        return self._conn
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        c = self._c()
+        if self.pg:
+            return c.execute(sql.replace("?", "%s"), params).fetchall()
+        return c.execute(sql, params).fetchall()
+
+    def events_table(self) -> str | None:
+        if self._events_table is None:
+            if self.pg:
+                names = {r[0] for r in self.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+            else:
+                names = {r[0] for r in self.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for t in ("relay_events", "stored_events"):
+                if t in names:
+                    self._events_table = t
+                    break
+        return self._events_table
+
+    def head(self) -> int:
+        t = self.events_table()
+        if t is None:
+            return 0
+        col = "notification_id" if self.pg else "rowid"
+        r = self.query(f"SELECT MAX({col}) FROM {t}")
+        return int(r[0][0] or 0)
+
+    def positions(self) -> dict[str, int]:
+        try:
+            return {n: int(p) for n, p in self.query("SELECT name, position FROM relay_tracking")}
+        except Exception:
+            self.reset()
+            return {}
+
+    def projected(self) -> int:
+        ps = self.positions()
+        return min(ps.values()) if ps else 0
+
+    def count_status(self, app: str, status: str, owner: str | None = None) -> int:
+        sql = "SELECT count(*) FROM relay_executors WHERE app = ? AND status = ?"
+        params: tuple[Any, ...] = (app, status)
+        if owner is not None:
+            sql += " AND owner = ?"
+            params += (owner,)
+        try:
+            return int(self.query(sql, params)[0][0])
+        except Exception:
+            self.reset()
+            return 0
+
+    def reset(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+        self._conn = None
+
+    close = reset
+
+
+class Poller(threading.Thread):
+    """Samples (t, head, projected) every ``interval`` seconds."""
+
+    def __init__(self, url: str, interval: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.reader = StoreReader(url)
+        self.interval = interval
+        self.samples: list[tuple[float, int, int]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self.samples.append((time.monotonic(), self.reader.head(), self.reader.projected()))
+            except Exception:
+                self.reader.reset()
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+        self.reader.close()
+
+    def latest(self) -> tuple[float, int, int]:
+        return self.samples[-1] if self.samples else (time.monotonic(), 0, 0)
+
+
+def active_rate(samples: list[tuple[float, int]], base: int, target: int) -> dict[str, Any]:
+    """Rate of a counter going from ``base`` to ``target``: over the window
+    from the last sample at ``base`` to the first sample at ``target``."""
+    t_start = None
+    t_end = None
+    for t, v in samples:
+        if v <= base:
+            t_start = t
+        if v >= target and t_end is None:
+            t_end = t
+    if t_start is None and samples:
+        t_start = samples[0][0]
+    n = target - base
+    if t_end is None or t_start is None or t_end <= t_start:
+        return {"count": n, "seconds": None, "per_s": None, "t_start": t_start, "t_end": t_end}
+    return {"count": n, "seconds": t_end - t_start, "per_s": n / (t_end - t_start), "t_start": t_start, "t_end": t_end}
+
+
+# ------------------------------------------------------------------- relay
+def relay_server(workdir: Path, store_url: str, *, port: int | None = None, env: dict[str, str] | None = None,
+                 args: list[str] | None = None, wait: bool = True) -> Any:
+    from tests.server import RelayServer
+
+    srv = RelayServer(workdir, port=port, args=["--database-url", store_url, "--log-level", "WARNING", *(args or [])],
+                      env=env)
+    srv.bench_started = time.monotonic()  # type: ignore[attr-defined]
+    srv.start(wait=wait)
+    return srv
+
+
+def past_settle(srv: Any, settle: float = 5.0, margin: float = 1.0) -> None:
+    """Waits until Relay has been up longer than its restart settle window
+    (RELAY_RESTART_SETTLE_SECS, 5 s): until then no deadline is enforced."""
+    left = srv.bench_started + settle + margin - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------ fleets
+class Fleet:
+    """A client process (``python -m bench.clients``) holding many sockets.
+
+    Commands go in as JSON lines on stdin; each answer is one JSON line.
+    """
+
+    def __init__(self, name: str = "fleet") -> None:
+        self.name = name
+        self.proc = subprocess.Popen([PY, "-m", "bench.clients"], cwd=ROOT, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        self._lock = threading.Lock()
+        self._err: list[str] = []
+        threading.Thread(target=self._drain_err, daemon=True).start()
+
+    def _drain_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._err.append(line)
+            if len(self._err) > 200:
+                del self._err[:100]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def call(self, cmd: str, timeout: float = 600, **kw: Any) -> dict[str, Any]:
+        with self._lock:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name}: client process ended:\n{''.join(self._err[-30:])}")
+        out = json.loads(line)
+        if out.get("error"):
+            raise RuntimeError(f"{self.name}: {out['error']}")
+        return out
+
+    def send(self, cmd: str, **kw: Any) -> None:
+        """Fire a command whose answer is collected later with :meth:`reply`."""
+        assert self.proc.stdin is not None
+        self._lock.acquire()
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
+        self.proc.stdin.flush()
+
+    def reply(self) -> dict[str, Any]:
+        try:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()
+        finally:
+            self._lock.release()
+        if not line:
+            raise RuntimeError(f"{self.name}: client process ended:\n{''.join(self._err[-30:])}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(15)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def fleets_call(fleets: list[Fleet], cmd: str, per_fleet: list[dict[str, Any]] | None = None,
+                **kw: Any) -> list[dict[str, Any]]:
+    """The same command to every fleet at once; their answers in order."""
+    for i, f in enumerate(fleets):
+        extra = per_fleet[i] if per_fleet else {}
+        f.send(cmd, **kw, **extra)
+    return [f.reply() for f in fleets]
+
+
+def split(n: int, parts: int) -> list[int]:
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    k = (len(v) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+@dataclass
+class Workdir:
+    path: Path
+
+    @classmethod
+    def make(cls, prefix: str) -> "Workdir":
+        return cls(Path(tempfile.mkdtemp(prefix=f"relay-bench-{prefix}.")))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def stop_proc(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGTERM) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

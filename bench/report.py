@@ -1,0 +1,342 @@
+"""Renders ``docs/benchmarks.md`` from the JSON results of the sections."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+KIB = 1024.0
+
+
+def f0(v: Any) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def f1(v: Any) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def f2(v: Any) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def f3(v: Any) -> str:
+    return "-" if v is None else f"{v:,.3f}"
+
+
+def ratio(a: Any, b: Any) -> float | None:
+    if a is None or b in (None, 0):
+        return None
+    return a / b
+
+
+def yes(ok: bool | None) -> str:
+    return "**met**" if ok else ("n/a" if ok is None else "**missed**")
+
+
+def table(head: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def load(results_dir: Path, name: str) -> dict[str, Any] | None:
+    p = results_dir / f"{name}.json"
+    if not p.exists():
+        return None
+    return json.loads(p.read_text())
+
+
+def profile_lines(top: list[dict[str, Any]], n: int = 10) -> str:
+    cum = [r for r in top if not r.get("self_top")][:n]
+    selfs = [r for r in top if r.get("self_top")][:6]
+    rows = [[f"`{r['function']}`", f0(r["calls"]), f"{100 * r['cum_share']:.0f}%"] for r in cum]
+    s = table(["function (by cumulative time)", "calls", "share of profiled time"], rows)
+    s += "\n\nMost time spent *in* (self time): " + ", ".join(
+        f"`{r['function']}` {100 * r['self_share']:.0f}%" for r in selfs) + "."
+    return s
+
+
+# ------------------------------------------------------------------ sections
+def s1(d: dict[str, Any], goals: list[list[Any]]) -> str:
+    r = d["result"]
+    rows = r["rows"]
+    by = {(x["kind"], x["n"]): x for x in rows}
+    out = ["Each N on a fresh server: one warm-up client in and out, the idle reading, then N clients "
+           "connect (Relay: every executor registered and projected); after 2 s a "
+           f"{r['window_s']:g} s window with everyone connected. Per connection = (VmRSS at the end of the window "
+           "- VmRSS idle) / N. CPU = the server process's utime+stime over the window (`/proc/<pid>/stat`). "
+           "Clients run in 1-2 separate processes, ping every 20 s and offer permessage-deflate like the SDK.", ""]
+    t = []
+    for n in r["sizes"]:
+        b, x = by.get(("websockets", n)), by.get(("relay", n))
+        if not b or not x:
+            continue
+        rt = ratio(x["per_conn_bytes"], b["per_conn_bytes"])
+        ok = rt is not None and rt <= 2.0
+        t.append([f0(n), f1(b["per_conn_bytes"] / KIB), f1(x["per_conn_bytes"] / KIB), f"{rt:.2f}x" if rt else "-",
+                  f1(b["rss_idle"] / 2**20), f1(x["rss_idle"] / 2**20), f1(x["rss_end"] / 2**20),
+                  f"{f2(b['cpu_s'])} / {f2(x['cpu_s'])}", f"{f2(b['idle_cpu_s'])} / {f2(x['idle_cpu_s'])}",
+                  f"{x['registered']}/{n}, {x['open_at_end']} open"])
+        goals.append([f"1. memory per connection, N={n:,}", f"{f1(x['per_conn_bytes'] / KIB)} KiB",
+                      f"bare websockets {f1(b['per_conn_bytes'] / KIB)} KiB", f"{rt:.2f}x" if rt else "-", "<= 2x",
+                      yes(ok) + ("" if ok or rt is None else f" by {(rt - 2) / 2 * 100:.0f}% (needs {f1(2 * b['per_conn_bytes'] / KIB)} KiB)")])
+    out.append(table(["N", "bare KiB/conn", "Relay KiB/conn", "Relay / bare", "bare idle MiB", "Relay idle MiB",
+                      "Relay MiB with N", f"CPU s in {r['window_s']:g} s (bare / Relay)",
+                      "CPU s idle, no clients (bare / Relay)", "Relay registered"], t))
+    dec = r.get("decomposition") or []
+    if dec:
+        n = r["decomposition_n"]
+        base = by.get(("websockets", n))
+        rel = by.get(("relay", n))
+        names = {
+            "websockets": "bare `websockets` (baseline): deflate with the library's low-memory defaults",
+            "ws-nodeflate": "bare `websockets`, no compression",
+            "ws-uvdeflate": "bare `websockets` with uvicorn's deflate settings (15-bit window, memLevel 8)",
+            "uvicorn": "uvicorn exactly as `relay serve` sets it up, around an app that only accepts",
+            "uvicorn-lowmem": "the same uvicorn, deflate switched to the `websockets` defaults (proposed change)",
+            "relay": "Relay",
+        }
+        drows = []
+        for x in ([base] if base else []) + dec + ([rel] if rel else []):
+            drows.append([names.get(x["kind"], x["kind"]), f1(x["per_conn_bytes"] / KIB),
+                          f"{ratio(x['per_conn_bytes'], base['per_conn_bytes']):.2f}x" if base else "-"])
+        out += ["", f"**Where Relay's memory per connection goes** (N = {n:,}, same clients, same run):", "",
+                table(["server", "KiB/conn", "vs baseline"], drows)]
+        dk = {x["kind"]: x["per_conn_bytes"] / KIB for x in dec}
+        if base and rel and "uvicorn" in dk and "ws-uvdeflate" in dk:
+            b0 = base["per_conn_bytes"] / KIB
+            rl = rel["per_conn_bytes"] / KIB
+            out += ["", "Reading it: of Relay's "
+                    f"{rl:.0f} KiB, about {dk['ws-uvdeflate'] - b0:.0f} KiB come from uvicorn negotiating "
+                    "permessage-deflate with zlib's default 15-bit window and memLevel 8 "
+                    "(`ServerPerMessageDeflateFactory()`, not configurable through uvicorn) where `websockets` "
+                    f"uses a 12-bit window and memLevel 5; about {dk['uvicorn'] - dk['ws-uvdeflate']:.0f} KiB are "
+                    "uvicorn's legacy `websockets` protocol itself; about "
+                    f"{rl - dk['uvicorn']:.0f} KiB are Relay's own (hub `Connection`, `Session`, the ASGI "
+                    "receive/handshake tasks, the process manager's row)."
+                    + (f" With the deflate settings changed, the uvicorn stack alone holds {dk['uvicorn-lowmem']:.0f} "
+                       f"KiB, so Relay would be near {rl - dk['uvicorn'] + dk['uvicorn-lowmem']:.0f} KiB = "
+                       f"{(rl - dk['uvicorn'] + dk['uvicorn-lowmem']) / b0:.2f}x the baseline."
+                       if "uvicorn-lowmem" in dk else "")]
+    return "\n".join(out)
+
+
+def s2(d: dict[str, Any], goals: list[list[Any]]) -> str:
+    r = d["result"]
+    out = [f"{r['n']:,} simulated executors per storm, in two client processes. Storms: all connect at once (new "
+           "executors: Registered + Connected), all drop at once with no close frame (Disconnected), all "
+           "reconnect at once within the grace (Connected). Rates: the storm's events over the time the counter "
+           "took to go from its value before to its value after (sampled every 20 ms from the store: "
+           "`max(notification_id)` of the events table, `min(position)` of `relay_tracking`). Baseline: raw "
+           "single-row inserts, one commit each, one connection, into a table of the same shape in the same "
+           "database (Postgres: psycopg autocommit; SQLite: sqlite3 `BEGIN; INSERT; COMMIT`, WAL, the recorder's "
+           "`synchronous`), state column the mean size of the storm's events.", ""]
+    for s in r["stores"]:
+        raw = s["raw"]["per_s"]
+        rows = []
+        for st in s["storms"]:
+            a, p = st["append"]["per_s"], st["project"]["per_s"]
+            rows.append([st["storm"], f0(st["events"]), f0(a), f"{100 * ratio(a, raw):.0f}%" if a else "-", f0(p),
+                         f"{100 * ratio(p, raw):.0f}%" if p else "-", f2(st["storm_to_projected_s"]),
+                         f2(st["server_cores"]), f2(st["clients_cores"])])
+            for what, v in (("appended", a), ("projected", p)):
+                rt = ratio(v, raw)
+                goals.append([f"2. events {what}/s, {s['store']}, {st['storm']}", f0(v),
+                              f"raw single-row inserts {f0(raw)}/s", f"{100 * rt:.0f}%" if rt else "-", ">= 50%",
+                              yes(rt is not None and rt >= 0.5) + ("" if rt is None or rt >= 0.5 else
+                                                                  f" by {50 - 100 * rt:.0f} points")])
+        out += [f"**{s['store']}** (raw single-row inserts: {f0(raw)} rows/s over {f0(s['raw']['rows'])} rows, "
+                f"{s['raw']['state_bytes']} B state)", "",
+                table(["storm", "events", "appended/s", "vs raw", "projected/s", "vs raw", "storm to all projected s",
+                       "Relay CPU (cores)", "clients CPU (cores)"], rows), ""]
+        ss = s["single_saves"]
+        g = ss.get("grouped")
+        out += [f"In-process, one command per save (the unit a storm is made of): connect "
+                f"{f0(ss['connect_saves_per_s'])} saves/s = {f0(ss['connect_events_per_s'])} events/s, disconnect "
+                f"{f0(ss['disconnect_saves_per_s'])} saves/s; {f2(ss['ms_per_save'])} ms per save, i.e. "
+                f"{f0(ss['disconnect_saves_per_s'])} / {f0(raw)} = "
+                f"{100 * ratio(ss['disconnect_saves_per_s'], raw):.0f}% of a raw insert+commit." +
+                (f" Grouped ({g['group']} commands per `Relay.execute`): connect {f0(g['connect_events_per_s'])} "
+                 f"events/s, disconnect {f0(g['disconnect_events_per_s'])} events/s."
+                 if g and "error" not in g else "") , "",
+                "<details><summary>profile of single saves (" + s["store"] + ")</summary>", "",
+                profile_lines(ss["profile"]), "", "</details>", ""]
+    return "\n".join(out)
+
+
+def s3(d: dict[str, Any], goals: list[list[Any]]) -> str:
+    r = d["result"]
+    out = [f"{r['n']:,} executors and one survivor (same app and version) connected; `executorTimeoutSecs` = "
+           f"{r['stores'][0]['grace_s'] if r['stores'] else '?'} s; the {r['n']:,} dropped at once (no close frame). "
+           "Figures from the audit log (REST, millisecond timestamps) and the survivor's receive times.", ""]
+    rows = []
+    for s in r["stores"]:
+        def line(label: str, k: str) -> list[Any]:
+            v = s[k]
+            return [s["store"], label, f0(v["n"]), f0(v["p50"]), f0(v["p99"]), f0(v["max"])]
+
+        rows += [line("Disconnected `at` - the drop", "detect_ms"),
+                 line("**DeclaredDead `at` - deadline (lateness)**", "lateness_ms"),
+                 line("RecoveryDispatched `at` - DeclaredDead `at`", "dispatch_after_death_ms"),
+                 line("survivor got `exist_pending_workflows` - DeclaredDead `at`", "frame_after_death_ms"),
+                 line("RecoveryConfirmed `at` - DeclaredDead `at`", "confirm_after_death_ms"),
+                 line("survivor got the frame - (drop + grace)", "frame_after_drop_plus_grace_ms")]
+        p99 = s["lateness_ms"]["p99"]
+        goals.append([f"3. DeclaredDead lateness p99, {s['store']}, {s['n']:,} at once", f"{f0(p99)} ms",
+                      f"p50 {f0(s['lateness_ms']['p50'])} ms, max {f0(s['lateness_ms']['max'])} ms", "-",
+                      "< 250 ms", yes(p99 is not None and p99 < 250) +
+                      ("" if p99 is None or p99 < 250 else f" by {p99 - 250:.0f} ms")])
+    out.append(table(["store", "interval", "n", "p50 ms", "p99 ms", "max ms"], rows))
+    out += ["", "All recovered and deleted: " + ", ".join(
+        f"{s['store']} {'yes' if s['all_recovered'] else 'NO'} ({f1(s['drop_to_all_deleted_s'])} s after the drop)"
+        for s in r["stores"]) + "."]
+    return "\n".join(out)
+
+
+def s4(d: dict[str, Any], goals: list[list[Any]]) -> str:
+    r = d["result"]
+    rows = []
+    for s in r["stores"]:
+        cr = s.get("client_registered_after_kill_s") or {}
+        rows.append([s["store"], f0(s["n"]), f2(s["restart_to_healthz_s"]),
+                     f"{f2(cr.get('p50'))} / {f2(cr.get('p99'))} / {f2(cr.get('max'))}",
+                     f2(s["kill_to_all_healthy_s"]), f2(s["restart_to_all_healthy_s"]),
+                     f2(s.get("server_cores_until_all_healthy")), f2(s.get("clients_cores_until_all_healthy")),
+                     f"{s['healthy_after_grace']:,}", s["false_deaths"], s["relay_restarted_disconnects"]])
+        goals.append([f"4. false deaths after SIGKILL + restart, {s['store']}, {s['n']:,} clients",
+                      str(s["false_deaths"]), f"all HEALTHY {f2(s['kill_to_all_healthy_s'])} s after the kill", "-",
+                      "none", yes(s["false_deaths"] == 0 and s["kill_to_all_healthy_s"] is not None)])
+    grace = r["stores"][0]["grace_s"] if r["stores"] else "?"
+    settle = r["stores"][0]["settle_s"] if r["stores"] else "?"
+    return "\n".join([
+        f"{r['n']:,} clients that retry every second; `executorTimeoutSecs` = {grace} s, "
+        f"`RELAY_RESTART_SETTLE_SECS` = {settle} s. Relay SIGKILLed, started again at once on the same port and "
+        "store. HEALTHY = a read-model row owned by the new instance. Deaths counted after settle + grace + 3 s.", "",
+        table(["store", "clients", "restart to /healthz s", "clients re-registered, s after kill (p50 / p99 / max)",
+               "kill to all HEALTHY in the read model s", "restart to all HEALTHY s", "Relay CPU (cores)",
+               "clients CPU (cores)", "HEALTHY after the grace", "false deaths", "Disconnected(relay_restarted)"],
+              rows)])
+
+
+def s5(d: dict[str, Any], goals: list[list[Any]]) -> str:
+    r = d["result"]
+    rows = []
+    prof = []
+    for s in r["stores"]:
+        g, raw, reb = s["generate"], s["raw"], s["rebuild"]
+        rt = ratio(reb["per_s"], raw["per_s"])
+        net = None
+        if reb["events"] and reb["seconds"] > s["startup_s"]:
+            net = reb["events"] / (reb["seconds"] - s["startup_s"])
+        rows.append([s["store"], f0(g["events"]), f"{f1(g['seconds'])} s ({f0(g['per_s'])}/s, {g['saves']} saves)",
+                     f"{f1(reb['seconds'])} s", f0(reb["per_s"]), f0(net), f0(raw["per_s"]), f0(s["raw_again"]["per_s"]),
+                     f"{100 * rt:.1f}%" if rt else "-"])
+        goals.append([f"5. projections rebuild, {s['store']}, {f0(g['events'])} events", f"{f0(reb['per_s'])} events/s",
+                      f"raw scan + json.loads {f0(raw['per_s'])}/s", f"{100 * rt:.1f}%" if rt else "-", ">= 25%",
+                      yes(rt is not None and rt >= 0.25) + ("" if rt is None or rt >= 0.25 else
+                                                           f" by {25 - 100 * rt:.1f} points (needs {f0(raw['per_s'] / 4)}/s)")])
+        pr = s["profile"]
+        prof += [f"<details><summary>profile of the rebuild's first {f0(pr['events'])} events ({s['store']}, "
+                 f"{f0(pr['events'] / pr['seconds_profiled'])} events/s under the profiler)</summary>", "",
+                 profile_lines(pr["top"], 14), "", "</details>", ""]
+    return "\n".join([
+        "Events generated in-process with `relay_es.service.Relay` and batched saves (500 executors per save): "
+        "each executor Registered, Connected, 47 x (Disconnected, Connected), then Disconnected, DeclaredDead, "
+        "RecoveryDispatched, RecoveryConfirmed, Deleted; 10 applications. `relay projections rebuild "
+        "--database-url ...` timed as a process (its interpreter start and imports included; the column "
+        "'without start-up' subtracts the time to import Relay). Raw: one query over the whole table in "
+        "notification order, `json.loads` of every state (Postgres: a server-side cursor, 10,000 rows a fetch).",
+        "", table(["store", "events", "generated in", "rebuild", "rebuild events/s", "without start-up",
+                   "raw scan events/s", "raw, second time", "rebuild / raw"], rows), "", *prof])
+
+
+def s6(d: dict[str, Any], goals: list[list[Any]]) -> str:
+    r = d["result"]
+    rows = [[x["repeat"], f3(x["kill_to_disconnected_s"]), f3(x["kill_to_declared_dead_s"]),
+             f3(x["kill_to_dispatched_s"]), f3(x["kill_to_confirmed_s"]), f3(x["kill_to_peer_step_s"]),
+             f3(x["minus_grace_s"])] for x in r["rows"]]
+    med, mx = r["median_s"], r["max_s"]
+    goals.append([f"6. kill to workflows running on the peer, minus grace ({r['repeats']} runs)",
+                  f"median {f3(med)} s, max {f3(mx)} s", f"grace {r['grace_s']} s", "-", "< 1 s",
+                  yes(mx is not None and mx < 1.0) if mx is not None and (mx < 1.0 or med >= 1.0) else
+                  "**met by the median, missed by the max**"])
+    return "\n".join([
+        f"Real `dbos==3.2.0` executors (`tests/e2e/harness.py`, `scene.py`), Relay on SQLite, DBOS system database "
+        f"on the bench's Postgres, grace {r['grace_s']} s. Per run a fresh executor A starts 3 workflows (40 steps "
+        "of 0.25 s) and is SIGKILLed once each has run step 2; B is the peer. 'First peer step' = the earliest "
+        "`step_runs.ran_at` written by B for one of A's workflows. Stages from A's audit entries (ms resolution), "
+        "all in seconds after the kill.", "",
+        table(["run", "Disconnected", "DeclaredDead", "RecoveryDispatched", "RecoveryConfirmed", "first peer step",
+               "minus grace"], rows), "",
+        f"Median {f3(med)} s, max {f3(mx)} s after the grace."])
+
+
+RENDER = {"connections": ("1. Connections held", s1), "throughput": ("2. Transition throughput", s2),
+          "detection": ("3. Detection accuracy", s3), "reconnect": ("4. Reconnect storm", s4),
+          "replay": ("5. Replay", s5), "e2e": ("6. End to end with real DBOS executors", s6)}
+
+
+def render(results_dir: Path, sections: list[str]) -> str:
+    mpath = results_dir / "machine.json"
+    m = json.loads(mpath.read_text()) if mpath.exists() else {}
+    goals: list[list[Any]] = []
+    body: list[str] = []
+    modes = set()
+    pg_settings = None
+    for name in sections:
+        d = load(results_dir, name)
+        title, fn = RENDER[name]
+        if d is None:
+            body += [f"## {title}", "", "_Not run._", ""]
+            continue
+        modes.add(d["mode"])
+        pg_settings = d.get("postgres_settings") or pg_settings
+        body += [f"## {title}", "", f"_Measured {d['measured_at']} ({d['mode']} mode, {d['took_s']:.0f} s; load "
+                                     f"average before: {d.get('loadavg_before', '?')})._", ""]
+        if "error" in d["result"]:
+            body += ["The section failed:", "", "```", d["result"]["error"][-3000:], "```", ""]
+            continue
+        try:
+            body += [fn(d, goals), ""]
+        except Exception as e:  # a report must still come out
+            body += [f"(could not render: {type(e).__name__}: {e})", ""]
+    pk = m.get("packages", {})
+    head = [
+        "# Relay benchmarks",
+        "",
+        "Written by `bench/run` (" + ", ".join(sorted(modes) or ["?"]) + " mode): every figure below was "
+        "measured on this machine by that command, and every ratio is against a baseline measured in the same "
+        "run. Nothing here is a test assertion. Re-run everything with `bench/run` (about 15 minutes), one "
+        "section with `bench/run --only NAME` (connections, throughput, detection, reconnect, replay, e2e), a "
+        "smoke run with `bench/run --quick` (writes `bench/results/quick/benchmarks.md`). Raw figures: "
+        "`bench/results/<mode>/*.json`.",
+        "",
+        "## Machine",
+        "",
+        table(["", ""], [
+            ["CPU", f"{m.get('cores', '?')} cores, {m.get('cpu_model', '?')}" +
+             (f" ({m['cpu_mhz']:.0f} MHz)" if m.get("cpu_mhz") else "")],
+            ["memory", f"{m.get('memory_gib', '?')} GiB"],
+            ["kernel", m.get("kernel", "?")],
+            ["Python", m.get("python", "?")],
+            ["Postgres", f"{m.get('postgres', '?')}" + (
+                f"; throwaway cluster, " + ", ".join(f"{k}={v}" for k, v in pg_settings.items()) if pg_settings else "")],
+            ["SQLite", m.get("sqlite", "?")],
+            ["packages", ", ".join(f"{k} {v}" for k, v in pk.items())],
+            ["Relay", f"commit {m.get('commit', '?')}"],
+        ]),
+        "",
+        "Servers, client fleets and databases all share the 2 cores: the clients run in their own processes, "
+        "but a storm's figures include the clients' CPU competing with Relay's (both are shown).",
+        "",
+        "## Goals",
+        "",
+        table(["goal", "figure", "baseline (same run)", "ratio", "target", "result"], goals),
+        "",
+    ]
+    return "\n".join(head + body + [ANALYSIS])
+
+
+ANALYSIS = ""

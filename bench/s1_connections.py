@@ -1,0 +1,123 @@
+"""Section 1: connections held.
+
+For each N, a fresh server (Relay on SQLite, or the bare ``websockets``
+baseline) is started, warmed up with one client, measured idle, then N
+simulated executors connect. Memory per connection is
+``(VmRSS with N - VmRSS idle) / N`` of the server process; CPU at rest is the
+server's utime+stime over a window with every client connected.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+from bench.common import (PY, ROOT, CpuMeter, Fleet, StoreReader, Workdir, fleets_call, log, relay_server, rss_bytes,
+                          split, stop_proc, threads_of, wait_until)
+from tests.server import free_port
+
+
+def start_bare(port: int, variant: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([PY, "-m", "bench.bare_server", "--port", str(port), "--variant", variant], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        raise RuntimeError("bare server did not start")
+    import socket
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    wait_until(listening, timeout=20)
+    return proc
+
+
+def measure(kind: str, n: int, window: float, idle_window: float) -> dict[str, Any]:
+    wd = Workdir.make(f"s1-{kind}")
+    port = free_port()
+    srv = None
+    proc = None
+    store = f"sqlite:///{wd.path}/relay.db"
+    fleets: list[Fleet] = []
+    try:
+        if kind == "relay":
+            srv = relay_server(wd.path, store, port=port)
+            pid = srv.proc.pid
+            url = srv.ws
+        else:
+            proc = start_bare(port, kind)
+            pid = proc.pid
+            url = f"ws://127.0.0.1:{port}"
+        hold = kind != "relay"
+        parts = 1 if n <= 1000 else 2
+        fleets = [Fleet(f"s1-{kind}-{i}") for i in range(parts)]
+        # warm-up: one client in and out, so lazy imports and the app's registration are not "per connection"
+        warm = Fleet("warm")
+        warm.call("connect", url=url, app="conn", n=1, hold=hold)
+        warm.close()
+        time.sleep(1.5)
+        cpu_idle = CpuMeter({"server": pid}).start()
+        time.sleep(idle_window)
+        idle_cpu = cpu_idle.stop()
+        rss_idle = rss_bytes(pid)
+        t0 = time.monotonic()
+        answers = fleets_call(fleets, "connect", [{"n": k} for k in split(n, parts)], url=url, app="conn", hold=hold,
+                              open_timeout=120, timeout=600)
+        connect_s = time.monotonic() - t0
+        registered = sum(a["registered"] for a in answers)
+        failed = sum(a["failed"] for a in answers)
+        if kind == "relay":
+            reader = StoreReader(store)
+            wait_until(lambda: reader.count_status("conn", "HEALTHY") >= registered and reader.projected() >= reader.head(),
+                       timeout=300, interval=0.25)
+            reader.close()
+        time.sleep(2.0)
+        rss_start = rss_bytes(pid)
+        meter = CpuMeter({"server": pid, **{f"clients{i}": f.pid for i, f in enumerate(fleets)}}).start()
+        time.sleep(window)
+        cpu = meter.stop()
+        rss_end = rss_bytes(pid)
+        open_now = sum(f.call("status")["open"] for f in fleets)
+        out = {
+            "kind": kind, "n": n, "registered": registered, "failed": failed, "open_at_end": open_now,
+            "connect_s": connect_s, "rss_idle": rss_idle, "rss_start": rss_start, "rss_end": rss_end,
+            "per_conn_bytes": (rss_end - rss_idle) / n, "threads": threads_of(pid),
+            "window_s": cpu["wall_s"], "cpu_s": cpu["server"]["cpu_s"], "cpu_cores": cpu["server"]["cores"],
+            "client_cpu_s": sum(v["cpu_s"] for k, v in cpu.items() if k.startswith("clients")),
+            "idle_window_s": idle_cpu["wall_s"], "idle_cpu_s": idle_cpu["server"]["cpu_s"],
+            "errors": {k: v for a in answers for k, v in a.get("errors", {}).items()},
+        }
+        log(f"s1 {kind} n={n}: {out['per_conn_bytes'] / 1024:.1f} KiB/conn, cpu {out['cpu_s']:.2f}s/"
+            f"{out['window_s']:.0f}s, registered {registered}, failed {failed}, connect {connect_s:.1f}s")
+        return out
+    finally:
+        for f in fleets:
+            f.close()
+        if srv is not None:
+            srv.kill()
+        stop_proc(proc)
+        wd.remove()
+
+
+BASELINE = "websockets"
+VARIANTS = ("ws-nodeflate", "ws-uvdeflate", "uvicorn", "uvicorn-lowmem")
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    sizes = ctx.sizes("connections", quick=[1000], full=[1000, 5000, 10000])
+    window = 6.0 if ctx.quick else 20.0
+    idle_window = 2.0 if ctx.quick else 5.0
+    rows = []
+    for n in sizes:
+        for kind in (BASELINE, "relay"):
+            rows.append(measure(kind, n, window, idle_window))
+    # where the difference comes from: the same clients against servers in between
+    n_dec = sizes[len(sizes) // 2]
+    decomposition = [measure(v, n_dec, 5.0, 2.0) for v in VARIANTS]
+    return {"sizes": sizes, "window_s": window, "rows": rows, "decomposition": decomposition, "decomposition_n": n_dec}

@@ -1,0 +1,127 @@
+"""Section 3: detection accuracy.
+
+N executors and one survivor (same application and version) connect; the
+application's grace is set to 5 s (PATCH executorTimeoutSecs); the N drop at
+once (no close frame, like SIGKILL). From the audit log (REST, paged):
+DeclaredDead's ``at`` against the deadline its Disconnected carried, and the
+recovery dispatch against the death; from the survivor's fleet: when the
+``exist_pending_workflows`` frame for each dead executor arrived.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from bench.common import Fleet, StoreReader, Workdir, fleets_call, log, past_settle, pct, relay_server, split, wait_until
+
+APP = "detect"
+
+
+def ts(s: str) -> float:
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def audit(base: str, app: str, after: int = 0) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        r = httpx.get(base + "/v2/orgs/local/audit-logs", params={"app": app, "after": after, "limit": 1000}, timeout=30)
+        r.raise_for_status()
+        page = r.json()
+        out.extend(page)
+        if len(page) < 1000:
+            return out
+        after = page[-1]["seq"]
+
+
+def stats_ms(values: list[float]) -> dict[str, Any]:
+    ms = [v * 1000 for v in values]
+    return {"n": len(ms), "min": min(ms) if ms else None, "p50": pct(ms, 50), "p99": pct(ms, 99),
+            "max": max(ms) if ms else None}
+
+
+def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
+    wd = Workdir.make(f"s3-{kind}")
+    store = f"sqlite:///{wd.path}/relay.db" if kind == "sqlite" else ctx.pg.create_db("s3")
+    fleets: list[Fleet] = []
+    survivor = None
+    srv = None
+    try:
+        srv = relay_server(wd.path, store)
+        assert httpx.put(srv.http + f"/v2/orgs/local/apps/{APP}", timeout=10).status_code == 204
+        r = httpx.patch(srv.http + f"/v2/orgs/local/apps/{APP}", json={"executorTimeoutSecs": grace}, timeout=10)
+        assert r.status_code == 204, r.text
+        survivor = Fleet("s3-survivor")
+        survivor.call("connect", url=srv.ws, app=APP, n=1, record=True, exist=True)
+        fleets = [Fleet(f"s3-{i}") for i in range(2)]
+        answers = fleets_call(fleets, "connect", [{"n": k} for k in split(n, 2)], url=srv.ws, app=APP,
+                              open_timeout=120, timeout=600)
+        registered = sum(a["registered"] for a in answers)
+        reader = StoreReader(store)
+        wait_until(lambda: reader.count_status(APP, "HEALTHY") >= registered + 1, timeout=120, interval=0.2)
+        time.sleep(1.0)
+        past_settle(srv)
+        t_drop = time.time()
+        fleets_call(fleets, "abort")
+        # every death recovered and deleted, or give up
+        done = wait_until(lambda: reader.count_status(APP, "DELETED") >= registered, timeout=grace + 120, interval=0.2)
+        t_done = time.time()
+        reader.close()
+        entries = audit(srv.http, APP)
+        frames = survivor.call("frames")["frames"]
+        by: dict[str, dict[str, Any]] = {}
+        for e in entries:
+            if e["executorId"]:
+                by.setdefault(e["executorId"], {}).setdefault(e["action"], e)
+        first_frame: dict[str, float] = {}
+        for f in frames:
+            if f["type"] == "exist_pending_workflows" and f["executor_id"] not in first_frame:
+                first_frame[f["executor_id"]] = f["t"]
+        detect, late, dispatch, frame, confirm, e2e = [], [], [], [], [], []
+        for ex, acts in by.items():
+            d = acts.get("executor.disconnected")
+            dead = acts.get("executor.declared_dead")
+            if d is None or dead is None:
+                continue
+            deadline = ts(d["detail"]["deadline"])
+            detect.append(ts(d["at"]) - t_drop)
+            late.append(ts(dead["at"]) - deadline)
+            disp = acts.get("recovery.dispatched")
+            if disp is not None:
+                dispatch.append(ts(disp["at"]) - ts(dead["at"]))
+            if ex in first_frame:
+                frame.append(first_frame[ex] - ts(dead["at"]))
+                e2e.append(first_frame[ex] - (t_drop + grace))
+            conf = acts.get("recovery.confirmed")
+            if conf is not None:
+                confirm.append(ts(conf["at"]) - ts(dead["at"]))
+        out = {
+            "store": kind, "n": n, "registered": registered, "grace_s": grace, "all_recovered": bool(done),
+            "deaths_seen": len(late), "frames_seen": len(frame), "drop_to_all_deleted_s": t_done - t_drop,
+            "detect_ms": stats_ms(detect),                 # Disconnected.at - the drop
+            "lateness_ms": stats_ms(late),                 # DeclaredDead.at - deadline
+            "dispatch_after_death_ms": stats_ms(dispatch),  # RecoveryDispatched.at - DeclaredDead.at
+            "frame_after_death_ms": stats_ms(frame),       # survivor got exist_pending_workflows - DeclaredDead.at
+            "confirm_after_death_ms": stats_ms(confirm),
+            "frame_after_drop_plus_grace_ms": stats_ms(e2e),
+        }
+        log(f"s3 {kind}: lateness p50 {out['lateness_ms']['p50']} p99 {out['lateness_ms']['p99']} max "
+            f"{out['lateness_ms']['max']} ms; dispatch p99 {out['dispatch_after_death_ms']['p99']} ms; "
+            f"frame p99 {out['frame_after_death_ms']['p99']} ms")
+        return out
+    finally:
+        for f in fleets:
+            f.close()
+        if survivor is not None:
+            survivor.close()
+        if srv is not None:
+            srv.kill()
+        wd.remove()
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    n = ctx.n(quick=200, full=1000)
+    return {"n": n, "stores": [one_store(ctx, kind, n, 5) for kind in ctx.stores]}

@@ -1,0 +1,117 @@
+"""Section 4: reconnect storm.
+
+N simulated executors that retry every second (like the SDK) are connected
+and HEALTHY. Relay is SIGKILLed and started again on the same port and store.
+Measured: the time until every executor is HEALTHY again *on the new
+instance* (read model rows with the new instance as owner), from the kill and
+from the restart; and, after the settle window plus the grace plus a margin,
+the false deaths: DeclaredDead recorded for executors that were alive all
+along (every one of them is), and how many got a Disconnected
+(``relay_restarted``) because they were not back by the end of the settle window.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from bench.common import CpuMeter, Fleet, StoreReader, Workdir, fleets_call, log, pct, relay_server, split, wait_until
+from bench.s3_detection import audit
+
+APP = "storm"
+
+
+def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[str, Any]:
+    wd = Workdir.make(f"s4-{kind}")
+    store = f"sqlite:///{wd.path}/relay.db" if kind == "sqlite" else ctx.pg.create_db("s4")
+    fleets: list[Fleet] = []
+    srv = srv2 = None
+    env = {"RELAY_RESTART_SETTLE_SECS": f"{settle:g}"}
+    try:
+        srv = relay_server(wd.path, store, env=env)
+        assert httpx.put(srv.http + f"/v2/orgs/local/apps/{APP}", timeout=10).status_code == 204
+        r = httpx.patch(srv.http + f"/v2/orgs/local/apps/{APP}", json={"executorTimeoutSecs": grace}, timeout=10)
+        assert r.status_code == 204, r.text
+        fleets = [Fleet(f"s4-{i}") for i in range(2)]
+        first = fleets_call(fleets, "connect", [{"n": k} for k in split(n, 2)], url=srv.ws, app=APP, retry=True,
+                            open_timeout=60, timeout=600)
+        registered = sum(a["registered"] for a in first)
+        reader = StoreReader(store)
+        old_owner = srv.get("/healthz").json()["instance"]
+        wait_until(lambda: reader.count_status(APP, "HEALTHY", old_owner) >= n, timeout=300, interval=0.2)
+        healthy_before = reader.count_status(APP, "HEALTHY", old_owner)
+        seq_before = max((e["seq"] for e in audit(srv.http, APP)), default=0)
+        time.sleep(1.0)
+        fleets_call(fleets, "mark")
+        t_kill_wall = time.time()
+        t_kill = time.monotonic()
+        srv.kill()
+        t_restart = time.monotonic()
+        from tests.server import RelayServer
+
+        srv2 = RelayServer(wd.path, port=srv.port, args=["--database-url", store, "--log-level", "WARNING"], env=env)
+        srv2.start(wait=False)
+        assert srv2.proc is not None
+        meter = CpuMeter({"server": srv2.proc.pid, **{f"clients{i}": f.pid for i, f in enumerate(fleets)}}).start()
+        srv2.wait_healthy(timeout=60)
+        t_up = time.monotonic()
+        owner = srv2.get("/healthz").json()["instance"]
+        samples = []
+
+        def all_back() -> bool:
+            c = reader.count_status(APP, "HEALTHY", owner)
+            samples.append((time.monotonic() - t_kill, c))
+            return c >= n
+
+        wait_until(all_back, timeout=settle + grace + 120, interval=0.1)
+        t_all = time.monotonic() if samples and samples[-1][1] >= n else None
+        cpu = meter.stop()
+        back = samples[-1][1] if samples else 0
+        clients = fleets_call(fleets, "wait", timeout=5)
+        reg = sorted(t - t_kill_wall for a in fleets_call(fleets, "regtimes") for t in a["times"])
+        # past the settle window and a whole grace after it, plus a margin: any death would be recorded by now
+        remaining = (t_up + settle + grace + 3.0) - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+        entries = [e for e in audit(srv2.http, APP, after=seq_before)]
+        deaths = [e for e in entries if e["action"] == "executor.declared_dead"]
+        restarted = [e for e in entries if e["action"] == "executor.disconnected"
+                     and e["detail"].get("reason") == "relay_restarted"]
+        reconnected = [e for e in entries if e["action"] in ("executor.reconnected", "executor.connected")]
+        healthy_end = reader.count_status(APP, "HEALTHY", owner)
+        reader.close()
+        out = {
+            "store": kind, "n": n, "registered": registered, "healthy_before": healthy_before,
+            "grace_s": grace, "settle_s": settle,
+            "restart_to_healthz_s": t_up - t_restart,
+            "kill_to_all_healthy_s": (t_all - t_kill) if t_all else None,
+            "restart_to_all_healthy_s": (t_all - t_restart) if t_all else None,
+            "healthy_at_end_of_wait": back, "healthy_after_grace": healthy_end,
+            "client_registrations_after_kill": sum(a["registered"] for a in clients),
+            # when each client had its executor_info answered again (Relay accepted and registered it), s after kill
+            "client_registered_after_kill_s": {"p50": pct(reg, 50), "p99": pct(reg, 99), "max": reg[-1] if reg else None},
+            "server_cores_until_all_healthy": cpu["server"]["cores"],
+            "clients_cores_until_all_healthy": sum(v["cores"] for k, v in cpu.items() if k.startswith("clients")),
+            "false_deaths": len(deaths), "relay_restarted_disconnects": len(restarted),
+            "reconnect_events": len(reconnected),
+            "progress": [(round(t, 2), c) for t, c in samples[:: max(1, len(samples) // 60)]],
+        }
+        log(f"s4 {kind}: all {n} HEALTHY {out['kill_to_all_healthy_s']}s after the kill "
+            f"(healthz after {out['restart_to_healthz_s']:.2f}s); false deaths {len(deaths)}, "
+            f"relay_restarted {len(restarted)}")
+        return out
+    finally:
+        for f in fleets:
+            f.close()
+        for s in (srv, srv2):
+            if s is not None:
+                s.kill()
+        wd.remove()
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    n = ctx.n(quick=400, full=5000)
+    stores = ctx.stores if not ctx.quick else ctx.stores[:1]
+    return {"n": n, "stores": [one_store(ctx, kind, n, grace=10, settle=5.0) for kind in stores]}

@@ -1,0 +1,198 @@
+"""Section 5: replay.
+
+Events are generated in-process with ``relay_es.service.Relay`` and batched
+saves (many executors per transaction): executors connect, disconnect and
+reconnect many times, and finally die and are recovered and deleted. Then
+``relay projections rebuild --database-url ...`` is timed as a process, and
+compared with a raw scan of the same table in the same run: every row in
+notification order, ``json.loads`` of the state column. A profile of the
+rebuild's first batches says where its time goes.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import json
+import pstats
+import re
+import sqlite3
+import subprocess
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from bench.common import PY, ROOT, StoreReader, Workdir, log
+from bench.s2_throughput import profile_summary
+
+APPS = 10
+CYCLES = 47  # per executor: Registered, Connected, 47 x (Disconnected, Connected), then 5 for the death = 101 events
+PER_EXECUTOR = 2 + 2 * CYCLES + 5
+SAVE_GROUP = 500  # aggregates per save (one transaction)
+
+
+def generate(store_url: str, events: int) -> dict[str, Any]:
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.aggregates.executor import Executor
+    from relay_es.service import Relay
+
+    relay = Relay(event_store_env(parse_database_url(store_url)), clock=SystemClock())
+    n_exec = max(1, events // PER_EXECUTOR)
+    t = datetime.now(timezone.utc) - timedelta(days=2)
+    step = timedelta(microseconds=500)
+    t0 = time.perf_counter()
+    saves = 0
+    try:
+        for j in range(APPS):
+            relay.register_app("local", f"replay{j}")
+        for start in range(0, n_exec, SAVE_GROUP):
+            group = []
+            for i in range(start, min(n_exec, start + SAVE_GROUP)):
+                t += step
+                ex = Executor(org="local", app=f"replay{i % APPS}", executor_id=str(uuid.uuid4()), timestamp=t)
+                ex.connect(connection_id=uuid.uuid4().hex, owner="bench", app_version="v1", hostname="h",
+                           language="python", dbos_version="3.2.0", executor_metadata={"bench": True}, at=t)
+                group.append(ex)
+            relay.save(*group)
+            saves += 1
+            for c in range(CYCLES):
+                for ex in group:
+                    t += step
+                    ex.disconnect(connection_id=ex.connection_id, reason="socket_closed", deadline=t + timedelta(seconds=60),
+                                  at=t)
+                    t += step
+                    ex.connect(connection_id=uuid.uuid4().hex, owner="bench", app_version="v1", hostname="h",
+                               language="python", dbos_version="3.2.0", executor_metadata={"bench": True}, at=t)
+                relay.save(*group)
+                saves += 1
+            for ex in group:
+                t += step
+                ex.disconnect(connection_id=ex.connection_id, reason="socket_closed", deadline=t, at=t)
+                ex.declare_dead(now=t)
+                rid = str(uuid.uuid4())
+                ex.dispatch_recovery(request_id=rid, target_executor_id="peer", at=t)
+                ex.confirm_recovery(request_id=rid, pending_found=True, at=t)
+                ex.delete(at=t)
+            relay.save(*group)
+            saves += 1
+        took = time.perf_counter() - t0
+        head = relay.recorder.max_notification_id() or 0
+    finally:
+        relay.close()
+    return {"events": head, "executors": n_exec, "saves": saves, "seconds": took, "per_s": head / took}
+
+
+def rebuild(store_url: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    p = subprocess.run([PY, "-m", "relay_es.cli", "projections", "rebuild", "--database-url", store_url], cwd=ROOT,
+                       capture_output=True, text=True, timeout=3600)
+    took = time.perf_counter() - t0
+    m = re.search(r"from (\d+) events", p.stdout)
+    n = int(m.group(1)) if m else None
+    return {"seconds": took, "events": n, "per_s": (n / took) if n else None, "returncode": p.returncode,
+            "output": (p.stdout + p.stderr)[-2000:]}
+
+
+def startup_cost() -> float:
+    """How long ``python -m relay_es.cli --help`` takes: the process start included in the rebuild's time."""
+    t0 = time.perf_counter()
+    subprocess.run([PY, "-c", "import relay_es.cli, relay_es.service, relay_es.projections.runner"], cwd=ROOT,
+                   capture_output=True, timeout=120)
+    return time.perf_counter() - t0
+
+
+def raw_scan(store_url: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    n = 0
+    if store_url.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(store_url) as c:
+            with c.cursor(name="bench_scan") as cur:
+                cur.itersize = 10000
+                cur.execute("SELECT notification_id, originator_id, originator_version, topic, state FROM relay_events "
+                            "ORDER BY notification_id")
+                for row in cur:
+                    json.loads(row[4])
+                    n += 1
+    else:
+        reader = StoreReader(store_url)
+        table = reader.events_table()
+        reader.close()
+        conn = sqlite3.connect(store_url[len("sqlite:///"):])
+        cur = conn.execute(f"SELECT rowid, originator_id, originator_version, topic, state FROM {table} ORDER BY rowid")
+        while True:
+            rows = cur.fetchmany(10000)
+            if not rows:
+                break
+            for row in rows:
+                json.loads(row[4])
+            n += len(rows)
+        conn.close()
+    took = time.perf_counter() - t0
+    return {"events": n, "seconds": took, "per_s": n / took}
+
+
+def profile_rebuild(store_url: str, batches: int) -> dict[str, Any]:
+    """The rebuild's first ``batches`` batches in-process, under cProfile."""
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
+    from relay_es.projections import all_projections
+    from relay_es.projections.runner import ProjectionRunner
+    from relay_es.service import Relay
+
+    cfg = parse_database_url(store_url)
+    relay = Relay(event_store_env(cfg), clock=SystemClock())
+    db = open_database(cfg)
+    try:
+        runner = ProjectionRunner(relay, db, all_projections())
+        with db.transaction() as cur:  # what rebuild() does first
+            for p in runner.projections:
+                p.drop(cur)
+                p.create(cur)
+                cur.execute("UPDATE relay_tracking SET position = 0 WHERE name = %s", (p.name,))
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        n = 0
+        for _ in range(batches):
+            got = runner.run_batch()
+            if not got:
+                break
+            n += got
+        prof.disable()
+        took = time.perf_counter() - t0
+        stats = pstats.Stats(prof, stream=io.StringIO())
+        return {"events": n, "seconds_profiled": took, "top": profile_summary(stats, took, limit=18)}
+    finally:
+        db.close()
+        relay.close()
+
+
+def one_store(ctx: Any, kind: str, events: int, profile_batches: int) -> dict[str, Any]:
+    wd = Workdir.make(f"s5-{kind}")
+    store = f"sqlite:///{wd.path}/relay.db" if kind == "sqlite" else ctx.pg.create_db("s5")
+    try:
+        gen = generate(store, events)
+        log(f"s5 {kind}: generated {gen['events']:,} events in {gen['seconds']:.1f}s ({gen['per_s']:,.0f}/s, "
+            f"{gen['saves']} saves)")
+        raw = raw_scan(store)
+        log(f"s5 {kind}: raw scan {raw['per_s']:,.0f} events/s")
+        reb = rebuild(store)
+        log(f"s5 {kind}: rebuild {reb['events']} events in {reb['seconds']:.1f}s ({(reb['per_s'] or 0):,.0f}/s)")
+        raw2 = raw_scan(store)  # again after, to see the cache's part
+        prof = profile_rebuild(store, profile_batches)
+        return {"store": kind, "generate": gen, "raw": raw, "raw_again": raw2, "rebuild": reb,
+                "startup_s": startup_cost(), "profile": prof}
+    finally:
+        wd.remove()
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    events = ctx.n(quick=30_000, full=1_000_000)
+    stores = ["postgres"] + [s for s in ctx.stores if s != "postgres"] if "postgres" in ctx.stores else ctx.stores
+    if not ctx.quick and getattr(ctx, "replay_postgres_only", False):
+        stores = ["postgres"]
+    return {"events": events, "stores": [one_store(ctx, kind, events, 10 if ctx.quick else 60) for kind in stores]}
