@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import postgres_admin_url
-from tests.e2e import harness
+from tests.e2e import harness, ts_harness
 from tests.server import RelayServer
 
 APP = "e2e-app"
@@ -23,20 +23,30 @@ FAST = {
 
 
 class Scene:
-    """One Relay, one DBOS system database, the executors started so far."""
+    """One Relay, one DBOS system database, the (Python) executors started so far."""
+
+    app = APP
 
     def __init__(self, server: RelayServer, admin_url: str) -> None:
         self.server = server
         self.admin_url = admin_url
-        self.python = harness.ensure_dbos_venv(harness.REPO_ROOT)
+        self._prepare()
         self.sys_name, self.steps_name = harness.unique_name("sys"), harness.unique_name("steps")
         self.sys_db = harness.create_database(admin_url, self.sys_name)
         self.steps_db = harness.create_database(admin_url, self.steps_name)
         self.executors: list[harness.Executor] = []
 
+    def _prepare(self) -> None:
+        self.python = harness.ensure_dbos_venv(harness.REPO_ROOT)
+
+    def _new_executor(self, name: str, version: str) -> harness.Executor:
+        return harness.Executor(self.python, relay_url=self.server.ws, app_name=self.app, app_version=version,
+                                system_database_url=self.sys_db, steps_db_url=self.steps_db, name=name)
+
     def spawn(self, name: str, version: str = "v1") -> harness.Executor:
-        ex = harness.Executor(self.python, relay_url=self.server.ws, app_name=APP, app_version=version,
-                              system_database_url=self.sys_db, steps_db_url=self.steps_db, name=name)
+        """One at a time: it returns once Relay has the executor HEALTHY, so two
+        first launches never race in the SDK's schema migration."""
+        ex = self._new_executor(name, version)
         self.executors.append(ex)
         self.wait(lambda: self.executor(ex.executor_id) is not None and
                   self.executor(ex.executor_id)["status"] == "HEALTHY", f"{name} to be HEALTHY in Relay")
@@ -46,7 +56,7 @@ class Scene:
         return httpx.request(method, self.server.http + path, timeout=10, **kw)
 
     def executors_now(self) -> dict[str, dict[str, Any]]:
-        r = self.api("GET", f"/v2/orgs/local/apps/{APP}/executors")
+        r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")
         assert r.status_code == 200, r.text
         return {e["executorId"]: e for e in r.json()}
 
@@ -65,10 +75,10 @@ class Scene:
             raise TimeoutError(f"{e}\n{self.debug()}") from None
 
     def set_grace(self, secs: int) -> None:
-        assert self.api("PUT", f"/v2/orgs/local/apps/{APP}").status_code == 204
-        r = self.api("PATCH", f"/v2/orgs/local/apps/{APP}", json={"executorTimeoutSecs": secs})
+        assert self.api("PUT", f"/v2/orgs/local/apps/{self.app}").status_code == 204
+        r = self.api("PATCH", f"/v2/orgs/local/apps/{self.app}", json={"executorTimeoutSecs": secs})
         assert r.status_code == 204, r.text
-        assert self.api("GET", f"/v2/orgs/local/apps/{APP}").json()["executorTimeoutSecs"] == secs
+        assert self.api("GET", f"/v2/orgs/local/apps/{self.app}").json()["executorTimeoutSecs"] == secs
 
     def close(self) -> None:
         for ex in self.executors:
@@ -93,3 +103,17 @@ def scene(tmp_path, store_url) -> Iterator[Scene]:
     finally:
         s.close()
         server.stop()
+
+
+class TsScene(Scene):
+    """The same stage with TypeScript executors (``@dbos-inc/dbos-sdk@5.2.11`` on Node)."""
+
+    app = "e2e-ts-app"
+
+    def _prepare(self) -> None:
+        self.app_dir = ts_harness.ensure_node_modules()
+
+    def _new_executor(self, name: str, version: str) -> harness.Executor:
+        return ts_harness.TsExecutor(relay_url=self.server.ws, app_name=self.app, app_version=version,
+                                     system_database_url=self.sys_db, steps_db_url=self.steps_db, name=name,
+                                     app_dir=self.app_dir)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import postgres_admin_url
 from tests.e2e import harness
-from tests.e2e.scene import APP, FAST, Scene
+from tests.e2e.scene import FAST, Scene, TsScene
 from tests.server import RelayServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -30,15 +30,29 @@ def scene(tmp_path, store_url) -> Iterator[Scene]:
         server.stop()
 
 
+@pytest.fixture(params=["python", "typescript"])
+def any_sdk_scene(request: pytest.FixtureRequest, tmp_path, store_url) -> Iterator[Scene]:
+    server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
+    s = (Scene if request.param == "python" else TsScene)(server, postgres_admin_url())
+    try:
+        yield s
+    finally:
+        s.close()
+        server.stop()
+
+
 def at(entry: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(entry["at"].replace("Z", "+00:00"))
 
 
-def test_killed_executor_is_recovered_by_its_peer(scene: Scene) -> None:
+def test_killed_executor_is_recovered_by_its_peer(any_sdk_scene: Scene) -> None:
+    """Python and TypeScript executors alike: kill -9 A, B recovers its workflows."""
+    scene = any_sdk_scene
     grace = 3
     scene.set_grace(grace)
     a = scene.spawn("A")
     b = scene.spawn("B")
+    assert a.executor_id != b.executor_id
     ids = a.start_workflows(count=3, steps=6, step_secs=0.4)
     scene.wait(lambda: all(harness.step_run_counts(scene.steps_db).get((wf, 2), 0) for wf in ids),
                "every workflow to reach step 2")
@@ -46,7 +60,7 @@ def test_killed_executor_is_recovered_by_its_peer(scene: Scene) -> None:
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered and deleted", timeout=60)
     scene.wait(lambda: set(harness.workflow_statuses(scene.sys_db, ids).values()) == {"SUCCESS"},
                "every workflow to end SUCCESS", timeout=60)
-    # each completed step ran once (only the step in flight at the kill may have run twice)
+    # each completed step ran once (only the step in flight at the kill may have run twice), the rest on B
     runs = harness.step_runs(scene.steps_db)
     counts = harness.step_run_counts(scene.steps_db)
     for wf in ids:
@@ -54,6 +68,8 @@ def test_killed_executor_is_recovered_by_its_peer(scene: Scene) -> None:
         for step in range(1, 7):
             allowed = (1, 2) if step == in_flight else (1,)
             assert counts[(wf, step)] in allowed, (wf, step, in_flight, counts)
+        assert {r["executor_id"] for r in runs if r["workflow_id"] == wf and r["step_no"] > in_flight} <= \
+            {b.executor_id}, (wf, runs)
     assert {r["executor_id"] for r in harness.workflow_rows(scene.sys_db, ids).values()} == {b.executor_id}
     # the story, in order, and the timing of the death
     entries = scene.audit(a.executor_id)
@@ -63,7 +79,8 @@ def test_killed_executor_is_recovered_by_its_peer(scene: Scene) -> None:
     assert 0 <= late < 1.0, f"declared dead {late:.3f}s after the grace ended"
     assert entries[3]["detail"]["targetExecutorId"] == b.executor_id
     assert entries[4]["detail"]["pendingFound"] is True
-    history = scene.api("GET", f"/v2/orgs/local/apps/{APP}/executors/{a.executor_id}/history").json()
+    # A is gone from the live list, but its history is still readable
+    history = scene.api("GET", f"/v2/orgs/local/apps/{scene.app}/executors/{a.executor_id}/history").json()
     assert [h["type"] for h in history] == ["Registered", "Connected", "Disconnected", "DeclaredDead",
                                            "RecoveryDispatched", "RecoveryConfirmed", "Deleted"]
     assert scene.executor(b.executor_id)["status"] == "HEALTHY"
