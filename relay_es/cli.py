@@ -8,10 +8,8 @@ a running server over its REST API (see :mod:`relay_es.client_cli`).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 import sys
 from typing import Any
 

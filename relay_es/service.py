@@ -37,7 +37,7 @@ from relay_es.aggregates.executor import Executor, executor_stream_id
 from relay_es.aggregates.gate import Gate, gate_stream_id
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
 from relay_es.clock import Clock
-from relay_es.errors import DomainError, IllegalTransition, UnknownApplication, UnknownExecutor, UnknownToken
+from relay_es.errors import DomainError, UnknownApplication, UnknownExecutor, UnknownToken
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +172,6 @@ class Relay(ESApplication[UUID]):
                     raise
                 log.debug("conflicting save, retrying (attempt %d)", attempt)
         raise AssertionError("unreachable")
-
-    def _get(self, aggregate_id: UUID) -> Any:
-        return self.repository.get(aggregate_id)
 
     def _maybe(self, aggregate_id: UUID) -> Any | None:
         try:

@@ -589,32 +589,25 @@ class Hub:
         return sent
 
     async def _send_retention(self, conn: Connection, p: retention.RetentionPlan) -> None:
-        request_ids: list[str] = []
-
-        def make(rid: str) -> m.Request:
-            request_ids.append(rid)
-            return m.RetentionRequest(request_id=rid, body=p.body())
-
-        call = asyncio.ensure_future(conn.call(make, self.response_timeout))
-        await asyncio.sleep(0)  # let the call build its request id
-        if request_ids:
-            await self.run(self.relay.record_retention_dispatched, conn.org, conn.app, request_id=request_ids[0],
+        """Recorded first, then sent; the answer is recorded when it comes (or does not)."""
+        rid = str(uuid.uuid4())
+        try:
+            await self.run(self.relay.record_retention_dispatched, conn.org, conn.app, request_id=rid,
                            target_executor_id=conn.executor_id or "", gc_cutoff=p.gc_cutoff,
                            gc_rows_threshold=p.gc_rows_threshold, timeout_cutoff=p.timeout_cutoff)
+        except Exception:
+            log.exception("could not record a retention round for %s/%s; not sending it", conn.org, conn.app)
+            return
         try:
-            answer = await call
+            answer = await conn.call(lambda _: m.RetentionRequest(request_id=rid, body=p.body()), self.response_timeout)
             success, error = not answer.failed, answer.error_message
         except asyncio.TimeoutError:
             success, error = False, f"no answer within {self.response_timeout:g}s"
         except ConnectionLost as e:
             success, error = False, f"connection lost: {e}"
-        if request_ids:
-            await self.run(self.relay.record_retention_answered, conn.org, conn.app, request_id=request_ids[0],
+        try:
+            await self.run(self.relay.record_retention_answered, conn.org, conn.app, request_id=rid,
                            success=success, error=error)
+        except Exception:
+            log.exception("could not record the retention answer of %s/%s", conn.org, conn.app)
 
-    # ------------------------------------------------------------- queries
-    def executor_connection(self, org: str, app: str, executor_id: str) -> Connection | None:
-        return self.by_executor.get((org, app, executor_id))
-
-    def stream_id(self, org: str, app: str, executor_id: str) -> UUID:
-        return executor_stream_id(org, app, executor_id)
