@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_impl import WebSocketProtocol
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 
 
 def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
@@ -27,6 +28,12 @@ def protocol_class(close_timeout: float) -> type[WebSocketProtocol]:
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
+            if self.available_extensions:
+                # websockets' own memory-lean defaults (uvicorn asks for zlib's
+                # largest window): about 32 KiB of zlib state per connection
+                # instead of about 256 KiB, for frames that are mostly small JSON.
+                self.available_extensions = [ServerPerMessageDeflateFactory(
+                    server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5})]
 
         def fail_connection(self, code: int = 1006, reason: str = "") -> None:
             if code == 1011 and "keepalive" in reason:
