@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, Postgres, log, machine, raise_fd_limit
+from bench.common import ROOT, Postgres, code_version, log, machine, raise_fd_limit
 
 SECTIONS = {
     "connections": "bench.s1_connections",
@@ -61,7 +61,7 @@ class Context:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run with small numbers")
+    p.add_argument("--quick", action="store_true", help="a smoke run of about 2 minutes, small numbers")
     p.add_argument("--only", action="append", metavar="SECTION",
                    help=f"run only this section (repeatable): {', '.join(SECTIONS)} or 1-6")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every count by this (e.g. 0.5)")
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="stores for the sections that run on both (default sqlite,postgres)")
     p.add_argument("--out", help="where to write the report (default: docs/benchmarks.md for a full run, "
                                  "bench/results/quick/benchmarks.md for --quick)")
+    p.add_argument("--render", action="store_true", help="only re-render the report from the saved results")
     args = p.parse_args(argv)
 
     chosen = []
@@ -84,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     out = Path(args.out) if args.out else (ROOT / "docs" / "benchmarks.md" if mode == "full"
                                            else results_dir / "benchmarks.md")
+    if args.render:
+        from bench.report import render
+
+        out.write_text(render(results_dir, list(SECTIONS)))
+        log(f"report: {out}")
+        return 0
     raise_fd_limit()
     os.environ.setdefault("NO_PROXY", "*")
     ctx = Context(args.quick, args.scale, [s.strip() for s in args.stores.split(",") if s.strip()])
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"section {name}: starting ({mode})")
             t0 = time.monotonic()
             load_before = open("/proc/loadavg").read().split()[:3]
+            code = code_version()
             try:
                 result = importlib.import_module(SECTIONS[name]).run(ctx)
             except Exception:
@@ -101,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = {"error": traceback.format_exc()}
             took = time.monotonic() - t0
             doc = {"section": name, "mode": mode, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                   "took_s": took, "loadavg_before": " ".join(load_before),
+                   "took_s": took, "code": code, "loadavg_before": " ".join(load_before),
                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3]), "result": result}
             if ctx._pg is not None:
                 doc["postgres_settings"] = ctx._pg.settings

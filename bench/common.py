@@ -71,6 +71,50 @@ def threads_of(pid: int) -> int:
     return 0
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """utime + stime per thread of a process, in seconds."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        fields = data[data.rindex(")") + 2:].split()
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out
+
+
+class ThreadMeter:
+    """CPU of a process's main thread (Relay: the asyncio loop, i.e. sockets and
+    the hub) against its other threads (store commands, projections, process
+    manager), between start() and stop()."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.t0 = 0.0
+        self.c0: dict[int, float] = {}
+
+    def start(self) -> "ThreadMeter":
+        self.t0 = time.monotonic()
+        self.c0 = thread_cpu(self.pid)
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        wall = time.monotonic() - self.t0
+        c1 = thread_cpu(self.pid)
+        used = {tid: c1[tid] - self.c0.get(tid, 0.0) for tid in c1}
+        main = used.get(self.pid, 0.0)
+        others = sorted((v for tid, v in used.items() if tid != self.pid), reverse=True)
+        return {"wall_s": wall, "main_cores": main / wall if wall else 0.0,
+                "other_threads_cores": sum(others) / wall if wall else 0.0,
+                "busiest_other_threads_cores": [round(v / wall, 3) for v in others[:4]] if wall else []}
+
+
 class CpuMeter:
     """CPU seconds of some processes between start() and stop()."""
 
@@ -101,6 +145,18 @@ def _cpu_or_zero(pid: int) -> float:
 
 
 # ----------------------------------------------------------------- machine
+def code_version() -> str:
+    """The commit Relay's code is at, and whether relay_es/ has uncommitted changes."""
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "?"
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "relay_es"], capture_output=True,
+                               text=True).stdout.strip()
+        return commit + (" (+ uncommitted changes in relay_es/)" if dirty else "")
+    except OSError:
+        return "?"
+
+
 def machine() -> dict[str, Any]:
     model = "?"
     mhz = None

@@ -38,7 +38,7 @@ def start_bare(port: int, variant: str) -> subprocess.Popen[str]:
     return proc
 
 
-def measure(kind: str, n: int, window: float, idle_window: float) -> dict[str, Any]:
+def measure(kind: str, n: int, window: float, idle_window: float, pause: float = 2.0) -> dict[str, Any]:
     wd = Workdir.make(f"s1-{kind}")
     port = free_port()
     srv = None
@@ -77,7 +77,7 @@ def measure(kind: str, n: int, window: float, idle_window: float) -> dict[str, A
             wait_until(lambda: reader.count_status("conn", "HEALTHY") >= registered and reader.projected() >= reader.head(),
                        timeout=300, interval=0.25)
             reader.close()
-        time.sleep(2.0)
+        time.sleep(pause)
         rss_start = rss_bytes(pid)
         meter = CpuMeter({"server": pid, **{f"clients{i}": f.pid for i, f in enumerate(fleets)}}).start()
         time.sleep(window)
@@ -110,14 +110,14 @@ VARIANTS = ("ws-nodeflate", "ws-uvdeflate", "uvicorn", "uvicorn-lowmem")
 
 
 def run(ctx: Any) -> dict[str, Any]:
-    sizes = ctx.sizes("connections", quick=[1000], full=[1000, 5000, 10000])
-    window = 6.0 if ctx.quick else 20.0
-    idle_window = 2.0 if ctx.quick else 5.0
+    sizes = ctx.sizes("connections", quick=[500], full=[1000, 5000, 10000])
+    window = 4.0 if ctx.quick else 20.0
+    idle_window = 1.0 if ctx.quick else 5.0
     rows = []
     for n in sizes:
         for kind in (BASELINE, "relay"):
-            rows.append(measure(kind, n, window, idle_window))
+            rows.append(measure(kind, n, window, idle_window, 1.0 if ctx.quick else 2.0))
     # where the difference comes from: the same clients against servers in between
     n_dec = sizes[len(sizes) // 2]
-    decomposition = [measure(v, n_dec, 5.0, 2.0) for v in VARIANTS]
+    decomposition = [measure(v, n_dec, 2.0 if ctx.quick else 5.0, 1.0 if ctx.quick else 2.0) for v in VARIANTS]
     return {"sizes": sizes, "window_s": window, "rows": rows, "decomposition": decomposition, "decomposition_n": n_dec}

@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Any
 
-from bench.common import (CpuMeter, Fleet, Poller, StoreReader, Workdir, active_rate, fleets_call, log, relay_server,
+from bench.common import (CpuMeter, ThreadMeter, Fleet, Poller, StoreReader, Workdir, active_rate, fleets_call, log, relay_server,
                           split, wait_until)
 
 TOPIC = "relay_es.aggregates.executor:Executor.Connected"
@@ -54,6 +54,7 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
     head0 = reader.head()
     proj0 = reader.projected()
     meter = CpuMeter(pids).start()
+    threads = ThreadMeter(pids["server"]).start()
     t0 = time.monotonic()
     info = fn()
     clients = sum(a.get("registered", 0) for a in info) if isinstance(info, list) else 0
@@ -62,6 +63,11 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
     head1 = settle(reader, target=head0 + events_per_client * clients)
     t_done = time.monotonic()
     cpu = meter.stop()
+    per_thread = threads.stop()
+    offered = None
+    if isinstance(info, list) and all(a.get("t_last") for a in info) and clients:
+        span = max(a["t_last"] for a in info) - min(a["t0"] for a in info)
+        offered = clients / span if span > 0 else None
     samples = [s for s in poller.samples if s[0] >= t0 - 0.05]
     appended = active_rate([(t, h) for t, h, _ in samples], head0, head1)
     projected = active_rate([(t, p) for t, _, p in samples], proj0, head1)
@@ -69,6 +75,9 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
         "storm": name, "events": head1 - head0, "append": appended, "project": projected,
         "storm_to_projected_s": (projected["t_end"] - t0) if projected["t_end"] else t_done - t0,
         "server_cores": cpu.get("server", {}).get("cores"),
+        "server_threads": per_thread,
+        # connect storms: executors whose executor_info was answered per second (the transitions offered)
+        "registrations_per_s": offered,
         "clients_cores": sum(v["cores"] for k, v in cpu.items() if k.startswith("clients")),
         "client": info,
     }

@@ -81,6 +81,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
             if f["type"] == "exist_pending_workflows" and f["executor_id"] not in first_frame:
                 first_frame[f["executor_id"]] = f["t"]
         detect, late, dispatch, frame, confirm, e2e = [], [], [], [], [], []
+        timeline: list[tuple[float, float]] = []  # (deadline, DeclaredDead at) per executor
         for ex, acts in by.items():
             d = acts.get("executor.disconnected")
             dead = acts.get("executor.declared_dead")
@@ -89,6 +90,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
             deadline = ts(d["detail"]["deadline"])
             detect.append(ts(d["at"]) - t_drop)
             late.append(ts(dead["at"]) - deadline)
+            timeline.append((deadline, ts(dead["at"])))
             disp = acts.get("recovery.dispatched")
             if disp is not None:
                 dispatch.append(ts(disp["at"]) - ts(dead["at"]))
@@ -98,7 +100,15 @@ def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
             conf = acts.get("recovery.confirmed")
             if conf is not None:
                 confirm.append(ts(conf["at"]) - ts(dead["at"]))
+        timeline.sort()
+        t_first = timeline[0][0] if timeline else 0.0
+        # how the deaths were recorded: distinct DeclaredDead instants (one per PM batch), with how many each
+        batches: dict[float, int] = {}
+        for _, at in timeline:
+            batches[round(at - t_first, 3)] = batches.get(round(at - t_first, 3), 0) + 1
         out = {
+            "deadline_spread_ms": 1000 * (timeline[-1][0] - t_first) if timeline else None,
+            "death_batches": sorted(batches.items())[:40],
             "store": kind, "n": n, "registered": registered, "grace_s": grace, "all_recovered": bool(done),
             "deaths_seen": len(late), "frames_seen": len(frame), "drop_to_all_deleted_s": t_done - t_drop,
             "detect_ms": stats_ms(detect),                 # Disconnected.at - the drop

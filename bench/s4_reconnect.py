@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import CpuMeter, Fleet, StoreReader, Workdir, fleets_call, log, pct, relay_server, split, wait_until
+from bench.common import CpuMeter, ThreadMeter, Fleet, StoreReader, Workdir, fleets_call, log, pct, relay_server, split, wait_until
 from bench.s3_detection import audit
 
 APP = "storm"
@@ -55,9 +55,11 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[st
         srv2.start(wait=False)
         assert srv2.proc is not None
         meter = CpuMeter({"server": srv2.proc.pid, **{f"clients{i}": f.pid for i, f in enumerate(fleets)}}).start()
+        threads = None
         srv2.wait_healthy(timeout=60)
         t_up = time.monotonic()
         owner = srv2.get("/healthz").json()["instance"]
+        threads = ThreadMeter(srv2.proc.pid).start()
         samples = []
 
         def all_back() -> bool:
@@ -68,6 +70,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[st
         wait_until(all_back, timeout=settle + grace + 120, interval=0.1)
         t_all = time.monotonic() if samples and samples[-1][1] >= n else None
         cpu = meter.stop()
+        per_thread = threads.stop() if threads is not None else None
         back = samples[-1][1] if samples else 0
         clients = fleets_call(fleets, "wait", timeout=5)
         reg = sorted(t - t_kill_wall for a in fleets_call(fleets, "regtimes") for t in a["times"])
@@ -93,6 +96,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[st
             # when each client had its executor_info answered again (Relay accepted and registered it), s after kill
             "client_registered_after_kill_s": {"p50": pct(reg, 50), "p99": pct(reg, 99), "max": reg[-1] if reg else None},
             "server_cores_until_all_healthy": cpu["server"]["cores"],
+            "server_threads_after_healthz": per_thread,
             "clients_cores_until_all_healthy": sum(v["cores"] for k, v in cpu.items() if k.startswith("clients")),
             "false_deaths": len(deaths), "relay_restarted_disconnects": len(restarted),
             "reconnect_events": len(reconnected),
@@ -114,4 +118,5 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[st
 def run(ctx: Any) -> dict[str, Any]:
     n = ctx.n(quick=400, full=5000)
     stores = ctx.stores if not ctx.quick else ctx.stores[:1]
-    return {"n": n, "stores": [one_store(ctx, kind, n, grace=10, settle=5.0) for kind in stores]}
+    grace, settle = (5, 2.0) if ctx.quick else (10, 5.0)
+    return {"n": n, "stores": [one_store(ctx, kind, n, grace=grace, settle=settle) for kind in stores]}

@@ -193,6 +193,4 @@ def one_store(ctx: Any, kind: str, events: int, profile_batches: int) -> dict[st
 def run(ctx: Any) -> dict[str, Any]:
     events = ctx.n(quick=30_000, full=1_000_000)
     stores = ["postgres"] + [s for s in ctx.stores if s != "postgres"] if "postgres" in ctx.stores else ctx.stores
-    if not ctx.quick and getattr(ctx, "replay_postgres_only", False):
-        stores = ["postgres"]
-    return {"events": events, "stores": [one_store(ctx, kind, events, 10 if ctx.quick else 60) for kind in stores]}
+    return {"events": events, "stores": [one_store(ctx, kind, events, 10 if ctx.quick else 30) for kind in stores]}
