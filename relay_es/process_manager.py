@@ -170,7 +170,8 @@ class ProcessManager:
         """Does everything that is due now. Returns how many things it did."""
         total = 0
         while True:
-            n = self.catch_up() + self._drain_answers() + self._run_due()
+            # Due timers first: a burst of answers must not make deadlines late.
+            n = self._run_due() + self.catch_up() + self._drain_answers() + self._run_due()
             if n == 0:
                 return total
             total += n
@@ -439,31 +440,34 @@ class ProcessManager:
         return sorted(found, key=lambda r: (r.executor_id in tried, load(r), r.executor_id))
 
     # --------------------------------------------------------------- answers
-    def _drain_answers(self) -> int:
-        n = 0
-        while True:
-            with self._answers_lock:
-                if not self._answers:
-                    return n
-                outcome = self._answers.popleft()
-            n += 1
+    def _drain_answers(self, limit: int = 500) -> int:
+        """Records up to ``limit`` waiting answers in one transaction."""
+        with self._answers_lock:
+            taken = [self._answers.popleft() for _ in range(min(limit, len(self._answers)))]
+        if not taken:
+            return 0
+        ops = []
+        kinds: list[bool] = []
+        for outcome in taken:
             sid = self._requests.get(outcome.request_id)
             if sid is None:
                 log.info("answer to unknown or finished recovery request %s ignored", outcome.request_id)
                 continue
-            try:
-                if outcome.ok:
-                    if self.relay.confirm_recovery(
-                        UUID(sid), request_id=outcome.request_id, pending_found=outcome.pending_found
-                    ):
-                        self.stats.confirmed += 1
-                else:
-                    self.relay.fail_recovery(UUID(sid), request_id=outcome.request_id,
-                                             reason=outcome.reason or "failed")
-            except Exception:
-                with self._answers_lock:  # keep it for the next step: an answer is never lost
-                    self._answers.appendleft(outcome)
-                raise
+            if outcome.ok:
+                ops.append(self.relay.op_confirm(UUID(sid), request_id=outcome.request_id,
+                                                 pending_found=outcome.pending_found))
+            else:
+                ops.append(self.relay.op_fail(UUID(sid), request_id=outcome.request_id,
+                                              reason=outcome.reason or "failed"))
+            kinds.append(outcome.ok)
+        try:
+            results = self.relay.execute(ops)
+        except Exception:
+            with self._answers_lock:  # keep them for the next step: an answer is never lost
+                self._answers.extendleft(reversed(taken))
+            raise
+        self.stats.confirmed += sum(done for done, is_confirm in zip(results, kinds) if is_confirm)
+        return len(taken)
 
     # ---------------------------------------------------------------- views
     def pending(self) -> Iterable[ExecutorRow]:

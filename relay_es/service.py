@@ -420,9 +420,11 @@ class Relay(ESApplication[UUID]):
         return self.execute([self.op_dispatch(stream_id, request_id=request_id,
                                               target_executor_id=target_executor_id)])[0]
 
+    def op_fail(self, stream_id: UUID, *, request_id: str, reason: str) -> Op:
+        return self._op(stream_id, lambda ex: ex.fail_recovery(request_id=request_id, reason=reason, at=self.now()))
+
     def fail_recovery(self, stream_id: UUID, *, request_id: str, reason: str) -> bool:
-        return self.execute([self._op(stream_id, lambda ex: ex.fail_recovery(
-            request_id=request_id, reason=reason, at=self.now()))])[0]
+        return self.execute([self.op_fail(stream_id, request_id=request_id, reason=reason)])[0]
 
     def op_confirm(self, stream_id: UUID, *, request_id: str, pending_found: bool | None) -> Op:
         """Confirms the outstanding request; a DEAD executor is deleted in the same save."""

@@ -209,10 +209,22 @@ class AuditProjection:
     def begin_batch(self) -> dict[str, Any]:
         return {"context": {}, "new_streams": {}, "entries": []}
 
+    def prefetch(self, cur: Any, batch: dict[str, Any], events: list[Any]) -> None:
+        """Reads where every stream of the batch belongs, 500 to a query."""
+        ctx = batch["context"]
+        sids = list(dict.fromkeys(str(e.originator_id) for e in events))
+        for start in range(0, len(sids), 500):
+            chunk = sids[start:start + 500]
+            cur.execute("SELECT stream_id, org, app, name FROM relay_audit_streams WHERE stream_id IN "
+                        f"({', '.join(['%s'] * len(chunk))})", chunk)
+            for sid, org, app, name in cur.fetchall():
+                ctx[sid] = (org, app, name)
+        batch["prefetched"] = True
+
     def handle(self, cur: Any, batch: dict[str, Any], event: Any, notification_id: int) -> None:
         ctx = batch["context"]
         sid = str(event.originator_id)
-        if sid not in ctx and not isinstance(
+        if sid not in ctx and not batch.get("prefetched") and not isinstance(
             event, (Executor.Registered, Application.Registered, Token.Created, Gate.Opened)
         ):
             cur.execute("SELECT org, app, name FROM relay_audit_streams WHERE stream_id = %(sid)s", {"sid": sid})

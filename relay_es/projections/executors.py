@@ -11,7 +11,7 @@ timer table.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -211,7 +211,7 @@ DDL = [
 
 
 def row_to_db(row: ExecutorRow) -> dict[str, Any]:
-    d = asdict(row)
+    d = {c: getattr(row, c) for c in COLUMNS}  # not asdict(): that deep-copies every value
     for k in _TS_FIELDS:
         if d[k] is not None:
             d[k] = to_epoch_us(d[k])
@@ -254,6 +254,18 @@ class ExecutorsProjection:
 
     def begin_batch(self) -> dict[str, ExecutorRow | None]:
         return {}
+
+    def prefetch(self, cur: Any, batch: dict[str, ExecutorRow | None], events: list[Any]) -> None:
+        """Reads the current rows of every stream in the batch, 500 to a query."""
+        sids = list(dict.fromkeys(str(e.originator_id) for e in events if isinstance(e, EXECUTOR_EVENTS)))
+        for start in range(0, len(sids), 500):
+            chunk = sids[start:start + 500]
+            cur.execute(_SELECT + f" WHERE stream_id IN ({', '.join(['%s'] * len(chunk))})", chunk)
+            for values in cur.fetchall():
+                row = row_from_db(values)
+                batch[row.stream_id] = row
+            for sid in chunk:
+                batch.setdefault(sid, None)
 
     def handle(self, cur: Any, batch: dict[str, ExecutorRow | None], event: Any, notification_id: int) -> None:
         sid = str(event.originator_id)

@@ -111,9 +111,12 @@ class ProjectionRunner:
                 for p in self.projections:
                     pos = now_positions.get(p.name, 0)
                     batch = p.begin_batch()
-                    for nid, event in events:
-                        if nid > pos and isinstance(event, p.event_types):
-                            p.handle(cur, batch, event, nid)
+                    mine = [(nid, event) for nid, event in events if nid > pos and isinstance(event, p.event_types)]
+                    prefetch = getattr(p, "prefetch", None)
+                    if prefetch is not None and mine:
+                        prefetch(cur, batch, [event for _, event in mine])
+                    for nid, event in mine:
+                        p.handle(cur, batch, event, nid)
                     p.end_batch(cur, batch)
                     cur.execute(
                         "UPDATE relay_tracking SET position = %s WHERE name = %s AND position = %s",
@@ -148,7 +151,7 @@ class ProjectionRunner:
                 self._progress.wait(min(remaining, 0.05))
         return True
 
-    def rebuild(self, names: Iterable[str] | None = None) -> int:
+    def rebuild(self, names: Iterable[str] | None = None, *, batch_size: int = 5000) -> int:
         """Drops the named projections' tables (all by default), rebuilds them
         from the event stream, and returns how many notifications were read."""
         wanted = set(names) if names is not None else {p.name for p in self.projections}
@@ -162,4 +165,8 @@ class ProjectionRunner:
                         p.drop(cur)
                         p.create(cur)
                         cur.execute("UPDATE relay_tracking SET position = 0 WHERE name = %s", (p.name,))
-        return self.catch_up()
+        usual, self.batch_size = self.batch_size, batch_size  # fewer, larger transactions
+        try:
+            return self.catch_up()
+        finally:
+            self.batch_size = usual
