@@ -453,7 +453,7 @@ def analysis(results_dir: Path) -> str:
                     "batch is 94 ms p99 on Postgres: the rest is the process-manager thread sharing the GIL with "
                     "the hub's event loop and the projection runner on 2 cores. Still to do: run the store side "
                     "(outbox writer, projections, process manager) in a process of its own (see 2), and keep "
-                    "aggregates in memory between batches so a burst of deaths needs no reload. The figure moves "
+                    "aggregates in memory between batches so a burst of deaths needs no reload. The figure moves from run to run "
                     "(see the instants), so compare several runs before and after.", ""]
     r = _get(results_dir, "reconnect")
     if r:
