@@ -88,8 +88,8 @@ class Dispatcher(Protocol):
         answer comes back through :meth:`ProcessManager.recovery_answered`."""
 
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
-        """Is the executor connected right now, even if its Connected event
-        has not reached the store yet? Such an executor is never declared dead."""
+        """Is the executor connected right now, or is news of it not yet in the
+        store (its Connected still on the way)? Such an executor is never declared dead."""
 
 
 @dataclass(frozen=True)

@@ -152,8 +152,12 @@ class Runtime:
 
         self.pm.on_event = pm_event
 
+    def app_deleted(self, org: str, name: str) -> None:
+        self.hub.gate.forget(org, app=name)
+
     def token_revoked(self, org: str, name: str) -> None:
         """Called after a token is revoked: its executors are disconnected."""
+        self.hub.gate.forget(org, token=name)  # before the answer: a retry with that key is refused
         loop = self.hub.loop
         if loop is not None:
             import asyncio

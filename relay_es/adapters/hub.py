@@ -88,6 +88,10 @@ class Outbox:
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
+    def holds(self, key: Any) -> bool:
+        """Transitions of this executor are waiting (or being written)."""
+        return key in self._queues
+
     def submit(self, key: Any, op: Any) -> None:
         self._queues.setdefault(key, deque()).append(op)
         if self._task is None or self._task.done():
@@ -225,6 +229,22 @@ class Gate:
     def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]]) -> None:
         self.relay = relay
         self.run = run
+        # What admission learnt from the store, so that executors are still
+        # admitted while the store is briefly away (Postgres restarting):
+        self.known_apps: set[tuple[str, str]] = set()
+
+    async def app_registered(self, org: str, app: str) -> bool:
+        if (org, app) in self.known_apps:
+            return True
+        found = await self.run(self.relay.app_exists, org, app)
+        if found:
+            self.known_apps.add((org, app))
+        return found
+
+    def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
+        """A token was revoked or an application deleted: admission asks the store again."""
+        if app is not None:
+            self.known_apps.discard((org, app))
 
     @staticmethod
     def check_name(app: str) -> None:
@@ -238,8 +258,16 @@ class Gate:
 
     async def admit(self, app: str, key: str, peer: str) -> tuple[str, str | None]:
         self.check_name(app)
-        if not await self.run(self.relay.app_exists, "local", app):
-            await self.run(self.relay.register_app, "local", app)
+        try:
+            if not await self.app_registered("local", app):
+                await self.run(self.relay.register_app, "local", app)
+                self.known_apps.add(("local", app))
+        except Exception as e:
+            if not is_store_error(e):
+                raise
+            # The store is away: admit anyway (development mode accepts every
+            # application); the registration is retried with the next connection.
+            log.warning("store unavailable while admitting an executor of %s; admitted", app)
         return "local", None
 
     async def orgs_for(self, app: str) -> list[str]:
@@ -254,18 +282,31 @@ class AuthGate(Gate):
     def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any) -> None:
         super().__init__(relay, run)
         self.db = db
+        self.known_tokens: dict[str, Any] = {}  # secret hash -> live token row
+
+    def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
+        super().forget(org, token, app)
+        if token is not None:
+            for h, row in list(self.known_tokens.items()):
+                if row.org == org and row.name == token:
+                    del self.known_tokens[h]
 
     async def admit(self, app: str, key: str, peer: str) -> tuple[str, str | None]:
         from relay_es.aggregates.token import hash_secret
         from relay_es.projections.apps import token_by_hash
 
         self.check_name(app)
-        row = await self.run(token_by_hash, self.db, hash_secret(key))
+        digest = hash_secret(key)
+        row = self.known_tokens.get(digest)
+        if row is None:
+            row = await self.run(token_by_hash, self.db, digest)
+            if row is not None and not row.revoked:
+                self.known_tokens[digest] = row
         if row is None or row.revoked:
             raise Refused(401, "Unauthorized", "unknown or revoked conductor key")
         if row.app_names and app not in row.app_names:
             raise Refused(403, "Forbidden", f"this key does not cover application {app!r}", org=row.org)
-        if not await self.run(self.relay.app_exists, row.org, app):
+        if not await self.app_registered(row.org, app):
             raise Refused(403, "Forbidden", f"application {app!r} is not registered in org {row.org!r}", org=row.org)
         return row.org, row.name
 
@@ -413,6 +454,7 @@ class Hub:
 
     async def close_token(self, org: str, name: str) -> int:
         """Disconnects every executor that connected with a revoked token."""
+        self.gate.forget(org, token=name)
         closed = 0
         for conn in list(self.connections.values()):
             if conn.org == org and conn.token == name and not conn.closed:
@@ -515,8 +557,13 @@ class Hub:
     # ------------------------------------------------------------- dispatch
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         """Dispatcher interface: a registered, open socket for this executor
-        exists here (its Connected may still be on its way to the store)."""
-        conn = self.by_executor.get((org, app, executor_id))
+        exists here, or transitions of it are still on their way to the store
+        (while Postgres restarts, a reconnect may wait in the outbox). Either
+        way the store's view of it is stale, so it must not be declared dead."""
+        key = (org, app, executor_id)
+        if self.outbox.holds(key):
+            return True
+        conn = self.by_executor.get(key)
         return conn is not None and not conn.closed and conn.session.state is State.REGISTERED
 
     def send_recovery(self, request: RecoveryRequest) -> None:

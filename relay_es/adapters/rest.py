@@ -336,6 +336,7 @@ def build_app(runtime: Any) -> Litestar:
         @delete("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Delete an application")
         def delete_app(self, org: str, app: str) -> None:
             relay.delete_app(org, app)
+            runtime.app_deleted(org, app)
             settle()
 
         @get("/{app:str}/executors", sync_to_thread=True, summary="List executors (optionally as of a past instant)")
