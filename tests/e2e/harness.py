@@ -67,7 +67,7 @@ class Executor:
 
     def __init__(
         self,
-        python: str | os.PathLike[str],
+        python: str | os.PathLike[str] | None,
         *,
         relay_url: str,
         app_name: str,
@@ -80,7 +80,12 @@ class Executor:
         name: str | None = None,
         launch_timeout: float = 60.0,
         wait_launched: bool = True,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+        drop_env: tuple[str, ...] = (),
     ) -> None:
+        """``command``/``cwd`` start another executor program with the same
+        contract (the TypeScript app); by default ``python dbos_app.py``."""
         self.name = name or f"executor-{uuid.uuid4().hex[:6]}"
         self.app_name = app_name
         self.app_version = app_version
@@ -105,15 +110,17 @@ class Executor:
             "CONDUCTOR_KEY": conductor_key,
         })
         env.pop("PYTHONPATH", None)  # keep the project's packages out of the dbos venv
+        for var in drop_env:
+            env.pop(var, None)
         if executor_metadata is not None:
             env["EXECUTOR_METADATA"] = json.dumps(dict(executor_metadata))
         if extra_env:
             env.update(extra_env)
 
         self.proc = subprocess.Popen(
-            [str(python), str(DBOS_APP)],
+            command or [str(python), str(DBOS_APP)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
-            env=env, cwd=str(E2E_DIR), text=True, bufsize=1,
+            env=env, cwd=str(cwd or E2E_DIR), text=True, bufsize=1,
         )
         self._reader = threading.Thread(target=self._read_stdout, name=f"{self.name}-stdout", daemon=True)
         self._reader.start()

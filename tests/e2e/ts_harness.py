@@ -30,11 +30,8 @@ import fcntl
 import hashlib
 import json
 import os
-import queue
 import shutil
 import subprocess
-import tempfile
-import threading
 import uuid
 from pathlib import Path
 from typing import Any, Mapping
@@ -141,46 +138,18 @@ class TsExecutor(harness.Executor):
         node: str | os.PathLike[str] | None = None,
         app_dir: Path | None = None,
     ) -> None:
-        # Deliberately not calling harness.Executor.__init__: it hard-wires the Python app. The
-        # attributes set here are exactly the ones its other methods use.
         app_dir = Path(app_dir).resolve() if app_dir is not None else TS_APP_DIR
-        self.name = name or f"ts-executor-{uuid.uuid4().hex[:6]}"
-        self.app_name = app_name
-        self.app_version = app_version
-        self.system_database_url = system_database_url
-        self.steps_db_url = steps_db_url
-        self._events: "queue.Queue[dict[str, Any] | None]" = queue.Queue()
-        self._launched: dict[str, Any] | None = None
-        self._stderr_file = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".stderr",
-                                                        delete=False)
-        self.stderr_path = Path(self._stderr_file.name)
-
-        env = {k: v for k, v in os.environ.items() if k not in harness._PROXY_VARS}
-        env.update({
-            "NO_PROXY": "*", "no_proxy": "*",
-            "RELAY_URL": relay_url,
-            "APP_NAME": app_name,
-            "APP_VERSION": app_version,
-            "SYSTEM_DATABASE_URL": system_database_url,
-            "STEPS_DB_URL": steps_db_url,
-            "CONDUCTOR_KEY": conductor_key,
-        })
-        for var in ("NODE_OPTIONS", "DBOS__CLOUD", "DBOS__VMID", "DBOS__APPVERSION"):
-            env.pop(var, None)  # nothing from the outer environment may change the SDK's identity
-        if executor_metadata is not None:
-            env["EXECUTOR_METADATA"] = json.dumps(dict(executor_metadata))
-        if extra_env:
-            env.update(extra_env)
-
-        self.proc = subprocess.Popen(
-            [str(node or _node()), str(app_dir / TS_APP.name)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
-            env=env, cwd=str(app_dir), text=True, bufsize=1,
+        super().__init__(
+            None,  # no Python: the program is Node's
+            relay_url=relay_url, app_name=app_name, app_version=app_version,
+            system_database_url=system_database_url, steps_db_url=steps_db_url,
+            conductor_key=conductor_key, executor_metadata=executor_metadata, extra_env=extra_env,
+            name=name or f"ts-executor-{uuid.uuid4().hex[:6]}", launch_timeout=launch_timeout,
+            wait_launched=wait_launched,
+            command=[str(node or _node()), str(app_dir / TS_APP.name)], cwd=app_dir,
+            # nothing from the outer environment may change the SDK's identity
+            drop_env=("NODE_OPTIONS", "DBOS__CLOUD", "DBOS__VMID", "DBOS__APPVERSION"),
         )
-        self._reader = threading.Thread(target=self._read_stdout, name=f"{self.name}-stdout", daemon=True)
-        self._reader.start()
-        if wait_launched:
-            self.wait_launched(launch_timeout)
 
     def __repr__(self) -> str:
         return f"TsExecutor({self.name}, pid={self.proc.pid}, id={self._launched and self._launched.get('executor_id')})"
