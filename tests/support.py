@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -144,3 +147,15 @@ class World:
     def history(self, executor_id: str, app: str = "app", org: str = "local") -> list[str]:
         ex = self.executor(executor_id, app, org)
         return [type(e).__name__ for e in self.relay.stream(ex.id)]
+
+
+async def until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "") -> Any:
+    """Polls a blocking predicate (in a thread) until it is truthy; returns its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(pred)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {what or pred}")
+        await asyncio.sleep(interval)

@@ -15,6 +15,7 @@ import websockets
 
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer
+from tests.support import until
 
 FAST = {
     "RELAY_PING_INTERVAL_SECS": "1",
@@ -51,17 +52,6 @@ def audit(server: RelayServer, **params: Any) -> list[dict[str, Any]]:
 
 def actions(server: RelayServer, executor_id: str) -> list[str]:
     return [a["action"] for a in audit(server, executorId=executor_id)]
-
-
-async def until(pred: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await asyncio.to_thread(pred)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 def set_grace(server: RelayServer, secs: int, app: str = "app") -> None:

@@ -43,6 +43,7 @@ from tests.fake_executor import FakeExecutor
 from tests.fault.clients import (RawWebSocket, ReconnectingExecutor, ScriptedExecutor, assert_invariants,
                                  dribble, flap)
 from tests.server import RELAY, RelayServer
+from tests.support import until
 
 BASE_ENV = {
     "RELAY_PING_INTERVAL_SECS": "1",
@@ -126,17 +127,6 @@ def set_grace(server: RelayServer, secs: int, app: str = "app", org: str = "loca
     assert rest(server, "PUT", f"/v2/orgs/{org}/apps/{app}", token).status_code == 204
     r = rest(server, "PATCH", f"/v2/orgs/{org}/apps/{app}", token, json={"executorTimeoutSecs": secs})
     assert r.status_code == 204, r.text
-
-
-async def until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await asyncio.to_thread(pred)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {what or pred}")
-        await asyncio.sleep(interval)
 
 
 def parse_time(text: str) -> datetime:

@@ -22,6 +22,7 @@ from tests.fake_executor import FakeExecutor
 from tests.fault.invariants import check_store
 from tests.fault.pg import PgCluster
 from tests.server import RelayServer
+from tests.support import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -237,7 +238,7 @@ def test_wall_clock_step_declares_nothing_early(tmp_path, store_url, step: float
             b = await FakeExecutor(server.ws, executor_id="B").connect()
             a = await FakeExecutor(server.ws, executor_id="A").connect()
             a.abort()
-            await harness_wait(lambda: status() == "DISCONNECTED")
+            await until(lambda: status() == "DISCONNECTED")
             dropped = time.monotonic()
             await asyncio.sleep(1.0)
             offset.write_text(str(step))  # the host's clock is stepped
@@ -253,11 +254,3 @@ def test_wall_clock_step_declares_nothing_early(tmp_path, store_url, step: float
         check_store(store_url).assert_ok()
     finally:
         server.stop()
-
-
-async def harness_wait(pred: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(pred):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met")
-        await asyncio.sleep(0.05)
