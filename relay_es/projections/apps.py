@@ -147,48 +147,63 @@ def _upsert(table: str, cols: str) -> str:
             + f" WHERE {table}.version < excluded.version")
 
 
+_APP_EVENTS = (Application.Registered, Application.Restored, Application.SettingsChanged, Application.Deleted)
+_TOKEN_EVENTS = (Token.Created, Token.Reissued, Token.Revoked)
+
+
 class AppsProjection:
-    """Keeps ``relay_apps`` and ``relay_tokens``."""
+    """Keeps ``relay_apps`` and ``relay_tokens`` (few rows: all stay cached)."""
 
     name = "apps"
     tables = ("relay_apps", "relay_tokens")
-    event_types = (Application.Registered, Application.Restored, Application.SettingsChanged,
-                   Application.Deleted, Token.Created, Token.Reissued, Token.Revoked)
+    event_types = _APP_EVENTS + _TOKEN_EVENTS
 
-    def create(self, cur: Any) -> None:
-        for stmt in DDL:
+    def __init__(self) -> None:
+        self.forget()
+
+    def create(self, cur: Any, *, indexes: bool = True) -> None:
+        for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:
             cur.execute(stmt)
 
     def drop(self, cur: Any) -> None:
         for t in self.tables:
             cur.execute(f"DROP TABLE IF EXISTS {t}")
 
-    def begin_batch(self) -> dict[str, Any]:
-        return {"apps": {}, "tokens": {}}
+    def forget(self) -> None:
+        self.apps: dict[str, AppRow | None] = {}
+        self.tokens: dict[str, TokenRow | None] = {}
+        self.dirty: set[str] = set()
 
-    def handle(self, cur: Any, batch: dict[str, Any], event: Any, notification_id: int) -> None:
-        sid = str(event.originator_id)
-        is_app = isinstance(event, (Application.Registered, Application.Restored,
-                                    Application.SettingsChanged, Application.Deleted))
-        table, cols, conv, red, rows = (
-            ("relay_apps", _APP_COLS, _app_from_db, reduce_app, batch["apps"]) if is_app
-            else ("relay_tokens", _TOKEN_COLS, _token_from_db, reduce_token, batch["tokens"])
-        )
-        if sid not in rows:
-            cur.execute(f"SELECT {cols} FROM {table} WHERE stream_id = %s", (sid,))
-            found = cur.fetchone()
-            rows[sid] = conv(found) if found else None
+    def load(self, cur: Any, items: list[tuple[int, str, Any]]) -> None:
+        for _, sid, event in items:
+            is_app = isinstance(event, _APP_EVENTS)
+            rows, table, cols, conv = ((self.apps, "relay_apps", _APP_COLS, _app_from_db) if is_app
+                                       else (self.tokens, "relay_tokens", _TOKEN_COLS, _token_from_db))
+            if sid not in rows:
+                cur.execute(f"SELECT {cols} FROM {table} WHERE stream_id = %s", (sid,))
+                found = cur.fetchone()
+                rows[sid] = conv(found) if found else None
+
+    def apply(self, notification_id: int, sid: str, event: Any) -> None:
+        is_app = isinstance(event, _APP_EVENTS)
+        rows, red = (self.apps, reduce_app) if is_app else (self.tokens, reduce_token)
         cur_row = rows[sid]
         if cur_row is not None and cur_row.version >= event.originator_version:
             return
         rows[sid] = red(cur_row, event)
+        self.dirty.add(sid)
 
-    def end_batch(self, cur: Any, batch: dict[str, Any]) -> None:
-        if batch["apps"]:
-            cur.executemany(_upsert("relay_apps", _APP_COLS), [_app_to_db(r) for r in batch["apps"].values() if r])
-        if batch["tokens"]:
-            cur.executemany(_upsert("relay_tokens", _TOKEN_COLS),
-                            [_token_to_db(r) for r in batch["tokens"].values() if r])
+    def write(self, cur: Any, *, bulk: bool = False) -> None:
+        apps = [_app_to_db(r) for sid in self.dirty if (r := self.apps.get(sid)) is not None]
+        tokens = [_token_to_db(r) for sid in self.dirty if (r := self.tokens.get(sid)) is not None]
+        self.dirty = set()
+        if apps:
+            cur.executemany(_upsert("relay_apps", _APP_COLS), apps)
+        if tokens:
+            cur.executemany(_upsert("relay_tokens", _TOKEN_COLS), tokens)
+
+    def committed(self) -> None:
+        pass
 
 
 def list_apps(db: Database, org: str, *, include_deleted: bool = False) -> list[AppRow]:

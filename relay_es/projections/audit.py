@@ -8,21 +8,22 @@ Ids can have gaps; nothing relies on contiguity. :func:`entry_for` is pure.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
 
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.token import Token
-from relay_es.adapters.stores import Database
+from relay_es.adapters.stores import Database, copy_rows
 from relay_es.projections.executors import EXECUTOR_EVENTS
 from relay_es.units import duration_to_millis, duration_to_seconds, from_epoch_ms, rfc3339, to_epoch_ms
 
 
-@dataclass(frozen=True)
-class AuditEntry:
+class AuditEntry(NamedTuple):
     seq: int
     at: datetime
     org: str
@@ -42,107 +43,109 @@ _SETTING_OUT = {
 }
 
 
-def _executor_entry(e: Any) -> tuple[str, dict[str, Any]] | None:
-    if isinstance(e, Executor.Connected):
-        action = "executor.reconnected" if e.previous_status == "DISCONNECTED" else "executor.connected"
-        detail: dict[str, Any] = {
-            "incarnation": e.incarnation,
-            "appVersion": e.app_version,
-            "hostname": e.hostname,
-            "connectionId": e.connection_id,
-            "owner": e.owner,
-        }
-        if e.previous_status:
-            detail["previousStatus"] = e.previous_status
-        if e.superseded_connection:
-            detail["supersededConnectionId"] = e.superseded_connection
-        return action, detail
-    if isinstance(e, Executor.Disconnected):
-        return "executor.disconnected", {"reason": e.reason, "deadline": rfc3339(e.deadline), "connectionId": e.connection_id}
-    if isinstance(e, Executor.DeclaredDead):
-        return "executor.declared_dead", {"deadline": rfc3339(e.deadline), "appVersion": e.app_version}
-    if isinstance(e, Executor.RecoveryDeferred):
-        return "recovery.deferred", {"reason": e.reason}
-    if isinstance(e, Executor.RecoveryDispatched):
-        return "recovery.dispatched", {
-            "requestId": e.request_id,
-            "targetExecutorId": e.target_executor_id,
-            "appVersion": e.app_version,
-            "attempt": e.attempt,
-        }
-    if isinstance(e, Executor.RecoveryFailed):
-        return "recovery.failed", {"requestId": e.request_id, "targetExecutorId": e.target_executor_id, "reason": e.reason}
-    if isinstance(e, Executor.RecoveryConfirmed):
-        return "recovery.confirmed", {
-            "requestId": e.request_id,
-            "targetExecutorId": e.target_executor_id,
-            "pendingFound": e.pending_found,
-        }
-    if isinstance(e, Executor.RecoveryWithdrawn):
-        return "recovery.withdrawn", {"reason": e.reason}
-    if isinstance(e, Executor.Deleted):
-        return "executor.deleted", {}
-    return None
+def _connected(e: Any) -> tuple[str, dict[str, Any]]:
+    action = "executor.reconnected" if e.previous_status == "DISCONNECTED" else "executor.connected"
+    detail: dict[str, Any] = {
+        "incarnation": e.incarnation,
+        "appVersion": e.app_version,
+        "hostname": e.hostname,
+        "connectionId": e.connection_id,
+        "owner": e.owner,
+    }
+    if e.previous_status:
+        detail["previousStatus"] = e.previous_status
+    if e.superseded_connection:
+        detail["supersededConnectionId"] = e.superseded_connection
+    return action, detail
 
 
-def entry_for(e: Any, seq: int, *, context: dict[str, Any]) -> AuditEntry | None:
+# Executor events: (action, detail) from the event; org, app and name come from the stream's context.
+_EXECUTOR_ENTRIES: dict[type, Callable[[Any], tuple[str, dict[str, Any]]]] = {
+    Executor.Connected: _connected,
+    Executor.Disconnected: lambda e: ("executor.disconnected", {
+        "reason": e.reason, "deadline": rfc3339(e.deadline), "connectionId": e.connection_id}),
+    Executor.DeclaredDead: lambda e: ("executor.declared_dead", {
+        "deadline": rfc3339(e.deadline), "appVersion": e.app_version}),
+    Executor.RecoveryDeferred: lambda e: ("recovery.deferred", {"reason": e.reason}),
+    Executor.RecoveryDispatched: lambda e: ("recovery.dispatched", {
+        "requestId": e.request_id, "targetExecutorId": e.target_executor_id, "appVersion": e.app_version,
+        "attempt": e.attempt}),
+    Executor.RecoveryFailed: lambda e: ("recovery.failed", {
+        "requestId": e.request_id, "targetExecutorId": e.target_executor_id, "reason": e.reason}),
+    Executor.RecoveryConfirmed: lambda e: ("recovery.confirmed", {
+        "requestId": e.request_id, "targetExecutorId": e.target_executor_id, "pendingFound": e.pending_found}),
+    Executor.RecoveryWithdrawn: lambda e: ("recovery.withdrawn", {"reason": e.reason}),
+    Executor.Deleted: lambda e: ("executor.deleted", {}),
+}
+
+
+def _settings_changed(e: Any) -> dict[str, Any]:
+    changes = {}
+    for field in e.changed:
+        out_name, conv = _SETTING_OUT[field]
+        changes[out_name] = conv(getattr(e, field))
+    return {"changes": changes}
+
+
+# Other events of a known stream: (org, app, name, event) -> (app, executor_id, action, detail).
+_OTHER_ENTRIES: dict[type, Callable[[str, Any, Any, Any], tuple[Any, Any, str, dict[str, Any]]]] = {
+    Application.Restored: lambda org, app, name, e: (app, None, "app.registered",
+                                                     {"privateMode": e.private_mode, "restored": True}),
+    Application.SettingsChanged: lambda org, app, name, e: (app, None, "app.updated", _settings_changed(e)),
+    Application.Deleted: lambda org, app, name, e: (app, None, "app.deleted", {}),
+    Application.RetentionDispatched: lambda org, app, name, e: (app, None, "retention.dispatched", {
+        "requestId": e.request_id,
+        "targetExecutorId": e.target_executor_id,
+        "gcCutoffEpochMs": None if e.gc_cutoff is None else to_epoch_ms(e.gc_cutoff),
+        "gcRowsThreshold": e.gc_rows_threshold,
+        "timeoutCutoffEpochMs": None if e.timeout_cutoff is None else to_epoch_ms(e.timeout_cutoff),
+    }),
+    Application.RetentionAnswered: lambda org, app, name, e: (app, None, "retention.answered", {
+        "requestId": e.request_id, "success": e.success, "error": e.error}),
+    Application.ProtocolViolated: lambda org, app, name, e: (app, e.executor_id, "protocol.violation", {
+        "kind": e.kind, "detail": e.detail, "peer": e.peer, "suppressed": e.suppressed}),
+    Gate.Refused: lambda org, app, name, e: (e.app, None, "auth.refused", {
+        "peer": e.peer, "status": e.status, "reason": e.reason, "suppressed": e.suppressed}),
+    Token.Reissued: lambda org, app, name, e: (None, None, "token.created",
+                                               {"tokenName": name, "appNames": e.app_names, "reissued": True}),
+    Token.Revoked: lambda org, app, name, e: (None, None, "token.revoked", {"tokenName": name}),
+}
+
+
+def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = None) -> AuditEntry | None:
     """The audit entry for one event, or None. ``context`` maps stream ids to
     (org, app, executor_id) for events that do not carry them (filled from
-    created events as they pass)."""
-    sid = str(e.originator_id)
-    if isinstance(e, Executor.Registered):
+    created events as they pass). ``sid`` is ``str(e.originator_id)``, if the
+    caller has it already."""
+    if sid is None:
+        sid = str(e.originator_id)
+    kind = type(e)
+    executor_entry = _EXECUTOR_ENTRIES.get(kind)
+    if executor_entry is not None:
+        where = context.get(sid)
+        if where is None:
+            return None
+        action, detail = executor_entry(e)
+        return AuditEntry(seq, e.timestamp, where[0], where[1], where[2], action, detail)
+    if kind is Executor.Registered:
         context[sid] = (e.org, e.app, e.executor_id)
         return None
-    if isinstance(e, Application.Registered):
+    if kind is Application.Registered:
         context[sid] = (e.org, e.name, None)
         return AuditEntry(seq, e.timestamp, e.org, e.name, None, "app.registered", {"privateMode": e.private_mode})
-    if isinstance(e, Gate.Opened):
+    if kind is Gate.Opened:
         context[sid] = (e.org, None, None)
         return None
-    if isinstance(e, Token.Created):
+    if kind is Token.Created:
         context[sid] = (e.org, None, e.name)
         return AuditEntry(seq, e.timestamp, e.org, None, None, "token.created", {"tokenName": e.name, "appNames": e.app_names})
+    other = _OTHER_ENTRIES.get(kind)
     where = context.get(sid)
-    if where is None:
+    if other is None or where is None:
         return None
     org, app, name = where
-    if isinstance(e, EXECUTOR_EVENTS):
-        found = _executor_entry(e)
-        if found is None:
-            return None
-        return AuditEntry(seq, e.timestamp, org, app, name, found[0], found[1])
-    if isinstance(e, Application.Restored):
-        return AuditEntry(seq, e.timestamp, org, app, None, "app.registered", {"privateMode": e.private_mode, "restored": True})
-    if isinstance(e, Application.SettingsChanged):
-        changes = {}
-        for field in e.changed:
-            out_name, conv = _SETTING_OUT[field]
-            changes[out_name] = conv(getattr(e, field))
-        return AuditEntry(seq, e.timestamp, org, app, None, "app.updated", {"changes": changes})
-    if isinstance(e, Application.Deleted):
-        return AuditEntry(seq, e.timestamp, org, app, None, "app.deleted", {})
-    if isinstance(e, Application.RetentionDispatched):
-        return AuditEntry(seq, e.timestamp, org, app, None, "retention.dispatched", {
-            "requestId": e.request_id,
-            "targetExecutorId": e.target_executor_id,
-            "gcCutoffEpochMs": None if e.gc_cutoff is None else to_epoch_ms(e.gc_cutoff),
-            "gcRowsThreshold": e.gc_rows_threshold,
-            "timeoutCutoffEpochMs": None if e.timeout_cutoff is None else to_epoch_ms(e.timeout_cutoff),
-        })
-    if isinstance(e, Application.RetentionAnswered):
-        return AuditEntry(seq, e.timestamp, org, app, None, "retention.answered",
-                          {"requestId": e.request_id, "success": e.success, "error": e.error})
-    if isinstance(e, Application.ProtocolViolated):
-        return AuditEntry(seq, e.timestamp, org, app, e.executor_id, "protocol.violation",
-                          {"kind": e.kind, "detail": e.detail, "peer": e.peer, "suppressed": e.suppressed})
-    if isinstance(e, Gate.Refused):
-        return AuditEntry(seq, e.timestamp, org, e.app, None, "auth.refused",
-                          {"peer": e.peer, "status": e.status, "reason": e.reason, "suppressed": e.suppressed})
-    if isinstance(e, Token.Reissued):
-        return AuditEntry(seq, e.timestamp, org, None, None, "token.created", {"tokenName": name, "appNames": e.app_names, "reissued": True})
-    if isinstance(e, Token.Revoked):
-        return AuditEntry(seq, e.timestamp, org, None, None, "token.revoked", {"tokenName": name})
-    return None
+    app_out, executor_id, action, detail = other(org, app, name, e)
+    return AuditEntry(seq, e.timestamp, org, app_out, executor_id, action, detail)
 
 
 AUDITED_EVENTS = (
@@ -187,80 +190,89 @@ DDL = [
 
 _INSERT = (
     "INSERT INTO relay_audit (seq, at, org, app, executor_id, action, detail) "
-    "VALUES (%(seq)s, %(at)s, %(org)s, %(app)s, %(executor_id)s, %(action)s, %(detail)s) "
-    "ON CONFLICT (seq) DO NOTHING"
+    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (seq) DO NOTHING"
 )
 
 
 class AuditProjection:
+    """Keeps ``relay_audit`` and ``relay_audit_streams`` (where each stream belongs)."""
+
     name = "audit"
     tables = ("relay_audit", "relay_audit_streams")
-
     event_types = EXECUTOR_EVENTS + AUDITED_EVENTS
+    cache_limit = 100_000
 
-    def create(self, cur: Any) -> None:
-        for stmt in DDL:
+    def __init__(self) -> None:
+        self.context: dict[str, tuple[str, str | None, str | None]] = {}
+        self.new_streams: dict[str, tuple[str, str | None, str | None]] = {}
+        self.entries: list[AuditEntry] = []
+
+    def create(self, cur: Any, *, indexes: bool = True) -> None:
+        for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:
             cur.execute(stmt)
 
     def drop(self, cur: Any) -> None:
         for t in self.tables:
             cur.execute(f"DROP TABLE IF EXISTS {t}")
 
-    def begin_batch(self) -> dict[str, Any]:
-        return {"context": {}, "new_streams": {}, "entries": []}
+    def forget(self) -> None:
+        self.context = {}
+        self.new_streams = {}
+        self.entries = []
 
-    def prefetch(self, cur: Any, batch: dict[str, Any], events: list[Any]) -> None:
-        """Reads where every stream of the batch belongs, 500 to a query."""
-        ctx = batch["context"]
-        sids = list(dict.fromkeys(str(e.originator_id) for e in events))
+    def load(self, cur: Any, items: list[tuple[int, str, Any]]) -> None:
+        """Reads where the batch's streams belong (those not cached yet), 500 to a query."""
+        ctx = self.context
+        sids = [sid for sid in dict.fromkeys(sid for _, sid, _ in items) if sid not in ctx]
         for start in range(0, len(sids), 500):
             chunk = sids[start:start + 500]
             cur.execute("SELECT stream_id, org, app, name FROM relay_audit_streams WHERE stream_id IN "
                         f"({', '.join(['%s'] * len(chunk))})", chunk)
             for sid, org, app, name in cur.fetchall():
                 ctx[sid] = (org, app, name)
-        batch["prefetched"] = True
 
-    def handle(self, cur: Any, batch: dict[str, Any], event: Any, notification_id: int) -> None:
-        ctx = batch["context"]
-        sid = str(event.originator_id)
-        if sid not in ctx and not batch.get("prefetched") and not isinstance(
-            event, (Executor.Registered, Application.Registered, Token.Created, Gate.Opened)
-        ):
-            cur.execute("SELECT org, app, name FROM relay_audit_streams WHERE stream_id = %(sid)s", {"sid": sid})
-            found = cur.fetchone()
-            if found:
-                ctx[sid] = tuple(found)
+    def apply(self, notification_id: int, sid: str, event: Any) -> None:
+        ctx = self.context
         known = sid in ctx
-        entry = entry_for(event, notification_id, context=ctx)
+        entry = entry_for(event, notification_id, context=ctx, sid=sid)
         if not known and sid in ctx:
-            batch["new_streams"][sid] = ctx[sid]
+            self.new_streams[sid] = ctx[sid]
         if entry is not None:
-            batch["entries"].append(entry)
+            self.entries.append(entry)
 
-    def end_batch(self, cur: Any, batch: dict[str, Any]) -> None:
-        if batch["new_streams"]:
-            cur.executemany(
-                "INSERT INTO relay_audit_streams (stream_id, org, app, name) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (stream_id) DO NOTHING",
-                [(sid, *v) for sid, v in batch["new_streams"].items()],
-            )
-        if batch["entries"]:
-            cur.executemany(
-                _INSERT,
-                [
-                    {
-                        "seq": a.seq,
-                        "at": to_epoch_ms(a.at),
-                        "org": a.org,
-                        "app": a.app,
-                        "executor_id": a.executor_id,
-                        "action": a.action,
-                        "detail": json.dumps(a.detail, sort_keys=True),
-                    }
-                    for a in batch["entries"]
-                ],
-            )
+    def write(self, cur: Any, *, bulk: bool = False) -> None:
+        """``bulk``: the tables were created empty by this rebuild, so rows are
+        copied in (Postgres ``COPY``) rather than inserted one statement each."""
+        if self.new_streams:
+            rows = [(sid, *v) for sid, v in self.new_streams.items()]
+            self.new_streams = {}
+            if bulk:
+                copy_rows(cur, "relay_audit_streams", ("stream_id", "org", "app", "name"), rows)
+            else:
+                cur.executemany("INSERT INTO relay_audit_streams (stream_id, org, app, name) VALUES (%s, %s, %s, %s) "
+                                "ON CONFLICT (stream_id) DO NOTHING", rows)
+        if self.entries:
+            encode = _encode_detail
+            rows = [(a.seq, to_epoch_ms(a.at), a.org, a.app, a.executor_id, a.action, encode(a.detail))
+                    for a in self.entries]
+            self.entries = []
+            if bulk:
+                copy_rows(cur, "relay_audit", _COLUMNS, rows)
+            else:
+                cur.executemany(_INSERT, rows)
+
+    def committed(self) -> None:
+        if len(self.context) > self.cache_limit:
+            self.context = {}
+
+
+_COLUMNS = ("seq", "at", "org", "app", "executor_id", "action", "detail")
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def _encode_detail(detail: dict[str, Any]) -> str:
+    """The detail column: JSON with sorted keys (the same bytes live and after a rebuild)."""
+    return _encoder.encode(detail).decode()
 
 
 def query(

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from relay_es.adapters.eventlog import EventLog
 from relay_es.adapters.stores import Database
 from relay_es.service import Relay
 
@@ -36,19 +37,33 @@ CREATE TABLE IF NOT EXISTS relay_tracking (
 
 
 class Projection(Protocol):
+    """A read model kept by the runner.
+
+    ``load`` reads the current rows of a batch's streams that the projection
+    does not hold already; ``apply`` folds one event in memory; ``write``
+    stores what changed, in the batch's transaction. What a projection holds
+    between batches is a cache of committed rows: the runner calls ``forget``
+    when a batch fails or the tracked position moved without it, and
+    ``committed`` after each commit (where a projection bounds its cache).
+    """
+
     name: str
     tables: Sequence[str]
     event_types: tuple[type, ...]
 
-    def create(self, cur: Any) -> None: ...
+    def create(self, cur: Any, *, indexes: bool = True) -> None: ...
 
     def drop(self, cur: Any) -> None: ...
 
-    def begin_batch(self) -> Any: ...
+    def forget(self) -> None: ...
 
-    def handle(self, cur: Any, batch: Any, event: Any, notification_id: int) -> None: ...
+    def load(self, cur: Any, items: list[tuple[int, str, Any]]) -> None: ...
 
-    def end_batch(self, cur: Any, batch: Any) -> None: ...
+    def apply(self, notification_id: int, sid: str, event: Any) -> None: ...
+
+    def write(self, cur: Any, *, bulk: bool = False) -> None: ...
+
+    def committed(self) -> None: ...
 
 
 class PositionMoved(Exception):
@@ -61,6 +76,11 @@ class ProjectionRunner:
         self.db = db
         self.projections = list(projections)
         self.batch_size = batch_size
+        self.log = EventLog(relay)
+        self._types = {p.name: frozenset(p.event_types) for p in self.projections}
+        self._cached_at: dict[str, int] = {}  # projection -> position its cache is valid at
+        self._sids: dict[Any, str] = {}  # originator id -> its str, computed once
+        self._bulk: set[str] = set()  # projections being rebuilt: their tables were created empty
         self._lock = threading.Lock()  # one batch at a time in this process
         self._progress = threading.Condition()
         self.create_schema()
@@ -92,41 +112,59 @@ class ProjectionRunner:
         with self._lock:
             start_positions = self.positions()
             start = min(start_positions.get(p.name, 0) for p in self.projections)
-            notifications = self.relay.recorder.select_notifications(
-                start=start, limit=self.batch_size, inclusive_of_start=False
-            )
-            if not notifications:
+            events = self.log.read(start, self.batch_size)
+            if not events:
                 return 0
-            events = [(n.id, self.relay.mapper.to_domain_event(n)) for n in notifications]
-            last = notifications[-1].id
-            with self.db.transaction() as cur:
-                if self.db.dialect == "postgres":
-                    cur.execute("SELECT name, position FROM relay_tracking ORDER BY name FOR UPDATE")
-                else:
-                    cur.execute("SELECT name, position FROM relay_tracking")
-                now_positions = {n: int(p) for n, p in cur.fetchall()}
+            last = events[-1][0]
+            sids = self._sids
+            if len(sids) > 200_000:
+                sids.clear()
+            items = []
+            for nid, event in events:
+                oid = event.originator_id
+                sid = sids.get(oid)
+                if sid is None:
+                    sid = sids[oid] = str(oid)
+                items.append((nid, sid, event))
+            try:
+                with self.db.transaction() as cur:
+                    if self.db.dialect == "postgres":
+                        cur.execute("SELECT name, position FROM relay_tracking ORDER BY name FOR UPDATE")
+                    else:
+                        cur.execute("SELECT name, position FROM relay_tracking")
+                    now_positions = {n: int(p) for n, p in cur.fetchall()}
+                    for p in self.projections:
+                        if now_positions.get(p.name, 0) != start_positions.get(p.name, 0):
+                            raise PositionMoved(p.name)
+                    for p in self.projections:
+                        pos = now_positions.get(p.name, 0)
+                        if self._cached_at.get(p.name) != pos:
+                            p.forget()  # its cache belongs to another position: read rows afresh
+                        types = self._types[p.name]
+                        mine = [it for it in items if it[0] > pos and type(it[2]) in types]
+                        if mine:
+                            p.load(cur, mine)
+                            apply = p.apply
+                            for nid, sid, event in mine:
+                                apply(nid, sid, event)
+                            p.write(cur, bulk=p.name in self._bulk)
+                        cur.execute(
+                            "UPDATE relay_tracking SET position = %s WHERE name = %s AND position = %s",
+                            (last, p.name, pos),
+                        )
+                        if cur.rowcount != 1:
+                            raise PositionMoved(p.name)
+            except BaseException:
+                self._cached_at.clear()
                 for p in self.projections:
-                    if now_positions.get(p.name, 0) != start_positions.get(p.name, 0):
-                        raise PositionMoved(p.name)
-                for p in self.projections:
-                    pos = now_positions.get(p.name, 0)
-                    batch = p.begin_batch()
-                    mine = [(nid, event) for nid, event in events if nid > pos and isinstance(event, p.event_types)]
-                    prefetch = getattr(p, "prefetch", None)
-                    if prefetch is not None and mine:
-                        prefetch(cur, batch, [event for _, event in mine])
-                    for nid, event in mine:
-                        p.handle(cur, batch, event, nid)
-                    p.end_batch(cur, batch)
-                    cur.execute(
-                        "UPDATE relay_tracking SET position = %s WHERE name = %s AND position = %s",
-                        (last, p.name, pos),
-                    )
-                    if cur.rowcount != 1:
-                        raise PositionMoved(p.name)
+                    p.forget()
+                raise
+            for p in self.projections:
+                self._cached_at[p.name] = last
+                p.committed()
         with self._progress:
             self._progress.notify_all()
-        return len(notifications)
+        return len(events)
 
     def catch_up(self) -> int:
         total = 0
@@ -151,9 +189,16 @@ class ProjectionRunner:
                 self._progress.wait(min(remaining, 0.05))
         return True
 
-    def rebuild(self, names: Iterable[str] | None = None, *, batch_size: int = 5000) -> int:
+    def rebuild(self, names: Iterable[str] | None = None, *, batch_size: int = 10_000) -> int:
         """Drops the named projections' tables (all by default), rebuilds them
-        from the event stream, and returns how many notifications were read."""
+        from the event stream, and returns how many notifications were read.
+
+        The tables are created without their secondary indexes and filled in
+        large batches (each still committed with its position, so a crash
+        leaves a consistent, resumable state: the indexes are created by the
+        next start's ``create_schema`` if the rebuild did not finish); the
+        indexes are built once, at the end.
+        """
         wanted = set(names) if names is not None else {p.name for p in self.projections}
         unknown = wanted - {p.name for p in self.projections}
         if unknown:
@@ -163,10 +208,19 @@ class ProjectionRunner:
                 for p in self.projections:
                     if p.name in wanted:
                         p.drop(cur)
-                        p.create(cur)
+                        p.create(cur, indexes=False)
                         cur.execute("UPDATE relay_tracking SET position = 0 WHERE name = %s", (p.name,))
+            self._cached_at.clear()
+            for p in self.projections:
+                p.forget()
         usual, self.batch_size = self.batch_size, batch_size  # fewer, larger transactions
+        self._bulk = wanted
         try:
             return self.catch_up()
         finally:
             self.batch_size = usual
+            self._bulk = set()
+            with self._lock, self.db.transaction() as cur:
+                for p in self.projections:
+                    if p.name in wanted:
+                        p.create(cur)  # the indexes

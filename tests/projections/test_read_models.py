@@ -120,16 +120,16 @@ def test_each_event_is_applied_once_even_with_crashes_and_concurrent_runners(wor
             cur.execute(f"DELETE FROM {t}")
         cur.execute("UPDATE relay_tracking SET position = 0")
     projection = world.runner.projections[1]
-    original = projection.end_batch
+    original = projection.write
     calls = {"n": 0}
 
-    def crash_once(cur: Any, batch: Any) -> None:
+    def crash_once(cur: Any, **kw: Any) -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("power cut")
-        original(cur, batch)
+        original(cur, **kw)
 
-    projection.end_batch = crash_once
+    projection.write = crash_once
     with pytest.raises(RuntimeError):
         world.runner.run_batch()
     assert world.runner.position() == 0

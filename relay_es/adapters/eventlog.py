@@ -1,0 +1,154 @@
+"""Reads the notification log fast, for the projections.
+
+The library's path (``recorder.select_notifications`` then
+``mapper.to_domain_event``) builds a ``Notification`` and a ``UUID`` per row
+and decodes JSON through a Python ``object_hook``. A rebuild reads every event
+once, so that path was a third of it. :class:`EventLog` reads the same rows
+with one plain query, decodes the state with ``msgspec`` and then applies the
+transcoder's registered transcodings exactly where the library's ``object_hook``
+would (every two-key ``{"_type_", "_data_"}`` object, innermost first). The
+domain events it returns are equal to the library's, field for field
+(``tests/adapters/test_eventlog.py`` checks every event type).
+
+When the mapper enciphers or compresses, or an event class has versions to
+upcast, it falls back to the library for those rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import JSONTranscoder, StoredEvent
+from eventsourcing.utils import resolve_topic
+
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+class EventLog:
+    """``read(after, limit)`` -> ``[(notification_id, domain_event), ...]`` in notification order."""
+
+    def __init__(self, relay: Any) -> None:
+        self.recorder = relay.recorder
+        self.mapper = relay.mapper
+        transcoder = self.mapper.transcoder
+        self._names = dict(transcoder.names) if isinstance(transcoder, JSONTranscoder) else {}
+        self._fast = (
+            isinstance(transcoder, JSONTranscoder)
+            and self.mapper.cipher is None
+            and self.mapper.compressor is None
+        )
+        self._decode = msgspec.json.Decoder().decode
+        self._classes: dict[str, tuple[type, bool]] = {}
+        self._ids: dict[Any, UUID] = {}
+        self._wrapped_keys: dict[type, tuple[str, ...]] = {}
+        kind = type(self.recorder).__module__
+        self._kind = kind if kind in ("eventsourcing.postgres", "eventsourcing.sqlite") else "other"
+        if self._kind == "eventsourcing.postgres":
+            from psycopg.sql import SQL, Identifier
+
+            self._sql: Any = SQL(
+                "SELECT notification_id, originator_id::text, originator_version, topic, state "
+                "FROM {schema}.{table} WHERE notification_id > %s ORDER BY notification_id LIMIT %s"
+            ).format(schema=Identifier(self.recorder.datastore.schema),
+                     table=Identifier(self.recorder.events_table_name))
+        elif self._kind == "eventsourcing.sqlite":
+            self._sql = (f"SELECT rowid, originator_id, originator_version, topic, state "
+                         f"FROM {self.recorder.events_table_name} WHERE rowid > ? ORDER BY rowid LIMIT ?")
+
+    # ------------------------------------------------------------- reading
+    def read(self, after: int, limit: int) -> list[tuple[int, Any]]:
+        if self._kind == "other" or not self._fast:
+            return [(n.id, self.mapper.to_domain_event(n))
+                    for n in self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False)]
+        if self._kind == "eventsourcing.postgres":
+            from psycopg.rows import tuple_row
+
+            with self.recorder.datastore.transaction(commit=False) as curs:
+                curs.row_factory = tuple_row
+                curs.execute(self._sql, (after, limit))
+                rows = curs.fetchall()
+        else:
+            with self.recorder.datastore.transaction(commit=False) as curs:
+                curs.execute(self._sql, (after, limit))
+                rows = curs.fetchall()
+        event = self.event
+        return [(r[0], event(r[1], r[2], r[3], r[4])) for r in rows]
+
+    # ------------------------------------------------------------ decoding
+    def event(self, raw_id: Any, version: int, topic: str, state: bytes) -> Any:
+        """One domain event from a stored row, as the library's mapper makes it."""
+        found = self._classes.get(topic)
+        if found is None:
+            cls = resolve_topic(topic)
+            found = self._classes[topic] = (cls, getattr(cls, "class_version", 1) == 1)
+        cls, plain = found
+        oid = self._ids.get(raw_id)
+        if oid is None:
+            if len(self._ids) > 200_000:  # bounded: a long-running runner sees every stream eventually
+                self._ids.clear()
+            oid = self._ids[raw_id] = raw_id if isinstance(raw_id, UUID) else UUID(raw_id)
+        if not plain:
+            return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
+        try:
+            d = self._decode(state)
+        except msgspec.DecodeError:  # let the library say what is wrong with it
+            return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
+        if type(d) is not dict or "class_version" in d:
+            return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
+        wrapped = state.count(b'{"_type_"')  # JSON escapes quotes in strings: only objects match
+        if wrapped and not self._top_level(cls, d, wrapped):
+            self._fix(d)
+        d["originator_id"] = oid
+        d["originator_version"] = version
+        e = _new(cls)
+        _setattr(e, "__dict__", d)
+        return e
+
+    def _top_level(self, cls: type, d: dict[str, Any], wrapped: int) -> bool:
+        """The common case, without walking the whole state: every wrapped value
+        sits at the top level with plain data (an event's timestamp, a
+        deadline). Which keys hold them is learnt per class. False: walk it all."""
+        keys = self._wrapped_keys.get(cls)
+        if keys is None or len(keys) != wrapped:
+            keys = tuple(k for k, v in d.items() if type(v) is dict and "_type_" in v)
+            if len(keys) != wrapped:
+                return False
+            self._wrapped_keys[cls] = keys
+        names = self._names
+        for k in keys:
+            v = d.get(k)
+            if type(v) is not dict or len(v) != 2:
+                return False
+            data = v.get("_data_")
+            t = type(data)
+            if (t is not str and t is not int) or "_type_" not in v:
+                return False
+            d[k] = names[v["_type_"]].decode(data)
+        return True
+
+    def _fix(self, d: dict[str, Any]) -> dict[str, Any]:
+        for k, v in d.items():
+            t = type(v)
+            if t is dict:
+                d[k] = self._value(v)
+            elif t is list:
+                self._fix_list(v)
+        return d
+
+    def _fix_list(self, items: list[Any]) -> None:
+        for i, v in enumerate(items):
+            t = type(v)
+            if t is dict:
+                items[i] = self._value(v)
+            elif t is list:
+                self._fix_list(v)
+
+    def _value(self, d: dict[str, Any]) -> Any:
+        """What the library's ``object_hook`` makes of a decoded object."""
+        self._fix(d)
+        if len(d) == 2 and "_type_" in d and "_data_" in d:
+            return self._names[d["_type_"]].decode(d["_data_"])  # KeyError: not registered, as the library
+        return d
