@@ -138,11 +138,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def projections(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
-    from relay_es.adapters.clock import SystemClock
-    from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
-    from relay_es.projections import all_projections
-    from relay_es.projections.runner import ProjectionRunner
-    from relay_es.service import Relay
+    from relay_es.adapters.stores import parse_database_url
+    from relay_es.projections.runner import rebuild_in_processes
 
     logs.configure("WARNING")
     try:
@@ -150,15 +147,8 @@ def projections(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
-    relay = Relay(event_store_env(store), clock=SystemClock())
-    db = open_database(store)
-    try:
-        runner = ProjectionRunner(relay, db, all_projections())
-        n = runner.rebuild(args.only)
-        print(f"rebuilt {', '.join(args.only or ['executors', 'audit', 'apps'])} from {n} events")
-    finally:
-        db.close()
-        relay.close()
+    n = rebuild_in_processes(store, args.only)
+    print(f"rebuilt {', '.join(args.only or ['executors', 'audit', 'apps'])} from {n} events")
     return 0
 
 

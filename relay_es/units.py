@@ -80,8 +80,12 @@ def duration_to_millis(d: timedelta) -> int:
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+_MS = timedelta(milliseconds=1)
+_US = timedelta(microseconds=1)
+
+
 def to_epoch_ms(t: datetime) -> int:
-    return (t - EPOCH) // timedelta(milliseconds=1)
+    return (t - EPOCH) // _MS
 
 
 def from_epoch_ms(ms: int) -> datetime:
@@ -89,7 +93,7 @@ def from_epoch_ms(ms: int) -> datetime:
 
 
 def to_epoch_us(t: datetime) -> int:
-    return (t - EPOCH) // timedelta(microseconds=1)
+    return (t - EPOCH) // _US
 
 
 def from_epoch_us(us: int) -> datetime:
@@ -100,9 +104,9 @@ def rfc3339(t: datetime | None) -> str | None:
     """RFC 3339, UTC, millisecond precision, ``Z`` suffix: 2026-11-30T12:00:05.123Z."""
     if t is None:
         return None
-    t = t.astimezone(timezone.utc)
-    return (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
-            f"{t.microsecond // 1000:03d}Z")
+    if t.tzinfo is not timezone.utc:
+        t = t.astimezone(timezone.utc)
+    return t.isoformat(timespec="milliseconds")[:-6] + "Z"  # drops "+00:00"
 
 
 def parse_rfc3339(field: str, text: str) -> datetime:

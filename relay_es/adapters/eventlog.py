@@ -16,15 +16,20 @@ upcast, it falls back to the library for those rows.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import msgspec
-from eventsourcing.persistence import JSONTranscoder, StoredEvent
+from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, StoredEvent
 from eventsourcing.utils import resolve_topic
 
 _new = object.__new__
 _setattr = object.__setattr__
+
+
+class _Unusual(Exception):
+    """A state the fast path leaves to the library (versioned, not an object)."""
 
 
 class EventLog:
@@ -35,6 +40,9 @@ class EventLog:
         self.mapper = relay.mapper
         transcoder = self.mapper.transcoder
         self._names = dict(transcoder.names) if isinstance(transcoder, JSONTranscoder) else {}
+        # name -> decode function; the library's own datetime transcoding is exactly fromisoformat
+        self._decoders = {name: datetime.fromisoformat if type(t) is DatetimeAsISO else t.decode
+                          for name, t in self._names.items()}
         self._fast = (
             isinstance(transcoder, JSONTranscoder)
             and self.mapper.cipher is None
@@ -74,8 +82,49 @@ class EventLog:
             with self.recorder.datastore.transaction(commit=False) as curs:
                 curs.execute(self._sql, (after, limit))
                 rows = curs.fetchall()
-        event = self.event
-        return [(r[0], event(r[1], r[2], r[3], r[4])) for r in rows]
+        return self._events(rows)
+
+    def _events(self, rows: list[Any]) -> list[tuple[int, Any]]:
+        """:meth:`event` for many rows, its common path inlined (a rebuild runs it a million times)."""
+        decode, classes, ids, decoders, keys_of = (self._decode, self._classes, self._ids, self._decoders,
+                                                   self._wrapped_keys)
+        out = []
+        append = out.append
+        for nid, raw_id, version, topic, state in rows:
+            found = classes.get(topic)
+            oid = ids.get(raw_id)
+            if found is None or oid is None or not found[1]:
+                append((nid, self.event(raw_id, version, topic, state)))
+                continue
+            cls = found[0]
+            try:
+                d = decode(state)
+                if type(d) is not dict or "class_version" in d:
+                    raise _Unusual
+                wrapped = state.count(b'{"_type_"')  # JSON escapes quotes in strings: only objects match
+                if wrapped:
+                    keys = keys_of.get(cls)
+                    done = keys is not None and len(keys) == wrapped
+                    if done:
+                        for k in keys:
+                            v = d.get(k)
+                            if type(v) is dict and len(v) == 2 and "_type_" in v and (
+                                    (t := type(data := v.get("_data_"))) is str or t is int):
+                                d[k] = decoders[v["_type_"]](data)
+                            else:
+                                done = False
+                                break
+                    if not done and not self._top_level(cls, d, wrapped):
+                        self._fix(d)
+            except Exception:  # the library's path, and its errors
+                append((nid, self._library(oid, version, topic, state)))
+                continue
+            d["originator_id"] = oid
+            d["originator_version"] = version
+            e = _new(cls)
+            _setattr(e, "__dict__", d)
+            append((nid, e))
+        return out
 
     # ------------------------------------------------------------ decoding
     def event(self, raw_id: Any, version: int, topic: str, state: bytes) -> Any:
@@ -91,21 +140,24 @@ class EventLog:
                 self._ids.clear()
             oid = self._ids[raw_id] = raw_id if isinstance(raw_id, UUID) else UUID(raw_id)
         if not plain:
-            return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
+            return self._library(oid, version, topic, state)
         try:
             d = self._decode(state)
-        except msgspec.DecodeError:  # let the library say what is wrong with it
-            return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-        if type(d) is not dict or "class_version" in d:
-            return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-        wrapped = state.count(b'{"_type_"')  # JSON escapes quotes in strings: only objects match
-        if wrapped and not self._top_level(cls, d, wrapped):
-            self._fix(d)
+            if type(d) is not dict or "class_version" in d:
+                raise _Unusual
+            wrapped = state.count(b'{"_type_"')  # JSON escapes quotes in strings: only objects match
+            if wrapped and not self._top_level(cls, d, wrapped):
+                self._fix(d)
+        except Exception:  # the library's path, and its errors
+            return self._library(oid, version, topic, state)
         d["originator_id"] = oid
         d["originator_version"] = version
         e = _new(cls)
         _setattr(e, "__dict__", d)
         return e
+
+    def _library(self, oid: UUID, version: int, topic: str, state: Any) -> Any:
+        return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
 
     def _top_level(self, cls: type, d: dict[str, Any], wrapped: int) -> bool:
         """The common case, without walking the whole state: every wrapped value
@@ -126,7 +178,7 @@ class EventLog:
             t = type(data)
             if (t is not str and t is not int) or "_type_" not in v:
                 return False
-            d[k] = names[v["_type_"]].decode(data)
+            d[k] = self._decoders[v["_type_"]](data)
         return True
 
     def _fix(self, d: dict[str, Any]) -> dict[str, Any]:

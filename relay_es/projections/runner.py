@@ -14,14 +14,18 @@ million events are a few thousand commits, not a million.
 
 from __future__ import annotations
 
+import gc
 import logging
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Protocol
 
 from relay_es.adapters.eventlog import EventLog
-from relay_es.adapters.stores import Database
+from relay_es.adapters.stores import Database, StoreConfig
 from relay_es.service import Relay
 
 log = logging.getLogger(__name__)
@@ -66,12 +70,32 @@ class Projection(Protocol):
     def committed(self) -> None: ...
 
 
+class _LazyRead:
+    """A read cursor opened on first use: a batch whose rows are all cached reads nothing."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cm: Any = None
+        self._cur: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._cur is None:
+            self._cm = self._db.read()
+            self._cur = self._cm.__enter__()
+        return getattr(self._cur, name)
+
+    def close(self) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(None, None, None)
+
+
 class PositionMoved(Exception):
     """Another runner advanced a projection while this one was working."""
 
 
 class ProjectionRunner:
-    def __init__(self, relay: Relay, db: Database, projections: Iterable[Projection], *, batch_size: int = BATCH) -> None:
+    def __init__(self, relay: Relay, db: Database, projections: Iterable[Projection], *, batch_size: int = BATCH,
+                 schema: bool = True) -> None:
         self.relay = relay
         self.db = db
         self.projections = list(projections)
@@ -83,7 +107,8 @@ class ProjectionRunner:
         self._bulk: set[str] = set()  # projections being rebuilt: their tables were created empty
         self._lock = threading.Lock()  # one batch at a time in this process
         self._progress = threading.Condition()
-        self.create_schema()
+        if schema:
+            self.create_schema()
 
     # ---------------------------------------------------------------- schema
     def create_schema(self) -> None:
@@ -108,7 +133,13 @@ class ProjectionRunner:
 
     # ------------------------------------------------------------ processing
     def run_batch(self) -> int:
-        """Processes one batch. Returns how many notifications it consumed."""
+        """Processes one batch. Returns how many notifications it consumed.
+
+        Optimistic: rows are read and folded outside the write transaction,
+        which then only checks that no projection's position moved meanwhile
+        (rows change only together with their position) and writes. So the
+        store's write lock is held for the writes alone.
+        """
         with self._lock:
             start_positions = self.positions()
             start = min(start_positions.get(p.name, 0) for p in self.projections)
@@ -127,26 +158,35 @@ class ProjectionRunner:
                     sid = sids[oid] = str(oid)
                 items.append((nid, sid, event))
             try:
+                work = []
+                for p in self.projections:
+                    pos = start_positions.get(p.name, 0)
+                    if self._cached_at.get(p.name) != pos:
+                        p.forget()  # its cache belongs to another position: read rows afresh
+                    types = self._types[p.name]
+                    work.append((p, pos, [it for it in items if it[0] > pos and type(it[2]) in types]))
+                reader = _LazyRead(self.db)
+                try:
+                    for p, _, mine in work:
+                        if mine:
+                            p.load(reader, mine)
+                finally:
+                    reader.close()
+                for p, _, mine in work:
+                    apply = p.apply
+                    for nid, sid, event in mine:
+                        apply(nid, sid, event)
                 with self.db.transaction() as cur:
                     if self.db.dialect == "postgres":
                         cur.execute("SELECT name, position FROM relay_tracking ORDER BY name FOR UPDATE")
                     else:
                         cur.execute("SELECT name, position FROM relay_tracking")
                     now_positions = {n: int(p) for n, p in cur.fetchall()}
-                    for p in self.projections:
-                        if now_positions.get(p.name, 0) != start_positions.get(p.name, 0):
+                    for p, pos, _ in work:
+                        if now_positions.get(p.name, 0) != pos:
                             raise PositionMoved(p.name)
-                    for p in self.projections:
-                        pos = now_positions.get(p.name, 0)
-                        if self._cached_at.get(p.name) != pos:
-                            p.forget()  # its cache belongs to another position: read rows afresh
-                        types = self._types[p.name]
-                        mine = [it for it in items if it[0] > pos and type(it[2]) in types]
+                    for p, pos, mine in work:
                         if mine:
-                            p.load(cur, mine)
-                            apply = p.apply
-                            for nid, sid, event in mine:
-                                apply(nid, sid, event)
                             p.write(cur, bulk=p.name in self._bulk)
                         cur.execute(
                             "UPDATE relay_tracking SET position = %s WHERE name = %s AND position = %s",
@@ -199,6 +239,15 @@ class ProjectionRunner:
         next start's ``create_schema`` if the rebuild did not finish); the
         indexes are built once, at the end.
         """
+        wanted = self.reset(names)
+        try:
+            return self.fill(wanted, batch_size=batch_size)
+        finally:
+            self.create_schema()  # the indexes
+
+    def reset(self, names: Iterable[str] | None = None) -> set[str]:
+        """Empties the named projections (all by default): their tables are
+        created again without secondary indexes, their positions set to 0."""
         wanted = set(names) if names is not None else {p.name for p in self.projections}
         unknown = wanted - {p.name for p in self.projections}
         if unknown:
@@ -213,14 +262,71 @@ class ProjectionRunner:
             self._cached_at.clear()
             for p in self.projections:
                 p.forget()
+        return wanted
+
+    def fill(self, wanted: set[str], *, batch_size: int = 10_000) -> int:
+        """Catches up after :meth:`reset`, writing the emptied tables in bulk."""
         usual, self.batch_size = self.batch_size, batch_size  # fewer, larger transactions
         self._bulk = wanted
+        # A rebuild allocates millions of short-lived objects and makes no cycles worth
+        # chasing; the cyclic collector re-scanning every batch cost half of decoding.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             return self.catch_up()
         finally:
             self.batch_size = usual
             self._bulk = set()
-            with self._lock, self.db.transaction() as cur:
-                for p in self.projections:
-                    if p.name in wanted:
-                        p.create(cur)  # the indexes
+            if collecting:
+                gc.enable()
+
+
+# Projections rebuilt side by side, one process each: the audit log (one row per
+# event) against everything else. One Python process is bound by its GIL; two
+# use both cores of a small machine.
+REBUILD_GROUPS = (("audit",), ("executors", "apps"))
+
+
+def rebuild_in_processes(store: StoreConfig, names: Iterable[str] | None = None) -> int:
+    """``relay projections rebuild``: resets the named projections, fills them
+    in one process per group of :data:`REBUILD_GROUPS` (in this process when
+    there is one group or one core), then builds the indexes."""
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, open_database
+    from relay_es.projections import all_projections
+
+    relay = Relay(event_store_env(store), clock=SystemClock())
+    db = open_database(store)
+    try:
+        runner = ProjectionRunner(relay, db, all_projections())
+        wanted = runner.reset(names)
+        groups = [g for g in ([n for n in group if n in wanted] for group in REBUILD_GROUPS) if g]
+        try:
+            if len(groups) < 2 or (os.cpu_count() or 1) < 2:
+                return runner.fill(wanted)
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(len(groups), mp_context=ctx) as pool:
+                counts = list(pool.map(_fill_group, [store] * len(groups), groups))
+            runner.catch_up()  # whatever arrived since
+            return max(counts)
+        finally:
+            runner.create_schema()  # the indexes
+    finally:
+        db.close()
+        relay.close()
+
+
+def _fill_group(store: StoreConfig, names: list[str]) -> int:
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, open_database
+    from relay_es.projections import all_projections
+
+    # The parent created every table; workers creating them again at once race in Postgres' catalog.
+    relay = Relay({**event_store_env(store), "CREATE_TABLE": "false"}, clock=SystemClock())
+    db = open_database(store)
+    try:
+        runner = ProjectionRunner(relay, db, [p for p in all_projections() if p.name in names], schema=False)
+        return runner.fill(set(names))
+    finally:
+        db.close()
+        relay.close()
