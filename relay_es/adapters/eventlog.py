@@ -33,7 +33,8 @@ class _Unusual(Exception):
 
 
 class EventLog:
-    """``read(after, limit)`` -> ``[(notification_id, domain_event), ...]`` in notification order."""
+    """``read(after, limit)`` -> ``[(notification_id, stream_id, domain_event), ...]`` in
+    notification order; ``stream_id`` is ``str(domain_event.originator_id)``."""
 
     def __init__(self, relay: Any) -> None:
         self.recorder = relay.recorder
@@ -50,7 +51,7 @@ class EventLog:
         )
         self._decode = msgspec.json.Decoder().decode
         self._classes: dict[str, tuple[type, bool]] = {}
-        self._ids: dict[Any, UUID] = {}
+        self._ids: dict[Any, tuple[UUID, str]] = {}
         self._wrapped_keys: dict[type, tuple[str, ...]] = {}
         kind = type(self.recorder).__module__
         self._kind = kind if kind in ("eventsourcing.postgres", "eventsourcing.sqlite") else "other"
@@ -67,10 +68,13 @@ class EventLog:
                          f"FROM {self.recorder.events_table_name} WHERE rowid > ? ORDER BY rowid LIMIT ?")
 
     # ------------------------------------------------------------- reading
-    def read(self, after: int, limit: int) -> list[tuple[int, Any]]:
+    def read(self, after: int, limit: int) -> list[tuple[int, str, Any]]:
         if self._kind == "other" or not self._fast:
-            return [(n.id, self.mapper.to_domain_event(n))
-                    for n in self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False)]
+            out = []
+            for n in self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False):
+                e = self.mapper.to_domain_event(n)
+                out.append((n.id, self._stream(e.originator_id)[1], e))
+            return out
         if self._kind == "eventsourcing.postgres":
             from psycopg.rows import tuple_row
 
@@ -84,7 +88,7 @@ class EventLog:
                 rows = curs.fetchall()
         return self._events(rows)
 
-    def _events(self, rows: list[Any]) -> list[tuple[int, Any]]:
+    def _events(self, rows: list[Any]) -> list[tuple[int, str, Any]]:
         """:meth:`event` for many rows, its common path inlined (a rebuild runs it a million times)."""
         decode, classes, ids, decoders, keys_of = (self._decode, self._classes, self._ids, self._decoders,
                                                    self._wrapped_keys)
@@ -92,10 +96,12 @@ class EventLog:
         append = out.append
         for nid, raw_id, version, topic, state in rows:
             found = classes.get(topic)
-            oid = ids.get(raw_id)
-            if found is None or oid is None or not found[1]:
-                append((nid, self.event(raw_id, version, topic, state)))
+            stream = ids.get(raw_id)
+            if found is None or stream is None or not found[1]:
+                e = self.event(raw_id, version, topic, state)
+                append((nid, ids[raw_id][1], e))
                 continue
+            oid, sid = stream
             cls = found[0]
             try:
                 d = decode(state)
@@ -117,13 +123,13 @@ class EventLog:
                     if not done and not self._top_level(cls, d, wrapped):
                         self._fix(d)
             except Exception:  # the library's path, and its errors
-                append((nid, self._library(oid, version, topic, state)))
+                append((nid, sid, self._library(oid, version, topic, state)))
                 continue
             d["originator_id"] = oid
             d["originator_version"] = version
             e = _new(cls)
             _setattr(e, "__dict__", d)
-            append((nid, e))
+            append((nid, sid, e))
         return out
 
     # ------------------------------------------------------------ decoding
@@ -134,11 +140,7 @@ class EventLog:
             cls = resolve_topic(topic)
             found = self._classes[topic] = (cls, getattr(cls, "class_version", 1) == 1)
         cls, plain = found
-        oid = self._ids.get(raw_id)
-        if oid is None:
-            if len(self._ids) > 200_000:  # bounded: a long-running runner sees every stream eventually
-                self._ids.clear()
-            oid = self._ids[raw_id] = raw_id if isinstance(raw_id, UUID) else UUID(raw_id)
+        oid = self._stream(raw_id)[0]
         if not plain:
             return self._library(oid, version, topic, state)
         try:
@@ -155,6 +157,16 @@ class EventLog:
         e = _new(cls)
         _setattr(e, "__dict__", d)
         return e
+
+    def _stream(self, raw_id: Any) -> tuple[UUID, str]:
+        """(UUID, its str) for a stored originator id, made once per stream."""
+        found = self._ids.get(raw_id)
+        if found is None:
+            if len(self._ids) > 200_000:  # bounded: a long-running runner sees every stream eventually
+                self._ids.clear()
+            oid = raw_id if isinstance(raw_id, UUID) else UUID(raw_id)
+            found = self._ids[raw_id] = (oid, str(oid))
+        return found
 
     def _library(self, oid: UUID, version: int, topic: str, state: Any) -> Any:
         return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))

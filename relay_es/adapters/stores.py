@@ -248,13 +248,18 @@ def open_database(config: StoreConfig) -> Database:
     return SQLiteDatabase(config.sqlite_path)
 
 
+def is_sqlite(cur: Any) -> bool:
+    """Whether a cursor of :class:`Database` is SQLite's (for the few DDL differences)."""
+    return isinstance(cur, _SQLiteCursor)
+
+
 def copy_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Appends rows to a table in bulk: ``COPY`` on Postgres, one prepared
     ``INSERT`` over all rows on SQLite (already its fastest path)."""
     if not rows:
         return
     cols = ", ".join(columns)
-    if isinstance(cur, _SQLiteCursor):
+    if is_sqlite(cur):
         cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['?'] * len(columns))})", rows)
         return
     with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:

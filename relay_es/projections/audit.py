@@ -18,7 +18,7 @@ from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.token import Token
-from relay_es.adapters.stores import Database, copy_rows
+from relay_es.adapters.stores import Database, copy_rows, is_sqlite
 from relay_es.projections.executors import EXECUTOR_EVENTS
 from relay_es.units import duration_to_millis, duration_to_seconds, from_epoch_ms, rfc3339, to_epoch_ms
 
@@ -166,7 +166,7 @@ AUDITED_EVENTS = (
 DDL = [
     """
     CREATE TABLE IF NOT EXISTS relay_audit (
-        seq BIGINT PRIMARY KEY,
+        seq {seq_type} PRIMARY KEY,
         at BIGINT NOT NULL,
         org TEXT NOT NULL,
         app TEXT,
@@ -208,8 +208,10 @@ class AuditProjection:
         self.entries: list[AuditEntry] = []
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
+        # SQLite: INTEGER PRIMARY KEY makes seq the rowid (one b-tree, not a table and an index)
+        seq_type = "INTEGER" if is_sqlite(cur) else "BIGINT"
         for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:
-            cur.execute(stmt)
+            cur.execute(stmt.replace("{seq_type}", seq_type))
 
     def drop(self, cur: Any) -> None:
         for t in self.tables:

@@ -103,7 +103,6 @@ class ProjectionRunner:
         self.log = EventLog(relay)
         self._types = {p.name: frozenset(p.event_types) for p in self.projections}
         self._cached_at: dict[str, int] = {}  # projection -> position its cache is valid at
-        self._sids: dict[Any, str] = {}  # originator id -> its str, computed once
         self._bulk: set[str] = set()  # projections being rebuilt: their tables were created empty
         self._lock = threading.Lock()  # one batch at a time in this process
         self._progress = threading.Condition()
@@ -112,7 +111,10 @@ class ProjectionRunner:
 
     # ---------------------------------------------------------------- schema
     def create_schema(self) -> None:
+        """Creates what is missing: tables, indexes (after a rebuild, all of them), positions."""
         with self.db.transaction() as cur:
+            if self.db.dialect == "sqlite":
+                cur.execute("PRAGMA threads = 4")  # sorts for CREATE INDEX on helper threads
             cur.execute(TRACKING_DDL)
             for p in self.projections:
                 p.create(cur)
@@ -147,16 +149,7 @@ class ProjectionRunner:
             if not events:
                 return 0
             last = events[-1][0]
-            sids = self._sids
-            if len(sids) > 200_000:
-                sids.clear()
-            items = []
-            for nid, event in events:
-                oid = event.originator_id
-                sid = sids.get(oid)
-                if sid is None:
-                    sid = sids[oid] = str(oid)
-                items.append((nid, sid, event))
+            items = events
             try:
                 work = []
                 for p in self.projections:
