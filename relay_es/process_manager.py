@@ -54,7 +54,7 @@ from relay_es.service import Relay
 
 log = logging.getLogger(__name__)
 
-EXECUTOR_TOPICS = [get_topic(c) for c in EXECUTOR_EVENTS]
+EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 
 
@@ -190,14 +190,12 @@ class ProcessManager:
     def catch_up(self) -> int:
         n = 0
         while True:
-            notifications = self.relay.recorder.select_notifications(
-                start=self.position, limit=self.batch_size, topics=EXECUTOR_TOPICS, inclusive_of_start=False
-            )
+            notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS)
             if not notifications:
                 return n
-            for note in notifications:
-                self._apply(self.relay.mapper.to_domain_event(note))
-                self.position = note.id
+            for nid, _, event in notifications:
+                self._apply(event)
+                self.position = nid
                 n += 1
 
     def _put(self, row: ExecutorRow) -> None:
@@ -315,24 +313,36 @@ class ProcessManager:
     def _run_due(self) -> int:
         """Fires every due timer. Deadlines and dispatches that come due
         together are decided together and recorded in one transaction, so a
-        thousand executors dying at once cost one commit, not a thousand."""
-        due = self.timers.pop_due(self.clock.monotonic())
-        grouped: dict[str, list[tuple[str, Any]]] = defaultdict(list)
-        for (kind, sid), payload in due:
-            grouped[kind].append((sid, payload))
-        for kind, items in grouped.items():
-            batch_fire = getattr(self, f"_fire_{kind}s", None)
-            try:
-                if batch_fire is not None:
-                    batch_fire(items)
-                else:
-                    for sid, payload in items:
-                        getattr(self, f"_fire_{kind}")(sid, payload)
-            except Exception:  # the store is away: every one of them fires again
-                log.exception("%d %s timer(s) failed; retrying in %gs", len(items), kind, RETRY_SECS)
+        thousand executors dying at once cost one commit, not a thousand.
+        Deadlines go first, and again while more come due: a death is never
+        late because dispatches of earlier deaths were being recorded."""
+        total = 0
+        pending: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        while True:
+            due = self.timers.pop_due(self.clock.monotonic())
+            total += len(due)
+            for (kind, sid), payload in due:
+                pending[kind].append((sid, payload))
+            deadlines = pending.pop("deadline", None)
+            if not deadlines:
+                break
+            self._fire_kind("deadline", deadlines)
+        for kind, items in pending.items():
+            self._fire_kind(kind, items)
+        return total
+
+    def _fire_kind(self, kind: str, items: list[tuple[str, Any]]) -> None:
+        batch_fire = getattr(self, f"_fire_{kind}s", None)
+        try:
+            if batch_fire is not None:
+                batch_fire(items)
+            else:
                 for sid, payload in items:
-                    self.timers.arm((kind, sid), self.clock.monotonic() + RETRY_SECS, payload)
-        return len(due)
+                    getattr(self, f"_fire_{kind}")(sid, payload)
+        except Exception:  # the store is away: every one of them fires again
+            log.exception("%d %s timer(s) failed; retrying in %gs", len(items), kind, RETRY_SECS)
+            for sid, payload in items:
+                self.timers.arm((kind, sid), self.clock.monotonic() + RETRY_SECS, payload)
 
     def _fire_react(self, sid: str, _payload: Any) -> None:
         row = self.rows.get(sid)
@@ -481,15 +491,11 @@ def replay_bootstrap(relay: Relay) -> Bootstrap:
         rows: dict[str, ExecutorRow] = {}
         position = 0
         while True:
-            batch = relay.recorder.select_notifications(
-                start=position, limit=1000, topics=EXECUTOR_TOPICS, inclusive_of_start=False
-            )
+            batch = relay.notifications(position, 5000, EXECUTOR_TOPICS)
             if not batch:
                 return list(rows.values()), position
-            for note in batch:
-                e = relay.mapper.to_domain_event(note)
-                sid = str(e.originator_id)
+            for nid, sid, e in batch:
                 rows[sid] = reduce(rows.get(sid), e)
-                position = note.id
+                position = nid
 
     return load

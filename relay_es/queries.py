@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from relay_es.adapters.stores import Database
-from relay_es.aggregates.executor import executor_stream_id
+from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
 from relay_es.errors import UnknownExecutor
 from relay_es.projections.executors import ExecutorRow, all_rows, fold
 from relay_es.service import Relay
@@ -18,6 +18,8 @@ _ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_top
 
 
 def _plain(v: Any) -> Any:
+    if isinstance(v, OpaqueJSON):
+        return v.value
     if isinstance(v, datetime):
         return rfc3339(v)
     if isinstance(v, timedelta):

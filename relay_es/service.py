@@ -13,6 +13,7 @@ load. Conditional commands used by timers and the process manager return
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from relay_es.aggregates.application import (
     check_app_name,
     check_org_name,
 )
-from relay_es.aggregates.executor import Executor, executor_stream_id
+from relay_es.aggregates.executor import Executor, OpaqueJSON, executor_stream_id
 from relay_es.aggregates.gate import Gate, gate_stream_id
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
 from relay_es.clock import Clock
@@ -58,6 +59,19 @@ class TimedeltaAsMicroseconds(Transcoding):
 
     def decode(self, data: int) -> timedelta:
         return timedelta(microseconds=data)
+
+
+class OpaqueJSONAsText(Transcoding):
+    """An executor's own JSON, stored as one string (see :class:`OpaqueJSON`)."""
+
+    type = OpaqueJSON
+    name = "json_text"
+
+    def encode(self, obj: OpaqueJSON) -> str:
+        return json.dumps(obj.value, separators=(",", ":"), ensure_ascii=False)
+
+    def decode(self, data: str) -> OpaqueJSON:
+        return OpaqueJSON(json.loads(data))
 
 
 @dataclass(frozen=True)
@@ -127,11 +141,23 @@ class Relay(ESApplication[UUID]):
         self._listeners: list[Callable[[int], None]] = []
         self._listeners_lock = threading.Lock()
         self.save_observers: list[Callable[[float, list[Any]], None]] = []
+        self._log: Any = None
 
     # ------------------------------------------------------------ plumbing
     def register_transcodings(self, transcoder: Transcoder) -> None:
         super().register_transcodings(transcoder)
         transcoder.register(TimedeltaAsMicroseconds())
+        transcoder.register(OpaqueJSONAsText())
+
+    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = ()) -> list[tuple[int, str, Any]]:
+        """``[(notification_id, stream_id, domain_event), ...]`` after ``after``, in
+        order: what projections and the process manager follow (ADR 11)."""
+        log = self._log
+        if log is None:
+            from relay_es.adapters.eventlog import EventLog
+
+            log = self._log = EventLog(self)
+        return log.read(after, limit, topics)
 
     def add_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(max_notification_id)`` is called after every save in this process."""

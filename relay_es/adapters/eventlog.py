@@ -55,23 +55,37 @@ class EventLog:
         self._wrapped_keys: dict[type, tuple[str, ...]] = {}
         kind = type(self.recorder).__module__
         self._kind = kind if kind in ("eventsourcing.postgres", "eventsourcing.sqlite") else "other"
+        self._sql: dict[tuple[str, ...], Any] = {}
+
+    def _query(self, topics: tuple[str, ...]) -> Any:
+        sql = self._sql.get(topics)
+        if sql is not None:
+            return sql
         if self._kind == "eventsourcing.postgres":
             from psycopg.sql import SQL, Identifier
 
-            self._sql: Any = SQL(
+            sql = SQL(
                 "SELECT notification_id, originator_id::text, originator_version, topic, state "
-                "FROM {schema}.{table} WHERE notification_id > %s ORDER BY notification_id LIMIT %s"
+                "FROM {schema}.{table} WHERE notification_id > %s"
+                + (" AND topic = ANY(%s)" if topics else "")
+                + " ORDER BY notification_id LIMIT %s"
             ).format(schema=Identifier(self.recorder.datastore.schema),
                      table=Identifier(self.recorder.events_table_name))
-        elif self._kind == "eventsourcing.sqlite":
-            self._sql = (f"SELECT rowid, originator_id, originator_version, topic, state "
-                         f"FROM {self.recorder.events_table_name} WHERE rowid > ? ORDER BY rowid LIMIT ?")
+        else:
+            sql = (f"SELECT rowid, originator_id, originator_version, topic, state "
+                   f"FROM {self.recorder.events_table_name} WHERE rowid > ?"
+                   + (f" AND topic IN ({', '.join('?' * len(topics))})" if topics else "")
+                   + " ORDER BY rowid LIMIT ?")
+        self._sql[topics] = sql
+        return sql
 
     # ------------------------------------------------------------- reading
-    def read(self, after: int, limit: int) -> list[tuple[int, str, Any]]:
+    def read(self, after: int, limit: int, topics: tuple[str, ...] = ()) -> list[tuple[int, str, Any]]:
+        """Notifications after ``after`` (only of ``topics``, if given), at most ``limit``."""
         if self._kind == "other" or not self._fast:
             out = []
-            for n in self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False):
+            for n in self.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
+                                                        inclusive_of_start=False):
                 e = self.mapper.to_domain_event(n)
                 out.append((n.id, self._stream(e.originator_id)[1], e))
             return out
@@ -80,11 +94,12 @@ class EventLog:
 
             with self.recorder.datastore.transaction(commit=False) as curs:
                 curs.row_factory = tuple_row
-                curs.execute(self._sql, (after, limit))
+                curs.execute(self._query(topics), (after, list(topics), limit) if topics else (after, limit),
+                             prepare=True)
                 rows = curs.fetchall()
         else:
             with self.recorder.datastore.transaction(commit=False) as curs:
-                curs.execute(self._sql, (after, limit))
+                curs.execute(self._query(topics), (after, *topics, limit))
                 rows = curs.fetchall()
         return self._events(rows)
 

@@ -33,6 +33,7 @@ assign state, because they run again on every replay.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -40,6 +41,25 @@ from typing import Any
 from eventsourcing.domain import Aggregate, event
 
 from relay_es.errors import IllegalTransition, NotDue, StaleConnection
+
+@dataclass(frozen=True)
+class OpaqueJSON:
+    """JSON the executor chose (its ``executor_metadata``), recorded as text.
+
+    The event store's transcoder reads every stored object shaped like one of
+    its own wrappers (``{"_type_": ..., "_data_": ...}``) as that wrapper: an
+    executor's metadata holding such an object was decoded into another type,
+    or made the executor's whole stream unreadable (an unknown ``_type_``).
+    Kept as one JSON string inside the event, the transcoder never looks in.
+    """
+
+    value: Any
+
+
+def opaque_value(v: Any) -> Any:
+    """The executor's JSON, from an event recorded with or without :class:`OpaqueJSON`."""
+    return v.value if isinstance(v, OpaqueJSON) else v
+
 
 NAMESPACE = uuid.UUID("6b1f0a52-3c1e-4e0b-9f7a-2d5b8c4e7a10")
 
@@ -133,7 +153,7 @@ class Executor(Aggregate):
             hostname=hostname,
             language=language,
             dbos_version=dbos_version,
-            executor_metadata=executor_metadata,
+            executor_metadata=None if executor_metadata is None else OpaqueJSON(executor_metadata),
             previous_status=self.status.value if self.status else None,
             superseded_connection=self.connection_id if self.status == ExecutorStatus.HEALTHY else None,
             incarnation=self.incarnation + 1 if new_incarnation else self.incarnation,
@@ -162,7 +182,7 @@ class Executor(Aggregate):
         self.hostname = hostname
         self.language = language
         self.dbos_version = dbos_version
-        self.executor_metadata = executor_metadata
+        self.executor_metadata = opaque_value(executor_metadata)
         self.incarnation = incarnation
         self.deadline = None
 

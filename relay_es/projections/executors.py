@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase
+from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase, opaque_value
 from relay_es.adapters.stores import Database
 from relay_es.units import from_epoch_us, to_epoch_us
 
@@ -109,7 +109,7 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
             hostname=e.hostname,
             language=e.language,
             dbos_version=e.dbos_version,
-            executor_metadata=e.executor_metadata,
+            executor_metadata=opaque_value(e.executor_metadata),
             connection_id=e.connection_id,
             owner=e.owner,
             created_at=at if new_incarnation or row.created_at is None else row.created_at,

@@ -24,7 +24,6 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Protocol
 
-from relay_es.adapters.eventlog import EventLog
 from relay_es.adapters.stores import Database, StoreConfig
 from relay_es.service import Relay
 
@@ -100,7 +99,6 @@ class ProjectionRunner:
         self.db = db
         self.projections = list(projections)
         self.batch_size = batch_size
-        self.log = EventLog(relay)
         self._types = {p.name: frozenset(p.event_types) for p in self.projections}
         self._cached_at: dict[str, int] = {}  # projection -> position its cache is valid at
         self._bulk: set[str] = set()  # projections being rebuilt: their tables were created empty
@@ -145,7 +143,7 @@ class ProjectionRunner:
         with self._lock:
             start_positions = self.positions()
             start = min(start_positions.get(p.name, 0) for p in self.projections)
-            events = self.log.read(start, self.batch_size)
+            events = self.relay.notifications(start, self.batch_size)
             if not events:
                 return 0
             last = events[-1][0]

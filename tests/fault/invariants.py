@@ -22,7 +22,7 @@ from uuid import UUID
 
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
-from relay_es.aggregates.executor import Executor
+from relay_es.aggregates.executor import Executor, opaque_value
 from relay_es.errors import IllegalTransition
 from relay_es.projections import audit
 from relay_es.service import Relay
@@ -67,7 +67,7 @@ def _replay(events: list[Any]) -> str | None:
             if name == "Connected":
                 ex.connect(connection_id=e.connection_id, owner=e.owner, app_version=e.app_version,
                            hostname=e.hostname, language=e.language, dbos_version=e.dbos_version,
-                           executor_metadata=e.executor_metadata, at=t)
+                           executor_metadata=opaque_value(e.executor_metadata), at=t)
             elif name == "Disconnected":
                 ex.disconnect(connection_id=e.connection_id, reason=e.reason, deadline=e.deadline, at=t)
             elif name == "DeclaredDead":

@@ -15,7 +15,7 @@ from relay_es.aggregates import SettingsPatch
 from relay_es.projections import audit
 from relay_es.projections.executors import all_rows
 from relay_es.queries import executor_history, executors_as_of
-from tests.support import World
+from tests.support import World, info
 
 
 @pytest.fixture
@@ -195,3 +195,21 @@ def test_history_is_readable_in_order_after_deletion(world: World) -> None:
     assert h[2]["data"]["deadline"].endswith("Z")
     assert h[4]["data"]["target_executor_id"] == "B"
     assert all(x["at"].endswith("Z") and len(x["at"]) == 24 for x in h)
+
+
+def test_executor_metadata_shaped_like_the_stores_own_wrappers_is_kept_as_sent(world: World) -> None:
+    # An executor's metadata is its own JSON. Objects shaped like the event store's type wrappers once made
+    # the stream unreadable (an unknown _type_) or changed type (a known one) when read back.
+    meta = {"x": {"_type_": "nope", "_data_": 1}, "y": [{"_type_": "timedelta_us", "_data_": 5}],
+            "z": {"_type_": "datetime_iso", "_data_": "2026-01-01T00:00:00+00:00"}}
+    world.relay.executor_connected("local", "app", info("P", executor_metadata=meta), connection_id="c-P",
+                                   owner="relay-1")
+    world.sync()
+    assert world.relay.get_executor("local", "app", "P").executor_metadata == meta
+    world.runner.catch_up()
+    (row,) = [r for r in all_rows(world.db, org="local") if r.executor_id == "P"]
+    assert row.executor_metadata == meta
+    assert executor_history(world.relay, "local", "app", "P")[1]["data"]["executor_metadata"] == meta
+    world.drop("P")
+    world.advance(11)  # the stream still loads: P can be declared dead and its work recovered
+    assert world.status("P") == "DEAD"
