@@ -116,7 +116,9 @@ class Runtime:
             self.hub.gate = AuthGate(self.relay, self.hub.run, self.db)
         self.metrics = Metrics()
         self._observe()
-        self.projection_worker = Worker("relay-projections", self.runner.catch_up, lambda: 1.0)
+        self._pm_idle = threading.Event()
+        self._pm_idle.set()
+        self.projection_worker = Worker("relay-projections", self._project, lambda: 1.0)
         self._pm_started = False
         self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
         self.pm.wake = self.pm_worker.wake
@@ -165,11 +167,24 @@ class Runtime:
             asyncio.run_coroutine_threadsafe(self.hub.close_token(org, name), loop)
 
     def _pm_tick(self) -> None:
-        if not self._pm_started:
-            self.pm.start()  # rebuilds timers and dispatches from the store
-            self._pm_started = True
-        else:
-            self.pm.step()
+        self._pm_idle.clear()
+        try:
+            if not self._pm_started:
+                self.pm.start()  # rebuilds timers and dispatches from the store
+                self._pm_started = True
+            else:
+                self.pm.step()
+        finally:
+            self._pm_idle.set()
+
+    def _project(self) -> None:
+        self.runner.catch_up(pause=self._timers_first)
+
+    def _timers_first(self) -> None:
+        """Before each projection batch: while the process manager is deciding
+        (deaths, dispatches), the read models wait for it, at most 0.25 s. One
+        process shares one GIL; a deadline must not wait for a read model."""
+        self._pm_idle.wait(0.25)
 
     def _pm_sleep(self) -> float:
         nxt = self.pm.next_wakeup()

@@ -17,13 +17,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application as ESApplication, project_aggregate
+from eventsourcing.application import AggregateNotFoundError, Application as ESApplication
 from eventsourcing.persistence import IntegrityError, Transcoder, Transcoding
 
 from relay_es.aggregates.application import (
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_GRACE = timedelta(seconds=60)
+CACHE_MAX = 100_000  # executors held in memory (emptied when exceeded)
 MAX_ATTEMPTS = 8
 
 
@@ -115,6 +116,17 @@ class ExecutorInfo:
     executor_metadata: Any = None
 
 
+def _copy_aggregate(a: Any) -> Any:
+    """A copy a command can change without touching the original. Attribute
+    values are immutable or replaced whole (never changed in place), so a
+    copy of the attribute dict suffices; pending events are the copy's own."""
+    new = object.__new__(type(a))
+    d = new.__dict__
+    d.update(a.__dict__)
+    d["_pending_events"] = []
+    return new
+
+
 def is_store_error(e: BaseException) -> bool:
     """The store is unreachable or failing (retry later), as opposed to a bug."""
     import sqlite3
@@ -142,6 +154,8 @@ class Relay(ESApplication[UUID]):
         self._listeners_lock = threading.Lock()
         self.save_observers: list[Callable[[float, list[Any]], None]] = []
         self._log: Any = None
+        self._cache: dict[UUID, Any] = {}
+        self._cache_lock = threading.Lock()
 
     # ------------------------------------------------------------ plumbing
     def register_transcodings(self, transcoder: Transcoder) -> None:
@@ -152,12 +166,15 @@ class Relay(ESApplication[UUID]):
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = ()) -> list[tuple[int, str, Any]]:
         """``[(notification_id, stream_id, domain_event), ...]`` after ``after``, in
         order: what projections and the process manager follow (ADR 11)."""
+        return self._event_log().read(after, limit, topics)
+
+    def _event_log(self) -> Any:
         log = self._log
         if log is None:
             from relay_es.adapters.eventlog import EventLog
 
             log = self._log = EventLog(self)
-        return log.read(after, limit, topics)
+        return log
 
     def add_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(max_notification_id)`` is called after every save in this process."""
@@ -166,7 +183,12 @@ class Relay(ESApplication[UUID]):
 
     def save(self, *objs: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
         started = time.perf_counter()
-        recordings = super().save(*objs, **kwargs)
+        try:
+            recordings = super().save(*objs, **kwargs)
+        except IntegrityError:
+            self._forget(obj.id for obj in objs if isinstance(obj, Executor))
+            raise
+        self._remember(obj for obj in objs if isinstance(obj, Executor))
         if self.save_observers:
             took = time.perf_counter() - started
             events = [r.domain_event for r in recordings]
@@ -208,16 +230,55 @@ class Relay(ESApplication[UUID]):
     def now(self) -> datetime:
         return self.clock.now()
 
+    # ------------------------------------------------------- aggregate cache
+    # Executors as last saved by this process, so a burst of commands (a storm of
+    # disconnects, a thousand deaths) does not read every stream back. The store
+    # stays the judge: a cached copy that is stale (another writer saved since)
+    # fails its save on the version check, is forgotten, and the command is run
+    # again on what the store holds. Commands work on copies, never on the cache.
+
+    def _remember(self, aggregates: Iterable[Any]) -> None:
+        with self._cache_lock:
+            cache = self._cache
+            if len(cache) > CACHE_MAX:
+                cache.clear()
+            for a in aggregates:
+                held = cache.get(a.id)
+                if held is None or held.version < a.version:
+                    cache[a.id] = _copy_aggregate(a)
+
+    def _forget(self, ids: Iterable[UUID]) -> None:
+        with self._cache_lock:
+            for i in ids:
+                self._cache.pop(i, None)
+
     # ------------------------------------------------------- group commit
     def load_many(self, ids: list[UUID]) -> dict[UUID, Any]:
-        """Many aggregates, read in one query."""
+        """Many aggregates: cached executors copied, the rest read in one query."""
         from relay_es.adapters.stores import select_streams
 
-        streams = select_streams(self.recorder, ids)
+        out: dict[UUID, Any] = {}
+        missing = []
+        cache = self._cache
+        for i in ids:
+            held = cache.get(i)
+            if held is None:
+                missing.append(i)
+            else:
+                out[i] = _copy_aggregate(held)
+        if not missing:
+            return out
+        streams = select_streams(self.recorder, missing)
+        decode = self._event_log().event
         out = {}
         for i, stored in streams.items():
             if stored:
-                out[i] = project_aggregate(None, [self.mapper.to_domain_event(s) for s in stored])
+                # The library's project_aggregate asserts a runtime Protocol per event (slow on 3.11).
+                aggregate = None
+                for s in stored:
+                    aggregate = decode(s.originator_id, s.originator_version, s.topic, s.state).mutate(aggregate)
+                out[i] = aggregate
+        self._remember(a for a in out.values() if isinstance(a, Executor))
         return out
 
     def execute(self, ops: list[Op]) -> list[bool]:

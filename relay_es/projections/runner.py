@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Protocol
 
@@ -197,9 +197,14 @@ class ProjectionRunner:
             self._progress.notify_all()
         return len(events)
 
-    def catch_up(self) -> int:
+    def catch_up(self, pause: Callable[[], None] | None = None) -> int:
+        """Processes batches until the log is exhausted. ``pause`` is called
+        before each batch (the server lets the process manager's due work go
+        first; see ``Runtime``)."""
         total = 0
         while True:
+            if pause is not None:
+                pause()
             try:
                 n = self.run_batch()
             except PositionMoved as e:
