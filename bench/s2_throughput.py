@@ -71,8 +71,12 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
     samples = [s for s in poller.samples if s[0] >= t0 - 0.05]
     appended = active_rate([(t, h) for t, h, _ in samples], head0, head1)
     projected = active_rate([(t, p) for t, _, p in samples], proj0, head1)
+    # From the storm's start (the command to the clients) to the last event appended: what a user sees,
+    # bounded by how fast the event loop takes the sockets in or notices them gone.
+    from_start = ((head1 - head0) / (appended["t_end"] - t0)) if appended["t_end"] and appended["t_end"] > t0 else None
     out = {
         "storm": name, "events": head1 - head0, "append": appended, "project": projected,
+        "append_from_start_per_s": from_start,
         "storm_to_projected_s": (projected["t_end"] - t0) if projected["t_end"] else t_done - t0,
         "server_cores": cpu.get("server", {}).get("cores"),
         "server_threads": per_thread,

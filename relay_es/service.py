@@ -13,7 +13,6 @@ load. Conditional commands used by timers and the process manager return
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -69,10 +68,10 @@ class OpaqueJSONAsText(Transcoding):
     name = "json_text"
 
     def encode(self, obj: OpaqueJSON) -> str:
-        return json.dumps(obj.value, separators=(",", ":"), ensure_ascii=False)
+        return obj.text
 
     def decode(self, data: str) -> OpaqueJSON:
-        return OpaqueJSON(json.loads(data))
+        return OpaqueJSON.from_text(data)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ a silent socket reaches the application within ``RELAY_PING_WAIT_SECS``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_impl import WebSocketProtocol
@@ -20,6 +21,12 @@ def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
     budget = wait - interval
     close_timeout = min(1.0, budget / 2)
     return budget - close_timeout, close_timeout
+
+
+_ONE_ARGUMENT = inspect.Signature([
+    inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+    inspect.Parameter("protocol", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+])
 
 
 def protocol_class(close_timeout: float) -> type[WebSocketProtocol]:
@@ -34,6 +41,15 @@ def protocol_class(close_timeout: float) -> type[WebSocketProtocol]:
                 # instead of about 256 KiB, for frames that are mostly small JSON.
                 self.available_extensions = [ServerPerMessageDeflateFactory(
                     server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5})]
+
+        async def ws_handler(self, protocol: Any, path: str = "") -> Any:  # type: ignore[override]
+            # uvicorn's handler takes (protocol, path); websockets inspects it on every connection,
+            # finds two arguments and wraps it with a DeprecationWarning each time: a fifth of the
+            # event loop's time in a storm of handshakes. Callable with one argument, and with its
+            # signature given, it is taken as it is.
+            return await super().ws_handler(protocol, path)
+
+        ws_handler.__signature__ = _ONE_ARGUMENT  # type: ignore[attr-defined]
 
         def fail_connection(self, code: int = 1006, reason: str = "") -> None:
             if code == 1011 and "keepalive" in reason:

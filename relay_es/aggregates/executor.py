@@ -32,8 +32,8 @@ assign state, because they run again on every replay.
 
 from __future__ import annotations
 
+import json
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -42,7 +42,9 @@ from eventsourcing.domain import Aggregate, event
 
 from relay_es.errors import IllegalTransition, NotDue, StaleConnection
 
-@dataclass(frozen=True)
+_UNPARSED = object()
+
+
 class OpaqueJSON:
     """JSON the executor chose (its ``executor_metadata``), recorded as text.
 
@@ -51,9 +53,42 @@ class OpaqueJSON:
     executor's metadata holding such an object was decoded into another type,
     or made the executor's whole stream unreadable (an unknown ``_type_``).
     Kept as one JSON string inside the event, the transcoder never looks in.
+    Read back, the text is parsed on first use of :attr:`value` (a rebuild of
+    the audit log never needs it).
     """
 
-    value: Any
+    __slots__ = ("_text", "_value")
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+        self._text: str | None = None
+
+    @classmethod
+    def from_text(cls, text: str) -> "OpaqueJSON":
+        o = object.__new__(cls)
+        o._text = text
+        o._value = _UNPARSED
+        return o
+
+    @property
+    def value(self) -> Any:
+        if self._value is _UNPARSED:
+            self._value = json.loads(self._text)  # type: ignore[arg-type]
+        return self._value
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = json.dumps(self._value, separators=(",", ":"), ensure_ascii=False)
+        return self._text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpaqueJSON) and self.value == other.value
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OpaqueJSON({self.value!r})"
 
 
 def opaque_value(v: Any) -> Any:
