@@ -138,6 +138,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def projections(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
+    from relay_es.adapters.lease import Lease, LeaseHeld
     from relay_es.adapters.stores import parse_database_url
     from relay_es.projections.runner import rebuild_in_processes
 
@@ -147,7 +148,18 @@ def projections(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
-    n = rebuild_in_processes(store, args.only)
+    # The read models are the running server's to write: a rebuild beside it would drop its tables
+    # under it and race its projection runner. Holding the lease also keeps a server from starting.
+    lease = Lease(store)
+    try:
+        lease.acquire()
+    except LeaseHeld as e:
+        print(f"relay: cannot rebuild while Relay is running: {e}. Stop `relay serve` first.", file=sys.stderr)
+        return 1
+    try:
+        n = rebuild_in_processes(store, args.only)
+    finally:
+        lease.release()
     print(f"rebuilt {', '.join(args.only or ['executors', 'audit', 'apps'])} from {n} events")
     return 0
 

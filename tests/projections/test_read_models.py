@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from relay_es.adapters.lease import Lease
+from relay_es.adapters.stores import parse_database_url
 from relay_es.aggregates import SettingsPatch
 from relay_es.projections import audit
 from relay_es.projections.executors import all_rows
@@ -107,6 +109,23 @@ def test_rebuild_command_a_user_can_run(world: World) -> None:
     assert "rebuilt executors, audit, apps from" in out.stdout
     world._open()
     assert tables(world) == live
+
+
+def test_rebuild_command_refuses_while_relay_is_running(world: World) -> None:
+    busy_history(world)
+    world.runner.catch_up()
+    live = tables(world)
+    held = Lease(parse_database_url(world.store_url))
+    held.acquire()  # what a running `relay serve` holds
+    try:
+        env = {**os.environ, "RELAY_DATABASE_URL": world.store_url}
+        out = subprocess.run([sys.executable, "-m", "relay_es.cli", "projections", "rebuild"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        held.release()
+    assert out.returncode == 1
+    assert "cannot rebuild while Relay is running" in out.stderr and "Stop `relay serve` first" in out.stderr
+    assert tables(world) == live  # nothing was dropped
 
 
 def test_each_event_is_applied_once_even_with_crashes_and_concurrent_runners(world: World) -> None:
