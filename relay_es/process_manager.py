@@ -95,6 +95,11 @@ class Dispatcher(Protocol):
 @dataclass(frozen=True)
 class Timing:
     settle: timedelta = timedelta(seconds=5)
+    # The settle window stays open past ``settle`` while executors are still being
+    # re-admitted at least this fast (per second; or 1 % of the executors that were
+    # HEALTHY on the Relay that stopped, if more), up to ``settle_max_factor`` x ``settle``.
+    settle_busy_per_s: int = 10
+    settle_max_factor: float = 4.0
     response_timeout: timedelta = timedelta(seconds=30)
     backoff_base: timedelta = timedelta(seconds=1)
     backoff_max: timedelta = timedelta(seconds=30)
@@ -148,6 +153,12 @@ class ProcessManager:
         self._answers: deque[RecoveryOutcome] = deque()
         self._answers_lock = threading.Lock()
         self.settle_until = 0.0
+        self._settle_planned = 0.0
+        self._settle_cap = 0.0
+        self._settled = False
+        self._settle_extension = 0.0
+        self._orphans_at_start = 0
+        self._readmitted: deque[float] = deque()
         self.started_at: datetime | None = None
         self.wake: Callable[[], None] = lambda: None
         self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = lambda e, old, new: None
@@ -158,10 +169,14 @@ class ProcessManager:
         """Rebuilds pending deadlines and outstanding dispatches from the store."""
         self.started_at = self.clock.now()
         self.settle_until = self.clock.monotonic() + self.timing.settle.total_seconds()
+        self._settle_planned = self.settle_until
+        self._settle_cap = self.clock.monotonic() + self.timing.settle_max_factor * self.timing.settle.total_seconds()
         if self._bootstrap is not None:
             rows, self.position = self._bootstrap()
             for row in rows:
                 self._put(row)
+        self._orphans_at_start = sum(1 for r in self.rows.values()
+                                     if r.status == S.HEALTHY and r.owner not in self.live_owners)
         for row in list(self.rows.values()):
             self._react(row)
         self.step()
@@ -178,7 +193,32 @@ class ProcessManager:
 
     def next_wakeup(self) -> float | None:
         """Monotonic time of the next timer, or None."""
-        return self.timers.next_at()
+        nxt = self.timers.next_at()
+        if nxt is not None and not self._settled:
+            nxt = max(nxt, self.settle_until)
+        return nxt
+
+    def _settling(self, now: float) -> bool:
+        """Whether the settle window after start is still open. Past its planned
+        end it stays open, a second at a time, while executors are still being
+        re-admitted fast: a Relay working through a reconnect storm must not
+        count against the executors the time it takes to let them back in."""
+        if self._settled:
+            return False
+        if now < self.settle_until:
+            return True
+        readmitted = self._readmitted
+        while readmitted and readmitted[0] < now - 1.0:
+            readmitted.popleft()
+        busy = max(self.timing.settle_busy_per_s, 0.01 * self._orphans_at_start)
+        if len(readmitted) >= busy and now < self._settle_cap:
+            self.settle_until = min(now + 1.0, self._settle_cap)
+            return True
+        self._settled = True
+        self._settle_extension = max(0.0, self.settle_until - self._settle_planned)
+        if self._settle_extension:
+            log.info("settle window kept open %.1fs longer while executors reconnected", self._settle_extension)
+        return False
 
     def recovery_answered(self, outcome: RecoveryOutcome) -> None:
         """Thread-safe: called by the dispatcher when a target answers (or can't)."""
@@ -238,6 +278,8 @@ class ProcessManager:
         if isinstance(event, (Executor.Disconnected, Executor.DeclaredDead)):
             self._target_lost(row)
         if isinstance(event, Executor.Connected) and row.owner in self.live_owners:
+            if not self._settled:
+                self._readmitted.append(self.clock.monotonic())
             for waiting in list(self._waiting.get((row.org, row.app, row.app_version), ())):
                 self._arm_dispatch(waiting)
         self._react(row)
@@ -316,6 +358,8 @@ class ProcessManager:
         thousand executors dying at once cost one commit, not a thousand.
         Deadlines go first, and again while more come due: a death is never
         late because dispatches of earlier deaths were being recorded."""
+        if self._settling(self.clock.monotonic()):
+            return 0  # timers armed for the settle window's end wait for its new end
         total = 0
         pending: dict[str, list[tuple[str, Any]]] = defaultdict(list)
         while True:
@@ -381,7 +425,9 @@ class ProcessManager:
         if row.owner in self.live_owners:
             return
         self.relay.executor_disconnected(
-            UUID(sid), connection_id=connection_id or "", reason="relay_restarted", grace_from=self.started_at
+            UUID(sid), connection_id=connection_id or "", reason="relay_restarted",
+            # a full grace from Relay's start, moved by as long as the settle window was kept open
+            grace_from=self.started_at + timedelta(seconds=self._settle_extension) if self.started_at else None,
         )
 
     def _fire_response(self, sid: str, request_id: str | None) -> None:

@@ -7,6 +7,8 @@ No sockets, no sleeps: time moves only when a test says so.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from tests.support import World
@@ -213,6 +215,52 @@ def test_healthy_executor_of_a_stopped_relay_gets_a_full_fresh_grace(world: Worl
     world.advance(0.1)
     assert world.status("A") == "DEAD"
     assert world.status("B") == "HEALTHY"
+
+
+def test_settle_window_stays_open_while_a_reconnect_storm_is_still_being_let_in(world: World) -> None:
+    # A Relay working through a backlog of reconnections must not count against the executors the time it
+    # takes to let them back in: the window stays open a second at a time while they arrive fast.
+    names = [f"E{i}" for i in range(40)]
+    for name in names:
+        world.connect(name)
+    world.restart(down_for=30.0)
+    start = world.pm.started_at
+    grace = world.relay.grace_for("local", "app")
+    world.advance(4.5)
+    for name in names[:20]:  # 20 back in the window's last second: still arriving fast
+        world.connect(name)
+    world.advance(1.0)  # 5.5 s: past the planned end, the window is still open
+    assert all(world.status(n) == "HEALTHY" and "Disconnected" not in world.history(n) for n in names[20:])
+    for name in names[20:25]:  # only 5 in the next second: the window closes at 6 s
+        world.connect(name)
+    world.advance(0.6)
+    late = [world.executor(n) for n in names[25:]]
+    assert all(e.status.value == "DISCONNECTED" for e in late)
+    # ...with a full grace from the start, moved by the second the window was kept open
+    assert {e.deadline for e in late} == {start + timedelta(seconds=1) + grace}
+    world.advance(1.0 + grace.total_seconds() - 6.1 - 0.1)  # just before start + 1 s + grace
+    assert all(world.status(n) == "DISCONNECTED" for n in names[25:])
+    world.advance(0.2)
+    assert all(world.status(n) == "DEAD" for n in names[25:])
+    assert all(world.status(n) == "HEALTHY" for n in names[:25])
+
+
+def test_settle_window_does_not_stay_open_forever(world: World) -> None:
+    names = [f"E{i}" for i in range(100)]
+    for name in names:
+        world.connect(name)
+    world.restart(down_for=30.0)
+    start = world.pm.started_at
+    for i in range(40):  # reconnections keep pouring in, 11 a second, for 40 s
+        for name in names[:11]:
+            world.connect(name, conn=f"{name}-{i}")
+        world.advance(1.0)
+        if world.status(names[-1]) != "HEALTHY":
+            break
+    # closed at 4 x the settle window (20 s) even so
+    e = world.executor(names[-1])
+    assert e.status.value == "DISCONNECTED"
+    assert e.deadline == start + timedelta(seconds=15) + world.relay.grace_for("local", "app")
 
 
 def test_healthy_executors_that_reconnect_after_a_restart_are_never_disconnected(world: World) -> None:
