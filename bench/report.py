@@ -428,6 +428,19 @@ def analysis(results_dir: Path) -> str:
                 f"grouped 100 to a transaction, append {f0(g.get('connect_events_per_s'))} (connect) and "
                 f"{f0(g.get('disconnect_events_per_s'))} (disconnect) events/s against a raw single-row rate of "
                 f"{f0(s['raw']['per_s'])}/s")
+        handshakes = ""
+        if c:
+            rows5 = {(x["kind"], x["n"]): x for x in c["result"]["rows"]} if "result" in c else {
+                (x["kind"], x["n"]): x for x in c["rows"]}
+            dec = {x["kind"]: x for x in (c.get("result", c).get("decomposition") or [])}
+            n5 = c.get("result", c).get("decomposition_n")
+            bare, rel, uv = rows5.get(("websockets", n5)), rows5.get(("relay", n5)), dec.get("uvicorn")
+            if bare and rel and uv and bare.get("connect_s") and rel.get("connect_s") and uv.get("connect_s"):
+                handshakes = (f"Where a handshake's time goes (section 1, {n5:,} clients connecting at once): a bare "
+                              f"`websockets` server takes them in {f2(bare['connect_s'])} s, uvicorn as Relay sets "
+                              f"it up around an app that only accepts {f2(uv['connect_s'])} s, Relay (with the "
+                              f"executor_info exchange and the registration) {f2(rel['connect_s'])} s: the "
+                              "WebSocket stack is most of it. ")
         missed = [f"{s['store']} {x['storm'].split()[0]} ({what})" for s in t["stores"] for x in s["storms"]
                   for what, k in (("appended", "append"), ("projected", "project"))
                   if (x[k]["per_s"] or 0) < 0.5 * s["raw"]["per_s"]]
@@ -437,7 +450,7 @@ def analysis(results_dir: Path) -> str:
                 "The store path is not the bound: grouped commits append several times the raw single-row rate, "
                 "and a storm whose events reach the store in one late burst shows that capacity (read such a "
                 "figure with the client-side column and the rate from the storm's start: "
-                + ", ".join(starts) + "). The bound is the WebSocket work of one event loop sharing one GIL with the store threads: "
+                + ", ".join(starts) + "). " + handshakes + "The bound is the WebSocket work of one event loop sharing one GIL with the store threads: "
                 "about 1 ms per handshake (HTTP upgrade, deflate negotiation, the executor_info exchange) and about "
                 "0.2 ms per dropped socket (measured alone: 5,000 aborted sockets reach the hub within 0.85 s). " +
                 "; ".join(parts) + ". Done since the first full run: the executor cache (no stream is read back "
@@ -447,7 +460,9 @@ def analysis(results_dir: Path) -> str:
                 "in every Connected event; dispatch goes through the owner); with the store side in a process of "
                 "its own and two socket processes behind SO_REUSEPORT, handshakes and closes get both cores. Not "
                 "built here: Relay refuses a second instance on one store today. On this 2-core machine the "
-                "clients compete too (their CPU is in the table).", ""]
+                "clients compete too (their CPU is in the table). Serving the executor path with `websockets`' own "
+                "server (the baseline's) instead of uvicorn's legacy protocol would take most of the stack's share "
+                "off each handshake.", ""]
     d = _get(results_dir, "detection")
     if d:
         bad = [s for s in d["stores"] if (s["lateness_ms"]["p99"] or 0) >= 250]
