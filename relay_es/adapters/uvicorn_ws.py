@@ -1,19 +1,15 @@
-"""uvicorn's ``websockets`` protocol with a bounded closing handshake.
+"""uvicorn's WebSocket and HTTP protocols, as Relay runs them.
 
-When a keepalive pong does not come back, the protocol sends a close frame
-and then waits ``close_timeout`` (10 s by default) for the peer's answer
-before the application hears of the disconnect. A frozen executor never
-answers, so Relay shortens that wait and takes it out of the ping budget:
-a silent socket reaches the application within ``RELAY_PING_WAIT_SECS``.
+Executors connect through uvicorn's Sans-I/O ``websockets`` protocol: no task
+per connection, lean deflate, a peer's disconnect reported at once, and a
+silent socket (no pong within the ping timeout) failed with 1011 so that it
+reaches the application within ``RELAY_PING_WAIT_SECS``.
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from uvicorn.protocols.websockets.websockets_impl import WebSocketProtocol
-from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 
 
 def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
@@ -23,46 +19,57 @@ def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
     return budget - close_timeout, close_timeout
 
 
-_ONE_ARGUMENT = inspect.Signature([
-    inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-    inspect.Parameter("protocol", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-])
+def protocol_class(close_timeout: float) -> type:
+    """uvicorn's Sans-I/O ``websockets`` protocol (``websockets-sansio``), as Relay needs it.
 
+    * It keeps no task per connection (the legacy protocol kept three), already
+      negotiates websockets' memory-lean deflate settings, and on a peer's EOF
+      or reset tells the application at once.
+    * A keepalive ping that is not answered fails the connection with 1011 and
+      closes the transport; the application would hear 1005. Relay reports it
+      as the 1011 it is, so the executor is recorded ``ping_timeout``.
+    * ``close_timeout`` bounds the closing handshake Relay starts (4001-4003).
+    """
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-def protocol_class(close_timeout: float) -> type[WebSocketProtocol]:
-    class RelayWebSocketProtocol(WebSocketProtocol):
+    class RelayWebSocketProtocol(WebSocketsSansIOProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
-            if self.available_extensions:
-                # websockets' own memory-lean defaults (uvicorn asks for zlib's
-                # largest window): about 32 KiB of zlib state per connection
-                # instead of about 256 KiB, for frames that are mostly small JSON.
-                self.available_extensions = [ServerPerMessageDeflateFactory(
-                    server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5})]
 
-        async def ws_handler(self, protocol: Any, path: str = "") -> Any:  # type: ignore[override]
-            # uvicorn's handler takes (protocol, path); websockets inspects it on every connection,
-            # finds two arguments and wraps it with a DeprecationWarning each time: a fifth of the
-            # event loop's time in a storm of handshakes. Callable with one argument, and with its
-            # signature given, it is taken as it is.
-            return await super().ws_handler(protocol, path)
+        def keepalive_timeout(self) -> None:
+            self.keepalive_timed_out = True
+            super().keepalive_timeout()
 
-        ws_handler.__signature__ = _ONE_ARGUMENT  # type: ignore[attr-defined]
-
-        def fail_connection(self, code: int = 1006, reason: str = "") -> None:
-            if code == 1011 and "keepalive" in reason:
-                self.keepalive_timed_out = True
-            super().fail_connection(code, reason)
-
-        async def asgi_receive(self) -> Any:
-            # The peer never answers the close frame, so the code the application
-            # would see is 1006; report the keepalive timeout as the 1011 it is.
-            message = await super().asgi_receive()
+        async def receive(self) -> Any:
+            message = await super().receive()
             if message.get("type") == "websocket.disconnect" and self.keepalive_timed_out:
                 message = {**message, "code": 1011, "reason": "keepalive ping timeout"}
             return message
+
+        async def send(self, message: Any) -> None:
+            await super().send(message)
+            if message.get("type") == "websocket.http.response.body" and not message.get("more_body", False):
+                # A handshake refused with an HTTP response is complete: uvicorn would log
+                # "ASGI callable returned without completing handshake" for every refusal.
+                self.handshake_complete = True
+
+        def send_receive_event_to_app(self) -> None:
+            # Text that is not UTF-8 fails the connection with 1007, as uvicorn does, but
+            # without its logged traceback: hostile input is expected, not an error of Relay's.
+            if self.curr_msg_data_type == "text" and not self.close_sent:
+                data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+                try:
+                    data.decode()
+                except UnicodeDecodeError:
+                    self.frames = []
+                    self.logger.info("%s:%d - invalid UTF-8 in a text frame; closing with 1007",
+                                     *(self.client or ("?", 0)))
+                    self.conn.send_close(1007)
+                    self.handle_parser_exception()
+                    return
+            super().send_receive_event_to_app()
 
     return RelayWebSocketProtocol
 

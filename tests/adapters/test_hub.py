@@ -110,7 +110,7 @@ def test_dead_executor_is_recovered_on_the_wire_by_a_same_version_peer(server: R
         assert recovery["executor_ids"] == ["A"]
         exist = (await b.wait_for("exist_pending_workflows"))[0]
         assert (exist["executor_id"], exist["application_version"]) == ("A", "v1")
-        await until(lambda: "A" not in executors(server))
+        await until(lambda: "executor.deleted" in actions(server, "A"))  # A recovered and gone (not merely not projected yet)
         assert actions(server, "A") == ["executor.connected", "executor.disconnected", "executor.declared_dead",
                                         "recovery.dispatched", "recovery.confirmed", "executor.deleted"]
         assert [r["type"] for r in other.requests] == ["executor_info"]  # never another version
@@ -129,7 +129,7 @@ def test_nothing_pending_is_confirmed_without_a_recovery_message(server: RelaySe
         b = await FakeExecutor(server.ws, executor_id="B", pending=False).connect()
         a = await FakeExecutor(server.ws, executor_id="A").connect()
         a.abort()
-        await until(lambda: "A" not in executors(server))
+        await until(lambda: "executor.deleted" in actions(server, "A"))  # A recovered and gone (not merely not projected yet)
         assert [r["type"] for r in b.requests] == ["executor_info", "exist_pending_workflows"]
         confirmed = [x for x in audit(server, executorId="A") if x["action"] == "recovery.confirmed"]
         assert confirmed[0]["detail"]["pendingFound"] is False
@@ -146,7 +146,7 @@ def test_failed_recovery_is_retried_on_another_candidate(server: RelayServer) ->
         good = await FakeExecutor(server.ws, executor_id="B2").connect()
         a = await FakeExecutor(server.ws, executor_id="A").connect()
         a.abort()
-        await until(lambda: "A" not in executors(server), timeout=15)
+        await until(lambda: "executor.deleted" in actions(server, "A"), timeout=15)  # A recovered and gone (not merely not projected yet)
         acts = actions(server, "A")
         assert acts.count("recovery.dispatched") == 2 and acts.count("recovery.failed") == 1
         assert acts[-2:] == ["recovery.confirmed", "executor.deleted"]
@@ -167,7 +167,7 @@ def test_silent_target_times_out_and_another_recovers(server: RelayServer) -> No
         good = await FakeExecutor(server.ws, executor_id="B2").connect()
         a = await FakeExecutor(server.ws, executor_id="A").connect()
         a.abort()
-        await until(lambda: "A" not in executors(server), timeout=20)
+        await until(lambda: "executor.deleted" in actions(server, "A"), timeout=20)  # A recovered and gone (not merely not projected yet)
         failed = [x for x in audit(server, executorId="A") if x["action"] == "recovery.failed"]
         assert failed and "no answer within" in failed[0]["detail"]["reason"]
         await mute.close()
@@ -191,7 +191,7 @@ def test_version_skew_waits_then_recovers_when_the_version_appears(server: Relay
         assert [r["type"] for r in v2.requests] == ["executor_info"]
         v1 = await FakeExecutor(server.ws, executor_id="C", version="v1").connect()
         await v1.wait_for("recovery")
-        await until(lambda: "A" not in executors(server))
+        await until(lambda: "executor.deleted" in actions(server, "A"))  # A recovered and gone (not merely not projected yet)
         await v1.close()
         await v2.close()
 
