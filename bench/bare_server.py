@@ -95,7 +95,8 @@ def uvicorn_server(port: int, lowmem: bool) -> None:
         class LowMem(base):  # type: ignore[misc, valid-type]
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **kwargs)
-                if self.available_extensions:
+                # (uvicorn's Sans-I/O protocol, which Relay uses, negotiates these settings already)
+                if getattr(self, "available_extensions", None):
                     self.available_extensions = [ServerPerMessageDeflateFactory(
                         server_max_window_bits=12, compress_settings={"memLevel": 5})]
 
