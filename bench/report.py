@@ -494,8 +494,10 @@ def analysis(results_dir: Path) -> str:
                         f"{s['relay_restarted_disconnects']:,} executors were recorded Disconnected "
                         "(relay_restarted) because they were not back within the settle window")
         out += ["**4. Reconnect storm** (goal met: no false deaths). " + "; ".join(rows) + ". "
-                f"Re-admitting {r['n']:,} sockets takes most of the grace ({r['stores'][0]['grace_s']} s here), "
-                "at the same rate of handshakes as the connect storm (see 2). So the settle window now stays "
+                f"Re-admitting {r['n']:,} sockets took up to "
+                f"{f2(max((s.get('client_registered_after_kill_s') or {}).get('max') or 0 for s in r['stores']))} s "
+                f"of the {r['stores'][0]['grace_s']} s grace, at the same rate of handshakes as the connect storm "
+                "(see 2); a larger fleet would take longer than the grace. So the settle window now stays "
                 "open, a second at a time and up to 4x its setting, while executors are still being let back in "
                 "fast, and the grace of those then recorded Disconnected (relay_restarted) moves with it (ADR 3): "
                 "a fleet that takes longer than the grace to re-admit is not declared dead for Relay's slowness. "
