@@ -40,10 +40,10 @@ class EventLog:
         self.recorder = relay.recorder
         self.mapper = relay.mapper
         transcoder = self.mapper.transcoder
-        self._names = dict(transcoder.names) if isinstance(transcoder, JSONTranscoder) else {}
+        names = dict(transcoder.names) if isinstance(transcoder, JSONTranscoder) else {}
         # name -> decode function; the library's own datetime transcoding is exactly fromisoformat
         self._decoders = {name: datetime.fromisoformat if type(t) is DatetimeAsISO else t.decode
-                          for name, t in self._names.items()}
+                          for name, t in names.items()}
         self._fast = (
             isinstance(transcoder, JSONTranscoder)
             and self.mapper.cipher is None
@@ -104,20 +104,17 @@ class EventLog:
         return self._events(rows)
 
     def _events(self, rows: list[Any]) -> list[tuple[int, str, Any]]:
-        """:meth:`event` for many rows, its common path inlined (a rebuild runs it a million times)."""
+        """Domain events for stored rows; the common path inlined (a rebuild runs it a million times)."""
         decode, classes, ids, decoders, keys_of = (self._decode, self._classes, self._ids, self._decoders,
                                                    self._wrapped_keys)
         out = []
         append = out.append
         for nid, raw_id, version, topic, state in rows:
-            found = classes.get(topic)
-            stream = ids.get(raw_id)
-            if found is None or stream is None or not found[1]:
-                e = self.event(raw_id, version, topic, state)
-                append((nid, ids[raw_id][1], e))
+            cls, plain = classes.get(topic) or self._class(topic)
+            oid, sid = ids.get(raw_id) or self._stream(raw_id)
+            if not plain:
+                append((nid, sid, self._library(oid, version, topic, state)))
                 continue
-            oid, sid = stream
-            cls = found[0]
             try:
                 d = decode(state)
                 if type(d) is not dict or "class_version" in d:
@@ -150,28 +147,13 @@ class EventLog:
     # ------------------------------------------------------------ decoding
     def event(self, raw_id: Any, version: int, topic: str, state: bytes) -> Any:
         """One domain event from a stored row, as the library's mapper makes it."""
-        found = self._classes.get(topic)
-        if found is None:
-            cls = resolve_topic(topic)
-            found = self._classes[topic] = (cls, getattr(cls, "class_version", 1) == 1)
-        cls, plain = found
-        oid = self._stream(raw_id)[0]
-        if not plain:
-            return self._library(oid, version, topic, state)
-        try:
-            d = self._decode(state)
-            if type(d) is not dict or "class_version" in d:
-                raise _Unusual
-            wrapped = state.count(b'{"_type_"')  # JSON escapes quotes in strings: only objects match
-            if wrapped and not self._top_level(cls, d, wrapped):
-                self._fix(d)
-        except Exception:  # the library's path, and its errors
-            return self._library(oid, version, topic, state)
-        d["originator_id"] = oid
-        d["originator_version"] = version
-        e = _new(cls)
-        _setattr(e, "__dict__", d)
-        return e
+        return self._events([(0, raw_id, version, topic, state)])[0][2]
+
+    def _class(self, topic: str) -> tuple[type, bool]:
+        """(event class, whether it has no versions to upcast), resolved once per topic."""
+        cls = resolve_topic(topic)
+        found = self._classes[topic] = (cls, getattr(cls, "class_version", 1) == 1)
+        return found
 
     def _stream(self, raw_id: Any) -> tuple[UUID, str]:
         """(UUID, its str) for a stored originator id, made once per stream."""
@@ -196,7 +178,6 @@ class EventLog:
             if len(keys) != wrapped:
                 return False
             self._wrapped_keys[cls] = keys
-        names = self._names
         for k in keys:
             v = d.get(k)
             if type(v) is not dict or len(v) != 2:
@@ -229,5 +210,5 @@ class EventLog:
         """What the library's ``object_hook`` makes of a decoded object."""
         self._fix(d)
         if len(d) == 2 and "_type_" in d and "_data_" in d:
-            return self._names[d["_type_"]].decode(d["_data_"])  # KeyError: not registered, as the library
+            return self._decoders[d["_type_"]](d["_data_"])  # KeyError: not registered, as the library
         return d
