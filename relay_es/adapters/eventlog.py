@@ -104,9 +104,9 @@ class EventLog:
         return self._events(rows)
 
     def _events(self, rows: list[Any]) -> list[tuple[int, str, Any]]:
-        """Domain events for stored rows; the common path inlined (a rebuild runs it a million times)."""
-        decode, classes, ids, decoders, keys_of = (self._decode, self._classes, self._ids, self._decoders,
-                                                   self._wrapped_keys)
+        """Domain events for stored rows (a rebuild runs this a million times: locals, no per-row calls
+        beyond the decoder and :meth:`_top_level`)."""
+        decode, classes, ids, top_level, fix = self._decode, self._classes, self._ids, self._top_level, self._fix
         out = []
         append = out.append
         for nid, raw_id, version, topic, state in rows:
@@ -120,20 +120,8 @@ class EventLog:
                 if type(d) is not dict or "class_version" in d:
                     raise _Unusual
                 wrapped = state.count(b'{"_type_"')  # JSON escapes quotes in strings: only objects match
-                if wrapped:
-                    keys = keys_of.get(cls)
-                    done = keys is not None and len(keys) == wrapped
-                    if done:
-                        for k in keys:
-                            v = d.get(k)
-                            if type(v) is dict and len(v) == 2 and "_type_" in v and (
-                                    (t := type(data := v.get("_data_"))) is str or t is int):
-                                d[k] = decoders[v["_type_"]](data)
-                            else:
-                                done = False
-                                break
-                    if not done and not self._top_level(cls, d, wrapped):
-                        self._fix(d)
+                if wrapped and not top_level(cls, d, wrapped):
+                    fix(d)
             except Exception:  # the library's path, and its errors
                 append((nid, sid, self._library(oid, version, topic, state)))
                 continue
