@@ -95,7 +95,7 @@ def serve(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", message=".*websockets.* implementation is deprecated")
     try:
         settings = Settings.from_sources(vars(args))
-        runtime = Runtime(settings)
+        runtime = Runtime(settings, manage_gc=True)
     except (InvalidSetting, LeaseHeld, ValueError) as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2

@@ -8,7 +8,9 @@ Threads:
 * the **process-manager worker** runs :meth:`ProcessManager.step`, sleeping on
   the monotonic clock until the next timer, woken by new events and answers;
 * the asyncio loop (uvicorn) runs the hub and the REST API; store commands go
-  to a small thread pool, never onto the loop.
+  to a small thread pool, never onto the loop;
+* the **collector worker** runs the full garbage collections itself, at quiet
+  moments (``adapters/collector.py``, ADR 13).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from relay_es.adapters.clock import system_clock
+from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import Hub
 from relay_es.adapters.lease import Lease
 from relay_es.adapters.metrics import Metrics
@@ -81,8 +84,11 @@ def view_bootstrap(db: Database, runner: ProjectionRunner) -> Callable[[], tuple
 
 
 class Runtime:
-    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None, manage_gc: bool = False) -> None:
+        """``manage_gc``: this process is a server of its own (``relay serve``); the garbage
+        collector's policy is process-wide, so a Runtime inside a test process leaves it alone."""
         self.settings = settings
+        self.manage_gc = manage_gc
         self.clock = clock or system_clock()
         self.store = parse_database_url(settings.database_url)
         self.lease = Lease(self.store)
@@ -110,6 +116,7 @@ class Runtime:
             self.lease.release()
             raise
         self.hub.pm = self.pm
+        self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
         if settings.auth:
             from relay_es.adapters.hub import AuthGate
 
@@ -122,6 +129,7 @@ class Runtime:
         self._pm_started = False
         self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
         self.pm.wake = self.pm_worker.wake
+        self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
         self._started = False
@@ -131,7 +139,13 @@ class Runtime:
 
         m = self.metrics
         m.watch_executors(lambda: list(self.pm.rows.values()))
-        self.hub.on_connection_change = m.open_connections.set
+        collector = self.collector
+
+        def connections(n: int) -> None:
+            m.open_connections.set(n)
+            collector.connections(n)
+
+        self.hub.on_connection_change = connections
         self.hub.on_refused = m.auth_refused.labels("websocket").inc
 
         def saved(took: float, events: list[Any]) -> None:
@@ -177,6 +191,10 @@ class Runtime:
         finally:
             self._pm_idle.set()
 
+    def _collect(self) -> None:
+        if self.collector.tick():
+            self.metrics.full_collections.observe(self.collector.last_took)
+
     def _project(self) -> None:
         self.runner.catch_up(pause=self._timers_first)
 
@@ -197,6 +215,9 @@ class Runtime:
         self.hub.start(loop)
         self.projection_worker.start()
         self.pm_worker.start()
+        if self.manage_gc:
+            self.collector.start()  # everything set up so far is frozen: no collection walks it again
+            self.collector_worker.start()
         self._started = True
         log.info("relay started: instance %s, store %s", self.settings.instance, self.store.kind)
 
@@ -204,9 +225,12 @@ class Runtime:
         await self.hub.stop()
         self.pm_worker.stop()
         self.projection_worker.stop()
+        self.collector_worker.stop()
         if self._started:
             self.pm_worker.join(timeout=5)
             self.projection_worker.join(timeout=5)
+            if self.collector_worker.is_alive():
+                self.collector_worker.join(timeout=5)
         self.close()
 
     def close(self) -> None:

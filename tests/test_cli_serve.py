@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -55,3 +56,31 @@ def test_help_lists_every_timing_flag() -> None:
                  "--database-url", "--auth", "--no-auth", "--insecure", "--host", "--port"):
         assert flag in out
     assert sys.executable
+
+
+def test_the_server_collects_a_closed_socket_s_garbage_once_it_is_quiet(tmp_path) -> None:
+    """ADR 13: the server runs the full garbage collections itself, after sockets
+    closed and nothing happened for a moment (here: three executors dropped)."""
+    from tests.fake_executor import FakeExecutor
+    from tests.support import until
+
+    server = RelayServer(tmp_path).start()
+
+    def full_collections() -> float:
+        for line in server.get("/metrics").text.splitlines():
+            if line.startswith("relay_gc_full_collection_seconds_count"):
+                return float(line.split()[-1])
+        raise AssertionError("relay_gc_full_collection_seconds is not exported")
+
+    async def main() -> None:
+        execs = [await FakeExecutor(server.ws).connect() for _ in range(3)]
+        await until(lambda: server.get("/metrics").text.count("relay_open_connections 3.0"), what="3 open")
+        assert full_collections() == 0  # sockets opened only: nothing to look for
+        for e in execs:
+            e.abort()
+        assert await until(full_collections, timeout=15, what="a full collection after the drops")
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()

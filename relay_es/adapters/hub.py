@@ -401,7 +401,8 @@ class Hub:
         self.connections[conn.id] = conn
         self.on_connection_change(len(self.connections))
         code: int | None = None
-        handshake = self._spawn(self._handshake_deadline(conn))
+        # A timer, not a task: most executors answer at once, and a task per socket is memory and work.
+        handshake = asyncio.get_running_loop().call_later(self.handshake_timeout, self._handshake_expired, conn)
         try:
             await conn.send_text(conn.session.open())
             while True:
@@ -472,8 +473,11 @@ class Hub:
         })
         await send({"type": "websocket.http.response.body", "body": body})
 
-    async def _handshake_deadline(self, conn: Connection) -> None:
-        await asyncio.sleep(self.handshake_timeout)
+    def _handshake_expired(self, conn: Connection) -> None:
+        if conn.session.state is State.AWAITING_INFO and not conn.closed:
+            self._spawn(self._handshake_timed_out(conn))
+
+    async def _handshake_timed_out(self, conn: Connection) -> None:
         if conn.session.state is State.AWAITING_INFO and not conn.closed:
             await self._violation(conn, Violation("handshake_timeout", f"executor_info not answered within {self.handshake_timeout:g}s"))
             await conn.close(CLOSE_HANDSHAKE_TIMEOUT, "executor_info not answered in time")

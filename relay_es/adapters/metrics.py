@@ -42,6 +42,9 @@ class Metrics:
         self.append_latency = Histogram(
             "relay_event_store_append_seconds", "Latency of one save to the event store",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1), registry=r)
+        self.full_collections = Histogram(
+            "relay_gc_full_collection_seconds", "Full garbage collections Relay ran at a quiet moment (ADR 13)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5), registry=r)
         self.auth_refused = Counter("relay_auth_refused", "Refused executor handshakes and API calls", ["where"],
                                     registry=r)
 

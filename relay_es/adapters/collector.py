@@ -1,0 +1,139 @@
+"""When the cyclic garbage collector runs, in a server holding many sockets (ADR 13).
+
+CPython's collector runs a *full* collection whenever the objects that
+survived young collections since the last one exceed a quarter of the heap.
+A server taking in thousands of sockets grows its heap by that much again and
+again, so a storm of connects paid for a full collection every few hundred
+milliseconds, each walking every object of every open connection while holding
+the GIL: measured, 10 to 20 of them in one 5,000-executor storm, up to 390 ms
+each at 5,000 connections -- about half of the process's time, and the bound on
+the storm throughput of the benchmarks (goal 2).
+
+So :class:`Collector`:
+
+* at start, collects once and **freezes** what exists (modules, classes, the
+  application: never garbage), so no later collection walks it;
+* raises the young generation's threshold (700 -> 50,000 net new container
+  objects) so the automatic collector runs young collections rarely and full
+  ones practically never;
+* runs the **full collection itself**, when there is something for it to find
+  (sockets have closed since the last one: a closed connection's objects are
+  old, and hold reference cycles through the WebSocket stack, so only a full
+  collection frees them, their compression buffers included; or
+  ``interval`` has passed) and the moment is right: no connection opened or
+  closed for ``quiet`` seconds and no timer of the process manager due within
+  ``margin`` seconds. A storm that never goes quiet is collected after
+  ``max_wait`` seconds anyway, so memory cannot grow without bound.
+
+The decision (:meth:`Collector.due`) is pure, driven by a clock the tests own;
+:meth:`Collector.tick` does it.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+YOUNG_THRESHOLD = 50_000  # net new container objects between young collections (CPython's default: 700)
+MIDDLE_THRESHOLD = 20     # young collections per middle one (default: 10)
+OLD_THRESHOLD = 10        # middle collections before a full one is considered (default: 10)
+
+
+class Collector:
+    def __init__(
+        self,
+        monotonic: Callable[[], float],
+        *,
+        next_deadline: Callable[[], float | None] = lambda: None,
+        quiet: float = 2.0,
+        margin: float = 1.0,
+        max_wait: float = 60.0,
+        interval: float = 600.0,
+        gc_module: Any = gc,
+    ) -> None:
+        self.monotonic = monotonic
+        self.next_deadline = next_deadline
+        self.quiet = quiet
+        self.margin = margin
+        self.max_wait = max_wait
+        self.interval = interval
+        self.gc: ModuleType = gc_module
+        self._lock = threading.Lock()
+        self._open = 0
+        self._closed = 0                     # sockets closed since the last full collection
+        self._wanted_since: float | None = None
+        self._last_activity = float("-inf")
+        self._last_full = monotonic()
+        self.collections = 0
+        self.collected = 0
+        self.seconds = 0.0                   # spent in full collections run here
+        self.last_took = 0.0
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Once the process is set up: what exists now is frozen, the thresholds raised."""
+        self.gc.collect()
+        self.gc.freeze()
+        self.gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_THRESHOLD, OLD_THRESHOLD)
+        self._last_full = self.monotonic()
+        log.debug("garbage collector: %d objects frozen, thresholds %s", self.gc.get_freeze_count(),
+                  self.gc.get_threshold())
+
+    # ------------------------------------------------------------- signals
+    def connections(self, n: int) -> None:
+        """The hub's count of open sockets changed (to ``n``)."""
+        now = self.monotonic()
+        with self._lock:
+            if n < self._open:
+                self._closed += self._open - n
+                if self._wanted_since is None:
+                    self._wanted_since = now
+            self._open = n
+            self._last_activity = now
+
+    # ------------------------------------------------------------- decision
+    def due(self, now: float) -> bool:
+        """Whether a full collection should run now."""
+        with self._lock:
+            wanted_since = self._wanted_since
+            last_activity = self._last_activity
+        if wanted_since is None:
+            if now - self._last_full < self.interval:
+                return False
+            wanted_since = self._last_full + self.interval
+        waited = now - wanted_since
+        if waited >= self.max_wait + 10 * self.margin:
+            return True  # a deadline that is always near must not hold memory back for ever
+        nxt = self.next_deadline()
+        if nxt is not None and nxt - now < self.margin:
+            return False  # a collection holds the GIL: never just before a death is due
+        if waited >= self.max_wait:
+            return True
+        return now - last_activity >= self.quiet
+
+    def tick(self) -> bool:
+        """Runs a full collection if :meth:`due`. Returns whether it did."""
+        now = self.monotonic()
+        if not self.due(now):
+            return False
+        with self._lock:
+            closed, self._closed = self._closed, 0
+            self._wanted_since = None
+        t0 = time.perf_counter()
+        found = self.gc.collect()
+        took = time.perf_counter() - t0
+        self._last_full = self.monotonic()
+        self.collections += 1
+        self.collected += found
+        self.seconds += took
+        self.last_took = took
+        log.debug("full garbage collection after %d socket(s) closed: %d objects freed in %.0f ms",
+                  closed, found, took * 1000)
+        return True
