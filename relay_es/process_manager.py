@@ -163,6 +163,7 @@ class ProcessManager:
         self.wake: Callable[[], None] = lambda: None
         self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = lambda e, old, new: None
         self.stats = _Stats()
+        self._urgent_running = False
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -186,10 +187,28 @@ class ProcessManager:
         total = 0
         while True:
             # Due timers first: a burst of answers must not make deadlines late.
-            n = self._run_due() + self.catch_up() + self._drain_answers() + self._run_due()
+            n = (self._urgently(self._run_due) + self.catch_up() + self._urgently(self._drain_answers)
+                 + self._urgently(self._run_due))
             if n == 0:
                 return total
             total += n
+
+    def _urgently(self, work: Callable[[], int]) -> int:
+        self._urgent_running = True
+        try:
+            return work()
+        finally:
+            self._urgent_running = False
+
+    def urgent(self) -> bool:
+        """Whether work a death or a recovery waits for is running or due: timers
+        being fired or due now, answers to record. Safe to ask from another thread;
+        the read models give way to it (one process shares one GIL). Following the
+        log is not urgent: a death never waits for it."""
+        if self._urgent_running or self._answers:
+            return True
+        nxt = self.next_wakeup()
+        return nxt is not None and nxt <= self.clock.monotonic()
 
     def next_wakeup(self) -> float | None:
         """Monotonic time of the next timer, or None."""

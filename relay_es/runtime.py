@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -123,8 +124,6 @@ class Runtime:
             self.hub.gate = AuthGate(self.relay, self.hub.run, self.db)
         self.metrics = Metrics()
         self._observe()
-        self._pm_idle = threading.Event()
-        self._pm_idle.set()
         self.projection_worker = Worker("relay-projections", self._project, lambda: 1.0)
         self._pm_started = False
         self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
@@ -181,15 +180,11 @@ class Runtime:
             asyncio.run_coroutine_threadsafe(self.hub.close_token(org, name), loop)
 
     def _pm_tick(self) -> None:
-        self._pm_idle.clear()
-        try:
-            if not self._pm_started:
-                self.pm.start()  # rebuilds timers and dispatches from the store
-                self._pm_started = True
-            else:
-                self.pm.step()
-        finally:
-            self._pm_idle.set()
+        if not self._pm_started:
+            self.pm.start()  # rebuilds timers and dispatches from the store
+            self._pm_started = True
+        else:
+            self.pm.step()
 
     def _collect(self) -> None:
         if self.collector.tick():
@@ -199,10 +194,13 @@ class Runtime:
         self.runner.catch_up(pause=self._timers_first)
 
     def _timers_first(self) -> None:
-        """Before each projection batch: while the process manager is deciding
-        (deaths, dispatches), the read models wait for it, at most 0.25 s. One
-        process shares one GIL; a deadline must not wait for a read model."""
-        self._pm_idle.wait(0.25)
+        """Before each projection batch: while the process manager has urgent work
+        (deadlines due or being fired, answers to record), the read models wait for
+        it, at most 0.25 s. One process shares one GIL; a death must not wait for a
+        read model. The process manager merely following the log is not waited for."""
+        end = time.monotonic() + 0.25
+        while self.pm.urgent() and time.monotonic() < end:
+            time.sleep(0.002)
 
     def _pm_sleep(self) -> float:
         nxt = self.pm.next_wakeup()
