@@ -106,6 +106,7 @@ def serve(args: argparse.Namespace) -> int:
         app,
         host=settings.host,
         port=settings.port,
+        loop="auto",  # uvloop where installed (ADR 2): the event loop is most of a handshake's cost
         http=http_protocol_class(request_timeout=10.0),
         ws=protocol_class(close_timeout),
         ws_max_size=MAX_FRAME,
