@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 
+from relay_es.process_manager import RecoveryOutcome
 from tests.support import World
 
 
@@ -341,3 +342,26 @@ def test_executor_whose_socket_is_back_is_not_declared_dead_before_its_connect_i
     world.advance(60)
     assert world.status("A") == "HEALTHY"
     assert world.dispatcher.sent == []
+
+
+def test_urgent_work_is_due_deadlines_and_waiting_answers_not_following_the_log(world: World) -> None:
+    """The read models give way to ``urgent()`` work (runtime._timers_first)."""
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")  # followed: a deadline armed 10 s out
+    assert not world.pm.urgent()
+    world.clock.advance(10)  # due, not fired yet
+    assert world.pm.urgent()
+    seen = []
+    fire = world.pm._fire_kind
+    world.pm._fire_kind = lambda kind, items: (seen.append((kind, world.pm.urgent())), fire(kind, items))[1]
+    world.sync()
+    assert ("deadline", True) in seen  # while firing it says so
+    assert world.status("A") == "DEAD"
+    assert not world.pm.urgent()
+    req = world.dispatcher.last()
+    world.pm.recovery_answered(RecoveryOutcome(req.request_id, True, True, None))
+    assert world.pm.urgent()  # an answer waits to be recorded
+    world.sync()
+    assert world.status("A") == "DELETED"
+    assert not world.pm.urgent()
