@@ -267,6 +267,33 @@ def copy_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Seque
             copy.write_row(row)
 
 
+COPY_MIN_ROWS = 32  # below this, statements in a pipeline beat the extra round trips of COPY
+
+
+def insert_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], on_conflict: str) -> None:
+    """``INSERT INTO table (columns) ... ON CONFLICT <on_conflict>`` for many rows.
+
+    Postgres, for more than a few rows: ``COPY`` into a temporary table of the
+    same shape (emptied at commit) and one ``INSERT ... SELECT``: one statement
+    bound per row costs Python work per row, the COPY stream little (a storm's
+    batch of a thousand rows: about a third of the projection runner's time).
+    Otherwise, and on SQLite, one prepared statement over all rows.
+    """
+    if not rows:
+        return
+    cols = ", ".join(columns)
+    if is_sqlite(cur) or len(rows) < COPY_MIN_ROWS:
+        cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['%s'] * len(columns))}) {on_conflict}",
+                        rows)
+        return
+    staging = f"relay_in_{table}"
+    cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} (LIKE {table}) ON COMMIT DELETE ROWS")
+    with cur.copy(f"COPY {staging} ({cols}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+    cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {staging} {on_conflict}")
+
+
 def select_streams(recorder: Any, ids: Sequence[Any]) -> dict[Any, list[Any]]:
     """The stored events of many aggregates in one query (in version order).
 

@@ -18,7 +18,7 @@ from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.token import Token
-from relay_es.adapters.stores import Database, copy_rows, is_sqlite
+from relay_es.adapters.stores import Database, copy_rows, insert_rows, is_sqlite
 from relay_es.projections.executors import EXECUTOR_EVENTS
 from relay_es.units import duration_to_millis, duration_to_seconds, from_epoch_ms, rfc3339, to_epoch_ms
 
@@ -177,11 +177,6 @@ DDL = [
     """,
 ]
 
-_INSERT = (
-    "INSERT INTO relay_audit (seq, at, org, app, executor_id, action, detail) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (seq) DO NOTHING"
-)
-
 
 class AuditProjection:
     """Keeps ``relay_audit`` and ``relay_audit_streams`` (where each stream belongs)."""
@@ -240,8 +235,8 @@ class AuditProjection:
             if bulk:
                 copy_rows(cur, "relay_audit_streams", ("stream_id", "org", "app", "name"), rows)
             else:
-                cur.executemany("INSERT INTO relay_audit_streams (stream_id, org, app, name) VALUES (%s, %s, %s, %s) "
-                                "ON CONFLICT (stream_id) DO NOTHING", rows)
+                insert_rows(cur, "relay_audit_streams", ("stream_id", "org", "app", "name"), rows,
+                            "ON CONFLICT (stream_id) DO NOTHING")
         if self.entries:
             encode = _encode_detail
             rows = [(a.seq, to_epoch_ms(a.at), a.org, a.app, a.executor_id, a.action, encode(a.detail))
@@ -250,7 +245,7 @@ class AuditProjection:
             if bulk:
                 copy_rows(cur, "relay_audit", _COLUMNS, rows)
             else:
-                cur.executemany(_INSERT, rows)
+                insert_rows(cur, "relay_audit", _COLUMNS, rows, "ON CONFLICT (seq) DO NOTHING")
 
     def committed(self) -> None:
         if len(self.context) > self.cache_limit:

@@ -11,13 +11,14 @@ timer table.
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase, opaque_value
-from relay_es.adapters.stores import Database
+from relay_es.adapters.stores import Database, insert_rows
 from relay_es.units import from_epoch_us, to_epoch_us
 
 
@@ -226,13 +227,20 @@ DDL = [
 ]
 
 
-def row_to_db(row: ExecutorRow) -> dict[str, Any]:
-    d = {c: getattr(row, c) for c in COLUMNS}  # not asdict(): that deep-copies every value
-    for k in _TS_FIELDS:
-        if d[k] is not None:
-            d[k] = to_epoch_us(d[k])
-    d["executor_metadata"] = json.dumps(d["executor_metadata"]) if d["executor_metadata"] is not None else None
-    return d
+_VALUES = operator.attrgetter(*COLUMNS)  # not asdict(): that deep-copies every value
+_TS_AT = [i for i, c in enumerate(COLUMNS) if c in _TS_FIELDS]
+_METADATA_AT = COLUMNS.index("executor_metadata")
+
+
+def row_to_db(row: ExecutorRow) -> list[Any]:
+    """The row's values in ``COLUMNS`` order, as stored."""
+    v = list(_VALUES(row))
+    for i in _TS_AT:
+        if v[i] is not None:
+            v[i] = to_epoch_us(v[i])
+    if v[_METADATA_AT] is not None:
+        v[_METADATA_AT] = json.dumps(v[_METADATA_AT])
+    return v
 
 
 def row_from_db(values: Any) -> ExecutorRow:
@@ -246,9 +254,8 @@ def row_from_db(values: Any) -> ExecutorRow:
 
 
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM relay_executors"
-_UPSERT = (
-    f"INSERT INTO relay_executors ({', '.join(COLUMNS)}) VALUES ({', '.join(f'%({c})s' for c in COLUMNS)}) "
-    f"ON CONFLICT (stream_id) DO UPDATE SET "
+_ON_CONFLICT = (
+    "ON CONFLICT (stream_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "stream_id")
     + " WHERE relay_executors.version < excluded.version"
 )
@@ -305,8 +312,7 @@ class ExecutorsProjection:
     def write(self, cur: Any, *, bulk: bool = False) -> None:
         rows = [row_to_db(r) for sid in self.dirty if (r := self.rows[sid]) is not None]
         self.dirty = set()
-        if rows:
-            cur.executemany(_UPSERT, rows)
+        insert_rows(cur, "relay_executors", COLUMNS, rows, _ON_CONFLICT)
 
     def committed(self) -> None:
         if len(self.rows) > self.cache_limit:
