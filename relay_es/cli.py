@@ -127,6 +127,13 @@ def serve(args: argparse.Namespace) -> int:
             super().handle_exit(sig, frame)
 
     server = Server(config)
+
+    def lease_lost() -> None:
+        # Another instance leads the store now: stop, without recording the sockets' closes.
+        runtime.hub.shutting_down = True
+        server.should_exit = True
+
+    runtime.on_lease_lost = lease_lost
     log.info("relay serving on http://%s:%d (store: %s, auth: %s)", settings.host, settings.port,
              runtime.store.kind, "on" if settings.auth else "off (development mode, org 'local')")
     try:
@@ -134,6 +141,8 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if not runtime._started:
             runtime.close()
+    if runtime.lease_lost:
+        return 3
     return 0 if server.started else 1
 
 

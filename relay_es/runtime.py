@@ -10,7 +10,10 @@ Threads:
 * the asyncio loop (uvicorn) runs the hub and the REST API; store commands go
   to a small thread pool, never onto the loop;
 * the **collector worker** runs the full garbage collections itself, at quiet
-  moments (``adapters/collector.py``, ADR 13).
+  moments (``adapters/collector.py``, ADR 13);
+* the **lease worker** checks every 2 s that this instance still holds the
+  store's leader lease, takes it again after a lost Postgres session, and stops
+  the server if another instance took it meanwhile.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import Hub
-from relay_es.adapters.lease import Lease
+from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
 from relay_es.clock import Clock
@@ -129,6 +132,9 @@ class Runtime:
         self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
         self.pm.wake = self.pm_worker.wake
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
+        self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
+        self.lease_lost = False
+        self.on_lease_lost: Callable[[], None] = lambda: None
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
         self._started = False
@@ -186,6 +192,22 @@ class Runtime:
         else:
             self.pm.step()
 
+    def _check_lease(self) -> None:
+        if self.lease_lost:
+            return
+        try:
+            state = self.lease.check()
+        except LeaseLost as e:
+            self.lease_lost = True
+            self.pm_worker.stop()  # decide nothing more: the other instance leads
+            log.error("%s; this instance stops serving", e)
+            self.on_lease_lost()
+            return
+        if state == "retaken":
+            log.warning("the store session holding the leader lease had ended; the lease is taken again")
+        elif state == "unreachable":
+            log.warning("the store is unreachable; the leader lease will be taken again when it returns")
+
     def _collect(self) -> None:
         if self.collector.tick():
             self.metrics.full_collections.observe(self.collector.last_took)
@@ -213,6 +235,7 @@ class Runtime:
         self.hub.start(loop)
         self.projection_worker.start()
         self.pm_worker.start()
+        self.lease_worker.start()
         if self.manage_gc:
             self.collector.start()  # everything set up so far is frozen: no collection walks it again
             self.collector_worker.start()
@@ -224,7 +247,9 @@ class Runtime:
         self.pm_worker.stop()
         self.projection_worker.stop()
         self.collector_worker.stop()
+        self.lease_worker.stop()
         if self._started:
+            self.lease_worker.join(timeout=5)
             self.pm_worker.join(timeout=5)
             self.projection_worker.join(timeout=5)
             if self.collector_worker.is_alive():

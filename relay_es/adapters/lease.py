@@ -12,6 +12,12 @@ Today one instance serves a store. The lease makes that explicit and refuses a
 second instance with a clear message instead of letting two leaders race.
 SQLite: an exclusive ``flock`` on ``<db>.lock``. Postgres: a session-level
 advisory lock held on a dedicated connection for the life of the process.
+
+A Postgres session can end under the holder (Postgres restarted, the
+connection cut), and the lock ends with it. :meth:`Lease.check`, called every
+few seconds by ``relay serve``, takes it again on a new session; if another
+instance took it meanwhile it raises :class:`LeaseLost`, and the server stops
+rather than lead beside it.
 """
 
 from __future__ import annotations
@@ -30,25 +36,27 @@ class LeaseHeld(RuntimeError):
     pass
 
 
+class LeaseLost(RuntimeError):
+    """The lease ended with its session and another instance holds it now."""
+
+
 class Lease:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self._fd: int | None = None
         self._conn: Any = None
+        self._held = False  # Postgres: acquired, and not released (the session may have ended since)
 
     def acquire(self) -> None:
         if self.config.is_postgres:
-            import psycopg
-
-            self._conn = psycopg.connect(self.config.url, autocommit=True)
-            got = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]
-            if not got:
-                self._conn.close()
-                self._conn = None
+            conn = self._lock_session()
+            if conn is None:
                 raise LeaseHeld(
                     f"another Relay instance leads the store at {redact_url(self.config.url)}; "
                     "running several instances on one store is not supported yet"
                 )
+            self._conn = conn
+            self._held = True
             return
         path = self.config.sqlite_path
         if path is None or path == ":memory:":
@@ -65,7 +73,56 @@ class Lease:
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
 
+    def _lock_session(self) -> Any:
+        """A new session holding the advisory lock, or None if another session holds it."""
+        import psycopg
+
+        conn = psycopg.connect(self.config.url, autocommit=True, connect_timeout=5)
+        try:
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]
+        except BaseException:
+            conn.close()
+            raise
+        if not got:
+            conn.close()
+            return None
+        return conn
+
+    def check(self) -> str:
+        """Whether the lease is still this instance's: ``"held"``; ``"retaken"`` (its
+        session had ended and the lock was taken again on a new one); ``"unreachable"``
+        (the session ended and Postgres cannot be reached: try again later -- no other
+        instance can take it meanwhile either). Raises :class:`LeaseLost` if another
+        instance took it. SQLite's file lock cannot be lost while the process lives."""
+        if not self._held:
+            return "held"
+        import psycopg
+
+        if self._conn is not None:
+            try:
+                self._conn.execute("SELECT 1")
+                return "held"
+            except psycopg.Error:
+                try:
+                    self._conn.close()
+                except Exception:
+                    pass
+                self._conn = None
+        try:
+            conn = self._lock_session()
+        except psycopg.Error:
+            return "unreachable"
+        if conn is None:
+            self._held = False
+            raise LeaseLost(
+                f"the store session holding the leader lease at {redact_url(self.config.url)} ended, and "
+                "another Relay instance took the lease meanwhile"
+            )
+        self._conn = conn
+        return "retaken"
+
     def release(self) -> None:
+        self._held = False
         if self._conn is not None:
             try:
                 self._conn.close()

@@ -187,9 +187,58 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
         # the read model converged to the fold of the streams
         _assert_read_model_converged(pg.url)
         check_store(pg.url).assert_ok()
+        # the leader lease went with each outage's sessions and was taken again every time
+        assert "the lease is taken again" in server.log()
     finally:
         server.stop()
         pg.destroy()
+
+
+def _lease_session(url: str) -> int | None:
+    """The backend pid holding Relay's advisory lock (a bigint key: high and low 32 bits)."""
+    import psycopg
+
+    from relay_es.adapters.lease import LOCK_KEY
+
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s "
+                        "AND objid = %s AND objsubid = 1", (LOCK_KEY >> 32, LOCK_KEY & 0xFFFFFFFF)).fetchone()
+    return row[0] if row else None
+
+
+def test_an_instance_whose_lease_was_taken_by_another_stops(tmp_path, postgres_url: str) -> None:
+    """Invariant: two instances never lead one store. The store session holding a
+    running server's lease ends (as in a Postgres restart) and another instance
+    takes the lease before the server can take it again: the server stops, with
+    exit code 3 and a message saying why, instead of leading beside it."""
+    import psycopg
+
+    from relay_es.adapters.lease import Lease, LeaseHeld
+    from relay_es.adapters.stores import parse_database_url
+
+    server = RelayServer(tmp_path, args=["--database-url", postgres_url]).start()
+    other = Lease(parse_database_url(postgres_url))
+    try:
+        for _ in range(20):  # the server re-checks every 2 s: if it wins the race, cut it again
+            pid = harness.wait_until(lambda: _lease_session(postgres_url), timeout=10, interval=0.05,
+                                     message="the server's lease session")
+            with psycopg.connect(postgres_url, autocommit=True) as c:
+                c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            try:
+                harness.wait_until(lambda: _lease_session(postgres_url) is None, timeout=5, interval=0.01,
+                                   message="the session to end")
+                other.acquire()
+                break
+            except (LeaseHeld, AssertionError, TimeoutError):
+                continue
+        else:
+            raise AssertionError("could not take the lease from the running server")
+        assert server.proc is not None
+        assert server.proc.wait(30) == 3
+        assert "another Relay instance took the lease meanwhile; this instance stops serving" in server.log()
+    finally:
+        other.release()
+        server.stop()
 
 
 async def _close_all(executors: list[FakeExecutor]) -> None:
