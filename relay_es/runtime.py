@@ -134,6 +134,7 @@ class Runtime:
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
         self.lease_lost = False
+        self._lease_state = "held"
         self.on_lease_lost: Callable[[], None] = lambda: None
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
@@ -205,8 +206,9 @@ class Runtime:
             return
         if state == "retaken":
             log.warning("the store session holding the leader lease had ended; the lease is taken again")
-        elif state == "unreachable":
+        elif state == "unreachable" and self._lease_state != "unreachable":  # once per outage, not every 2 s
             log.warning("the store is unreachable; the leader lease will be taken again when it returns")
+        self._lease_state = state
 
     def _collect(self) -> None:
         if self.collector.tick():

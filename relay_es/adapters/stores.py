@@ -288,9 +288,7 @@ def insert_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Seq
         return
     staging = f"relay_in_{table}"
     cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} (LIKE {table}) ON COMMIT DELETE ROWS")
-    with cur.copy(f"COPY {staging} ({cols}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(row)
+    copy_rows(cur, staging, columns, rows)
     cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {staging} {on_conflict}")
 
 
