@@ -122,7 +122,7 @@ class Runtime:
         self.hub.pm = self.pm
         self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
         if settings.auth:
-            from relay_es.adapters.hub import AuthGate
+            from relay_es.adapters.admission import AuthGate
 
             self.hub.gate = AuthGate(self.relay, self.hub.run, self.db)
         self.metrics = Metrics()

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import json
 import logging
-import sys
 import time
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,7 +42,9 @@ from relay_es.faults import crash_point
 from relay_es.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest
 from relay_es.protocol import messages as m
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
-from relay_es.service import ExecutorInfo, Relay, is_store_error
+from relay_es.adapters.admission import Gate, Refused
+from relay_es.adapters.outbox import Outbox
+from relay_es.service import ExecutorInfo, Relay
 
 log = logging.getLogger(__name__)
 
@@ -61,89 +60,6 @@ CLOSE_REVOKED = 4003
 MAX_FRAME = 128 * 1024 * 1024
 
 VIOLATION_AUDIT_INTERVAL = 60.0  # seconds between audit entries of one kind per app
-
-
-class Outbox:
-    """Executor transitions on their way to the store: grouped, ordered, retried.
-
-    * **Grouped**: one writer takes the oldest waiting transition of every
-      executor (up to ``max_batch``) and records them in one transaction, so a
-      storm of connects costs a handful of commits.
-    * **Ordered**: per executor, transitions are recorded in the order they
-      happened (one in flight per executor).
-    * **Retried**: while the store is unreachable (Postgres restarting) the
-      batch is retried with backoff until it is recorded; none is lost, and
-      the sockets -- whose pings uvicorn answers without us -- stay up.
-    """
-
-    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], *, max_batch: int = 1000) -> None:
-        self.relay = relay
-        self.run = run
-        self.max_batch = max_batch
-        self._queues: dict[Any, deque[Any]] = {}
-        self._task: asyncio.Task[Any] | None = None
-        self.retries = 0
-        self.batches = 0
-
-    def __len__(self) -> int:
-        return sum(len(q) for q in self._queues.values())
-
-    def holds(self, key: Any) -> bool:
-        """Transitions of this executor are waiting (or being written)."""
-        return key in self._queues
-
-    def submit(self, key: Any, op: Any) -> None:
-        self._queues.setdefault(key, deque()).append(op)
-        if self._task is None or self._task.done():
-            self._task = asyncio.ensure_future(self._write())
-
-    async def _write(self) -> None:
-        delay = 0.2
-        while self._queues:
-            heads = list(itertools.islice(self._queues.items(), self.max_batch))
-            try:
-                await self.run(self.relay.execute, [q[0] for _, q in heads])
-            except Exception as e:
-                if not is_store_error(e):
-                    # A bug, not an outage: record what can be, one by one, and say what could not.
-                    log.exception("recording %d transition(s) failed", len(heads))
-                    for key, queue in heads:
-                        try:
-                            await self.run(self.relay.execute, [queue[0]])
-                        except Exception:
-                            if is_store_error(sys.exc_info()[1]):  # the store went away meanwhile
-                                break
-                            log.exception("dropped a transition of %s that cannot be recorded", key)
-                        queue.popleft()
-                        if not queue:
-                            del self._queues[key]
-                    continue
-                self.retries += 1
-                log.warning("store unavailable recording %d transition(s) (%s: %s); retrying in %.1fs",
-                            len(heads), e.__class__.__name__, e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)  # resume within a second of the store's return
-                continue
-            self.batches += 1
-            delay = 0.2
-            for key, queue in heads:
-                queue.popleft()
-                if not queue:
-                    del self._queues[key]
-
-    async def drained(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self._queues and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        return not self._queues
-
-
-class Refused(Exception):
-    """A handshake refused before the upgrade, with an HTTP status."""
-
-    def __init__(self, status: int, title: str, detail: str, *, audit: bool = True, org: str | None = None) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail, self.audit, self.org = status, title, detail, audit, org
 
 
 class ConnectionLost(Exception):
@@ -221,101 +137,6 @@ class Connection:
             pass
 
 
-class Gate:
-    """Admission of an executor handshake. Development mode: org ``local``,
-    any key, an unknown application is registered on first connection.
-    Returns ``(org, token name or None)`` or raises :class:`Refused`."""
-
-    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]]) -> None:
-        self.relay = relay
-        self.run = run
-        # What admission learnt from the store, so that executors are still
-        # admitted while the store is briefly away (Postgres restarting):
-        self.known_apps: set[tuple[str, str]] = set()
-
-    async def app_registered(self, org: str, app: str) -> bool:
-        if (org, app) in self.known_apps:
-            return True
-        found = await self.run(self.relay.app_exists, org, app)
-        if found:
-            self.known_apps.add((org, app))
-        return found
-
-    def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
-        """A token was revoked or an application deleted: admission asks the store again."""
-        if app is not None:
-            self.known_apps.discard((org, app))
-
-    @staticmethod
-    def check_name(app: str) -> None:
-        from relay_es.aggregates.application import check_app_name
-        from relay_es.errors import InvalidSetting
-
-        try:
-            check_app_name(app)
-        except InvalidSetting as e:
-            raise Refused(404, "Unknown application", str(e), audit=False) from None
-
-    async def admit(self, app: str, key: str, peer: str) -> tuple[str, str | None]:
-        self.check_name(app)
-        try:
-            if not await self.app_registered("local", app):
-                await self.run(self.relay.register_app, "local", app)
-                self.known_apps.add(("local", app))
-        except Exception as e:
-            if not is_store_error(e):
-                raise
-            # The store is away: admit anyway (development mode accepts every
-            # application); the registration is retried with the next connection.
-            log.warning("store unavailable while admitting an executor of %s; admitted", app)
-        return "local", None
-
-    async def orgs_for(self, app: str) -> list[str]:
-        """Where a refusal for ``app`` is audited."""
-        return ["local"]
-
-
-class AuthGate(Gate):
-    """Auth mode: the key must be a live token of an org that covers the
-    application, and the application must be registered in that org."""
-
-    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any) -> None:
-        super().__init__(relay, run)
-        self.db = db
-        self.known_tokens: dict[str, Any] = {}  # secret hash -> live token row
-
-    def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
-        super().forget(org, token, app)
-        if token is not None:
-            for h, row in list(self.known_tokens.items()):
-                if row.org == org and row.name == token:
-                    del self.known_tokens[h]
-
-    async def admit(self, app: str, key: str, peer: str) -> tuple[str, str | None]:
-        from relay_es.aggregates.token import hash_secret
-        from relay_es.projections.apps import token_by_hash
-
-        self.check_name(app)
-        digest = hash_secret(key)
-        row = self.known_tokens.get(digest)
-        if row is None:
-            row = await self.run(token_by_hash, self.db, digest)
-            if row is not None and not row.revoked:
-                self.known_tokens[digest] = row
-        if row is None or row.revoked:
-            raise Refused(401, "Unauthorized", "unknown or revoked conductor key")
-        if row.app_names and app not in row.app_names:
-            raise Refused(403, "Forbidden", f"this key does not cover application {app!r}", org=row.org)
-        if not await self.app_registered(row.org, app):
-            raise Refused(403, "Forbidden", f"application {app!r} is not registered in org {row.org!r}", org=row.org)
-        return row.org, row.name
-
-    async def orgs_for(self, app: str) -> list[str]:
-        from relay_es.projections.apps import orgs_with_app
-
-        return await self.run(orgs_with_app, self.db, app)
-
-
 class Hub:
     def __init__(
         self,
@@ -387,7 +208,7 @@ class Hub:
             if self.shutting_down:
                 raise Refused(503, "Shutting down", "Relay is shutting down; retry shortly", audit=False)
             app, key = parsed
-            org, token = await self.gate.admit(app, key, peer)
+            org, token = await self.gate.admit(app, key, peer, headers=scope.get("headers") or [])
         except Refused as r:
             log.info("refused executor handshake from %s on %s: %s %s", peer, scrub(path), r.status, r.detail)
             await self._slow_down(peer)
