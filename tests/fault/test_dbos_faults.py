@@ -374,12 +374,39 @@ def _crash_relay_during_recovery(stage: Stage, crash_at: str) -> tuple[Scene, An
     return scene, a, b, ids, restarted_at
 
 
+def assert_crashed_dispatch_failed(scene: Scene, entries: list[dict[str, Any]], target: harness.Executor,
+                                   restarted_at: datetime, response_timeout: float) -> dict[str, Any]:
+    """The dispatch the crashed Relay recorded (the first) ended in an audited failure of
+    that very request, decided by the restarted Relay once its settle window had passed.
+    Two orders are legitimate, and which one happens depends on how fast the target's
+    SDK reconnects: the target is back before the settle window ends and the dispatch
+    fails when no answer came within the response timeout; or it is not back yet, its
+    socket on the crashed Relay is declared gone (``relay_restarted``) and the dispatch
+    fails at once because its target became DISCONNECTED. Returns the failure."""
+    dispatched = of(entries, "recovery.dispatched")
+    failures = [f for f in of(entries, "recovery.failed")
+                if f["detail"]["requestId"] == dispatched[0]["detail"]["requestId"]]
+    assert len(failures) == 1, actions(entries)
+    failure = failures[0]
+    assert failure["detail"]["targetExecutorId"] == target.executor_id, failure
+    # nothing is enforced before the settle window of the restarted Relay has passed
+    assert (at(failure) - restarted_at).total_seconds() >= SETTLE_SECS, (failure, restarted_at)
+    if "no answer" in failure["detail"]["reason"]:
+        assert (at(failure) - at(dispatched[0])).total_seconds() >= response_timeout, failure
+    else:  # the target was seen gone first: its old socket's disconnect is audited, no later than the failure
+        gone = [e for e in of(scene.audit(target.executor_id), "executor.disconnected") if at(e) <= at(failure)]
+        assert gone and gone[-1]["detail"]["reason"] == "relay_restarted", (failure, gone)
+        assert target.executor_id in failure["detail"]["reason"], failure
+    return failure
+
+
 def test_relay_crash_after_recording_a_dispatch_recovers_after_restart(stage: Stage) -> None:
     """Invariant: a dispatch recorded by a Relay that crashed before the frame left is not
-    lost: after a restart on the same store, once the settle window and the response
-    timeout have passed, the unanswered dispatch is audited as failed (no answer) and a
-    new one recovers the dead executor -- exactly one recovery.confirmed, every workflow
-    SUCCESS, every completed step run once."""
+    lost: after a restart on the same store, once the settle window has passed, the
+    unanswered dispatch is audited as failed (no answer within the response timeout, or
+    its target's old socket seen gone first: see :func:`assert_crashed_dispatch_failed`)
+    and a new one recovers the dead executor -- exactly one recovery.confirmed, every
+    workflow SUCCESS, every completed step run once."""
     scene, a, b, ids, restarted_at = _crash_relay_during_recovery(stage, "after_dispatch_recorded")
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered after the restart", timeout=30)
     scene.wait(lambda: all_success(scene, ids), "every workflow to end SUCCESS", timeout=20)
@@ -387,12 +414,7 @@ def test_relay_crash_after_recording_a_dispatch_recovers_after_restart(stage: St
     entries = scene.audit(a.executor_id)
     dispatched = assert_one_recovery(entries, targets={b.executor_id})
     assert len(dispatched) >= 2, actions(entries)
-    first_failure = of(entries, "recovery.failed")[0]
-    assert first_failure["detail"]["requestId"] == dispatched[0]["detail"]["requestId"]
-    assert "no answer" in first_failure["detail"]["reason"], first_failure
-    # nothing is enforced before the settle window of the restarted Relay has passed
-    assert (at(first_failure) - restarted_at).total_seconds() >= SETTLE_SECS, (first_failure, restarted_at)
-    assert (at(first_failure) - at(dispatched[0])).total_seconds() >= 3.0
+    assert_crashed_dispatch_failed(scene, entries, b, restarted_at, response_timeout=3.0)
     assert of(entries, "recovery.confirmed")[0]["detail"]["pendingFound"] is True
     assert actions(entries)[-1] == "executor.deleted"
     rows = harness.workflow_rows(scene.sys_db, ids)
@@ -405,10 +427,11 @@ def test_relay_crash_after_recording_a_dispatch_recovers_after_restart(stage: St
 
 def test_relay_crash_before_recording_the_answer_confirms_once_after_restart(stage: Stage) -> None:
     """Invariant: if Relay crashes after the target recovered but before the answer was
-    recorded, the restarted Relay fails the unanswered dispatch after the response timeout
-    and asks again; DBOS recovery is idempotent (the workflows no longer carry the dead
-    executor's id), so the second round finds nothing pending and confirms -- exactly one
-    recovery.confirmed, no workflow runs twice beyond the step in flight at the kill."""
+    recorded, the restarted Relay fails the unanswered dispatch (after the response timeout,
+    or at once if the target's old socket is seen gone first) and asks again; DBOS recovery
+    is idempotent (the workflows no longer carry the dead executor's id), so the second
+    round finds nothing pending and confirms -- exactly one recovery.confirmed, no workflow
+    runs twice beyond the step in flight at the kill."""
     scene, a, b, ids, restarted_at = _crash_relay_during_recovery(stage, "before_answer_recorded")
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A's recovery to be confirmed after the restart",
                timeout=30)
@@ -417,10 +440,7 @@ def test_relay_crash_before_recording_the_answer_confirms_once_after_restart(sta
     entries = scene.audit(a.executor_id)
     dispatched = assert_one_recovery(entries, targets={b.executor_id})
     assert len(dispatched) >= 2, actions(entries)
-    first_failure = of(entries, "recovery.failed")[0]
-    assert "no answer" in first_failure["detail"]["reason"], first_failure
-    # nothing is enforced before the settle window of the restarted Relay has passed
-    assert (at(first_failure) - restarted_at).total_seconds() >= SETTLE_SECS, (first_failure, restarted_at)
+    assert_crashed_dispatch_failed(scene, entries, b, restarted_at, response_timeout=3.0)
     # the crashed Relay's round did the work; the new round found nothing left to recover
     assert of(entries, "recovery.confirmed")[0]["detail"]["pendingFound"] is False
     assert actions(entries)[-1] == "executor.deleted"
