@@ -35,6 +35,8 @@ from relay_es.aggregates.application import (
 )
 from relay_es.aggregates.executor import Executor, OpaqueJSON, executor_stream_id
 from relay_es.aggregates.gate import Gate, gate_stream_id
+from relay_es.aggregates.skip import ProjectionSkip, skip_stream_id
+from relay_es.aggregates.text import check_id, check_text, sanitized
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
 from relay_es.clock import Clock
 from relay_es.errors import DomainError, UnknownApplication, UnknownExecutor, UnknownToken
@@ -400,7 +402,8 @@ class Relay(ESApplication[UUID]):
             app = self._maybe(app_stream_id(org, name))
             if app is None:
                 return
-            app.record_retention_answered(request_id=request_id, success=success, error=error, at=self.now())
+            app.record_retention_answered(request_id=sanitized(request_id, 200), success=success,
+                                          error=sanitized(error), at=self.now())
             self.save(app)
 
         self._retrying(run)
@@ -412,7 +415,8 @@ class Relay(ESApplication[UUID]):
             app = self._maybe(app_stream_id(org, name))
             if app is None:
                 return False
-            app.record_violation(kind=kind, detail=detail, executor_id=executor_id, peer=peer,
+            app.record_violation(kind=sanitized(kind, 100), detail=sanitized(detail, 500),
+                                 executor_id=sanitized(executor_id, 200), peer=sanitized(peer, 200),
                                  suppressed=suppressed, at=self.now())
             self.save(app)
             return True
@@ -427,7 +431,19 @@ class Relay(ESApplication[UUID]):
     def op_connected(
         self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str, at: datetime | None = None
     ) -> Op:
-        """``at``: when the connection was seen (the hub may record it a little later)."""
+        """``at``: when the connection was seen (the hub may record it a little later).
+
+        Raises :class:`InvalidSetting` for what the stores cannot hold (the last
+        line behind the protocol layer's own limits; see :mod:`relay_es.aggregates.text`)."""
+        check_org_name(org)
+        check_app_name(app)
+        check_id("executorId", info.executor_id)
+        check_id("applicationVersion", info.application_version, empty=True)
+        check_text("hostname", info.hostname)
+        check_text("language", info.language)
+        check_text("dbosVersion", info.dbos_version)
+        check_id("connectionId", connection_id)
+        check_id("owner", owner)
 
         def run(ex: Executor | None, batch: Batch) -> Executor:
             now = at or self.now()
@@ -499,6 +515,8 @@ class Relay(ESApplication[UUID]):
         return self.execute([self.op_declare_dead(stream_id, expected_deadline)])[0]
 
     def op_dispatch(self, stream_id: UUID, *, request_id: str, target_executor_id: str) -> Op:
+        check_id("requestId", request_id)
+        check_id("targetExecutorId", target_executor_id)
         return self._op(stream_id, lambda ex: ex.dispatch_recovery(
             request_id=request_id, target_executor_id=target_executor_id, at=self.now()))
 
@@ -507,6 +525,7 @@ class Relay(ESApplication[UUID]):
                                               target_executor_id=target_executor_id)])[0]
 
     def op_fail(self, stream_id: UUID, *, request_id: str, reason: str) -> Op:
+        reason = sanitized(reason)  # a target's own error text
         return self._op(stream_id, lambda ex: ex.fail_recovery(request_id=request_id, reason=reason, at=self.now()))
 
     def fail_recovery(self, stream_id: UUID, *, request_id: str, reason: str) -> bool:
@@ -526,6 +545,7 @@ class Relay(ESApplication[UUID]):
         return self.execute([self.op_confirm(stream_id, request_id=request_id, pending_found=pending_found)])[0]
 
     def op_defer(self, stream_id: UUID, *, reason: str) -> Op:
+        reason = sanitized(reason)
         return self._op(stream_id, lambda ex: ex.defer_recovery(reason=reason, at=self.now()))
 
     def defer_recovery(self, stream_id: UUID, *, reason: str) -> bool:
@@ -551,10 +571,42 @@ class Relay(ESApplication[UUID]):
             gate = self._maybe(gate_stream_id(org))
             if gate is None:
                 gate = Gate(org=org, timestamp=self.now())
-            gate.refuse(app=app, peer=peer, status=status, reason=reason, suppressed=suppressed, at=self.now())
+            gate.refuse(app=sanitized(app, 300), peer=sanitized(peer, 200), status=status, reason=sanitized(reason, 500),
+                        suppressed=suppressed, at=self.now())
             self.save(gate)
 
         self._retrying(run)
+
+    def record_projection_skip(self, *, projection: str, notification_id: int, event: Any, reason: str) -> bool:
+        """A read model skipped ``event`` (notification ``notification_id``): recorded
+        once, for the audit log (``projection.skipped``). Returns whether it was
+        recorded now (False: recorded before, e.g. by an earlier run or a rebuild)."""
+        sid = skip_stream_id(projection, notification_id)
+        if self._maybe(sid) is not None:
+            return False
+        org, app = self._where(event)
+        skip = ProjectionSkip(org=org, app=app, projection=projection, notification_id=notification_id,
+                              stream_id=str(event.originator_id),
+                              event_type=type(event).__qualname__, reason=sanitized(reason, 500) or "",
+                              timestamp=self.now())
+        try:
+            self.save(skip)
+        except IntegrityError:  # recorded meanwhile by another runner
+            return False
+        return True
+
+    def _where(self, event: Any) -> tuple[str, str | None]:
+        """(org, app) of the stream an event belongs to, as far as it can be told."""
+        try:
+            aggregate = self.repository.get(event.originator_id)
+        except Exception:
+            aggregate = None
+        org = getattr(aggregate, "org", None) or getattr(event, "org", None)
+        app = getattr(aggregate, "app", None) if isinstance(aggregate, Executor) else (
+            aggregate.name if isinstance(aggregate, Application) else None)
+        org = org if isinstance(org, str) and len(org) <= 128 and "\x00" not in org else "-"
+        app = app if isinstance(app, str) and len(app) <= 256 and "\x00" not in app else None
+        return org, app
 
     # --------------------------------------------------------------- tokens
     def create_token(self, org: str, name: str, *, app_names: list[str] | None = None) -> str:

@@ -48,6 +48,10 @@ class Metrics:
         self.auth_refused = Counter("relay_auth_refused", "Refused executor handshakes and API calls", ["where"],
                                     registry=r)
 
+        self.projection_poison = Counter(
+            "relay_projection_poison_events", "Events a read model skipped because it could not hold them (ADR 16)",
+            ["projection"], registry=r)
+
     def watch_executors(self, rows: Callable[[], Iterable[Any]]) -> None:
         self.registry.register(_ExecutorsByStatus(rows))
 

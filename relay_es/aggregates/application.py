@@ -19,12 +19,12 @@ from relay_es.errors import IllegalTransition, InvalidSetting
 NAMESPACE = uuid.UUID("0c8e7d2a-5b4f-4f6e-8a1d-7e3c9b2f1a64")
 
 # Python, TypeScript and Java put the name into the WebSocket path unescaped.
-APP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,255}$")
-ORG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
+APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]{0,255}")  # whole string: fullmatch, never ^...$ ("x\n")
+ORG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]{0,127}")
 
 
 def check_app_name(name: str) -> str:
-    if not isinstance(name, str) or not APP_NAME.match(name):
+    if not isinstance(name, str) or not APP_NAME.fullmatch(name):
         raise InvalidSetting(
             "appName",
             "must be 1-256 URL-safe characters (letters, digits, . _ ~ -), starting with a letter or digit",
@@ -33,7 +33,7 @@ def check_app_name(name: str) -> str:
 
 
 def check_org_name(name: str) -> str:
-    if not isinstance(name, str) or not ORG_NAME.match(name):
+    if not isinstance(name, str) or not ORG_NAME.fullmatch(name):
         raise InvalidSetting("orgName", "must be 1-128 URL-safe characters (letters, digits, . _ ~ -)")
     return name
 

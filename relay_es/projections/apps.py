@@ -10,6 +10,7 @@ from typing import Any
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.token import Token
 from relay_es.adapters.stores import Database
+from relay_es.projections.storable import check_event
 from relay_es.units import from_epoch_ms, to_epoch_ms
 
 
@@ -190,6 +191,7 @@ class AppsProjection:
         cur_row = rows[sid]
         if cur_row is not None and cur_row.version >= event.originator_version:
             return
+        check_event(event)  # Unstorable: the runner skips this event (ADR 16)
         rows[sid] = red(cur_row, event)
         self.dirty.add(sid)
 

@@ -17,9 +17,11 @@ import msgspec
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate
+from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.aggregates.token import Token
 from relay_es.adapters.stores import Database, copy_rows, insert_rows, is_sqlite
 from relay_es.projections.executors import EXECUTOR_EVENTS
+from relay_es.projections.storable import check_key
 from relay_es.units import duration_to_millis, duration_to_seconds, from_epoch_ms, rfc3339, to_epoch_ms
 
 
@@ -136,6 +138,10 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = No
     if kind is Gate.Opened:
         context[sid] = (e.org, None, None)
         return None
+    if kind is ProjectionSkip.Recorded:
+        return AuditEntry(seq, e.timestamp, e.org, e.app, None, "projection.skipped", {
+            "projection": e.projection, "notificationId": e.notification_id, "streamId": e.stream_id,
+            "eventType": e.event_type, "reason": e.reason})
     if kind is Token.Created:
         context[sid] = (e.org, None, e.name)
         return AuditEntry(seq, e.timestamp, e.org, None, None, "token.created", {"tokenName": e.name, "appNames": e.app_names})
@@ -150,7 +156,7 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = No
 
 # Events of other aggregates the audit log reads: those that say where a stream belongs, and
 # those with an entry (derived from the table above, so the two cannot drift apart).
-AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, *_OTHER_ENTRIES)
+AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, ProjectionSkip.Recorded, *_OTHER_ENTRIES)
 
 DDL = [
     """
@@ -224,6 +230,9 @@ class AuditProjection:
         if not known and sid in ctx:
             self.new_streams[sid] = ctx[sid]
         if entry is not None:
+            check_key("org", entry.org)  # Unstorable: the runner skips this event (ADR 16)
+            check_key("app", entry.app)
+            check_key("executor_id", entry.executor_id)
             self.entries.append(entry)
 
     def write(self, cur: Any, *, bulk: bool = False) -> None:

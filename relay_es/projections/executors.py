@@ -19,6 +19,7 @@ from uuid import UUID
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase, opaque_value
 from relay_es.adapters.stores import Database, insert_rows
+from relay_es.projections.storable import check_event
 from relay_es.units import from_epoch_us, to_epoch_us
 
 
@@ -306,6 +307,7 @@ class ExecutorsProjection:
         current = self.rows[sid]
         if current is not None and current.version >= event.originator_version:
             return  # already applied (a rebuilt or replayed view never moves backwards)
+        check_event(event)  # Unstorable: the runner skips this event (ADR 16)
         self.rows[sid] = reduce(current, event)
         self.dirty.add(sid)
 

@@ -8,6 +8,13 @@ in one transaction. A crash before the commit re-delivers the batch; a
 position that moved under us (another runner) aborts the batch. So every event
 is applied once.
 
+One event a read model cannot hold (a NUL byte in a text column, an index
+entry too large) must not stop it: a batch that fails for a data reason, as
+opposed to the store being away, is isolated -- each projection alone, then
+halves of the batch -- and the one offending event is skipped for the read
+model it broke and reported (log, metric, a ``projection.skipped`` audit
+entry); everything else is applied. See docs/adr/0016-poison-events-and-growing-streams.md.
+
 Batching many events per transaction is what makes a rebuild fast: one
 million events are a few thousand commits, not a million.
 """
@@ -22,9 +29,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from relay_es.adapters.stores import Database, StoreConfig
+from relay_es.adapters.stores import Database, StoreConfig, is_data_error
+from relay_es.aggregates.skip import ProjectionSkip
+from relay_es.aggregates.text import escape_controls
 from relay_es.service import Relay
 
 log = logging.getLogger(__name__)
@@ -92,6 +102,23 @@ class PositionMoved(Exception):
     """Another runner advanced a projection while this one was working."""
 
 
+@dataclass(frozen=True)
+class Poison:
+    """One event a read model skipped: it failed the projection's batch for a data reason, alone."""
+
+    projection: str
+    notification_id: int
+    stream_id: str
+    event_type: str
+    reason: str
+    recorded: bool  # its projection.skipped entry was recorded now (False: it was already)
+
+
+def _reason(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return escape_controls(f"{type(e).__name__}: {text}")[:500]
+
+
 class ProjectionRunner:
     def __init__(self, relay: Relay, db: Database, projections: Iterable[Projection], *, batch_size: int = BATCH,
                  schema: bool = True) -> None:
@@ -104,6 +131,9 @@ class ProjectionRunner:
         self._bulk: set[str] = set()  # projections being rebuilt: their tables were created empty
         self._lock = threading.Lock()  # one batch at a time in this process
         self._progress = threading.Condition()
+        # Called with each :class:`Poison` skipped (the runtime counts them on /metrics).
+        self.on_poison: list[Callable[[Poison], None]] = []
+        self.poisoned = 0
         if schema:
             self.create_schema()
 
@@ -146,56 +176,122 @@ class ProjectionRunner:
             events = self.relay.notifications(start, self.batch_size)
             if not events:
                 return 0
-            last = events[-1][0]
-            items = events
             try:
-                work = []
-                for p in self.projections:
-                    pos = start_positions.get(p.name, 0)
-                    if self._cached_at.get(p.name) != pos:
-                        p.forget()  # its cache belongs to another position: read rows afresh
-                    types = self._types[p.name]
-                    work.append((p, pos, [it for it in items if it[0] > pos and type(it[2]) in types]))
-                reader = _LazyRead(self.db)
-                try:
-                    for p, _, mine in work:
-                        if mine:
-                            p.load(reader, mine)
-                finally:
-                    reader.close()
-                for p, _, mine in work:
-                    apply = p.apply
-                    for nid, sid, event in mine:
-                        apply(nid, sid, event)
-                with self.db.transaction() as cur:
-                    if self.db.dialect == "postgres":
-                        cur.execute("SELECT name, position FROM relay_tracking ORDER BY name FOR UPDATE")
-                    else:
-                        cur.execute("SELECT name, position FROM relay_tracking")
-                    now_positions = {n: int(p) for n, p in cur.fetchall()}
-                    for p, pos, _ in work:
-                        if now_positions.get(p.name, 0) != pos:
-                            raise PositionMoved(p.name)
-                    for p, pos, mine in work:
-                        if mine:
-                            p.write(cur, bulk=p.name in self._bulk)
-                        cur.execute(
-                            "UPDATE relay_tracking SET position = %s WHERE name = %s AND position = %s",
-                            (last, p.name, pos),
-                        )
-                        if cur.rowcount != 1:
-                            raise PositionMoved(p.name)
-            except BaseException:
-                self._cached_at.clear()
-                for p in self.projections:
-                    p.forget()
+                self._process(self.projections, start_positions, events)
+            except PositionMoved:
                 raise
-            for p in self.projections:
-                self._cached_at[p.name] = last
-                p.committed()
+            except Exception as e:
+                if not is_data_error(e):
+                    raise  # the store is away: the same batch is tried again later
+                log.warning("a batch of %d events (after %d) failed for a data reason (%s); isolating it",
+                            len(events), start, _reason(e))
+                for p in self.projections:
+                    self._isolate(p, start_positions.get(p.name, 0), events)
         with self._progress:
             self._progress.notify_all()
         return len(events)
+
+    def _process(self, projections: list[Projection], positions: dict[str, int],
+                 items: list[tuple[int, str, Any]]) -> None:
+        """Applies ``items`` to ``projections`` and commits their rows with each one's
+        position moved to the last item, in one transaction; or raises (caches forgotten)."""
+        last = items[-1][0]
+        try:
+            work = []
+            for p in projections:
+                pos = positions.get(p.name, 0)
+                if self._cached_at.get(p.name) != pos:
+                    p.forget()  # its cache belongs to another position: read rows afresh
+                types = self._types[p.name]
+                work.append((p, pos, [it for it in items if it[0] > pos and type(it[2]) in types]))
+            reader = _LazyRead(self.db)
+            try:
+                for p, _, mine in work:
+                    if mine:
+                        p.load(reader, mine)
+            finally:
+                reader.close()
+            for p, _, mine in work:
+                apply = p.apply
+                for nid, sid, event in mine:
+                    apply(nid, sid, event)
+            with self.db.transaction() as cur:
+                self._check_positions(cur, work)
+                for p, pos, mine in work:
+                    if mine:
+                        p.write(cur, bulk=p.name in self._bulk)
+                    self._move(cur, p.name, pos, max(pos, last))  # one ahead (a partial rebuild) stays
+        except BaseException:
+            self._cached_at.clear()
+            for p in self.projections:
+                p.forget()
+            raise
+        for p in projections:
+            self._cached_at[p.name] = last
+            p.committed()
+
+    def _check_positions(self, cur: Any, work: list[tuple[Projection, int, Any]]) -> None:
+        if self.db.dialect == "postgres":
+            cur.execute("SELECT name, position FROM relay_tracking ORDER BY name FOR UPDATE")
+        else:
+            cur.execute("SELECT name, position FROM relay_tracking")
+        now_positions = {n: int(p) for n, p in cur.fetchall()}
+        for p, pos, _ in work:
+            if now_positions.get(p.name, 0) != pos:
+                raise PositionMoved(p.name)
+
+    @staticmethod
+    def _move(cur: Any, name: str, pos: int, last: int) -> None:
+        cur.execute("UPDATE relay_tracking SET position = %s WHERE name = %s AND position = %s", (last, name, pos))
+        if cur.rowcount != 1:
+            raise PositionMoved(name)
+
+    def _isolate(self, p: Projection, pos: int, items: list[tuple[int, str, Any]]) -> int:
+        """Applies ``items`` to ``p`` alone, halving what fails for a data reason down
+        to the one event that fails alone, which is skipped. Returns ``p``'s new position.
+        A poison costs about two transactions per halving: a dozen for a batch of 1000."""
+        items = [it for it in items if it[0] > pos]
+        if not items:
+            return pos
+        try:
+            self._process([p], {p.name: pos}, items)
+            return items[-1][0]
+        except PositionMoved:
+            raise
+        except Exception as e:
+            if not is_data_error(e):
+                raise
+            if len(items) == 1:
+                self._skip(p, pos, items[0], e)
+                return items[0][0]
+        half = len(items) // 2
+        pos = self._isolate(p, pos, items[:half])
+        return self._isolate(p, pos, items[half:])
+
+    def _skip(self, p: Projection, pos: int, item: tuple[int, str, Any], error: BaseException) -> None:
+        """Records that ``p`` skips one event (before moving past it: a crash in between
+        finds the record made and moves on), then moves ``p`` past it."""
+        nid, sid, event = item
+        reason = _reason(error)
+        recorded = False
+        if type(event) is not ProjectionSkip.Recorded:  # a record of a skip is never itself recorded: no loop
+            recorded = self.relay.record_projection_skip(projection=p.name, notification_id=nid, event=event,
+                                                         reason=reason)
+        with self.db.transaction() as cur:
+            self._check_positions(cur, [(p, pos, None)])
+            self._move(cur, p.name, pos, nid)
+        self._cached_at.pop(p.name, None)
+        p.forget()
+        self.poisoned += 1
+        poison = Poison(p.name, nid, sid, type(event).__qualname__, reason, recorded)
+        log.error("projection %s skipped event %d (%s of stream %s), which it cannot hold: %s%s",
+                  p.name, nid, poison.event_type, sid, reason,
+                  "" if recorded else " (recorded before)")
+        for fn in self.on_poison:
+            try:
+                fn(poison)
+            except Exception:
+                log.exception("poison observer failed")
 
     def catch_up(self, pause: Callable[[], None] | None = None) -> int:
         """Processes batches until the log is exhausted. ``pause`` is called
