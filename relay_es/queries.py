@@ -1,9 +1,19 @@
-"""Relay's own queries over the event store: history and time travel."""
+"""Relay's own queries over the event store: history and time travel.
+
+Both are bounded per call: a page of at most ``limit`` events (history) or
+``limit`` executors (as-of), the next page named by a cursor. Streams are read
+in chunks of :data:`CHUNK` events, and a fold stops at the first event past
+the instant asked for, so an old instant costs little on a long stream.
+Between streams the caller's ``pause`` lets more urgent work (the process
+manager's deadlines) go first; ``rest.py`` also runs these off the event loop,
+a few at a time.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import Enum
+from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -41,24 +51,56 @@ def event_record(e: Any) -> dict[str, Any]:
     return {"version": e.originator_version, "type": type(e).__name__, "at": rfc3339(e.timestamp), "data": data}
 
 
-def executor_history(relay: Relay, org: str, app: str, executor_id: str) -> list[dict[str, Any]]:
-    """Every event of the executor's stream, in order -- also after deletion."""
+CHUNK = 500  # events read from the store at a time
+HISTORY_LIMIT = 1000  # default and largest page of an executor's history
+AS_OF_LIMIT = 100  # default and largest page of the executors table as of an instant (streams folded per call)
+
+
+def _events(relay: Relay, sid: UUID, *, after: int = 0, limit: int | None = None) -> Iterator[Any]:
+    """A stream's events after version ``after``, read ``CHUNK`` at a time (at most ``limit``)."""
+    left = limit
+    while left is None or left > 0:
+        n = CHUNK if left is None else min(CHUNK, left)
+        chunk = list(relay.repository.event_store.get(sid, gt=after or None, limit=n))
+        yield from chunk
+        if len(chunk) < n:
+            return
+        after = chunk[-1].originator_version
+        if left is not None:
+            left -= len(chunk)
+
+
+def executor_history(relay: Relay, org: str, app: str, executor_id: str, *, after: int = 0,
+                     limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
+    """The executor's events with a version above ``after``, in order, at most
+    ``limit`` of them -- also after deletion. The next page is ``after`` = the
+    last version returned; an empty page is the end."""
     sid = executor_stream_id(org, app, executor_id)
-    events = list(relay.stream(sid))
-    if not events:
+    out = [event_record(e) for e in _events(relay, sid, after=after, limit=limit)]
+    if not out and (after == 0 or not any(True for _ in _events(relay, sid, limit=1))):
         raise UnknownExecutor(org, app, executor_id)
-    return [event_record(e) for e in events]
+    return out
 
 
-def executors_as_of(relay: Relay, db: Database, org: str, app: str, at: datetime) -> list[ExecutorRow]:
-    """The executors table as it stood at ``at``, folded from the event streams.
+def executors_as_of(relay: Relay, db: Database, org: str, app: str, at: datetime, *, after: str | None = None,
+                    limit: int = AS_OF_LIMIT, pause: Callable[[], None] | None = None,
+                    ) -> tuple[list[ExecutorRow], str | None]:
+    """The executors table as it stood at ``at``, folded from the event streams:
+    ``(rows, next cursor or None)``.
 
-    The read model only says *which* streams belong to the application; every
-    row is rebuilt from that stream's events up to ``at``.
+    The read model only says *which* streams belong to the application (in
+    executor id order); every row is rebuilt from that stream's events up to
+    ``at``. One call folds at most ``limit`` streams, those with an executor id
+    above ``after``; an executor that was not visible then is left out of the
+    page, so a page may be short and still have a next one.
     """
+    candidates = [r for r in all_rows(db, org=org, app=app) if after is None or r.executor_id > after]
+    page, rest = candidates[:limit], candidates[limit:]
     out = []
-    for row in all_rows(db, org=org, app=app):
-        past = fold(relay.stream(UUID(row.stream_id)), until=at)
+    for row in page:
+        if pause is not None:
+            pause()
+        past = fold(_events(relay, UUID(row.stream_id)), until=at)
         if past is not None and past.visible:
             out.append(past)
-    return out
+    return out, (page[-1].executor_id if rest else None)

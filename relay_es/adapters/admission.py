@@ -1,7 +1,9 @@
 """Admission of executor handshakes: who may connect, as which org and token.
 
 The hub asks :meth:`Gate.admit` before it accepts a WebSocket upgrade; a
-refusal is a :class:`Refused` with the HTTP status the client gets.
+refusal is a :class:`Refused` with the HTTP status the client gets. Keys are
+checked by :class:`relay_es.adapters.authz.Credentials`, the checker the REST
+API uses too (ADR 14).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from relay_es.adapters import authz
 from relay_es.service import Relay, is_store_error
 
 log = logging.getLogger(__name__)
@@ -26,7 +29,13 @@ class Refused(Exception):
 class Gate:
     """Admission of an executor handshake. Development mode: org ``local``,
     any key, an unknown application is registered on first connection.
-    Returns ``(org, token name or None)`` or raises :class:`Refused`."""
+    Returns ``(org, token name or None)`` or raises :class:`Refused`.
+
+    Development mode stays on this machine: a handshake carrying an ``Origin``
+    that is not a loopback page (a web page's script, DNS rebinding) is refused
+    with 403. The SDKs send no ``Origin``."""
+
+    credentials: authz.Credentials | None = None  # development mode checks no keys
 
     def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]]) -> None:
         self.relay = relay
@@ -60,6 +69,10 @@ class Gate:
 
     async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
         self.check_name(app)
+        origin = authz.header(headers, b"origin")
+        if not authz.origin_is_local(origin):
+            raise Refused(403, "Forbidden", "development mode accepts executors of this machine only: "
+                                            f"a handshake from the page {origin[:200]!r} is refused", org="local")
         try:
             if not await self.app_registered("local", app):
                 await self.run(self.relay.register_app, "local", app)
@@ -84,33 +97,34 @@ class AuthGate(Gate):
     def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any) -> None:
         super().__init__(relay, run)
         self.db = db
-        self.known_tokens: dict[str, Any] = {}  # secret hash -> live token row
+        self.credentials = authz.Credentials(relay, db)
 
     def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
         super().forget(org, token, app)
         if token is not None:
-            for h, row in list(self.known_tokens.items()):
-                if row.org == org and row.name == token:
-                    del self.known_tokens[h]
+            self.credentials.forget(org, token)
 
     async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
-        from relay_es.aggregates.token import hash_secret
-        from relay_es.projections.apps import token_by_hash
-
         self.check_name(app)
-        digest = hash_secret(key)
-        row = self.known_tokens.get(digest)
-        if row is None:
-            row = await self.run(token_by_hash, self.db, digest)
-            if row is not None and not row.revoked:
-                self.known_tokens[digest] = row
-        if row is None or row.revoked:
+        try:
+            who = await self.run(self.credentials.check, key)
+        except authz.StoreUnavailable as e:
+            raise Refused(503, "Service unavailable", str(e), audit=False) from None
+        if who is None:
             raise Refused(401, "Unauthorized", "unknown or revoked conductor key")
-        if row.app_names and app not in row.app_names:
-            raise Refused(403, "Forbidden", f"this key does not cover application {app!r}", org=row.org)
-        if not await self.app_registered(row.org, app):
-            raise Refused(403, "Forbidden", f"application {app!r} is not registered in org {row.org!r}", org=row.org)
-        return row.org, row.name
+        try:
+            authz.decide(authz.WEBSOCKET, who, None, app)
+        except authz.Denied as d:
+            raise Refused(d.status, "Forbidden", d.detail, org=who.org) from None
+        try:
+            registered = await self.app_registered(who.org, app)
+        except Exception as e:
+            if not is_store_error(e):
+                raise
+            raise Refused(503, "Service unavailable", "the store is unavailable; retry shortly", audit=False) from None
+        if not registered:
+            raise Refused(403, "Forbidden", f"application {app!r} is not registered in org {who.org!r}", org=who.org)
+        return who.org, who.token
 
     async def orgs_for(self, app: str) -> list[str]:
         from relay_es.projections.apps import orgs_with_app

@@ -4,14 +4,20 @@ Bodies are msgspec Structs with camelCase names; errors are RFC 7807
 ``application/problem+json`` documents naming the field and what was wrong.
 Every mutating call waits until the read models have caught up with it, so a
 following read sees the change.
+
+Who may call what is decided in one guard, :func:`build_app.authorize`, from
+the table in ``authz.py`` (ADR 14): the route matched, the path's org and
+application, and the caller's token -- never the query string.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import msgspec
 from litestar import Controller, Litestar, Request, Response, delete, get, patch, post, put
@@ -25,18 +31,22 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
 
 from relay_es import units
+from relay_es.adapters import authz
 from relay_es.aggregates.application import SettingsPatch, check_app_name
 from relay_es.aggregates.executor import ExecutorStatus
-from relay_es.aggregates.token import hash_secret
 from relay_es.errors import DomainError, IllegalTransition, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
 from relay_es.projections import apps as apps_view
 from relay_es.projections import audit as audit_view
 from relay_es.projections.executors import ExecutorRow, all_rows
-from relay_es.queries import executor_history, executors_as_of
+from relay_es.queries import AS_OF_LIMIT, HISTORY_LIMIT, executor_history, executors_as_of
 
 log = logging.getLogger(__name__)
 
 PROBLEM = "application/problem+json"
+
+MAX_BODY = 64 * 1024  # bytes; Relay's request bodies are a few hundred bytes
+MAX_APP_NAMES = 100  # applications one token may be limited to
+EXPENSIVE_READS = 2  # as-of and history calls running at once; the rest wait their turn
 
 
 # ------------------------------------------------------------------ schemas
@@ -94,6 +104,8 @@ class Token(msgspec.Struct, rename="camel"):
 
 
 class CreateTokenBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """``appNames`` omitted or null: an org-wide token; otherwise 1 to 100 application names."""
+
     app_names: list[str] | None | UnsetType = UNSET
 
 
@@ -151,7 +163,8 @@ def _conflict(_: Request[Any, Any, Any], exc: DomainError) -> Response[Any]:
 
 
 def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
-    title = {401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed"}.get(
+    title = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
+             405: "Method not allowed", 413: "Request entity too large", 503: "Service unavailable"}.get(
         exc.status_code, "Error")
     resp = problem(exc.status_code, title, exc.detail)
     if exc.headers:
@@ -242,16 +255,37 @@ def patch_from_body(body: PatchAppBody) -> SettingsPatch:
 # -------------------------------------------------------------------- auth
 
 
-class Caller(msgspec.Struct):
-    org: str
-    token: str | None = None
-    app_names: list[str] | None = None
+def _bearer(header: str) -> str:
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret or " " in secret or len(secret) > 512:
+        raise HTTPException(status_code=401, detail="malformed Authorization header: expected 'Bearer <token>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return secret
+
+
+def _check_path_names(rule: authz.Rule, params: dict[str, Any]) -> None:
+    """Names in the path are bounded and of the names' alphabet before any
+    handler sees them: an invalid one is a 422 where it would be created, a 404 elsewhere."""
+    creates = {"apps.register": "app", "tokens.create": "token_name"}.get(rule.operation)
+    for key, value in params.items():
+        if not isinstance(value, str):
+            continue
+        ok = authz.valid_executor_id(value) if key == "executor_id" else authz.valid_name(value)
+        if ok:
+            continue
+        if key == creates:
+            field = "appName" if key == "app" else "tokenName"
+            raise InvalidSetting(field, "must be 1-256 URL-safe characters (letters, digits, . _ ~ -), "
+                                        "starting with a letter or digit")
+        raise NotFoundException(f"no such {key.replace('_', ' ')}: it is not a valid name")
 
 
 def build_app(runtime: Any) -> Litestar:
     relay = runtime.relay
     db = runtime.db
     settings = runtime.settings
+    expensive = asyncio.Semaphore(EXPENSIVE_READS)
 
     def settle() -> None:
         """Read-your-writes: wait until the read models have every event so far."""
@@ -259,43 +293,58 @@ def build_app(runtime: Any) -> Litestar:
         if not runtime.runner.wait_for(top, timeout=10):
             log.warning("read models are lagging behind the event store")
 
-    def caller_for(connection: ASGIConnection[Any, Any, Any, Any]) -> Caller:
-        org = connection.path_params.get("org")
+    def refused(status: int, detail: str, **kw: Any) -> HTTPException:
+        runtime.metrics.auth_refused.labels("rest").inc()
+        return HTTPException(status_code=status, detail=detail, **kw)
+
+    async def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> authz.Principal:
+        header = connection.headers.get("authorization")
+        if not header:
+            raise refused(401, "an Authorization: Bearer <token> header is required",
+                          headers={"WWW-Authenticate": "Bearer"})
+        secret = _bearer(header)
+        credentials = runtime.hub.gate.credentials
+        try:
+            who = await asyncio.to_thread(credentials.check, secret)
+        except authz.StoreUnavailable as e:
+            raise HTTPException(status_code=503, detail=str(e)) from None
+        if who is None:
+            raise refused(401, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
+        return who
+
+    async def authorize(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        """The one place REST calls are authorized (every route, by the app-level guard)."""
+        scope = connection.scope
+        rule = authz.rule_for(scope["method"], scope.get("path_template", ""))
+        if rule is None:  # fail closed: a route nobody wrote a row for
+            log.error("route %s %s is not in the authorization table; refused", scope["method"],
+                      scope.get("path_template"))
+            raise HTTPException(status_code=403, detail="this operation is not in Relay's authorization table")
+        if not settings.auth:
+            if not authz.host_is_local(connection.headers.get("host"), settings.host):
+                raise HTTPException(status_code=403, detail="development mode answers only requests addressed to "
+                                                            "this machine (a loopback name or address in Host)")
+            if not authz.origin_is_local(connection.headers.get("origin")):
+                raise HTTPException(status_code=403, detail="development mode answers no web page of another site")
+        repeated = authz.repeated_query_parameter(scope.get("query_string", b""))
+        if repeated is not None:
+            raise HTTPException(status_code=400, detail=f"query parameter {repeated[:64]!r} is given more than once")
+        params = connection.path_params
+        org, app = params.get("org"), params.get("app")
+        if rule.scope is authz.Scope.PUBLIC:
+            return
         if not settings.auth:
             if org is not None and org != "local":
-                raise NotFoundException(f"org {org!r} does not exist: in development mode the only org is 'local'")
-            return Caller(org="local")
-        header = connection.headers.get("authorization", "")
-        scheme, _, secret = header.partition(" ")
-        if not header:
-            raise HTTPException(status_code=401, detail="an Authorization: Bearer <token> header is required",
-                                headers={"WWW-Authenticate": "Bearer"})
-        if scheme.lower() != "bearer" or not secret.strip() or " " in secret.strip():
-            raise HTTPException(status_code=401, detail="malformed Authorization header: expected 'Bearer <token>'",
-                                headers={"WWW-Authenticate": "Bearer"})
-        row = apps_view.token_by_hash(db, hash_secret(secret.strip()))
-        if row is None or row.revoked:
-            runtime.metrics.auth_refused.labels("rest").inc()
-            raise HTTPException(status_code=401, detail="unknown or revoked token",
-                                headers={"WWW-Authenticate": "Bearer"})
-        if org is not None and row.org != org:
-            runtime.metrics.auth_refused.labels("rest").inc()
-            raise HTTPException(status_code=403, detail=f"this token belongs to another org, not {org!r}")
-        app = connection.path_params.get("app")
-        if row.app_names:
-            if app is None and connection.query_params.get("app") not in row.app_names:
-                raise HTTPException(status_code=403,
-                                    detail="this token is limited to applications " + ", ".join(row.app_names))
-            if app is not None and app not in row.app_names:
-                raise HTTPException(status_code=403, detail=f"this token does not cover application {app!r}")
-        return Caller(org=row.org, token=row.name, app_names=row.app_names)
-
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        for key in ("org", "app", "token_name", "executor_id"):
-            value = connection.path_params.get(key)
-            if isinstance(value, str) and ("\x00" in value or len(value) > 512):
-                raise NotFoundException(f"no such {key.replace('_', ' ')}: it is not a valid name")
-        connection.state.caller = caller_for(connection)
+                raise NotFoundException(f"org {org[:128]!r} does not exist: in development mode the only org is 'local'")
+            who = authz.development_principal()
+        else:
+            who = await authenticate(connection)
+            try:
+                authz.decide(rule, who, org, app)
+            except authz.Denied as d:
+                raise refused(d.status, d.detail) from None
+        _check_path_names(rule, params)
+        connection.state.principal = who
 
     def app_row(org: str, app: str) -> apps_view.AppRow:
         for row in apps_view.list_apps(db, org):
@@ -305,7 +354,6 @@ def build_app(runtime: Any) -> Litestar:
 
     class Apps(Controller):
         path = "/v2/orgs/{org:str}/apps"
-        guards = [guard]
 
         @get("/", sync_to_thread=True, summary="List applications")
         def list_apps(self, org: str) -> list[Application]:
@@ -339,32 +387,60 @@ def build_app(runtime: Any) -> Litestar:
             runtime.app_deleted(org, app)
             settle()
 
-        @get("/{app:str}/executors", sync_to_thread=True, summary="List executors (optionally as of a past instant)")
-        def executors(self, org: str, app: str,
-                      as_of: str | None = Parameter(query="asOf", default=None, required=False,
-                                                    description="RFC 3339 instant")) -> list[Executor]:
-            row = app_row(org, app) if as_of is None else None
-            if as_of is not None:
-                at = units.parse_rfc3339("asOf", as_of)
-                rows = executors_as_of(relay, db, org, app, at)
-                app_id = str(relay.get_app(org, app).id) if relay.app_exists(org, app) else ""
-            else:
-                rows = [e for e in all_rows(db, org=org, app=app) if e.visible]
-                app_id = row.stream_id if row else ""
-            return [_executor_out(r, app_id) for r in rows]
+        @get("/{app:str}/executors", summary="List executors (optionally as of a past instant)",
+             description="With `asOf`, the table as it stood then, rebuilt from the event streams, one page of at "
+                         f"most `limit` (1-{AS_OF_LIMIT}, default {AS_OF_LIMIT}) executors in id order; a next page "
+                         "is linked in the `Link` header (rel=\"next\", `after` = the last executor id examined).")
+        async def executors(
+            self, org: str, app: str, request: Request[Any, Any, Any],
+            as_of: str | None = Parameter(query="asOf", default=None, required=False, max_length=64,
+                                          description="RFC 3339 instant"),
+            after: str | None = Parameter(query="after", default=None, required=False, max_length=authz.MAX_EXECUTOR_ID,
+                                          description="with asOf: the page after this executor id"),
+            limit: int = Parameter(query="limit", default=AS_OF_LIMIT, ge=1, le=AS_OF_LIMIT,
+                                   description="with asOf: executors examined per page"),
+        ) -> Response[list[Executor]]:
+            if as_of is None:
+                def current() -> list[Executor]:
+                    row = app_row(org, app)
+                    return [_executor_out(r, row.stream_id) for r in all_rows(db, org=org, app=app) if r.visible]
 
-        @get("/{app:str}/executors/{executor_id:str}/history", sync_to_thread=True, summary="An executor's events")
-        def history(self, org: str, app: str, executor_id: str) -> list[HistoryEntry]:
-            return [HistoryEntry(**h) for h in executor_history(relay, org, app, executor_id)]
+                return Response(await asyncio.to_thread(current))
+            at = units.parse_rfc3339("asOf", as_of)
+
+            def past() -> tuple[list[Executor], str | None]:
+                rows, cursor = executors_as_of(relay, db, org, app, at, after=after, limit=limit, pause=yield_to_pm)
+                app_id = str(relay.get_app(org, app).id) if relay.app_exists(org, app) else ""
+                return [_executor_out(r, app_id) for r in rows], cursor
+
+            async with expensive:
+                out, cursor = await asyncio.to_thread(past)
+            headers = {}
+            if cursor is not None:
+                nxt = request.url.path + "?" + urlencode({"asOf": as_of, "after": cursor, "limit": limit})
+                headers["Link"] = f'<{nxt}>; rel="next"'
+            return Response(out, headers=headers)
+
+        @get("/{app:str}/executors/{executor_id:str}/history", summary="An executor's events",
+             description=f"Events with a version above `after`, in order, at most `limit` (1-{HISTORY_LIMIT}, default "
+                         f"{HISTORY_LIMIT}); the next page is `after` = the last version returned, until a short page.")
+        async def history(
+            self, org: str, app: str, executor_id: str,
+            after: int = Parameter(query="after", default=0, ge=0, le=2**63 - 1, description="a version"),
+            limit: int = Parameter(query="limit", default=HISTORY_LIMIT, ge=1, le=HISTORY_LIMIT),
+        ) -> list[HistoryEntry]:
+            async with expensive:
+                events = await asyncio.to_thread(executor_history, relay, org, app, executor_id, after=after,
+                                                 limit=limit)
+            return [HistoryEntry(**h) for h in events]
 
     class Tokens(Controller):
         path = "/v2/orgs/{org:str}/tokens"
-        guards = [guard]
 
         @get("/", sync_to_thread=True, summary="List live tokens (never the secret)")
         def list_tokens(self, org: str) -> list[Token]:
             return [Token(token_name=t.name, created_at=units.rfc3339(t.created_at) or "",
-                          permissions=["websocket.connect"] if t.app_names else ["all"],
+                          permissions=sorted(authz.permissions_for(t.app_names)),
                           app_ids=[str(relay.get_app(org, a).id) for a in (t.app_names or []) if relay.app_exists(org, a)],
                           app_names=t.app_names)
                     for t in apps_view.list_tokens(db, org)]
@@ -373,6 +449,14 @@ def build_app(runtime: Any) -> Litestar:
               summary="Create a token; the secret is shown once")
         def create(self, org: str, token_name: str, data: CreateTokenBody | None = None) -> TokenCreated:
             names = None if data is None or data.app_names is UNSET else data.app_names
+            if names is not None:
+                if not 1 <= len(names) <= MAX_APP_NAMES:
+                    raise InvalidSetting("appNames", f"must name 1 to {MAX_APP_NAMES} applications; omit it (or "
+                                                     "null) for an org-wide token")
+                for name in names:
+                    if not authz.valid_name(name):
+                        raise InvalidSetting("appNames", "each must be 1-256 URL-safe characters (letters, digits, "
+                                                         ". _ ~ -), starting with a letter or digit")
             secret = relay.create_token(org, token_name, app_names=names)
             settle()
             return TokenCreated(token=secret, token_name=token_name)
@@ -381,14 +465,15 @@ def build_app(runtime: Any) -> Litestar:
                 summary="Revoke a token; executors using it are disconnected")
         def revoke(self, org: str, token_name: str) -> None:
             relay.revoke_token(org, token_name)
+            runtime.token_revoked(org, token_name)  # refused and disconnected now, not once the read models follow
             settle()
-            runtime.token_revoked(org, token_name)
 
-    @get("/v2/orgs/{org:str}/audit-logs", sync_to_thread=True, guards=[guard], summary="Audit entries in order")
+    @get("/v2/orgs/{org:str}/audit-logs", sync_to_thread=True, summary="Audit entries in order")
     def audit_logs(
         org: str,
-        app: str | None = None,
-        executor_id: str | None = Parameter(query="executorId", default=None, required=False),
+        app: str | None = Parameter(query="app", default=None, required=False, max_length=256),
+        executor_id: str | None = Parameter(query="executorId", default=None, required=False,
+                                            max_length=authz.MAX_EXECUTOR_ID),
         after: int | None = Parameter(query="after", default=None, required=False, ge=0, le=2**63 - 1),
         limit: int = Parameter(query="limit", default=100, ge=1, le=1000),
     ) -> list[AuditEntry]:
@@ -403,7 +488,8 @@ def build_app(runtime: Any) -> Litestar:
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "instance": settings.instance, "store": runtime.store.kind}
 
-    @get("/metrics", sync_to_thread=False, summary="Prometheus metrics", media_type="text/plain")
+    @get("/metrics", sync_to_thread=False, media_type="text/plain", summary="Prometheus metrics",
+         description="Every org's series. In auth mode an org-wide token (metric.read) is required.")
     def metrics() -> Response[bytes]:
         from relay_es.adapters.metrics import CONTENT_TYPE
 
@@ -421,8 +507,18 @@ def build_app(runtime: Any) -> Litestar:
     async def on_shutdown(app: Litestar) -> None:
         await runtime.stop()
 
+    def yield_to_pm() -> None:
+        """Between two streams of an expensive read: while the process manager has
+        urgent work (deadlines due or firing), it goes first, at most 0.25 s."""
+        pm = runtime.pm
+        end = time.monotonic() + 0.25
+        while pm.urgent() and time.monotonic() < end:
+            time.sleep(0.002)
+
     return Litestar(
         route_handlers=[Apps, Tokens, audit_logs, healthz, metrics, openapi],
+        guards=[authorize],
+        request_max_body_size=MAX_BODY,
         exception_handlers={
             ValidationException: _validation_problem,
             InvalidSetting: _invalid_setting,

@@ -233,7 +233,7 @@ def test_websocket_auth_matrix_and_revocation(auth_server: tuple[RelayServer, di
 
 
 def test_repeated_refusals_from_one_address_are_slowed_down(auth_server: tuple[RelayServer, dict[str, str]]) -> None:
-    s, _ = auth_server
+    s, t = auth_server
 
     async def attempt() -> float:
         started = time.monotonic()
@@ -247,7 +247,7 @@ def test_repeated_refusals_from_one_address_are_slowed_down(auth_server: tuple[R
     took = asyncio.run(main())
     # 0, 0.1, 0.2, 0.4, 0.8 s of added delay: the fifth costs the client far more than the first
     assert took[4] > took[0] + 0.5, took
-    metrics = call(s, "GET", "/metrics").text
+    metrics = call(s, "GET", "/metrics", t["acme"]).text  # /metrics needs an org-wide token in auth mode
     assert 'relay_auth_refused_total{where="websocket"} 5.0' in metrics
 
 

@@ -1,0 +1,335 @@
+"""Who may call what: the authorization table, the caller's credentials, and
+the checks that keep development mode on this machine (ADR 14).
+
+Everything here is decided from the **route** a request matched (its method
+and path template) and the path's own parameters, never from the query string.
+The REST API enforces it in one guard (``rest.py``); executor admission
+(``admission.py``) uses the same :class:`Credentials` and :class:`Principal`.
+
+Permissions are Conductor's eight (``organization.read`` ... ``websocket.connect``).
+Today a token is either **org-wide** (every permission, every application of
+its org) or **limited to applications** (reading and changing those
+applications, and connecting their executors). Roles and per-token
+permissions (issue 14) will only change :func:`permissions_for`.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+log = logging.getLogger(__name__)
+
+ORGANIZATION_READ = "organization.read"
+ORGANIZATION_WRITE = "organization.write"
+APPLICATION_READ = "application.read"
+APPLICATION_WRITE = "application.write"
+METRIC_READ = "metric.read"
+TOKEN_READ = "token.read"
+TOKEN_WRITE = "token.write"
+WEBSOCKET_CONNECT = "websocket.connect"
+
+PERMISSIONS = (ORGANIZATION_READ, ORGANIZATION_WRITE, APPLICATION_READ, APPLICATION_WRITE, METRIC_READ,
+               TOKEN_READ, TOKEN_WRITE, WEBSOCKET_CONNECT)
+
+# What a token limited to applications may do, on those applications only.
+APP_TOKEN_PERMISSIONS = frozenset({APPLICATION_READ, APPLICATION_WRITE, WEBSOCKET_CONNECT})
+
+
+class Scope(enum.Enum):
+    PUBLIC = "public"  # no token, in any mode
+    ORG = "org"        # an org-wide token (of the path's org, where the path has one)
+    APP = "app"        # a token of the path's org that covers the path's {app}
+
+
+@dataclass(frozen=True)
+class Rule:
+    operation: str
+    scope: Scope
+    permission: str | None  # None only for PUBLIC
+
+
+# The table. Keys are (method, path template) exactly as the router matched them.
+# A route that is not here is refused (fail closed); a test checks every
+# registered route has a row.
+TABLE: Mapping[tuple[str, str], Rule] = {
+    ("GET", "/v2/orgs/{org}/apps"): Rule("apps.list", Scope.ORG, APPLICATION_READ),
+    ("PUT", "/v2/orgs/{org}/apps/{app}"): Rule("apps.register", Scope.ORG, APPLICATION_WRITE),
+    ("GET", "/v2/orgs/{org}/apps/{app}"): Rule("apps.get", Scope.APP, APPLICATION_READ),
+    ("PATCH", "/v2/orgs/{org}/apps/{app}"): Rule("apps.update", Scope.APP, APPLICATION_WRITE),
+    ("DELETE", "/v2/orgs/{org}/apps/{app}"): Rule("apps.delete", Scope.ORG, APPLICATION_WRITE),
+    ("GET", "/v2/orgs/{org}/apps/{app}/executors"): Rule("executors.list", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/executors/{executor_id}/history"):
+        Rule("executors.history", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/tokens"): Rule("tokens.list", Scope.ORG, TOKEN_READ),
+    ("POST", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.create", Scope.ORG, TOKEN_WRITE),
+    ("DELETE", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.revoke", Scope.ORG, TOKEN_WRITE),
+    ("GET", "/v2/orgs/{org}/audit-logs"): Rule("audit.list", Scope.ORG, ORGANIZATION_READ),
+    ("GET", "/metrics"): Rule("metrics", Scope.ORG, METRIC_READ),
+    ("GET", "/healthz"): Rule("healthz", Scope.PUBLIC, None),
+    ("GET", "/openapi.json"): Rule("openapi", Scope.PUBLIC, None),
+}
+
+# The executors' WebSocket is not a REST route; admission applies this row.
+WEBSOCKET = Rule("websocket.connect", Scope.APP, WEBSOCKET_CONNECT)
+# Litestar's automatic OPTIONS answers (which methods a path allows) and its
+# OpenAPI pages under /schema describe the API and touch no data.
+OPTIONS = Rule("options", Scope.PUBLIC, None)
+DOCS = Rule("docs", Scope.PUBLIC, None)
+
+
+def rule_for(method: str, template: str) -> Rule | None:
+    rule = TABLE.get((method, template))
+    if rule is not None:
+        return rule
+    if method == "OPTIONS":
+        return OPTIONS
+    if method in ("GET", "HEAD") and (template == "/schema" or template.startswith("/schema/")):
+        return DOCS
+    return None
+
+
+def table_markdown() -> str:
+    """The table as Markdown, for the README (and a test that keeps them equal)."""
+    lines = ["| method | path | operation | token needed | permission |", "| --- | --- | --- | --- | --- |"]
+    need = {Scope.PUBLIC: "none", Scope.ORG: "org-wide", Scope.APP: "org-wide, or limited to apps including `{app}`"}
+    for (method, path), r in TABLE.items():
+        lines.append(f"| {method} | `{path}` | {r.operation} | {need[r.scope]} | {r.permission or '-'} |")
+    lines.append(f"| WebSocket | `/websocket/{{app}}/{{key}}` | {WEBSOCKET.operation} | {need[WEBSOCKET.scope]} "
+                 f"| {WEBSOCKET.permission} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ callers
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request or a handshake acts as."""
+
+    org: str
+    token: str | None  # None: development mode
+    app_names: tuple[str, ...] | None  # None: org-wide
+    permissions: frozenset[str]
+
+    def covers(self, app: str) -> bool:
+        return self.app_names is None or app in self.app_names
+
+
+def permissions_for(app_names: Iterable[str] | None) -> frozenset[str]:
+    """A token's permissions. Issue 14 (roles) will store them on the token."""
+    return frozenset(PERMISSIONS) if app_names is None else APP_TOKEN_PERMISSIONS
+
+
+def development_principal() -> Principal:
+    return Principal(org="local", token=None, app_names=None, permissions=frozenset(PERMISSIONS))
+
+
+class Denied(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def decide(rule: Rule, who: Principal, org: str | None, app: str | None) -> None:
+    """Raises :class:`Denied` (403) unless ``who`` may apply ``rule`` to the
+    path's ``org`` and ``app``. Pure: the table, the caller and the path only."""
+    if rule.scope is Scope.PUBLIC:
+        return
+    if org is not None and org != who.org:
+        raise Denied(403, f"this token belongs to another org, not {org!r}")
+    if rule.permission not in who.permissions:
+        raise Denied(403, f"this token lacks the {rule.permission} permission")
+    if rule.scope is Scope.ORG:
+        if who.app_names is not None:
+            raise Denied(403, f"{rule.operation} needs an org-wide token; this one is limited to applications "
+                              + ", ".join(who.app_names))
+    elif app is None or not who.covers(app):
+        raise Denied(403, f"this token does not cover application {app!r}")
+
+
+# ------------------------------------------------------------ credentials
+
+
+class StoreUnavailable(Exception):
+    """A key could not be checked: the store is away and the key was not seen live before."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    principal: Principal
+    secret_hash: str
+
+
+class Credentials:
+    """The one credential checker, used by the REST API and by admission.
+
+    A key is looked up in the ``tokens`` read model only to learn *which* token
+    it names (org, name); whether that token is live is then read from the
+    Token aggregate in the event store, so a projection that lags can never
+    make a revoked (or re-issued) key live again. Revocations recorded by this
+    process are known at once (:meth:`forget`). Keys confirmed live are
+    remembered only for when the store is away: then a key seen live before,
+    and not revoked here since, is still accepted; any other key is refused
+    with :class:`StoreUnavailable`.
+    """
+
+    def __init__(self, relay: Any, db: Any) -> None:
+        self.relay = relay
+        self.db = db
+        self._lock = threading.Lock()
+        self._seen: dict[str, _Seen] = {}  # secret hash -> last confirmed live
+        self._epoch = 0  # bumped by every forget(): a check that overlapped one does not remember
+
+    def forget(self, org: str, name: str) -> None:
+        """The token ``org``/``name`` was revoked in this process."""
+        with self._lock:
+            self._epoch += 1
+            for digest, seen in list(self._seen.items()):
+                if seen.principal.org == org and seen.principal.token == name:
+                    del self._seen[digest]
+
+    def check(self, secret: str) -> Principal | None:
+        """The live token ``secret`` is, or ``None``. Blocking (store reads): call it off the event loop."""
+        from relay_es.aggregates.token import hash_secret, token_stream_id
+        from relay_es.projections.apps import token_by_hash
+        from relay_es.service import is_store_error
+
+        digest = hash_secret(secret)
+        with self._lock:
+            epoch = self._epoch
+            seen = self._seen.get(digest)
+        try:
+            if seen is not None:
+                org, name = seen.principal.org, seen.principal.token
+            else:
+                row = token_by_hash(self.db, digest)
+                if row is None:
+                    return None
+                org, name = row.org, row.name
+            token = self.relay._maybe(token_stream_id(org, name))
+        except Exception as e:
+            if not is_store_error(e):
+                raise
+            with self._lock:
+                seen = self._seen.get(digest)
+            if seen is not None:
+                log.warning("store unavailable while checking a key; accepted as last confirmed live")
+                return seen.principal
+            raise StoreUnavailable("the store is unavailable; the key cannot be checked now") from None
+        if token is None or token.revoked or token.secret_hash != digest:
+            with self._lock:
+                self._seen.pop(digest, None)
+            return None
+        apps = tuple(token.app_names) if token.app_names else None
+        who = Principal(org=token.org, token=token.name, app_names=apps, permissions=permissions_for(apps))
+        with self._lock:
+            if self._epoch == epoch:
+                self._seen[digest] = _Seen(who, digest)
+        return who
+
+
+# ------------------------------------------------------------ this machine
+
+_LOOPBACK_NAMES = {"localhost", "ip6-localhost", "ip6-loopback"}
+_WILDCARDS = {"0.0.0.0", "::", ""}
+
+
+def _split_host(value: str) -> str | None:
+    """``host[:port]`` (IPv6 in brackets) -> host, lower case; None if malformed."""
+    value = value.strip().lower()
+    if not value or any(c in value for c in "/@?#\\ \t") or not value.isascii():
+        return None
+    try:
+        host = urlsplit("//" + value).hostname
+        _ = urlsplit("//" + value).port  # raises on a bad port
+    except ValueError:
+        return None
+    return host
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost") and host != ".localhost":
+        return True  # *.localhost resolves to loopback in the client itself (RFC 6761), never through DNS
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_is_local(header: str | None, configured_host: str) -> bool:
+    """Development mode: may a request with this ``Host`` header be answered?
+
+    A DNS-rebinding page reaches Relay under the attacker's *name*; so only
+    loopback names and addresses, and the ``--host`` Relay was started with,
+    are accepted (any IP address too when that host is a wildcard: an address
+    is never a rebinding). No ``Host`` at all is a non-browser client."""
+    if header is None:
+        return True
+    host = _split_host(header)
+    if host is None:
+        return False
+    configured = configured_host.strip().strip("[]").lower()
+    if _is_loopback_host(host) or host == configured:
+        return True
+    return configured in _WILDCARDS and _is_ip(host)
+
+
+def origin_is_local(origin: str | None) -> bool:
+    """Development mode: is this ``Origin`` a page of this machine? No Origin
+    (the SDKs, curl, the CLI) is fine; ``null`` and any other site are not."""
+    if origin is None:
+        return True
+    try:
+        parts = urlsplit(origin.strip())
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and host is not None and _is_loopback_host(host)
+
+
+def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """The first value of a raw ASGI header, decoded as latin-1 (as HTTP is)."""
+    for k, v in headers:
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+def repeated_query_parameter(query_string: bytes) -> str | None:
+    """The name of a query parameter given more than once, if any."""
+    seen: set[str] = set()
+    for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+# ------------------------------------------------------------ path names
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]{0,255}")
+MAX_EXECUTOR_ID = 512
+
+
+def valid_name(value: str) -> bool:
+    return NAME.fullmatch(value) is not None
+
+
+def valid_executor_id(value: str) -> bool:
+    return 0 < len(value) <= MAX_EXECUTOR_ID and value.isprintable()

@@ -1,0 +1,347 @@
+"""Authorization (ADR 14): every REST operation against every kind of caller on
+a real ``relay serve --auth``, the table against the routes, and revocation
+while the read models lag, on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from relay_es.adapters import authz
+from relay_es.adapters.admission import Refused
+from relay_es.adapters.rest import build_app
+from relay_es.aggregates.token import hash_secret
+from relay_es.projections.apps import token_by_hash
+from relay_es.settings import Settings
+from tests.fake_executor import FakeExecutor
+from tests.server import RELAY, RelayServer
+
+
+def call(server: RelayServer, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+    headers = kw.pop("headers", {})
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.request(method, server.http + path, headers=headers, timeout=15, **kw)
+
+
+# ------------------------------------------------------------- the table
+
+
+def _routes(app: Any) -> set[tuple[str, str]]:
+    return {(m, r.path_format) for r in app.routes for m in getattr(r, "methods", ())}
+
+
+def _built(auth: bool = True) -> Any:
+    async def stop() -> None:
+        pass
+
+    runtime = SimpleNamespace(relay=None, db=None, settings=Settings(auth=auth), start=lambda loop: None, stop=stop)
+    return build_app(runtime)
+
+
+def test_every_registered_route_has_a_row_and_every_row_a_route() -> None:
+    routes = _routes(_built())
+    missing = [r for r in routes if authz.rule_for(*r) is None]
+    assert not missing, f"routes without an authorization rule: {missing}"
+    stale = [k for k in authz.TABLE if k not in routes]
+    assert not stale, f"rows for routes that do not exist: {stale}"
+
+
+def test_a_route_missing_from_the_table_is_refused() -> None:
+    from litestar import get
+    from litestar.testing import TestClient
+
+    @get("/v2/orgs/{org:str}/forgotten", sync_to_thread=False)
+    def forgotten(org: str) -> str:
+        return "leaked"
+
+    app = _built(auth=False)
+    app.register(forgotten)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        r = client.get("/v2/orgs/local/forgotten")
+    assert r.status_code == 403 and "authorization table" in r.json()["detail"]
+
+
+def test_decide_is_scope_and_permission() -> None:
+    org_wide = authz.Principal("acme", "admin", None, authz.permissions_for(None))
+    scoped = authz.Principal("acme", "orders", ("orders",), authz.permissions_for(["orders"]))
+    get_app = authz.TABLE[("GET", "/v2/orgs/{org}/apps/{app}")]
+    create_token = authz.TABLE[("POST", "/v2/orgs/{org}/tokens/{token_name}")]
+    authz.decide(get_app, scoped, "acme", "orders")
+    authz.decide(create_token, org_wide, "acme", None)
+    for rule, who, org, app in ((create_token, scoped, "acme", None), (get_app, scoped, "acme", "billing"),
+                                (get_app, org_wide, "other", "orders"), (authz.WEBSOCKET, scoped, None, "billing")):
+        with pytest.raises(authz.Denied):
+            authz.decide(rule, who, org, app)
+    # issue 14 will give tokens fewer permissions: the permission is checked, not only the scope
+    reader = authz.Principal("acme", "ro", None, frozenset({authz.APPLICATION_READ}))
+    with pytest.raises(authz.Denied):
+        authz.decide(authz.TABLE[("PATCH", "/v2/orgs/{org}/apps/{app}")], reader, "acme", "orders")
+
+
+def test_the_readme_table_is_rendered_from_the_data() -> None:
+    text = authz.table_markdown()
+    assert text.count("\n") == len(authz.TABLE) + 2  # header, rule line, rows, the WebSocket
+    assert "| POST | `/v2/orgs/{org}/tokens/{token_name}` | tokens.create | org-wide | token.write |" in text
+
+
+# ------------------------------------------------------------ the matrix
+
+CALLERS = ("none", "bad", "revoked", "other-org", "scoped-other-app", "scoped-this-app", "org-wide")
+
+
+@dataclass
+class Op:
+    name: str
+    method: str
+    path: str
+    ok: int
+    scope: authz.Scope
+    body: Any = None
+
+
+A = "/v2/orgs/acme"
+OPS = [
+    Op("apps.list", "GET", f"{A}/apps", 200, authz.Scope.ORG),
+    Op("apps.register", "PUT", f"{A}/apps/orders", 204, authz.Scope.ORG, {}),
+    Op("apps.get", "GET", f"{A}/apps/orders", 200, authz.Scope.APP),
+    Op("apps.update", "PATCH", f"{A}/apps/orders", 204, authz.Scope.APP, {"executorTimeoutSecs": 60}),
+    Op("apps.delete", "DELETE", f"{A}/apps/orders", 204, authz.Scope.ORG),
+    Op("executors.list", "GET", f"{A}/apps/orders/executors", 200, authz.Scope.APP),
+    Op("executors.as_of", "GET", f"{A}/apps/orders/executors?asOf=2100-01-01T00:00:00Z", 200, authz.Scope.APP),
+    Op("executors.history", "GET", f"{A}/apps/orders/executors/A/history", 200, authz.Scope.APP),
+    Op("tokens.list", "GET", f"{A}/tokens", 200, authz.Scope.ORG),
+    Op("tokens.create", "POST", f"{A}/tokens/fresh", 201, authz.Scope.ORG, {}),
+    Op("tokens.revoke", "DELETE", f"{A}/tokens/victim", 204, authz.Scope.ORG),
+    Op("audit.list", "GET", f"{A}/audit-logs", 200, authz.Scope.ORG),
+    Op("metrics", "GET", "/metrics", 200, authz.Scope.ORG),
+    Op("healthz", "GET", "/healthz", 200, authz.Scope.PUBLIC),
+    Op("openapi", "GET", "/openapi.json", 200, authz.Scope.PUBLIC),
+]
+
+
+def expected(op: Op, caller: str) -> int:
+    if op.scope is authz.Scope.PUBLIC:
+        return op.ok
+    if caller in ("none", "bad", "revoked"):
+        return 401
+    if caller == "other-org":
+        return op.ok if op.path == "/metrics" else 403  # /metrics has no org: any org-wide token reads it
+    if caller == "scoped-other-app":
+        return 403
+    if caller == "scoped-this-app":
+        return op.ok if op.scope is authz.Scope.APP else 403
+    return op.ok
+
+
+def admin_token(cwd: Any, store_url: str, org: str, name: str, *apps: str) -> str:
+    args = RELAY + ["admin", "create-token", name, "--org", org, "--database-url", store_url]
+    for a in apps:
+        args += ["--app", a]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def acme(tmp_path, store_url) -> Iterator[tuple[RelayServer, dict[str, str]]]:
+    t = {"org-wide": admin_token(tmp_path, store_url, "acme", "admin"),
+         "other-org": admin_token(tmp_path, store_url, "other", "admin"),
+         "scoped-other-app": admin_token(tmp_path, store_url, "acme", "billing-only", "billing"),
+         "scoped-this-app": admin_token(tmp_path, store_url, "acme", "orders-only", "orders"),
+         "revoked": admin_token(tmp_path, store_url, "acme", "old")}
+    s = RelayServer(tmp_path, args=["--database-url", store_url, "--auth"]).start()
+    admin = t["org-wide"]
+    for app in ("orders", "billing"):
+        assert call(s, "PUT", f"{A}/apps/{app}", admin).status_code == 204
+    assert call(s, "PUT", "/v2/orgs/other/apps/orders", t["other-org"]).status_code == 204
+    assert call(s, "DELETE", f"{A}/tokens/old", admin).status_code == 204
+
+    async def executor_history() -> None:  # so that .../executors/A/history exists
+        ex = await FakeExecutor(s.ws, app="orders", key=admin, executor_id="A").connect()
+        await ex.close()
+
+    asyncio.run(executor_history())
+    t["bad"] = "relay_not-a-real-token"
+    yield s, t
+    s.stop()
+
+
+def _prepare(s: RelayServer, admin: str, op: Op) -> None:
+    """Puts back what a previous allowed call changed, so each call meets the same state."""
+    assert call(s, "PUT", f"{A}/apps/orders", admin).status_code == 204  # after apps.delete
+    if op.name == "tokens.create":
+        call(s, "DELETE", f"{A}/tokens/fresh", admin)
+    elif op.name == "tokens.revoke":
+        call(s, "POST", f"{A}/tokens/victim", admin, json={})
+
+
+def test_every_operation_against_every_caller(acme: tuple[RelayServer, dict[str, str]]) -> None:
+    s, t = acme
+    admin = t["org-wide"]
+    wrong = []
+    for op in OPS:
+        for caller in CALLERS:
+            _prepare(s, admin, op)
+            kw = {} if op.body is None else {"json": op.body}
+            r = call(s, op.method, op.path, t.get(caller), **kw)
+            if r.status_code != expected(op, caller):
+                wrong.append(f"{op.name} as {caller}: {r.status_code} (expected {expected(op, caller)}) {r.text[:120]}")
+            elif r.status_code in (401, 403):
+                assert r.headers["content-type"].startswith("application/problem+json")
+    assert call(s, "PUT", f"{A}/apps/orders", admin).status_code == 204
+    assert not wrong, "\n".join(wrong)
+    assert all(secret not in s.log() for secret in t.values())
+
+
+def test_an_executor_key_cannot_take_over_its_org(acme: tuple[RelayServer, dict[str, str]]) -> None:
+    """The reproduced attack: the query string named the app the token covers."""
+    s, t = acme
+    key = t["scoped-this-app"]
+    assert call(s, "POST", f"{A}/tokens/pwn?app=orders", key, json={}).status_code == 403
+    assert call(s, "DELETE", f"{A}/tokens/admin?app=orders", key).status_code == 403
+    assert call(s, "GET", f"{A}/tokens?app=orders", key).status_code == 403
+    assert call(s, "GET", f"{A}/audit-logs?app=orders", key).status_code == 403
+    assert call(s, "GET", f"{A}/apps/billing?app=orders", key).status_code == 403
+    assert call(s, "GET", f"{A}/apps", t["org-wide"]).status_code == 200  # the admin is untouched
+    assert "pwn" not in [x["tokenName"] for x in call(s, "GET", f"{A}/tokens", t["org-wide"]).json()]
+
+
+def test_repeated_query_parameters_are_a_400_on_every_route(acme: tuple[RelayServer, dict[str, str]]) -> None:
+    s, t = acme
+    for op in OPS:
+        sep = "&" if "?" in op.path else "?"
+        r = call(s, op.method, op.path + sep + "x=1&x=2", t["org-wide"], **({} if op.body is None else {"json": op.body}))
+        assert r.status_code == 400, (op.name, r.status_code, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json") and "'x'" in r.json()["detail"]
+    r = call(s, "GET", f"{A}/audit-logs?app=orders&app=billing", t["org-wide"])
+    assert r.status_code == 400
+
+
+def test_token_bodies_and_names_are_validated(acme: tuple[RelayServer, dict[str, str]]) -> None:
+    s, t = acme
+    admin = t["org-wide"]
+    # an empty list used to make an org-wide token
+    r = call(s, "POST", f"{A}/tokens/empty", admin, json={"appNames": []})
+    assert r.status_code == 422 and "appNames" in r.json()["detail"]
+    r = call(s, "POST", f"{A}/tokens/many", admin, json={"appNames": [f"a{i}" for i in range(101)]})
+    assert r.status_code == 422
+    r = call(s, "POST", f"{A}/tokens/nl", admin, json={"appNames": ["orders\n"]})
+    assert r.status_code == 422
+    for name in ("bad%0Aname", "bad%1B%5B2J", "x" * 300, "-lead"):
+        r = call(s, "POST", f"{A}/tokens/{name}", admin, json={})
+        assert r.status_code == 422, (name, r.text)
+        assert "\x1b" not in r.text and "\n" not in r.json()["detail"]
+        assert call(s, "DELETE", f"{A}/tokens/{name}", admin).status_code == 404
+        assert call(s, "GET", f"{A}/apps/{name}", admin).status_code == 404
+    assert call(s, "PUT", f"{A}/apps/orders%0A", admin).status_code == 422
+    names = [x["tokenName"] for x in call(s, "GET", f"{A}/tokens", admin).json()]
+    assert not {"empty", "many", "nl"} & set(names)
+    listed = {x["tokenName"]: x["permissions"] for x in call(s, "GET", f"{A}/tokens", admin).json()}
+    assert listed["admin"] == sorted(authz.PERMISSIONS)
+    assert listed["orders-only"] == ["application.read", "application.write", "websocket.connect"]
+
+
+def test_request_bodies_are_capped(acme: tuple[RelayServer, dict[str, str]]) -> None:
+    s, t = acme
+    big = b'{"executorTimeoutSecs": 60' + b" " * (1024 * 1024) + b"}"
+    r = call(s, "PATCH", f"{A}/apps/orders", t["org-wide"], content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert call(s, "GET", f"{A}/apps/orders", t["org-wide"]).json()["executorTimeoutSecs"] == 60
+
+
+# ------------------------------------------------ revocation while lagging
+
+
+@pytest.fixture
+def held(tmp_path, store_url, monkeypatch) -> Iterator[Any]:
+    """A Runtime in this process whose workers never start: the read models
+    move only when the test calls ``runner.catch_up()``."""
+    from relay_es.runtime import Runtime
+
+    rt = Runtime(Settings(database_url=store_url, auth=True))
+    monkeypatch.setattr(rt, "start", lambda loop: None)
+
+    async def stop() -> None:
+        pass
+
+    monkeypatch.setattr(rt, "stop", stop)
+    yield rt
+    rt.hub.pool.shutdown(wait=False)
+    rt.close()
+
+
+def _admit(rt: Any, app: str, key: str) -> tuple[str, str | None]:
+    async def main() -> tuple[str, str | None]:
+        return await rt.hub.gate.admit(app, key, "127.0.0.1:1", headers=[])
+
+    return asyncio.run(main())
+
+
+def _refused(rt: Any, app: str, key: str) -> int:
+    with pytest.raises(Refused) as e:
+        _admit(rt, app, key)
+    return e.value.status
+
+
+def test_a_revoked_key_is_refused_while_the_read_models_lag(held: Any) -> None:
+    from litestar.testing import TestClient
+
+    rt = held
+    rt.relay.register_app("acme", "orders")
+    admin = rt.relay.create_token("acme", "admin")
+    key = rt.relay.create_token("acme", "exec", app_names=["orders"])
+    rt.runner.catch_up()
+    assert _admit(rt, "orders", key) == ("acme", "exec")
+    client = TestClient(build_app(rt), base_url="http://127.0.0.1")
+    with client:
+        assert client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {admin}"}).status_code == 200
+        # revoked in the event store; the read models are held back and still say "live"
+        rt.relay.revoke_token("acme", "exec")
+        rt.relay.revoke_token("acme", "admin")
+        assert not token_by_hash(rt.db, hash_secret(key)).revoked
+        assert not token_by_hash(rt.db, hash_secret(admin)).revoked
+        assert _refused(rt, "orders", key) == 401
+        r = client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {admin}"})
+        assert r.status_code == 401, r.text
+        r = client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 401, r.text
+        # re-issued under the same name: the old secret stays dead, the new one is not yet known (refused)
+        new = rt.relay.create_token("acme", "exec", app_names=["orders"])
+        assert _refused(rt, "orders", key) == 401
+        assert _refused(rt, "orders", new) == 401
+        rt.runner.catch_up()
+        assert _admit(rt, "orders", new) == ("acme", "exec")
+        assert _refused(rt, "orders", key) == 401
+
+
+def test_while_the_store_is_away_only_keys_seen_live_and_not_revoked_here_pass(held: Any, monkeypatch) -> None:
+    rt = held
+    rt.relay.register_app("acme", "orders")
+    live = rt.relay.create_token("acme", "live", app_names=["orders"])
+    gone = rt.relay.create_token("acme", "gone", app_names=["orders"])
+    never = rt.relay.create_token("acme", "never", app_names=["orders"])
+    rt.runner.catch_up()
+    assert _admit(rt, "orders", live) == ("acme", "live")
+    assert _admit(rt, "orders", gone) == ("acme", "gone")
+    rt.relay.revoke_token("acme", "gone")
+    rt.token_revoked("acme", "gone")  # what the REST API calls after recording a revocation
+
+    def away(*_: Any, **__: Any) -> Any:
+        raise sqlite3.OperationalError("the store is away")
+
+    monkeypatch.setattr(rt.relay, "_maybe", away)
+    import relay_es.projections.apps as apps_view
+
+    monkeypatch.setattr(apps_view, "token_by_hash", away)
+    assert _admit(rt, "orders", live) == ("acme", "live")  # executors keep reconnecting through an outage
+    assert _refused(rt, "orders", gone) == 503  # revoked here: never admitted again
+    assert _refused(rt, "orders", never) == 503  # never seen: cannot be checked now
