@@ -10,7 +10,8 @@ Relay's ownership model (see docs/adr/0007-ownership.md):
 
 Today one instance serves a store. The lease makes that explicit and refuses a
 second instance with a clear message instead of letting two leaders race.
-SQLite: an exclusive ``flock`` on ``<db>.lock``. Postgres: a session-level
+SQLite: an exclusive ``flock`` on ``<db>.lock`` beside the database's real
+path (symlinks and ``..`` resolved). Postgres: a session-level
 advisory lock held on a dedicated connection for the life of the process.
 
 A Postgres session can end under the holder (Postgres restarted, the
@@ -61,8 +62,10 @@ class Lease:
         path = self.config.sqlite_path
         if path is None or path == ":memory:":
             return
-        lock_path = Path(path + ".lock")
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # Keyed by the file, not by how it was named: a relative path, an absolute one, a
+        # symlink or ./x/../x to the same database all lock the same <real path>.lock.
+        lock_path = Path(os.path.realpath(path) + ".lock")
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

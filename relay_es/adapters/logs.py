@@ -1,11 +1,21 @@
 """Logging set-up. Executor keys travel in the WebSocket path, and servers log
-paths; a filter on every handler scrubs the key segment from every record."""
+paths; a filter on every handler scrubs the key segment from every record.
+
+Executors and clients choose much of what Relay logs (executor ids, hostnames,
+application names in paths, reasons), so the formatter escapes every control
+character of the rendered message (``\\n``, ``\\x1b``): one record is one
+line, and nobody can forge a log line or send a terminal escape sequence
+through Relay's log. A traceback keeps its lines, each indented, with the
+same escapes inside them.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 import sys
+
+from relay_es.aggregates.text import escape_controls
 
 _KEY_IN_PATH = re.compile(r"(/websocket/[^/\s\"']+/)[^\s\"'?]+")
 _BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
@@ -27,9 +37,31 @@ class ScrubKeys(logging.Filter):
         return True
 
 
+class EscapingFormatter(logging.Formatter):
+    """Renders a record as one line: control characters of the message escaped;
+    a traceback's lines indented under it, escaped likewise."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: object) -> str:
+        return _indented(super().formatException(ei))  # type: ignore[arg-type]
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    return "\n".join("  " + escape_controls(line) for line in text.split("\n"))
+
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 def configure(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(EscapingFormatter(FORMAT))
     handler.addFilter(ScrubKeys())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -78,3 +78,23 @@ def test_sqlite_leases_are_held_by_the_file_lock(tmp_path) -> None:
         assert lease.check() == "held"
     finally:
         lease.release()
+
+
+def test_sqlite_lease_is_keyed_by_the_real_file_not_the_path_string(tmp_path, monkeypatch) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "x")
+    (tmp_path / "x" / "relay.db").touch()
+    (tmp_path / "db-link.db").symlink_to(tmp_path / "x" / "relay.db")
+    monkeypatch.chdir(tmp_path)
+    first = Lease(parse_database_url(f"sqlite:///{tmp_path}/x/relay.db"))
+    first.acquire()
+    try:
+        for other in ("x/relay.db", "./x/../x/relay.db", "link/relay.db", f"{tmp_path}/link/../x/relay.db",
+                      "db-link.db", "x//relay.db"):
+            with pytest.raises(LeaseHeld):
+                Lease(parse_database_url(f"sqlite:///{other}")).acquire()
+    finally:
+        first.release()
+    second = Lease(parse_database_url("sqlite:///link/relay.db"))  # released: another path may take it now
+    second.acquire()
+    second.release()

@@ -1,0 +1,62 @@
+"""Relay's log cannot be forged or used to drive a terminal (issue 11)."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from relay_es.adapters import logs
+
+
+def _logger(stream: io.StringIO) -> logging.Logger:
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.EscapingFormatter(logs.FORMAT))
+    handler.addFilter(logs.ScrubKeys())
+    lg = logging.getLogger("relay-test-logs")
+    lg.handlers[:] = [handler]
+    lg.propagate = False
+    lg.setLevel(logging.INFO)
+    return lg
+
+
+def test_executor_supplied_strings_in_args_cannot_break_the_line_or_reach_the_terminal() -> None:
+    out = io.StringIO()
+    _logger(out).warning("executor %s of %s connected from %s", "ex\n2026-12-01 00:00:00 ERROR forged: admin",
+                         "app\r", "\x1b[2J\x1b]0;owned\x07")
+    text = out.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n")  # one record, one line
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    assert "ex\\n2026-12-01 00:00:00 ERROR forged" in text
+    assert "\\x1b[2J" in text and "app\\r" in text
+
+
+def test_a_path_in_the_message_itself_is_escaped_and_its_key_scrubbed() -> None:
+    out = io.StringIO()
+    _logger(out).info('"GET /websocket/orders/relay_secretkey HTTP/1.1" 101 /v2/orgs/x%s', "\nforged\u2028line")
+    text = out.getvalue()
+    assert text.count("\n") == 1
+    assert "relay_secretkey" not in text and "\\nforged\\u2028line" in text
+
+
+def test_a_traceback_keeps_its_lines_indented_with_hostile_text_escaped() -> None:
+    out = io.StringIO()
+    try:
+        raise ValueError("bad hostname 'x\n2026-12-01 ERROR forged\x1b[2J'")
+    except ValueError:
+        _logger(out).exception("failed for %s", "y\nz")
+    lines = out.getvalue().rstrip("\n").split("\n")
+    assert "y\\nz" in lines[0]
+    assert len(lines) > 2 and all(line.startswith("  ") for line in lines[1:])  # nothing looks like a record
+    assert "\x1b" not in out.getvalue()
+    assert "  2026-12-01 ERROR forged\\x1b[2J'" in lines  # the forged line: indented, its escape escaped
+
+
+def test_configure_installs_the_escaping_formatter() -> None:
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    try:
+        logs.configure("INFO")
+        assert isinstance(root.handlers[0].formatter, logs.EscapingFormatter)
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
