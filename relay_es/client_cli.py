@@ -3,6 +3,11 @@
 Readable tables by default, ``--json`` for scripts; on error a one-line
 message on stderr and a non-zero exit (1: the server refused, 2: usage or
 connection).
+
+Every string printed in a table, a key/value listing or an error comes from
+executors, paths or the server and is escaped first (:func:`printable`): no
+newline, carriage return, escape sequence or other control character reaches
+the terminal. ``--json`` output is JSON, which escapes them itself.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ import json
 import os
 import sys
 import time
+import unicodedata
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -108,10 +115,29 @@ class Client:
         self.org = args.org
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
+        return self._json(self._send(method, path, **kw))
+
+    def pages(self, path: str, params: dict[str, Any]) -> list[Any]:
+        """Every page of a list the server pages with ``Link: <next>; rel="next"``."""
+        out: list[Any] = []
+        r = self._send("GET", path, params=params)
+        while True:
+            out.extend(self._json(r) or [])
+            nxt = r.links.get("next", {}).get("url")
+            if not nxt:
+                return out
+            if not nxt.startswith("/") or nxt.startswith("//"):  # the token goes to this server only
+                raise CliError(f"the server linked a next page elsewhere: {nxt[:200]!r}")
+            r = self._send("GET", nxt)
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
-            r = self.http.request(method, path, **kw)
+            return self.http.request(method, path, **kw)
         except httpx.HTTPError as e:
             raise CliError(f"cannot reach {self.http.base_url}: {e}", 2) from None
+
+    @staticmethod
+    def _json(r: httpx.Response) -> Any:
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -124,12 +150,34 @@ class Client:
         return r.json()
 
 
+# Control characters (C0, DEL, C1), format characters (bidirectional overrides,
+# zero-width ones) and the Unicode line and paragraph separators.
+_UNSAFE = {"Cc", "Cf", "Zl", "Zp"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that could move the cursor, clear the screen,
+    start a new line or reorder what follows shown as a visible escape (``\\n``,
+    ``\\x1b``, ``\\u202e``); a backslash is doubled so an escape cannot be faked."""
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif unicodedata.category(ch) in _UNSAFE:
+            code = ord(ch)
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch) or
+                       (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, (dict, list)):
-        return json.dumps(v, separators=(",", ":"), sort_keys=True)
-    return str(v)
+        return json.dumps(v, separators=(",", ":"), sort_keys=True)  # ASCII: escapes controls itself
+    return printable(str(v))
 
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -148,34 +196,39 @@ def emit(args: argparse.Namespace, data: Any, kind: str) -> None:
     elif isinstance(data, list):
         print(table(data, COLUMNS[kind]) if data else f"(no {kind})")
     elif isinstance(data, dict):
-        width = max(len(k) for k in data) if data else 0
+        width = max(len(printable(k)) for k in data) if data else 0
         for k, v in data.items():
-            print(f"{k.ljust(width)}  {_cell(v)}")
+            print(f"{printable(k).ljust(width)}  {_cell(v)}")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except CliError as e:
-        print(f"relay: {e}", file=sys.stderr)
+        print(f"relay: {printable(str(e))}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
         return 130
 
 
+def seg(name: str) -> str:
+    """One path segment: a name typed by the user, or an executor id, cannot reach another path."""
+    return quote(name, safe="")
+
+
 def _run(args: argparse.Namespace) -> int:
     c = Client(args)
-    base = f"/v2/orgs/{c.org}"
+    base = f"/v2/orgs/{seg(c.org)}"
     cmd, action = args.command, getattr(args, "action", None)
     if cmd == "apps":
         if action == "list":
             emit(args, c.call("GET", f"{base}/apps"), "apps")
         elif action == "register":
             body = {} if args.private_mode is None else {"privateMode": args.private_mode == "true"}
-            c.call("PUT", f"{base}/apps/{args.app}", json=body)
-            emit(args, c.call("GET", f"{base}/apps/{args.app}"), "apps")
+            c.call("PUT", f"{base}/apps/{seg(args.app)}", json=body)
+            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "apps")
         elif action == "show":
-            emit(args, c.call("GET", f"{base}/apps/{args.app}"), "apps")
+            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "apps")
         elif action == "update":
             body: dict[str, Any] = {}
             for flag, key in (("executor_timeout_secs", "executorTimeoutSecs"),
@@ -187,32 +240,39 @@ def _run(args: argparse.Namespace) -> int:
                 body["privateMode"] = args.private_mode == "true"
             if not body:
                 raise CliError("nothing to update: give at least one setting", 2)
-            c.call("PATCH", f"{base}/apps/{args.app}", json=body)
-            emit(args, c.call("GET", f"{base}/apps/{args.app}"), "apps")
+            c.call("PATCH", f"{base}/apps/{seg(args.app)}", json=body)
+            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "apps")
         elif action == "delete":
-            c.call("DELETE", f"{base}/apps/{args.app}")
+            c.call("DELETE", f"{base}/apps/{seg(args.app)}")
             if not args.json:
-                print(f"deleted {args.app}")
+                print(f"deleted {printable(args.app)}")
     elif cmd == "tokens":
         if action == "list":
             emit(args, c.call("GET", f"{base}/tokens"), "tokens")
         elif action == "create":
             body = {"appNames": args.apps} if args.apps else {}
-            created = c.call("POST", f"{base}/tokens/{args.name}", json=body)
+            created = c.call("POST", f"{base}/tokens/{seg(args.name)}", json=body)
             if args.json:
                 print(json.dumps(created, indent=2))
             else:
-                print(f"token {created['tokenName']} created; this is the only time its secret is shown:")
-                print(created["token"])
+                print(f"token {printable(str(created['tokenName']))} created; this is the only time its secret is shown:")
+                print(printable(str(created["token"])))
         elif action == "revoke":
-            c.call("DELETE", f"{base}/tokens/{args.name}")
+            c.call("DELETE", f"{base}/tokens/{seg(args.name)}")
             if not args.json:
-                print(f"revoked {args.name}")
+                print(f"revoked {printable(args.name)}")
     elif cmd == "executors":
         params = {"asOf": args.as_of} if args.as_of else {}
-        emit(args, c.call("GET", f"{base}/apps/{args.app}/executors", params=params), "executors")
+        emit(args, c.pages(f"{base}/apps/{seg(args.app)}/executors", params), "executors")
     elif cmd == "history":
-        emit(args, c.call("GET", f"{base}/apps/{args.app}/executors/{args.executor}/history"), "history")
+        events: list[Any] = []
+        while True:  # pages of up to 1000 events, by version
+            page = c.call("GET", f"{base}/apps/{seg(args.app)}/executors/{seg(args.executor)}/history",
+                          params={"after": events[-1]["version"]} if events else {})
+            events.extend(page)
+            if len(page) < 1000:
+                break
+        emit(args, events, "history")
     elif cmd == "audit":
         return _audit(args, c, base)
     return 0
