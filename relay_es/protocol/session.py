@@ -9,6 +9,13 @@ yet about who is on the other end) -> ``REGISTERED`` -> ``CLOSED``.
 
 Replies are matched to requests by ``request_id`` only: TypeScript and Java
 executors answer out of order.
+
+Before registration the only frame an executor may send is its
+``executor_info`` reply; anything else then is fatal (``handshake_frame``).
+The reply is checked by :func:`relay_es.protocol.limits.check_executor_info`
+before it becomes :class:`Registered`: one out of bounds is fatal
+(``info_out_of_bounds``) and nothing of it is recorded. Every detail quoting
+executor-sent text goes through :func:`~relay_es.protocol.limits.printable`.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from relay_es.protocol import limits
 from relay_es.protocol import messages as m
 
 
@@ -102,20 +110,29 @@ class Session:
     def receive(self, data: str | bytes) -> list[SessionEvent]:
         if self.state is State.CLOSED:
             return []
+        handshake = self.state is State.AWAITING_INFO
         if isinstance(data, (bytes, bytearray)):
-            return [Violation("binary_frame", f"binary frame of {len(data)} bytes ignored")]
+            return [Violation("binary_frame" if not handshake else "handshake_frame",
+                              f"binary frame of {len(data)} bytes", fatal=handshake)]
         try:
             env = m.decode_envelope(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            return [Violation("invalid_frame", f"not a JSON object with type and request_id: {_short(e)}")]
+            return [Violation("invalid_frame" if not handshake else "handshake_frame",
+                              f"not a JSON object with type and request_id: {_short(e)}", fatal=handshake)]
+        if handshake and env.request_id != self._info_request:
+            return [Violation("handshake_frame", f"frame of type {_short(env.type)!r} before the executor_info reply",
+                              fatal=True)]
         expected = self.pending.pop(env.request_id, None)
         if expected is None:
-            return [Violation("unsolicited", f"reply of type {env.type!r} to no outstanding request", request_id=env.request_id)]
+            return [Violation("unsolicited", f"reply of type {_short(env.type)!r} to no outstanding request")]
         if env.type != expected:
+            if env.request_id == self._info_request:
+                return [Violation("type_mismatch", f"reply of type {_short(env.type)!r} to executor_info", fatal=True)]
             return [
-                Violation("type_mismatch", f"reply of type {env.type!r} to a {expected!r} request", request_id=env.request_id),
-                Answered(env.request_id, expected, m.Response(type=env.type, request_id=env.request_id,
-                                                              error_message=f"reply had type {env.type!r}")),
+                Violation("type_mismatch", f"reply of type {_short(env.type)!r} to a {expected!r} request",
+                          request_id=env.request_id),
+                Answered(env.request_id, expected, m.Response(type=expected, request_id=env.request_id,
+                                                              error_message=f"reply had type {_short(env.type)!r}")),
             ]
         cls = self._responses.get(expected, m.Response)
         try:
@@ -131,14 +148,19 @@ class Session:
             return out
         if env.request_id == self._info_request:
             if resp.error_message is not None or not resp.executor_id:
-                return [Violation("info_refused", f"executor_info failed: {resp.error_message or 'empty executor_id'}",
+                return [Violation("info_refused",
+                                  f"executor_info failed: {_short(resp.error_message or 'empty executor_id')}",
                                   fatal=True)]
+            try:
+                limits.check_executor_info(resp)
+            except limits.OutOfBounds as e:
+                return [Violation("info_out_of_bounds", f"executor_info refused: {e}", fatal=True)]
             self.info = resp
             self.state = State.REGISTERED
             return [Registered(resp)]
         return [Answered(env.request_id, expected, resp)]
 
 
-def _short(e: Exception, limit: int = 200) -> str:
-    s = str(e)
-    return s if len(s) <= limit else s[:limit] + "..."
+def _short(e: Any, limit: int = 200) -> str:
+    """Executor-derived text (a message, or an error quoting the frame), escaped and bounded."""
+    return limits.printable(e, limit)
