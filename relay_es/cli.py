@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from relay_es.errors import InvalidSetting
-from relay_es.settings import TIMINGS, Settings
+from relay_es.settings import LIMITS, TIMINGS, Settings, limit_default
 
 log = logging.getLogger("relay")
 
@@ -31,6 +31,8 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
     for key, t in TIMINGS.items():
         p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {t.default:g})")
+    for key, lim in LIMITS.items():
+        p.add_argument(lim.flag, dest=key, type=int, help=f"{lim.help} ({lim.env}, default {limit_default(key)})")
 
 
 def _add_projections(sub: Any) -> None:
@@ -83,7 +85,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from relay_es.adapters import logs
-    from relay_es.adapters.hub import MAX_FRAME
+    from relay_es.protocol.limits import MAX_FRAME
     from relay_es.adapters.http import RelayASGI
     from relay_es.adapters.lease import LeaseHeld
     from relay_es.adapters.uvicorn_ws import http_protocol_class, protocol_class, split_ping_wait
@@ -108,7 +110,7 @@ def serve(args: argparse.Namespace) -> int:
         port=settings.port,
         loop="auto",  # uvloop where installed (ADR 2): the event loop is most of a handshake's cost
         http=http_protocol_class(request_timeout=10.0),
-        ws=protocol_class(close_timeout),
+        ws=protocol_class(close_timeout),  # frames capped at 64 KiB until executor_info is answered
         ws_max_size=MAX_FRAME,
         ws_ping_interval=ping,
         ws_ping_timeout=ping_timeout,

@@ -17,7 +17,12 @@ What it does, per executor row (the same fold as the executors table):
   moment an eligible executor connects, dispatch.
 * An outstanding dispatch -> a response timer. A failure, a timeout or the
   target going away -> RecoveryFailed, then a retry to another candidate after
-  an exponential backoff.
+  an exponential backoff. The dispatch carries its deadline
+  (:attr:`RecoveryRequest.deadline`, on this clock's monotonic time) and the
+  response timer fires at that same instant: the dispatcher sends nothing for
+  the attempt after it, and is told (:meth:`Dispatcher.expire`) before the
+  failure is recorded, so a recovery never goes out for an attempt already
+  recorded as failed (ADR 15).
 * Back alive before any dispatch (a new incarnation) -> withdraw the recovery.
 
 Everything it needs is in the event store, so a restart rebuilds it: pending
@@ -70,6 +75,9 @@ class RecoveryRequest:
     target_executor_id: str
     target_connection_id: str | None
     target_owner: str | None
+    # Monotonic time (the process manager's clock) after which nothing more is sent
+    # for this attempt; its response timer records the failure at that instant.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,11 @@ class Dispatcher(Protocol):
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         """Is the executor connected right now, or is news of it not yet in the
         store (its Connected still on the way)? Such an executor is never declared dead."""
+
+    def expire(self, request_id: str) -> None:
+        """The attempt's deadline has come and its failure is about to be
+        recorded: send nothing more for it. Returns once that is certain.
+        Optional: a dispatcher without it obeys :attr:`RecoveryRequest.deadline` alone."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +162,8 @@ class ProcessManager:
         self._tried: dict[str, set[str]] = defaultdict(set)
         self._backoff_until: dict[str, float] = {}
         self._requests: dict[str, str] = {}  # request id -> stream id
+        self._deadlines: dict[str, float] = {}  # request id -> monotonic deadline of a dispatch sent from here
+        self._listed: dict[tuple[str, str], int] = defaultdict(int)  # (org, app) -> executors not deleted
         self._outstanding: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # target -> dead sids
         self._answers: deque[RecoveryOutcome] = deque()
         self._answers_lock = threading.Lock()
@@ -257,12 +272,25 @@ class ProcessManager:
                 self.position = nid
                 n += 1
 
+    def listed(self, org: str, app: str) -> int:
+        """How many executors of the application exist (HEALTHY, DISCONNECTED or
+        DEAD), as far as this process manager has followed the log. Safe to ask
+        from another thread (the hub's limit on executor ids per application)."""
+        return self._listed.get((org, app), 0)
+
+    def is_listed(self, stream_id: str) -> bool:
+        """Whether this executor stream exists and is not deleted. Thread-safe, like :meth:`listed`."""
+        row = self.rows.get(stream_id)
+        return row is not None and row.visible
+
     def _put(self, row: ExecutorRow) -> None:
         old = self.rows.get(row.stream_id)
         if old is not None:
             self._healthy[(old.org, old.app, old.app_version)].discard(old.stream_id)
             if old.recovery_target:
                 self._outstanding[(old.org, old.app, old.recovery_target)].discard(old.stream_id)
+        if (old is not None and old.visible) != row.visible:
+            self._listed[(row.org, row.app)] += 1 if row.visible else -1
         self.rows[row.stream_id] = row
         if row.status == S.HEALTHY and row.owner in self.live_owners:
             self._healthy[(row.org, row.app, row.app_version)].add(row.stream_id)
@@ -289,8 +317,10 @@ class ProcessManager:
             delay = self.timing.backoff(row.recovery_attempt).total_seconds()
             self._backoff_until[sid] = self.clock.monotonic() + delay
             self._requests.pop(event.request_id, None)
+            self._deadlines.pop(event.request_id, None)
         elif isinstance(event, Executor.RecoveryConfirmed):
             self._requests.pop(event.request_id, None)
+            self._deadlines.pop(event.request_id, None)
         elif isinstance(event, Executor.Deleted):
             self._tried.pop(sid, None)
             self._backoff_until.pop(sid, None)
@@ -325,8 +355,10 @@ class ProcessManager:
             self.timers.cancel(("orphan", sid))
 
         if row.recovery_phase == P.DISPATCHED and row.recovery_dispatched_at is not None:
-            at = self._mono_for(row.recovery_dispatched_at + self.timing.response_timeout)
-            self.timers.arm(("response", sid), self._at(at), row.recovery_request_id)
+            at = self._deadlines.get(row.recovery_request_id or "")  # the deadline the dispatcher was given
+            if at is None:  # dispatched by an earlier Relay: nobody here is waiting on it
+                at = self._at(self._mono_for(row.recovery_dispatched_at + self.timing.response_timeout))
+            self.timers.arm(("response", sid), at, row.recovery_request_id)
             self._requests[row.recovery_request_id or ""] = sid
         else:
             self.timers.cancel(("response", sid))
@@ -451,6 +483,9 @@ class ProcessManager:
 
     def _fire_response(self, sid: str, request_id: str | None) -> None:
         if request_id:
+            expire = getattr(self.dispatcher, "expire", None)
+            if expire is not None:
+                expire(request_id)  # before the failure is recorded: no recovery goes out after it
             self.relay.fail_recovery(
                 UUID(sid),
                 request_id=request_id,
@@ -479,6 +514,10 @@ class ProcessManager:
             target = candidates[0]
             assigned[(target.org, target.app, target.executor_id)] += 1
             request_id = str(uuid.uuid4())
+            # Taken before the dispatch is recorded, so the response timer (armed from
+            # it, not from the event's timestamp) is never earlier than what the dispatcher obeys.
+            deadline = self.clock.monotonic() + self.timing.response_timeout.total_seconds()
+            self._deadlines[request_id] = deadline
             ops.append(self.relay.op_dispatch(UUID(sid), request_id=request_id,
                                               target_executor_id=target.executor_id))
             sends.append((sid, RecoveryRequest(
@@ -490,9 +529,19 @@ class ProcessManager:
                 target_executor_id=target.executor_id,
                 target_connection_id=target.connection_id,
                 target_owner=target.owner,
+                deadline=deadline,
             )))
-        results = self.relay.execute(ops)
+        try:
+            results = self.relay.execute(ops)
+        except Exception:
+            for _, req in sends:
+                if req is not None:
+                    self._deadlines.pop(req.request_id, None)
+            raise
         recorded = [(sid, req) for (sid, req), ok in zip(sends, results) if ok and req is not None]
+        for (_, req), ok in zip(sends, results):
+            if req is not None and not ok:
+                self._deadlines.pop(req.request_id, None)
         if recorded:
             crash_point("after_dispatch_recorded")
         for sid, req in recorded:

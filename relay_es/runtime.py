@@ -107,6 +107,8 @@ class Runtime:
                 owner=settings.instance,
                 response_timeout=settings.recovery_response_timeout.total_seconds(),
                 retention_interval=settings.retention_interval.total_seconds(),
+                limits=settings.limits,
+                monotonic=self.clock.monotonic,  # recovery deadlines are on the process manager's clock
             )
             self.pm = ProcessManager(
                 self.relay,

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from relay_es.errors import InvalidSetting
+from relay_es.protocol.limits import ResourceLimits
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,47 @@ TIMINGS = {
         "after a restart, how long executors get to reconnect before overdue deadlines are enforced",
     ),
 }
+
+
+@dataclass(frozen=True)
+class LimitSetting:
+    flag: str
+    env: str
+    help: str
+
+
+_DEFAULT_LIMITS = ResourceLimits()
+
+# Resource limits (ADR 15): one per field of ResourceLimits, a whole number >= 1.
+LIMITS = {
+    "connections_per_key": LimitSetting(
+        "--max-connections-per-key", "RELAY_MAX_CONNECTIONS_PER_KEY", "open executor sockets one key may hold"),
+    "connections_per_app": LimitSetting(
+        "--max-connections-per-app", "RELAY_MAX_CONNECTIONS_PER_APP", "open executor sockets of one application"),
+    "executors_per_key": LimitSetting(
+        "--max-executors-per-key", "RELAY_MAX_EXECUTORS_PER_KEY",
+        "distinct executor ids (not yet deleted) one key may register"),
+    "executors_per_app": LimitSetting(
+        "--max-executors-per-app", "RELAY_MAX_EXECUTORS_PER_APP",
+        "distinct executor ids (not yet deleted) of one application"),
+    "handshakes_per_address": LimitSetting(
+        "--max-handshakes-per-address", "RELAY_MAX_HANDSHAKES_PER_ADDRESS",
+        "sockets from one address that have not answered executor_info yet"),
+}
+
+
+def limit_default(key: str) -> int:
+    return int(getattr(_DEFAULT_LIMITS, key))
+
+
+def _count(name: str, raw: Any) -> int:
+    try:
+        v = int(str(raw).strip())
+    except (TypeError, ValueError):
+        raise InvalidSetting(name, f"must be a whole number, got {raw!r}") from None
+    if not 1 <= v <= 10_000_000:
+        raise InvalidSetting(name, f"must be 1 to 10000000, got {raw!r}")
+    return v
 
 
 def _duration(name: str, raw: Any) -> timedelta:
@@ -78,6 +120,7 @@ class Settings:
     recovery_response_timeout: timedelta = timedelta(seconds=30)
     retention_interval: timedelta = timedelta(seconds=300)
     restart_settle: timedelta = timedelta(seconds=5)
+    limits: ResourceLimits = ResourceLimits()
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
 
     @classmethod
@@ -112,8 +155,10 @@ class Settings:
             raise InvalidSetting(
                 "RELAY_PING_WAIT_SECS", "must be longer than RELAY_PING_INTERVAL_SECS (a pong needs time to come back)"
             )
+        limits = ResourceLimits(**{k: _count(t.env, pick(k, t.env, limit_default(k))) for k, t in LIMITS.items()})
         return cls(
             host=host,
+            limits=limits,
             port=port,
             database_url=pick("database_url", "RELAY_DATABASE_URL", None),
             auth=auth,

@@ -11,24 +11,41 @@ Close codes Relay uses (executors reconnect after any of them):
 
 ==== ==========================================================================
 1001 Relay is shutting down
-1008 the executor broke the protocol (unusable ``executor_info`` reply)
+1007 a text frame that is not UTF-8
+1008 the executor broke the protocol: an unusable ``executor_info`` reply, or
+     any other frame before it
+1009 a frame over the cap: 64 KiB until ``executor_info`` is answered, then
+     128 MiB (``relay_es.protocol.limits``); audited ``frame_too_large``
 4001 superseded: a newer connection with the same executor id took over
 4002 handshake timeout: ``executor_info`` was not answered in time
 4003 the token this executor connected with was revoked
+4004 ``executor_info`` out of bounds: a field too long, a control or format
+     character in an identifier, metadata too large or holding U+0000
+4005 a resource limit: a new executor id over the key's or the
+     application's limit of executor ids (``ResourceLimits``)
 ==== ==========================================================================
 
+Every fatal violation is audited as ``protocol.violation`` (its ``kind`` in
+the detail) and nothing of it reaches the store. Audit entries and warnings
+of one kind are throttled (:class:`~relay_es.adapters.throttle.Throttle`):
+one per window, counting the rest.
+
 The hub is also the recovery :class:`~relay_es.process_manager.Dispatcher`:
-it owns the sockets, so it is the one that sends a dispatch.
+it owns the sockets, so it is the one that sends a dispatch, within the
+deadline the process manager gave it (ADR 15).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,25 +58,31 @@ from relay_es.aggregates.executor import executor_stream_id
 from relay_es.faults import crash_point
 from relay_es.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest
 from relay_es.protocol import messages as m
+from relay_es.protocol.limits import MAX_FRAME, ResourceLimits, printable
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
 from relay_es.adapters.admission import Gate, Refused
 from relay_es.adapters.outbox import Outbox
+from relay_es.adapters.throttle import Throttle
+from relay_es.adapters.uvicorn_ws import Withdrawn
 from relay_es.service import ExecutorInfo, Relay
 
 log = logging.getLogger(__name__)
 
 CLOSE_SHUTDOWN = 1001
 CLOSE_PROTOCOL = 1008
+CLOSE_TOO_BIG = 1009
 CLOSE_SUPERSEDED = 4001
 CLOSE_HANDSHAKE_TIMEOUT = 4002
 CLOSE_REVOKED = 4003
+CLOSE_OUT_OF_BOUNDS = 4004
+CLOSE_LIMIT = 4005
 
-# Largest frame accepted. list_workflows / export_workflow replies carry
-# workflow inputs and outputs and run to many MB; the TypeScript SDK's own
-# limit is 100 MiB. A larger frame closes the socket with 1009.
-MAX_FRAME = 128 * 1024 * 1024
+CLOSE_FOR = {"info_out_of_bounds": CLOSE_OUT_OF_BOUNDS, "limit_exceeded": CLOSE_LIMIT}  # other fatal kinds: 1008
 
-VIOLATION_AUDIT_INTERVAL = 60.0  # seconds between audit entries of one kind per app
+__all__ = ["MAX_FRAME", "Hub", "Connection"]  # MAX_FRAME: the socket's cap once registered (limits.py)
+
+VIOLATION_AUDIT_INTERVAL = 60.0  # seconds between audit entries (and warnings) of one kind per app
+REFUSAL_QUIET = 60.0  # an address with no refusal for this long starts again at no delay
 
 
 class ConnectionLost(Exception):
@@ -84,6 +107,23 @@ def scrub(path: str) -> str:
     return path[: i + 1] + "***" if "/websocket/" in path and i >= 0 else path
 
 
+class Guard:
+    """Held while a recovery frame is written: the frame goes out only if its
+    attempt has not expired, and an expiry (from the process manager's thread)
+    waits until the write is done. Used by the socket (``relay.guard`` in the
+    ASGI message, see ``uvicorn_ws.py``) right before it writes."""
+
+    def __init__(self, lock: threading.Lock, allowed: Callable[[], bool]) -> None:
+        self.lock, self.allowed = lock, allowed
+
+    def __enter__(self) -> bool:
+        self.lock.acquire()
+        return self.allowed()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.lock.release()
+
+
 @dataclass
 class Connection:
     id: str
@@ -92,6 +132,8 @@ class Connection:
     peer: str
     token: str | None
     send_message: Callable[[dict[str, Any]], Awaitable[None]]
+    key_id: tuple[str, ...] = ()
+    raise_frame_cap: Callable[[int], None] | None = None
     session: Session = field(default_factory=Session)
     waiters: dict[str, asyncio.Future[m.Response]] = field(default_factory=dict)
     stream_id: UUID | None = None
@@ -103,25 +145,35 @@ class Connection:
     close_reason: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def send_text(self, text: str) -> None:
+    async def send_text(self, text: str, guard: Guard | None = None) -> None:
         if self.closed:
             raise ConnectionLost(f"connection {self.id} is closed")
+        message: dict[str, Any] = {"type": "websocket.send", "text": text}
         try:
             async with self.lock:
-                await self.send_message({"type": "websocket.send", "text": text})
+                if guard is None:
+                    await self.send_message(message)
+                    return
+                message["relay.guard"] = guard  # the socket checks it again right before writing
+                with guard as allowed:
+                    if not allowed:
+                        raise Withdrawn()
+                await self.send_message(message)
+        except Withdrawn:
+            raise
         except Exception as e:  # the socket is going away under us (ClientDisconnected, OSError...)
             self.closed = True
             raise ConnectionLost(f"connection {self.id}: {e.__class__.__name__}") from e
 
-    async def call(self, make: Callable[[str], m.Request], timeout: float) -> m.Response:
+    async def call(self, make: Callable[[str], m.Request], timeout: float, guard: Guard | None = None) -> m.Response:
         if self.closed or self.session.state is not State.REGISTERED:
             raise ConnectionLost(f"connection {self.id} is not open")
         request_id, frame = self.session.request(make)
         fut: asyncio.Future[m.Response] = asyncio.get_running_loop().create_future()
         self.waiters[request_id] = fut
         try:
-            await self.send_text(frame)
-            return await asyncio.wait_for(fut, timeout)
+            await self.send_text(frame, guard)
+            return await asyncio.wait_for(fut, max(0.0, timeout))
         finally:
             self.waiters.pop(request_id, None)
             self.session.forget(request_id)
@@ -147,12 +199,16 @@ class Hub:
         handshake_timeout: float = 10.0,
         retention_interval: float = 300.0,
         workers: int = 8,
+        limits: ResourceLimits = ResourceLimits(),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.relay = relay
         self.owner = owner
         self.response_timeout = response_timeout
         self.handshake_timeout = handshake_timeout
         self.retention_interval = retention_interval
+        self.limits = limits
+        self.monotonic = monotonic  # the process manager's clock: recovery deadlines are on it
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="relay-cmd")
         self.gate: Any = Gate(relay, self.run)
         self.pm: ProcessManager | None = None
@@ -161,9 +217,19 @@ class Hub:
         self.by_executor: dict[tuple[str, str, str], Connection] = {}
         self.shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._violations: dict[tuple[str, str, str], tuple[float, int]] = {}
-        self._refusals: dict[str, tuple[float, int]] = {}  # peer host -> (last refusal, strikes)
-        self._refusal_audit: dict[tuple[str, str, str], tuple[float, int]] = {}
+        # One throttle class for every repeated thing a hostile peer can cause; each prunes itself.
+        self._violations = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, kind)
+        self._refusals = Throttle(REFUSAL_QUIET, clock=monotonic)  # address: slow-down strikes, one log line
+        self._refusal_audit = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, address)
+        # Resources held, for ResourceLimits:
+        self._handshaking: Counter[str] = Counter()  # address -> sockets not yet registered
+        self._by_key: Counter[tuple[str, ...]] = Counter()  # key -> open sockets
+        self._by_app: Counter[tuple[str, str]] = Counter()  # (org, app) -> open sockets
+        self._key_ids: dict[tuple[str, ...], dict[tuple[str, str, str], None]] = {}  # key -> executor ids it registered
+        # Recovery attempts the process manager expired (see Guard); guarded by _dispatch_lock.
+        self._dispatch_lock = threading.Lock()
+        self._expired: set[str] = set()
+        self._recovering: set[str] = set()
         self.on_refused: Callable[[], None] = lambda: None
         self.outbox = Outbox(relay, self.run)
         self.on_connection_change: Callable[[int], None] = lambda n: None
@@ -194,83 +260,124 @@ class Hub:
             t.cancel()
         self.pool.shutdown(wait=False, cancel_futures=False)
 
+    @staticmethod
+    def key_id(org: str, token: str | None, key: str) -> tuple[str, ...]:
+        """What a key is counted as: its token in auth mode; in development mode a
+        digest of the key (any key is accepted there, and none is kept in memory)."""
+        if token is not None:
+            return ("token", org, token)
+        return ("key", org, hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32])
+
     # ------------------------------------------------------------------ ASGI
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
         peer = "%s:%s" % tuple(scope.get("client") or ("?", "?"))
+        host = peer.rsplit(":", 1)[0]
         first = await receive()
         if first["type"] != "websocket.connect":
             return
         parsed = parse_path(path)
+        self._handshaking[host] += 1
+        registered = False
         try:
-            if parsed is None:
-                raise Refused(404, "Not found", "executors connect at /websocket/{appName}/{conductorKey}", audit=False)
-            if self.shutting_down:
-                raise Refused(503, "Shutting down", "Relay is shutting down; retry shortly", audit=False)
-            app, key = parsed
-            org, token = await self.gate.admit(app, key, peer, headers=scope.get("headers") or [])
-        except Refused as r:
-            log.info("refused executor handshake from %s on %s: %s %s", peer, scrub(path), r.status, r.detail)
-            await self._slow_down(peer)
-            if r.audit and parsed is not None:
-                await self._audit_refusal(parsed[0], peer, r)
-            await self._refuse(send, r)
-            return
-        self._refusals.pop(peer.rsplit(":", 1)[0], None)
-        await send({"type": "websocket.accept"})
-        conn = Connection(id=uuid.uuid4().hex, org=org, app=app, peer=peer, token=token, send_message=send)
-        self.connections[conn.id] = conn
-        self.on_connection_change(len(self.connections))
-        code: int | None = None
-        # A timer, not a task: most executors answer at once, and a task per socket is memory and work.
-        handshake = asyncio.get_running_loop().call_later(self.handshake_timeout, self._handshake_expired, conn)
-        try:
-            await conn.send_text(conn.session.open())
-            while True:
-                message = await receive()
-                kind = message["type"]
-                if kind == "websocket.receive":
-                    data = message.get("text")
-                    if data is None:
-                        data = message.get("bytes") or b""
-                    for ev in conn.session.receive(data):
-                        await self._on_event(conn, ev)
-                elif kind == "websocket.disconnect":
-                    code = message.get("code")
-                    break
-        except (ConnectionLost, OSError) as e:
-            log.debug("connection %s ended: %s", conn.id, e)
+            try:
+                if parsed is None:
+                    raise Refused(404, "Not found", "executors connect at /websocket/{appName}/{conductorKey}",
+                                  audit=False)
+                if self.shutting_down:
+                    raise Refused(503, "Shutting down", "Relay is shutting down; retry shortly", audit=False)
+                if self._handshaking[host] > self.limits.handshakes_per_address:
+                    raise Refused(429, "Too many handshakes",
+                                  f"more than {self.limits.handshakes_per_address} handshakes in flight from this "
+                                  "address (RELAY_MAX_HANDSHAKES_PER_ADDRESS)", audit=False)
+                app, key = parsed
+                org, token = await self.gate.admit(app, key, peer, headers=scope.get("headers") or [])
+                key_id = self.key_id(org, token, key)
+                if self._by_key[key_id] >= self.limits.connections_per_key:
+                    raise Refused(429, "Too many connections",
+                                  f"this key has {self.limits.connections_per_key} open connections "
+                                  "(RELAY_MAX_CONNECTIONS_PER_KEY)", org=org)
+                if self._by_app[(org, app)] >= self.limits.connections_per_app:
+                    raise Refused(429, "Too many connections",
+                                  f"application {app!r} has {self.limits.connections_per_app} open connections "
+                                  "(RELAY_MAX_CONNECTIONS_PER_APP)", org=org)
+            except Refused as r:
+                hit = self._refusals.hit(host)
+                if hit.passed:  # one line per address per quiet period, not one per refusal
+                    log.info("refused executor handshake from %s on %s: %s %s%s", peer, printable(scrub(path)),
+                             r.status, r.detail, f" ({hit.suppressed} more refused)" if hit.suppressed else "")
+                await self._slow_down(hit.strikes)
+                if r.audit and parsed is not None:
+                    await self._audit_refusal(parsed[0], host, r)
+                await self._refuse(send, r)
+                return
+            self._refusals.forget(host)
+            await send({"type": "websocket.accept"})
+            ext = (scope.get("extensions") or {}).get("relay.frame_cap")
+            conn = Connection(id=uuid.uuid4().hex, org=org, app=app, peer=peer, token=token, send_message=send,
+                              key_id=key_id, raise_frame_cap=ext)
+            self._by_key[key_id] += 1
+            self._by_app[(org, app)] += 1
+            self.connections[conn.id] = conn
+            self.on_connection_change(len(self.connections))
+            code: int | None = None
+            # A timer, not a task: most executors answer at once, and a task per socket is memory and work.
+            handshake = asyncio.get_running_loop().call_later(self.handshake_timeout, self._handshake_expired, conn)
+            try:
+                await conn.send_text(conn.session.open())
+                while True:
+                    message = await receive()
+                    kind = message["type"]
+                    if kind == "websocket.receive":
+                        data = message.get("text")
+                        if data is None:
+                            data = message.get("bytes") or b""
+                        for ev in conn.session.receive(data):
+                            await self._on_event(conn, ev)
+                        if not registered and conn.session.state is State.REGISTERED:
+                            registered = True
+                            self._handshaking[host] -= 1
+                    elif kind == "websocket.disconnect":
+                        code = message.get("code")
+                        if message.get("relay.too_big"):  # our own 1009: the frame cap
+                            await self._violation(conn, Violation(
+                                "frame_too_large", printable(message.get("reason") or "frame over the cap")
+                                + ("" if registered else " (before executor_info was answered)"), fatal=True))
+                        break
+            except (ConnectionLost, OSError) as e:
+                log.debug("connection %s ended: %s", conn.id, e)
+            finally:
+                handshake.cancel()
+                self._by_key[key_id] -= 1
+                if self._by_key[key_id] <= 0:
+                    del self._by_key[key_id]
+                self._by_app[(org, app)] -= 1
+                if self._by_app[(org, app)] <= 0:
+                    del self._by_app[(org, app)]
+                await self._cleanup(conn, code)
         finally:
-            handshake.cancel()
-            await self._cleanup(conn, code)
+            if not registered:
+                self._handshaking[host] -= 1
+            if self._handshaking[host] <= 0:
+                del self._handshaking[host]
 
-    async def _slow_down(self, peer: str) -> None:
+    async def _slow_down(self, strikes: int) -> None:
         """Repeated refusals from one address are answered more and more slowly
         (0.1 s doubling to 5 s; forgotten after a minute of quiet)."""
         self.on_refused()
-        host = peer.rsplit(":", 1)[0]
-        now = time.monotonic()
-        last, strikes = self._refusals.get(host, (now, 0))
-        strikes = 0 if now - last > 60 else strikes
-        self._refusals[host] = (now, strikes + 1)
         if strikes:
             await asyncio.sleep(min(0.1 * 2 ** (strikes - 1), 5.0))
 
-    async def _audit_refusal(self, app: str, peer: str, r: Refused) -> None:
+    async def _audit_refusal(self, app: str, host: str, r: Refused) -> None:
         """One audit entry per (org, app, address) per interval, counting the rest."""
         orgs = [r.org] if r.org else await self.gate.orgs_for(app)
-        host = peer.rsplit(":", 1)[0]
         for org in orgs:
-            k = (org, app, host)
-            now = time.monotonic()
-            last, suppressed = self._refusal_audit.get(k, (-1e18, 0))
-            if now - last < VIOLATION_AUDIT_INTERVAL:
-                self._refusal_audit[k] = (last, suppressed + 1)
+            hit = self._refusal_audit.hit((org, app, host))
+            if not hit.passed:
                 continue
-            self._refusal_audit[k] = (now, 0)
             try:
                 await self.run(self.relay.record_refusal, org, app=app, peer=host, status=r.status, reason=r.detail,
-                               suppressed=suppressed)
+                               suppressed=hit.suppressed)
             except Exception:
                 log.exception("could not record a refused handshake")
 
@@ -309,11 +416,47 @@ class Hub:
             if fut is not None and not fut.done():
                 fut.set_result(ev.response)
         elif isinstance(ev, Registered):
+            refusal = self._over_limit(conn, ev.info.executor_id)
+            if refusal is not None:
+                conn.session.close()
+                await self._violation(conn, Violation("limit_exceeded", refusal, fatal=True))
+                await conn.close(CLOSE_LIMIT, "limit reached")
+                return
             await self._register(conn, ev.info)
+            if conn.raise_frame_cap is not None:
+                conn.raise_frame_cap(MAX_FRAME)  # registered: replies may carry workflow data now
         elif isinstance(ev, Violation):
             await self._violation(conn, ev)
             if ev.fatal:
-                await conn.close(CLOSE_PROTOCOL, ev.kind)
+                await conn.close(CLOSE_FOR.get(ev.kind, CLOSE_PROTOCOL), ev.kind)
+
+    def _over_limit(self, conn: Connection, executor_id: str) -> str | None:
+        """Why a new executor id may not register on this connection, or None.
+        An id that already exists (a reconnect, a takeover) is never refused."""
+        key = (conn.org, conn.app, executor_id)
+        if key in self.by_executor:
+            return None
+        sid = str(executor_stream_id(*key))
+        known = self.pm is not None and self.pm.is_listed(sid)
+        ids = self._key_ids.setdefault(conn.key_id, {})
+        if key not in ids and not known and len(ids) >= self.limits.executors_per_key:
+            self._prune_key_ids(ids)
+            if len(ids) >= self.limits.executors_per_key:
+                return (f"this key already has {len(ids)} executor ids (RELAY_MAX_EXECUTORS_PER_KEY); "
+                        f"executor {printable(executor_id, 80)!r} refused")
+        if not known and self.pm is not None and self.pm.listed(conn.org, conn.app) >= self.limits.executors_per_app:
+            return (f"application {conn.app!r} already has {self.limits.executors_per_app} executors "
+                    f"(RELAY_MAX_EXECUTORS_PER_APP); executor {printable(executor_id, 80)!r} refused")
+        ids[key] = None
+        return None
+
+    def _prune_key_ids(self, ids: dict[tuple[str, str, str], None]) -> None:
+        """Forgets the executor ids that are gone: not connected here, deleted (or never recorded)."""
+        for key in list(ids):
+            if key in self.by_executor or self.outbox.holds(key):
+                continue
+            if self.pm is None or not self.pm.is_listed(str(executor_stream_id(*key))):
+                del ids[key]
 
     async def _register(self, conn: Connection, info: m.ExecutorInfoResponse) -> None:
         key = (conn.org, conn.app, info.executor_id)
@@ -339,24 +482,25 @@ class Hub:
         ))
         if old is not None and old is not conn and not old.closed:
             old.superseded = True
-            log.info("executor %s: connection %s superseded by %s", info.executor_id, old.id, conn.id)
+            log.info("executor %s: connection %s superseded by %s", printable(info.executor_id), old.id, conn.id)
             await old.close(CLOSE_SUPERSEDED, "superseded by a newer connection")
-        log.info("executor %s of %s/%s connected (version %s) from %s", info.executor_id, conn.org, conn.app,
-                 info.application_version, conn.peer)
+        log.info("executor %s of %s/%s connected (version %s) from %s", printable(info.executor_id), conn.org,
+                 conn.app, printable(info.application_version), conn.peer)
 
     async def _violation(self, conn: Connection, v: Violation) -> None:
-        log.warning("executor %s (%s/%s from %s): %s: %s", conn.executor_id or "?", conn.org, conn.app, conn.peer,
-                    v.kind, v.detail)
-        k = (conn.org, conn.app, v.kind)
-        now = time.monotonic()
-        last, suppressed = self._violations.get(k, (-1e18, 0))
-        if now - last < VIOLATION_AUDIT_INTERVAL:
-            self._violations[k] = (last, suppressed + 1)
+        """Audited and logged once per (org, app, kind) per interval, counting the rest."""
+        hit = self._violations.hit((conn.org, conn.app, v.kind))
+        if not hit.passed:
+            log.debug("executor %s (%s/%s from %s): %s: %s", printable(conn.executor_id or "?"), conn.org, conn.app,
+                      conn.peer, v.kind, v.detail)
             return
-        self._violations[k] = (now, 0)
+        log.warning("executor %s (%s/%s from %s): %s: %s%s", printable(conn.executor_id or "?"), conn.org, conn.app,
+                    conn.peer, v.kind, v.detail,
+                    f" ({hit.suppressed} more of this kind in the last {VIOLATION_AUDIT_INTERVAL:g}s)"
+                    if hit.suppressed else "")
         try:
             await self.run(self.relay.record_violation, conn.org, conn.app, kind=v.kind, detail=v.detail,
-                           executor_id=conn.executor_id, peer=conn.peer, suppressed=suppressed)
+                           executor_id=conn.executor_id, peer=conn.peer, suppressed=hit.suppressed)
         except Exception:
             log.exception("could not record a protocol violation")
 
@@ -394,43 +538,65 @@ class Hub:
     def send_recovery(self, request: RecoveryRequest) -> None:
         """Dispatcher interface: called from the process manager's thread."""
         assert self.loop is not None, "hub not started"
+        with self._dispatch_lock:
+            self._recovering.add(request.request_id)
         self.loop.call_soon_threadsafe(self._spawn, self._recover(request))
+
+    def expire(self, request_id: str) -> None:
+        """Dispatcher interface, from the process manager's thread: the attempt's
+        deadline came and its failure is about to be recorded. Once this returns,
+        no frame of it is being written or will be."""
+        with self._dispatch_lock:
+            if request_id in self._recovering:
+                self._expired.add(request_id)
 
     def _answer(self, outcome: RecoveryOutcome) -> None:
         if self.pm is not None:
             self.pm.recovery_answered(outcome)
 
     async def _recover(self, req: RecoveryRequest) -> None:
-        conn = self.by_executor.get((req.org, req.app, req.target_executor_id))
-        if conn is None or conn.closed or (req.target_connection_id and conn.id != req.target_connection_id):
-            self._answer(RecoveryOutcome(req.request_id, False, reason=f"target {req.target_executor_id} is not connected"))
-            return
-        version = req.app_version or ""
+        """Asks the target within the attempt's one deadline: nothing is sent
+        after it, whatever the process manager's thread is doing."""
+        deadline = req.deadline if req.deadline is not None else self.monotonic() + self.response_timeout
+        timeout = f"no answer within {self.response_timeout:g}s"
+        guard = Guard(self._dispatch_lock,
+                      lambda: req.request_id not in self._expired and self.monotonic() < deadline)
+        with self._dispatch_lock:
+            self._recovering.add(req.request_id)
         try:
+            conn = self.by_executor.get((req.org, req.app, req.target_executor_id))
+            if conn is None or conn.closed or (req.target_connection_id and conn.id != req.target_connection_id):
+                self._answer(RecoveryOutcome(req.request_id, False, reason=f"target {req.target_executor_id} is not connected"))
+                return
+            version = req.app_version or ""
             exist = await conn.call(
                 lambda rid: m.ExistPendingWorkflowsRequest(request_id=rid, executor_id=req.dead_executor_id,
                                                            application_version=version),
-                self.response_timeout,
+                deadline - self.monotonic(), guard,
             )
             if exist.failed:
-                self._answer(RecoveryOutcome(req.request_id, False, reason=f"exist_pending_workflows failed: {exist.error_message}"))
+                self._answer(RecoveryOutcome(req.request_id, False, reason=f"exist_pending_workflows failed: {printable(exist.error_message)}"))
                 return
             if not getattr(exist, "exist", False):
                 self._answer(RecoveryOutcome(req.request_id, True, pending_found=False))
                 return
             answer = await conn.call(
                 lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=[req.dead_executor_id]),
-                self.response_timeout,
+                deadline - self.monotonic(), guard,
             )
             crash_point("before_answer_recorded")
             if answer.failed:
-                self._answer(RecoveryOutcome(req.request_id, False, reason=f"recovery failed: {answer.error_message or 'success is not true'}"))
+                self._answer(RecoveryOutcome(req.request_id, False, reason=f"recovery failed: {printable(answer.error_message or 'success is not true')}"))
                 return
             self._answer(RecoveryOutcome(req.request_id, True, pending_found=True))
-        except asyncio.TimeoutError:
-            self._answer(RecoveryOutcome(req.request_id, False, reason=f"no answer within {self.response_timeout:g}s"))
+        except (asyncio.TimeoutError, Withdrawn):
+            self._answer(RecoveryOutcome(req.request_id, False, reason=timeout))
         except ConnectionLost as e:
             self._answer(RecoveryOutcome(req.request_id, False, reason=f"target connection lost: {e}"))
+        finally:
+            with self._dispatch_lock:
+                self._recovering.discard(req.request_id)
+                self._expired.discard(req.request_id)
 
     # ------------------------------------------------------------- retention
     async def _retention_loop(self) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -27,16 +25,30 @@ class Outbox:
     * **Retried**: while the store is unreachable (Postgres restarting) the
       batch is retried with backoff until it is recorded; none is lost, and
       the sockets -- whose pings uvicorn answers without us -- stay up.
+    * **Never dropped on a bug**: a batch that fails with anything but a store
+      outage is a bug. Its transitions are tried one by one; each that fails
+      alone is logged with its traceback once, counted (``errors``), kept at
+      the head of its executor's queue and retried with its own backoff
+      (``BUG_BACKOFF``, doubling to ``BUG_BACKOFF_MAX``), while the other
+      executors' transitions keep flowing.
     """
 
-    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], *, max_batch: int = 1000) -> None:
+    BUG_BACKOFF = 1.0
+    BUG_BACKOFF_MAX = 60.0
+
+    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], *, max_batch: int = 1000,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.relay = relay
         self.run = run
         self.max_batch = max_batch
+        self.monotonic = monotonic
         self._queues: dict[Any, deque[Any]] = {}
+        self._stuck: dict[Any, tuple[float, float]] = {}  # key -> (retry at, backoff) of a head that hit a bug
         self._task: asyncio.Task[Any] | None = None
+        self._wake = asyncio.Event()
         self.retries = 0
         self.batches = 0
+        self.errors = 0  # transitions that failed for a reason other than the store being away
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -45,31 +57,50 @@ class Outbox:
         """Transitions of this executor are waiting (or being written)."""
         return key in self._queues
 
+    def stuck(self) -> list[Any]:
+        """Executors whose oldest transition failed on a bug and waits to be retried."""
+        return list(self._stuck)
+
     def submit(self, key: Any, op: Any) -> None:
         self._queues.setdefault(key, deque()).append(op)
+        self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._write())
+
+    def _heads(self, now: float) -> list[tuple[Any, deque[Any]]]:
+        out = []
+        for key, queue in self._queues.items():
+            stuck = self._stuck.get(key)
+            if stuck is not None and stuck[0] > now:
+                continue
+            out.append((key, queue))
+            if len(out) >= self.max_batch:
+                break
+        return out
+
+    def _done(self, key: Any, queue: deque[Any]) -> None:
+        queue.popleft()
+        self._stuck.pop(key, None)
+        if not queue:
+            del self._queues[key]
 
     async def _write(self) -> None:
         delay = 0.2
         while self._queues:
-            heads = list(itertools.islice(self._queues.items(), self.max_batch))
+            self._wake.clear()
+            heads = self._heads(self.monotonic())
+            if not heads:  # only stuck executors: wait for the first retry, or for new work
+                wait = min(at for at, _ in self._stuck.values()) - self.monotonic()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.01, wait))
+                except asyncio.TimeoutError:
+                    pass
+                continue
             try:
                 await self.run(self.relay.execute, [q[0] for _, q in heads])
             except Exception as e:
                 if not is_store_error(e):
-                    # A bug, not an outage: record what can be, one by one, and say what could not.
-                    log.exception("recording %d transition(s) failed", len(heads))
-                    for key, queue in heads:
-                        try:
-                            await self.run(self.relay.execute, [queue[0]])
-                        except Exception:
-                            if is_store_error(sys.exc_info()[1]):  # the store went away meanwhile
-                                break
-                            log.exception("dropped a transition of %s that cannot be recorded", key)
-                        queue.popleft()
-                        if not queue:
-                            del self._queues[key]
+                    await self._one_by_one(heads)
                     continue
                 self.retries += 1
                 log.warning("store unavailable recording %d transition(s) (%s: %s); retrying in %.1fs",
@@ -80,9 +111,29 @@ class Outbox:
             self.batches += 1
             delay = 0.2
             for key, queue in heads:
-                queue.popleft()
-                if not queue:
-                    del self._queues[key]
+                self._done(key, queue)
+
+    async def _one_by_one(self, heads: list[tuple[Any, deque[Any]]]) -> None:
+        """A batch failed on a bug: record what can be, alone; keep what cannot."""
+        for key, queue in heads:
+            try:
+                await self.run(self.relay.execute, [queue[0]])
+            except Exception as e:
+                if is_store_error(e):  # the store went away meanwhile: the writer's loop retries it all
+                    return
+                self.errors += 1
+                previous = self._stuck.get(key)
+                backoff = self.BUG_BACKOFF if previous is None else min(previous[1] * 2, self.BUG_BACKOFF_MAX)
+                if previous is None:  # the traceback once per stuck transition, not once per retry
+                    log.exception("recording a transition of %s failed (a bug, not an outage); "
+                                  "kept and retried every %g-%gs", key, self.BUG_BACKOFF, self.BUG_BACKOFF_MAX)
+                else:
+                    log.error("a transition of %s still fails (%s: %s); retrying in %gs", key,
+                              e.__class__.__name__, e, backoff)
+                self._stuck[key] = (self.monotonic() + backoff, backoff)
+                continue
+            self.batches += 1
+            self._done(key, queue)
 
     async def drained(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -4,12 +4,23 @@ Executors connect through uvicorn's Sans-I/O ``websockets`` protocol: no task
 per connection, lean deflate, a peer's disconnect reported at once, and a
 silent socket (no pong within the ping timeout) failed with 1011 so that it
 reaches the application within ``RELAY_PING_WAIT_SECS``.
+
+Frame cap: a socket accepts messages of at most ``handshake_frame_cap`` bytes
+until the application raises the cap (the hub does once the executor is
+registered), so an unregistered client cannot make Relay buffer a 128 MiB
+message. A message over the cap fails the connection with 1009.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME
+
+
+class Withdrawn(Exception):
+    """A guarded frame (``relay.guard`` in a ``websocket.send``) was not written:
+    the guard said no right before the write."""
 
 
 def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
@@ -19,7 +30,7 @@ def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
     return budget - close_timeout, close_timeout
 
 
-def protocol_class(close_timeout: float) -> type:
+def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_HANDSHAKE_FRAME) -> type:
     """uvicorn's Sans-I/O ``websockets`` protocol (``websockets-sansio``), as Relay needs it.
 
     * It keeps no task per connection (the legacy protocol kept three), already
@@ -28,7 +39,12 @@ def protocol_class(close_timeout: float) -> type:
     * A keepalive ping that is not answered fails the connection with 1011 and
       closes the transport; the application would hear 1005. Relay reports it
       as the 1011 it is, so the executor is recorded ``ping_timeout``.
-    * ``close_timeout`` bounds the closing handshake Relay starts (4001-4003).
+    * ``close_timeout`` bounds the closing handshake Relay starts (4001-4005).
+    * Messages are capped at ``handshake_frame_cap`` bytes until the application
+      calls ``scope["extensions"]["relay.frame_cap"](n)``; a disconnect caused by
+      our own 1009 (a message over the cap) carries ``"relay.too_big": True``.
+    * A ``websocket.send`` with ``"relay.guard"`` (a context manager giving a bool)
+      is written under the guard, only if it says yes, else :class:`Withdrawn`.
     """
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -37,6 +53,18 @@ def protocol_class(close_timeout: float) -> type:
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
+            if handshake_frame_cap is not None:
+                self.conn.max_message_size = handshake_frame_cap
+
+        def set_frame_cap(self, size: int | None) -> None:
+            """Takes effect from the next frame parsed."""
+            self.conn.max_message_size = size
+
+        def handle_connect(self, event: Any) -> None:
+            super().handle_connect(event)
+            scope = getattr(self, "scope", None)
+            if scope is not None:  # the upgrade was accepted; the application's task has not started yet
+                scope["extensions"]["relay.frame_cap"] = self.set_frame_cap
 
         def keepalive_timeout(self) -> None:
             self.keepalive_timed_out = True
@@ -44,11 +72,24 @@ def protocol_class(close_timeout: float) -> type:
 
         async def receive(self) -> Any:
             message = await super().receive()
-            if message.get("type") == "websocket.disconnect" and self.keepalive_timed_out:
-                message = {**message, "code": 1011, "reason": "keepalive ping timeout"}
+            if message.get("type") == "websocket.disconnect":
+                if self.keepalive_timed_out:
+                    message = {**message, "code": 1011, "reason": "keepalive ping timeout"}
+                elif self.conn.close_sent is not None and self.conn.close_sent.code == 1009:
+                    message = {**message, "relay.too_big": True}
             return message
 
         async def send(self, message: Any) -> None:
+            guard = message.get("relay.guard")
+            if guard is not None:
+                await self.writable.wait()
+                # No await between the guard's answer and the write: super().send finds
+                # the transport writable and writes at once.
+                with guard as allowed:
+                    if not allowed:
+                        raise Withdrawn()
+                    await super().send(message)
+                return
             await super().send(message)
             if message.get("type") == "websocket.http.response.body" and not message.get("more_body", False):
                 # A handshake refused with an HTTP response is complete: uvicorn would log
