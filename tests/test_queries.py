@@ -1,0 +1,152 @@
+"""History and as-of are bounded per call and paginated, on both stores:
+in-process on a fake clock, then through the REST API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from relay_es import queries
+from relay_es.errors import UnknownExecutor
+from tests.fake_executor import FakeExecutor
+from tests.server import RelayServer
+from tests.support import World
+
+
+@pytest.fixture
+def world(clock, store_url) -> Iterator[World]:
+    w = World(clock, store_url, grace=3600)
+    yield w
+    w.close()
+
+
+def churn(w: World, executor_id: str, times: int) -> None:
+    """A stream of 1 + 2 * times events: connected, then (disconnected, reconnected) * times."""
+    w.connect(executor_id)
+    for i in range(times):
+        w.drop(executor_id)
+        w.clock.advance(1)
+        w.connect(executor_id, conn=f"{executor_id}-{i}")
+
+
+def versions(page: list[dict[str, Any]]) -> list[int]:
+    return [e["version"] for e in page]
+
+
+@pytest.mark.parametrize("chunk", [3, 500])
+def test_history_pages_by_version(world: World, monkeypatch, chunk: int) -> None:
+    monkeypatch.setattr(queries, "CHUNK", chunk)
+    churn(world, "A", 12)
+    total = len(world.history("A"))
+    assert total >= 25
+    everything = queries.executor_history(world.relay, "local", "app", "A")
+    assert versions(everything) == list(range(1, total + 1))
+    pages, after = [], 0
+    while True:
+        page = queries.executor_history(world.relay, "local", "app", "A", after=after, limit=10)
+        assert len(page) <= 10
+        pages.append(page)
+        if len(page) < 10:
+            break
+        after = page[-1]["version"]
+    assert [e for p in pages for e in p] == everything
+    assert queries.executor_history(world.relay, "local", "app", "A", after=total) == []
+    with pytest.raises(UnknownExecutor):
+        queries.executor_history(world.relay, "local", "app", "nobody")
+    with pytest.raises(UnknownExecutor):
+        queries.executor_history(world.relay, "local", "app", "nobody", after=5)
+
+
+def test_as_of_pages_by_executor_and_folds_at_most_limit_streams(world: World) -> None:
+    for x in ("A", "B"):
+        world.connect(x)
+    world.clock.advance(10)
+    at = world.clock.now()
+    world.clock.advance(10)
+    for x in ("C", "D", "E"):
+        world.connect(x)
+    world.sync()
+    got, cursor, pages = [], None, 0
+    while True:
+        rows, cursor = queries.executors_as_of(world.relay, world.db, "local", "app", at, after=cursor, limit=2)
+        got += [r.executor_id for r in rows]
+        pages += 1
+        if cursor is None:
+            break
+    assert got == ["A", "B"] and pages == 3  # C, D and E were not there yet: short pages, still paged through
+    rows, cursor = queries.executors_as_of(world.relay, world.db, "local", "app", world.clock.now(), limit=100)
+    assert [r.executor_id for r in rows] == ["A", "B", "C", "D", "E"] and cursor is None
+
+
+def test_as_of_an_old_instant_reads_little_of_a_long_stream(world: World, monkeypatch) -> None:
+    monkeypatch.setattr(queries, "CHUNK", 4)
+    world.connect("A")
+    at = world.clock.now()
+    world.clock.advance(5)
+    churn(world, "B", 15)
+    churn(world, "A", 15)
+    read: list[int] = []
+    store = world.relay.repository.event_store
+    real_get = store.get
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        events = list(real_get(*a, **kw))
+        read.append(len(events))
+        return iter(events)
+
+    monkeypatch.setattr(store, "get", counting)
+    rows, _ = queries.executors_as_of(world.relay, world.db, "local", "app", at)
+    assert [r.executor_id for r in rows] == ["A"]
+    assert sum(read) <= 2 * 4  # a chunk of each stream, not 31 events of each
+
+
+def test_as_of_gives_way_between_streams(world: World) -> None:
+    for x in ("A", "B", "C"):
+        world.connect(x)
+    paused: list[int] = []
+    queries.executors_as_of(world.relay, world.db, "local", "app", world.clock.now(), pause=lambda: paused.append(1))
+    assert len(paused) == 3
+
+
+# ------------------------------------------------------------------ REST
+
+
+@pytest.fixture
+def server(tmp_path, store_url) -> Iterator[RelayServer]:
+    s = RelayServer(tmp_path, args=["--database-url", store_url]).start()
+    yield s
+    s.stop()
+
+
+def test_rest_limits_and_pages(server: RelayServer) -> None:
+    base = server.http + "/v2/orgs/local/apps/orders/executors"
+
+    async def connect() -> None:
+        for x in ("A", "B", "C"):
+            ex = await FakeExecutor(server.ws, app="orders", executor_id=x).connect()
+            await ex.close()
+
+    asyncio.run(connect())
+    at = "2100-01-01T00:00:00Z"
+    seen: list[str] = []
+    url: str | None = base + f"?asOf={at}&limit=2"
+    while url:
+        r = httpx.get(url, timeout=10)
+        assert r.status_code == 200, r.text
+        seen += [e["executorId"] for e in r.json()]
+        nxt = r.links.get("next", {}).get("url")
+        url = server.http + nxt if nxt else None
+    assert sorted(seen) == ["A", "B", "C"] and len(seen) == 3
+    for query in ("asOf=2100-01-01T00:00:00Z&limit=0", "asOf=2100-01-01T00:00:00Z&limit=101"):
+        assert httpx.get(f"{base}?{query}", timeout=10).status_code == 422
+    history = f"{base}/A/history"
+    first = httpx.get(history, params={"limit": 1}, timeout=10).json()
+    assert [e["version"] for e in first] == [1]
+    rest = httpx.get(history, params={"after": 1}, timeout=10).json()
+    assert all(e["version"] > 1 for e in rest) and rest
+    for params in ({"limit": 0}, {"limit": 1001}, {"after": -1}):
+        assert httpx.get(history, params=params, timeout=10).status_code == 422, params
