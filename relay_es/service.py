@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application as ESApplication
@@ -61,6 +61,27 @@ class TimedeltaAsMicroseconds(Transcoding):
 
     def decode(self, data: int) -> timedelta:
         return timedelta(microseconds=data)
+
+
+class AppSettingsAsDict(Transcoding):
+    """An application's settings, in its snapshots (events carry the fields one by one)."""
+
+    type = AppSettings
+    name = "app_settings"
+
+    def encode(self, obj: AppSettings) -> dict[str, Any]:
+        return {f: getattr(obj, f) for f in _SETTINGS_FIELDS}
+
+    def decode(self, data: dict[str, Any]) -> AppSettings:
+        return AppSettings(**data)
+
+
+_SETTINGS_FIELDS = tuple(AppSettings.__dataclass_fields__)
+
+# Streams that grow for ever: an org's Gate gets every refusal recorded, an Application its
+# retention rounds and violations. Loading one replays the latest snapshot and at most this
+# many events after it (ADR 16). Executor streams stay short (tens of events an incarnation).
+SNAPSHOT_EVERY = 100
 
 
 class OpaqueJSONAsText(Transcoding):
@@ -140,6 +161,7 @@ def is_store_error(e: BaseException) -> bool:
 
 class Relay(ESApplication[UUID]):
     name = "Relay"
+    snapshotting_intervals: ClassVar[dict[type, int]] = {Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY}
 
     def __init__(
         self,
@@ -163,6 +185,16 @@ class Relay(ESApplication[UUID]):
         super().register_transcodings(transcoder)
         transcoder.register(TimedeltaAsMicroseconds())
         transcoder.register(OpaqueJSONAsText())
+        transcoder.register(AppSettingsAsDict())
+
+    def _take_snapshots(self, processing_event: Any) -> None:
+        """After a save: a snapshot is a saving, never a command's outcome. Failing to take
+        one (the store went away just after the events were recorded) must not make a
+        recorded command look failed, and be run again; the next interval takes one."""
+        try:
+            super()._take_snapshots(processing_event)
+        except Exception as e:
+            log.warning("snapshot not taken (%s: %s); the next one will be", type(e).__name__, e)
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = ()) -> list[tuple[int, str, Any]]:
         """``[(notification_id, stream_id, domain_event), ...]`` after ``after``, in

@@ -40,3 +40,64 @@ def test_a_stale_cached_executor_costs_a_retry_not_a_wrong_transition(clock, sto
     assert [type(e).__name__ for e in mine.stream(sid)] == [
         "Registered", "Connected", "Disconnected", "Connected", "Disconnected"]
     assert mine.get_executor("local", "app", "A").status == "DISCONNECTED"
+
+
+# ------------------------------------------------------------ growing streams (ADR 16)
+
+from datetime import timedelta  # noqa: E402
+
+from relay_es.aggregates import SettingsPatch  # noqa: E402
+from relay_es.aggregates.application import app_stream_id  # noqa: E402
+from relay_es.aggregates.gate import gate_stream_id  # noqa: E402
+from relay_es.service import SNAPSHOT_EVERY  # noqa: E402
+
+
+def _counting(relay: Relay) -> list[int]:
+    """How many events each read of a stream returns from the event store."""
+    counts: list[int] = []
+    recorder = relay.recorder
+    original = recorder.select_events
+
+    def select_events(*args, **kwargs):
+        found = original(*args, **kwargs)
+        counts.append(len(found))
+        return found
+
+    recorder.select_events = select_events
+    return counts
+
+
+def test_growing_streams_load_a_snapshot_and_a_bounded_tail(clock, store_url) -> None:
+    n = 2 * SNAPSHOT_EVERY * 5 + 37  # thousands would do the same; this keeps Postgres quick
+    relay, other = two_writers(clock, store_url)
+    relay.register_app("local", "app")
+    relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=42),
+                                                  gc_rows_threshold=1000))
+    for i in range(n // 2):
+        relay.record_refusal("local", app="app", peer=f"10.0.0.{i % 250}", status=401, reason="unknown key")
+        relay.record_retention_dispatched("local", "app", request_id=f"r{i}", target_executor_id="A",
+                                          gc_cutoff=None, gc_rows_threshold=1000, timeout_cutoff=None)
+    counts = _counting(other)  # another process: nothing of these streams in memory
+    assert other.grace_for("local", "app") == timedelta(seconds=42)
+    gate = other.repository.get(gate_stream_id("local"))
+    assert gate.refusals == n // 2
+    other.record_refusal("local", app="app", peer="10.0.0.1", status=401, reason="unknown key")
+    other.record_retention_answered("local", "app", request_id="r1", success=True, error=None)
+    assert counts and max(counts) <= SNAPSHOT_EVERY, counts  # not the whole stream: a snapshot and its tail
+    # the events are all still there, for history, replay and the read models
+    assert len(list(other.stream(gate_stream_id("local")))) == n // 2 + 2
+    assert len(list(other.stream(app_stream_id("local", "app")))) == n // 2 + 3
+    app = other.get_app("local", "app")
+    assert app.settings.gc_rows_threshold == 1000 and app.version == n // 2 + 3
+
+
+def test_a_snapshot_that_cannot_be_taken_fails_no_command(clock, store_url) -> None:
+    relay, _ = two_writers(clock, store_url)
+
+    def store_away(*args, **kwargs):
+        raise OSError("the store went away just after the events were recorded")
+
+    relay.take_snapshot = store_away
+    for _ in range(SNAPSHOT_EVERY + 1):  # crosses a snapshot interval
+        relay.record_refusal("local", app="app", peer="10.0.0.1", status=401, reason="unknown key")
+    assert len(list(relay.stream(gate_stream_id("local")))) == SNAPSHOT_EVERY + 2  # each recorded once
