@@ -365,3 +365,71 @@ def test_urgent_work_is_due_deadlines_and_waiting_answers_not_following_the_log(
     world.sync()
     assert world.status("A") == "DELETED"
     assert not world.pm.urgent()
+
+
+# ----------------------------------------------------------- one deadline
+
+
+class ExpiringDispatcher:
+    """The in-memory dispatcher plus ``expire``, noting what the store said when it was called."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.sent = world.dispatcher.sent
+        self.connected = world.dispatcher.connected
+        self.expired: list[tuple[str, list[str]]] = []
+
+    def send_recovery(self, request) -> None:  # type: ignore[no-untyped-def]
+        self.sent.append(request)
+
+    def is_connected(self, org: str, app: str, executor_id: str) -> bool:
+        return executor_id in self.connected
+
+    def expire(self, request_id: str) -> None:
+        self.expired.append((request_id, recoveries(self.world, "A")))
+
+
+def test_a_dispatch_carries_one_deadline_that_its_response_timer_obeys(world: World) -> None:
+    """The dispatcher is given the instant the attempt fails (monotonic, on the
+    process manager's clock); the response timer fires at exactly that instant,
+    and tells the dispatcher (expire) before the failure is recorded, so nothing
+    is sent for an attempt already recorded as failed."""
+    d = ExpiringDispatcher(world)
+    world.pm.dispatcher = d
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    first = d.sent[-1]
+    assert first.deadline == pytest.approx(world.clock.monotonic() + 10.0)  # the response timeout
+    world.advance(first.deadline - world.clock.monotonic() - 0.001)
+    assert d.expired == [] and "RecoveryFailed" not in recoveries(world, "A")
+    world.advance(0.001)
+    assert d.expired == [(first.request_id, ["RecoveryDispatched"])]  # told before the failure was recorded
+    assert recoveries(world, "A") == ["RecoveryDispatched", "RecoveryFailed"]
+    world.advance(1.0)  # backoff: the next attempt, with its own deadline
+    second = d.sent[-1]
+    assert second.request_id != first.request_id and second.deadline == pytest.approx(world.clock.monotonic() + 10.0)
+    # the late answer to the first is ignored: no confirmation, no third dispatch, the second still outstanding
+    world.answer(first)
+    assert world.status("A") == "DEAD" and len(d.sent) == 2
+    assert recoveries(world, "A") == ["RecoveryDispatched", "RecoveryFailed", "RecoveryDispatched"]
+    world.answer(second)
+    assert world.status("A") == "DELETED"
+
+
+def test_the_response_timer_does_not_move_with_the_wall_clock(world: World) -> None:
+    """A wall-clock step right after a dispatch moves neither the deadline the
+    dispatcher obeys nor the response timer: both are the same monotonic instant."""
+    d = ExpiringDispatcher(world)
+    world.pm.dispatcher = d
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(10)
+    req = d.sent[-1]
+    world.clock.step_wall(-300)
+    world.sync()
+    world.advance(req.deadline - world.clock.monotonic())
+    assert [rid for rid, _ in d.expired] == [req.request_id]
+    assert "RecoveryFailed" in recoveries(world, "A")

@@ -48,8 +48,8 @@ class Throttle:
 
     def hit(self, key: Hashable) -> Hit:
         now = self.clock()
-        self._prune(now)
         e = self._entries.pop(key, None)
+        self._prune(now)  # leaves room for this key
         if e is None or now - e.seen_at > self.window:
             e = _Entry(now)
             self._entries[key] = e

@@ -80,6 +80,7 @@ class Session:
         self.pending: dict[str, str] = {}  # request id -> type
         self.info: m.ExecutorInfoResponse | None = None
         self._info_request: str | None = None
+        self._expired: dict[str, str] = {}  # request id -> type, of requests given up on (the newest LATE_KEPT)
 
     def open(self) -> str:
         """The first frame: Relay speaks first, asking who is there."""
@@ -96,9 +97,17 @@ class Session:
         self.pending[req.request_id] = req.type
         return req.request_id, m.encode(req)
 
+    LATE_KEPT = 64
+
     def forget(self, request_id: str) -> None:
-        """The caller gave up waiting (timeout); a late answer becomes a violation."""
-        self.pending.pop(request_id, None)
+        """The caller gave up waiting (its deadline passed, or it was answered). A
+        reply that comes after a deadline is a ``late_reply`` violation: it is
+        audited, and never acted on."""
+        expected = self.pending.pop(request_id, None)
+        if expected is not None:
+            self._expired[request_id] = expected
+            if len(self._expired) > self.LATE_KEPT:
+                del self._expired[next(iter(self._expired))]
 
     def close(self) -> list[str]:
         """Returns the ids of requests that will never be answered."""
@@ -124,6 +133,10 @@ class Session:
                               fatal=True)]
         expected = self.pending.pop(env.request_id, None)
         if expected is None:
+            late = self._expired.pop(env.request_id, None)
+            if late is not None:
+                return [Violation("late_reply", f"reply of type {_short(env.type)!r} to a {late!r} request "
+                                                "after Relay stopped waiting for it", request_id=env.request_id)]
             return [Violation("unsolicited", f"reply of type {_short(env.type)!r} to no outstanding request")]
         if env.type != expected:
             if env.request_id == self._info_request:

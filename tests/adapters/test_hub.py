@@ -296,3 +296,160 @@ def test_retention_carries_cutoffs_from_relays_clock(tmp_path, store_url) -> Non
         asyncio.run(main())
     finally:
         s.stop()
+
+
+# ------------------------------------------------ one recovery deadline (hub level)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _hub_with_target(clock: _Clock) -> tuple[Any, Any, list[dict[str, Any]], list[Any]]:
+    """A hub (no store) with one registered target connection whose frames are recorded."""
+    from relay_es.adapters.hub import Connection, Hub
+
+    outcomes: list[Any] = []
+    frames: list[dict[str, Any]] = []
+
+    class PM:
+        def recovery_answered(self, outcome: Any) -> None:
+            outcomes.append(outcome)
+
+    async def send(message: dict[str, Any]) -> None:
+        frames.append(json.loads(message["text"]))
+
+    hub = Hub(None, owner="test", response_timeout=30.0, monotonic=clock)  # type: ignore[arg-type]
+    hub.pm = PM()  # type: ignore[assignment]
+    conn = Connection(id="c1", org="local", app="app", peer="127.0.0.1:1", token=None, send_message=send)
+    req = json.loads(conn.session.open())
+    conn.session.receive(json.dumps({"type": "executor_info", "request_id": req["request_id"],
+                                     "executor_id": "T", "application_version": "v1"}))
+    conn.executor_id = "T"
+    hub.by_executor[("local", "app", "T")] = conn
+    return hub, conn, frames, outcomes
+
+
+def _request(deadline: float) -> Any:
+    from relay_es.process_manager import RecoveryRequest
+
+    return RecoveryRequest(request_id="r1", org="local", app="app", dead_executor_id="D", app_version="v1",
+                           target_executor_id="T", target_connection_id="c1", target_owner="test", deadline=deadline)
+
+
+async def _answer_exist_when_asked(hub: Any, conn: Any, frames: list[dict[str, Any]], before: Any) -> None:
+    while not frames:
+        await asyncio.sleep(0.001)
+    ask = frames[-1]
+    assert ask["type"] == "exist_pending_workflows"
+    before()
+    for ev in conn.session.receive(json.dumps({"type": "exist_pending_workflows", "request_id": ask["request_id"],
+                                               "exist": True, "error_message": None})):
+        await hub._on_event(conn, ev)
+
+
+@pytest.mark.parametrize("how", ["deadline_passed", "expired_by_the_process_manager"])
+def test_no_recovery_is_sent_after_the_attempts_deadline(how: str) -> None:
+    """Invariant: the hub sends exist_pending_workflows and recovery within the one
+    deadline the process manager gave the attempt (RecoveryRequest.deadline):
+    an exist answer that comes after it -- or after the process manager expired
+    the attempt -- never leads to a recovery frame; the outcome is the timeout.
+    (Before: each call had its own response timeout, so a recovery could go out
+    after the process manager had recorded the attempt as failed.)"""
+    clock = _Clock()
+
+    async def main() -> tuple[list[dict[str, Any]], list[Any]]:
+        hub, conn, frames, outcomes = _hub_with_target(clock)
+        try:
+            def late() -> None:
+                if how == "deadline_passed":
+                    clock.t += 31.0
+                else:
+                    hub.expire("r1")  # from the process manager's timer, just before it records the failure
+
+            answering = asyncio.ensure_future(_answer_exist_when_asked(hub, conn, frames, late))
+            await asyncio.wait_for(hub._recover(_request(deadline=clock.t + 30.0)), 10)
+            await answering
+            return frames, outcomes
+        finally:
+            hub.pool.shutdown(wait=False)
+
+    frames, outcomes = asyncio.run(main())
+    assert [f["type"] for f in frames] == ["exist_pending_workflows"]
+    assert len(outcomes) == 1 and not outcomes[0].ok and "no answer within" in (outcomes[0].reason or "")
+
+
+def test_an_answer_in_time_sends_the_recovery() -> None:
+    clock = _Clock()
+
+    async def main() -> tuple[list[dict[str, Any]], list[Any]]:
+        hub, conn, frames, outcomes = _hub_with_target(clock)
+        try:
+            async def target() -> None:
+                await _answer_exist_when_asked(hub, conn, frames, lambda: None)
+                while len(frames) < 2:
+                    await asyncio.sleep(0.001)
+                for ev in conn.session.receive(json.dumps({"type": "recovery", "request_id": frames[1]["request_id"],
+                                                           "success": True})):
+                    await hub._on_event(conn, ev)
+
+            answering = asyncio.ensure_future(target())
+            await asyncio.wait_for(hub._recover(_request(deadline=clock.t + 30.0)), 10)
+            await answering
+            return frames, outcomes
+        finally:
+            hub.pool.shutdown(wait=False)
+
+    frames, outcomes = asyncio.run(main())
+    assert [f["type"] for f in frames] == ["exist_pending_workflows", "recovery"]
+    assert len(outcomes) == 1 and outcomes[0].ok and outcomes[0].pending_found
+
+
+def test_the_socket_writes_a_guarded_frame_only_if_the_guard_allows() -> None:
+    """The last check sits in the socket itself (uvicorn_ws): between the guard's
+    answer and the write there is no await, and an expiry waits for the write."""
+    import threading
+
+    from relay_es.adapters.hub import Guard
+    from relay_es.adapters.uvicorn_ws import Withdrawn, protocol_class
+
+    written: list[bytes] = []
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            written.append(data)
+
+        def is_closing(self) -> bool:
+            return False
+
+    async def main() -> None:
+        import uvicorn
+
+        cls = protocol_class(1.0)
+        config = uvicorn.Config(app=lambda *a: None, ws_max_size=1 << 20)
+        config.load()
+
+        class State:
+            connections: set[Any] = set()
+            tasks: set[Any] = set()
+            default_headers: list[Any] = []
+
+        proto = cls(config=config, server_state=State(), app_state={})
+        proto.transport = Transport()
+        proto.handshake_complete = True
+        proto.conn.state = __import__("websockets").protocol.State.OPEN
+        lock = threading.Lock()
+        allowed = {"yes": True}
+        guard = Guard(lock, lambda: allowed["yes"])
+        await proto.send({"type": "websocket.send", "text": "one", "relay.guard": guard})
+        assert len(written) == 1
+        allowed["yes"] = False
+        with pytest.raises(Withdrawn):
+            await proto.send({"type": "websocket.send", "text": "two", "relay.guard": guard})
+        assert len(written) == 1 and not lock.locked()
+
+    asyncio.run(main())

@@ -1,0 +1,118 @@
+"""The hub's outbox: a transition that fails on a bug is kept, retried with
+backoff and never lost, while other executors' transitions keep flowing.
+A fake store and a fake monotonic clock; the event loop's own time is not used
+for the assertions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from relay_es.adapters.outbox import Outbox
+
+
+class FakeStore:
+    """``execute`` records ops (strings); an op listed in ``bugs`` raises a
+    ValueError (a bug), one in ``outage`` an OSError (the store away)."""
+
+    def __init__(self) -> None:
+        self.recorded: list[str] = []
+        self.bugs: set[str] = set()
+        self.outage = False
+        self.calls = 0
+
+    def execute(self, ops: list[str]) -> list[bool]:
+        self.calls += 1
+        if self.outage:
+            raise OSError("connection refused")
+        bad = [op for op in ops if op in self.bugs]
+        if bad:
+            raise ValueError(f"cannot record {bad[0]}")
+        self.recorded += ops
+        return [True] * len(ops)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def direct(fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
+async def eventually(pred: Any, what: str = "") -> None:
+    """Lets the writer task run until ``pred()`` holds (it needs a few turns of the loop)."""
+    for _ in range(500):
+        if pred():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not reached: {what or pred}")
+
+
+def test_a_bug_keeps_the_transition_and_others_keep_flowing(caplog: pytest.LogCaptureFixture) -> None:
+    store, clock = FakeStore(), Clock()
+
+    async def main() -> None:
+        outbox = Outbox(store, direct, monotonic=clock)  # type: ignore[arg-type]
+        store.bugs = {"A1"}
+        outbox.submit("A", "A1")
+        outbox.submit("A", "A2")
+        outbox.submit("B", "B1")
+        await eventually(lambda: outbox.errors == 1 and store.recorded == ["B1"])
+        # B flowed; A's first is kept (with A2 behind it, in order), nothing dropped
+        assert store.recorded == ["B1"]
+        assert outbox.holds("A") and len(outbox) == 2 and outbox.stuck() == ["A"]
+        assert outbox.errors == 1
+        # more work for others keeps flowing while A waits for its retry
+        outbox.submit("C", "C1")
+        await eventually(lambda: store.recorded == ["B1", "C1"])
+        # retried with backoff: not before its time...
+        calls = store.calls
+        clock.t += 0.5
+        outbox.submit("D", "D1")
+        await eventually(lambda: "D1" in store.recorded)
+        assert "A1" not in store.recorded and store.calls == calls + 1  # only D's batch
+        # ...and again after it, still failing: counted, backoff doubled, one traceback in all
+        clock.t += 1.0
+        outbox.submit("E", "E1")
+        await eventually(lambda: "E1" in store.recorded)
+        assert outbox.errors == 2 and outbox._stuck["A"][1] == 2.0 and outbox.holds("A")
+        # the bug is fixed: A's transitions are recorded, in order
+        store.bugs = set()
+        clock.t += 2.0
+        outbox.submit("F", "F1")
+        await eventually(lambda: len(outbox) == 0)
+        assert store.recorded.index("A1") < store.recorded.index("A2")
+        assert sorted(store.recorded) == ["A1", "A2", "B1", "C1", "D1", "E1", "F1"]
+        assert len(outbox) == 0 and not outbox.holds("A") and outbox.stuck() == []
+        if outbox._task is not None:
+            outbox._task.cancel()
+
+    with caplog.at_level(logging.INFO, logger="relay_es.adapters.outbox"):
+        asyncio.run(main())
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "A" in tracebacks[0].getMessage()
+
+
+def test_a_store_outage_is_retried_whole_and_loses_nothing() -> None:
+    store, clock = FakeStore(), Clock()
+
+    async def main() -> None:
+        outbox = Outbox(store, direct, monotonic=clock)  # type: ignore[arg-type]
+        store.outage = True
+        outbox.submit("A", "A1")
+        outbox.submit("B", "B1")
+        await eventually(lambda: outbox.retries >= 1)
+        assert store.recorded == [] and len(outbox) == 2 and outbox.errors == 0
+        store.outage = False
+        await eventually(lambda: len(outbox) == 0)
+        assert sorted(store.recorded) == ["A1", "B1"]
+
+    asyncio.run(main())
