@@ -196,10 +196,13 @@ class Relay(ESApplication[UUID]):
         except Exception as e:
             log.warning("snapshot not taken (%s: %s); the next one will be", type(e).__name__, e)
 
-    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = ()) -> list[tuple[int, str, Any]]:
+    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+                      unreadable: bool = False) -> list[tuple[int, str, Any]]:
         """``[(notification_id, stream_id, domain_event), ...]`` after ``after``, in
-        order: what projections and the process manager follow (ADR 11)."""
-        return self._event_log().read(after, limit, topics)
+        order: what projections and the process manager follow (ADR 11). ``unreadable``:
+        an event that cannot be decoded comes as ``eventlog.Unreadable`` rather than
+        failing the read (ADR 16)."""
+        return self._event_log().read(after, limit, topics, unreadable=unreadable)
 
     def _event_log(self) -> Any:
         log = self._log
@@ -609,7 +612,8 @@ class Relay(ESApplication[UUID]):
 
         self._retrying(run)
 
-    def record_projection_skip(self, *, projection: str, notification_id: int, event: Any, reason: str) -> bool:
+    def record_projection_skip(self, *, projection: str, notification_id: int, event: Any, reason: str,
+                               event_type: str | None = None) -> bool:
         """A read model skipped ``event`` (notification ``notification_id``): recorded
         once, for the audit log (``projection.skipped``). Returns whether it was
         recorded now (False: recorded before, e.g. by an earlier run or a rebuild)."""
@@ -619,7 +623,8 @@ class Relay(ESApplication[UUID]):
         org, app = self._where(event)
         skip = ProjectionSkip(org=org, app=app, projection=projection, notification_id=notification_id,
                               stream_id=str(event.originator_id),
-                              event_type=type(event).__qualname__, reason=sanitized(reason, 500) or "",
+                              event_type=sanitized(event_type or type(event).__qualname__, 300) or "",
+                              reason=sanitized(reason, 500) or "",
                               timestamp=self.now())
         try:
             self.save(skip)

@@ -32,6 +32,24 @@ class _Unusual(Exception):
     """A state the fast path leaves to the library (versioned, not an object)."""
 
 
+class Unreadable:
+    """A stored event that cannot be decoded: its class is gone (an unknown topic) or
+    its state is not what the class reads. Returned in its place to a reader that asked
+    for them (the projection runner, which skips and reports it: ADR 16); other readers
+    get the decoding error, as before."""
+
+    __slots__ = ("originator_id", "originator_version", "topic", "error")
+
+    def __init__(self, originator_id: UUID, originator_version: int, topic: str, error: BaseException) -> None:
+        self.originator_id = originator_id
+        self.originator_version = originator_version
+        self.topic = topic
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Unreadable({self.topic!r} v{self.originator_version} of {self.originator_id}: {self.error!r})"
+
+
 class EventLog:
     """``read(after, limit)`` -> ``[(notification_id, stream_id, domain_event), ...]`` in
     notification order; ``stream_id`` is ``str(domain_event.originator_id)``."""
@@ -80,13 +98,21 @@ class EventLog:
         return sql
 
     # ------------------------------------------------------------- reading
-    def read(self, after: int, limit: int, topics: tuple[str, ...] = ()) -> list[tuple[int, str, Any]]:
-        """Notifications after ``after`` (only of ``topics``, if given), at most ``limit``."""
+    def read(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+             unreadable: bool = False) -> list[tuple[int, str, Any]]:
+        """Notifications after ``after`` (only of ``topics``, if given), at most ``limit``.
+        ``unreadable``: an event that cannot be decoded comes back as :class:`Unreadable`
+        instead of failing the whole read."""
         if self._kind == "other" or not self._fast:
             out = []
             for n in self.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
                                                         inclusive_of_start=False):
-                e = self.mapper.to_domain_event(n)
+                try:
+                    e = self.mapper.to_domain_event(n)
+                except Exception as error:
+                    if not unreadable:
+                        raise
+                    e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
                 out.append((n.id, self._stream(e.originator_id)[1], e))
             return out
         if self._kind == "eventsourcing.postgres":
@@ -101,7 +127,20 @@ class EventLog:
             with self.recorder.datastore.transaction(commit=False) as curs:
                 curs.execute(self._query(topics), (after, *topics, limit))
                 rows = curs.fetchall()
-        return self._events(rows)
+        try:
+            return self._events(rows)
+        except Exception:
+            if not unreadable:
+                raise
+        out = []  # one row (at least) cannot be decoded: row by row, that one in its own place
+        for row in rows:
+            try:
+                out.extend(self._events([row]))
+            except Exception as error:
+                nid, raw_id, version, topic, _ = row
+                oid, sid = self._stream(raw_id)
+                out.append((nid, sid, Unreadable(oid, version, topic, error)))
+        return out
 
     def _events(self, rows: list[Any]) -> list[tuple[int, str, Any]]:
         """Domain events for stored rows (a rebuild runs this a million times: locals, no per-row calls

@@ -32,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from relay_es.adapters.eventlog import Unreadable
 from relay_es.adapters.stores import Database, StoreConfig, is_data_error
 from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.aggregates.text import escape_controls
@@ -114,6 +115,9 @@ class Poison:
     recorded: bool  # its projection.skipped entry was recorded now (False: it was already)
 
 
+ALL = "all"  # the projection named by the skip of an event no read model can read
+
+
 def _reason(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return escape_controls(f"{type(e).__name__}: {text}")[:500]
@@ -173,9 +177,14 @@ class ProjectionRunner:
         with self._lock:
             start_positions = self.positions()
             start = min(start_positions.get(p.name, 0) for p in self.projections)
-            events = self.relay.notifications(start, self.batch_size)
+            events = self.relay.notifications(start, self.batch_size, unreadable=True)
             if not events:
                 return 0
+            unreadable = [it for it in events if type(it[2]) is Unreadable]
+            recorded = {  # no read model can fold these: recorded before any moves past them
+                nid: self.relay.record_projection_skip(projection=ALL, notification_id=nid, event=event,
+                                                       reason=_reason(event.error), event_type=event.topic)
+                for nid, _, event in unreadable}
             try:
                 self._process(self.projections, start_positions, events)
             except PositionMoved:
@@ -187,6 +196,8 @@ class ProjectionRunner:
                             len(events), start, _reason(e))
                 for p in self.projections:
                     self._isolate(p, start_positions.get(p.name, 0), events)
+            for nid, sid, event in unreadable:
+                self._report(Poison(ALL, nid, sid, event.topic, _reason(event.error), recorded[nid]))
         with self._progress:
             self._progress.notify_all()
         return len(events)
@@ -282,11 +293,14 @@ class ProjectionRunner:
             self._move(cur, p.name, pos, nid)
         self._cached_at.pop(p.name, None)
         p.forget()
+        self._report(Poison(p.name, nid, sid, type(event).__qualname__, reason, recorded))
+
+    def _report(self, poison: Poison) -> None:
         self.poisoned += 1
-        poison = Poison(p.name, nid, sid, type(event).__qualname__, reason, recorded)
-        log.error("projection %s skipped event %d (%s of stream %s), which it cannot hold: %s%s",
-                  p.name, nid, poison.event_type, sid, reason,
-                  "" if recorded else " (recorded before)")
+        log.error("projection %s skipped event %d (%s of stream %s), which it cannot %s: %s%s",
+                  poison.projection, poison.notification_id, poison.event_type, poison.stream_id,
+                  "read" if poison.projection == ALL else "hold", poison.reason,
+                  "" if poison.recorded else " (recorded before)")
         for fn in self.on_poison:
             try:
                 fn(poison)

@@ -207,3 +207,29 @@ def test_an_outage_is_retried_not_skipped(world: World, store_url: str, tmp_path
 ])
 def test_data_errors_are_told_from_outages(error: BaseException, data: bool) -> None:
     assert is_data_error(error) is data
+
+
+def test_an_event_no_read_model_can_read_is_skipped_and_reported(world: World) -> None:
+    from uuid import uuid4
+
+    from eventsourcing.persistence import StoredEvent
+
+    seen: list[Poison] = []
+    world.runner.on_poison.append(seen.append)
+    world.relay.recorder.insert_events([
+        StoredEvent(uuid4(), 1, "relay_es.aggregates.executor:Executor.Registered", b"{not json"),
+        StoredEvent(uuid4(), 1, "relay_es.gone:Thing.Happened", b"{}"),  # a class no longer in the code
+    ])
+    connect(world, "A")
+    world.runner.catch_up()
+    assert "A" in listed(world)
+    assert sorted(p.event_type for p in seen) == ["relay_es.aggregates.executor:Executor.Registered",
+                                                  "relay_es.gone:Thing.Happened"]
+    assert {p.projection for p in seen} == {"all"} and all(p.recorded for p in seen)
+    assert sorted(e.detail["eventType"] for e in skipped(world)) == [p.event_type for p in
+                                                                     sorted(seen, key=lambda p: p.event_type)]
+    before = tables(world)
+    world.runner.rebuild()
+    assert tables(world) == before
+    with pytest.raises(Exception):  # readers that did not ask for them get the error, as before
+        world.relay.notifications(0, 100)
