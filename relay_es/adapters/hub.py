@@ -329,6 +329,8 @@ class Hub:
                     message = await receive()
                     kind = message["type"]
                     if kind == "websocket.receive":
+                        if conn.closed:  # closing: what is still on its way is not acted on
+                            continue
                         data = message.get("text")
                         if data is None:
                             data = message.get("bytes") or b""

@@ -117,8 +117,17 @@ class Session:
         return ids
 
     def receive(self, data: str | bytes) -> list[SessionEvent]:
+        """Events of one frame. After a fatal violation the session is CLOSED:
+        frames already on their way (an executor_info reply right behind junk)
+        are never acted on."""
         if self.state is State.CLOSED:
             return []
+        events = self._receive(data)
+        if any(isinstance(e, Violation) and e.fatal for e in events):
+            self.close()
+        return events
+
+    def _receive(self, data: str | bytes) -> list[SessionEvent]:
         handshake = self.state is State.AWAITING_INFO
         if isinstance(data, (bytes, bytearray)):
             return [Violation("binary_frame" if not handshake else "handshake_frame",

@@ -57,7 +57,7 @@ def test_a_reply_out_of_bounds_is_fatal_and_never_registers(fields: dict[str, An
     v = events[0]
     assert v.kind == "info_out_of_bounds" and v.fatal
     assert "\x00" not in v.detail and "\n" not in v.detail and "\x1b" not in v.detail and len(v.detail) < 400
-    assert s.state is State.AWAITING_INFO and s.info is None
+    assert s.state is State.CLOSED and s.info is None
 
 
 @pytest.mark.parametrize("frame", [
@@ -70,7 +70,7 @@ def test_any_other_frame_before_the_executor_info_reply_is_fatal(frame: Any) -> 
     s, _ = opened()
     [v] = s.receive(frame)
     assert isinstance(v, Violation) and v.kind == "handshake_frame" and v.fatal
-    assert s.state is State.AWAITING_INFO
+    assert s.state is State.CLOSED
 
 
 def test_a_reply_of_another_type_to_executor_info_is_fatal() -> None:
@@ -116,3 +116,15 @@ def test_the_late_ids_kept_are_bounded() -> None:
         rid, _ = s.request(lambda r: m.RecoveryRequest(request_id=r, executor_ids=["d"]))
         s.forget(rid)
     assert len(s._expired) == Session.LATE_KEPT
+
+
+def test_nothing_is_acted_on_after_a_fatal_violation() -> None:
+    """A valid executor_info reply right behind junk never registers: the junk
+    closed the session (seen live: the reply was queued before the close)."""
+    s, rid = opened()
+    [v] = s.receive("junk")
+    assert v.fatal and s.state is State.CLOSED
+    assert s.receive(reply(rid)) == []
+    s2, rid2 = opened()
+    s2.receive(reply(rid2, hostname="a\x00"))
+    assert s2.receive(reply(rid2)) == [] and s2.info is None

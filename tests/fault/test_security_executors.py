@@ -1,0 +1,262 @@
+"""Hostile executors against a real ``relay serve``, on both stores (issue 11).
+
+* a hostile ``executor_info`` (NUL in the hostname, a 5 KB executor id,
+  control and bidi characters, metadata too large or holding U+0000, any
+  frame before the reply, a frame over the handshake cap) is refused with a
+  clear close code and audited as ``protocol.violation``; nothing of it
+  reaches the store, and the read models keep moving: a well-behaved executor
+  connecting afterwards is listed, and a dead one is recovered normally;
+* resource limits: handshakes in flight per address, connections per key,
+  executor ids per key and per application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from tests.fake_executor import FakeExecutor
+from tests.fault.clients import assert_invariants
+from tests.server import RelayServer
+from tests.support import until
+
+BASE_ENV = {
+    "RELAY_PING_INTERVAL_SECS": "1",
+    "RELAY_PING_WAIT_SECS": "2",
+    "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "4",
+    "RELAY_RESTART_SETTLE_SECS": "0.5",
+    "RELAY_RETENTION_INTERVAL_SECS": "3600",
+    "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS": "60",
+}
+
+
+@pytest.fixture
+def make_server(tmp_path: Path, store_url: str) -> Iterator[Callable[..., RelayServer]]:
+    started: list[RelayServer] = []
+
+    def make(env: dict[str, str] | None = None) -> RelayServer:
+        s = RelayServer(tmp_path, args=["--database-url", store_url], env={**BASE_ENV, **(env or {})})
+        started.append(s)
+        return s.start()
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+def rest(server: RelayServer, method: str, path: str, **kw: Any) -> httpx.Response:
+    return httpx.request(method, server.http + path, timeout=30, **kw)
+
+
+def listing(server: RelayServer, app: str = "app") -> dict[str, dict[str, Any]]:
+    r = rest(server, "GET", f"/v2/orgs/local/apps/{app}/executors")
+    assert r.status_code == 200, r.text
+    return {e["executorId"]: e for e in r.json()}
+
+
+def audit(server: RelayServer, **params: Any) -> list[dict[str, Any]]:
+    r = rest(server, "GET", "/v2/orgs/local/audit-logs", params={"limit": 1000, **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def violations(server: RelayServer) -> dict[str, dict[str, Any]]:
+    return {a["detail"]["kind"]: a for a in audit(server, app="app") if a["action"] == "protocol.violation"}
+
+
+def set_grace(server: RelayServer, secs: int) -> None:
+    assert rest(server, "PUT", "/v2/orgs/local/apps/app").status_code == 204
+    assert rest(server, "PATCH", "/v2/orgs/local/apps/app", json={"executorTimeoutSecs": secs}).status_code == 204
+
+
+def info_reply(request_id: str, **fields: Any) -> str:
+    reply = {"type": "executor_info", "request_id": request_id, "executor_id": "hostile",
+             "application_version": "v1", "hostname": "h", "language": "python", "dbos_version": "3.2.0",
+             "executor_metadata": None, "error_message": None}
+    reply.update(fields)
+    return json.dumps(reply)
+
+
+async def refused_with(server: RelayServer, frames: Callable[[str], list[str | bytes]], key: str = "k") -> int | None:
+    """Connects, answers executor_info with ``frames(request_id)``, returns the close code."""
+    ws = await websockets.connect(f"{server.ws}/websocket/app/{key}", ping_interval=None, max_size=None)
+    try:
+        req = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        for f in frames(req["request_id"]):
+            try:
+                await ws.send(f)
+            except websockets.ConnectionClosed:
+                break
+        await asyncio.wait_for(ws.wait_closed(), 15)
+        return ws.close_code
+    finally:
+        await ws.close()
+
+
+HOSTILE_INFO: list[tuple[str, dict[str, Any], int]] = [
+    ("NUL in hostname", {"hostname": "web-1\u0000"}, 4004),
+    ("5 KB executor_id", {"executor_id": "x" * 5000}, 4004),
+    ("newline and ANSI in executor_id", {"executor_id": "ok\n\x1b[31mFAKE LOG LINE"}, 4004),
+    ("bidi override in application_version", {"application_version": "v1\u202egnp.exe"}, 4004),
+    ("NUL in language", {"language": "py\u0000"}, 4004),
+    ("NUL inside executor_metadata", {"executor_metadata": {"note": "a\u0000b"}}, 4004),
+    ("NUL in a metadata key", {"executor_metadata": {"a\u0000": 1}}, 4004),
+    ("metadata of 40 KB", {"executor_metadata": {"blob": "m" * 40_000}}, 4004),
+    ("metadata nested 100 deep", {"executor_metadata": json.loads('{"a":' * 100 + "1" + "}" * 100)}, 4004),
+    ("metadata not an object", {"executor_metadata": ["a", "list"]}, 4004),
+    ("metadata of 1 MiB (over the handshake frame cap)", {"executor_metadata": {"blob": "m" * (1 << 20)}}, 1009),
+]
+
+
+def test_hostile_executor_info_is_refused_audited_and_the_read_models_keep_moving(
+        make_server: Callable[..., RelayServer], store_url: str) -> None:
+    """Invariant: every hostile executor_info reply closes its own socket with a
+    clear code (4004 out of bounds, 1008 a frame before the reply, 1009 a frame
+    over the 64 KiB handshake cap) and is audited as protocol.violation with
+    its kind; no executor of it is ever recorded. Afterwards the read models
+    still move on this store: a new executor is listed, and a dead one is
+    recovered and deleted as usual. (Before: a NUL in the hostname froze every
+    Postgres read model; a 5 KB executor id broke the index.)"""
+    server = make_server()
+    set_grace(server, 1)
+
+    async def main() -> None:
+        bystander = await FakeExecutor(server.ws, executor_id="B").connect()
+        await until(lambda: "B" in listing(server))
+        for what, fields, code in HOSTILE_INFO:
+            got = await refused_with(server, lambda rid, f=fields: [info_reply(rid, **f)])
+            assert got == code, (what, got)
+        # frames before the reply: the handshake admits nothing else
+        for frame in ("not json", b"\x00binary", json.dumps({"type": "recovery", "request_id": "x", "success": True})):
+            got = await refused_with(server, lambda rid, fr=frame: [fr, info_reply(rid, executor_id="after-junk")])
+            assert got == 1008, (frame, got)
+        # the read models keep moving: a new executor is listed, a dead one is recovered
+        late = await FakeExecutor(server.ws, executor_id="L").connect()
+        doomed = await FakeExecutor(server.ws, executor_id="D").connect()
+        await until(lambda: {"B", "L", "D"} <= set(listing(server)), 15, what="executors after the hostile ones listed")
+        doomed.abort()
+        await until(lambda: "D" not in listing(server), 20, what="D recovered and deleted")
+        assert [r["type"] for r in bystander.requests if r["type"] == "recovery"] == ["recovery"]
+        assert set(listing(server)) == {"B", "L"}
+        assert bystander.ws is not None and bystander.ws.close_code is None
+        await late.close()
+        await bystander.close()
+
+    asyncio.run(main())
+    kinds = violations(server)
+    assert {"info_out_of_bounds", "frame_too_large", "handshake_frame"} <= set(kinds), sorted(kinds)
+    # throttled: one entry per kind per minute, the rest counted
+    assert kinds["info_out_of_bounds"]["detail"]["suppressed"] == 0
+    entries = [a for a in audit(server, app="app") if a["action"] == "protocol.violation"]
+    assert len([a for a in entries if a["detail"]["kind"] == "info_out_of_bounds"]) == 1
+    connected = {a["executorId"] for a in audit(server, app="app") if a["action"] == "executor.connected"}
+    assert connected == {"B", "L", "D"}  # nothing hostile was recorded
+    for a in entries:
+        text = json.dumps(a)
+        assert "\\u0000" not in text and "x" * 300 not in text
+    log = server.log()
+    assert "Traceback" not in log and "\x1b[31m" not in log and "FAKE LOG LINE\n" not in log
+    assert log.count("info_out_of_bounds") == 1, "one warning per throttle window, not one per frame"
+    assert_invariants(store_url)
+
+
+def test_a_registered_executor_may_still_send_large_replies(make_server: Callable[..., RelayServer],
+                                                            store_url: str) -> None:
+    """Invariant: the 64 KiB cap holds only until executor_info is answered;
+    afterwards a frame of a few MiB is taken (a list_workflows reply) -- here
+    an unsolicited one, audited as such, with the socket kept open."""
+    server = make_server()
+
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        await until(lambda: "A" in listing(server))
+        await a.send_raw(json.dumps({"type": "list_workflows", "request_id": "nobody", "output": "w" * (3 << 20)}))
+        await until(lambda: "unsolicited" in violations(server), 15)
+        assert a.ws is not None and a.ws.close_code is None
+        assert listing(server)["A"]["status"] == "HEALTHY"
+        await a.close()
+
+    asyncio.run(main())
+    assert_invariants(store_url)
+
+
+async def http_status(url: str) -> int:
+    try:
+        ws = await websockets.connect(url, open_timeout=20, ping_interval=None)
+    except websockets.InvalidStatus as e:
+        return e.response.status_code
+    await ws.close()
+    return 101
+
+
+def test_resource_limits_per_address_key_and_application(make_server: Callable[..., RelayServer],
+                                                         store_url: str) -> None:
+    """Invariant: past each limit the newcomer is refused and the others are
+    untouched: handshakes in flight from one address (HTTP 429), open
+    connections per key (429), new executor ids per key and per application
+    (close 4005, audited ``limit_exceeded``, nothing recorded). An executor id
+    that exists may always come back (a reconnect is never refused), and the
+    limits free up as sockets close and executors are deleted."""
+    server = make_server(env={"RELAY_MAX_HANDSHAKES_PER_ADDRESS": "3", "RELAY_MAX_CONNECTIONS_PER_KEY": "3",
+                              "RELAY_MAX_EXECUTORS_PER_KEY": "3", "RELAY_MAX_EXECUTORS_PER_APP": "6"})
+    set_grace(server, 60)
+    ws = f"{server.ws}/websocket/app"
+
+    async def main() -> None:
+        # 1. handshakes in flight per address: three sockets that never answer executor_info
+        mute = [await websockets.connect(f"{ws}/mute-{i}", ping_interval=None) for i in range(3)]
+        assert await http_status(f"{ws}/mute-3") == 429
+        for m in mute:
+            await m.close()
+        for _ in range(100):  # until the hub has seen the closes
+            if await http_status(f"{ws}/probe") == 101:
+                break
+        else:
+            raise AssertionError("handshakes still counted after their sockets closed")
+        # 2. connections per key: three open with key k1, a fourth refused, another key fine
+        k1 = [await FakeExecutor(server.ws, key="k1", executor_id=f"k1-{i}").connect() for i in range(3)]
+        assert await http_status(f"{ws}/k1") == 429
+        # 3. executor ids per key: k2 registers 3 ids, one of them disconnected (it still exists);
+        #    a 4th new one is closed with 4005 though k2 holds only 2 sockets
+        k2 = [await FakeExecutor(server.ws, key="k2", executor_id="k2-0").connect()]
+        await until(lambda: "k2-0" in listing(server), 10)
+        await k2[0].close()
+        await until(lambda: listing(server).get("k2-0", {}).get("status") == "DISCONNECTED", 10)
+        k2 += [await FakeExecutor(server.ws, key="k2", executor_id=f"k2-{i}").connect() for i in (1, 2)]
+        extra = await FakeExecutor(server.ws, key="k2", executor_id="k2-3").connect(wait_registered=False)
+        assert await extra.closed(15) == 4005
+        back = await FakeExecutor(server.ws, key="k2", executor_id="k2-0").connect()  # an existing id comes back
+        await until(lambda: listing(server).get("k2-0", {}).get("status") == "HEALTHY", 10)
+        # 4. executor ids per application: 3 (k1) + 3 (k2) = 6, the limit; a new id with a fresh key is refused
+        newcomer = await FakeExecutor(server.ws, key="k3", executor_id="new").connect(wait_registered=False)
+        assert await newcomer.closed(15) == 4005
+        # nothing of the refused was recorded, and nobody else was disturbed
+        assert set(listing(server)) == {"k1-0", "k1-1", "k1-2", "k2-0", "k2-1", "k2-2"}
+        assert all(fx.ws is not None and fx.ws.close_code is None for fx in k1 + k2[1:] + [back])
+        # the limit frees up as executors are deleted: k1-0 dies and is recovered by a peer
+        set_grace(server, 1)
+        k1[0].abort()
+        await until(lambda: "k1-0" not in listing(server), 20, what="k1-0 recovered and deleted")
+        k1[1].abort()
+        await until(lambda: "k1-1" not in listing(server), 20, what="k1-1 recovered and deleted")
+        now_ok = await FakeExecutor(server.ws, key="k3", executor_id="new").connect()
+        await until(lambda: "new" in listing(server), 10)
+        for fx in [k1[2], *k2[1:], back, now_ok]:
+            await fx.close()
+
+    asyncio.run(main())
+    kinds = violations(server)
+    assert "limit_exceeded" in kinds, sorted(kinds)
+    refusals = [a for a in audit(server, app="app") if a["action"] == "auth.refused"]
+    assert any(a["detail"]["status"] == 429 for a in refusals), refusals
+    connected = {a["executorId"] for a in audit(server, app="app") if a["action"] == "executor.connected"}
+    assert "k2-3" not in connected
+    assert "Traceback" not in server.log()
+    assert_invariants(store_url)
