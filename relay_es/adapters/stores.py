@@ -59,7 +59,15 @@ def parse_database_url(url: str | None) -> StoreConfig:
 
 
 def redact_url(url: str) -> str:
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    """The URL with its password replaced by ``***``, for messages and logs. Everything
+    between ``user:`` and the **last** ``@`` is hidden, so a password holding an ``@``, a
+    ``/`` or a ``?`` (written without percent-encoding) is hidden whole; hiding a little
+    more of an odd URL is the safe side."""
+    scheme, sep, rest = url.partition("//")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}//{userinfo.partition(':')[0]}:***@{host}"
 
 
 def postgres_params(url: str) -> dict[str, str]:
@@ -90,12 +98,19 @@ def event_store_env(config: StoreConfig) -> dict[str, str]:
         }
     assert config.sqlite_path is not None
     if config.sqlite_path != ":memory:":
-        Path(config.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(Path(config.sqlite_path).parent)
     return {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": config.sqlite_path,
         "SQLITE_LOCK_TIMEOUT": "10",
     }
+
+
+def make_private_dir(path: Path) -> None:
+    """Creates the store's directory if it is missing, readable by its owner only: the
+    store holds every executor's metadata and the audit log. An existing directory is
+    left as the operator made it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 
 class Cursor(Protocol):
@@ -244,7 +259,7 @@ def open_database(config: StoreConfig) -> Database:
         return PostgresDatabase(config.url)
     assert config.sqlite_path is not None
     if config.sqlite_path != ":memory:":
-        Path(config.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(Path(config.sqlite_path).parent)
     return SQLiteDatabase(config.sqlite_path)
 
 
