@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from relay_es.protocol import messages as m
 from relay_es.protocol.catalogue import RESPONSES, decode_response_for
+from relay_es.protocol.limits import check_executor_info
 from relay_es.protocol.messages import UnknownTypeResponse
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
 from tests.fake_executor import FakeExecutor
@@ -45,7 +46,8 @@ FUZZ = settings(deadline=None, database=None, suppress_health_check=list(HealthC
                 phases=(Phase.explicit, Phase.generate))
 
 WIRE_TYPES = sorted(RESPONSES)
-VIOLATION_KINDS = {"binary_frame", "invalid_frame", "unsolicited", "type_mismatch", "malformed_reply", "info_refused"}
+VIOLATION_KINDS = {"binary_frame", "invalid_frame", "unsolicited", "type_mismatch", "malformed_reply", "info_refused",
+                   "handshake_frame", "info_out_of_bounds", "late_reply"}
 
 # ------------------------------------------------------------------ JSON
 
@@ -148,6 +150,7 @@ def check_events(session: Session, before: dict[str, str], events: list[Any]) ->
         else:
             assert session.state is State.REGISTERED and isinstance(ev.info, m.ExecutorInfoResponse)
             assert isinstance(ev.info.executor_id, str) and ev.info.executor_id
+            check_executor_info(ev.info)  # nothing out of bounds registers
     assert set(session.pending) <= set(before)
 
 
@@ -204,6 +207,35 @@ def test_session_receive_plausible_frames(state: str, catalogue: bool, data: st.
         check_events(session, before, events)
         if session.state is State.CLOSED:
             break
+
+
+info_strings = st.one_of(st.none(), st.text(max_size=20), st.text(max_size=400),
+                         st.sampled_from(["web\u00001", "x" * 5000, "a\nb", "\u202e", "ok"]))
+
+
+@settings(FUZZ, max_examples=1000)
+@given(executor_id=info_strings, version=info_strings, hostname=info_strings, language=info_strings,
+       dbos_version=info_strings, metadata=st.one_of(json_values, st.dictionaries(st.text(max_size=8), json_values)))
+def test_executor_info_registers_only_within_bounds(executor_id: Any, version: Any, hostname: Any, language: Any,
+                                                   dbos_version: Any, metadata: Any) -> None:
+    """Invariant: an executor_info reply with any strings and any metadata
+    either registers with every field within the bounds of
+    ``relay_es.protocol.limits`` (no NUL or control character, lengths, a
+    metadata object within its cap) or is one fatal violation that closes the
+    session; it never raises."""
+    session = Session()
+    rid = json.loads(session.open())["request_id"]
+    frame = dumps({"type": "executor_info", "request_id": rid, "executor_id": executor_id,
+                   "application_version": version, "hostname": hostname, "language": language,
+                   "dbos_version": dbos_version, "executor_metadata": metadata}, "[]")
+    events = session.receive(frame)
+    assert len(events) == 1
+    if isinstance(events[0], Registered):
+        check_executor_info(events[0].info)
+        assert session.state is State.REGISTERED
+    else:
+        assert isinstance(events[0], Violation) and events[0].fatal and session.state is State.CLOSED
+        assert "\x00" not in events[0].detail
 
 
 def test_decode_response_for_decodes_every_wire_type() -> None:
