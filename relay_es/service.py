@@ -606,7 +606,7 @@ class Relay(ESApplication[UUID]):
             gate = self._maybe(gate_stream_id(org))
             if gate is None:
                 gate = Gate(org=org, timestamp=self.now())
-            gate.refuse(app=sanitized(app, 300), peer=sanitized(peer, 200), status=status, reason=sanitized(reason, 500),
+            gate.refuse(app=sanitized(app, 200), peer=sanitized(peer, 200), status=status, reason=sanitized(reason, 500),
                         suppressed=suppressed, at=self.now())
             self.save(gate)
 

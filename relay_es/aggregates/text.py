@@ -66,6 +66,5 @@ def sanitized(value: str | None, limit: int = 2000) -> str | None:
         return None
     if not isinstance(value, str):
         value = repr(value)
-    if len(value) > limit:
-        value = value[:limit] + "…"
-    return escape_controls(value)
+    escaped = escape_controls(value[:limit])  # at most 6 characters for one
+    return escaped[:limit] + "…" if len(value) > limit or len(escaped) > limit else escaped
