@@ -233,3 +233,23 @@ def test_an_event_no_read_model_can_read_is_skipped_and_reported(world: World) -
     assert tables(world) == before
     with pytest.raises(Exception):  # readers that did not ask for them get the error, as before
         world.relay.notifications(0, 100)
+
+
+def test_a_rebuild_in_processes_skips_the_same_events(world: World, store_url: str) -> None:
+    from relay_es.adapters.stores import parse_database_url
+    from relay_es.projections.runner import rebuild_in_processes
+
+    connect_bypassing(world, "nul", hostname="evil\x00host")
+    connect_bypassing(world, LONG_ID)
+    world.runner.catch_up()
+    connect(world, "A")
+    world.runner.catch_up()
+    before, entries = tables(world), len(skipped(world))
+    assert entries == 4
+    world.close()  # `relay projections rebuild` runs on a store nobody serves
+    try:
+        rebuild_in_processes(parse_database_url(store_url))
+    finally:
+        world._open()
+    assert tables(world) == before
+    assert len(skipped(world)) == entries
