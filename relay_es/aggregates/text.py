@@ -17,7 +17,11 @@ from relay_es.errors import InvalidSetting
 MAX_ID_BYTES = 1024  # executor ids, connection ids, request ids, versions: UTF-8 bytes
 MAX_TEXT_BYTES = 16 * 1024  # hostnames, languages, reasons and other free text
 
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0, DEL, C1; the line and paragraph separators; the bidirectional and zero-width
+# format characters (text that reads otherwise than it is); lone surrogates (which no
+# UTF-8 stream can write: a log line holding one would be lost).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069"
+                       "\ufeff\ud800-\udfff]")
 
 
 def check_id(field: str, value: object, *, optional: bool = False, empty: bool = False) -> str | None:
@@ -46,9 +50,9 @@ def _check(field: str, value: object, limit: int, *, optional: bool, empty: bool
 
 
 def escape_controls(text: str) -> str:
-    """``text`` with every control character (C0, DEL, C1, line and paragraph
-    separators) written as a visible escape (``\\n``, ``\\x1b``, ``\\u2028``):
-    one line, no terminal escape sequences."""
+    """``text`` with every control character (see ``_CONTROLS``) written as a
+    visible escape (``\\n``, ``\\x1b``, ``\\u202e``): one line, no terminal escape
+    sequences, nothing that displays otherwise than it reads."""
     return _CONTROLS.sub(_escape, text)
 
 

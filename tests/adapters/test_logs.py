@@ -60,3 +60,11 @@ def test_configure_installs_the_escaping_formatter() -> None:
     finally:
         root.handlers[:] = saved
         root.setLevel(level)
+
+
+def test_bidi_overrides_zero_width_and_lone_surrogates_are_escaped_not_lost() -> None:
+    out = io.StringIO()
+    _logger(out).warning("hostname %s", "evil\u202egnp.exe\u200b\ud800")
+    text = out.getvalue()
+    assert "evil\\u202egnp.exe\\u200b\\ud800" in text
+    text.encode("utf-8")  # writable to any UTF-8 stream
