@@ -28,9 +28,10 @@ SECTIONS = {
     "reconnect": "bench.s4_reconnect",
     "replay": "bench.s5_replay",
     "e2e": "bench.s6_e2e",
+    "queries": "bench.s7_queries",
 }
 ALIASES = {str(i + 1): name for i, name in enumerate(SECTIONS)}
-NEEDS_PG = {"throughput", "replay", "e2e", "detection", "reconnect"}
+NEEDS_PG = {"throughput", "replay", "e2e", "detection", "reconnect", "queries"}
 
 
 class Context:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a smoke run of about 2 minutes, small numbers")
     p.add_argument("--only", action="append", metavar="SECTION",
-                   help=f"run only this section (repeatable): {', '.join(SECTIONS)} or 1-6")
+                   help=f"run only this section (repeatable): {', '.join(SECTIONS)} or 1-{len(SECTIONS)}")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every count by this (e.g. 0.5)")
     p.add_argument("--stores", default="sqlite,postgres",
                    help="stores for the sections that run on both (default sqlite,postgres)")
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in args.only or list(SECTIONS):
         name = ALIASES.get(s, s)
         if name not in SECTIONS:
-            p.error(f"unknown section {s!r}: choose from {', '.join(SECTIONS)} or 1-6")
+            p.error(f"unknown section {s!r}: choose from {', '.join(SECTIONS)} or 1-{len(SECTIONS)}")
         chosen.append(name)
     mode = "quick" if args.quick else "full"
     if args.scale != 1.0:

@@ -82,9 +82,20 @@ def executor_history(relay: Relay, org: str, app: str, executor_id: str, *, afte
     return out
 
 
-def executors_as_of(relay: Relay, db: Database, org: str, app: str, at: datetime, *, after: str | None = None,
-                    limit: int = AS_OF_LIMIT, pause: Callable[[], None] | None = None,
-                    ) -> tuple[list[ExecutorRow], str | None]:
+def executors_as_of(relay: Relay, db: Database, org: str, app: str, at: datetime) -> list[ExecutorRow]:
+    """Every page of :func:`executors_as_of_page`: for tests and tools, not for the API."""
+    out: list[ExecutorRow] = []
+    cursor: str | None = None
+    while True:
+        rows, cursor = executors_as_of_page(relay, db, org, app, at, after=cursor)
+        out += rows
+        if cursor is None:
+            return out
+
+
+def executors_as_of_page(relay: Relay, db: Database, org: str, app: str, at: datetime, *, after: str | None = None,
+                         limit: int = AS_OF_LIMIT, pause: Callable[[], None] | None = None,
+                         ) -> tuple[list[ExecutorRow], str | None]:
     """The executors table as it stood at ``at``, folded from the event streams:
     ``(rows, next cursor or None)``.
 

@@ -14,7 +14,7 @@ from relay_es import queries
 from relay_es.errors import UnknownExecutor
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer
-from tests.support import World
+from tests.support import World, until
 
 
 @pytest.fixture
@@ -72,13 +72,13 @@ def test_as_of_pages_by_executor_and_folds_at_most_limit_streams(world: World) -
     world.sync()
     got, cursor, pages = [], None, 0
     while True:
-        rows, cursor = queries.executors_as_of(world.relay, world.db, "local", "app", at, after=cursor, limit=2)
+        rows, cursor = queries.executors_as_of_page(world.relay, world.db, "local", "app", at, after=cursor, limit=2)
         got += [r.executor_id for r in rows]
         pages += 1
         if cursor is None:
             break
     assert got == ["A", "B"] and pages == 3  # C, D and E were not there yet: short pages, still paged through
-    rows, cursor = queries.executors_as_of(world.relay, world.db, "local", "app", world.clock.now(), limit=100)
+    rows, cursor = queries.executors_as_of_page(world.relay, world.db, "local", "app", world.clock.now(), limit=100)
     assert [r.executor_id for r in rows] == ["A", "B", "C", "D", "E"] and cursor is None
 
 
@@ -99,7 +99,7 @@ def test_as_of_an_old_instant_reads_little_of_a_long_stream(world: World, monkey
         return iter(events)
 
     monkeypatch.setattr(store, "get", counting)
-    rows, _ = queries.executors_as_of(world.relay, world.db, "local", "app", at)
+    rows, _ = queries.executors_as_of_page(world.relay, world.db, "local", "app", at)
     assert [r.executor_id for r in rows] == ["A"]
     assert sum(read) <= 2 * 4  # a chunk of each stream, not 31 events of each
 
@@ -108,7 +108,7 @@ def test_as_of_gives_way_between_streams(world: World) -> None:
     for x in ("A", "B", "C"):
         world.connect(x)
     paused: list[int] = []
-    queries.executors_as_of(world.relay, world.db, "local", "app", world.clock.now(), pause=lambda: paused.append(1))
+    queries.executors_as_of_page(world.relay, world.db, "local", "app", world.clock.now(), pause=lambda: paused.append(1))
     assert len(paused) == 3
 
 
@@ -129,6 +129,8 @@ def test_rest_limits_and_pages(server: RelayServer) -> None:
         for x in ("A", "B", "C"):
             ex = await FakeExecutor(server.ws, app="orders", executor_id=x).connect()
             await ex.close()
+        # as-of finds the streams through the read model: wait until it lists all three
+        await until(lambda: len(httpx.get(base, timeout=10).json()) == 3, what="three executors projected")
 
     asyncio.run(connect())
     at = "2100-01-01T00:00:00Z"

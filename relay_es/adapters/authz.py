@@ -202,6 +202,8 @@ class Credentials:
         from relay_es.projections.apps import token_by_hash
         from relay_es.service import is_store_error
 
+        if not 0 < len(secret) <= 512 or not secret.isprintable():
+            return None  # no token looks like this: nothing to look up
         digest = hash_secret(secret)
         with self._lock:
             epoch = self._epoch

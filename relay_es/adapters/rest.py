@@ -38,7 +38,7 @@ from relay_es.errors import DomainError, IllegalTransition, InvalidSetting, Unkn
 from relay_es.projections import apps as apps_view
 from relay_es.projections import audit as audit_view
 from relay_es.projections.executors import ExecutorRow, all_rows
-from relay_es.queries import AS_OF_LIMIT, HISTORY_LIMIT, executor_history, executors_as_of
+from relay_es.queries import AS_OF_LIMIT, HISTORY_LIMIT, executor_history, executors_as_of_page
 
 log = logging.getLogger(__name__)
 
@@ -409,7 +409,7 @@ def build_app(runtime: Any) -> Litestar:
             at = units.parse_rfc3339("asOf", as_of)
 
             def past() -> tuple[list[Executor], str | None]:
-                rows, cursor = executors_as_of(relay, db, org, app, at, after=after, limit=limit, pause=yield_to_pm)
+                rows, cursor = executors_as_of_page(relay, db, org, app, at, after=after, limit=limit, pause=yield_to_pm)
                 app_id = str(relay.get_app(org, app).id) if relay.app_exists(org, app) else ""
                 return [_executor_out(r, app_id) for r in rows], cursor
 
