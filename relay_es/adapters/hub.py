@@ -640,7 +640,8 @@ class Hub:
             return
         try:
             answer = await conn.call(lambda _: m.RetentionRequest(request_id=rid, body=p.body()), self.response_timeout)
-            success, error = not answer.failed, answer.error_message
+            # the executor's own text, on its way to the store: escaped and bounded like any other
+            success, error = not answer.failed, None if answer.error_message is None else printable(answer.error_message)
         except asyncio.TimeoutError:
             success, error = False, f"no answer within {self.response_timeout:g}s"
         except ConnectionLost as e:

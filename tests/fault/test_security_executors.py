@@ -23,7 +23,7 @@ import pytest
 import websockets
 
 from tests.fake_executor import FakeExecutor
-from tests.fault.clients import assert_invariants
+from tests.fault.clients import ScriptedExecutor, assert_invariants
 from tests.server import RelayServer
 from tests.support import until
 
@@ -159,8 +159,8 @@ def test_hostile_executor_info_is_refused_audited_and_the_read_models_keep_movin
     connected = {a["executorId"] for a in audit(server, app="app") if a["action"] == "executor.connected"}
     assert connected == {"B", "L", "D"}  # nothing hostile was recorded
     for a in entries:
-        text = json.dumps(a)
-        assert "\\u0000" not in text and "x" * 300 not in text
+        text = json.dumps(a, ensure_ascii=False)
+        assert "\x00" not in text and "x" * 300 not in text
     log = server.log()
     assert "Traceback" not in log and "\x1b[31m" not in log and "FAKE LOG LINE\n" not in log
     assert log.count("info_out_of_bounds") == 1, "one warning per throttle window, not one per frame"
@@ -258,5 +258,51 @@ def test_resource_limits_per_address_key_and_application(make_server: Callable[.
     assert any(a["detail"]["status"] == 429 for a in refusals), refusals
     connected = {a["executorId"] for a in audit(server, app="app") if a["action"] == "executor.connected"}
     assert "k2-3" not in connected
+    assert "Traceback" not in server.log()
+    assert_invariants(store_url)
+
+
+def test_an_executors_error_message_reaches_the_store_escaped_and_bounded(
+        make_server: Callable[..., RelayServer], store_url: str) -> None:
+    """Invariant: the text of an executor's failed answer (``error_message``)
+    becomes a recovery failure's reason and a retention answer's error in the
+    store: it is escaped (no U+0000, no control character) and bounded, so a
+    hostile recovery target cannot freeze the read models with it; the dead
+    executor is then recovered by another candidate as usual. (Before: the
+    reason was recorded as sent, NUL and 100 KB included.)"""
+    server = make_server(env={"RELAY_RETENTION_INTERVAL_SECS": "1"})
+    set_grace(server, 1)
+    r = rest(server, "PATCH", "/v2/orgs/local/apps/app", json={"gcTimeThresholdMs": 86_400_000})
+    assert r.status_code == 204, r.text
+    poison = "\u0000boom\n\x1b[2J" + "e" * 100_000
+
+    async def hostile(fx: ScriptedExecutor, msg: dict[str, Any]) -> None:
+        assert fx.ws is not None
+        await fx.ws.send(json.dumps({"type": msg["type"], "request_id": msg["request_id"], "success": False,
+                                     "exist": None, "error_message": poison}))
+
+    async def main() -> None:
+        bad = await ScriptedExecutor(server.ws, executor_id="A-bad", handler=hostile).connect()
+        await until(lambda: any(a["action"] == "retention.answered" for a in audit(server, app="app")), 15)
+        good = await FakeExecutor(server.ws, executor_id="B-good").connect()
+        doomed = await FakeExecutor(server.ws, executor_id="D").connect()
+        await until(lambda: "D" in listing(server))
+        doomed.abort()
+        await until(lambda: "D" not in listing(server), 30, what="D recovered by the good executor")
+        new = await FakeExecutor(server.ws, executor_id="N").connect()  # the read models still move
+        await until(lambda: "N" in listing(server), 10)
+        for fx in (bad, good, new):
+            await fx.close()
+
+    asyncio.run(main())
+    entries = audit(server, app="app")
+    failed = [a for a in entries if a["action"] == "recovery.failed"]
+    retention = [a for a in entries if a["action"] == "retention.answered" and not a["detail"]["success"]]
+    assert failed and retention
+    for a in failed + retention:
+        text = a["detail"].get("reason") or a["detail"].get("error") or ""
+        assert "boom" in text and "\x00" not in text and "\x1b" not in text and "\n" not in text, text[:300]
+        assert len(text) < 2500, len(text)
+    assert "boom" in failed[0]["detail"]["reason"]
     assert "Traceback" not in server.log()
     assert_invariants(store_url)
