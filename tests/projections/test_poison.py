@@ -201,6 +201,10 @@ def test_an_outage_is_retried_not_skipped(world: World, store_url: str, tmp_path
     (psycopg.errors.QueryCanceled("statement timeout"), False),
     (psycopg.errors.AdminShutdown("terminating connection"), False),
     (sqlite3.OperationalError("database is locked"), False),
+    (sqlite3.OperationalError("database or disk is full"), False),  # no event's fault: wait, never skip
+    (sqlite3.DataError("string or blob too big"), True),
+    (UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"), True),
+    (psycopg.errors.DiskFull("could not extend file"), False),
     (sqlite3.ProgrammingError("Cannot operate on a closed database."), False),
     (TimeoutError(), False),
     (ConnectionResetError(), False),
