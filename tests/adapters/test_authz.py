@@ -345,3 +345,9 @@ def test_while_the_store_is_away_only_keys_seen_live_and_not_revoked_here_pass(h
     assert _admit(rt, "orders", live) == ("acme", "live")  # executors keep reconnecting through an outage
     assert _refused(rt, "orders", gone) == 503  # revoked here: never admitted again
     assert _refused(rt, "orders", never) == 503  # never seen: cannot be checked now
+    from litestar.testing import TestClient
+
+    with TestClient(build_app(rt), base_url="http://127.0.0.1") as client:
+        for key, status in ((gone, 503), (never, 503), (live, 200)):
+            r = client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == status, r.text
