@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,16 +18,42 @@ import httpx
 RELAY = [sys.executable, "-m", "relay_es.cli"]
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now, taken from below the kernel's ephemeral range.
+
+    A port the kernel hands out (``bind(0)``) is one it may hand out again to any
+    outgoing connection -- to Postgres, to a test's WebSocket client -- between
+    the moment it is picked and the moment a server binds it, or while a server
+    that is restarted on it is down. Below the ephemeral range only another
+    explicit bind can take it."""
+    lo, _ = _ephemeral_range()
+    low = 20000 if lo > 21000 else 10000
+    for _ in range(1000):
+        port = random.randrange(low, lo)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    continue
+                raise
+            return port
+    raise RuntimeError(f"no free port in {low}-{lo - 1}")
 
 
 class RelayServer:
     def __init__(self, cwd: Path, *, port: int | None = None, args: list[str] | None = None,
                  env: dict[str, str] | None = None) -> None:
         self.cwd = cwd
+        self._own_port = port is None  # picked here: may be picked again if someone bound it first
         self.port = port or free_port()
         self.args = args or []
         self.env = env or {}
@@ -41,6 +69,22 @@ class RelayServer:
         return f"ws://127.0.0.1:{self.port}"
 
     def start(self, *, wait: bool = True) -> "RelayServer":
+        for attempt in range(5):
+            self._spawn()
+            if not wait:
+                return self
+            try:
+                self.wait_healthy()
+                return self
+            except RuntimeError:
+                # a port picked here and bound by someone else meanwhile: pick another
+                if not (self._own_port and attempt < 4 and "address already in use" in self.log().lower()):
+                    raise
+                self.port = free_port()
+                self.log_path = self.cwd / f"relay-{self.port}.log"
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         env = {**os.environ, **self.env}
         args = ["serve", *self.args]
         if "--port" not in self.args:
@@ -48,9 +92,6 @@ class RelayServer:
         self._log = open(self.log_path, "a")
         self.proc = subprocess.Popen(RELAY + args, cwd=self.cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      text=True)
-        if wait:
-            self.wait_healthy()
-        return self
 
     def wait_healthy(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout

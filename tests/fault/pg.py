@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.server import free_port
 
 
 def _pgbin() -> str:
@@ -32,11 +33,18 @@ class PgCluster:
         self.dir = Path(tempfile.mkdtemp(prefix="relay-fault-pg."))
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
         _as_postgres([f"{self.bin}/initdb", "-D", f"{self.dir}/data", "-U", "postgres", "--auth=trust", "-E", "UTF8"])
-        self.start()
+        # Below the ephemeral range (see free_port): the cluster is stopped and started
+        # again on this port while clients keep opening connections.
+        for attempt in range(5):
+            self.port = free_port()
+            try:
+                self.start()
+                return
+            except subprocess.CalledProcessError:
+                log = Path(f"{self.dir}/log")
+                if attempt == 4 or "already in use" not in (log.read_text() if log.exists() else ""):
+                    raise
 
     @property
     def url(self) -> str:
