@@ -336,14 +336,15 @@ def build_app(runtime: Any) -> Litestar:
         if not settings.auth:
             if org is not None and org != "local":
                 raise NotFoundException(f"org {org[:128]!r} does not exist: in development mode the only org is 'local'")
+            _check_path_names(rule, params)
             who = authz.development_principal()
         else:
             who = await authenticate(connection)
+            _check_path_names(rule, params)  # before any name is echoed in a refusal
             try:
                 authz.decide(rule, who, org, app)
             except authz.Denied as d:
                 raise refused(d.status, d.detail) from None
-        _check_path_names(rule, params)
         connection.state.principal = who
 
     def app_row(org: str, app: str) -> apps_view.AppRow:

@@ -211,6 +211,8 @@ def test_an_executor_key_cannot_take_over_its_org(acme: tuple[RelayServer, dict[
     assert call(s, "GET", f"{A}/tokens?app=orders", key).status_code == 403
     assert call(s, "GET", f"{A}/audit-logs?app=orders", key).status_code == 403
     assert call(s, "GET", f"{A}/apps/billing?app=orders", key).status_code == 403
+    r = call(s, "GET", f"{A}/apps/{'x' * 300}%1B%5B2J", key)  # a refusal never echoes a hostile name
+    assert r.status_code == 404 and "x" * 300 not in r.text and "\x1b" not in r.text
     assert call(s, "GET", f"{A}/apps", t["org-wide"]).status_code == 200  # the admin is untouched
     assert "pwn" not in [x["tokenName"] for x in call(s, "GET", f"{A}/tokens", t["org-wide"]).json()]
 
