@@ -421,16 +421,18 @@ class Hub:
             refusal = self._over_limit(conn, ev.info.executor_id)
             if refusal is not None:
                 conn.session.close()
-                await self._violation(conn, Violation("limit_exceeded", refusal, fatal=True))
                 await conn.close(CLOSE_LIMIT, "limit reached")
+                await self._violation(conn, Violation("limit_exceeded", refusal, fatal=True))
                 return
-            await self._register(conn, ev.info)
             if conn.raise_frame_cap is not None:
-                conn.raise_frame_cap(MAX_FRAME)  # registered: replies may carry workflow data now
+                # Registered: replies may carry workflow data now. Before any await, so that
+                # nothing more is parsed under the handshake's cap, and before any request goes out.
+                conn.raise_frame_cap(MAX_FRAME)
+            await self._register(conn, ev.info)
         elif isinstance(ev, Violation):
-            await self._violation(conn, ev)
-            if ev.fatal:
+            if ev.fatal:  # closed first: nothing more is read from it while the violation is recorded
                 await conn.close(CLOSE_FOR.get(ev.kind, CLOSE_PROTOCOL), ev.kind)
+            await self._violation(conn, ev)
 
     def _over_limit(self, conn: Connection, executor_id: str) -> str | None:
         """Why a new executor id may not register on this connection, or None.

@@ -5,17 +5,21 @@ per connection, lean deflate, a peer's disconnect reported at once, and a
 silent socket (no pong within the ping timeout) failed with 1011 so that it
 reaches the application within ``RELAY_PING_WAIT_SECS``.
 
-Frame cap: a socket accepts messages of at most ``handshake_frame_cap`` bytes
-until the application raises the cap (the hub does once the executor is
-registered), so an unregistered client cannot make Relay buffer a 128 MiB
-message. A message over the cap fails the connection with 1009.
+Frame cap: a socket accepts a first message of at most ``handshake_frame_cap``
+bytes and later ones of at most ``pending_frame_cap`` until the application
+raises the cap (the hub does once the executor is registered), so an
+unregistered client cannot make Relay buffer a 128 MiB message. The second
+stage exists because the parser reads every frame of a TCP read at once: a
+client that sends a reply right behind its ``executor_info`` answer has it
+parsed before the application has seen the answer. A message over the cap
+fails the connection with 1009.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME
+from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
 
 
 class Withdrawn(Exception):
@@ -30,7 +34,8 @@ def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
     return budget - close_timeout, close_timeout
 
 
-def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_HANDSHAKE_FRAME) -> type:
+def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_HANDSHAKE_FRAME,
+                   pending_frame_cap: int | None = MAX_PENDING_FRAME) -> type:
     """uvicorn's Sans-I/O ``websockets`` protocol (``websockets-sansio``), as Relay needs it.
 
     * It keeps no task per connection (the legacy protocol kept three), already
@@ -40,9 +45,10 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
       closes the transport; the application would hear 1005. Relay reports it
       as the 1011 it is, so the executor is recorded ``ping_timeout``.
     * ``close_timeout`` bounds the closing handshake Relay starts (4001-4005).
-    * Messages are capped at ``handshake_frame_cap`` bytes until the application
-      calls ``scope["extensions"]["relay.frame_cap"](n)``; a disconnect caused by
-      our own 1009 (a message over the cap) carries ``"relay.too_big": True``.
+    * The first message is capped at ``handshake_frame_cap`` bytes, later ones at
+      ``pending_frame_cap``, until the application calls
+      ``scope["extensions"]["relay.frame_cap"](n)``; a disconnect caused by our
+      own 1009 (a message over the cap) carries ``"relay.too_big": True``.
     * A ``websocket.send`` with ``"relay.guard"`` (a context manager giving a bool)
       is written under the guard, only if it says yes, else :class:`Withdrawn`.
     """
@@ -53,11 +59,21 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
+            self.frame_cap_set = False
             if handshake_frame_cap is not None:
                 self.conn.max_message_size = handshake_frame_cap
+                parsed = self.conn.recv_frame  # called by the parser after each frame, before the next is read
+
+                def recv_frame(frame: Any) -> None:
+                    parsed(frame)
+                    if not self.frame_cap_set and frame.fin and frame.opcode.value in (0, 1, 2):
+                        self.conn.max_message_size = pending_frame_cap  # the first message is complete
+
+                self.conn.recv_frame = recv_frame
 
         def set_frame_cap(self, size: int | None) -> None:
             """Takes effect from the next frame parsed."""
+            self.frame_cap_set = True
             self.conn.max_message_size = size
 
         def handle_connect(self, event: Any) -> None:

@@ -23,11 +23,13 @@ includes U+0000), format characters (Cf: bidi overrides, zero-width marks),
 line or paragraph separators (Zl, Zp) or surrogates (Cs). ``executor_id``
 must not be empty; the others may be missing (older SDKs omit them).
 
-Frame caps: until an executor is registered the socket accepts frames of at
-most :data:`MAX_HANDSHAKE_FRAME` (the ``executor_info`` reply is a few
-hundred bytes; the cap leaves room for the metadata and JSON escapes), so an
-unregistered client cannot make Relay buffer more. After registration the cap
-is :data:`MAX_FRAME`: ``list_workflows`` and ``export_workflow`` replies carry
+Frame caps, per message, until an executor is registered: its first message
+(the ``executor_info`` reply: a few hundred bytes, the cap leaves room for the
+metadata and JSON escapes) at most :data:`MAX_HANDSHAKE_FRAME`; messages that
+follow it before Relay has registered the executor (a client that does not
+wait) at most :data:`MAX_PENDING_FRAME`. So an unregistered client cannot make
+Relay buffer more than about a MiB. After registration the cap is
+:data:`MAX_FRAME`: ``list_workflows`` and ``export_workflow`` replies carry
 workflow inputs and outputs (the TypeScript SDK's own limit is 100 MiB).
 """
 
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_HANDSHAKE_FRAME = 64 * 1024
+MAX_PENDING_FRAME = 1024 * 1024
 MAX_FRAME = 128 * 1024 * 1024
 
 IDENTIFIER_BYTES: dict[str, int] = {

@@ -1,0 +1,126 @@
+"""Relay's uvicorn WebSocket protocol, fed bytes directly: the frame caps by
+stage (first message, before registration, after), deterministic."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import struct
+from typing import Any
+
+import uvicorn
+
+from relay_es.adapters.uvicorn_ws import protocol_class
+from relay_es.protocol.limits import MAX_FRAME, MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
+
+UPGRADE = ("GET /websocket/app/k HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+           ).encode()
+
+
+def frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    n = len(payload)
+    head = struct.pack("!BB", 0x80 | opcode, 0x80 | n) if n < 126 else \
+        struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n) if n < 65536 else \
+        struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
+    return head + b"\x00\x00\x00\x00" + payload  # a zero mask: the payload as is
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8090)}.get(name, default)
+
+
+def run_socket(chunks: list[bytes], *, register_after: int | None = None) -> tuple[list[dict[str, Any]], Any]:
+    """Feeds ``chunks`` (after the upgrade) to a protocol whose application accepts,
+    collects what it receives and, after ``register_after`` messages, raises the
+    cap as the hub does. Returns (messages received, the protocol)."""
+    received: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        while True:
+            m = await receive()
+            received.append(m)
+            if m["type"] == "websocket.disconnect":
+                return
+            if register_after is not None and len(received) == register_after:
+                scope["extensions"]["relay.frame_cap"](MAX_FRAME)
+
+    async def main() -> Any:
+        config = uvicorn.Config(app=app, ws_max_size=MAX_FRAME, ws_per_message_deflate=False, log_config=None)
+        config.load()
+
+        class State:
+            connections: set[Any] = set()
+            tasks: set[Any] = set()
+            default_headers: list[Any] = []
+
+        proto = protocol_class(1.0)(config=config, server_state=State(), app_state={})
+        proto.app = app
+        proto.connection_made(Transport())
+        proto.data_received(UPGRADE)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        for chunk in chunks:
+            proto.data_received(chunk)
+            for _ in range(20):
+                await asyncio.sleep(0)
+        return proto
+
+    proto = asyncio.run(main())
+    return received, proto
+
+
+def texts(received: list[dict[str, Any]]) -> list[int]:
+    return [len(m["text"]) for m in received if m["type"] == "websocket.receive"]
+
+
+def test_the_first_message_is_capped_at_the_handshake_cap() -> None:
+    received, proto = run_socket([frame(b"x" * (MAX_HANDSHAKE_FRAME + 1))])
+    assert texts(received) == []
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009
+    assert received[-1].get("relay.too_big") is True
+
+
+def test_a_frame_behind_the_reply_in_the_same_read_is_parsed_under_the_pending_cap() -> None:
+    reply = json.dumps({"type": "executor_info"}).encode()
+    received, proto = run_socket([frame(reply) + frame(b"y" * 200_000)], register_after=1)
+    assert texts(received) == [len(reply), 200_000] and proto.conn.close_sent is None
+    received, proto = run_socket([frame(reply) + frame(b"y" * (MAX_PENDING_FRAME + 1))], register_after=1)
+    assert texts(received) == [] or texts(received) == [len(reply)]
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009
+
+
+def test_once_registered_the_cap_is_the_large_one() -> None:
+    reply = json.dumps({"type": "executor_info"}).encode()
+    received, proto = run_socket([frame(reply), frame(b"z" * (MAX_PENDING_FRAME + 10))], register_after=1)
+    assert texts(received) == [len(reply), MAX_PENDING_FRAME + 10] and proto.conn.close_sent is None
+
+
+def test_unregistered_messages_after_the_first_stay_capped() -> None:
+    received, proto = run_socket([frame(b"a"), frame(b"b" * (MAX_PENDING_FRAME + 1))])
+    assert texts(received) == [1]
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009
