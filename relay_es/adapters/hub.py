@@ -14,8 +14,9 @@ Close codes Relay uses (executors reconnect after any of them):
 1007 a text frame that is not UTF-8
 1008 the executor broke the protocol: an unusable ``executor_info`` reply, or
      any other frame before it
-1009 a frame over the cap: 64 KiB until ``executor_info`` is answered, then
-     128 MiB (``relay_es.protocol.limits``); audited ``frame_too_large``
+1009 a message over the cap: 64 KiB for the first (the ``executor_info``
+     reply), 1 MiB for any other before registration, then 128 MiB
+     (``relay_es.protocol.limits``); audited ``frame_too_large``
 4001 superseded: a newer connection with the same executor id took over
 4002 handshake timeout: ``executor_info`` was not answered in time
 4003 the token this executor connected with was revoked
