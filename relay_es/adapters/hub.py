@@ -249,6 +249,25 @@ class Hub:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._spawn(self._retention_loop())
+        self._spawn(self._sweep_loop())
+
+    KEY_SWEEP_INTERVAL = 60.0
+
+    async def _sweep_loop(self) -> None:
+        """The executor ids remembered per key are forgotten once deleted, and a
+        key with none left is dropped: keys are the client's choice in development
+        mode, so the table must not keep every key ever used."""
+        while True:
+            await asyncio.sleep(self.KEY_SWEEP_INTERVAL)
+            self.sweep_keys()
+
+    def sweep_keys(self) -> int:
+        """Returns how many keys are still remembered."""
+        for key_id, ids in list(self._key_ids.items()):
+            self._prune_key_ids(ids)
+            if not ids:
+                del self._key_ids[key_id]
+        return len(self._key_ids)
 
     async def stop(self) -> None:
         """Closes every socket without recording disconnects: an executor that

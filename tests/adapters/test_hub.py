@@ -453,3 +453,40 @@ def test_the_socket_writes_a_guarded_frame_only_if_the_guard_allows() -> None:
         assert len(written) == 1 and not lock.locked()
 
     asyncio.run(main())
+
+
+def test_executor_ids_remembered_per_key_are_forgotten_once_deleted() -> None:
+    """Keys are the client's choice in development mode: the hub's table of
+    executor ids per key (for RELAY_MAX_EXECUTORS_PER_KEY) drops ids once the
+    process manager no longer lists them, and keys with none left."""
+    from relay_es.adapters.hub import Hub
+
+    listed: set[str] = set()
+
+    class PM:
+        def is_listed(self, stream_id: str) -> bool:
+            return stream_id in listed
+
+        def listed(self, org: str, app: str) -> int:
+            return len(listed)
+
+    async def main() -> None:
+        hub = Hub(None, owner="test", response_timeout=5.0)  # type: ignore[arg-type]
+        hub.pm = PM()  # type: ignore[assignment]
+        try:
+            from relay_es.adapters.hub import Connection
+            from relay_es.aggregates.executor import executor_stream_id
+
+            for i in range(100):
+                conn = Connection(id=f"c{i}", org="local", app="app", peer="p", token=None,
+                                  send_message=None, key_id=("key", "local", f"random-{i}"))  # type: ignore[arg-type]
+                assert hub._over_limit(conn, f"E{i}") is None
+                if i < 10:
+                    listed.add(str(executor_stream_id("local", "app", f"E{i}")))
+            assert hub.sweep_keys() == 10  # 90 ids never recorded (or deleted): gone with their keys
+            listed.clear()
+            assert hub.sweep_keys() == 0
+        finally:
+            hub.pool.shutdown(wait=False)
+
+    asyncio.run(main())
