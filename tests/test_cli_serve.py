@@ -47,13 +47,19 @@ def test_bad_settings_are_refused_with_the_setting_named(tmp_path) -> None:
                        timeout=30)
     assert r.returncode == 2
     assert "unsupported database URL" in r.stderr
+    r = subprocess.run(RELAY + ["serve", "--max-connections-per-key", "0"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2
+    assert "RELAY_MAX_CONNECTIONS_PER_KEY" in r.stderr
 
 
 def test_help_lists_every_timing_flag() -> None:
     out = subprocess.run(RELAY + ["serve", "--help"], capture_output=True, text=True, timeout=30).stdout
     for flag in ("--ping-interval-secs", "--ping-wait-secs", "--default-executor-timeout-secs",
                  "--recovery-response-timeout-secs", "--retention-interval-secs", "--restart-settle-secs",
-                 "--database-url", "--auth", "--no-auth", "--insecure", "--host", "--port"):
+                 "--database-url", "--auth", "--no-auth", "--insecure", "--host", "--port",
+                 "--max-connections-per-key", "--max-connections-per-app", "--max-executors-per-key",
+                 "--max-executors-per-app", "--max-handshakes-per-address"):
         assert flag in out
     assert sys.executable
 
