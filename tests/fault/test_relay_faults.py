@@ -138,9 +138,12 @@ class Flapper:
 
     async def run(self, until: float) -> None:
         while time.monotonic() < until:
+            ex = FakeExecutor(self.url, executor_id=self.executor_id)
             try:
-                ex = await FakeExecutor(self.url, executor_id=self.executor_id).connect()
+                await ex.connect()
             except Exception:
+                if ex.ws is not None:  # open but never asked executor_info: not a session; never one later either
+                    ex.abort()
                 await asyncio.sleep(0.5)
                 continue
             self.connections += 1
