@@ -79,8 +79,9 @@ class AppSettingsAsDict(Transcoding):
 _SETTINGS_FIELDS = tuple(AppSettings.__dataclass_fields__)
 
 # Streams that grow for ever: an org's Gate gets every refusal recorded, an Application its
-# retention rounds and violations. Loading one replays the latest snapshot and at most this
-# many events after it (ADR 16). Executor streams stay short (tens of events an incarnation).
+# retention rounds and violations, an executor that reconnects for months two events a
+# reconnect. Loading one replays the latest snapshot and at most this many events after it
+# (ADR 16); most executor streams never reach one.
 SNAPSHOT_EVERY = 100
 
 
@@ -161,7 +162,8 @@ def is_store_error(e: BaseException) -> bool:
 
 class Relay(ESApplication[UUID]):
     name = "Relay"
-    snapshotting_intervals: ClassVar[dict[type, int]] = {Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY}
+    snapshotting_intervals: ClassVar[dict[type, int]] = {
+        Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY, Executor: SNAPSHOT_EVERY}
 
     def __init__(
         self,
@@ -304,15 +306,16 @@ class Relay(ESApplication[UUID]):
                 out[i] = _copy_aggregate(held)
         if not missing:
             return out
-        streams = select_streams(self.recorder, missing)
+        snapshots = self.snapshots.recorder if self.snapshots is not None else None
+        streams = select_streams(self.recorder, missing, snapshots)
         decode = self._event_log().event
         out = {}
-        for i, stored in streams.items():
-            if stored:
-                # The library's project_aggregate asserts a runtime Protocol per event (slow on 3.11).
-                aggregate = None
-                for s in stored:
-                    aggregate = decode(s.originator_id, s.originator_version, s.topic, s.state).mutate(aggregate)
+        for i, (snapshot, stored) in streams.items():
+            # The library's project_aggregate asserts a runtime Protocol per event (slow on 3.11).
+            aggregate = None if snapshot is None else self.mapper.to_domain_event(snapshot).mutate(None)
+            for s in stored:
+                aggregate = decode(s.originator_id, s.originator_version, s.topic, s.state).mutate(aggregate)
+            if aggregate is not None:
                 out[i] = aggregate
         self._remember(a for a in out.values() if isinstance(a, Executor))
         return out

@@ -101,3 +101,40 @@ def test_a_snapshot_that_cannot_be_taken_fails_no_command(clock, store_url) -> N
     for _ in range(SNAPSHOT_EVERY + 1):  # crosses a snapshot interval
         relay.record_refusal("local", app="app", peer="10.0.0.1", status=401, reason="unknown key")
     assert len(list(relay.stream(gate_stream_id("local")))) == SNAPSHOT_EVERY + 2  # each recorded once
+
+
+def test_an_executor_that_reconnects_for_months_loads_from_a_snapshot(clock, store_url) -> None:
+    relay, other = two_writers(clock, store_url)
+    # what the executor chose, shaped like the transcoder's own wrappers: must come back as it was
+    hostile = {"_type_": "timedelta_us", "_data_": 5, "nested": [{"_type_": "no_such_type", "_data_": 1}]}
+    sid = executor_stream_id("local", "app", "A")
+    # Registered is version 1, each reconnect two more: the last Connected is version 300, which is
+    # snapshotted (with the metadata), and only its Disconnected comes after
+    for i in range(3 * SNAPSHOT_EVERY // 2 - 1):
+        assert relay.executor_connected("local", "app", info("A", executor_metadata={"n": i}),
+                                        connection_id=f"c{i}", owner="relay-1")
+        clock.advance(1)
+        assert relay.executor_disconnected(sid, connection_id=f"c{i}", reason="socket_closed")
+    assert relay.executor_connected("local", "app", info("A", executor_metadata=hostile), connection_id="last",
+                                    owner="relay-1")
+    assert relay.executor_disconnected(sid, connection_id="last", reason="socket_closed")
+
+    replayed = None  # the executor as every event folds it, from the first
+    for e in other.stream(sid):
+        replayed = e.mutate(replayed)
+    assert replayed.version == 3 * SNAPSHOT_EVERY + 1
+    decoded = []
+    original = other._event_log().event
+    other._event_log().event = lambda *a: decoded.append(a) or original(*a)
+    loaded = other.load_many([sid])[sid]  # the batch path: the latest snapshot and its tail
+    assert len(decoded) == 1  # the Disconnected after the snapshot
+    counts = _counting(other)
+    single = other.get_executor("local", "app", "A")  # the library's path
+    assert max(counts) == 1
+    for ex in (loaded, single):
+        assert vars(ex) == vars(replayed)
+        assert ex.executor_metadata == hostile and ex.status.value == "DISCONNECTED"
+    # and it still moves on: a command on the snapshot-loaded executor records the right transition
+    assert other.executor_connected("local", "app", info("A"), connection_id="again", owner="relay-2")
+    assert [type(e).__name__ for e in other.stream(sid)][-3:] == ["Connected", "Disconnected", "Connected"]
+    assert other.get_executor("local", "app", "A").incarnation == replayed.incarnation

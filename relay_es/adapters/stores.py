@@ -307,51 +307,113 @@ def insert_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Seq
     cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {staging} {on_conflict}")
 
 
-def select_streams(recorder: Any, ids: Sequence[Any]) -> dict[Any, list[Any]]:
-    """The stored events of many aggregates in one query (in version order).
+def select_streams(recorder: Any, ids: Sequence[Any], snapshots: Any = None
+                   ) -> dict[Any, tuple[Any, list[Any]]]:
+    """The stored state of many aggregates in two queries: ``{id: (snapshot, events)}``,
+    the latest snapshot of each (``None`` if it has none, or no ``snapshots`` recorder
+    is given) and its events after that snapshot, in version order.
 
     The library loads one aggregate per query; a batch of a thousand deaths
     would cost a thousand round trips. Falls back to per-stream reads for
     recorders it does not know (the in-memory one).
     """
-    from uuid import UUID
-
-    from eventsourcing.persistence import StoredEvent
-
-    out: dict[Any, list[Any]] = {i: [] for i in ids}
+    out: dict[Any, tuple[Any, list[Any]]] = {i: (None, []) for i in ids}
     if not ids:
         return out
     kind = type(recorder).__module__
     if kind == "eventsourcing.postgres":
-        from psycopg.sql import SQL, Identifier
+        return _select_postgres(recorder, snapshots, ids, out)
+    if kind == "eventsourcing.sqlite":
+        return _select_sqlite(recorder, snapshots, ids, out)
+    for i in ids:
+        latest = list(snapshots.select_events(i, desc=True, limit=1)) if snapshots is not None else []
+        after = latest[0].originator_version if latest else None
+        out[i] = (latest[0] if latest else None, list(recorder.select_events(i, gt=after)))
+    return out
 
+
+def _select_postgres(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dict[Any, Any]) -> dict[Any, Any]:
+    from eventsourcing.persistence import StoredEvent
+    from psycopg.sql import SQL, Identifier
+
+    schema = Identifier(recorder.datastore.schema)
+    after: dict[Any, int] = {}
+    if snapshots is not None:
+        query = SQL(
+            "SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic, state FROM {schema}.{table} "
+            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version DESC"
+        ).format(schema=schema, table=Identifier(snapshots.events_table_name))
+        with snapshots.datastore.transaction(commit=False) as curs:
+            curs.execute(query, (list(ids),))
+            for r in curs.fetchall():
+                oid = r["originator_id"]
+                out[oid] = (StoredEvent(oid, r["originator_version"], r["topic"], bytes(r["state"])), [])
+                after[oid] = r["originator_version"]
+    table = Identifier(recorder.events_table_name)
+    if not after:
         query = SQL(
             "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
             "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
-        ).format(schema=Identifier(recorder.datastore.schema), table=Identifier(recorder.events_table_name))
+        ).format(schema=schema, table=table)
+        params: tuple[Any, ...] = (list(ids),)
+    else:  # each stream from after its snapshot
+        query = SQL(
+            "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {schema}.{table} e "
+            "JOIN unnest(%s::uuid[], %s::bigint[]) AS t(id, v) ON e.originator_id = t.id AND e.originator_version > t.v "
+            "ORDER BY e.originator_id, e.originator_version"
+        ).format(schema=schema, table=table)
+        params = (list(ids), [after.get(i, 0) for i in ids])
+    with recorder.datastore.transaction(commit=False) as curs:
+        curs.execute(query, params)
+        rows = curs.fetchall()
+    for r in rows:
+        out[r["originator_id"]][1].append(
+            StoredEvent(r["originator_id"], r["originator_version"], r["topic"], bytes(r["state"])))
+    return out
+
+
+def _select_sqlite(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dict[Any, Any]) -> dict[Any, Any]:
+    from uuid import UUID
+
+    from eventsourcing.persistence import StoredEvent
+
+    by_hex = {i.hex: i for i in ids}
+    hexes = list(by_hex)
+
+    def oid_of(raw: str) -> Any:
+        return by_hex[raw] if raw in by_hex else UUID(raw)
+
+    for start in range(0, len(hexes), 500):
+        chunk = hexes[start:start + 500]
+        marks = ", ".join("?" * len(chunk))
+        after: dict[str, int] = {}
+        if snapshots is not None:
+            table = snapshots.events_table_name
+            sql = (f"SELECT s.originator_id, s.originator_version, s.topic, s.state FROM {table} s "
+                   f"WHERE s.originator_id IN ({marks}) AND s.originator_version = "
+                   f"(SELECT MAX(originator_version) FROM {table} WHERE originator_id = s.originator_id)")
+            with snapshots.datastore.transaction(commit=False) as curs:
+                curs.execute(sql, chunk)
+                for r in curs.fetchall():
+                    oid = oid_of(r["originator_id"])
+                    out[oid] = (StoredEvent(oid, r["originator_version"], r["topic"], r["state"]), [])
+                    after[r["originator_id"]] = r["originator_version"]
+        table = recorder.events_table_name
+        if not after:
+            sql = (f"SELECT originator_id, originator_version, topic, state FROM {table} "
+                   f"WHERE originator_id IN ({marks}) ORDER BY originator_id, originator_version")
+            params: list[Any] = chunk
+        else:  # each stream from after its snapshot
+            sql = (f"SELECT originator_id, originator_version, topic, state FROM {table} WHERE "
+                   + " OR ".join(["(originator_id = ? AND originator_version > ?)"] * len(chunk))
+                   + " ORDER BY originator_id, originator_version")
+            params = [x for h in chunk for x in (h, after.get(h, 0))]
         with recorder.datastore.transaction(commit=False) as curs:
-            curs.execute(query, (list(ids),))
+            curs.execute(sql, params)
             rows = curs.fetchall()
         for r in rows:
-            out[r["originator_id"]].append(
-                StoredEvent(r["originator_id"], r["originator_version"], r["topic"], bytes(r["state"])))
-        return out
-    if kind == "eventsourcing.sqlite":
-        by_hex = {i.hex: i for i in ids}
-        hexes = list(by_hex)
-        for start in range(0, len(hexes), 500):
-            chunk = hexes[start:start + 500]
-            sql = (f"SELECT originator_id, originator_version, topic, state FROM {recorder.events_table_name} "
-                   f"WHERE originator_id IN ({', '.join('?' * len(chunk))}) ORDER BY originator_id, originator_version")
-            with recorder.datastore.transaction(commit=False) as curs:
-                curs.execute(sql, chunk)
-                rows = curs.fetchall()
-            for r in rows:
-                oid = by_hex[r["originator_id"]] if r["originator_id"] in by_hex else UUID(r["originator_id"])
-                out[oid].append(StoredEvent(oid, r["originator_version"], r["topic"], r["state"]))
-        return out
-    for i in ids:
-        out[i] = list(recorder.select_events(i))
+            out[oid_of(r["originator_id"])][1].append(
+                StoredEvent(oid_of(r["originator_id"]), r["originator_version"], r["topic"], r["state"]))
     return out
 
 

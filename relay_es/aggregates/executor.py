@@ -38,7 +38,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from eventsourcing.domain import Aggregate, event
+from eventsourcing.domain import Aggregate, Snapshot, event
 
 from relay_es.errors import IllegalTransition, NotDue, StaleConnection
 
@@ -125,7 +125,33 @@ def executor_stream_id(org: str, app: str, executor_id: str) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, f"executor/{org}/{app}/{executor_id}")
 
 
+class ExecutorSnapshot(Snapshot):
+    """An executor's state at one version (ADR 16: a stream that reconnects for months
+    loads from its latest snapshot). Its state goes through the same transcoder as
+    events, so what the executor chose (its metadata) travels opaque, as in the events
+    (see :class:`OpaqueJSON`), and the enums come back as enums."""
+
+    @classmethod
+    def take(cls, aggregate: Any) -> "ExecutorSnapshot":
+        snapshot = super().take(aggregate)
+        metadata = snapshot.state.get("executor_metadata")
+        if metadata is not None and not isinstance(metadata, OpaqueJSON):
+            snapshot.state["executor_metadata"] = OpaqueJSON(metadata)
+        return snapshot
+
+    def mutate(self, _: None) -> Any:
+        ex = super().mutate(None)
+        ex.executor_metadata = opaque_value(ex.executor_metadata)
+        if ex.status is not None:
+            ex.status = ExecutorStatus(ex.status)
+        if ex.recovery_phase is not None:
+            ex.recovery_phase = RecoveryPhase(ex.recovery_phase)
+        return ex
+
+
 class Executor(Aggregate):
+    Snapshot = ExecutorSnapshot
+
     @staticmethod
     def create_id(org: str, app: str, executor_id: str) -> uuid.UUID:
         return executor_stream_id(org, app, executor_id)
