@@ -32,8 +32,9 @@ class Gate:
     Returns ``(org, token name or None)`` or raises :class:`Refused`.
 
     Development mode stays on this machine: a handshake carrying an ``Origin``
-    that is not a loopback page (a web page's script, DNS rebinding) is refused
-    with 403. The SDKs send no ``Origin``."""
+    that is not a loopback page (a web page's script, DNS rebinding), or one
+    that came through a reverse proxy (``Forwarded``, ``X-Forwarded-*``,
+    ``X-Real-IP``), is refused with 403. The SDKs send neither."""
 
     credentials: authz.Credentials | None = None  # development mode checks no keys
 
@@ -68,6 +69,8 @@ class Gate:
             raise Refused(404, "Unknown application", str(e), audit=False) from None
 
     async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
+        if authz.proxy_header(headers) is not None:
+            raise Refused(403, "Forbidden", authz.BEHIND_A_PROXY, org="local")
         self.check_name(app)
         origin = authz.header(headers, b"origin")
         if not authz.origin_is_local(origin):
@@ -86,13 +89,20 @@ class Gate:
         return "local", None
 
     async def orgs_for(self, app: str) -> list[str]:
-        """Where a refusal for ``app`` is audited."""
+        """Where a refusal for ``app`` that names no org is audited."""
         return ["local"]
 
 
 class AuthGate(Gate):
     """Auth mode: the key must be a live token of an org that covers the
-    application, and the application must be registered in that org."""
+    application, and the application must be registered in that org.
+
+    A refusal is audited only into the org the key belongs to (revoked, not
+    covering the application, the application not registered there). A key no
+    token ever had names no org: it is counted and logged (by the hub, once per
+    address per quiet period), never audited -- an anonymous client must not
+    be able to write into the audit log of every org that has an application
+    of some name."""
 
     def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any) -> None:
         super().__init__(relay, run)
@@ -107,11 +117,13 @@ class AuthGate(Gate):
     async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
         self.check_name(app)
         try:
-            who = await self.run(self.credentials.check, key)
+            checked = await self.run(self.credentials.identify, key)
         except authz.StoreUnavailable as e:
             raise Refused(503, "Service unavailable", str(e), audit=False) from None
-        if who is None:
-            raise Refused(401, "Unauthorized", "unknown or revoked conductor key")
+        who = checked.principal
+        if who is None:  # the same answer either way: a client learns nothing about the key
+            raise Refused(401, "Unauthorized", "unknown or revoked conductor key",
+                          audit=checked.org is not None, org=checked.org)
         try:
             authz.decide(authz.WEBSOCKET, who, None, app)
         except authz.Denied as d:
@@ -127,6 +139,5 @@ class AuthGate(Gate):
         return who.org, who.token
 
     async def orgs_for(self, app: str) -> list[str]:
-        from relay_es.projections.apps import orgs_with_app
-
-        return await self.run(orgs_with_app, self.db, app)
+        """Nowhere: every audited refusal here names its org (see the class)."""
+        return []

@@ -8,9 +8,10 @@ The REST API enforces it in one guard (``rest.py``); executor admission
 
 Permissions are Conductor's eight (``organization.read`` ... ``websocket.connect``).
 Today a token is either **org-wide** (every permission, every application of
-its org) or **limited to applications** (reading and changing those
-applications, and connecting their executors). Roles and per-token
-permissions (issue 14) will only change :func:`permissions_for`.
+its org) or **limited to applications** (reading those applications and
+connecting their executors; it changes nothing: it is the key that sits on
+every executor host). Roles and per-token permissions (issue 14) will only
+change :func:`permissions_for`.
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ WEBSOCKET_CONNECT = "websocket.connect"
 PERMISSIONS = (ORGANIZATION_READ, ORGANIZATION_WRITE, APPLICATION_READ, APPLICATION_WRITE, METRIC_READ,
                TOKEN_READ, TOKEN_WRITE, WEBSOCKET_CONNECT)
 
-# What a token limited to applications may do, on those applications only.
-APP_TOKEN_PERMISSIONS = frozenset({APPLICATION_READ, APPLICATION_WRITE, WEBSOCKET_CONNECT})
+# What a token limited to applications may do, on those applications only. It
+# is the conductor key copied to every executor host of those applications, so
+# it writes nothing: with application.write it could set globalTimeoutMs and
+# gcTimeThresholdMs to 1 ms and have the executors cancel every pending
+# workflow and delete their history at the next retention round.
+APP_TOKEN_PERMISSIONS = frozenset({APPLICATION_READ, WEBSOCKET_CONNECT})
 
 
 class Scope(enum.Enum):
@@ -63,7 +68,7 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("GET", "/v2/orgs/{org}/apps"): Rule("apps.list", Scope.ORG, APPLICATION_READ),
     ("PUT", "/v2/orgs/{org}/apps/{app}"): Rule("apps.register", Scope.ORG, APPLICATION_WRITE),
     ("GET", "/v2/orgs/{org}/apps/{app}"): Rule("apps.get", Scope.APP, APPLICATION_READ),
-    ("PATCH", "/v2/orgs/{org}/apps/{app}"): Rule("apps.update", Scope.APP, APPLICATION_WRITE),
+    ("PATCH", "/v2/orgs/{org}/apps/{app}"): Rule("apps.update", Scope.ORG, APPLICATION_WRITE),
     ("DELETE", "/v2/orgs/{org}/apps/{app}"): Rule("apps.delete", Scope.ORG, APPLICATION_WRITE),
     ("GET", "/v2/orgs/{org}/apps/{app}/executors"): Rule("executors.list", Scope.APP, APPLICATION_READ),
     ("GET", "/v2/orgs/{org}/apps/{app}/executors/{executor_id}/history"):
@@ -79,10 +84,13 @@ TABLE: Mapping[tuple[str, str], Rule] = {
 
 # The executors' WebSocket is not a REST route; admission applies this row.
 WEBSOCKET = Rule("websocket.connect", Scope.APP, WEBSOCKET_CONNECT)
-# Litestar's automatic OPTIONS answers (which methods a path allows) and its
-# OpenAPI pages under /schema describe the API and touch no data.
+# Litestar's automatic OPTIONS answers (which methods a path allows) touch no data.
 OPTIONS = Rule("options", Scope.PUBLIC, None)
-DOCS = Rule("docs", Scope.PUBLIC, None)
+# Litestar's OpenAPI router serves the document at /openapi.json (and again at
+# /openapi.json/openapi.json) and a plain 404 page for any other path under it.
+# There are no rendered pages: Swagger, Redoc, ... load unpinned scripts from
+# public CDNs, which would run on Relay's origin with its API at hand.
+OPENAPI_ROUTER = Rule("openapi", Scope.PUBLIC, None)
 
 
 def rule_for(method: str, template: str) -> Rule | None:
@@ -91,8 +99,8 @@ def rule_for(method: str, template: str) -> Rule | None:
         return rule
     if method == "OPTIONS":
         return OPTIONS
-    if method in ("GET", "HEAD") and (template == "/schema" or template.startswith("/schema/")):
-        return DOCS
+    if method in ("GET", "HEAD") and template.startswith("/openapi.json/"):
+        return OPENAPI_ROUTER
     return None
 
 
@@ -163,6 +171,18 @@ class StoreUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class Checked:
+    """What a key is: the live token (``principal``), or not live; ``org`` is the
+    org whose token the key is or was, None for a key no token ever had."""
+
+    principal: Principal | None
+    org: str | None
+
+
+UNKNOWN = Checked(None, None)
+
+
+@dataclass(frozen=True)
 class _Seen:
     principal: Principal
     secret_hash: str
@@ -198,12 +218,18 @@ class Credentials:
 
     def check(self, secret: str) -> Principal | None:
         """The live token ``secret`` is, or ``None``. Blocking (store reads): call it off the event loop."""
+        return self.identify(secret).principal
+
+    def identify(self, secret: str) -> Checked:
+        """:meth:`check`, and for a key that is not live, the org it named if it
+        was ever a token's secret (revoked, or re-issued since): a refusal of it
+        is that org's business. An unknown key names no org. Blocking."""
         from relay_es.aggregates.token import hash_secret, token_stream_id
         from relay_es.projections.apps import token_by_hash
         from relay_es.service import is_store_error
 
         if not 0 < len(secret) <= 512 or not secret.isprintable():
-            return None  # no token looks like this: nothing to look up
+            return UNKNOWN  # no token looks like this: nothing to look up
         digest = hash_secret(secret)
         with self._lock:
             epoch = self._epoch
@@ -214,7 +240,7 @@ class Credentials:
             else:
                 row = token_by_hash(self.db, digest)
                 if row is None:
-                    return None
+                    return UNKNOWN
                 org, name = row.org, row.name
             token = self.relay._maybe(token_stream_id(org, name))
         except Exception as e:
@@ -224,18 +250,18 @@ class Credentials:
                 seen = self._seen.get(digest)
             if seen is not None:
                 log.warning("store unavailable while checking a key; accepted as last confirmed live")
-                return seen.principal
+                return Checked(seen.principal, seen.principal.org)
             raise StoreUnavailable("the store is unavailable; the key cannot be checked now") from None
         if token is None or token.revoked or token.secret_hash != digest:
             with self._lock:
                 self._seen.pop(digest, None)
-            return None
+            return UNKNOWN if token is None else Checked(None, org)
         apps = tuple(token.app_names) if token.app_names else None
         who = Principal(org=token.org, token=token.name, app_names=apps, permissions=permissions_for(apps))
         with self._lock:
             if self._epoch == epoch:
                 self._seen[digest] = _Seen(who, digest)
-        return who
+        return Checked(who, who.org)
 
 
 # ------------------------------------------------------------ this machine
@@ -303,6 +329,24 @@ def origin_is_local(origin: str | None) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and host is not None and _is_loopback_host(host)
+
+
+# Headers a reverse proxy adds. Development mode is for this machine only, and
+# a proxy on this machine makes it reachable from anywhere while every request
+# still arrives from 127.0.0.1 with a loopback Host (nginx sends
+# ``Host: $proxy_host``, i.e. 127.0.0.1:8090). uvicorn may already have moved
+# X-Forwarded-For into the connection's client address; the headers stay in
+# the ASGI scope, which is what is checked.
+PROXY_HEADERS = (b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto", b"x-real-ip")
+BEHIND_A_PROXY = "development mode serves this machine only; run with --auth behind a proxy"
+
+
+def proxy_header(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The name of the first reverse-proxy header among raw ASGI headers, if any."""
+    for k, _ in headers:
+        if k.lower() in PROXY_HEADERS:
+            return k.lower().decode("latin-1")
+    return None
 
 
 def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:

@@ -25,6 +25,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
@@ -321,6 +322,8 @@ def build_app(runtime: Any) -> Litestar:
                       scope.get("path_template"))
             raise HTTPException(status_code=403, detail="this operation is not in Relay's authorization table")
         if not settings.auth:
+            if authz.proxy_header(scope.get("headers") or []) is not None:
+                raise HTTPException(status_code=403, detail=authz.BEHIND_A_PROXY)
             if not authz.host_is_local(connection.headers.get("host"), settings.host):
                 raise HTTPException(status_code=403, detail="development mode answers only requests addressed to "
                                                             "this machine (a loopback name or address in Host)")
@@ -485,9 +488,25 @@ def build_app(runtime: Any) -> Litestar:
                            action=a.action, detail=a.detail)
                 for a in audit_view.query(db, org=org, app=app, executor_id=executor_id, after=after, limit=limit)]
 
-    @get("/healthz", sync_to_thread=False, summary="Liveness")
-    def healthz() -> dict[str, Any]:
+    @get("/healthz", summary="Liveness",
+         description="`{\"status\": \"ok\"}` while the process serves. The instance and the store's kind are "
+                     "added in development mode and, in auth mode, for an org-wide token of any org.")
+    async def healthz(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        if settings.auth and not await operator(request):
+            return {"status": "ok"}
         return {"status": "ok", "instance": settings.instance, "store": runtime.store.kind}
+
+    async def operator(request: Request[Any, Any, Any]) -> bool:
+        """Auth mode: does the request carry a live org-wide token? Never refuses
+        (liveness answers whatever the caller sends, and while the store is away)."""
+        header = request.headers.get("authorization")
+        if not header:
+            return False
+        try:
+            who = await asyncio.to_thread(runtime.hub.gate.credentials.check, _bearer(header))
+        except (HTTPException, authz.StoreUnavailable):
+            return False
+        return who is not None and who.app_names is None
 
     @get("/metrics", sync_to_thread=False, media_type="text/plain", summary="Prometheus metrics",
          description="Every org's series. In auth mode an org-wide token (metric.read) is required.")
@@ -495,10 +514,6 @@ def build_app(runtime: Any) -> Litestar:
         from relay_es.adapters.metrics import CONTENT_TYPE
 
         return Response(content=runtime.metrics.render(), media_type=CONTENT_TYPE)
-
-    @get("/openapi.json", sync_to_thread=False, include_in_schema=False)
-    def openapi(request: Request[Any, Any, Any]) -> dict[str, Any]:
-        return request.app.openapi_schema.to_schema()
 
     async def on_startup(app: Litestar) -> None:
         import asyncio
@@ -517,7 +532,7 @@ def build_app(runtime: Any) -> Litestar:
             time.sleep(0.002)
 
     return Litestar(
-        route_handlers=[Apps, Tokens, audit_logs, healthz, metrics, openapi],
+        route_handlers=[Apps, Tokens, audit_logs, healthz, metrics],
         guards=[authorize],
         request_max_body_size=MAX_BODY,
         exception_handlers={
@@ -537,7 +552,11 @@ def build_app(runtime: Any) -> Litestar:
             title="Relay",
             version="0.1.0",
             description="Self-hosted control plane for DBOS executors (a subset of Conductor API v2, plus Relay's own)",
-            path="/schema",
+            # The document only, at /openapi.json: no rendered pages (Swagger UI, Redoc,
+            # Elements, RapiDoc, Scalar load unpinned scripts from public CDNs, which would
+            # run on Relay's origin with its API at hand). Litestar answers 404 under it.
+            path="/openapi.json",
+            render_plugins=[JsonRenderPlugin(path="/")],
             components=Components(security_schemes={"BearerAuth": SecurityScheme(type="http", scheme="bearer")}),
         ),
         on_startup=[on_startup],

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import websockets
 
 from relay_es.adapters import authz
 from relay_es.adapters.admission import Refused
@@ -23,6 +24,7 @@ from relay_es.projections.apps import token_by_hash
 from relay_es.settings import Settings
 from tests.fake_executor import FakeExecutor
 from tests.server import RELAY, RelayServer
+from tests.support import until
 
 
 def call(server: RelayServer, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
@@ -87,6 +89,24 @@ def test_decide_is_scope_and_permission() -> None:
         authz.decide(authz.TABLE[("PATCH", "/v2/orgs/{org}/apps/{app}")], reader, "acme", "orders")
 
 
+def test_a_token_limited_to_applications_reads_and_connects_and_writes_nothing() -> None:
+    """It is the conductor key on every executor host: it must not be able to
+    change what the executors are told to do (retention, timeouts)."""
+    assert authz.permissions_for(["orders"]) == {authz.APPLICATION_READ, authz.WEBSOCKET_CONNECT}
+    assert authz.permissions_for(None) == set(authz.PERMISSIONS)
+    scoped = authz.Principal("acme", "orders", ("orders",), authz.permissions_for(["orders"]))
+    for (method, path), rule in authz.TABLE.items():
+        if rule.permission is not None and rule.permission.endswith(".write"):
+            assert rule.scope is authz.Scope.ORG, (method, path)  # every write needs an org-wide token
+            with pytest.raises(authz.Denied):
+                authz.decide(rule, scoped, "acme", "orders")
+        if rule.scope is authz.Scope.APP:  # what the table offers limited tokens, they have
+            assert rule.permission in authz.APP_TOKEN_PERMISSIONS, (method, path)
+            authz.decide(rule, scoped, "acme", "orders")
+    authz.decide(authz.WEBSOCKET, scoped, None, "orders")
+    assert "| PATCH | `/v2/orgs/{org}/apps/{app}` | apps.update | org-wide | application.write |" in authz.table_markdown()
+
+
 def test_the_readme_table_is_rendered_from_the_data() -> None:
     text = authz.table_markdown()
     assert text.count("\n") == len(authz.TABLE) + 2  # header, rule line, rows, the WebSocket
@@ -113,7 +133,7 @@ OPS = [
     Op("apps.list", "GET", f"{A}/apps", 200, authz.Scope.ORG),
     Op("apps.register", "PUT", f"{A}/apps/orders", 204, authz.Scope.ORG, {}),
     Op("apps.get", "GET", f"{A}/apps/orders", 200, authz.Scope.APP),
-    Op("apps.update", "PATCH", f"{A}/apps/orders", 204, authz.Scope.APP, {"executorTimeoutSecs": 60}),
+    Op("apps.update", "PATCH", f"{A}/apps/orders", 204, authz.Scope.ORG, {"executorTimeoutSecs": 60}),
     Op("apps.delete", "DELETE", f"{A}/apps/orders", 204, authz.Scope.ORG),
     Op("executors.list", "GET", f"{A}/apps/orders/executors", 200, authz.Scope.APP),
     Op("executors.as_of", "GET", f"{A}/apps/orders/executors?asOf=2100-01-01T00:00:00Z", 200, authz.Scope.APP),
@@ -217,6 +237,26 @@ def test_an_executor_key_cannot_take_over_its_org(acme: tuple[RelayServer, dict[
     assert "pwn" not in [x["tokenName"] for x in call(s, "GET", f"{A}/tokens", t["org-wide"]).json()]
 
 
+def test_an_executor_key_cannot_change_its_applications_retention(acme: tuple[RelayServer, dict[str, str]]) -> None:
+    """The reproduced attack: with the key from an executor host, 1 ms timeouts
+    would have the next retention round cancel every PENDING/ENQUEUED workflow
+    and delete the completed history."""
+    s, t = acme
+    key, admin = t["scoped-this-app"], t["org-wide"]
+    before = call(s, "GET", f"{A}/apps/orders", admin).json()
+    for body in ({"globalTimeoutMs": 1, "gcTimeThresholdMs": 1}, {"gcRowsThreshold": 1}, {"executorTimeoutSecs": 1},
+                 {"privateMode": True}, {"globalTimeoutMs": None}):
+        r = call(s, "PATCH", f"{A}/apps/orders", key, json=body)
+        assert r.status_code == 403, (body, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert "application.write" in r.json()["detail"]
+    assert call(s, "PUT", f"{A}/apps/orders", key, json={"privateMode": True}).status_code == 403
+    assert call(s, "GET", f"{A}/apps/orders", admin).json() == before
+    assert call(s, "GET", f"{A}/apps/orders", key).status_code == 200  # it still reads its application
+    assert not [a for a in call(s, "GET", f"{A}/audit-logs", admin, params={"limit": 1000}).json()
+                if a["action"] == "app.updated"]
+
+
 def test_repeated_query_parameters_are_a_400_on_every_route(acme: tuple[RelayServer, dict[str, str]]) -> None:
     s, t = acme
     for op in OPS:
@@ -249,7 +289,7 @@ def test_token_bodies_and_names_are_validated(acme: tuple[RelayServer, dict[str,
     assert not {"empty", "many", "nl"} & set(names)
     listed = {x["tokenName"]: x["permissions"] for x in call(s, "GET", f"{A}/tokens", admin).json()}
     assert listed["admin"] == sorted(authz.PERMISSIONS)
-    assert listed["orders-only"] == ["application.read", "application.write", "websocket.connect"]
+    assert listed["orders-only"] == ["application.read", "websocket.connect"]
 
 
 def test_request_bodies_are_capped(acme: tuple[RelayServer, dict[str, str]]) -> None:
@@ -353,3 +393,63 @@ def test_while_the_store_is_away_only_keys_seen_live_and_not_revoked_here_pass(h
         for key, status in ((gone, 503), (never, 503), (live, 200)):
             r = client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == status, r.text
+
+
+# ------------------------------------------------- where refusals are audited
+
+
+def _refusal(rt: Any, app: str, key: str) -> Refused:
+    with pytest.raises(Refused) as e:
+        _admit(rt, app, key)
+    return e.value
+
+
+def test_a_refusal_names_only_the_org_the_key_belongs_to(held: Any) -> None:
+    rt = held
+    for org in ("acme", "other"):
+        rt.relay.register_app(org, "orders")
+    old = rt.relay.create_token("acme", "old", app_names=["orders"])
+    billing = rt.relay.create_token("acme", "billing-only", app_names=["billing"])
+    admin = rt.relay.create_token("acme", "admin")
+    rt.relay.revoke_token("acme", "old")
+    rt.runner.catch_up()
+    unknown = _refusal(rt, "orders", "relay_nobody-has-this-key")
+    assert (unknown.status, unknown.audit, unknown.org) == (401, False, None)
+    revoked = _refusal(rt, "orders", old)
+    assert (revoked.status, revoked.audit, revoked.org) == (401, True, "acme")
+    assert revoked.detail == unknown.detail  # the client learns nothing about the key
+    other_app = _refusal(rt, "orders", billing)
+    assert (other_app.status, other_app.audit, other_app.org) == (403, True, "acme")
+    unregistered = _refusal(rt, "shipping", admin)
+    assert (unregistered.status, unregistered.audit, unregistered.org) == (403, True, "acme")
+    assert asyncio.run(rt.hub.gate.orgs_for("orders")) == []  # no refusal is spread over the orgs with an app
+
+
+def test_an_unknown_key_writes_into_no_orgs_audit_log(acme: tuple[RelayServer, dict[str, str]]) -> None:
+    """acme and other both have an application "orders": a handshake with a key
+    nobody has used to be audited into both (the attacker's address, its text)."""
+    s, t = acme
+
+    async def refused(app: str, key: str) -> int:
+        with pytest.raises(websockets.InvalidStatus) as e:
+            await websockets.connect(f"{s.ws}/websocket/{app}/{key}", open_timeout=15)
+        return e.value.response.status_code
+
+    async def main() -> None:
+        assert await refused("orders", "relay_unknown-key") == 401
+        assert await refused("orders", t["revoked"]) == 401  # acme's (revoked) token: acme's business
+
+    asyncio.run(main())
+
+    def refusals(org: str, token: str) -> list[dict[str, Any]]:
+        r = call(s, "GET", f"/v2/orgs/{org}/audit-logs", token, params={"limit": 1000})
+        assert r.status_code == 200, r.text
+        return [a for a in r.json() if a["action"] == "auth.refused"]
+
+    # audited in order, each before its refusal was answered: once acme shows the second, the first was handled
+    acme_refusals = asyncio.run(until(lambda: refusals("acme", t["org-wide"]), what="the revoked key's refusal"))
+    assert [(a["app"], a["detail"]["status"], a["detail"]["suppressed"]) for a in acme_refusals] == [("orders", 401, 0)]
+    assert refusals("other", t["other-org"]) == []
+    metrics = call(s, "GET", "/metrics", t["org-wide"]).text
+    assert 'relay_auth_refused_total{where="websocket"} 2.0' in metrics  # the unknown key is still counted
+    assert "relay_unknown-key" not in s.log()

@@ -60,6 +60,43 @@ def test_a_rebinding_page_cannot_call_the_api_in_development_mode(dev: RelayServ
     assert call(dev, "GET", f"{L}/apps/orders").json()["executorTimeoutSecs"] != 1
 
 
+PROXY_HEADERS = [{"X-Forwarded-For": "203.0.113.9"}, {"X-Forwarded-Host": "relay.example.com"},
+                 {"X-Forwarded-Proto": "https"}, {"X-Real-IP": "203.0.113.9"},
+                 {"Forwarded": "for=203.0.113.9;proto=https"}]
+
+
+def test_development_mode_behind_a_reverse_proxy_is_refused(dev: RelayServer) -> None:
+    """nginx on this machine sends Host: 127.0.0.1:8090 (its $proxy_host) from
+    127.0.0.1: only its headers tell that the request came from elsewhere.
+    uvicorn moves a trusted X-Forwarded-For into the client address; the
+    header itself is what is checked."""
+    assert call(dev, "PUT", f"{L}/apps/orders", json={}).status_code == 204
+    before = (call(dev, "GET", f"{L}/apps").json(), call(dev, "GET", f"{L}/tokens").json())
+    for headers in PROXY_HEADERS:
+        headers = {"Host": f"127.0.0.1:{dev.port}", **headers}
+        for method, path, body in PAGE_CALLS + [("GET", "/healthz", None), ("GET", "/openapi.json", None)]:
+            r = call(dev, method, path, headers=headers, **({} if body is None else {"json": body}))
+            assert r.status_code == 403, (headers, method, path, r.status_code, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert r.json()["detail"] == ("development mode serves this machine only; "
+                                          "run with --auth behind a proxy")
+    assert (call(dev, "GET", f"{L}/apps").json(), call(dev, "GET", f"{L}/tokens").json()) == before
+    assert call(dev, "GET", f"{L}/apps/orders").json()["executorTimeoutSecs"] != 1
+
+    async def main() -> None:
+        for headers in PROXY_HEADERS:
+            with pytest.raises(websockets.InvalidStatus) as e:
+                await websockets.connect(f"{dev.ws}/websocket/proxied/any-key", additional_headers=headers,
+                                         open_timeout=15)
+            assert e.value.response.status_code == 403
+            assert b"run with --auth behind a proxy" in e.value.response.body
+        ok = await FakeExecutor(dev.ws, app="mine", executor_id="A").connect()  # no proxy: served
+        await ok.close()
+
+    asyncio.run(main())
+    assert "proxied" not in [a["name"] for a in call(dev, "GET", f"{L}/apps").json()]
+
+
 def test_this_machine_is_still_served(dev: RelayServer) -> None:
     for headers in ({}, {"Host": f"localhost:{dev.port}"}, {"Host": f"127.0.0.1:{dev.port}"},
                     {"Host": "[::1]"}, {"Origin": f"http://localhost:{dev.port}"},
