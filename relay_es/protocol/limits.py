@@ -8,15 +8,15 @@ executors and audit indexes hold ``(org, app, executor_id)``).
 
 Bounds (bytes of UTF-8; ADR 15 has the reasoning):
 
-===================== ======= ==============================================
-``executor_id``        256    DBOS sends a UUID (36) or ``DBOS__VMID``
-``application_version`` 256   an MD5 (32), a checksum, or the user's string
-``hostname``           253    a DNS name's limit
-``language``            32    ``python``, ``typescript``, ``go``, ``java``
-``dbos_version``        64    a version string with pre-release and build
-``executor_metadata``  16 KiB as compact JSON; an object or null, nested at
-                              most 32 deep, no U+0000 in any key or string
-===================== ======= ==============================================
+========================= ====== ==========================================
+``executor_id``           256    DBOS sends a UUID (36) or ``DBOS__VMID``
+``application_version``   256    an MD5 (32), a checksum, or the user's string
+``hostname``              253    a DNS name's limit
+``language``              32     ``python``, ``typescript``, ``go``, ``java``
+``dbos_version``          64     a version with pre-release and build parts
+``executor_metadata``     16 KiB as compact JSON; an object or null, nested
+                                 at most 32 deep, no U+0000 in any key or string
+========================= ====== ==========================================
 
 The five identifiers must not hold control characters (category Cc, which
 includes U+0000), format characters (Cf: bidi overrides, zero-width marks),
