@@ -467,9 +467,14 @@ class Relay(ESApplication[UUID]):
     # than raise, when the state has moved on.
 
     def op_connected(
-        self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str, at: datetime | None = None
+        self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str, at: datetime | None = None,
+        token: str | None = None, peer: str | None = None,
     ) -> Op:
         """``at``: when the connection was seen (the hub may record it a little later).
+        ``token``: the name of the token the connection was admitted with (None in
+        development mode); ``peer``: the address it came from, host only. Both are
+        recorded in the Connected event and its audit entry: who registered (or
+        superseded) the executor.
 
         Raises :class:`InvalidSetting` for what the stores cannot hold (the last
         line behind the protocol layer's own limits; see :mod:`relay_es.aggregates.text`)."""
@@ -482,6 +487,8 @@ class Relay(ESApplication[UUID]):
         check_text("dbosVersion", info.dbos_version)
         check_id("connectionId", connection_id)
         check_id("owner", owner)
+        check_id("token", token, optional=True)
+        check_id("peer", peer, optional=True)
 
         def run(ex: Executor | None, batch: Batch) -> Executor:
             now = at or self.now()
@@ -496,13 +503,17 @@ class Relay(ESApplication[UUID]):
                 dbos_version=info.dbos_version,
                 executor_metadata=info.executor_metadata,
                 at=now,
+                token=token,
+                peer=peer,
             )
             return ex
 
         return Op(executor_stream_id(org, app, info.executor_id), run)
 
-    def executor_connected(self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str) -> bool:
-        return self.execute([self.op_connected(org, app, info, connection_id=connection_id, owner=owner)])[0]
+    def executor_connected(self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str,
+                           token: str | None = None, peer: str | None = None) -> bool:
+        return self.execute([self.op_connected(org, app, info, connection_id=connection_id, owner=owner,
+                                               token=token, peer=peer)])[0]
 
     def grace_for(self, org: str, app: str) -> timedelta:
         return self.app_settings(org, app).grace(self.default_grace)

@@ -200,8 +200,14 @@ class Executor(Aggregate):
         dbos_version: str | None,
         executor_metadata: Any,
         at: datetime,
+        token: str | None = None,
+        peer: str | None = None,
     ) -> None:
-        """A connection answered ``executor_info``: always legal, the kind differs."""
+        """A connection answered ``executor_info``: always legal, the kind differs.
+
+        ``token``: the name of the token the connection was admitted with (None in
+        development mode); ``peer``: the address it came from (host only). Recorded
+        for the audit (who registered, or superseded, this executor), not state."""
         if not connection_id:
             self._refuse("connect", "a connection id is required")
         if connection_id == self.connection_id and self.status == ExecutorStatus.HEALTHY:
@@ -219,9 +225,29 @@ class Executor(Aggregate):
             superseded_connection=self.connection_id if self.status == ExecutorStatus.HEALTHY else None,
             incarnation=self.incarnation + 1 if new_incarnation else self.incarnation,
             timestamp=at,
+            token=token,
+            peer=peer,
         )
 
-    @event("Connected")
+    class Connected(Aggregate.Event):
+        """Declared rather than derived from :meth:`_connected` so that the fields
+        added later have defaults: an event stored before them reads as None
+        (no class version, no upcaster: the event log's fast decoder still applies)."""
+
+        connection_id: str
+        owner: str
+        app_version: str
+        hostname: str | None
+        language: str | None
+        dbos_version: str | None
+        executor_metadata: Any
+        previous_status: str | None
+        superseded_connection: str | None
+        incarnation: int
+        token: str | None = None  # since issue 11
+        peer: str | None = None  # since issue 11
+
+    @event(Connected)
     def _connected(
         self,
         connection_id: str,
@@ -235,6 +261,8 @@ class Executor(Aggregate):
         superseded_connection: str | None,
         incarnation: int,
         timestamp: datetime,
+        token: str | None = None,
+        peer: str | None = None,
     ) -> None:
         self.status = ExecutorStatus.HEALTHY
         self.connection_id = connection_id

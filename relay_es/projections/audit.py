@@ -53,6 +53,9 @@ def _connected(e: Any) -> tuple[str, dict[str, Any]]:
         "hostname": e.hostname,
         "connectionId": e.connection_id,
         "owner": e.owner,
+        # who registered (or superseded) it: the token's name (None in development mode) and the address
+        "token": e.token,
+        "peer": e.peer,
     }
     if e.previous_status:
         detail["previousStatus"] = e.previous_status
