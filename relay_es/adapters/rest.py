@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import msgspec
-from litestar import Controller, Litestar, Request, Response, delete, get, patch, post, put
+from litestar import Controller, Litestar, MediaType, Request, Response, delete, get, patch, post, put
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.handlers.base import BaseRouteHandler
@@ -556,7 +556,7 @@ def build_app(runtime: Any) -> Litestar:
             # Elements, RapiDoc, Scalar load unpinned scripts from public CDNs, which would
             # run on Relay's origin with its API at hand). Litestar answers 404 under it.
             path="/openapi.json",
-            render_plugins=[JsonRenderPlugin(path="/")],
+            render_plugins=[JsonRenderPlugin(path="/", media_type=MediaType.JSON)],
             components=Components(security_schemes={"BearerAuth": SecurityScheme(type="http", scheme="bearer")}),
         ),
         on_startup=[on_startup],

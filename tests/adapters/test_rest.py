@@ -162,6 +162,7 @@ def test_only_the_openapi_document_is_served_no_pages_that_load_scripts(server: 
         assert "<script" not in r.text.lower() and "cdn" not in r.text.lower(), path
     r = call(server, "GET", "/openapi.json")
     assert r.status_code == 200 and "/v2/orgs/{org}/apps/{app}" in r.json()["paths"]
+    assert r.headers["content-type"] == "application/json"
 
 
 def test_healthz_tells_the_instance_in_development_mode(server: RelayServer) -> None:
