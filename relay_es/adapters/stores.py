@@ -46,6 +46,7 @@ def parse_database_url(url: str | None) -> StoreConfig:
     if not url:
         return StoreConfig("sqlite", f"sqlite:///{DEFAULT_SQLITE_PATH}", str(DEFAULT_SQLITE_PATH))
     if url.startswith(("postgresql://", "postgres://")):
+        postgres_params(url)  # a parameter the stores cannot honour is refused here, before anything connects
         return StoreConfig("postgres", url)
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
@@ -70,28 +71,64 @@ def redact_url(url: str) -> str:
     return f"{scheme}//{userinfo.partition(':')[0]}:***@{host}"
 
 
+_BASE_PARAMS = ("dbname", "host", "port", "user", "password")
+
+
 def postgres_params(url: str) -> dict[str, str]:
+    """Every connection parameter of a Postgres URL: dbname, host, port, user and
+    password from its parts, and each ``?name=value`` of its query (``sslmode``,
+    ``sslrootcert``, ``application_name``...; a query's ``host`` or ``user`` wins over
+    the part's, as with libpq). Raises ``ValueError`` for a parameter libpq does not
+    know or one given twice: a parameter the event store would drop or guess at is
+    refused, not ignored."""
     u = urlparse(url)
-    return {
+    params = {
         "dbname": unquote(u.path.lstrip("/")) or "postgres",
         "host": u.hostname or "localhost",
         "port": str(u.port or 5432),
         "user": unquote(u.username or os.environ.get("PGUSER", "postgres")),
         "password": unquote(u.password or os.environ.get("PGPASSWORD", "")),
     }
+    seen: set[str] = set()
+    for item in filter(None, u.query.split("&")):
+        name, eq, value = item.partition("=")
+        name = unquote(name)
+        if not eq or not name:
+            raise ValueError(f"database URL {redact_url(url)!r}: query item {name!r} has no value")
+        if name in seen:
+            raise ValueError(f"database URL {redact_url(url)!r}: parameter {name!r} is given twice")
+        seen.add(name)
+        params[name] = unquote(value)
+    extra = {k: v for k, v in params.items() if k not in _BASE_PARAMS}
+    if extra:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import make_conninfo
+
+        try:
+            make_conninfo(**extra)  # libpq's own check of the names
+        except ProgrammingError as e:
+            raise ValueError(f"database URL {redact_url(url)!r}: {str(e).strip()}") from None
+    return params
 
 
 def event_store_env(config: StoreConfig) -> dict[str, str]:
-    """The ``eventsourcing`` environment for the Relay application."""
+    """The ``eventsourcing`` environment for the Relay application (the whole of it:
+    :meth:`relay_es.service.Relay.construct_env` reads nothing else)."""
     if config.is_postgres:
+        from psycopg.conninfo import make_conninfo
+
+        from relay_es.adapters.pgfactory import EXTRA_CONNINFO
+
         p = postgres_params(config.url)
         return {
-            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "PERSISTENCE_MODULE": "relay_es.adapters.pgfactory:RelayPostgresFactory",
             "POSTGRES_DBNAME": p["dbname"],
             "POSTGRES_HOST": p["host"],
             "POSTGRES_PORT": p["port"],
             "POSTGRES_USER": p["user"],
             "POSTGRES_PASSWORD": p["password"],
+            # sslmode, application_name...: every other parameter of the URL (see pgfactory)
+            EXTRA_CONNINFO: make_conninfo(**{k: v for k, v in p.items() if k not in _BASE_PARAMS}),
             "POSTGRES_POOL_SIZE": "2",
             "POSTGRES_MAX_OVERFLOW": "6",
             "POSTGRES_CONNECT_TIMEOUT": "10",

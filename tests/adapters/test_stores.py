@@ -38,3 +38,60 @@ def test_the_store_directory_relay_creates_is_private(tmp_path) -> None:
     (tmp_path / "mine").mkdir(mode=0o755)  # one the operator made is left alone
     event_store_env(parse_database_url(f"sqlite:///{tmp_path}/mine/relay.db"))
     assert stat.S_IMODE((tmp_path / "mine").stat().st_mode) == 0o755
+
+
+# ---------------------------------------------------------------- every URL parameter reaches every connection
+
+from relay_es.clock import FakeClock  # noqa: E402
+from relay_es.service import Relay  # noqa: E402
+
+
+def with_params(url: str, query: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+def event_store(url: str, **env: str) -> Relay:
+    return Relay({**event_store_env(parse_database_url(url)), "POSTGRES_CONNECT_TIMEOUT": "2", **env},
+                 clock=FakeClock())
+
+
+def test_the_event_store_refuses_plaintext_when_the_url_requires_tls(postgres_url: str) -> None:
+    # The suite's Postgres has no SSL. The event store once connected anyway (sslmode dropped)
+    # and wrote a token over plaintext; the read models' pool, given the URL, refused.
+    import psycopg
+    from eventsourcing.persistence import OperationalError
+
+    with pytest.raises(OperationalError):  # the pool's timeout: every attempt refused for want of SSL
+        event_store(with_params(postgres_url, "sslmode=require"))
+    with pytest.raises(psycopg.OperationalError, match="SSL"):  # as libpq itself refuses the URL
+        psycopg.connect(with_params(postgres_url, "sslmode=require")).close()
+    relay = event_store(with_params(postgres_url, "sslmode=disable"))
+    relay.close()
+
+
+def test_every_parameter_of_the_url_reaches_the_event_store_s_connections(postgres_url: str) -> None:
+    import psycopg
+
+    relay = event_store(with_params(postgres_url, "application_name=relay-es-h3b&options=-c%20work_mem%3D7MB"))
+    try:
+        with relay.recorder.datastore.get_connection() as conn:
+            row = conn.execute("SELECT current_setting('application_name') AS a, current_setting('work_mem') AS w"
+                               ).fetchone()
+            assert (row["a"], row["w"]) == ("relay-es-h3b", "7MB")
+        with psycopg.connect(postgres_url, autocommit=True) as c:
+            names = {r[0] for r in c.execute("SELECT application_name FROM pg_stat_activity "
+                                              "WHERE datname = current_database()")}
+        assert "relay-es-h3b" in names
+    finally:
+        relay.close()
+
+
+@pytest.mark.parametrize("query, why", [
+    ("sslmod=require", 'invalid connection option "sslmod"'),  # a typo is not silently ignored
+    ("sslmode=require&sslmode=disable", "'sslmode' is given twice"),
+    ("sslmode", "has no value"),
+])
+def test_a_url_parameter_that_cannot_be_honoured_is_refused_clearly(query: str, why: str) -> None:
+    with pytest.raises(ValueError) as e:
+        parse_database_url(with_params("postgresql://relay:s3cret@db/relay", query))
+    assert why in str(e.value) and "s3cret" not in str(e.value)
