@@ -503,6 +503,8 @@ class Hub:
             connection_id=conn.id,
             owner=self.owner,
             at=self.relay.clock.now(),
+            token=conn.token,  # who registered it: the token's name (None in development mode) and the address
+            peer=conn.peer.rsplit(":", 1)[0],
         ))
         if old is not None and old is not conn and not old.closed:
             old.superseded = True

@@ -72,6 +72,8 @@ def test_connect_registers_with_everything_executor_info_reports(server: RelaySe
         app = api(server, "GET", "/v2/orgs/local/apps/app").json()  # registered on first connection
         assert app["status"] == "AVAILABLE" and app["language"] == "python"
         assert actions(server, "A") == ["executor.connected"]
+        entry = audit(server, executorId="A")[0]
+        assert entry["detail"]["peer"] == "127.0.0.1" and entry["detail"]["token"] is None  # who registered it
         await a.close()
 
     asyncio.run(main())
