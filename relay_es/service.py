@@ -24,6 +24,7 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application as ESApplication
 from eventsourcing.persistence import IntegrityError, Transcoder, Transcoding
+from eventsourcing.utils import Environment
 
 from relay_es.aggregates.application import (
     Application,
@@ -183,6 +184,21 @@ class Relay(ESApplication[UUID]):
         self._cache_lock = threading.Lock()
 
     # ------------------------------------------------------------ plumbing
+    def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
+        """Only the environment Relay builds (:func:`~relay_es.adapters.stores.event_store_env`).
+
+        The library's merges the whole process environment under it, and reads
+        ``RELAY_<KEY>`` before ``<KEY>`` (the application is named "Relay"): an
+        operator's ``RELAY_SQLITE_DBNAME`` put the events in another file than
+        ``--database-url``'s, and ``RELAY_PERSISTENCE_MODULE``, ``CIPHER_TOPIC``
+        or ``TRANSCODER_TOPIC`` changed where and how they were written, silently.
+        The name is kept: the store's table names derive from it."""
+        built = dict(type(self).env)
+        if type(self).is_snapshotting_enabled or type(self).snapshotting_intervals:
+            built["IS_SNAPSHOTTING_ENABLED"] = "y"
+        built.update(env or {})
+        return Environment(name, built)
+
     def register_transcodings(self, transcoder: Transcoder) -> None:
         super().register_transcodings(transcoder)
         transcoder.register(TimedeltaAsMicroseconds())

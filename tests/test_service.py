@@ -138,3 +138,32 @@ def test_an_executor_that_reconnects_for_months_loads_from_a_snapshot(clock, sto
     assert other.executor_connected("local", "app", info("A"), connection_id="again", owner="relay-2")
     assert [type(e).__name__ for e in other.stream(sid)][-3:] == ["Connected", "Disconnected", "Connected"]
     assert other.get_executor("local", "app", "A").incarnation == replayed.incarnation
+
+
+# ------------------------------------------------------------ the environment Relay builds, and only it (issue 11)
+
+
+def test_the_operator_s_environment_cannot_redirect_the_event_store(clock, store_url, tmp_path, monkeypatch) -> None:
+    # The library merged os.environ and read RELAY_<KEY> first: RELAY_SQLITE_DBNAME put the events in
+    # another file than --database-url's; the other keys changed where and how they were written.
+    elsewhere = tmp_path / "other.db"
+    for key, value in {
+        "RELAY_SQLITE_DBNAME": str(elsewhere), "SQLITE_DBNAME": str(elsewhere),
+        "RELAY_POSTGRES_DBNAME": "elsewhere", "RELAY_POSTGRES_HOST": "elsewhere.invalid",
+        "RELAY_PERSISTENCE_MODULE": "eventsourcing.popo", "RELAY_CIPHER_TOPIC": "nowhere:Cipher",
+        "CIPHER_TOPIC": "nowhere:Cipher", "RELAY_TRANSCODER_TOPIC": "nowhere:Transcoder",
+        "COMPRESSOR_TOPIC": "nowhere:Compressor", "RELAY_IS_SNAPSHOTTING_ENABLED": "n",
+    }.items():
+        monkeypatch.setenv(key, value)
+    env = event_store_env(parse_database_url(store_url))
+    relay = Relay(env, clock=clock)
+    assert type(relay.recorder).__module__ in ("eventsourcing.sqlite", "eventsourcing.postgres")
+    assert relay.snapshots is not None
+    assert relay.executor_connected("local", "app", info("A"), connection_id="c1", owner="relay-1")
+    relay.close()
+    monkeypatch.undo()
+    assert not elsewhere.exists()
+    again = Relay(env, clock=clock)  # the store of the URL holds them
+    assert [type(e).__name__ for e in again.stream(executor_stream_id("local", "app", "A"))] == [
+        "Registered", "Connected"]
+    again.close()
