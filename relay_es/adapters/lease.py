@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from relay_es.adapters.stores import StoreConfig, redact_url
+from relay_es.adapters.stores import StoreConfig, make_private_dir, redact_url
 
 LOCK_KEY = 0x52454C4159  # "RELAY"
 
@@ -62,11 +62,11 @@ class Lease:
         path = self.config.sqlite_path
         if path is None or path == ":memory:":
             return
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(Path(path).parent)
         # Keyed by the file, not by how it was named: a relative path, an absolute one, a
         # symlink or ./x/../x to the same database all lock the same <real path>.lock.
         lock_path = Path(os.path.realpath(path) + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)  # private, as the store (it holds a pid)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -134,8 +134,7 @@ def event_store_env(config: StoreConfig) -> dict[str, str]:
             "POSTGRES_CONNECT_TIMEOUT": "10",
         }
     assert config.sqlite_path is not None
-    if config.sqlite_path != ":memory:":
-        make_private_dir(Path(config.sqlite_path).parent)
+    make_private_file(config.sqlite_path)
     return {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": config.sqlite_path,
@@ -148,6 +147,21 @@ def make_private_dir(path: Path) -> None:
     store holds every executor's metadata and the audit log. An existing directory is
     left as the operator made it."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def make_private_file(path: str) -> None:
+    """Creates the SQLite database file, empty (an empty file is an empty database),
+    readable and writable by its owner only, in a private directory (see
+    :func:`make_private_dir`), before SQLite opens it: SQLite creates the file with
+    0644 (less the umask), and its ``-wal`` and ``-shm`` files with the database
+    file's own mode, so they are private too. An existing file is left as it is."""
+    if path == ":memory:":
+        return
+    make_private_dir(Path(path).parent)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 class Cursor(Protocol):
@@ -295,8 +309,7 @@ def open_database(config: StoreConfig) -> Database:
     if config.is_postgres:
         return PostgresDatabase(config.url)
     assert config.sqlite_path is not None
-    if config.sqlite_path != ":memory:":
-        make_private_dir(Path(config.sqlite_path).parent)
+    make_private_file(config.sqlite_path)
     return SQLiteDatabase(config.sqlite_path)
 
 

@@ -95,3 +95,30 @@ def test_a_url_parameter_that_cannot_be_honoured_is_refused_clearly(query: str, 
     with pytest.raises(ValueError) as e:
         parse_database_url(with_params("postgresql://relay:s3cret@db/relay", query))
     assert why in str(e.value) and "s3cret" not in str(e.value)
+
+
+def test_the_store_files_relay_creates_are_private(tmp_path) -> None:
+    # The directory was 0700, but the database, its -wal and -shm and the lease's lock file were 0644.
+    import os
+
+    from relay_es.adapters.lease import Lease
+    from tests.support import info
+
+    old = os.umask(0o022)
+    try:
+        cfg = parse_database_url(f"sqlite:///{tmp_path}/store/relay.db")
+        lease = Lease(cfg)
+        lease.acquire()
+        relay = Relay(event_store_env(cfg), clock=FakeClock())
+        db = open_database(cfg)
+        relay.executor_connected("local", "app", info("A"), connection_id="c1", owner="relay-1")
+        with db.transaction() as cur:
+            cur.execute("CREATE TABLE t (x INTEGER)")
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "store").iterdir()}
+        db.close()
+        relay.close()
+        lease.release()
+    finally:
+        os.umask(old)
+    assert {"relay.db", "relay.db-wal", "relay.db-shm", "relay.db.lock"} <= set(modes), modes
+    assert modes == dict.fromkeys(modes, 0o600), modes
