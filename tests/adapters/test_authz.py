@@ -393,6 +393,9 @@ def test_while_the_store_is_away_only_keys_seen_live_and_not_revoked_here_pass(h
         for key, status in ((gone, 503), (never, 503), (live, 200)):
             r = client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == status, r.text
+        # liveness never depends on a key that cannot be checked: it answers, with its status only
+        r = client.get("/healthz", headers={"Authorization": f"Bearer {never}"})
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
 
 
 # ------------------------------------------------- where refusals are audited
