@@ -1,5 +1,10 @@
 """Logging set-up. Executor keys travel in the WebSocket path, and servers log
-paths; a filter on every handler scrubs the key segment from every record.
+paths; a filter on every handler scrubs from every record the key segment of a
+``/websocket/{app}/{key}`` path however it is spelt (``/WebSocket/``, letters
+percent-encoded: the path is refused, but the servers log it first), a
+``Bearer`` credential, and anything shaped like a Relay secret (``relay_`` and
+at least 40 URL-safe characters, see :func:`relay_es.aggregates.token.new_secret`)
+wherever it appears.
 
 Executors and clients choose much of what Relay logs (executor ids, hostnames,
 application names in paths, reasons), so the formatter escapes every control
@@ -17,12 +22,21 @@ import sys
 
 from relay_es.aggregates.text import escape_controls
 
-_KEY_IN_PATH = re.compile(r"(/websocket/[^/\s\"']+/)[^\s\"'?]+")
+
+def _spelt_any_way(word: str) -> str:
+    """A pattern for ``word`` in any case, each letter possibly percent-encoded."""
+    return "".join(f"(?:{re.escape(c)}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in word)
+
+
+_KEY_IN_PATH = re.compile(r"(/" + _spelt_any_way("websocket") + r"/[^/\s\"']+/)[^\s\"'?]+", re.IGNORECASE)
 _BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
+# new_secret(): "relay_" + token_urlsafe(32), 43 characters of [A-Za-z0-9_-]; a few fewer still look like one
+_SECRET = re.compile(_spelt_any_way("relay_") + r"(?:[A-Za-z0-9_-]|%[0-9A-Fa-f]{2}){40,}",
+                     re.IGNORECASE)
 
 
 def scrub_text(text: str) -> str:
-    return _BEARER.sub(r"\1***", _KEY_IN_PATH.sub(r"\1***", text))
+    return _SECRET.sub("relay_***", _BEARER.sub(r"\1***", _KEY_IN_PATH.sub(r"\1***", text)))
 
 
 class ScrubKeys(logging.Filter):

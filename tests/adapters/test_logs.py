@@ -68,3 +68,57 @@ def test_bidi_overrides_zero_width_and_lone_surrogates_are_escaped_not_lost() ->
     text = out.getvalue()
     assert "evil\\u202egnp.exe\\u200b\\ud800" in text
     text.encode("utf-8")  # writable to any UTF-8 stream
+
+
+# ---------------------------------------------------------------- keys however they are spelt
+
+import pytest  # noqa: E402
+
+from relay_es.aggregates.token import new_secret  # noqa: E402
+
+
+@pytest.mark.parametrize("spelt", ["/WebSocket/", "/WEBSOCKET/", "/%77ebsocket/", "/WebSocke%54/", "/websocket/"])
+def test_a_key_in_a_websocket_path_is_scrubbed_however_the_path_is_spelt(spelt: str) -> None:
+    # /WebSocket/orders/<valid key> was refused with a 404, and uvicorn's "< GET" and 404 lines logged the key.
+    out = io.StringIO()
+    lg = _logger(out)
+    lg.info('< GET %sorders/devkey-chosen-by-client HTTP/1.1', spelt)
+    lg.info('127.0.0.1:5555 - "GET %sorders/devkey-chosen-by-client?x=1 HTTP/1.1" 404', spelt)
+    text = out.getvalue()
+    assert "devkey-chosen-by-client" not in text and text.count("orders/***") == 2
+
+
+def test_anything_shaped_like_a_relay_secret_is_scrubbed_wherever_it_is() -> None:
+    secret = new_secret()
+    encoded = "%72%65lay_" + secret[len("relay_"):]  # letters percent-encoded
+    out = io.StringIO()
+    lg = _logger(out)
+    lg.info("GET /v2/orgs/acme/apps?key=%s", secret)
+    lg.info("< GET /ws/orders/%s HTTP/1.1", encoded)
+    lg.info("odd %s%s", secret.upper(), "x")
+    lg.warning("body: {'token': '%s'}", secret)
+    text = out.getvalue()
+    assert secret not in text and secret[len("relay_"):] not in text
+    assert secret.upper() not in text and secret[len("relay_"):].upper() not in text
+    assert text.count("relay_***") == 4
+    # and what merely starts like one is kept: table names, settings, short ids
+    out = io.StringIO()
+    _logger(out).info("relay_executors RELAY_SQLITE_DBNAME relay_test_1234567890ab")
+    assert "relay_executors RELAY_SQLITE_DBNAME relay_test_1234567890ab" in out.getvalue()
+
+
+def test_the_servers_loggers_go_through_the_scrubbing_handler() -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        logs.configure("INFO")
+        (handler,) = root.handlers
+        out = io.StringIO()
+        handler.setStream(out)
+        secret = new_secret()
+        for name in ("uvicorn.error", "uvicorn.access", "websockets.server"):
+            logging.getLogger(name).info('"GET /WebSocket/orders/%s HTTP/1.1" 404', secret)
+        assert secret not in out.getvalue() and out.getvalue().count("/WebSocket/orders/***") == 3
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
