@@ -40,7 +40,7 @@ from relay_es.aggregates.skip import ProjectionSkip, skip_stream_id
 from relay_es.aggregates.text import check_id, check_text, sanitized
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
 from relay_es.clock import Clock
-from relay_es.errors import DomainError, UnknownApplication, UnknownExecutor, UnknownToken
+from relay_es.errors import DomainError, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
 
 log = logging.getLogger(__name__)
 
@@ -677,16 +677,26 @@ class Relay(ESApplication[UUID]):
 
     # --------------------------------------------------------------- tokens
     def create_token(self, org: str, name: str, *, app_names: list[str] | None = None) -> str:
-        """Makes a token and returns its secret: the only time it is ever seen."""
+        """Makes a token and returns its secret: the only time it is ever seen.
+
+        ``app_names``: the applications it is limited to, at least one; ``None`` (and
+        only ``None``) makes an org-wide token. An empty list was read as "no limit":
+        a caller that filtered every application out of its list got an org-wide key."""
         check_org_name(org)
         check_app_name(name)  # same URL-safe alphabet
-        for a in app_names or []:
-            check_app_name(a)
+        if app_names is not None:
+            if not isinstance(app_names, (list, tuple)):  # a str would be read letter by letter
+                raise InvalidSetting("appNames", f"must be a list of names, got {type(app_names).__name__}")
+            if not app_names:
+                raise InvalidSetting("appNames", "must name at least one application; omit it (None) for an "
+                                                 "org-wide token")
+            for a in app_names:
+                check_app_name(a)
         secret = new_secret()
 
         def run() -> str:
             tok = self._maybe(token_stream_id(org, name))
-            apps = sorted(set(app_names)) if app_names else None
+            apps = None if app_names is None else sorted(set(app_names))
             if tok is None:
                 tok = Token(org=org, name=name, secret_hash=hash_secret(secret), app_names=apps, timestamp=self.now())
             else:

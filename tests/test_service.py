@@ -167,3 +167,27 @@ def test_the_operator_s_environment_cannot_redirect_the_event_store(clock, store
     assert [type(e).__name__ for e in again.stream(executor_stream_id("local", "app", "A"))] == [
         "Registered", "Connected"]
     again.close()
+
+
+# ------------------------------------------------------------ tokens: an empty limit is not "no limit" (issue 11)
+
+import pytest  # noqa: E402
+
+from relay_es.errors import InvalidSetting  # noqa: E402
+from relay_es.aggregates.token import token_stream_id  # noqa: E402
+
+
+@pytest.mark.parametrize("app_names", [[], (), "orders"])
+def test_a_token_limited_to_no_application_is_refused_not_made_org_wide(clock, app_names) -> None:
+    relay = Relay(clock=clock)
+    with pytest.raises(InvalidSetting) as e:
+        relay.create_token("acme", "ci", app_names=app_names)
+    assert e.value.field == "appNames"
+    assert relay._maybe(token_stream_id("acme", "ci")) is None  # nothing recorded
+    relay.create_token("acme", "ci", app_names=None)
+    relay.create_token("acme", "ci-orders", app_names=["orders", "orders"])
+    assert relay._maybe(token_stream_id("acme", "ci")).app_names is None
+    assert relay._maybe(token_stream_id("acme", "ci-orders")).app_names == ["orders"]
+    with pytest.raises(InvalidSetting):  # a reissue likewise
+        relay.create_token("acme", "ci-orders", app_names=[])
+    assert relay._maybe(token_stream_id("acme", "ci-orders")).app_names == ["orders"]
