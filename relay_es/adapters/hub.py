@@ -108,6 +108,13 @@ def scrub(path: str) -> str:
     return path[: i + 1] + "***" if "/websocket/" in path and i >= 0 else path
 
 
+def _release(counter: Counter[Any], key: Any) -> None:
+    """One less; a key at zero is dropped (keys are the client's choice)."""
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
+
+
 class Guard:
     """Held while a recovery frame is written: the frame goes out only if its
     attempt has not expired, and an expiry (from the process manager's thread)
@@ -299,6 +306,7 @@ class Hub:
         parsed = parse_path(path)
         self._handshaking[host] += 1
         registered = False
+        counted: tuple[tuple[str, ...], tuple[str, str]] | None = None  # (key, app) this socket is counted against
         try:
             try:
                 if parsed is None:
@@ -321,6 +329,9 @@ class Hub:
                     raise Refused(429, "Too many connections",
                                   f"application {app!r} has {self.limits.connections_per_app} open connections "
                                   "(RELAY_MAX_CONNECTIONS_PER_APP)", org=org)
+                counted = (key_id, (org, app))  # with no await since the checks: concurrent handshakes see it
+                self._by_key[key_id] += 1
+                self._by_app[(org, app)] += 1
             except Refused as r:
                 hit = self._refusals.hit(host)
                 if hit.passed:  # one line per address per quiet period, not one per refusal
@@ -336,8 +347,6 @@ class Hub:
             ext = (scope.get("extensions") or {}).get("relay.frame_cap")
             conn = Connection(id=uuid.uuid4().hex, org=org, app=app, peer=peer, token=token, send_message=send,
                               key_id=key_id, raise_frame_cap=ext)
-            self._by_key[key_id] += 1
-            self._by_app[(org, app)] += 1
             self.connections[conn.id] = conn
             self.on_connection_change(len(self.connections))
             code: int | None = None
@@ -358,7 +367,7 @@ class Hub:
                             await self._on_event(conn, ev)
                         if not registered and conn.session.state is State.REGISTERED:
                             registered = True
-                            self._handshaking[host] -= 1
+                            _release(self._handshaking, host)
                     elif kind == "websocket.disconnect":
                         code = message.get("code")
                         if message.get("relay.too_big"):  # our own 1009: the frame cap
@@ -370,18 +379,13 @@ class Hub:
                 log.debug("connection %s ended: %s", conn.id, e)
             finally:
                 handshake.cancel()
-                self._by_key[key_id] -= 1
-                if self._by_key[key_id] <= 0:
-                    del self._by_key[key_id]
-                self._by_app[(org, app)] -= 1
-                if self._by_app[(org, app)] <= 0:
-                    del self._by_app[(org, app)]
                 await self._cleanup(conn, code)
         finally:
+            if counted is not None:
+                _release(self._by_key, counted[0])
+                _release(self._by_app, counted[1])
             if not registered:
-                self._handshaking[host] -= 1
-            if self._handshaking[host] <= 0:
-                del self._handshaking[host]
+                _release(self._handshaking, host)
 
     async def _slow_down(self, strikes: int) -> None:
         """Repeated refusals from one address are answered more and more slowly
