@@ -64,11 +64,15 @@ def redact_url(url: str) -> str:
     between ``user:`` and the **last** ``@`` is hidden, so a password holding an ``@``, a
     ``/`` or a ``?`` (written without percent-encoding) is hidden whole; hiding a little
     more of an odd URL is the safe side."""
+    url = _QUERY_PASSWORD.sub(r"\1***", url)  # ?password=... (libpq takes it there too)
     scheme, sep, rest = url.partition("//")
     userinfo, at, host = rest.rpartition("@")
     if not sep or not at or ":" not in userinfo:
         return url
     return f"{scheme}//{userinfo.partition(':')[0]}:***@{host}"
+
+
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 _BASE_PARAMS = ("dbname", "host", "port", "user", "password")

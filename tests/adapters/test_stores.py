@@ -16,6 +16,7 @@ from relay_es.adapters.stores import event_store_env, open_database, parse_datab
     ("postgres://relay@db/relay", "postgres://relay@db/relay"),  # no password: nothing to hide
     ("postgresql://db/relay?user=x", "postgresql://db/relay?user=x"),
     ("mysql://root:hunter2@h/x", "mysql://root:***@h/x"),
+    ("postgresql://db/relay?sslmode=require&password=hunter2&x=1", "postgresql://db/relay?sslmode=require&password=***&x=1"),
     ("sqlite:///relay-data/relay.db", "sqlite:///relay-data/relay.db"),
 ])
 def test_passwords_are_redacted_whole(url: str, shown: str) -> None:
@@ -92,9 +93,10 @@ def test_every_parameter_of_the_url_reaches_the_event_store_s_connections(postgr
     ("sslmode", "has no value"),
 ])
 def test_a_url_parameter_that_cannot_be_honoured_is_refused_clearly(query: str, why: str) -> None:
-    with pytest.raises(ValueError) as e:
-        parse_database_url(with_params("postgresql://relay:s3cret@db/relay", query))
-    assert why in str(e.value) and "s3cret" not in str(e.value)
+    for url in ("postgresql://relay:s3cret@db/relay", "postgresql://relay@db/relay?password=s3cret"):
+        with pytest.raises(ValueError) as e:
+            parse_database_url(with_params(url, query))
+        assert why in str(e.value) and "s3cret" not in str(e.value)
 
 
 def test_the_store_files_relay_creates_are_private(tmp_path) -> None:
