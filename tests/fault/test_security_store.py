@@ -105,3 +105,85 @@ def test_poison_in_the_store_never_stops_the_read_models(tmp_path, store_url: st
         assert "relay-process-manager failed" not in server.log()
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------ the store is the one the operator named, and private
+
+import os  # noqa: E402
+import stat  # noqa: E402
+
+import psycopg  # noqa: E402
+
+from relay_es.aggregates.executor import executor_stream_id  # noqa: E402
+
+
+def _with(url: str, query: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+def _connect_one(server: RelayServer, executor_id: str) -> None:
+    async def go() -> None:
+        await FakeExecutor(server.ws, executor_id=executor_id).connect()
+
+    asyncio.run(go())
+    wait(lambda: executor_id in listed(server), f"{executor_id} listed")
+
+
+def test_relay_serve_refuses_a_postgres_without_tls_when_the_url_requires_it(tmp_path, postgres_url: str) -> None:
+    # sslmode=require was dropped by the event store's connections: a token went over plaintext.
+    server = RelayServer(tmp_path, args=["--database-url", _with(postgres_url, "sslmode=require")], env=FAST)
+    with pytest.raises((RuntimeError, TimeoutError)):
+        server.start()
+    server.stop()
+    assert "SSL" in server.log()
+
+
+def test_every_connection_of_relay_serve_carries_the_url_s_parameters(tmp_path, postgres_url: str) -> None:
+    url = _with(postgres_url, "sslmode=disable&application_name=relay-under-test")
+    server = RelayServer(tmp_path, args=["--database-url", url], env=FAST).start()
+    try:
+        _connect_one(server, "A")
+        with psycopg.connect(postgres_url, autocommit=True, application_name="the-checker") as c:
+            names = [r[0] for r in c.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")]
+        assert names and set(names) == {"relay-under-test"}, names  # the event store's pool included
+    finally:
+        server.stop()
+
+
+def test_the_operator_s_environment_does_not_redirect_relay_serve_s_events(tmp_path) -> None:
+    elsewhere = tmp_path / "elsewhere.db"
+    url = f"sqlite:///{tmp_path}/data/relay.db"
+    env = {**FAST, "RELAY_SQLITE_DBNAME": str(elsewhere), "SQLITE_DBNAME": str(elsewhere),
+           "RELAY_PERSISTENCE_MODULE": "eventsourcing.popo", "CIPHER_TOPIC": "nowhere:Cipher"}
+    server = RelayServer(tmp_path, args=["--database-url", url], env=env).start()
+    try:
+        _connect_one(server, "A")
+    finally:
+        server.stop()
+    assert not elsewhere.exists()
+    relay = Relay(event_store_env(parse_database_url(url)), clock=SystemClock())
+    try:
+        assert [type(e).__name__ for e in relay.stream(executor_stream_id("local", "app", "A"))][:2] == [
+            "Registered", "Connected"]
+    finally:
+        relay.close()
+
+
+def test_the_files_of_relay_serve_s_store_are_private(tmp_path) -> None:
+    # The database, its -wal and -shm, and the lease's lock file were created 0644.
+    server = RelayServer(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/data/relay.db"], env=FAST)
+    old = os.umask(0o022)  # the umask Relay is usually started with; the child inherits it
+    try:
+        server.start()
+    finally:
+        os.umask(old)
+    try:
+        _connect_one(server, "A")
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "data").iterdir()}
+    finally:
+        server.stop()
+    assert {"relay.db", "relay.db-wal", "relay.db-shm", "relay.db.lock"} <= set(modes), modes
+    assert modes == dict.fromkeys(modes, 0o600), modes
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
