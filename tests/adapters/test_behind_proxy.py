@@ -172,17 +172,18 @@ def test_executors_and_the_api_work_over_tls_and_no_key_is_logged(proxied: tuple
 
 
 def test_the_address_relay_records_is_the_clients_not_the_proxys(proxied: tuple[RelayServer, Nginx, str, str]) -> None:
-    relay, nginx, admin, _ = proxied
+    relay, nginx, admin, key = proxied
 
     async def refused_from(source: str) -> int:
+        # the orders key on billing: a refusal of acme's token, audited into acme (an unknown key is audited nowhere)
         try:
-            await websockets.connect(f"{nginx.wss}/websocket/orders/not-a-key", ssl=nginx.ssl, open_timeout=10,
+            await websockets.connect(f"{nginx.wss}/websocket/billing/{key}", ssl=nginx.ssl, open_timeout=10,
                                      local_addr=(source, 0), additional_headers={"X-Forwarded-For": "203.0.113.9"})
         except websockets.InvalidStatus as e:
             return e.response.status_code
-        raise AssertionError("an unknown key was admitted")
+        raise AssertionError("a key not covering billing was admitted")
 
-    assert asyncio.run(refused_from("127.0.0.2")) == 401
+    assert asyncio.run(refused_from("127.0.0.2")) == 403
 
     def refusals() -> list[dict[str, Any]]:
         r = httpx.get(f"{nginx.https}/v2/orgs/acme/audit-logs", headers={"Authorization": f"Bearer {admin}"},
