@@ -129,7 +129,9 @@ def test_deadline_that_passed_while_relay_was_down_fires_after_the_settle_window
 
 
 class Flapper:
-    """A fake executor that drops and reconnects (same id) every 0.5-1.5 s, counting its connections."""
+    """A fake executor that drops and reconnects (same id) every 0.5-1.5 s until a
+    deadline, counting its connections; it ends connected (the last connection is
+    kept), so it is never rightly declared dead."""
 
     def __init__(self, url: str, executor_id: str) -> None:
         self.url, self.executor_id = url, executor_id
@@ -137,7 +139,7 @@ class Flapper:
         self.current: FakeExecutor | None = None
 
     async def run(self, until: float) -> None:
-        while time.monotonic() < until:
+        while True:
             ex = FakeExecutor(self.url, executor_id=self.executor_id)
             try:
                 await ex.connect()
@@ -149,9 +151,10 @@ class Flapper:
             self.connections += 1
             self.current = ex
             await asyncio.sleep(random.uniform(0.5, 1.5))
-            if time.monotonic() < until:
-                ex.abort()
-                await asyncio.sleep(random.uniform(0.2, 0.6))
+            if time.monotonic() >= until:
+                return  # stays connected: a drop now would be a real death, grace and all
+            ex.abort()
+            await asyncio.sleep(random.uniform(0.2, 0.6))
 
 
 def test_postgres_restarted_under_load(tmp_path) -> None:
@@ -164,12 +167,17 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
     server = RelayServer(tmp_path, args=["--database-url", pg.url],
                          env={**FAST, "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS": "4"}).start()
     try:
-        async def main() -> tuple[list[FakeExecutor], list[Flapper], FakeExecutor, list[int]]:
+        def settled() -> bool:
+            r = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", timeout=10)
+            rows = {e["executorId"]: e["status"] for e in r.json()} if r.status_code == 200 else {}
+            return "VICTIM" not in rows and all(rows.get(f"S{i}") == "HEALTHY" for i in range(20))
+
+        async def main() -> list[int]:
             stable = [await FakeExecutor(server.ws, executor_id=f"S{i}").connect() for i in range(20)]
             victim = await FakeExecutor(server.ws, executor_id="VICTIM").connect()
             flappers = [Flapper(server.ws, f"F{i}") for i in range(10)]
-            until = time.monotonic() + 20
-            tasks = [asyncio.ensure_future(f.run(until)) for f in flappers]
+            stop_at = time.monotonic() + 20
+            tasks = [asyncio.ensure_future(f.run(stop_at)) for f in flappers]
             health: list[int] = []
             for outage in range(3):
                 await asyncio.sleep(2)
@@ -182,36 +190,34 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
                     await asyncio.sleep(0.5)
                 await asyncio.to_thread(pg.start)
             await asyncio.gather(*tasks)
-            return stable, flappers, victim, health
+            assert all(s.ws.close_code is None for s in stable), "a healthy socket was dropped"
+            # Wait with this loop still running: it is what answers the stable executors'
+            # pings. (Waiting after it ended left them silent: Relay disconnected them all,
+            # declared them dead, and the victim had nobody left to recover it.)
+            await until(settled, timeout=60, interval=0.5, what="the victim to be recovered after the outages")
+            assert all(s.ws.close_code is None for s in stable), "a healthy socket was dropped"
+            # every flapper connection is exactly one Connected event: none lost, none doubled
+            # (a connection's Connected may still be on its way through the outbox: wait for it)
+            for f in flappers:
+                try:
+                    hist = await until(lambda: (h := history(f.executor_id)).count("Connected") >= f.connections
+                                       and h, timeout=10, interval=0.2, what=f"{f.executor_id}'s connections")
+                except AssertionError as e:
+                    raise AssertionError(f"{f.executor_id}: a connection was lost ({f.connections} made)") from e
+                assert hist.count("Connected") == f.connections, (f.executor_id, hist, f.connections)
+                assert "DeclaredDead" not in hist
+            await _close_all(stable + [f.current for f in flappers if f.current is not None])
+            return health
 
-        stable, flappers, victim, health = asyncio.run(main())
-        assert set(health) == {200}
-        assert all(s.ws.close_code is None for s in stable), "a healthy socket was dropped"
-
-        def settled() -> bool:
-            r = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", timeout=10)
-            rows = {e["executorId"]: e["status"] for e in r.json()} if r.status_code == 200 else {}
-            return "VICTIM" not in rows and all(rows.get(f"S{i}") == "HEALTHY" for i in range(20))
-
-        harness.wait_until(settled, timeout=60, interval=0.5, message="the victim to be recovered after the outages")
-        # every flapper connection is exactly one Connected event: none lost, none doubled
-        # (a connection's Connected may still be on its way through the outbox: wait for it)
         def history(executor_id: str) -> list[str]:
             r = httpx.get(f"{server.http}/v2/orgs/local/apps/app/executors/{executor_id}/history", timeout=10)
             return [h["type"] for h in r.json()] if r.status_code == 200 else []
 
-        for f in flappers:
-            try:
-                hist = harness.wait_until(lambda: (h := history(f.executor_id)).count("Connected") >= f.connections
-                                          and h, timeout=10, interval=0.2, message=f"{f.executor_id}'s connections")
-            except TimeoutError as e:
-                raise AssertionError(f"{f.executor_id}: a connection was lost ({f.connections} made)") from e
-            assert hist.count("Connected") == f.connections, (f.executor_id, hist, f.connections)
-            assert "DeclaredDead" not in hist
+        health = asyncio.run(main())
+        assert set(health) == {200}
         victim_hist = [h["type"] for h in httpx.get(
             f"{server.http}/v2/orgs/local/apps/app/executors/VICTIM/history", timeout=10).json()]
         assert victim_hist.count("RecoveryConfirmed") == 1 and victim_hist[-1] == "Deleted"
-        asyncio.run(_close_all(stable))
         server.stop()
         # the read model converged to the fold of the streams
         _assert_read_model_converged(pg.url)
@@ -220,6 +226,12 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
         assert "the lease is taken again" in server.log()
     except BaseException:
         print(server.log()[-12000:])
+        try:
+            entries = httpx.get(server.http + "/v2/orgs/local/audit-logs", params={"limit": 1000}, timeout=10).json()
+            print("\n".join(f"{e['at']} {e['executorId']} {e['action']} {e['detail']}" for e in entries
+                            if e["action"] not in ("executor.connected", "executor.reconnected")))
+        except Exception as e:  # the server may be the thing that failed
+            print(f"no audit log: {e!r}")
         raise
     finally:
         server.stop()
