@@ -59,6 +59,10 @@ from relay_es.service import Relay
 
 log = logging.getLogger(__name__)
 
+# What folding an event it cannot fold raises (a stream without its Registered event, an
+# event no class reads any more): the event is skipped, never retried for ever.
+FOLD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError)
+
 EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 
@@ -264,11 +268,15 @@ class ProcessManager:
     def catch_up(self) -> int:
         n = 0
         while True:
-            notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS)
+            notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
+                                                      unreadable=True)
             if not notifications:
                 return n
             for nid, _, event in notifications:
-                self._apply(event)
+                try:
+                    self._apply(event)
+                except FOLD_ERRORS as e:  # an event it cannot fold: skipped, as the read models skip it (ADR 16)
+                    log.error("process manager skipped event %d (%s): %s", nid, type(event).__qualname__, e)
                 self.position = nid
                 n += 1
 
@@ -605,11 +613,14 @@ def replay_bootstrap(relay: Relay) -> Bootstrap:
         rows: dict[str, ExecutorRow] = {}
         position = 0
         while True:
-            batch = relay.notifications(position, 5000, EXECUTOR_TOPICS)
+            batch = relay.notifications(position, 5000, EXECUTOR_TOPICS, unreadable=True)
             if not batch:
                 return list(rows.values()), position
             for nid, sid, e in batch:
-                rows[sid] = reduce(rows.get(sid), e)
+                try:
+                    rows[sid] = reduce(rows.get(sid), e)
+                except FOLD_ERRORS as error:  # skipped, as the read models skip it (ADR 16)
+                    log.error("process manager skipped event %d (%s): %s", nid, type(e).__qualname__, error)
                 position = nid
 
     return load

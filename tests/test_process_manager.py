@@ -433,3 +433,47 @@ def test_the_response_timer_does_not_move_with_the_wall_clock(world: World) -> N
     world.advance(req.deadline - world.clock.monotonic())
     assert [rid for rid, _ in d.expired] == [req.request_id]
     assert "RecoveryFailed" in recoveries(world, "A")
+
+
+def _orphan_connected(world: World) -> None:
+    """A Connected event with no Registered before it in its stream: nothing can fold it."""
+    from relay_es.aggregates import Executor
+
+    relay = world.relay
+    ex = Executor(org="local", app="app", executor_id="orphan", timestamp=relay.now())
+    ex.connect(connection_id="c-orphan", owner=world.owner, app_version="v1", hostname="h", language="python",
+               dbos_version="3.2.0", executor_metadata=None, at=relay.now())
+    relay.save(ex.collect_events()[1])
+
+
+def _corrupt_stored_event(world: World) -> None:
+    """An executor event whose stored state no class can read, written straight to the recorder."""
+    import uuid
+
+    from eventsourcing.persistence import StoredEvent
+    from eventsourcing.utils import get_topic
+
+    from relay_es.aggregates import Executor
+
+    world.relay.recorder.insert_events([StoredEvent(uuid.uuid4(), 1, get_topic(Executor.Connected), b"\xff{not")])
+
+
+def test_events_it_cannot_fold_are_skipped_not_retried_for_ever(world: World, caplog) -> None:
+    world.connect("A")
+    world.connect("B")
+    _orphan_connected(world)
+    _corrupt_stored_event(world)
+    world.sync()
+    assert "process manager skipped event" in caplog.text
+    world.drop("A")
+    world.advance(10)
+    assert world.status("A") == "DEAD"
+    world.answer(world.dispatcher.last())
+    assert world.status("A") == "DELETED"
+    world.restart()  # a new process manager bootstraps past them too
+    world.connect("B")
+    world.connect("C")
+    world.drop("C")
+    world.advance(10)
+    assert world.status("C") == "DEAD"
+    assert world.dispatcher.last().dead_executor_id == "C"
