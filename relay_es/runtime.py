@@ -147,6 +147,8 @@ class Runtime:
 
         m = self.metrics
         m.watch_executors(lambda: list(self.pm.rows.values()))
+        m.watch_outbox(self.hub.outbox)
+        self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
         collector = self.collector
 
         def connections(n: int) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -25,6 +25,27 @@ class _ExecutorsByStatus:
         for (org, app, status), n in sorted(tally.items()):
             g.add_metric([org, app, status], n)
         yield g
+
+
+class _OutboxState:
+    """Computed at scrape time from the hub's outbox (ADR 15: it never drops a transition)."""
+
+    def __init__(self, outbox: Any) -> None:
+        self.outbox = outbox
+
+    def collect(self) -> Iterable[Any]:
+        o = self.outbox
+        errors = CounterMetricFamily("relay_outbox_errors", "Transitions that failed to record for a reason "
+                                     "other than the store being away (a bug; each is kept and retried)")
+        errors.add_metric([], o.errors)
+        yield errors
+        stuck = GaugeMetricFamily("relay_outbox_stuck_transitions",
+                                  "Executors whose oldest transition failed on a bug and waits to be retried")
+        stuck.add_metric([], len(o.stuck()))
+        yield stuck
+        queued = GaugeMetricFamily("relay_outbox_queued_transitions", "Executor transitions waiting to be recorded")
+        queued.add_metric([], len(o))
+        yield queued
 
 
 class Metrics:
@@ -54,6 +75,9 @@ class Metrics:
 
     def watch_executors(self, rows: Callable[[], Iterable[Any]]) -> None:
         self.registry.register(_ExecutorsByStatus(rows))
+
+    def watch_outbox(self, outbox: Any) -> None:
+        self.registry.register(_OutboxState(outbox))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -116,3 +116,35 @@ def test_a_store_outage_is_retried_whole_and_loses_nothing() -> None:
         assert sorted(store.recorded) == ["A1", "B1"]
 
     asyncio.run(main())
+
+
+def test_a_runtime_exposes_outbox_errors_stuck_transitions_and_poison_skips(tmp_path, monkeypatch) -> None:
+    """The runtime's /metrics: the outbox's errors and stuck executors, and the read
+    models' poison skips, each wired to what the components count."""
+    from relay_es.projections.runner import Poison
+    from relay_es.runtime import Runtime
+    from relay_es.settings import Settings
+
+    rt = Runtime(Settings(database_url=f"sqlite:///{tmp_path}/relay.db"))
+    try:
+        store, clock = FakeStore(), Clock()
+        store.bugs = {"a1"}
+        box = rt.hub.outbox
+        box.relay, box.run, box.monotonic = store, direct, clock
+
+        async def main() -> None:
+            box.submit("a", "a1")
+            box.submit("b", "b1")
+            await eventually(lambda: box.errors == 1 and "b1" in store.recorded)
+
+        asyncio.run(main())
+        for fn in rt.runner.on_poison:
+            fn(Poison("executors", 7, "s", "Executor.Connected", "DataError: NUL", True))
+        text = rt.metrics.render().decode()
+        assert "relay_outbox_errors_total 1.0" in text
+        assert "relay_outbox_stuck_transitions 1.0" in text
+        assert "relay_outbox_queued_transitions 1.0" in text
+        assert 'relay_projection_poison_events_total{projection="executors"} 1.0' in text
+    finally:
+        rt.hub.pool.shutdown(wait=False)
+        rt.close()
