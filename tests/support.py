@@ -27,9 +27,13 @@ class InMemoryDispatcher:
 
     sent: list[RecoveryRequest] = field(default_factory=list)
     connected: set[str] = field(default_factory=set)  # executors with a socket the store does not know of yet
+    expired: list[str] = field(default_factory=list)  # request ids the process manager expired, in order
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         self.sent.append(request)
+
+    def expire(self, request_id: str) -> None:
+        self.expired.append(request_id)
 
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         return executor_id in self.connected

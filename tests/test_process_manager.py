@@ -477,3 +477,16 @@ def test_events_it_cannot_fold_are_skipped_not_retried_for_ever(world: World, ca
     world.advance(10)
     assert world.status("C") == "DEAD"
     assert world.dispatcher.last().dead_executor_id == "C"
+
+
+def test_a_timed_out_attempt_is_expired_with_the_dispatcher_before_its_failure_is_recorded(world: World) -> None:
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    first = world.dispatcher.last()
+    world.advance(9.9)
+    assert world.dispatcher.expired == []
+    world.advance(0.1)
+    assert world.dispatcher.expired == [first.request_id]
+    assert "RecoveryFailed" in recoveries(world, "A")

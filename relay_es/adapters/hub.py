@@ -62,6 +62,7 @@ from relay_es.protocol import messages as m
 from relay_es.protocol.limits import MAX_FRAME, ResourceLimits, printable
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
 from relay_es.adapters.admission import Gate, Refused
+from relay_es.adapters.logs import scrub_text
 from relay_es.adapters.outbox import Outbox
 from relay_es.adapters.throttle import Throttle
 from relay_es.adapters.uvicorn_ws import Withdrawn
@@ -103,9 +104,9 @@ def parse_path(path: str) -> tuple[str, str] | None:
 
 
 def scrub(path: str) -> str:
-    """A path fit for a log line: the key segment never appears."""
-    i = path.rfind("/")
-    return path[: i + 1] + "***" if "/websocket/" in path and i >= 0 else path
+    """A path fit for a log line: the key segment never appears, however the path is
+    spelt (the one rule of the log filter, ``logs.scrub_text``)."""
+    return scrub_text(path)
 
 
 def _release(counter: Counter[Any], key: Any) -> None:
@@ -395,17 +396,20 @@ class Hub:
             await asyncio.sleep(min(0.1 * 2 ** (strikes - 1), 5.0))
 
     async def _audit_refusal(self, app: str, host: str, r: Refused) -> None:
-        """One audit entry per (org, app, address) per interval, counting the rest."""
-        orgs = [r.org] if r.org else await self.gate.orgs_for(app)
-        for org in orgs:
-            hit = self._refusal_audit.hit((org, app, host))
-            if not hit.passed:
-                continue
-            try:
-                await self.run(self.relay.record_refusal, org, app=app, peer=host, status=r.status, reason=r.detail,
-                               suppressed=hit.suppressed)
-            except Exception:
-                log.exception("could not record a refused handshake")
+        """One audit entry per (org, app, address) per interval, counting the rest. A
+        refusal that names no org (a key no token ever had) is counted and logged, never
+        audited: an anonymous client must not write into anyone's audit log (ADR 14)."""
+        org = r.org
+        if org is None:
+            return
+        hit = self._refusal_audit.hit((org, app, host))
+        if not hit.passed:
+            return
+        try:
+            await self.run(self.relay.record_refusal, org, app=app, peer=host, status=r.status, reason=r.detail,
+                           suppressed=hit.suppressed)
+        except Exception:
+            log.exception("could not record a refused handshake")
 
     async def close_token(self, org: str, name: str) -> int:
         """Disconnects every executor that connected with a revoked token."""

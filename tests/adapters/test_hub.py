@@ -40,6 +40,8 @@ def api(server: RelayServer, method: str, path: str, **kw: Any) -> httpx.Respons
 
 def executors(server: RelayServer, app: str = "app") -> dict[str, dict[str, Any]]:
     r = api(server, "GET", f"/v2/orgs/local/apps/{app}/executors")
+    if r.status_code == 404:  # the application is not in the read model yet: nothing listed yet
+        return {}
     assert r.status_code == 200, r.text
     return {e["executorId"]: e for e in r.json()}
 
@@ -492,3 +494,35 @@ def test_executor_ids_remembered_per_key_are_forgotten_once_deleted() -> None:
             hub.pool.shutdown(wait=False)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("path", ["/websocket/app/relay_secretsecret", "/WebSocket/app/relay_secretsecret",
+                                  "/%57ebsocket/app/relay_secretsecret", "/x/WEBSOCKET/app/relay_secretsecret"])
+def test_a_key_in_a_refused_path_never_reaches_the_log_however_spelt(path: str) -> None:
+    from relay_es.adapters.hub import scrub
+
+    assert "secretsecret" not in scrub(path) and scrub(path).endswith("/app/***")
+
+
+def test_a_refusal_naming_no_org_is_not_audited() -> None:
+    """A key no token ever had names no org: counted and logged, never written into an
+    audit log (not even development mode's "local", whatever the gate's orgs_for says)."""
+    from relay_es.adapters.admission import Refused
+    from relay_es.adapters.hub import Hub
+
+    recorded: list[tuple[Any, ...]] = []
+
+    class Store:
+        def record_refusal(self, org: str, **kw: Any) -> None:
+            recorded.append((org, kw["app"], kw["status"]))
+
+    async def main() -> None:
+        hub = Hub(Store(), owner="test", response_timeout=5.0)  # type: ignore[arg-type]
+        try:
+            await hub._audit_refusal("app", "10.0.0.1", Refused(401, "Unauthorized", "unknown key"))
+            await hub._audit_refusal("app", "10.0.0.1", Refused(403, "Forbidden", "not covered", org="acme"))
+        finally:
+            hub.pool.shutdown(wait=False)
+
+    asyncio.run(main())
+    assert recorded == [("acme", "app", 403)]

@@ -93,6 +93,8 @@ def rest(server: RelayServer, method: str, path: str, token: str | None = None, 
 def listing(server: RelayServer, app: str = "app", org: str = "local",
             token: str | None = None) -> dict[str, dict[str, Any]]:
     r = rest(server, "GET", f"/v2/orgs/{org}/apps/{app}/executors", token)
+    if r.status_code == 404:  # the application is not in the read model yet: nothing listed yet
+        return {}
     assert r.status_code == 200, r.text
     return {e["executorId"]: e for e in r.json()}
 

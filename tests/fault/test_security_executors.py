@@ -57,6 +57,8 @@ def rest(server: RelayServer, method: str, path: str, **kw: Any) -> httpx.Respon
 
 def listing(server: RelayServer, app: str = "app") -> dict[str, dict[str, Any]]:
     r = rest(server, "GET", f"/v2/orgs/local/apps/{app}/executors")
+    if r.status_code == 404:  # the application is not in the read model yet: nothing listed yet
+        return {}
     assert r.status_code == 200, r.text
     return {e["executorId"]: e for e in r.json()}
 
