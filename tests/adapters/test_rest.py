@@ -14,6 +14,7 @@ import websockets
 
 from tests.fake_executor import FakeExecutor
 from tests.server import RELAY, RelayServer
+from tests.support import until
 
 
 @pytest.fixture
@@ -133,9 +134,13 @@ def test_tokens_are_shown_once_and_listed_without_the_secret(server: RelayServer
 def test_metrics_and_openapi(server: RelayServer) -> None:
     async def main() -> None:
         a = await FakeExecutor(server.ws, app="orders", executor_id="A").connect()
-        await asyncio.sleep(0.3)
-        text = call(server, "GET", "/metrics").text
-        assert 'relay_executors{app="orders",org="local",status="HEALTHY"} 1.0' in text
+        healthy = 'relay_executors{app="orders",org="local",status="HEALTHY"} 1.0'
+
+        def counted() -> str | None:
+            text = call(server, "GET", "/metrics").text
+            return text if healthy in text else None
+
+        text = await until(counted, what="A counted HEALTHY")
         assert "relay_open_connections 1.0" in text
         assert 'relay_transitions_total{event="Connected"}' in text
         assert "relay_event_store_append_seconds_count" in text
@@ -255,9 +260,10 @@ def test_websocket_auth_matrix_and_revocation(auth_server: tuple[RelayServer, di
         assert call(s, "DELETE", "/v2/orgs/acme/tokens/billing-only", t["acme"]).status_code == 204
         assert await scoped.closed() == 4003
         assert ok.ws.close_code is None  # the other executor is undisturbed
-        await asyncio.sleep(0.3)
-        b = [a for a in call(s, "GET", "/v2/orgs/acme/audit-logs", t["acme"], params={"executorId": "B"}).json()]
-        assert b[-1]["action"] == "executor.disconnected" and b[-1]["detail"]["reason"] == "token_revoked"
+        b = await until(lambda: (e := call(s, "GET", "/v2/orgs/acme/audit-logs", t["acme"],
+                                           params={"executorId": "B"}).json())
+                        and e[-1]["action"] == "executor.disconnected" and e, what="B's disconnect audited")
+        assert b[-1]["detail"]["reason"] == "token_revoked"
         await ok.close()
 
     asyncio.run(main())
@@ -281,8 +287,9 @@ def test_repeated_refusals_from_one_address_are_slowed_down(auth_server: tuple[R
         return [await attempt() for _ in range(5)]
 
     took = asyncio.run(main())
-    # 0, 0.1, 0.2, 0.4, 0.8 s of added delay: the fifth costs the client far more than the first
-    assert took[4] > took[0] + 0.5, took
+    # 0, 0.1, 0.2, 0.4, 0.8 s of added delay: the fifth costs the client at least its delay
+    # (compared with the bound, not with the first attempt, whose own time varies with load)
+    assert took[4] >= 0.75, took
     metrics = call(s, "GET", "/metrics", t["acme"]).text  # /metrics needs an org-wide token in auth mode
     assert 'relay_auth_refused_total{where="websocket"} 5.0' in metrics
 
