@@ -27,7 +27,14 @@ def _add_serve(sub: Any) -> None:
     auth = p.add_mutually_exclusive_group()
     auth.add_argument("--auth", dest="auth", action="store_const", const=True, help="require tokens (RELAY_AUTH)")
     auth.add_argument("--no-auth", dest="auth", action="store_const", const=False, help="development mode")
-    p.add_argument("--insecure", action="store_true", default=None, help="allow a non-loopback bind without --auth")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="allow a non-loopback bind without --auth (RELAY_INSECURE)")
+    p.add_argument("--forwarded-allow-ips",
+                   help="reverse proxies whose X-Forwarded-For gives the client's address: comma-separated addresses "
+                        "or networks (RELAY_FORWARDED_ALLOW_IPS, default 127.0.0.1; empty trusts none)")
+    p.add_argument("--max-open-connections", type=int,
+                   help="open sockets (HTTP and WebSocket) at once; more get 503 and are closed "
+                        "(RELAY_MAX_OPEN_CONNECTIONS, default: the open-file limit less 128)")
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
     for key, t in TIMINGS.items():
         p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {t.default:g})")
@@ -79,6 +86,20 @@ def admin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _raise_open_file_limit() -> None:
+    """A server of its own: the soft open-file limit raised to the hard one (at most 2**20),
+    as a Go server does. Every socket is a file; the connection cap stays below it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard if hard != resource.RLIM_INFINITY else 1 << 20, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def serve(args: argparse.Namespace) -> int:
     import warnings
 
@@ -92,6 +113,7 @@ def serve(args: argparse.Namespace) -> int:
     from relay_es.runtime import Runtime
 
     logs.configure(args.log_level.upper())
+    _raise_open_file_limit()
     # uvicorn's "websockets" protocol is the one that supports refusing a
     # handshake with an HTTP status and body (the websocket.http.response extension).
     warnings.filterwarnings("ignore", message=".*websockets.* implementation is deprecated")
@@ -109,12 +131,16 @@ def serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         loop="auto",  # uvloop where installed (ADR 2): the event loop is most of a handshake's cost
-        http=http_protocol_class(request_timeout=10.0),
+        http=http_protocol_class(first_request_timeout=10.0,
+                                 request_timeout=settings.http_request_timeout.total_seconds(),
+                                 max_connections=settings.max_open_connections),
         ws=protocol_class(close_timeout),  # frames capped at 64 KiB until executor_info is answered
         ws_max_size=MAX_FRAME,
         ws_ping_interval=ping,
         ws_ping_timeout=ping_timeout,
         ws_per_message_deflate=True,
+        proxy_headers=True,
+        forwarded_allow_ips=list(settings.forwarded_allow_ips),  # never uvicorn's FORWARDED_ALLOW_IPS
         access_log=False,
         log_config=None,
         lifespan="on",
@@ -136,6 +162,9 @@ def serve(args: argparse.Namespace) -> int:
         server.should_exit = True
 
     runtime.on_lease_lost = lease_lost
+    if not settings.auth:
+        log.warning("DEVELOPMENT MODE (no --auth, RELAY_AUTH unset or off): any key is accepted; org local. "
+                    "Pass --auth or RELAY_AUTH=true to require tokens.")
     log.info("relay serving on http://%s:%d (store: %s, auth: %s)", settings.host, settings.port,
              runtime.store.kind, "on" if settings.auth else "off (development mode, org 'local')")
     try:

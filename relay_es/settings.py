@@ -44,6 +44,10 @@ TIMINGS = {
         "--restart-settle-secs", "RELAY_RESTART_SETTLE_SECS", 5,
         "after a restart, how long executors get to reconnect before overdue deadlines are enforced",
     ),
+    "http_request_timeout": TimingSetting(
+        "--http-request-timeout-secs", "RELAY_HTTP_REQUEST_TIMEOUT_SECS", 30,
+        "time a client has to send a whole HTTP request (headers and body) once it started it",
+    ),
 }
 
 
@@ -71,7 +75,57 @@ LIMITS = {
     "handshakes_per_address": LimitSetting(
         "--max-handshakes-per-address", "RELAY_MAX_HANDSHAKES_PER_ADDRESS",
         "sockets from one address that have not answered executor_info yet"),
+    "queued_transitions": LimitSetting(
+        "--max-queued-transitions", "RELAY_MAX_QUEUED_TRANSITIONS",
+        "executor transitions waiting for the store (while it is away); above it handshakes get 503"),
 }
+
+# Descriptors kept for the store's connections, the log, the lease's lock file and
+# the thread pool's files: open sockets are capped below the open-file limit by this many.
+FD_RESERVE = 128
+
+
+def fd_limit() -> int:
+    """The process's open-file limit (``ulimit -n``, the soft one)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def default_max_connections(limit: int | None = None) -> int:
+    """Open sockets Relay accepts at once, by default: all the open-file limit allows,
+    less :data:`FD_RESERVE` (a socket over the file limit fails accept() and everything
+    that opens a file after it: the store's connections, the log)."""
+    return max(64, (fd_limit() if limit is None else limit) - FD_RESERVE)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _boolean(name: str, raw: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``, any case; anything else is refused
+    (``RELAY_AUTH=enabled`` silently meaning development mode was a hole)."""
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise InvalidSetting(name, f"must be one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)} (any case), got {raw[:40]!r}")
+
+
+def _trusted_proxies(name: str, raw: Any) -> tuple[str, ...]:
+    """Comma-separated addresses or networks (``10.0.0.0/8``); empty trusts no one."""
+    out = []
+    for part in str(raw).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(str(ipaddress.ip_network(part, strict=False)) if "/" in part else str(ipaddress.ip_address(part)))
+        except ValueError:
+            raise InvalidSetting(name, f"must be comma-separated IP addresses or networks, got {part[:60]!r}") from None
+    return tuple(out)
 
 
 def limit_default(key: str) -> int:
@@ -120,7 +174,12 @@ class Settings:
     recovery_response_timeout: timedelta = timedelta(seconds=30)
     retention_interval: timedelta = timedelta(seconds=300)
     restart_settle: timedelta = timedelta(seconds=5)
+    http_request_timeout: timedelta = timedelta(seconds=30)
     limits: ResourceLimits = ResourceLimits()
+    # Proxies whose X-Forwarded-For is believed (the client's address); docs/behind-a-proxy.md.
+    forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1",)
+    # Open sockets (HTTP and WebSocket) at once; over it a new connection gets 503 and is closed.
+    max_open_connections: int = field(default_factory=default_max_connections)
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
 
     @classmethod
@@ -142,8 +201,9 @@ class Settings:
             raise InvalidSetting("port", f"must be 0-65535, got {port}")
         auth_raw = args.get("auth")
         if auth_raw is None and "RELAY_AUTH" in env:
-            auth_raw = env["RELAY_AUTH"].strip().lower() in ("1", "true", "yes", "on")
-        insecure = bool(args.get("insecure")) or env.get("RELAY_INSECURE", "").lower() in ("1", "true", "yes")
+            auth_raw = _boolean("RELAY_AUTH", env["RELAY_AUTH"])
+        insecure_env = _boolean("RELAY_INSECURE", env["RELAY_INSECURE"]) if "RELAY_INSECURE" in env else False
+        insecure = bool(args.get("insecure")) or insecure_env
         auth = bool(auth_raw)  # development mode unless asked
         if not auth and not is_loopback(host) and not insecure:
             raise InvalidSetting(
@@ -156,7 +216,18 @@ class Settings:
                 "RELAY_PING_WAIT_SECS", "must be longer than RELAY_PING_INTERVAL_SECS (a pong needs time to come back)"
             )
         limits = ResourceLimits(**{k: _count(t.env, pick(k, t.env, limit_default(k))) for k, t in LIMITS.items()})
+        proxies = _trusted_proxies("RELAY_FORWARDED_ALLOW_IPS", pick("forwarded_allow_ips", "RELAY_FORWARDED_ALLOW_IPS",
+                                                                     "127.0.0.1"))
+        files = fd_limit()
+        raw_cap = pick("max_open_connections", "RELAY_MAX_OPEN_CONNECTIONS", None)
+        cap = default_max_connections(files) if raw_cap is None else _count("RELAY_MAX_OPEN_CONNECTIONS", raw_cap)
+        if raw_cap is not None and cap > files - FD_RESERVE:
+            raise InvalidSetting("RELAY_MAX_OPEN_CONNECTIONS",
+                                 f"{cap} would pass the open-file limit (ulimit -n = {files}, less {FD_RESERVE} kept "
+                                 "for the store and the log): raise the limit or lower the setting")
         return cls(
+            forwarded_allow_ips=proxies,
+            max_open_connections=cap,
             host=host,
             limits=limits,
             port=port,

@@ -59,7 +59,8 @@ def test_help_lists_every_timing_flag() -> None:
                  "--recovery-response-timeout-secs", "--retention-interval-secs", "--restart-settle-secs",
                  "--database-url", "--auth", "--no-auth", "--insecure", "--host", "--port",
                  "--max-connections-per-key", "--max-connections-per-app", "--max-executors-per-key",
-                 "--max-executors-per-app", "--max-handshakes-per-address"):
+                 "--max-executors-per-app", "--max-handshakes-per-address", "--max-queued-transitions",
+                 "--http-request-timeout-secs", "--forwarded-allow-ips", "--max-open-connections"):
         assert flag in out
     assert sys.executable
 
@@ -90,3 +91,137 @@ def test_the_server_collects_a_closed_socket_s_garbage_once_it_is_quiet(tmp_path
         asyncio.run(main())
     finally:
         server.stop()
+
+
+def test_a_misspelt_auth_variable_is_refused_and_development_mode_is_announced(tmp_path) -> None:
+    import os
+
+    env = {**os.environ, "RELAY_AUTH": "enabled"}
+    r = subprocess.run(RELAY + ["serve", "--port", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert r.returncode == 2
+    assert "RELAY_AUTH" in r.stderr
+    assert not (tmp_path / "relay-data").exists()
+    server = RelayServer(tmp_path).start()
+    try:
+        line = next(x for x in server.log().splitlines() if "DEVELOPMENT MODE" in x)
+        assert "WARNING" in line and "any key is accepted; org local" in line
+    finally:
+        server.stop()
+
+
+def _trickle(port: int, limit: float) -> float:
+    """A request whose body never ends: a byte every 0.1 s. How long until the server closed the socket."""
+    import socket
+    import time
+
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    started = time.monotonic()
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+        s.setblocking(False)
+        while time.monotonic() - started < limit:
+            try:
+                if s.recv(65536) == b"":
+                    return time.monotonic() - started
+            except BlockingIOError:
+                pass
+            try:
+                s.send(b"x")
+            except OSError:
+                return time.monotonic() - started
+            time.sleep(0.1)
+        return float("inf")
+    finally:
+        s.close()
+
+
+def test_a_request_whose_body_never_ends_is_cut_at_the_request_deadline(tmp_path) -> None:
+    """Slow-body slowloris: the socket was kept past the first-request deadline and the keep-alive."""
+    server = RelayServer(tmp_path, env={"RELAY_HTTP_REQUEST_TIMEOUT_SECS": "1"}).start()
+    try:
+        assert _trickle(server.port, limit=20) < 20  # closed (at about 1 s), not kept for ever
+        assert "request not received whole within 1s" in server.log()
+        assert server.get("/healthz").status_code == 200
+    finally:
+        server.stop()
+
+
+def test_connections_over_the_cap_get_503_and_are_closed(tmp_path) -> None:
+    import socket
+
+    from tests.support import until
+
+    server = RelayServer(tmp_path, args=["--max-open-connections", "3"]).start()
+    held: list[socket.socket] = []
+    try:
+        held += [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        reply = b""
+        while chunk := extra.recv(4096):
+            reply += chunk
+        extra.close()
+        assert reply.startswith(b"HTTP/1.1 503"), reply
+        assert "RELAY_MAX_OPEN_CONNECTIONS" in server.log()
+        held.pop().close()
+        asyncio.run(until(lambda: _status(server) == 200, what="a slot freed by a close"))
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
+
+
+def _status(server: RelayServer) -> int:
+    try:
+        return server.get("/healthz").status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(tmp_path) -> None:
+    """A client on 127.0.0.1 sending X-Forwarded-For: its refused handshake is audited with the
+    header's address while 127.0.0.1 is a trusted proxy (the default), with its own otherwise."""
+    import websockets
+
+    from tests.support import until
+
+    db = f"sqlite:///{tmp_path}/relay.db"
+
+    def token(name: str, *apps: str) -> str:
+        args = RELAY + ["admin", "create-token", name, "--org", "acme", "--database-url", db]
+        for a in apps:
+            args += ["--app", a]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    admin, orders_key = token("admin"), token("orders-executors", "orders")
+    auth = {"Authorization": f"Bearer {admin}"}
+
+    async def refused(server: RelayServer) -> None:
+        with_header = {"X-Forwarded-For": "203.0.113.9"}
+        try:  # the orders key on billing: a refusal of acme's token, audited into acme
+            await websockets.connect(f"{server.ws}/websocket/billing/{orders_key}", open_timeout=10,
+                                     additional_headers=with_header)
+        except websockets.InvalidStatus as e:
+            assert e.response.status_code == 403
+        else:
+            raise AssertionError("a key not covering billing was admitted")
+
+    def peers(server: RelayServer) -> list[str]:
+        r = httpx.get(f"{server.http}/v2/orgs/acme/audit-logs", headers=auth, timeout=10)
+        assert r.status_code == 200, r.text
+        return [a["detail"].get("peer") for a in r.json() if a["action"] == "auth.refused"]
+
+    for args, expected in (([], "203.0.113.9"), (["--forwarded-allow-ips", "10.9.9.9"], "127.0.0.1")):
+        server = RelayServer(tmp_path, args=["--database-url", db, "--auth", *args]).start()
+        try:
+            for app in ("orders", "billing"):
+                assert httpx.put(f"{server.http}/v2/orgs/acme/apps/{app}", headers=auth, timeout=10).status_code == 204
+            before = len(peers(server))
+            asyncio.run(refused(server))
+            found = asyncio.run(until(lambda: peers(server)[before:] if len(peers(server)) > before else None,
+                                      what="the refusal audited"))
+            assert found == [expected], (args, found)
+        finally:
+            server.stop()

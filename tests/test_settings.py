@@ -46,3 +46,52 @@ def test_the_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch, capsys: p
                  "--max-connections-per-app", "15"]) == 0
     assert seen["s"].limits == ResourceLimits(connections_per_key=11, executors_per_app=12, handshakes_per_address=13,
                                               executors_per_key=14, connections_per_app=15)
+
+
+@pytest.mark.parametrize("name", ["RELAY_AUTH", "RELAY_INSECURE"])
+@pytest.mark.parametrize("raw,expected", [("1", True), ("TRUE", True), ("Yes", True), ("on", True),
+                                          ("0", False), ("false", False), ("NO", False), ("Off", False)])
+def test_a_boolean_variable_takes_the_usual_spellings(name: str, raw: str, expected: bool) -> None:
+    s = Settings.from_sources({}, {name: raw})
+    assert (s.auth if name == "RELAY_AUTH" else s.insecure) is expected
+
+
+@pytest.mark.parametrize("name", ["RELAY_AUTH", "RELAY_INSECURE"])
+@pytest.mark.parametrize("raw", ["enabled", "required", "y", "", "2", "true!"])
+def test_any_other_boolean_is_refused_naming_the_variable(name: str, raw: str) -> None:
+    """RELAY_AUTH=enabled silently meant development mode (any key accepted)."""
+    with pytest.raises(InvalidSetting) as e:
+        Settings.from_sources({}, {name: raw})
+    assert name in str(e.value)
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    assert Settings.from_sources({}, {}).forwarded_allow_ips == ("127.0.0.1",)
+    s = Settings.from_sources({}, {"RELAY_FORWARDED_ALLOW_IPS": " 10.0.0.0/8, 192.168.1.5,::1"})
+    assert s.forwarded_allow_ips == ("10.0.0.0/8", "192.168.1.5", "::1")
+    assert Settings.from_sources({"forwarded_allow_ips": "10.9.9.9"},
+                                 {"RELAY_FORWARDED_ALLOW_IPS": "10.0.0.1"}).forwarded_allow_ips == ("10.9.9.9",)
+    assert Settings.from_sources({}, {"RELAY_FORWARDED_ALLOW_IPS": ""}).forwarded_allow_ips == ()
+    for bad in ("proxy.local", "*", "10.0.0.0/33"):
+        with pytest.raises(InvalidSetting) as e:
+            Settings.from_sources({}, {"RELAY_FORWARDED_ALLOW_IPS": bad})
+        assert "RELAY_FORWARDED_ALLOW_IPS" in str(e.value)
+
+
+def test_open_connections_stay_below_the_open_file_limit() -> None:
+    from relay_es.settings import FD_RESERVE, fd_limit
+
+    s = Settings.from_sources({}, {})
+    assert s.max_open_connections == max(64, fd_limit() - FD_RESERVE)
+    assert Settings.from_sources({}, {"RELAY_MAX_OPEN_CONNECTIONS": "100"}).max_open_connections == 100
+    with pytest.raises(InvalidSetting) as e:
+        Settings.from_sources({"max_open_connections": fd_limit()}, {})
+    assert "RELAY_MAX_OPEN_CONNECTIONS" in str(e.value) and "ulimit" in str(e.value)
+
+
+def test_request_deadline_and_outbox_cap_defaults() -> None:
+    s = Settings.from_sources({}, {})
+    assert s.http_request_timeout.total_seconds() == 30
+    assert s.limits.queued_transitions == 100_000
+    s = Settings.from_sources({}, {"RELAY_HTTP_REQUEST_TIMEOUT_SECS": "2", "RELAY_MAX_QUEUED_TRANSITIONS": "5"})
+    assert s.http_request_timeout.total_seconds() == 2 and s.limits.queued_transitions == 5

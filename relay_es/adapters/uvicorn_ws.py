@@ -131,29 +131,80 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
     return RelayWebSocketProtocol
 
 
-def http_protocol_class(request_timeout: float) -> type:
-    """uvicorn's h11 protocol with a deadline for the first request.
+_UNAVAILABLE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\ncontent-length: 34\r\n\r\ntoo many open connections; retry\r\n")
 
-    uvicorn starts its keep-alive timer only after a response; a client that
-    opens a connection and never completes its request (or its WebSocket
-    upgrade) would hold a file descriptor forever. Here such a connection is
-    closed ``request_timeout`` seconds after it was made.
+
+def http_protocol_class(first_request_timeout: float, request_timeout: float | None = None,
+                        max_connections: int | None = None) -> type:
+    """uvicorn's h11 protocol with deadlines for requests and a cap on open sockets.
+
+    * **First request**: uvicorn starts its keep-alive timer only after a
+      response; a client that opens a connection and never starts a request
+      would hold a file descriptor forever. Such a connection is closed
+      ``first_request_timeout`` seconds after it was made.
+    * **Every request**: from its first byte, a request (headers *and* body, a
+      WebSocket upgrade included) must be received whole within
+      ``request_timeout`` seconds, or the connection is closed. Without it a
+      ``Content-Length: 100000000`` sent a byte a second held the socket for
+      ever (uvicorn's timers do not run while a request is being read).
+    * **Open sockets**: a connection made while ``max_connections`` sockets
+      (HTTP and WebSocket, of this server) are open is answered 503 and closed
+      at once, so that Relay never runs out of file descriptors (uvicorn's
+      ``limit_concurrency`` lets WebSocket upgrades through and answers only
+      after the request arrived).
     """
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    received = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.SWITCHED_PROTOCOL)
 
     class RelayH11Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            self._request_deadline: Any = None
+            if max_connections is not None and len(self.server_state.connections) >= max_connections:
+                # Not counted, no task: written and closed before anything is read.
+                self.transport = transport
+                self._first_request_deadline = None
+                self._refused = True
+                transport.write(_UNAVAILABLE)
+                transport.close()
+                self.logger.warning("refused a connection: %d open (RELAY_MAX_OPEN_CONNECTIONS)", max_connections)
+                return
+            self._refused = False
             super().connection_made(transport)
-            self._first_request_deadline = self.loop.call_later(request_timeout, self._drop_if_idle)
+            self._first_request_deadline = self.loop.call_later(first_request_timeout, self._drop_if_idle)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            if request_timeout is not None and self._request_deadline is None and self.conn.their_state is h11.IDLE:
+                self._request_deadline = self.loop.call_later(request_timeout, self._drop_if_unfinished)
+            super().data_received(data)
+            if self._request_deadline is not None and self.conn.their_state in received:
+                self._request_deadline.cancel()  # the request is in: the next one gets its own deadline
+                self._request_deadline = None
 
         def _drop_if_idle(self) -> None:
             upgraded = self.transport.get_protocol() is not self
             if not upgraded and self.cycle is None and not self.transport.is_closing():
                 self.logger.info("%s:%d - closed: no complete request within %gs",
+                                 *(self.client or ("?", 0)), first_request_timeout)
+                self.transport.close()
+
+        def _drop_if_unfinished(self) -> None:
+            self._request_deadline = None
+            upgraded = self.transport.get_protocol() is not self
+            if not upgraded and self.conn.their_state not in received and not self.transport.is_closing():
+                self.logger.info("%s:%d - closed: request not received whole within %gs",
                                  *(self.client or ("?", 0)), request_timeout)
                 self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            if self._request_deadline is not None:
+                self._request_deadline.cancel()
+            if self._refused:
+                return
             self._first_request_deadline.cancel()
             super().connection_lost(exc)
 

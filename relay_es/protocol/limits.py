@@ -173,6 +173,10 @@ class ResourceLimits:
     * ``handshakes_per_address``: sockets from one address that have not
       answered ``executor_info`` yet; more are refused with HTTP 429. Behind a
       reverse proxy every executor has the proxy's address.
+    * ``queued_transitions``: executor transitions waiting in the hub's outbox
+      for the store (while it is away); above it new handshakes are refused
+      with HTTP 503 instead of queueing more. Closes are still queued (a
+      disconnect is never lost), so the queue may pass it by what is connected.
     """
 
     connections_per_key: int = 10_000
@@ -180,3 +184,4 @@ class ResourceLimits:
     executors_per_key: int = 10_000
     executors_per_app: int = 10_000
     handshakes_per_address: int = 8_192
+    queued_transitions: int = 100_000
