@@ -315,6 +315,10 @@ class Hub:
                                   audit=False)
                 if self.shutting_down:
                     raise Refused(503, "Shutting down", "Relay is shutting down; retry shortly", audit=False)
+                if self.outbox.queued >= self.limits.queued_transitions:  # the store is away: queue no more
+                    raise Refused(503, "Service Unavailable",
+                                  f"{self.outbox.queued} executor transitions wait for the store "
+                                  "(RELAY_MAX_QUEUED_TRANSITIONS); try again later", audit=False)
                 if self._handshaking[host] > self.limits.handshakes_per_address:
                     raise Refused(429, "Too many handshakes",
                                   f"more than {self.limits.handshakes_per_address} handshakes in flight from this "

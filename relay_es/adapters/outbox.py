@@ -49,9 +49,10 @@ class Outbox:
         self.retries = 0
         self.batches = 0
         self.errors = 0  # transitions that failed for a reason other than the store being away
+        self.queued = 0  # transitions waiting (or being written); the hub caps new handshakes on it
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._queues.values())
+        return self.queued
 
     def holds(self, key: Any) -> bool:
         """Transitions of this executor are waiting (or being written)."""
@@ -63,6 +64,7 @@ class Outbox:
 
     def submit(self, key: Any, op: Any) -> None:
         self._queues.setdefault(key, deque()).append(op)
+        self.queued += 1
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._write())
@@ -80,6 +82,7 @@ class Outbox:
 
     def _done(self, key: Any, queue: deque[Any]) -> None:
         queue.popleft()
+        self.queued -= 1
         self._stuck.pop(key, None)
         if not queue:
             del self._queues[key]

@@ -526,3 +526,47 @@ def test_a_refusal_naming_no_org_is_not_audited() -> None:
 
     asyncio.run(main())
     assert recorded == [("acme", "app", 403)]
+
+
+def test_handshakes_are_refused_with_503_while_the_outbox_holds_its_cap() -> None:
+    """The store is away and transitions pile up: past RELAY_MAX_QUEUED_TRANSITIONS a new
+    executor is answered 503 (try again later) instead of queueing more."""
+    from relay_es.adapters.hub import Hub
+    from relay_es.protocol.limits import ResourceLimits
+
+    class Away:
+        def execute(self, ops: list[Any]) -> list[bool]:
+            raise OSError("connection refused")
+
+    async def handshake(hub: Hub) -> int:
+        sent: list[dict[str, Any]] = []
+        inbox = [{"type": "websocket.connect"}]
+
+        async def receive() -> dict[str, Any]:
+            return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        task = asyncio.ensure_future(hub({"type": "websocket", "path": "/websocket/app/key",
+                                          "client": ("127.0.0.1", 5)}, receive, send))
+        while not sent:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        return 101 if sent[0]["type"] == "websocket.accept" else sent[0]["status"]
+
+    async def main() -> list[int]:
+        hub = Hub(Away(), owner="test", response_timeout=5.0,  # type: ignore[arg-type]
+                  limits=ResourceLimits(queued_transitions=2))
+        hub.gate.known_apps.add(("local", "app"))
+        try:
+            seen = [await handshake(hub)]
+            hub.outbox.submit("a", "op-a")
+            seen.append(await handshake(hub))
+            hub.outbox.submit("b", "op-b")
+            seen.append(await handshake(hub))
+            return seen
+        finally:
+            hub.pool.shutdown(wait=False)
+
+    assert asyncio.run(main()) == [101, 101, 503]
