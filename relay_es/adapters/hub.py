@@ -17,13 +17,18 @@ Close codes Relay uses (executors reconnect after any of them):
 1009 a message over the cap: 64 KiB for the first (the ``executor_info``
      reply), 1 MiB for any other before registration, then 128 MiB
      (``relay_es.protocol.limits``); audited ``frame_too_large``
-4001 superseded: a newer connection with the same executor id took over
+4001 superseded: a newer connection with the same executor id (and, in auth
+     mode, the same token) took over
 4002 handshake timeout: ``executor_info`` was not answered in time
 4003 the token this executor connected with was revoked
 4004 ``executor_info`` out of bounds: a field too long, a control or format
      character in an identifier, metadata too large or holding U+0000
 4005 a resource limit: a new executor id over the key's or the
      application's limit of executor ids (``ResourceLimits``)
+4006 executor id held by another key: in auth mode, the id is connected with
+     another token; the newcomer is refused (audited ``supersede_refused``)
+     and the live connection kept
+4007 the executor's application was deleted
 ==== ==========================================================================
 
 Every fatal violation is audited as ``protocol.violation`` (its ``kind`` in
@@ -78,6 +83,8 @@ CLOSE_HANDSHAKE_TIMEOUT = 4002
 CLOSE_REVOKED = 4003
 CLOSE_OUT_OF_BOUNDS = 4004
 CLOSE_LIMIT = 4005
+CLOSE_HELD = 4006
+CLOSE_APP_DELETED = 4007
 
 CLOSE_FOR = {"info_out_of_bounds": CLOSE_OUT_OF_BOUNDS, "limit_exceeded": CLOSE_LIMIT}  # other fatal kinds: 1008
 
@@ -450,6 +457,16 @@ class Hub:
             if fut is not None and not fut.done():
                 fut.set_result(ev.response)
         elif isinstance(ev, Registered):
+            held = self._held_by_another_token(conn, ev.info.executor_id)
+            if held is not None:
+                conn.session.close()
+                await conn.close(CLOSE_HELD, "executor id held by another key")
+                await self._violation(conn, Violation(
+                    "supersede_refused",
+                    f"executor {printable(ev.info.executor_id, 80)!r} is connected with token "
+                    f"{printable(held.token or '', 80)!r}; a connection with token {printable(conn.token or '', 80)!r} "
+                    "may not take it over while that socket is open", fatal=True))
+                return
             refusal = self._over_limit(conn, ev.info.executor_id)
             if refusal is not None:
                 conn.session.close()
@@ -465,6 +482,16 @@ class Hub:
             if ev.fatal:  # closed first: nothing more is read from it while the violation is recorded
                 await conn.close(CLOSE_FOR.get(ev.kind, CLOSE_PROTOCOL), ev.kind)
             await self._violation(conn, ev)
+
+    def _held_by_another_token(self, conn: Connection, executor_id: str) -> Connection | None:
+        """The live connection of this executor id if it came with another token (auth
+        mode): a key covering the application must not take over, and start the death
+        clock of, an executor another key holds. Same token, or development mode: a
+        newer connection supersedes (4001)."""
+        held = self.by_executor.get((conn.org, conn.app, executor_id))
+        if held is None or held is conn or held.closed or held.token is None or held.token == conn.token:
+            return None
+        return held
 
     def _over_limit(self, conn: Connection, executor_id: str) -> str | None:
         """Why a new executor id may not register on this connection, or None.

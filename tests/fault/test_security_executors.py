@@ -357,3 +357,52 @@ def test_frames_pipelined_behind_the_executor_info_reply(make_server: Callable[.
 
     asyncio.run(main())
     assert "Traceback" not in server.log()
+
+
+def _tokens(cwd: Path, store_url: str, *specs: tuple[str, list[str]]) -> list[str]:
+    """Tokens of org acme made on the store directly (``relay admin create-token``)."""
+    import subprocess
+
+    from tests.server import RELAY
+
+    out = []
+    for name, apps in specs:
+        args = RELAY + ["admin", "create-token", name, "--org", "acme", "--database-url", store_url]
+        for a in apps:
+            args += ["--app", a]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=cwd)
+        assert r.returncode == 0, r.stderr
+        out.append(r.stdout.strip())
+    return out
+
+
+def test_another_key_cannot_supersede_a_live_executor(make_server: Callable[..., RelayServer], tmp_path: Path,
+                                                      store_url: str) -> None:
+    """Auth mode: a second key covering the application, naming a live executor's id, is
+    refused (4006, audited supersede_refused naming both tokens); the live connection is
+    kept and nothing is recorded for it. The same key still supersedes (4001)."""
+    admin, one, two = _tokens(tmp_path, store_url, ("admin", []), ("one", ["app"]), ("two", ["app"]))
+    server = make_server({"RELAY_AUTH": "true"})
+    auth = {"Authorization": f"Bearer {admin}"}
+    assert rest(server, "PUT", "/v2/orgs/acme/apps/app", headers=auth).status_code == 204
+
+    def acme_audit() -> list[dict[str, Any]]:
+        r = rest(server, "GET", "/v2/orgs/acme/audit-logs", headers=auth, params={"limit": 1000})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    async def main() -> None:
+        live = await FakeExecutor(server.ws, key=one, executor_id="E").connect()
+        await until(lambda: [a for a in acme_audit() if a["action"] == "executor.connected"])
+        intruder = await FakeExecutor(server.ws, key=two, executor_id="E").connect()
+        assert await intruder.closed() == 4006
+        found = await until(lambda: [a for a in acme_audit() if a["action"] == "protocol.violation"
+                                     and a["detail"]["kind"] == "supersede_refused"])
+        assert "'one'" in found[0]["detail"]["detail"] and "'two'" in found[0]["detail"]["detail"]
+        assert live.ws is not None and live.ws.close_code is None  # kept
+        assert [a["action"] for a in acme_audit() if a["action"].startswith("executor.")] == ["executor.connected"]
+        again = await FakeExecutor(server.ws, key=one, executor_id="E").connect()  # the same key: a takeover
+        assert await live.closed() == 4001
+        await again.close()
+
+    asyncio.run(main())
