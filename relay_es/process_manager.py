@@ -38,7 +38,9 @@ monotonic timer has not fired yet. Either way nothing dies early.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 import threading
 import uuid
 from collections import defaultdict, deque
@@ -149,8 +151,12 @@ class ProcessManager:
         timing: Timing = Timing(),
         bootstrap: Bootstrap | None = None,
         batch_size: int = 500,
+        tie_key: bytes | None = None,
     ) -> None:
+        """``tie_key``: the secret that orders equally good recovery candidates (random
+        per process unless a test gives one; see :meth:`_candidates`)."""
         self.relay = relay
+        self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
         self.clock = clock
         self.dispatcher = dispatcher
         self.owner = owner
@@ -559,7 +565,10 @@ class ProcessManager:
 
     def _candidates(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None) -> list[ExecutorRow]:
         """HEALTHY, same org/app/version, connected to a live Relay; untried first,
-        then the least loaded (``assigned``: given out in this batch), then by id."""
+        then the least loaded (``assigned``: given out in this batch), then by
+        :meth:`tie_rank`: a keyed hash, not the executor id, so that no executor can
+        name itself to win every tie (an executor called "0" was asked every time
+        and could answer ``exist: false``, stranding the dead one's workflows)."""
         sids = self._healthy.get((dead.org, dead.app, dead.recovery_version), set())
         tried = self._tried.get(dead.stream_id, set())
         found = [self.rows[s] for s in sids if self.rows[s].executor_id != dead.executor_id]
@@ -569,7 +578,16 @@ class ProcessManager:
             key = (r.org, r.app, r.executor_id)
             return len(self._outstanding.get(key, ())) + extra.get(key, 0)
 
-        return sorted(found, key=lambda r: (r.executor_id in tried, load(r), r.executor_id))
+        attempt = dead.recovery_attempt
+        return sorted(found, key=lambda r: (r.executor_id in tried, load(r),
+                                            self.tie_rank(dead.stream_id, attempt, r.executor_id), r.executor_id))
+
+    def tie_rank(self, dead_stream_id: str, attempt: int, candidate_id: str) -> bytes:
+        """Where a candidate stands among equals for one attempt at one dead executor:
+        BLAKE2b keyed with this process's secret over (dead stream, attempt, candidate),
+        so the order changes from attempt to attempt and cannot be chosen from outside."""
+        data = f"{dead_stream_id}\x00{attempt}\x00".encode() + candidate_id.encode("utf-8", "surrogatepass")
+        return hashlib.blake2b(data, key=self._tie_key, digest_size=16).digest()
 
     # --------------------------------------------------------------- answers
     def _drain_answers(self, limit: int = 500) -> int:

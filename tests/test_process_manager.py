@@ -73,14 +73,14 @@ def test_failed_dispatch_goes_to_another_candidate_after_backoff(world: World) -
     world.drop("A")
     world.advance(10)
     first = world.dispatcher.last()
-    assert first.target_executor_id == "B"
+    other = ({"B", "C"} - {first.target_executor_id}).pop()  # ties are broken by a keyed hash, not by name
     world.answer(first, ok=False, reason="recovery failed: boom")
     assert world.status("A") == "DEAD"
     world.advance(0.9)
     assert len(world.dispatcher.sent) == 1  # still backing off (1 s after the first failure)
     world.advance(0.1)
     second = world.dispatcher.last()
-    assert second.target_executor_id == "C"
+    assert second.target_executor_id == other
     assert second.request_id != first.request_id
     world.answer(second)
     assert world.status("A") == "DELETED"
@@ -110,10 +110,10 @@ def test_target_disconnecting_fails_the_dispatch_at_once(world: World) -> None:
         world.connect(name)
     world.drop("A")
     world.advance(10)
-    assert world.dispatcher.last().target_executor_id == "B"
-    world.drop("B")
+    first = world.dispatcher.last().target_executor_id
+    world.drop(first)
     world.advance(1)
-    assert world.dispatcher.last().target_executor_id == "C"
+    assert world.dispatcher.last().target_executor_id == ({"B", "C"} - {first}).pop()
     assert "RecoveryFailed" in recoveries(world, "A")
 
 
@@ -288,7 +288,7 @@ def test_outstanding_dispatch_survives_a_restart_and_is_retried(world: World) ->
     world.advance(1.0)  # backoff
     retry = world.dispatcher.last()
     assert retry.request_id != lost.request_id
-    assert retry.target_executor_id == "C"  # B was tried
+    assert retry.target_executor_id == ({"B", "C"} - {lost.target_executor_id}).pop()  # the other was tried
     world.answer(retry)
     assert world.status("A") == "DELETED"
     assert recoveries(world, "A").count("RecoveryConfirmed") == 1
@@ -490,3 +490,38 @@ def test_a_timed_out_attempt_is_expired_with_the_dispatcher_before_its_failure_i
     world.advance(0.1)
     assert world.dispatcher.expired == [first.request_id]
     assert "RecoveryFailed" in recoveries(world, "A")
+
+
+def test_ties_between_candidates_are_not_broken_by_name(clock) -> None:
+    """An executor naming itself "0" must not win every tie: equally good candidates are
+    ordered by a hash keyed with the process's secret over (dead executor, attempt,
+    candidate). Deterministic given the key; not the lexical order."""
+    from relay_es.process_manager import ProcessManager
+    from tests.support import InMemoryDispatcher
+
+    world = World(clock, None, grace=10)
+    try:
+        names = ["0", *(f"host-{i:02d}" for i in range(20))]
+        for name in names:
+            world.connect(name)
+        chosen = []
+        for dead in ("victim-1", "victim-2", "victim-3", "victim-4", "victim-5"):
+            world.connect(dead)
+            world.drop(dead)
+            world.advance(10)
+            req = world.dispatcher.last()
+            assert req.dead_executor_id == dead
+            chosen.append(req.target_executor_id)
+            world.answer(req)
+        assert chosen != ["0"] * 5  # by name, "0" would have been asked every time
+        assert len(set(chosen)) > 1
+        pm = world.pm
+        ranks = sorted(names, key=lambda n: pm.tie_rank("s", 1, n))
+        assert ranks != sorted(names)
+        # deterministic given the key, different under another key
+        same = ProcessManager(world.relay, clock, InMemoryDispatcher(), owner="x", tie_key=pm._tie_key)
+        assert sorted(names, key=lambda n: same.tie_rank("s", 1, n)) == ranks
+        other = ProcessManager(world.relay, clock, InMemoryDispatcher(), owner="x", tie_key=b"another key")
+        assert sorted(names, key=lambda n: other.tie_rank("s", 1, n)) != ranks
+    finally:
+        world.close()

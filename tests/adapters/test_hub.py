@@ -147,9 +147,10 @@ def test_failed_recovery_is_retried_on_another_candidate(server: RelayServer) ->
 
     async def main() -> None:
         bad = await FakeExecutor(server.ws, executor_id="B1", recovery_success=False, style="typescript").connect()
-        good = await FakeExecutor(server.ws, executor_id="B2").connect()
         a = await FakeExecutor(server.ws, executor_id="A").connect()
         a.abort()
+        await bad.wait_for("recovery", timeout=15)  # the only candidate first (ties are not broken by name)
+        good = await FakeExecutor(server.ws, executor_id="B2").connect()
         await until(lambda: "executor.deleted" in actions(server, "A"), timeout=15)  # A recovered and gone (not merely not projected yet)
         acts = actions(server, "A")
         assert acts.count("recovery.dispatched") == 2 and acts.count("recovery.failed") == 1
@@ -168,9 +169,10 @@ def test_silent_target_times_out_and_another_recovers(server: RelayServer) -> No
     async def main() -> None:
         mute = await FakeExecutor(server.ws, executor_id="B1").connect()
         mute.answer = False  # keeps its socket (and its pongs) but never answers a request
-        good = await FakeExecutor(server.ws, executor_id="B2").connect()
         a = await FakeExecutor(server.ws, executor_id="A").connect()
         a.abort()
+        await mute.wait_for("exist_pending_workflows", timeout=15)  # the only candidate first
+        good = await FakeExecutor(server.ws, executor_id="B2").connect()
         await until(lambda: "executor.deleted" in actions(server, "A"), timeout=20)  # A recovered and gone (not merely not projected yet)
         failed = [x for x in audit(server, executorId="A") if x["action"] == "recovery.failed"]
         assert failed and "no answer within" in failed[0]["detail"]["reason"]

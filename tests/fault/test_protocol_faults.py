@@ -609,7 +609,8 @@ def test_hostile_frames_are_refused_audited_and_disturb_no_one(make_server: Call
         assert mute.close_code == 4002  # executor_info never answered
 
         # while half-open handshakes are still hanging, others connect normally
-        late = await FakeExecutor(server.ws, executor_id="L", version="v1").connect()
+        # (another version: not a candidate for P, whose recovery the bystander must get below)
+        late = await FakeExecutor(server.ws, executor_id="L", version="v2").connect()
         assert rest(server, "GET", "/healthz").status_code == 200
         assert {"handshake_timeout", "info_refused", "malformed_reply"} <= violation_kinds(server)
 
@@ -621,7 +622,7 @@ def test_hostile_frames_are_refused_audited_and_disturb_no_one(make_server: Call
         await until(lambda: "P" not in listing(server), 10)
         assert types_of(bystander) == ["executor_info", "exist_pending_workflows", "recovery"]
         assert [r["executor_ids"] for r in bystander.requests if r["type"] == "recovery"] == [["P"]]
-        assert types_of(late) == ["executor_info"]  # "B" < "L": the bystander was the first candidate
+        assert types_of(late) == ["executor_info"]
         rows = listing(server)
         assert rows["B"]["status"] == "HEALTHY" and rows["H"]["status"] == "HEALTHY"
         assert bystander.ws.close_code is None and hostile.ws.close_code is None
