@@ -52,6 +52,7 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
+from relay_es.aggregates.application import app_stream_id
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
 from relay_es.clock import Clock
 from relay_es.faults import crash_point
@@ -460,16 +461,31 @@ class ProcessManager:
             if row.status in (S.DISCONNECTED, S.DEAD):
                 self._target_lost(row)
 
+    def _app_deleted(self, org: str, app: str) -> bool:
+        """The application was registered and has been deleted since (not merely unknown)."""
+        found = self.relay._maybe(app_stream_id(org, app))
+        return found is not None and bool(found.deleted)
+
     def _fire_deadlines(self, items: list[tuple[str, datetime]]) -> None:
         live = []
+        deleted: dict[tuple[str, str], bool] = {}
         for sid, d in items:
             row = self.rows.get(sid)
+            if row is not None and (row.org, row.app) not in deleted:
+                deleted[(row.org, row.app)] = self._app_deleted(row.org, row.app)
+            if row is not None and deleted[(row.org, row.app)]:
+                # Its application is gone (its sockets were closed with 4007): nobody is left to
+                # recover it, and a death would only wait for a candidate for ever. Left DISCONNECTED.
+                log.info("executor %s of deleted application %s/%s not declared dead", sid, row.org, row.app)
+                continue
             if row is not None and self.dispatcher.is_connected(row.org, row.app, row.executor_id):
                 # Back already; its Connected is on the way and will cancel this timer.
                 self.timers.arm(("deadline", sid), self.clock.monotonic() + RETRY_SECS, d)
             else:
                 live.append((sid, d))
         items = live
+        if not items:
+            return
         results = self.relay.execute([self.relay.op_declare_dead(UUID(sid), d) for sid, d in items])
         self.stats.declared_dead += sum(results)
         refused = [(sid, d) for (sid, d), ok in zip(items, results) if not ok]

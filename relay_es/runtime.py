@@ -179,7 +179,13 @@ class Runtime:
         self.pm.on_event = pm_event
 
     def app_deleted(self, org: str, name: str) -> None:
+        """Called after an application is deleted: its executors are disconnected (4007)."""
         self.hub.gate.forget(org, app=name)
+        loop = self.hub.loop
+        if loop is not None:
+            import asyncio
+
+            asyncio.run_coroutine_threadsafe(self.hub.close_app(org, name), loop)
 
     def token_revoked(self, org: str, name: str) -> None:
         """Called after a token is revoked: its executors are disconnected."""

@@ -525,3 +525,20 @@ def test_ties_between_candidates_are_not_broken_by_name(clock) -> None:
         assert sorted(names, key=lambda n: other.tie_rank("s", 1, n)) != ranks
     finally:
         world.close()
+
+
+def test_no_death_follows_a_disconnect_once_the_application_is_deleted(world: World) -> None:
+    """Deleting an application closes its executors' sockets (4007): their disconnects are
+    recorded, but nobody is left to recover them, so none is declared dead -- not even
+    after a restart."""
+    for name in ("A", "B"):
+        world.connect(name)
+    world.relay.delete_app("local", "app")
+    world.drop("A", reason="app_deleted")
+    world.drop("B", reason="app_deleted")
+    world.advance(120)
+    assert world.status("A") == world.status("B") == "DISCONNECTED"
+    assert world.dispatcher.sent == []
+    world.restart(down_for=1.0)
+    world.advance(120)
+    assert world.status("A") == "DISCONNECTED" and world.dispatcher.sent == []

@@ -422,6 +422,20 @@ class Hub:
         except Exception:
             log.exception("could not record a refused handshake")
 
+    async def close_app(self, org: str, app: str) -> int:
+        """Closes every socket of a deleted application (4007). Their disconnects are
+        recorded (reason ``app_deleted``); the process manager declares none of them dead."""
+        self.gate.forget(org, app=app)
+        closed = 0
+        for conn in list(self.connections.values()):
+            if conn.org == org and conn.app == app and not conn.closed:
+                conn.close_reason = "app_deleted"
+                await conn.close(CLOSE_APP_DELETED, "application deleted")
+                closed += 1
+        if closed:
+            log.info("application %s/%s deleted: %d executor socket(s) closed", org, app, closed)
+        return closed
+
     async def close_token(self, org: str, name: str) -> int:
         """Disconnects every executor that connected with a revoked token."""
         self.gate.forget(org, token=name)

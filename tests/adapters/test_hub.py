@@ -572,3 +572,20 @@ def test_handshakes_are_refused_with_503_while_the_outbox_holds_its_cap() -> Non
             hub.pool.shutdown(wait=False)
 
     assert asyncio.run(main()) == [101, 101, 503]
+
+
+def test_deleting_an_application_closes_its_executors_with_4007(server: RelayServer) -> None:
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        b = await FakeExecutor(server.ws, executor_id="B").connect()
+        other = await FakeExecutor(server.ws, app="other", executor_id="O").connect()
+        await until(lambda: len(executors(server)) == 2)
+        assert api(server, "DELETE", "/v2/orgs/local/apps/app").status_code == 204
+        assert await a.closed() == 4007 and await b.closed() == 4007
+        reasons = await until(lambda: [x["detail"]["reason"] for x in audit(server, executorId="A")
+                                       if x["action"] == "executor.disconnected"])
+        assert reasons == ["app_deleted"]
+        assert other.ws is not None and other.ws.close_code is None  # another application's executor stays
+        await other.close()
+
+    asyncio.run(main())
