@@ -706,14 +706,15 @@ def test_bad_and_revoked_keys_are_refused_and_disturb_no_one(auth_setup: tuple[R
         x_reasons = [a["detail"].get("reason") for a in audit_all(s, "acme", acme, executorId="X", app="orders")
                      if a["action"] == "executor.disconnected"]
         assert x_reasons == ["token_revoked"]
-        # the revoked executor's grace (1 s) runs out: the bystander ("B" sorts first) recovers it
-        await bystander.wait_for("recovery", timeout=15)
-        await until(lambda: "X" not in listing(s, "orders", "acme", acme), 10)
-        # and a peer that dies is recovered by the bystander too
+        # the revoked executor's grace (1 s) runs out: the bystander or the peer recovers it
+        # (equally good candidates: the tie is broken by a keyed hash, not by name)
+        await until(lambda: "X" not in listing(s, "orders", "acme", acme), 25)
+        x_by = [r["executor_ids"] for fx in (bystander, peer) for r in fx.requests if r["type"] == "recovery"]
+        assert x_by == [["X"]]
+        # and a peer that dies is recovered by the bystander, the only one left
         peer.abort()
-        await bystander.wait_for("recovery", count=2, timeout=15)
-        await until(lambda: "P" not in listing(s, "orders", "acme", acme), 10)
-        assert [r["executor_ids"] for r in bystander.requests if r["type"] == "recovery"] == [["X"], ["P"]]
+        await until(lambda: "P" not in listing(s, "orders", "acme", acme), 25)
+        assert [r["executor_ids"] for r in bystander.requests if r["type"] == "recovery"][-1:] == [["P"]]
         assert bystander.ws.close_code is None
         await bystander.close()
 
