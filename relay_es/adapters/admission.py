@@ -88,10 +88,6 @@ class Gate:
             log.warning("store unavailable while admitting an executor of %s; admitted", app)
         return "local", None
 
-    async def orgs_for(self, app: str) -> list[str]:
-        """Where a refusal for ``app`` that names no org is audited."""
-        return ["local"]
-
 
 class AuthGate(Gate):
     """Auth mode: the key must be a live token of an org that covers the
@@ -137,7 +133,3 @@ class AuthGate(Gate):
         if not registered:
             raise Refused(403, "Forbidden", f"application {app!r} is not registered in org {who.org!r}", org=who.org)
         return who.org, who.token
-
-    async def orgs_for(self, app: str) -> list[str]:
-        """Nowhere: every audited refusal here names its org (see the class)."""
-        return []

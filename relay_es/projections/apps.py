@@ -228,9 +228,3 @@ def token_by_hash(db: Database, secret_hash: str) -> TokenRow | None:
         cur.execute(f"SELECT {_TOKEN_COLS} FROM relay_tokens WHERE secret_hash = %s", (secret_hash,))
         v = cur.fetchone()
     return _token_from_db(v) if v else None
-
-
-def orgs_with_app(db: Database, name: str) -> list[str]:
-    with db.read() as cur:
-        cur.execute("SELECT org FROM relay_apps WHERE name = %s AND deleted = 0 ORDER BY org", (name,))
-        return [r[0] for r in cur.fetchall()]
