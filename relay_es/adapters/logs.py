@@ -1,7 +1,8 @@
 """Logging set-up. Executor keys travel in the WebSocket path, and servers log
 paths; a filter on every handler scrubs from every record the key segment of a
 ``/websocket/{app}/{key}`` path however it is spelt (``/WebSocket/``, letters
-percent-encoded: the path is refused, but the servers log it first), a
+percent-encoded: the path is refused, but the servers log it first), up to the
+end of the path whatever the key decodes to (a space, a quote, a newline), a
 ``Bearer`` credential, and anything shaped like a Relay secret (``relay_`` and
 at least 40 URL-safe characters, see :func:`relay_es.aggregates.token.new_secret`)
 wherever it appears.
@@ -28,7 +29,19 @@ def _spelt_any_way(word: str) -> str:
     return "".join(f"(?:{re.escape(c)}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in word)
 
 
-_KEY_IN_PATH = re.compile(r"(/" + _spelt_any_way("websocket") + r"/[^/\s\"']+/)[^\s\"'?]+", re.IGNORECASE)
+# The key runs to the end of the path, whatever it decodes to (servers log the
+# path percent-decoded: a key may hold a space, a quote, a '?' or a newline). A
+# path ends where a request line's " HTTP/1.1" closes it, where uvicorn's quote
+# closes it ('"WebSocket <path>" 403'), or else at the end of the message. A key
+# already scrubbed ("***" and no more key: the hub scrubs the path it logs, then
+# this filter sees the whole line) is left as it is.
+_KEY_IN_PATH = re.compile(
+    r"(/" + _spelt_any_way("websocket") + r"/[^/\"]+/)"
+    r"(?:\*\*\*(?=[\s\"':]|$)"
+    r"|[\s\S]*(?=\sHTTP/\d(?:\.\d)?(?:\"|$))"
+    r"|[\s\S]*(?=\"(?:\s+(?:\d{3}|\[\w+\]))?$)"
+    r"|[\s\S]+)",
+    re.IGNORECASE)
 _BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
 # new_secret(): "relay_" + token_urlsafe(32), 43 characters of [A-Za-z0-9_-]; a few fewer still look like one
 _SECRET = re.compile(_spelt_any_way("relay_") + r"(?:[A-Za-z0-9_-]|%[0-9A-Fa-f]{2}){40,}",

@@ -88,6 +88,38 @@ def test_a_key_in_a_websocket_path_is_scrubbed_however_the_path_is_spelt(spelt: 
     assert "devkey-chosen-by-client" not in text and text.count("orders/***") == 2
 
 
+@pytest.mark.parametrize("logged", [
+    '127.0.0.1:5555 - "GET /websocket/orders/devkey%s HTTP/1.1" 404',  # uvicorn's access line
+    '< GET /websocket/orders/devkey%s HTTP/1.1',
+    '127.0.0.1:5555 - "WebSocket /websocket/orders/devkey%s" 403',  # uvicorn's WebSocket line
+    "refused on /websocket/orders/devkey%s",  # a path at the end of a line
+])
+@pytest.mark.parametrize("tail", [" chosen-by-client", '" chosen-by-client', "\nchosen-by-client",
+                                  "?chosen-by-client", " HTTP/1.1 chosen-by-client"])
+def test_a_key_is_scrubbed_to_the_end_of_its_path_whatever_it_decodes_to(logged: str, tail: str) -> None:
+    # uvicorn logs the path percent-decoded: a key holding %20 (a space), %22 (a quote) or %0A
+    # (a newline) showed what followed it.
+    out = io.StringIO()
+    _logger(out).info(logged, tail)
+    text = out.getvalue()
+    assert "devkey" not in text and "chosen-by-client" not in text and "orders/***" in text
+    assert text.count("\n") == 1
+
+
+def test_a_key_in_a_path_with_a_spaced_application_is_scrubbed() -> None:
+    out = io.StringIO()
+    _logger(out).info('"GET /websocket/my orders/devkey-chosen-by-client HTTP/1.1" 404')
+    assert "devkey" not in out.getvalue() and "my orders/***" in out.getvalue()
+
+
+def test_a_line_scrubbed_twice_keeps_what_follows_the_path() -> None:
+    # the hub scrubs the path it logs, then the filter sees the whole line
+    line = logs.scrub_text("refused executor handshake on /websocket/orders/devkey chosen") + ": 403 Forbidden"
+    assert logs.scrub_text(line) == line == "refused executor handshake on /websocket/orders/***: 403 Forbidden"
+    request = '"GET /websocket/orders/devkey HTTP/1.1" 404'
+    assert logs.scrub_text(logs.scrub_text(request)) == logs.scrub_text(request) == '"GET /websocket/orders/*** HTTP/1.1" 404'
+
+
 def test_anything_shaped_like_a_relay_secret_is_scrubbed_wherever_it_is() -> None:
     secret = new_secret()
     encoded = "%72%65lay_" + secret[len("relay_"):]  # letters percent-encoded
