@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 
 import httpx
 
-from tests.server import RELAY, RelayServer
+from tests.server import RELAY, RelayServer, free_port
 
 
 def test_serve_with_no_options_in_an_empty_folder(tmp_path) -> None:
-    server = RelayServer(tmp_path, port=8090)  # for its helpers; started by hand, with no options at all
-    proc = subprocess.Popen(RELAY + ["serve"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = free_port()  # not 8090, the default: anything else on the machine may hold it
+    server = RelayServer(tmp_path, port=port)  # for its helpers; started by hand, with no options at all
+    proc = subprocess.Popen(RELAY + ["serve"], cwd=tmp_path, env={**os.environ, "RELAY_PORT": str(port)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server.proc = proc
     try:
         server.wait_healthy()
-        r = httpx.get("http://127.0.0.1:8090/healthz", timeout=5)
+        r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert r.status_code == 200
         assert r.json()["store"] == "sqlite"
         assert (tmp_path / "relay-data" / "relay.db").exists()
