@@ -52,7 +52,6 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
-from relay_es.aggregates.application import app_stream_id
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
 from relay_es.clock import Clock
 from relay_es.faults import crash_point
@@ -461,18 +460,13 @@ class ProcessManager:
             if row.status in (S.DISCONNECTED, S.DEAD):
                 self._target_lost(row)
 
-    def _app_deleted(self, org: str, app: str) -> bool:
-        """The application was registered and has been deleted since (not merely unknown)."""
-        found = self.relay._maybe(app_stream_id(org, app))
-        return found is not None and bool(found.deleted)
-
     def _fire_deadlines(self, items: list[tuple[str, datetime]]) -> None:
         live = []
         deleted: dict[tuple[str, str], bool] = {}
         for sid, d in items:
             row = self.rows.get(sid)
             if row is not None and (row.org, row.app) not in deleted:
-                deleted[(row.org, row.app)] = self._app_deleted(row.org, row.app)
+                deleted[(row.org, row.app)] = self.relay.app_deleted(row.org, row.app)
             if row is not None and deleted[(row.org, row.app)]:
                 # Its application is gone (its sockets were closed with 4007): nobody is left to
                 # recover it, and a death would only wait for a candidate for ever. Left DISCONNECTED.

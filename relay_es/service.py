@@ -403,6 +403,13 @@ class Relay(ESApplication[UUID]):
         app = self._maybe(app_stream_id(org, name))
         return app is not None and not app.deleted
 
+    def app_deleted(self, org: str, name: str) -> bool:
+        """Whether the application was registered and has been deleted since
+        (and not registered again): False for one never registered. One read of
+        its stream, never cached, so a deletion by another writer is seen."""
+        app = self._maybe(app_stream_id(org, name))
+        return app is not None and bool(app.deleted)
+
     def app_settings(self, org: str, name: str) -> AppSettings:
         """Settings of a registered application; defaults for an unknown one."""
         app = self._maybe(app_stream_id(org, name))

@@ -191,3 +191,22 @@ def test_a_token_limited_to_no_application_is_refused_not_made_org_wide(clock, a
     with pytest.raises(InvalidSetting):  # a reissue likewise
         relay.create_token("acme", "ci-orders", app_names=[])
     assert relay._maybe(token_stream_id("acme", "ci-orders")).app_names == ["orders"]
+
+
+# ------------------------------------------------------------ app_deleted: what the process manager asks
+
+
+def test_app_deleted_is_true_only_for_a_registered_application_deleted_since(clock, store_url) -> None:
+    relay, other = two_writers(clock, store_url)
+    reads = []
+    original = relay.repository.get
+    relay.repository.get = lambda *a, **kw: reads.append(a) or original(*a, **kw)
+    assert relay.app_deleted("acme", "orders") is False  # unknown: never registered, not deleted
+    assert reads and len(reads) == 1  # one read of the application's stream
+    other.register_app("acme", "orders")
+    assert relay.app_deleted("acme", "orders") is False
+    other.delete_app("acme", "orders")
+    assert relay.app_deleted("acme", "orders") is True  # another writer's deletion is seen (nothing cached)
+    assert relay.app_deleted("other", "orders") is False  # per org
+    other.register_app("acme", "orders")
+    assert relay.app_deleted("acme", "orders") is False  # registered again
