@@ -176,7 +176,9 @@ def test_flapping_executors_cost_transitions_only(make_server: Callable[..., Rel
     pings are never written (a quiet period with everyone connected and a 1 s
     ping interval adds 0 events); every /healthz and executors listing asked
     during the storm is answered within a few seconds."""
-    server = make_server(env={"RELAY_PING_INTERVAL_SECS": "1", "RELAY_PING_WAIT_SECS": "3"})
+    # pings every 1 s (the quiet period proves they write nothing); a 10 s pong wait, so a pong from one of 100
+    # clients that a loaded machine delays is not a disconnect in the quiet period (a drop closes the TCP anyway)
+    server = make_server(env={"RELAY_PING_INTERVAL_SECS": "1", "RELAY_PING_WAIT_SECS": "10"})
     set_grace(server, 10)
     seed = random.randrange(1 << 30)
     print(f"\nflapping: seed {seed}, {FLAPPERS} executors, {FLAP_SECS:g}s, store {store_url.split(':')[0]}")
@@ -252,7 +254,9 @@ def test_flapping_executors_cost_transitions_only(make_server: Callable[..., Rel
           f"{quiet_added} during the 5 s quiet period; {len(probes)} probes, slowest {latency:.3f}s")
 
     assert quiet_added == 0, "events were written while every executor was merely connected (heartbeats?)"
-    assert drops >= FLAPPERS * FLAP_SECS / 4, f"the storm was too tame: {drops} drops"
+    # about FLAPPERS * FLAP_SECS / 2.5 drops (a 1-2 s hold, then the 1 s retry) when this process keeps up;
+    # /8 leaves room for a loaded test process and still fails a storm that hardly flapped
+    assert drops >= FLAPPERS * FLAP_SECS / 8, f"the storm was too tame: {drops} drops"
     bad = [p for p in probes if p[1] != 200 or p[2] > 5.0]
     assert not bad, f"Relay unresponsive during the storm: {bad[:10]}"
     assert len(probes) >= 2 * FLAP_SECS, f"too few probes answered: {len(probes)}"
@@ -298,6 +302,7 @@ def test_two_live_sockets_with_one_executor_id_newest_wins(make_server: Callable
         new = await ScriptedExecutor(server.ws, executor_id="A").connect()
         assert await old.closed() == 4001
         assert old.ws is not None and old.ws.close_reason.startswith("superseded")
+        await until(lambda: len(audit_all(server, executorId="A", app="app")) == 2, what="both connections recorded")
         await asyncio.sleep(2.5)  # past the 1 s grace: nothing may be declared dead
         assert new.ws is not None and new.ws.close_code is None
         row = listing(server)["A"]
@@ -363,7 +368,8 @@ def test_no_eligible_executor_then_version_skew(make_server: Callable[..., Relay
         assert listing(server)["A"]["status"] == "DEAD" and listing(server)["E"]["status"] == "DEAD"
         # 2. more v2 executors come: still nobody of version v1
         v2b = await ScriptedExecutor(server.ws, executor_id="V2b", version="v2").connect()
-        await asyncio.sleep(2.0)
+        await until(lambda: "V2b" in listing(server), what="V2b recorded")
+        await asyncio.sleep(2.0)  # a window in which a wrong dispatch (to V2b) would have happened
         for x in ("A", "E"):
             entries = [a for a in audit_all(server, executorId=x, app="app") if a["action"] == "recovery.deferred"]
             assert len(entries) == 1, entries  # once, not per v2 arrival
@@ -373,11 +379,16 @@ def test_no_eligible_executor_then_version_skew(make_server: Callable[..., Relay
         assert types_of(v2) == ["executor_info"] and types_of(v2b) == ["executor_info"]
         # 3. a v1 executor appears: both are dispatched to it at once
         v1 = await ScriptedExecutor(server.ws, executor_id="C", version="v1").connect()
-        appeared = time.monotonic()
         await v1.wait_for("recovery", count=2, timeout=10)
-        took = time.monotonic() - appeared
         await until(lambda: not ({"A", "E"} & set(listing(server))), 10)
-        assert took < 3.0, f"dispatch took {took:.2f}s after a v1 executor appeared"
+        # Relay's own times (the audit's), not this test's: how soon after C connected both were dispatched
+        appeared = [parse_time(a["at"]) for a in audit_all(server, executorId="C", app="app")
+                    if a["action"] == "executor.connected"]
+        dispatched = [parse_time(a["at"]) for x in ("A", "E") for a in audit_all(server, executorId=x, app="app")
+                      if a["action"] == "recovery.dispatched"]
+        assert len(appeared) == 1 and len(dispatched) == 2, (appeared, dispatched)
+        took = (max(dispatched) - appeared[0]).total_seconds()
+        assert took < 1.0, f"dispatch recorded {took:.3f}s after the v1 executor's connection"
         exists = sorted((r["executor_id"], r["application_version"]) for r in v1.requests
                         if r["type"] == "exist_pending_workflows")
         assert exists == [("A", "v1"), ("E", "v1")]
@@ -447,8 +458,10 @@ def test_reconnect_storm_after_sigkill(make_server: Callable[..., RelayServer], 
             await until(lambda: all_healthy_since(killed_wall), 120, 0.25, "all 1000 HEALTHY again")
             figures["all_healthy"] = time.monotonic() - killed
             figures["all_healthy_after_back"] = figures["all_healthy"] - figures["relay_back"]
-            # past the settle window: the orphan sweep must leave everyone HEALTHY
-            await asyncio.sleep(max(0.0, killed + figures["relay_back"] + 6.5 - time.monotonic()))
+            # past the settle window (5 s after Relay is back, held open while executors reconnect, up to 4x):
+            # the orphan sweep must leave everyone HEALTHY
+            sweep_done = max(killed + figures["relay_back"] + 6.5, killed + figures["all_healthy"] + 2.0)
+            await asyncio.sleep(max(0.0, sweep_done - time.monotonic()))
             rows = listing(restarted)
             assert Counter(r["status"] for r in rows.values()) == Counter({"HEALTHY": STORM})
             assert all(c.connected for c in clients)
