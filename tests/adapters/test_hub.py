@@ -519,7 +519,7 @@ def test_a_key_in_a_refused_path_never_reaches_the_log_however_spelt(path: str) 
 
 def test_a_refusal_naming_no_org_is_not_audited() -> None:
     """A key no token ever had names no org: counted and logged, never written into an
-    audit log (not even development mode's "local", whatever the gate's orgs_for says)."""
+    audit log (not even development mode's "local")."""
     from relay_es.adapters.admission import Refused
     from relay_es.adapters.hub import Hub
 
