@@ -426,12 +426,8 @@ class Hub:
         """Closes every socket of a deleted application (4007). Their disconnects are
         recorded (reason ``app_deleted``); the process manager declares none of them dead."""
         self.gate.forget(org, app=app)
-        closed = 0
-        for conn in list(self.connections.values()):
-            if conn.org == org and conn.app == app and not conn.closed:
-                conn.close_reason = "app_deleted"
-                await conn.close(CLOSE_APP_DELETED, "application deleted")
-                closed += 1
+        closed = await self._close_where(lambda c: c.org == org and c.app == app, "app_deleted",
+                                         CLOSE_APP_DELETED, "application deleted")
         if closed:
             log.info("application %s/%s deleted: %d executor socket(s) closed", org, app, closed)
         return closed
@@ -439,11 +435,16 @@ class Hub:
     async def close_token(self, org: str, name: str) -> int:
         """Disconnects every executor that connected with a revoked token."""
         self.gate.forget(org, token=name)
+        return await self._close_where(lambda c: c.org == org and c.token == name, "token_revoked",
+                                       CLOSE_REVOKED, "token revoked")
+
+    async def _close_where(self, which: Callable[[Connection], bool], reason: str, code: int, text: str) -> int:
+        """Closes every open connection ``which`` picks, recording ``reason`` as its disconnect's."""
         closed = 0
         for conn in list(self.connections.values()):
-            if conn.org == org and conn.token == name and not conn.closed:
-                conn.close_reason = "token_revoked"
-                await conn.close(CLOSE_REVOKED, "token revoked")
+            if which(conn) and not conn.closed:
+                conn.close_reason = reason
+                await conn.close(code, text)
                 closed += 1
         return closed
 
