@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import httpx
 import pytest
 import websockets
 
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer
+from tests.rest_client import audit, listing as executors, rest as api
 from tests.support import until
 
 FAST = {
@@ -33,24 +33,6 @@ def server(tmp_path, store_url) -> Iterator[RelayServer]:
     s = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
     yield s
     s.stop()
-
-
-def api(server: RelayServer, method: str, path: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, server.http + path, timeout=10, **kw)
-
-
-def executors(server: RelayServer, app: str = "app") -> dict[str, dict[str, Any]]:
-    r = api(server, "GET", f"/v2/orgs/local/apps/{app}/executors")
-    if r.status_code == 404:  # the application is not in the read model yet: nothing listed yet
-        return {}
-    assert r.status_code == 200, r.text
-    return {e["executorId"]: e for e in r.json()}
-
-
-def audit(server: RelayServer, **params: Any) -> list[dict[str, Any]]:
-    r = api(server, "GET", "/v2/orgs/local/audit-logs", params={"limit": 1000, **params})
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def at(entry: dict[str, Any]) -> float:

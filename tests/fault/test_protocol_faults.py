@@ -43,6 +43,7 @@ from tests.fake_executor import FakeExecutor
 from tests.fault.clients import (RawWebSocket, ReconnectingExecutor, ScriptedExecutor, assert_invariants,
                                  dribble, flap)
 from tests.server import RELAY, RelayServer
+from tests.rest_client import audit_all, listing, rest
 from tests.support import until
 
 BASE_ENV = {
@@ -81,39 +82,6 @@ def make_server(tmp_path: Path, store_url: str) -> Iterator[Callable[..., RelayS
 
 
 # ------------------------------------------------------------------- helpers
-
-
-def rest(server: RelayServer, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
-    headers = kw.pop("headers", {})
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    return httpx.request(method, server.http + path, headers=headers, timeout=30, **kw)
-
-
-def listing(server: RelayServer, app: str = "app", org: str = "local",
-            token: str | None = None) -> dict[str, dict[str, Any]]:
-    r = rest(server, "GET", f"/v2/orgs/{org}/apps/{app}/executors", token)
-    if r.status_code == 404:  # the application is not in the read model yet: nothing listed yet
-        return {}
-    assert r.status_code == 200, r.text
-    return {e["executorId"]: e for e in r.json()}
-
-
-def audit_all(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
-    """Every audit entry matching ``params``, paging with ``after``."""
-    out: list[dict[str, Any]] = []
-    after: int | None = None
-    while True:
-        p: dict[str, Any] = {"limit": 1000, **params}
-        if after is not None:
-            p["after"] = after
-        r = rest(server, "GET", f"/v2/orgs/{org}/audit-logs", token, params=p)
-        assert r.status_code == 200, r.text
-        page = r.json()
-        out += page
-        if len(page) < 1000:
-            return out
-        after = page[-1]["seq"]
 
 
 def actions(server: RelayServer, executor_id: str, app: str = "app", org: str = "local",

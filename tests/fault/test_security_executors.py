@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import websockets
 
 from tests.fake_executor import FakeExecutor
 from tests.fault.clients import ScriptedExecutor, assert_invariants
 from tests.server import RelayServer
+from tests.rest_client import audit, listing, rest
 from tests.support import until
 
 BASE_ENV = {
@@ -49,24 +49,6 @@ def make_server(tmp_path: Path, store_url: str) -> Iterator[Callable[..., RelayS
     yield make
     for s in started:
         s.stop()
-
-
-def rest(server: RelayServer, method: str, path: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, server.http + path, timeout=30, **kw)
-
-
-def listing(server: RelayServer, app: str = "app") -> dict[str, dict[str, Any]]:
-    r = rest(server, "GET", f"/v2/orgs/local/apps/{app}/executors")
-    if r.status_code == 404:  # the application is not in the read model yet: nothing listed yet
-        return {}
-    assert r.status_code == 200, r.text
-    return {e["executorId"]: e for e in r.json()}
-
-
-def audit(server: RelayServer, **params: Any) -> list[dict[str, Any]]:
-    r = rest(server, "GET", "/v2/orgs/local/audit-logs", params={"limit": 1000, **params})
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def violations(server: RelayServer) -> dict[str, dict[str, Any]]:
