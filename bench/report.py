@@ -265,7 +265,7 @@ def s5(d: dict[str, Any], goals: list[list[Any]]) -> str:
                  f"{f0(pr['events'] / pr['seconds_profiled'])} events/s under the profiler)</summary>", "",
                  profile_lines(pr["top"], 14), "", "</details>", ""]
     return "\n".join([
-        "Events generated in-process with `relay_es.service.Relay` and batched saves (500 executors per save): "
+        "Events generated in-process with `relay_es.engine.service.Relay` and batched saves (500 executors per save): "
         "each executor Registered, Connected, 47 x (Disconnected, Connected), then Disconnected, DeclaredDead, "
         "RecoveryDispatched, RecoveryConfirmed, Deleted; 10 applications. `relay projections rebuild "
         "--database-url ...` timed as a process (its interpreter start and imports included; the column "

@@ -1,6 +1,6 @@
 """Section 5: replay.
 
-Events are generated in-process with ``relay_es.service.Relay`` and batched
+Events are generated in-process with ``relay_es.engine.service.Relay`` and batched
 saves (many executors per transaction): executors connect, disconnect and
 reconnect many times, and finally die and are recovered and deleted. Then
 ``relay projections rebuild --database-url ...`` is timed as a process, and
@@ -36,7 +36,7 @@ def generate(store_url: str, events: int) -> dict[str, Any]:
     from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.stores import event_store_env, parse_database_url
     from relay_es.aggregates.executor import Executor
-    from relay_es.service import Relay
+    from relay_es.engine.service import Relay
 
     relay = Relay(event_store_env(parse_database_url(store_url)), clock=SystemClock())
     n_exec = max(1, events // PER_EXECUTOR)
@@ -86,7 +86,7 @@ def generate(store_url: str, events: int) -> dict[str, Any]:
 
 def rebuild(store_url: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    p = subprocess.run([PY, "-m", "relay_es.cli", "projections", "rebuild", "--database-url", store_url], cwd=ROOT,
+    p = subprocess.run([PY, "-m", "relay_es", "projections", "rebuild", "--database-url", store_url], cwd=ROOT,
                        capture_output=True, text=True, timeout=3600)
     took = time.perf_counter() - t0
     m = re.search(r"from (\d+) events", p.stdout)
@@ -96,9 +96,9 @@ def rebuild(store_url: str) -> dict[str, Any]:
 
 
 def startup_cost() -> float:
-    """How long ``python -m relay_es.cli --help`` takes: the process start included in the rebuild's time."""
+    """How long ``python -m relay_es --help`` takes: the process start included in the rebuild's time."""
     t0 = time.perf_counter()
-    subprocess.run([PY, "-c", "import relay_es.cli, relay_es.service, relay_es.projections.runner"], cwd=ROOT,
+    subprocess.run([PY, "-c", "import relay_es.composition.cli, relay_es.engine.service, relay_es.projections.runner"], cwd=ROOT,
                    capture_output=True, timeout=120)
     return time.perf_counter() - t0
 
@@ -141,7 +141,7 @@ def profile_rebuild(store_url: str, batches: int) -> dict[str, Any]:
     from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
     from relay_es.projections import all_projections
     from relay_es.projections.runner import ProjectionRunner
-    from relay_es.service import Relay
+    from relay_es.engine.service import Relay
 
     cfg = parse_database_url(store_url)
     relay = Relay(event_store_env(cfg), clock=SystemClock())

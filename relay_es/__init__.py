@@ -3,9 +3,9 @@
 Layers, outermost last:
 
 * :mod:`relay_es.aggregates` -- the state machines (Executor, Application, Token).
-* :mod:`relay_es.service` -- the eventsourcing application: commands with retries.
+* :mod:`relay_es.engine.service` -- the eventsourcing application: commands with retries.
 * :mod:`relay_es.projections` -- pure reducers and the read models built from them.
-* :mod:`relay_es.process_manager` -- timers and recovery decisions, pure logic.
+* :mod:`relay_es.engine.process_manager` -- timers and recovery decisions, pure logic.
 * :mod:`relay_es.adapters` -- all I/O: stores, clock, HTTP, WebSocket hub.
 """
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay_es.clock import FakeClock
+from relay_es.domain.clock import FakeClock
 
 
 def postgres_admin_url() -> str:

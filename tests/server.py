@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-RELAY = [sys.executable, "-m", "relay_es.cli"]
+RELAY = [sys.executable, "-m", "relay_es"]
 
 
 def _ephemeral_range() -> tuple[int, int]:

@@ -11,12 +11,12 @@ from typing import Any
 
 from relay_es.aggregates import SettingsPatch
 from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
-from relay_es.clock import FakeClock
-from relay_es.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest, Timing, replay_bootstrap
+from relay_es.domain.clock import FakeClock
+from relay_es.engine.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest, Timing, replay_bootstrap
 from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
-from relay_es.runtime import view_bootstrap
-from relay_es.service import ExecutorInfo, Relay
+from relay_es.composition.runtime import view_bootstrap
+from relay_es.engine.service import ExecutorInfo, Relay
 
 POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relay_es.adapters import authz
-from relay_es.service import Relay, is_store_error
+from relay_es.engine.service import Relay, is_store_error
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Gate:
     @staticmethod
     def check_name(app: str) -> None:
         from relay_es.aggregates.application import check_app_name
-        from relay_es.errors import InvalidSetting
+        from relay_es.domain.errors import InvalidSetting
 
         try:
             check_app_name(app)

@@ -36,7 +36,7 @@ the detail) and nothing of it reaches the store. Audit entries and warnings
 of one kind are throttled (:class:`~relay_es.adapters.throttle.Throttle`):
 one per window, counting the rest.
 
-The hub is also the recovery :class:`~relay_es.process_manager.Dispatcher`:
+The hub is also the recovery :class:`~relay_es.engine.process_manager.Dispatcher`:
 it owns the sockets, so it is the one that sends a dispatch, within the
 deadline the process manager gave it (ADR 15).
 """
@@ -59,10 +59,10 @@ from typing import Any
 from urllib.parse import unquote
 from uuid import UUID
 
-from relay_es import retention
+from relay_es.protocol import retention
 from relay_es.aggregates.executor import executor_stream_id
-from relay_es.faults import crash_point
-from relay_es.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest
+from relay_es.adapters.faults import crash_point
+from relay_es.engine.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest
 from relay_es.protocol import messages as m
 from relay_es.protocol.limits import MAX_FRAME, ResourceLimits, printable
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
@@ -71,7 +71,7 @@ from relay_es.adapters.logs import scrub_text
 from relay_es.adapters.outbox import Outbox
 from relay_es.adapters.throttle import Throttle
 from relay_es.adapters.uvicorn_ws import Withdrawn
-from relay_es.service import ExecutorInfo, Relay
+from relay_es.engine.service import ExecutorInfo, Relay
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import logging
 import re
 import sys
 
-from relay_es.aggregates.text import escape_controls
+from relay_es.domain.text import escape_controls
 
 
 def _spelt_any_way(word: str) -> str:

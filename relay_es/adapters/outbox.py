@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from relay_es.service import Relay, is_store_error
+from relay_es.engine.service import Relay, is_store_error
 
 log = logging.getLogger(__name__)
 

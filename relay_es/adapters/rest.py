@@ -31,15 +31,15 @@ from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
 
-from relay_es import units
+from relay_es.domain import units
 from relay_es.adapters import authz
 from relay_es.aggregates.application import SettingsPatch, check_app_name
 from relay_es.aggregates.executor import ExecutorStatus
-from relay_es.errors import DomainError, IllegalTransition, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
+from relay_es.domain.errors import DomainError, IllegalTransition, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
 from relay_es.projections import apps as apps_view
 from relay_es.projections import audit as audit_view
 from relay_es.projections.executors import ExecutorRow, all_rows
-from relay_es.queries import AS_OF_LIMIT, HISTORY_LIMIT, executor_history, executors_as_of_page
+from relay_es.engine.queries import AS_OF_LIMIT, HISTORY_LIMIT, executor_history, executors_as_of_page
 
 log = logging.getLogger(__name__)
 

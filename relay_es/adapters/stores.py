@@ -117,7 +117,7 @@ def postgres_params(url: str) -> dict[str, str]:
 
 def event_store_env(config: StoreConfig) -> dict[str, str]:
     """The ``eventsourcing`` environment for the Relay application (the whole of it:
-    :meth:`relay_es.service.Relay.construct_env` reads nothing else)."""
+    :meth:`relay_es.engine.service.Relay.construct_env` reads nothing else)."""
     if config.is_postgres:
         from psycopg.conninfo import make_conninfo
 

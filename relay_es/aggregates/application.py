@@ -2,7 +2,7 @@
 
 Settings are held as typed values: durations are ``timedelta``, the rows
 threshold an ``int``. Seconds and milliseconds exist only at the boundary
-(:mod:`relay_es.units`, the REST API), never in here.
+(:mod:`relay_es.domain.units`, the REST API), never in here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from eventsourcing.domain import Aggregate, event
 
-from relay_es.errors import IllegalTransition, InvalidSetting
+from relay_es.domain.errors import IllegalTransition, InvalidSetting
 
 NAMESPACE = uuid.UUID("0c8e7d2a-5b4f-4f6e-8a1d-7e3c9b2f1a64")
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate, Snapshot, event
 
-from relay_es.errors import IllegalTransition, NotDue, StaleConnection
+from relay_es.domain.errors import IllegalTransition, NotDue, StaleConnection
 
 _UNPARSED = object()
 

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from eventsourcing.domain import Aggregate, event
 
-from relay_es.errors import IllegalTransition
+from relay_es.domain.errors import IllegalTransition
 
 NAMESPACE = uuid.UUID("a3d5c1e9-7f2b-4c8a-9e6d-1b0f4a7c3e52")
 PREFIX = "relay_"

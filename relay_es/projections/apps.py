@@ -11,7 +11,7 @@ from relay_es.aggregates.application import Application
 from relay_es.aggregates.token import Token
 from relay_es.adapters.stores import Database
 from relay_es.projections.storable import check_event
-from relay_es.units import from_epoch_ms, to_epoch_ms
+from relay_es.domain.units import from_epoch_ms, to_epoch_ms
 
 
 @dataclass(frozen=True)

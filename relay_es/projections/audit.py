@@ -22,7 +22,7 @@ from relay_es.aggregates.token import Token
 from relay_es.adapters.stores import Database, copy_rows, insert_rows, is_sqlite
 from relay_es.projections.executors import EXECUTOR_EVENTS
 from relay_es.projections.storable import check_key
-from relay_es.units import duration_to_millis, duration_to_seconds, from_epoch_ms, rfc3339, to_epoch_ms
+from relay_es.domain.units import duration_to_millis, duration_to_seconds, from_epoch_ms, rfc3339, to_epoch_ms
 
 
 class AuditEntry(NamedTuple):

@@ -20,7 +20,7 @@ from uuid import UUID
 from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase, opaque_value
 from relay_es.adapters.stores import Database, insert_rows
 from relay_es.projections.storable import check_event
-from relay_es.units import from_epoch_us, to_epoch_us
+from relay_es.domain.units import from_epoch_us, to_epoch_us
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 from relay_es.adapters.eventlog import Unreadable
 from relay_es.adapters.stores import Database, StoreConfig, is_data_error
 from relay_es.aggregates.skip import ProjectionSkip
-from relay_es.aggregates.text import escape_controls
-from relay_es.service import Relay
+from relay_es.domain.text import escape_controls
+from relay_es.engine.service import Relay
 
 log = logging.getLogger(__name__)
 

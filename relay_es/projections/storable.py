@@ -10,7 +10,7 @@ then), whatever the batch boundaries: a rebuild gives identical rows.
 The rules: no NUL character in a string (Postgres ``TEXT`` refuses it), no
 integer beyond 64 bits (``BIGINT``, SQLite's ``INTEGER``), and the values of
 indexed columns (org, app, executor id, name) at most
-:data:`~relay_es.aggregates.text.MAX_ID_BYTES` bytes, the service's own cap, so
+:data:`~relay_es.domain.text.MAX_ID_BYTES` bytes, the service's own cap, so
 that ``org + app + executor_id`` stays under a b-tree page's third. The
 store's errors remain the backstop for anything else.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay_es.aggregates.text import MAX_ID_BYTES
+from relay_es.domain.text import MAX_ID_BYTES
 
 _INT64 = 2**63
 _KEYS = frozenset({"org", "app", "executor_id", "name"})

@@ -21,7 +21,7 @@ from relay_es.adapters.admission import Refused
 from relay_es.adapters.rest import build_app
 from relay_es.aggregates.token import hash_secret
 from relay_es.projections.apps import token_by_hash
-from relay_es.settings import Settings
+from relay_es.composition.settings import Settings
 from tests.fake_executor import FakeExecutor
 from tests.server import RELAY, RelayServer
 from tests.support import until
@@ -307,7 +307,7 @@ def test_request_bodies_are_capped(acme: tuple[RelayServer, dict[str, str]]) -> 
 def held(tmp_path, store_url, monkeypatch) -> Iterator[Any]:
     """A Runtime in this process whose workers never start: the read models
     move only when the test calls ``runner.catch_up()``."""
-    from relay_es.runtime import Runtime
+    from relay_es.composition.runtime import Runtime
 
     rt = Runtime(Settings(database_url=store_url, auth=True))
     monkeypatch.setattr(rt, "start", lambda loop: None)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from relay_es.adapters.collector import OLD_THRESHOLD, YOUNG_THRESHOLD, Collector
-from relay_es.clock import FakeClock
+from relay_es.domain.clock import FakeClock
 
 
 class FakeGC:

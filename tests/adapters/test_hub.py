@@ -334,7 +334,7 @@ def _hub_with_target(clock: _Clock) -> tuple[Any, Any, list[dict[str, Any]], lis
 
 
 def _request(deadline: float) -> Any:
-    from relay_es.process_manager import RecoveryRequest
+    from relay_es.engine.process_manager import RecoveryRequest
 
     return RecoveryRequest(request_id="r1", org="local", app="app", dead_executor_id="D", app_version="v1",
                            target_executor_id="T", target_connection_id="c1", target_owner="test", deadline=deadline)

@@ -122,8 +122,8 @@ def test_a_runtime_exposes_outbox_errors_stuck_transitions_and_poison_skips(tmp_
     """The runtime's /metrics: the outbox's errors and stuck executors, and the read
     models' poison skips, each wired to what the components count."""
     from relay_es.projections.runner import Poison
-    from relay_es.runtime import Runtime
-    from relay_es.settings import Settings
+    from relay_es.composition.runtime import Runtime
+    from relay_es.composition.settings import Settings
 
     rt = Runtime(Settings(database_url=f"sqlite:///{tmp_path}/relay.db"))
     try:

@@ -43,8 +43,8 @@ def test_the_store_directory_relay_creates_is_private(tmp_path) -> None:
 
 # ---------------------------------------------------------------- every URL parameter reaches every connection
 
-from relay_es.clock import FakeClock  # noqa: E402
-from relay_es.service import Relay  # noqa: E402
+from relay_es.domain.clock import FakeClock  # noqa: E402
+from relay_es.engine.service import Relay  # noqa: E402
 
 
 def with_params(url: str, query: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase
-from relay_es.errors import IllegalTransition
+from relay_es.domain.errors import IllegalTransition
 from relay_es.projections.executors import fold
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

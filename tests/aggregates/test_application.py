@@ -16,7 +16,7 @@ from relay_es.aggregates.application import (
     check_app_name,
     check_org_name,
 )
-from relay_es.errors import IllegalTransition, InvalidSetting
+from relay_es.domain.errors import IllegalTransition, InvalidSetting
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 

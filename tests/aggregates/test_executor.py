@@ -20,7 +20,7 @@ from relay_es.aggregates.executor import (
     RecoveryPhase,
     executor_stream_id,
 )
-from relay_es.errors import DomainError, IllegalTransition, NotDue, StaleConnection
+from relay_es.domain.errors import DomainError, IllegalTransition, NotDue, StaleConnection
 from relay_es.projections.executors import fold
 from tests.aggregates.support import GRACE, T0, Driver, assert_fold_agrees, assert_replay_equal, replay
 

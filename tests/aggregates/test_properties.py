@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from relay_es.aggregates.executor import DisconnectReason, Executor, ExecutorStatus, RecoveryPhase
-from relay_es.errors import IllegalTransition, NotDue, StaleConnection
+from relay_es.domain.errors import IllegalTransition, NotDue, StaleConnection
 from tests.aggregates.support import T0, assert_fold_agrees, assert_replay_equal
 
 S = ExecutorStatus

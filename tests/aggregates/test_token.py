@@ -17,7 +17,7 @@ from relay_es.aggregates.token import (
     secret_matches,
     token_stream_id,
 )
-from relay_es.errors import IllegalTransition
+from relay_es.domain.errors import IllegalTransition
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 

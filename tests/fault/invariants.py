@@ -23,9 +23,9 @@ from uuid import UUID
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
 from relay_es.aggregates.executor import Executor, opaque_value
-from relay_es.errors import IllegalTransition
+from relay_es.domain.errors import IllegalTransition
 from relay_es.projections import audit
-from relay_es.service import Relay
+from relay_es.engine.service import Relay
 
 AUDITED = {
     "Connected": ("executor.connected", "executor.reconnected"),

@@ -38,7 +38,7 @@ import websockets
 
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.stores import event_store_env, parse_database_url
-from relay_es.service import Relay
+from relay_es.engine.service import Relay
 from tests.fake_executor import FakeExecutor
 from tests.fault.clients import (RawWebSocket, ReconnectingExecutor, ScriptedExecutor, assert_invariants,
                                  dribble, flap)
@@ -724,7 +724,7 @@ def test_dispatch_to_a_socket_already_gone_fails_over_at_once() -> None:
     from uvicorn.protocols.utils import ClientDisconnected
 
     from relay_es.adapters.hub import Connection, Hub
-    from relay_es.process_manager import RecoveryOutcome, RecoveryRequest
+    from relay_es.engine.process_manager import RecoveryOutcome, RecoveryRequest
 
     outcomes: list[RecoveryOutcome] = []
 

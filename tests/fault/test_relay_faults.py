@@ -293,7 +293,7 @@ def _assert_read_model_converged(url: str) -> None:
     from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
     from relay_es.projections.executors import all_rows, fold
-    from relay_es.service import Relay
+    from relay_es.engine.service import Relay
 
     cfg = parse_database_url(url)
     relay = Relay(event_store_env(cfg), clock=SystemClock())

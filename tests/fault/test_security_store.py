@@ -21,7 +21,7 @@ import pytest
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.stores import event_store_env, parse_database_url
 from relay_es.aggregates import Executor
-from relay_es.service import Relay
+from relay_es.engine.service import Relay
 from tests.e2e.scene import FAST
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer

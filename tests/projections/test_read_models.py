@@ -16,7 +16,7 @@ from relay_es.adapters.stores import parse_database_url
 from relay_es.aggregates import SettingsPatch
 from relay_es.projections import audit
 from relay_es.projections.executors import all_rows
-from relay_es.queries import executor_history, executors_as_of
+from relay_es.engine.queries import executor_history, executors_as_of
 from tests.support import World, info
 
 
@@ -103,7 +103,7 @@ def test_rebuild_command_a_user_can_run(world: World) -> None:
     live = tables(world)
     world.close()  # the command runs against the store, as a user would
     env = {**os.environ, "RELAY_DATABASE_URL": world.store_url}
-    out = subprocess.run([sys.executable, "-m", "relay_es.cli", "projections", "rebuild"], env=env,
+    out = subprocess.run([sys.executable, "-m", "relay_es", "projections", "rebuild"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "rebuilt executors, audit, apps from" in out.stdout
@@ -119,7 +119,7 @@ def test_rebuild_command_refuses_while_relay_is_running(world: World) -> None:
     held.acquire()  # what a running `relay serve` holds
     try:
         env = {**os.environ, "RELAY_DATABASE_URL": world.store_url}
-        out = subprocess.run([sys.executable, "-m", "relay_es.cli", "projections", "rebuild"], env=env,
+        out = subprocess.run([sys.executable, "-m", "relay_es", "projections", "rebuild"], env=env,
                              capture_output=True, text=True, timeout=120)
     finally:
         held.release()

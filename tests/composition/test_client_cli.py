@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from relay_es import client_cli
+from relay_es.composition import client_cli
 
 REAL_CLIENT = httpx.Client
 HOSTILE = "web-1\n\x1b[2J\x1b]0;pwned\x07\rroot\u202eexe.txt"

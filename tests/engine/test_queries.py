@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from relay_es import queries
-from relay_es.errors import UnknownExecutor
+from relay_es.engine import queries
+from relay_es.domain.errors import UnknownExecutor
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer
 from tests.support import World, until

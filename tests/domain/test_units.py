@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay_es.errors import InvalidSetting, RelayError
-from relay_es.units import (
+from relay_es.domain.errors import InvalidSetting, RelayError
+from relay_es.domain.units import (
     EPOCH,
     MAX_EXECUTOR_TIMEOUT,
     MAX_RETENTION,

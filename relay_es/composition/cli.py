@@ -2,7 +2,7 @@
 
 ``relay serve`` runs the server. ``relay projections rebuild`` drops the read
 models and rebuilds them from the event stream. The other subcommands talk to
-a running server over its REST API (see :mod:`relay_es.client_cli`).
+a running server over its REST API (see :mod:`relay_es.composition.client_cli`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any
 
-from relay_es.errors import InvalidSetting
-from relay_es.settings import LIMITS, TIMINGS, Settings, limit_default
+from relay_es.domain.errors import InvalidSetting
+from relay_es.composition.settings import LIMITS, TIMINGS, Settings, limit_default
 
 log = logging.getLogger("relay")
 
@@ -64,8 +64,8 @@ def admin(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
     from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.stores import event_store_env, parse_database_url
-    from relay_es.errors import RelayError
-    from relay_es.service import Relay
+    from relay_es.domain.errors import RelayError
+    from relay_es.engine.service import Relay
 
     logs.configure("WARNING")
     try:
@@ -107,10 +107,10 @@ def serve(args: argparse.Namespace) -> int:
 
     from relay_es.adapters import logs
     from relay_es.protocol.limits import MAX_FRAME
-    from relay_es.adapters.http import RelayASGI
+    from relay_es.composition.asgi import RelayASGI
     from relay_es.adapters.lease import LeaseHeld
     from relay_es.adapters.uvicorn_ws import http_protocol_class, protocol_class, split_ping_wait
-    from relay_es.runtime import Runtime
+    from relay_es.composition.runtime import Runtime
 
     logs.configure(args.log_level.upper())
     _raise_open_file_limit()
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_serve(sub)
     _add_projections(sub)
     _add_admin(sub)
-    from relay_es import client_cli
+    from relay_es.composition import client_cli
 
     client_cli.add_parsers(sub)
     args = parser.parse_args(argv)

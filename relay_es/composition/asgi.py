@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay_es.adapters.rest import build_app
-from relay_es.runtime import Runtime
+from relay_es.composition.runtime import Runtime
 
 
 class RelayASGI:

@@ -37,10 +37,10 @@ from relay_es.aggregates.application import (
 from relay_es.aggregates.executor import Executor, OpaqueJSON, executor_stream_id
 from relay_es.aggregates.gate import Gate, gate_stream_id
 from relay_es.aggregates.skip import ProjectionSkip, skip_stream_id
-from relay_es.aggregates.text import check_id, check_text, sanitized
+from relay_es.domain.text import check_id, check_text, sanitized
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
-from relay_es.clock import Clock
-from relay_es.errors import DomainError, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
+from relay_es.domain.clock import Clock
+from relay_es.domain.errors import DomainError, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
 
 log = logging.getLogger(__name__)
 
@@ -500,7 +500,7 @@ class Relay(ESApplication[UUID]):
         superseded) the executor.
 
         Raises :class:`InvalidSetting` for what the stores cannot hold (the last
-        line behind the protocol layer's own limits; see :mod:`relay_es.aggregates.text`)."""
+        line behind the protocol layer's own limits; see :mod:`relay_es.domain.text`)."""
         check_org_name(org)
         check_app_name(app)
         check_id("executorId", info.executor_id)

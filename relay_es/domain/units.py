@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from relay_es.errors import InvalidSetting
+from relay_es.domain.errors import InvalidSetting
 
 # Upper bounds that refuse absurd values while allowing every sane one.
 MAX_EXECUTOR_TIMEOUT = timedelta(days=7)

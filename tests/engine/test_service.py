@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from relay_es.adapters.stores import event_store_env, parse_database_url
 from relay_es.aggregates.executor import executor_stream_id
-from relay_es.service import Relay
+from relay_es.engine.service import Relay
 from tests.support import info
 
 
@@ -49,7 +49,7 @@ from datetime import timedelta  # noqa: E402
 from relay_es.aggregates import SettingsPatch  # noqa: E402
 from relay_es.aggregates.application import app_stream_id  # noqa: E402
 from relay_es.aggregates.gate import gate_stream_id  # noqa: E402
-from relay_es.service import SNAPSHOT_EVERY  # noqa: E402
+from relay_es.engine.service import SNAPSHOT_EVERY  # noqa: E402
 
 
 def _counting(relay: Relay) -> list[int]:
@@ -173,7 +173,7 @@ def test_the_operator_s_environment_cannot_redirect_the_event_store(clock, store
 
 import pytest  # noqa: E402
 
-from relay_es.errors import InvalidSetting  # noqa: E402
+from relay_es.domain.errors import InvalidSetting  # noqa: E402
 from relay_es.aggregates.token import token_stream_id  # noqa: E402
 
 

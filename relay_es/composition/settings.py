@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from relay_es.errors import InvalidSetting
+from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol.limits import ResourceLimits
 
 

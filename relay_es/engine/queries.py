@@ -19,10 +19,10 @@ from uuid import UUID
 
 from relay_es.adapters.stores import Database
 from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
-from relay_es.errors import UnknownExecutor
+from relay_es.domain.errors import UnknownExecutor
 from relay_es.projections.executors import ExecutorRow, all_rows, fold
-from relay_es.service import Relay
-from relay_es.units import duration_to_millis, rfc3339
+from relay_es.engine.service import Relay
+from relay_es.domain.units import duration_to_millis, rfc3339
 
 _ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 

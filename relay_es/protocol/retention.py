@@ -12,7 +12,7 @@ from datetime import datetime
 
 from relay_es.aggregates.application import AppSettings
 from relay_es.protocol.messages import RetentionBody
-from relay_es.units import to_epoch_ms
+from relay_es.domain.units import to_epoch_ms
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from relay_es.errors import InvalidSetting
+from relay_es.domain.errors import InvalidSetting
 
 MAX_ID_BYTES = 1024  # executor ids, connection ids, request ids, versions: UTF-8 bytes
 MAX_TEXT_BYTES = 16 * 1024  # hostnames, languages, reasons and other free text

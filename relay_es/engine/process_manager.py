@@ -1,6 +1,6 @@
 """The process manager: durable timers and recovery decisions.
 
-Pure logic behind two small interfaces -- a :class:`~relay_es.clock.Clock` and
+Pure logic behind two small interfaces -- a :class:`~relay_es.domain.clock.Clock` and
 a :class:`Dispatcher` -- so tests drive it with a fake clock and an in-memory
 dispatcher: no sockets, no sleeps. It never blocks; its owner calls
 :meth:`ProcessManager.step` whenever something may have happened (new events,
@@ -53,11 +53,11 @@ from uuid import UUID
 from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
-from relay_es.clock import Clock
-from relay_es.faults import crash_point
+from relay_es.domain.clock import Clock
+from relay_es.adapters.faults import crash_point
 from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
-from relay_es.scheduler import TimerHeap
-from relay_es.service import Relay
+from relay_es.engine.timers import TimerHeap
+from relay_es.engine.service import Relay
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from relay_es.process_manager import RecoveryOutcome
+from relay_es.engine.process_manager import RecoveryOutcome
 from tests.support import World
 
 
@@ -496,7 +496,7 @@ def test_ties_between_candidates_are_not_broken_by_name(clock) -> None:
     """An executor naming itself "0" must not win every tie: equally good candidates are
     ordered by a hash keyed with the process's secret over (dead executor, attempt,
     candidate). Deterministic given the key; not the lexical order."""
-    from relay_es.process_manager import ProcessManager
+    from relay_es.engine.process_manager import ProcessManager
     from tests.support import InMemoryDispatcher
 
     world = World(clock, None, grace=10)

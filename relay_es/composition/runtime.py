@@ -30,13 +30,13 @@ from relay_es.adapters.hub import Hub
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
-from relay_es.clock import Clock
-from relay_es.process_manager import ProcessManager, Timing
+from relay_es.domain.clock import Clock
+from relay_es.engine.process_manager import ProcessManager, Timing
 from relay_es.projections import all_projections
 from relay_es.projections.executors import COLUMNS, row_from_db
 from relay_es.projections.runner import ProjectionRunner
-from relay_es.service import Relay
-from relay_es.settings import Settings
+from relay_es.engine.service import Relay
+from relay_es.composition.settings import Settings
 
 log = logging.getLogger(__name__)
 

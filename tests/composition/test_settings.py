@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from relay_es.cli import main
-from relay_es.errors import InvalidSetting
+from relay_es.composition.cli import main
+from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol.limits import ResourceLimits
-from relay_es.settings import LIMITS, Settings
+from relay_es.composition.settings import LIMITS, Settings
 
 
 def test_generous_defaults() -> None:
@@ -40,7 +40,7 @@ def test_the_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch, capsys: p
         seen["s"] = Settings.from_sources(vars(args), {})
         return 0
 
-    monkeypatch.setattr("relay_es.cli.serve", fake_serve)
+    monkeypatch.setattr("relay_es.composition.cli.serve", fake_serve)
     assert main(["serve", "--max-connections-per-key", "11", "--max-executors-per-app", "12",
                  "--max-handshakes-per-address", "13", "--max-executors-per-key", "14",
                  "--max-connections-per-app", "15"]) == 0
@@ -79,7 +79,7 @@ def test_trusted_proxies_are_addresses_or_networks() -> None:
 
 
 def test_open_connections_stay_below_the_open_file_limit() -> None:
-    from relay_es.settings import FD_RESERVE, fd_limit
+    from relay_es.composition.settings import FD_RESERVE, fd_limit
 
     s = Settings.from_sources({}, {})
     assert s.max_open_connections == max(64, fd_limit() - FD_RESERVE)
