@@ -18,6 +18,11 @@ from relay_es.composition.settings import LIMITS, TIMINGS, Settings, limit_defau
 
 log = logging.getLogger("relay")
 
+# uvicorn's own timers, not settings (no flag, no variable; nothing else reads them):
+FIRST_REQUEST_SECS = 10.0  # an opened connection must start its first request within this
+KEEP_ALIVE_SECS = 5  # an idle keep-alive HTTP connection is closed after this
+GRACEFUL_SHUTDOWN_SECS = 5  # on SIGTERM, open requests and sockets get this long before they are cut
+
 
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the Relay server")
@@ -101,8 +106,6 @@ def _raise_open_file_limit() -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import warnings
-
     import uvicorn
 
     from relay_es.adapters import logs
@@ -114,9 +117,6 @@ def serve(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level.upper())
     _raise_open_file_limit()
-    # uvicorn's "websockets" protocol is the one that supports refusing a
-    # handshake with an HTTP status and body (the websocket.http.response extension).
-    warnings.filterwarnings("ignore", message=".*websockets.* implementation is deprecated")
     try:
         settings = Settings.from_sources(vars(args))
         runtime = Runtime(settings, manage_gc=True)
@@ -131,7 +131,7 @@ def serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         loop="auto",  # uvloop where installed (ADR 2): the event loop is most of a handshake's cost
-        http=http_protocol_class(first_request_timeout=10.0,
+        http=http_protocol_class(first_request_timeout=FIRST_REQUEST_SECS,
                                  request_timeout=settings.http_request_timeout.total_seconds(),
                                  max_connections=settings.max_open_connections),
         ws=protocol_class(close_timeout),  # frames capped at 64 KiB until executor_info is answered
@@ -144,8 +144,8 @@ def serve(args: argparse.Namespace) -> int:
         access_log=False,
         log_config=None,
         lifespan="on",
-        timeout_keep_alive=5,
-        timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_SECS,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECS,
     )
 
     class Server(uvicorn.Server):
@@ -161,7 +161,7 @@ def serve(args: argparse.Namespace) -> int:
         runtime.hub.shutting_down = True
         server.should_exit = True
 
-    runtime.on_lease_lost = lease_lost
+    runtime.on_lease_lost = lease_lost  # issue-12: needs an on_lease_lost parameter of Runtime's constructor
     if not settings.auth:
         log.warning("DEVELOPMENT MODE (no --auth, RELAY_AUTH unset or off): any key is accepted; org local. "
                     "Pass --auth or RELAY_AUTH=true to require tokens.")
@@ -170,7 +170,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server.run()
     finally:
-        if not runtime._started:
+        if not runtime._started:  # issue-12: needs public started on Runtime
             runtime.close()
     if runtime.lease_lost:
         return 3

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from relay_es.domain import defaults
 from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol.limits import ResourceLimits
 
@@ -22,30 +23,35 @@ from relay_es.protocol.limits import ResourceLimits
 class TimingSetting:
     flag: str
     env: str
-    default: float
+    default_value: timedelta  # from relay_es.domain.defaults
     help: str
+
+    @property
+    def default(self) -> float:
+        """The default in seconds, as the flag and the variable take it."""
+        return self.default_value.total_seconds()
 
 
 TIMINGS = {
-    "ping_interval": TimingSetting("--ping-interval-secs", "RELAY_PING_INTERVAL_SECS", 20, "how often Relay pings each executor"),
-    "ping_wait": TimingSetting("--ping-wait-secs", "RELAY_PING_WAIT_SECS", 25, "silence after which a socket is DISCONNECTED"),
+    "ping_interval": TimingSetting("--ping-interval-secs", "RELAY_PING_INTERVAL_SECS", defaults.PING_INTERVAL, "how often Relay pings each executor"),
+    "ping_wait": TimingSetting("--ping-wait-secs", "RELAY_PING_WAIT_SECS", defaults.PING_WAIT, "silence after which a socket is DISCONNECTED"),
     "default_executor_timeout": TimingSetting(
-        "--default-executor-timeout-secs", "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS", 60,
+        "--default-executor-timeout-secs", "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS", defaults.EXECUTOR_TIMEOUT,
         "grace period of an application with no executorTimeoutSecs",
     ),
     "recovery_response_timeout": TimingSetting(
-        "--recovery-response-timeout-secs", "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS", 30,
+        "--recovery-response-timeout-secs", "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS", defaults.RECOVERY_RESPONSE_TIMEOUT,
         "how long a recovery target has to answer",
     ),
     "retention_interval": TimingSetting(
-        "--retention-interval-secs", "RELAY_RETENTION_INTERVAL_SECS", 300, "how often retention is sent"
+        "--retention-interval-secs", "RELAY_RETENTION_INTERVAL_SECS", defaults.RETENTION_INTERVAL, "how often retention is sent"
     ),
     "restart_settle": TimingSetting(
-        "--restart-settle-secs", "RELAY_RESTART_SETTLE_SECS", 5,
+        "--restart-settle-secs", "RELAY_RESTART_SETTLE_SECS", defaults.RESTART_SETTLE,
         "after a restart, how long executors get to reconnect before overdue deadlines are enforced",
     ),
     "http_request_timeout": TimingSetting(
-        "--http-request-timeout-secs", "RELAY_HTTP_REQUEST_TIMEOUT_SECS", 30,
+        "--http-request-timeout-secs", "RELAY_HTTP_REQUEST_TIMEOUT_SECS", defaults.HTTP_REQUEST_TIMEOUT,
         "time a client has to send a whole HTTP request (headers and body) once it started it",
     ),
 }
@@ -168,13 +174,13 @@ class Settings:
     database_url: str | None = None
     auth: bool = False
     insecure: bool = False
-    ping_interval: timedelta = timedelta(seconds=20)
-    ping_wait: timedelta = timedelta(seconds=25)
-    default_executor_timeout: timedelta = timedelta(seconds=60)
-    recovery_response_timeout: timedelta = timedelta(seconds=30)
-    retention_interval: timedelta = timedelta(seconds=300)
-    restart_settle: timedelta = timedelta(seconds=5)
-    http_request_timeout: timedelta = timedelta(seconds=30)
+    ping_interval: timedelta = defaults.PING_INTERVAL
+    ping_wait: timedelta = defaults.PING_WAIT
+    default_executor_timeout: timedelta = defaults.EXECUTOR_TIMEOUT
+    recovery_response_timeout: timedelta = defaults.RECOVERY_RESPONSE_TIMEOUT
+    retention_interval: timedelta = defaults.RETENTION_INTERVAL
+    restart_settle: timedelta = defaults.RESTART_SETTLE
+    http_request_timeout: timedelta = defaults.HTTP_REQUEST_TIMEOUT
     limits: ResourceLimits = ResourceLimits()
     # Proxies whose X-Forwarded-For is believed (the client's address); docs/behind-a-proxy.md.
     forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1",)
