@@ -2,12 +2,15 @@
 
 * RelayError
   * DomainError -- a command that the current state does not allow
-    * IllegalTransition -- the state machine refuses this transition
+    * IllegalTransition -- the state machine refuses this transition (revoking a
+      revoked token, deleting a deleted application, a stale recovery answer)
       * StaleConnection -- the command names a connection that is no longer current
       * NotDue -- a deadline has not come yet by the injected clock
-    * UnknownApplication, ApplicationDeleted, UnknownToken, TokenRevoked,
-      UnknownExecutor
-  * InvalidSetting -- a value refused at the boundary (names the field and unit)
+    * UnknownApplication -- never registered, or deleted
+    * UnknownExecutor -- no such executor stream
+    * UnknownToken -- no token of that name was ever created
+  * InvalidSetting -- a value refused at the boundary (also a ``ValueError``;
+    names the field, and the unit where there is one)
 """
 
 from __future__ import annotations

@@ -1,1 +1,12 @@
-"""The executor wire protocol, Sans-I/O: message types and the per-connection session."""
+"""The executor wire protocol, Sans-I/O: no sockets, no clocks, no store.
+
+* :mod:`~relay_es.protocol.messages` -- the core message types (executor_info,
+  recovery, exist_pending_workflows, retention) and their encoding;
+* :mod:`~relay_es.protocol.catalogue` -- every other wire type (the workflow
+  operations), for the Conductor API parity work;
+* :mod:`~relay_es.protocol.session` -- one connection's protocol state;
+* :mod:`~relay_es.protocol.limits` -- bounds on what an executor may send, and
+  the resource limits of ADR 15;
+* :mod:`~relay_es.protocol.retention` -- the retention message an application's
+  settings call for.
+"""

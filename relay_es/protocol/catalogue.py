@@ -1,10 +1,17 @@
 """The workflow-management catalogue of the executor protocol, as msgspec Structs.
 
-One request and one response type per wire ``type`` of
-docs/conductor-protocol.md section 5 that :mod:`relay_es.protocol.messages`
-does not already define, plus the registries :data:`REQUESTS` and
-:data:`RESPONSES` over *every* wire type (core ones included) and
-:func:`decode_response_for`. Pure data: nothing here does I/O.
+One request and one response type per wire ``type`` of section 5 of the
+protocol reference (``../shared/docs/conductor-protocol.md``, outside this
+repository; its 5.0 table lists 34 types, and :data:`REQUESTS` has each) that
+:mod:`relay_es.protocol.messages` does not already define, plus the registries
+:data:`REQUESTS` and :data:`RESPONSES` over *every* wire type (core ones
+included) and :func:`decode_response_for`. Pure data: nothing here does I/O.
+
+Relay's engine sends only the core types today, so only the tests import this
+module. It is kept for the Conductor API parity work (issue 13): every workflow
+operation there (list, get, steps, cancel, resume, fork, delete, queues,
+schedules, versions, export/import) is one of these requests to an executor and
+one of these responses back.
 
 The conventions of :mod:`relay_es.protocol.messages` hold throughout:
 
@@ -17,7 +24,7 @@ The conventions of :mod:`relay_es.protocol.messages` hold throughout:
   whether the SDK sent ``null`` (Python), omitted the key (TypeScript's
   ``JSON.stringify`` drops ``undefined``; Go's ``omitempty``), or answered
   ``"Unknown message type"`` with nothing but the envelope and
-  ``error_message`` (section 6: Python 3.x and TS 5.x for ``restart``, Go and
+  ``error_message`` (the reference's section 6: Python 3.x and TS 5.x for ``restart``, Go and
   Java for ``rewind_workflow``). Unknown extra keys are ignored.
 * ``failed`` is true whenever ``error_message`` is not null, even when
   ``success`` is absent or true.

@@ -3,7 +3,8 @@
 Every frame is one JSON object with ``type`` and ``request_id``. Relay sends
 requests; executors answer with the same ``type`` and ``request_id``.
 
-Conventions (see docs/conductor-protocol.md section 4):
+Conventions (see section 4 of the protocol reference,
+``../shared/docs/conductor-protocol.md``, outside this repository):
 
 * Outgoing requests are encoded with **every** field present, ``null`` for
   "not set" (``omit_defaults=False``): the Python SDK indexes keys directly
@@ -88,9 +89,6 @@ class SuccessResponse(Response, kw_only=True):
         return self.error_message is not None or self.success is not True
 
 
-RecoveryResponse = SuccessResponse
-
-
 # --- exist_pending_workflows -----------------------------------------------
 
 
@@ -123,9 +121,6 @@ class RetentionRequest(Request, kw_only=True):
     TYPE: ClassVar[str] = "retention"
     type: str = "retention"
     body: RetentionBody
-
-
-RetentionResponse = SuccessResponse
 
 
 class UnknownTypeResponse(Response, kw_only=True):
