@@ -54,10 +54,10 @@ from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
 from relay_es.domain.clock import Clock
-from relay_es.adapters.faults import crash_point
 from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
 from relay_es.engine.timers import TimerHeap
 from relay_es.engine.service import Relay
+from relay_es.protocol import retention
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,39 @@ class Dispatcher(Protocol):
         recorded: send nothing more for it. Returns once that is certain.
         Optional: a dispatcher without it obeys :attr:`RecoveryRequest.deadline` alone."""
 
+    def send_retention(self, org: str, app: str, plan: retention.RetentionPlan) -> None:
+        """Send ``plan`` to one connected executor of the application (the newest), recording
+        it; never block. Called only when the process manager has a ``retention_interval``."""
+
+
+class Answers:
+    """The inbox of recovery answers: the dispatcher puts, the process manager drains.
+
+    Thread-safe. ``put`` calls ``wake`` so that the process manager's owner runs a step."""
+
+    def __init__(self, wake: Callable[[], None] = lambda: None) -> None:
+        self._wake = wake
+        self._items: deque[RecoveryOutcome] = deque()
+        self._lock = threading.Lock()
+
+    def put(self, outcome: RecoveryOutcome) -> None:
+        with self._lock:
+            self._items.append(outcome)
+        self._wake()
+
+    def take(self, limit: int) -> list[RecoveryOutcome]:
+        """Up to ``limit`` answers, oldest first, removed from the inbox."""
+        with self._lock:
+            return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
+
+    def put_back(self, outcomes: list[RecoveryOutcome]) -> None:
+        """Returns answers taken but not recorded to the front of the inbox, in their order."""
+        with self._lock:
+            self._items.extendleft(reversed(outcomes))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -150,11 +183,20 @@ class ProcessManager:
         owner: str,
         timing: Timing = Timing(),
         bootstrap: Bootstrap | None = None,
+        answers: Answers | None = None,
+        wake: Callable[[], None] | None = None,
+        retention_interval: float | None = None,
+        crash_point: Callable[[str], None] | None = None,
         batch_size: int = 500,
         tie_key: bytes | None = None,
     ) -> None:
-        """``tie_key``: the secret that orders equally good recovery candidates (random
-        per process unless a test gives one; see :meth:`_candidates`)."""
+        """``answers``: the inbox the dispatcher puts recovery answers in (a fresh one that
+        calls ``wake`` by default). ``wake``: called from any thread when there is work for a
+        step. ``retention_interval``: seconds between two retention plans sent to each
+        application with a HEALTHY executor here (None: no retention). ``crash_point``: the
+        fault suite's hook, called with a point's name (a no-op by default). ``tie_key``: the
+        secret that orders equally good recovery candidates (random per process unless a test
+        gives one; see :meth:`_candidates`)."""
         self.relay = relay
         self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
         self.clock = clock
@@ -175,8 +217,12 @@ class ProcessManager:
         self._deadlines: dict[str, float] = {}  # request id -> monotonic deadline of a dispatch sent from here
         self._listed: dict[tuple[str, str], int] = defaultdict(int)  # (org, app) -> executors not deleted
         self._outstanding: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # target -> dead sids
-        self._answers: deque[RecoveryOutcome] = deque()
-        self._answers_lock = threading.Lock()
+        self.wake: Callable[[], None] = wake or (lambda: None)
+        # The default inbox looks ``self.wake`` up on each put (the attribute stays settable).
+        self.answers = answers if answers is not None else Answers(lambda: self.wake())
+        self.retention_interval = retention_interval
+        self._apps_healthy: dict[tuple[str, str], set[str]] = defaultdict(set)  # (org, app) -> HEALTHY sids here
+        self._crash_point = crash_point or (lambda name: None)
         self.settle_until = 0.0
         self._settle_planned = 0.0
         self._settle_cap = 0.0
@@ -185,7 +231,6 @@ class ProcessManager:
         self._orphans_at_start = 0
         self._readmitted: deque[float] = deque()
         self.started_at: datetime | None = None
-        self.wake: Callable[[], None] = lambda: None
         self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = lambda e, old, new: None
         self.stats = _Stats()
         self._urgent_running = False
@@ -230,7 +275,7 @@ class ProcessManager:
         being fired or due now, answers to record. Safe to ask from another thread;
         the read models give way to it (one process shares one GIL). Following the
         log is not urgent: a death never waits for it."""
-        if self._urgent_running or self._answers:
+        if self._urgent_running or self.answers:
             return True
         nxt = self.next_wakeup()
         return nxt is not None and nxt <= self.clock.monotonic()
@@ -265,10 +310,8 @@ class ProcessManager:
         return False
 
     def recovery_answered(self, outcome: RecoveryOutcome) -> None:
-        """Thread-safe: called by the dispatcher when a target answers (or can't)."""
-        with self._answers_lock:
-            self._answers.append(outcome)
-        self.wake()
+        """Thread-safe: a target answered (or can't). Puts it in :attr:`answers`."""
+        self.answers.put(outcome)
 
     # ------------------------------------------------------------ following
     def catch_up(self) -> int:
@@ -301,6 +344,7 @@ class ProcessManager:
         old = self.rows.get(row.stream_id)
         if old is not None:
             self._healthy[(old.org, old.app, old.app_version)].discard(old.stream_id)
+            self._apps_healthy[(old.org, old.app)].discard(old.stream_id)
             if old.recovery_target:
                 self._outstanding[(old.org, old.app, old.recovery_target)].discard(old.stream_id)
         if (old is not None and old.visible) != row.visible:
@@ -308,8 +352,21 @@ class ProcessManager:
         self.rows[row.stream_id] = row
         if row.status == S.HEALTHY and row.owner in self.live_owners:
             self._healthy[(row.org, row.app, row.app_version)].add(row.stream_id)
+            self._apps_healthy[(row.org, row.app)].add(row.stream_id)
         if row.recovery_phase == P.DISPATCHED and row.recovery_target:
             self._outstanding[(row.org, row.app, row.recovery_target)].add(row.stream_id)
+        self._follow_retention((row.org, row.app))
+
+    def _follow_retention(self, app: tuple[str, str]) -> None:
+        """One retention timer per application with a HEALTHY executor here, first due one
+        interval after the first is seen; dropped when the last one goes."""
+        if self.retention_interval is None:
+            return
+        if self._apps_healthy.get(app):
+            if ("retention", app) not in self.timers:
+                self.timers.arm(("retention", app), self.clock.monotonic() + self.retention_interval)
+        else:
+            self.timers.cancel(("retention", app))
 
     def _apply(self, event: Any) -> None:
         sid = str(event.originator_id)
@@ -460,6 +517,16 @@ class ProcessManager:
             if row.status in (S.DISCONNECTED, S.DEAD):
                 self._target_lost(row)
 
+    def _fire_retention(self, app: tuple[str, str], _payload: Any) -> None:
+        """Sends the application's retention plan, if its settings want one; re-arms."""
+        if not self._apps_healthy.get(app) or self.retention_interval is None:
+            return
+        org, name = app
+        p = retention.plan(self.relay.app_settings(org, name), self.clock.now())
+        if p is not None:
+            self.dispatcher.send_retention(org, name, p)
+        self.timers.arm(("retention", app), self.clock.monotonic() + self.retention_interval)
+
     def _fire_deadlines(self, items: list[tuple[str, datetime]]) -> None:
         live = []
         deleted: dict[tuple[str, str], bool] = {}
@@ -567,7 +634,7 @@ class ProcessManager:
             if req is not None and not ok:
                 self._deadlines.pop(req.request_id, None)
         if recorded:
-            crash_point("after_dispatch_recorded")
+            self._crash_point("after_dispatch_recorded")
         for sid, req in recorded:
             self.stats.dispatched += 1
             self._requests[req.request_id] = sid
@@ -602,8 +669,7 @@ class ProcessManager:
     # --------------------------------------------------------------- answers
     def _drain_answers(self, limit: int = 500) -> int:
         """Records up to ``limit`` waiting answers in one transaction."""
-        with self._answers_lock:
-            taken = [self._answers.popleft() for _ in range(min(limit, len(self._answers)))]
+        taken = self.answers.take(limit)
         if not taken:
             return 0
         ops = []
@@ -623,8 +689,7 @@ class ProcessManager:
         try:
             results = self.relay.execute(ops)
         except Exception:
-            with self._answers_lock:  # keep them for the next step: an answer is never lost
-                self._answers.extendleft(reversed(taken))
+            self.answers.put_back(taken)  # kept for the next step: an answer is never lost
             raise
         self.stats.confirmed += sum(done for done, is_confirm in zip(results, kinds) if is_confirm)
         return len(taken)

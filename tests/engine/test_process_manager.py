@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 
+from relay_es.aggregates import SettingsPatch
 from relay_es.engine.process_manager import RecoveryOutcome
 from tests.support import World
 
@@ -542,3 +543,132 @@ def test_no_death_follows_a_disconnect_once_the_application_is_deleted(world: Wo
     world.restart(down_for=1.0)
     world.advance(120)
     assert world.status("A") == "DISCONNECTED" and world.dispatcher.sent == []
+
+
+# ------------------------------------------------- answers inbox, retention
+
+
+def test_answers_inbox_wakes_its_owner_and_keeps_order() -> None:
+    from relay_es.engine.process_manager import Answers
+
+    woken = []
+    inbox = Answers(lambda: woken.append(1))
+    assert not inbox and len(inbox) == 0
+    inbox.put(RecoveryOutcome("r1", True))
+    inbox.put(RecoveryOutcome("r2", False, reason="boom"))
+    assert len(woken) == 2 and len(inbox) == 2
+    taken = inbox.take(1)
+    assert [o.request_id for o in taken] == ["r1"]
+    inbox.put_back(taken)
+    assert [o.request_id for o in inbox.take(10)] == ["r1", "r2"]
+    assert not inbox
+
+
+def test_the_process_manager_takes_its_inbox_and_wake_in_its_constructor(clock) -> None:
+    from relay_es.engine.process_manager import Answers, ProcessManager
+    from tests.support import InMemoryDispatcher
+
+    world = World(clock, None, grace=10)
+    try:
+        woken = []
+        inbox = Answers(lambda: woken.append("inbox"))
+        pm = ProcessManager(world.relay, clock, InMemoryDispatcher(), owner="x", answers=inbox,
+                            wake=lambda: woken.append("pm"))
+        assert pm.answers is inbox
+        pm.recovery_answered(RecoveryOutcome("r1", True))
+        assert woken == ["inbox"] and pm.urgent()
+        own = ProcessManager(world.relay, clock, InMemoryDispatcher(), owner="y", wake=lambda: woken.append("pm"))
+        own.answers.put(RecoveryOutcome("r2", True))
+        assert woken == ["inbox", "pm"]
+    finally:
+        world.close()
+
+
+class RetentionDispatcher:
+    """The in-memory dispatcher plus ``send_retention``, noting each plan with the clock's time."""
+
+    def __init__(self, world: World) -> None:
+        from tests.support import InMemoryDispatcher
+
+        self.world = world
+        self.inner = InMemoryDispatcher()
+        self.retention: list[tuple[str, str, object, float]] = []
+
+    def send_recovery(self, request) -> None:  # type: ignore[no-untyped-def]
+        self.inner.send_recovery(request)
+
+    def is_connected(self, org: str, app: str, executor_id: str) -> bool:
+        return self.inner.is_connected(org, app, executor_id)
+
+    def expire(self, request_id: str) -> None:
+        self.inner.expire(request_id)
+
+    def send_retention(self, org: str, app: str, plan) -> None:  # type: ignore[no-untyped-def]
+        self.retention.append((org, app, plan, self.world.clock.monotonic()))
+
+
+def _retention_world(clock, interval: float = 60.0):  # type: ignore[no-untyped-def]
+    from relay_es.engine.process_manager import ProcessManager, replay_bootstrap
+
+    world = World(clock, None, grace=10)
+    d = RetentionDispatcher(world)
+    world.relay.update_app("local", "app", SettingsPatch(gc_time_threshold=timedelta(hours=1)))
+    world.relay.register_app("local", "quiet")  # wants no retention
+    world.pm = ProcessManager(world.relay, clock, d, owner=world.owner, timing=world.timing,
+                              bootstrap=replay_bootstrap(world.relay), retention_interval=interval)
+    world.pm.start()
+    return world, d
+
+
+def test_retention_is_a_timer_per_application_with_a_healthy_executor(clock) -> None:
+    world, d = _retention_world(clock)
+    try:
+        world.advance(120)
+        assert d.retention == []  # no HEALTHY executor: nothing to send to
+        t0 = clock.monotonic()
+        world.connect("A")
+        world.connect("B")  # a second executor does not re-arm the timer
+        world.connect("Q", app="quiet")
+        world.advance(59.9)
+        assert d.retention == []
+        world.advance(0.1)
+        assert [(o, a, at - t0) for o, a, _, at in d.retention] == [("local", "app", 60.0)]  # quiet wants none
+        plan = d.retention[0][2]
+        assert plan.gc_cutoff == clock.now() - timedelta(hours=1)  # from the clock, when it fires
+        world.advance(60)
+        assert len(d.retention) == 2 and d.retention[1][3] - t0 == 120.0
+        world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(hours=1)))  # nobody dies
+        world.drop("A")
+        world.drop("B")  # no HEALTHY executor left: the timer is dropped
+        world.advance(300)
+        assert len(d.retention) == 2
+        world.connect("A")  # back: one interval from now
+        world.advance(60)
+        assert len(d.retention) == 3
+    finally:
+        world.close()
+
+
+def test_retention_waits_for_a_store_that_is_away(clock, monkeypatch) -> None:
+    world, d = _retention_world(clock)
+    try:
+        world.connect("A")
+        real = world.relay.app_settings
+        from eventsourcing.persistence import OperationalError
+
+        def away(org: str, name: str):  # type: ignore[no-untyped-def]
+            raise OperationalError("the store is away")
+
+        monkeypatch.setattr(world.relay, "app_settings", away)
+        world.advance(60)
+        assert d.retention == []
+        monkeypatch.setattr(world.relay, "app_settings", real)
+        world.advance(1.0)  # retried a second later, like every command
+        assert len(d.retention) == 1
+    finally:
+        world.close()
+
+
+def test_no_retention_timer_without_an_interval(world: World) -> None:
+    world.connect("A")
+    assert not [k for k in world.pm.timers._by_key if k[0] == "retention"]
