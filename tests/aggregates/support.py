@@ -17,11 +17,18 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 GRACE = timedelta(seconds=30)
 
 
-def replay(events: list[Any]) -> Executor:
-    """Rebuilds an aggregate from its events, in order, as a repository would."""
+def replay_any(events: list[Any]) -> Any:
+    """Rebuilds an aggregate of any kind from its events, in order, as a repository would."""
     aggregate = None
     for e in events:
         aggregate = e.mutate(aggregate)
+    assert aggregate is not None
+    return aggregate
+
+
+def replay(events: list[Any]) -> Executor:
+    """Rebuilds an Executor from its events."""
+    aggregate = replay_any(events)
     assert isinstance(aggregate, Executor)
     return aggregate
 
