@@ -1,10 +1,13 @@
 """The process manager: durable timers and recovery decisions.
 
-Pure logic behind two small interfaces -- a :class:`~relay_es.domain.clock.Clock` and
-a :class:`Dispatcher` -- so tests drive it with a fake clock and an in-memory
-dispatcher: no sockets, no sleeps. It never blocks; its owner calls
-:meth:`ProcessManager.step` whenever something may have happened (new events,
-an answer, a timer due) and sleeps until :meth:`ProcessManager.next_wakeup`.
+It decides; it does no I/O of its own. Everything it does outside its memory goes through
+what its constructor is given: the :class:`~relay_es.engine.service.Relay` service (reads
+of the log and conditional commands: these run store transactions and block while they
+do), a :class:`Dispatcher` (the sockets; never blocks) and a
+:class:`~relay_es.domain.clock.Clock`. Tests drive it with a fake clock and an in-memory
+dispatcher: no sockets, no sleeps. Its owner calls :meth:`ProcessManager.step` from one
+thread whenever something may have happened (new events, an answer in :class:`Answers`,
+a timer due) and sleeps until :meth:`ProcessManager.next_wakeup`.
 
 What it does, per executor row (the same fold as the executors table):
 
@@ -24,16 +27,28 @@ What it does, per executor row (the same fold as the executors table):
   failure is recorded, so a recovery never goes out for an attempt already
   recorded as failed (ADR 15).
 * Back alive before any dispatch (a new incarnation) -> withdraw the recovery.
+* An application with a HEALTHY executor here -> a retention timer (when the
+  constructor is given a ``retention_interval``): every interval its plan
+  (:func:`relay_es.protocol.retention.plan`) goes to :meth:`Dispatcher.send_retention`.
 
 Everything it needs is in the event store, so a restart rebuilds it: pending
 deadlines and outstanding dispatches come back from the rows. Deadlines that
-passed while Relay was down fire only after the settle window, and executors
-that were HEALTHY on a Relay that is gone get a full fresh grace from start.
+passed while Relay was down fire only after the settle window
+(:mod:`relay_es.engine.settle`), and executors that were HEALTHY on a Relay that
+is gone get a full fresh grace from start.
 
 Timers wait on the monotonic clock; a persisted wall-clock deadline ``D`` is
 armed at ``monotonic() + (D - now())``. If the wall clock is stepped back, the
 conditional command refuses and the timer is re-armed; stepped forward, the
 monotonic timer has not fired yet. Either way nothing dies early.
+
+A failure is one of two things. A store error (:func:`~relay_es.engine.service.is_store_error`:
+the store is away or failing) is retried: the timer or reaction fires again
+:data:`RETRY_SECS` later, the log is read again at the next step. Anything else is a bug:
+logged with its traceback once per place it happens, counted in
+:attr:`Stats.bugs`, and the process manager reports itself unhealthy (:attr:`ProcessManager.healthy`,
+:attr:`ProcessManager.last_bug`); the streams it hit are tried again every
+:data:`BUG_RETRY_SECS`, alone, and every other stream goes on being served.
 """
 
 from __future__ import annotations
@@ -42,9 +57,10 @@ import hashlib
 import logging
 import secrets
 import threading
+import traceback
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -54,9 +70,12 @@ from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
 from relay_es.domain.clock import Clock
-from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
+from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
+from relay_es.engine.indexes import Indexes, derive_indexes
+from relay_es.engine.service import Relay, is_store_error
+from relay_es.engine.settle import SettleWindow
 from relay_es.engine.timers import TimerHeap
-from relay_es.engine.service import Relay
+from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
 from relay_es.protocol import retention
 
 log = logging.getLogger(__name__)
@@ -67,6 +86,7 @@ FOLD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError)
 
 EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
+BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
 
 
 @dataclass(frozen=True)
@@ -99,7 +119,7 @@ class Dispatcher(Protocol):
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         """Hand the request to the target's connection; never block. The
-        answer comes back through :meth:`ProcessManager.recovery_answered`."""
+        answer comes back through the process manager's :class:`Answers`."""
 
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         """Is the executor connected right now, or is news of it not yet in the
@@ -146,13 +166,13 @@ class Answers:
 
 @dataclass(frozen=True)
 class Timing:
-    settle: timedelta = timedelta(seconds=5)
+    settle: timedelta = RESTART_SETTLE
     # The settle window stays open past ``settle`` while executors are still being
     # re-admitted at least this fast (per second; or 1 % of the executors that were
     # HEALTHY on the Relay that stopped, if more), up to ``settle_max_factor`` x ``settle``.
     settle_busy_per_s: int = 10
     settle_max_factor: float = 4.0
-    response_timeout: timedelta = timedelta(seconds=30)
+    response_timeout: timedelta = RECOVERY_RESPONSE_TIMEOUT
     backoff_base: timedelta = timedelta(seconds=1)
     backoff_max: timedelta = timedelta(seconds=30)
 
@@ -166,11 +186,15 @@ Bootstrap = Callable[[], tuple[list[ExecutorRow], int]]
 
 
 @dataclass
-class _Stats:
+class Stats:
+    """Counters, read by the metrics."""
+
     declared_dead: int = 0
     dispatched: int = 0
     confirmed: int = 0
     failed: int = 0
+    store_errors: int = 0  # failures retried because the store was away or failing
+    bugs: int = 0  # failures that were not store errors (see the module docstring)
 
 
 class ProcessManager:
@@ -198,66 +222,72 @@ class ProcessManager:
         secret that orders equally good recovery candidates (random per process unless a test
         gives one; see :meth:`_candidates`)."""
         self.relay = relay
-        self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
         self.clock = clock
         self.dispatcher = dispatcher
         self.owner = owner
         self.live_owners = {owner}
         self.timing = timing
         self._bootstrap = bootstrap
+        self.wake: Callable[[], None] = wake or (lambda: None)
+        # The default inbox looks ``self.wake`` up on each put.
+        self.answers = answers if answers is not None else Answers(lambda: self.wake())
+        self.retention_interval = retention_interval
+        self._crash_point = crash_point or (lambda name: None)
         self.batch_size = batch_size
+        self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
+        self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = lambda e, old, new: None
+
         self.position = 0
         self.rows: dict[str, ExecutorRow] = {}
         self.timers = TimerHeap()
-        self._healthy: dict[tuple[str, str, str | None], set[str]] = defaultdict(set)
-        self._waiting: dict[tuple[str, str, str | None], set[str]] = defaultdict(set)
-        self._tried: dict[str, set[str]] = defaultdict(set)
-        self._backoff_until: dict[str, float] = {}
+        self.settle = SettleWindow(timing.settle.total_seconds(), busy_per_s=timing.settle_busy_per_s,
+                                   max_factor=timing.settle_max_factor)
+        self.started_at: datetime | None = None
+        # Derived from the rows alone (see relay_es.engine.indexes):
+        self._indexes = Indexes(self.live_owners)
+        # Decisions taken here, not derivable from the rows:
+        self._waiting: dict[tuple[str, str, str | None], set[str]] = defaultdict(set)  # no candidate last time
+        self._tried: dict[str, set[str]] = defaultdict(set)  # dead sid -> targets that failed it
+        self._backoff_until: dict[str, float] = {}  # dead sid -> monotonic time of its next attempt
         self._requests: dict[str, str] = {}  # request id -> stream id
         self._deadlines: dict[str, float] = {}  # request id -> monotonic deadline of a dispatch sent from here
-        self._listed: dict[tuple[str, str], int] = defaultdict(int)  # (org, app) -> executors not deleted
-        self._outstanding: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # target -> dead sids
-        self.wake: Callable[[], None] = wake or (lambda: None)
-        # The default inbox looks ``self.wake`` up on each put (the attribute stays settable).
-        self.answers = answers if answers is not None else Answers(lambda: self.wake())
-        self.retention_interval = retention_interval
-        self._apps_healthy: dict[tuple[str, str], set[str]] = defaultdict(set)  # (org, app) -> HEALTHY sids here
-        self._crash_point = crash_point or (lambda name: None)
-        self.settle_until = 0.0
-        self._settle_planned = 0.0
-        self._settle_cap = 0.0
-        self._settled = False
-        self._settle_extension = 0.0
-        self._orphans_at_start = 0
-        self._readmitted: deque[float] = deque()
-        self.started_at: datetime | None = None
-        self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = lambda e, old, new: None
-        self.stats = _Stats()
+
+        self._fire: dict[str, tuple[Callable[..., None], bool]] = {  # timer kind -> (handler, batched)
+            "deadline": (self._fire_deadlines, True),
+            "dispatch": (self._fire_dispatches, True),
+            "response": (self._fire_response, False),
+            "orphan": (self._fire_orphan, False),
+            "react": (self._fire_react, False),
+            "retention": (self._fire_retention, False),
+        }
+        self._alone: set[tuple[str, Any]] = set()  # timers that hit a bug in a batch: fired one by one
+        self.stats = Stats()
+        self.last_bug: str | None = None
+        self._bugs_logged: set[tuple[Any, ...]] = set()
         self._urgent_running = False
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Rebuilds pending deadlines and outstanding dispatches from the store."""
         self.started_at = self.clock.now()
-        self.settle_until = self.clock.monotonic() + self.timing.settle.total_seconds()
-        self._settle_planned = self.settle_until
-        self._settle_cap = self.clock.monotonic() + self.timing.settle_max_factor * self.timing.settle.total_seconds()
+        self.settle.start(self.clock.monotonic())
         if self._bootstrap is not None:
             rows, self.position = self._bootstrap()
             for row in rows:
                 self._put(row)
-        self._orphans_at_start = sum(1 for r in self.rows.values()
-                                     if r.status == S.HEALTHY and r.owner not in self.live_owners)
+        self.settle.set_orphans(sum(1 for r in self.rows.values()
+                                    if r.status == S.HEALTHY and r.owner not in self.live_owners))
         for row in list(self.rows.values()):
             self._react(row)
         self.step()
 
     def step(self) -> int:
-        """Does everything that is due now. Returns how many things it did."""
+        """Does everything that is due now. Returns how many things it did. A store error
+        while reading the log or recording answers propagates (the owner calls again)."""
         total = 0
         while True:
             # Due timers first: a burst of answers must not make deadlines late.
-            n = (self._urgently(self._run_due) + self.catch_up() + self._urgently(self._drain_answers)
+            n = (self._urgently(self._run_due) + self._follow() + self._urgently(self._drain_answers)
                  + self._urgently(self._run_due))
             if n == 0:
                 return total
@@ -283,38 +313,45 @@ class ProcessManager:
     def next_wakeup(self) -> float | None:
         """Monotonic time of the next timer, or None."""
         nxt = self.timers.next_at()
-        if nxt is not None and not self._settled:
-            nxt = max(nxt, self.settle_until)
+        if nxt is not None and not self.settle.closed:
+            nxt = self.settle.not_before(nxt)
         return nxt
-
-    def _settling(self, now: float) -> bool:
-        """Whether the settle window after start is still open. Past its planned
-        end it stays open, a second at a time, while executors are still being
-        re-admitted fast: a Relay working through a reconnect storm must not
-        count against the executors the time it takes to let them back in."""
-        if self._settled:
-            return False
-        if now < self.settle_until:
-            return True
-        readmitted = self._readmitted
-        while readmitted and readmitted[0] < now - 1.0:
-            readmitted.popleft()
-        busy = max(self.timing.settle_busy_per_s, 0.01 * self._orphans_at_start)
-        if len(readmitted) >= busy and now < self._settle_cap:
-            self.settle_until = min(now + 1.0, self._settle_cap)
-            return True
-        self._settled = True
-        self._settle_extension = max(0.0, self.settle_until - self._settle_planned)
-        if self._settle_extension:
-            log.info("settle window kept open %.1fs longer while executors reconnected", self._settle_extension)
-        return False
 
     def recovery_answered(self, outcome: RecoveryOutcome) -> None:
         """Thread-safe: a target answered (or can't). Puts it in :attr:`answers`."""
         self.answers.put(outcome)
 
+    # ------------------------------------------------------------- health
+    @property
+    def healthy(self) -> bool:
+        """False once a bug has been met (see :attr:`last_bug`); store errors do not count."""
+        return self.last_bug is None
+
+    def _failed(self, where: str, e: Exception) -> float:
+        """Counts and logs a failure; returns how soon to try again."""
+        if is_store_error(e):
+            self.stats.store_errors += 1
+            log.warning("%s failed on the store (%s: %s); retrying in %gs", where, type(e).__name__, e, RETRY_SECS)
+            return RETRY_SECS
+        self._bug(where, e)
+        return BUG_RETRY_SECS
+
+    def _bug(self, where: str, e: BaseException) -> None:
+        self.stats.bugs += 1
+        self.last_bug = f"{where}: {type(e).__name__}: {e}"
+        frames = traceback.extract_tb(e.__traceback__)
+        place = (frames[-1].filename, frames[-1].lineno) if frames else ()
+        signature = (where, type(e).__qualname__, *place)
+        if signature in self._bugs_logged:
+            log.debug("bug again in the process manager (%s): %s", where, e)
+            return
+        self._bugs_logged.add(signature)
+        log.error("bug in the process manager (%s); other streams go on, these are tried again every %gs",
+                  where, BUG_RETRY_SECS, exc_info=e)
+
     # ------------------------------------------------------------ following
     def catch_up(self) -> int:
+        """Folds the executor events appended since :attr:`position`. Returns how many."""
         n = 0
         while True:
             notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
@@ -323,38 +360,69 @@ class ProcessManager:
                 return n
             for nid, _, event in notifications:
                 try:
-                    self._apply(event)
-                except FOLD_ERRORS as e:  # an event it cannot fold: skipped, as the read models skip it (ADR 16)
-                    log.error("process manager skipped event %d (%s): %s", nid, type(event).__qualname__, e)
+                    self._apply(nid, event)
+                except Exception as e:
+                    if is_store_error(e):
+                        raise
+                    self._bug("following the log", e)  # the row is folded; its reaction comes with the next event
                 self.position = nid
                 n += 1
+
+    def _follow(self) -> int:
+        try:
+            return self.catch_up()
+        except Exception as e:
+            if is_store_error(e):
+                raise
+            self._bug("reading the log", e)
+            return 0
 
     def listed(self, org: str, app: str) -> int:
         """How many executors of the application exist (HEALTHY, DISCONNECTED or
         DEAD), as far as this process manager has followed the log. Safe to ask
         from another thread (the hub's limit on executor ids per application)."""
-        return self._listed.get((org, app), 0)
+        return self._indexes.listed.get((org, app), 0)
 
     def is_listed(self, stream_id: str) -> bool:
         """Whether this executor stream exists and is not deleted. Thread-safe, like :meth:`listed`."""
         row = self.rows.get(stream_id)
         return row is not None and row.visible
 
+    # ------------------------------------------------------- derived state
+    def derived_indexes(self) -> dict[str, dict[Any, Any]]:
+        """The indexes kept in step with :attr:`rows` one event at a time, as plain dicts of
+        frozensets/ints without empty entries; equal to :meth:`rebuilt_indexes` at all times."""
+        return self._indexes.snapshot()
+
+    def rebuilt_indexes(self) -> dict[str, dict[Any, Any]]:
+        """The same indexes computed from scratch from :attr:`rows` (:func:`derive_indexes`)."""
+        return derive_indexes(self.rows.values(), self.live_owners)
+
+    def index_snapshot(self, stream_id: str | None = None) -> dict[str, Any]:
+        """A read-only copy of the derived state: :meth:`derived_indexes` plus the decisions
+        taken here (``waiting``: (org, app, version) -> dead sids that found no candidate;
+        ``tried``: dead sid -> targets that failed it; ``requests``: request id -> sid).
+        With ``stream_id``: that stream's place in each of them."""
+        whole = self.derived_indexes()
+        whole["waiting"] = {k: frozenset(v) for k, v in self._waiting.items() if v}
+        whole["tried"] = {k: frozenset(v) for k, v in self._tried.items() if v}
+        whole["requests"] = dict(self._requests)
+        if stream_id is None:
+            return whole
+        return {
+            "healthy": [k for k, v in whole["healthy"].items() if stream_id in v],
+            "apps_healthy": [k for k, v in whole["apps_healthy"].items() if stream_id in v],
+            "outstanding": [k for k, v in whole["outstanding"].items() if stream_id in v],
+            "listed": self.is_listed(stream_id),
+            "waiting": [k for k, v in whole["waiting"].items() if stream_id in v],
+            "tried": whole["tried"].get(stream_id, frozenset()),
+            "requests": sorted(r for r, s in whole["requests"].items() if s == stream_id),
+        }
+
     def _put(self, row: ExecutorRow) -> None:
         old = self.rows.get(row.stream_id)
-        if old is not None:
-            self._healthy[(old.org, old.app, old.app_version)].discard(old.stream_id)
-            self._apps_healthy[(old.org, old.app)].discard(old.stream_id)
-            if old.recovery_target:
-                self._outstanding[(old.org, old.app, old.recovery_target)].discard(old.stream_id)
-        if (old is not None and old.visible) != row.visible:
-            self._listed[(row.org, row.app)] += 1 if row.visible else -1
+        self._indexes.put(old, row)
         self.rows[row.stream_id] = row
-        if row.status == S.HEALTHY and row.owner in self.live_owners:
-            self._healthy[(row.org, row.app, row.app_version)].add(row.stream_id)
-            self._apps_healthy[(row.org, row.app)].add(row.stream_id)
-        if row.recovery_phase == P.DISPATCHED and row.recovery_target:
-            self._outstanding[(row.org, row.app, row.recovery_target)].add(row.stream_id)
         self._follow_retention((row.org, row.app))
 
     def _follow_retention(self, app: tuple[str, str]) -> None:
@@ -362,18 +430,22 @@ class ProcessManager:
         interval after the first is seen; dropped when the last one goes."""
         if self.retention_interval is None:
             return
-        if self._apps_healthy.get(app):
+        if app in self._indexes.apps_healthy:
             if ("retention", app) not in self.timers:
                 self.timers.arm(("retention", app), self.clock.monotonic() + self.retention_interval)
         else:
             self.timers.cancel(("retention", app))
 
-    def _apply(self, event: Any) -> None:
+    def _apply(self, nid: int, event: Any) -> None:
         sid = str(event.originator_id)
         old = self.rows.get(sid)
         if old is not None and old.version >= event.originator_version:
             return
-        row = reduce(old, event)
+        try:
+            row = reduce(old, event)
+        except FOLD_ERRORS as e:  # an event it cannot fold: skipped, as the read models skip it (ADR 16)
+            log.error("process manager skipped event %d (%s): %s", nid, type(event).__qualname__, e)
+            return
         self._put(row)
         try:
             self.on_event(event, old, row)
@@ -398,8 +470,7 @@ class ProcessManager:
         if isinstance(event, (Executor.Disconnected, Executor.DeclaredDead)):
             self._target_lost(row)
         if isinstance(event, Executor.Connected) and row.owner in self.live_owners:
-            if not self._settled:
-                self._readmitted.append(self.clock.monotonic())
+            self.settle.readmitted(self.clock.monotonic())
             for waiting in list(self._waiting.get((row.org, row.app, row.app_version), ())):
                 self._arm_dispatch(waiting)
         self._react(row)
@@ -410,7 +481,7 @@ class ProcessManager:
 
     def _at(self, mono: float) -> float:
         """Nothing is enforced before the settle window after start has passed."""
-        return max(mono, self.settle_until)
+        return self.settle.not_before(mono)
 
     def _react(self, row: ExecutorRow) -> None:
         sid = row.stream_id
@@ -454,10 +525,15 @@ class ProcessManager:
     def _unwait(self, sid: str) -> None:
         row = self.rows.get(sid)
         if row is not None:
-            self._waiting[(row.org, row.app, row.recovery_version)].discard(sid)
+            key = (row.org, row.app, row.recovery_version)
+            waiting = self._waiting.get(key)
+            if waiting is not None:
+                waiting.discard(sid)
+                if not waiting:
+                    del self._waiting[key]
 
     def _target_lost(self, lost: ExecutorRow) -> None:
-        for sid in list(self._outstanding.get((lost.org, lost.app, lost.executor_id), ())):
+        for sid in list(self._indexes.outstanding.get((lost.org, lost.app, lost.executor_id), ())):
             row = self.rows[sid]
             if row.recovery_phase == P.DISPATCHED and row.recovery_request_id:
                 request_id = row.recovery_request_id
@@ -465,13 +541,12 @@ class ProcessManager:
                     UUID(sid), request_id=request_id, reason=f"target {lost.executor_id} became {lost.status}"))
 
     def _guarded(self, sid: str, command: Callable[[], Any]) -> None:
-        """A reaction's command that failed (the store is down) is retried by
-        reacting to the row again a second later; commands are idempotent."""
+        """A reaction's command that failed is retried by reacting to the row again
+        later (see :meth:`_failed`); commands are idempotent."""
         try:
             command()
-        except Exception:
-            log.exception("command for %s failed; retrying in %gs", sid, RETRY_SECS)
-            self.timers.arm(("react", sid), self.clock.monotonic() + RETRY_SECS)
+        except Exception as e:
+            self.timers.arm(("react", sid), self.clock.monotonic() + self._failed("reaction", e))
 
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
@@ -480,7 +555,7 @@ class ProcessManager:
         thousand executors dying at once cost one commit, not a thousand.
         Deadlines go first, and again while more come due: a death is never
         late because dispatches of earlier deaths were being recorded."""
-        if self._settling(self.clock.monotonic()):
+        if self.settle.is_open(self.clock.monotonic()):
             return 0  # timers armed for the settle window's end wait for its new end
         total = 0
         pending: dict[str, list[tuple[str, Any]]] = defaultdict(list)
@@ -497,18 +572,41 @@ class ProcessManager:
             self._fire_kind(kind, items)
         return total
 
-    def _fire_kind(self, kind: str, items: list[tuple[str, Any]]) -> None:
-        batch_fire = getattr(self, f"_fire_{kind}s", None)
-        try:
-            if batch_fire is not None:
-                batch_fire(items)
+    def _fire_kind(self, kind: str, items: list[tuple[Any, Any]]) -> None:
+        """Fires the due timers of one kind through its handler in :attr:`_fire`: a batched
+        kind all together (but those that hit a bug in a batch, one by one), the others one
+        by one. A timer that fails is armed again (:meth:`_failed` says when)."""
+        entry = self._fire.get(kind)
+        if entry is None:
+            self._bug("timers", LookupError(f"no handler for timer kind {kind!r}; {len(items)} dropped"))
+            return
+        fire, batched = entry
+        if batched:
+            together = [item for item in items if (kind, item[0]) not in self._alone]
+            groups = [together] if together else []
+            groups += [[item] for item in items if (kind, item[0]) in self._alone]
+        else:
+            groups = [[item] for item in items]
+        for group in groups:
+            try:
+                if batched:
+                    fire(group)
+                else:
+                    fire(*group[0])
+            except Exception as e:
+                if len(group) > 1 and not is_store_error(e):
+                    # A bug somewhere in a batch: each fires alone, now, so that only its own stream waits.
+                    self._bug(f"{kind} timers", e)
+                    for sid, payload in group:
+                        self._alone.add((kind, sid))
+                        self.timers.arm((kind, sid), self.clock.monotonic(), payload)
+                    continue
+                at = self.clock.monotonic() + self._failed(f"{kind} timers", e)
+                for sid, payload in group:
+                    self.timers.arm((kind, sid), at, payload)
             else:
-                for sid, payload in items:
-                    getattr(self, f"_fire_{kind}")(sid, payload)
-        except Exception:  # the store is away: every one of them fires again
-            log.exception("%d %s timer(s) failed; retrying in %gs", len(items), kind, RETRY_SECS)
-            for sid, payload in items:
-                self.timers.arm((kind, sid), self.clock.monotonic() + RETRY_SECS, payload)
+                if self._alone:
+                    self._alone.difference_update((kind, sid) for sid, _ in group)
 
     def _fire_react(self, sid: str, _payload: Any) -> None:
         row = self.rows.get(sid)
@@ -519,7 +617,7 @@ class ProcessManager:
 
     def _fire_retention(self, app: tuple[str, str], _payload: Any) -> None:
         """Sends the application's retention plan, if its settings want one; re-arms."""
-        if not self._apps_healthy.get(app) or self.retention_interval is None:
+        if app not in self._indexes.apps_healthy or self.retention_interval is None:
             return
         org, name = app
         p = retention.plan(self.relay.app_settings(org, name), self.clock.now())
@@ -569,7 +667,7 @@ class ProcessManager:
         self.relay.executor_disconnected(
             UUID(sid), connection_id=connection_id or "", reason="relay_restarted",
             # a full grace from Relay's start, moved by as long as the settle window was kept open
-            grace_from=self.started_at + timedelta(seconds=self._settle_extension) if self.started_at else None,
+            grace_from=self.started_at + timedelta(seconds=self.settle.extension) if self.started_at else None,
         )
 
     def _fire_response(self, sid: str, request_id: str | None) -> None:
@@ -583,7 +681,7 @@ class ProcessManager:
                 reason=f"no answer within {self.timing.response_timeout.total_seconds():g}s",
             )
 
-    def _fire_dispatchs(self, items: list[tuple[str, Any]]) -> None:
+    def _fire_dispatches(self, items: list[tuple[str, Any]]) -> None:
         """Decides every due dispatch, records them in one transaction, then sends."""
         ops = []
         sends: list[tuple[str, RecoveryRequest | None]] = []
@@ -601,7 +699,7 @@ class ProcessManager:
                         UUID(sid), reason=f"no HEALTHY executor of application version {row.recovery_version!r}"))
                     sends.append((sid, None))
                 continue
-            self._waiting[key].discard(sid)
+            self._unwait(sid)
             target = candidates[0]
             assigned[(target.org, target.app, target.executor_id)] += 1
             request_id = str(uuid.uuid4())
@@ -646,14 +744,14 @@ class ProcessManager:
         :meth:`tie_rank`: a keyed hash, not the executor id, so that no executor can
         name itself to win every tie (an executor called "0" was asked every time
         and could answer ``exist: false``, stranding the dead one's workflows)."""
-        sids = self._healthy.get((dead.org, dead.app, dead.recovery_version), set())
+        sids = self._indexes.healthy.get((dead.org, dead.app, dead.recovery_version), ())
         tried = self._tried.get(dead.stream_id, set())
         found = [self.rows[s] for s in sids if self.rows[s].executor_id != dead.executor_id]
         extra = assigned or {}
 
         def load(r: ExecutorRow) -> int:
             key = (r.org, r.app, r.executor_id)
-            return len(self._outstanding.get(key, ())) + extra.get(key, 0)
+            return len(self._indexes.outstanding.get(key, ())) + extra.get(key, 0)
 
         attempt = dead.recovery_attempt
         return sorted(found, key=lambda r: (r.executor_id in tried, load(r),
@@ -668,13 +766,34 @@ class ProcessManager:
 
     # --------------------------------------------------------------- answers
     def _drain_answers(self, limit: int = 500) -> int:
-        """Records up to ``limit`` waiting answers in one transaction."""
+        """Records up to ``limit`` waiting answers in one transaction. On a store error they go
+        back to the inbox (an answer is never lost); on a bug each is recorded alone, and the
+        one that still fails is dropped: its response timer fails the attempt in the end."""
         taken = self.answers.take(limit)
         if not taken:
             return 0
+        try:
+            self._record_answers(taken)
+        except Exception as e:
+            if is_store_error(e):
+                self.answers.put_back(taken)
+                raise
+            self._bug("recording answers", e)
+            if len(taken) > 1:
+                for i, outcome in enumerate(taken):
+                    try:
+                        self._record_answers([outcome])
+                    except Exception as e1:
+                        if is_store_error(e1):
+                            self.answers.put_back(taken[i:])
+                            raise
+                        self._bug("recording answers", e1)
+        return len(taken)
+
+    def _record_answers(self, outcomes: list[RecoveryOutcome]) -> None:
         ops = []
         kinds: list[bool] = []
-        for outcome in taken:
+        for outcome in outcomes:
             sid = self._requests.get(outcome.request_id)
             if sid is None:
                 log.info("answer to unknown or finished recovery request %s ignored", outcome.request_id)
@@ -686,17 +805,8 @@ class ProcessManager:
                 ops.append(self.relay.op_fail(UUID(sid), request_id=outcome.request_id,
                                               reason=outcome.reason or "failed"))
             kinds.append(outcome.ok)
-        try:
-            results = self.relay.execute(ops)
-        except Exception:
-            self.answers.put_back(taken)  # kept for the next step: an answer is never lost
-            raise
+        results = self.relay.execute(ops)
         self.stats.confirmed += sum(done for done, is_confirm in zip(results, kinds) if is_confirm)
-        return len(taken)
-
-    # ---------------------------------------------------------------- views
-    def pending(self) -> Iterable[ExecutorRow]:
-        return (r for r in self.rows.values() if r.recovery_phase is not None)
 
 
 def replay_bootstrap(relay: Relay) -> Bootstrap:

@@ -38,6 +38,7 @@ class TimerHeap:
         return key in self._by_key
 
     def arm(self, key: Hashable, at: float, payload: Any = None) -> None:
+        """Arms ``key`` at ``at``, replacing its timer if it has one."""
         old = self._by_key.get(key)
         if old is not None:
             if old.at == at and old.payload == payload:
@@ -48,22 +49,21 @@ class TimerHeap:
         heapq.heappush(self._heap, entry)
 
     def cancel(self, key: Hashable) -> bool:
+        """Disarms ``key``; whether it was armed."""
         entry = self._by_key.pop(key, None)
         if entry is None:
             return False
         entry.live = False
         return True
 
-    def when(self, key: Hashable) -> float | None:
-        e = self._by_key.get(key)
-        return e.at if e else None
-
     def next_at(self) -> float | None:
+        """The earliest live timer's time, or None when none is armed."""
         while self._heap and not self._heap[0].live:
             heapq.heappop(self._heap)
         return self._heap[0].at if self._heap else None
 
     def pop_due(self, now: float) -> list[tuple[Hashable, Any]]:
+        """Removes and returns ``(key, payload)`` of every timer due at ``now``, earliest first."""
         due = []
         while self._heap and (not self._heap[0].live or self._heap[0].at <= now):
             e = heapq.heappop(self._heap)

@@ -672,3 +672,154 @@ def test_retention_waits_for_a_store_that_is_away(clock, monkeypatch) -> None:
 def test_no_retention_timer_without_an_interval(world: World) -> None:
     world.connect("A")
     assert not [k for k in world.pm.timers._by_key if k[0] == "retention"]
+
+
+# ------------------------------------------------------ store errors, bugs
+
+
+def _bug_tracebacks(caplog) -> list:  # type: ignore[no-untyped-def]
+    return [r for r in caplog.records if r.name == "relay_es.engine.process_manager" and r.exc_info
+            and r.levelname == "ERROR"]
+
+
+def test_a_store_error_is_retried_a_second_later_and_is_no_bug(clock, monkeypatch) -> None:
+    from eventsourcing.persistence import OperationalError
+
+    world = World(clock, None, grace=10)
+    try:
+        world.connect("A")
+        world.connect("B")
+        world.drop("A")
+        real = world.relay.execute
+        calls = []
+
+        def away(ops):  # type: ignore[no-untyped-def]
+            calls.append(len(ops))
+            raise OperationalError("the store is away")
+
+        monkeypatch.setattr(world.relay, "execute", away)
+        world.advance(10)
+        assert world.status("A") == "DISCONNECTED" and calls == [1]
+        world.advance(0.99)
+        assert calls == [1]
+        world.advance(0.01)  # a second later, again
+        assert calls == [1, 1]
+        monkeypatch.setattr(world.relay, "execute", real)
+        world.advance(1.0)
+        assert world.status("A") == "DEAD"
+        assert world.pm.healthy and world.pm.last_bug is None
+        assert world.pm.stats.bugs == 0 and world.pm.stats.store_errors == 2
+    finally:
+        world.close()
+
+
+def test_a_bug_is_loud_once_counted_and_other_streams_go_on(clock, monkeypatch, caplog) -> None:
+    """An exception that is not a store error (an AttributeError after a rename) is a bug:
+    its traceback is logged once, it is counted, the process manager says it is unhealthy,
+    and only the stream it hits waits (tried again, alone, every BUG_RETRY_SECS)."""
+    from relay_es.engine.process_manager import BUG_RETRY_SECS
+
+    world = World(clock, None, grace=10)
+    try:
+        world.relay.register_app("local", "other")
+        world.relay.update_app("local", "other", SettingsPatch(executor_timeout=timedelta(seconds=10)))
+        world.connect("A")
+        world.connect("B")
+        world.connect("X", app="other")
+        real = world.relay.app_deleted
+
+        def buggy(org: str, app: str) -> bool:
+            if app == "other":
+                raise AttributeError("'Relay' object has no attribute 'renamed'")
+            return real(org, app)
+
+        monkeypatch.setattr(world.relay, "app_deleted", buggy)
+        world.drop("A")
+        world.drop("X", app="other")  # both deadlines come due together: one batch
+        assert world.pm.healthy
+        world.advance(10)
+        assert world.status("A") == "DEAD"  # served, though it was in the batch with the bug
+        assert world.status("X", app="other") == "DISCONNECTED"
+        assert not world.pm.healthy and "AttributeError" in world.pm.last_bug
+        bugs = world.pm.stats.bugs
+        assert bugs >= 1 and len(_bug_tracebacks(caplog)) == 1
+        world.advance(BUG_RETRY_SECS)  # tried again, alone: the same bug, counted, not logged again
+        assert world.pm.stats.bugs == bugs + 1 and len(_bug_tracebacks(caplog)) == 1
+        assert world.dispatcher.sent and world.dispatcher.last().dead_executor_id == "A"
+        monkeypatch.setattr(world.relay, "app_deleted", real)  # the fix
+        world.advance(BUG_RETRY_SECS)
+        assert world.status("X", app="other") == "DEAD"
+        assert not world.pm.healthy  # a bug met stays reported
+        assert world.pm.stats.store_errors == 0
+    finally:
+        world.close()
+
+
+def test_a_timer_of_unknown_kind_is_a_bug_not_an_attribute_error(world: World, caplog) -> None:
+    world.advance(5)  # past the settle window
+    world.pm.timers.arm(("mystery", "s1"), world.clock.monotonic())
+    world.sync()  # no exception
+    assert not world.pm.healthy and world.pm.stats.bugs == 1
+    assert "mystery" in world.pm.last_bug and len(_bug_tracebacks(caplog)) == 1
+    assert ("mystery", "s1") not in world.pm.timers  # dropped: nothing can fire it
+
+
+def test_a_bug_recording_one_answer_does_not_lose_the_others(clock, monkeypatch) -> None:
+    world = World(clock, None, grace=10)
+    try:
+        for name in ("A", "B", "C"):
+            world.connect(name)
+        world.drop("A")
+        world.drop("C")
+        world.advance(10)
+        reqs = {r.dead_executor_id: r for r in world.dispatcher.sent}
+        assert set(reqs) == {"A", "C"}
+        real = world.relay.op_confirm
+        bad = world.executor("A").id
+
+        def buggy(sid, **kw):  # type: ignore[no-untyped-def]
+            if sid == bad:
+                raise TypeError("op_confirm() got an unexpected keyword argument")
+            return real(sid, **kw)
+
+        monkeypatch.setattr(world.relay, "op_confirm", buggy)
+        world.pm.recovery_answered(RecoveryOutcome(reqs["A"].request_id, True, True))
+        world.pm.recovery_answered(RecoveryOutcome(reqs["C"].request_id, True, True))
+        world.sync()
+        assert world.status("C") == "DELETED"
+        assert world.status("A") == "DEAD" and not world.pm.healthy
+        assert not world.pm.answers  # the buggy answer is dropped: its response timer fails the attempt
+    finally:
+        world.close()
+
+
+# ------------------------------------------------------------- indexes
+
+
+def test_indexes_kept_in_step_equal_indexes_derived_from_the_rows(world: World) -> None:
+    assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.connect("D", "v2")
+    world.drop("A")
+    world.drop("D")
+    world.advance(10)
+    assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()
+    req = world.dispatcher.last()
+    snap = world.pm.index_snapshot()
+    target = world.executor(req.target_executor_id)
+    a, d = str(world.executor("A").id), str(world.executor("D").id)
+    assert snap["outstanding"] == {("local", "app", req.target_executor_id): frozenset({a})}
+    assert snap["healthy"][("local", "app", "v1")] == {str(target.id), str(world.executor(
+        ({"B", "C"} - {req.target_executor_id}).pop()).id)}
+    assert snap["listed"] == {("local", "app"): 4}
+    assert snap["waiting"] == {("local", "app", "v2"): frozenset({d})}
+    one = world.pm.index_snapshot(a)
+    assert one["outstanding"] == [("local", "app", req.target_executor_id)] and one["listed"]
+    assert one["requests"] == [req.request_id] and one["healthy"] == [] and one["waiting"] == []
+    world.answer(req)
+    world.advance(60)
+    assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()
+    assert world.pm.index_snapshot()["listed"] == {("local", "app"): 3}
+    assert world.pm.index_snapshot(a) == {"healthy": [], "apps_healthy": [], "outstanding": [], "listed": False,
+                                         "waiting": [], "tried": frozenset(), "requests": []}

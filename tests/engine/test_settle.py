@@ -1,0 +1,56 @@
+"""The settle window after a restart, on monotonic seconds."""
+
+from __future__ import annotations
+
+from relay_es.engine.settle import SettleWindow
+
+
+def window(**kw: float) -> SettleWindow:
+    w = SettleWindow(5.0, busy_per_s=kw.pop("busy_per_s", 10), max_factor=kw.pop("max_factor", 4.0))
+    w.start(1000.0, orphans=int(kw.pop("orphans", 0)))
+    return w
+
+
+def test_open_for_the_settle_time_then_closed_for_good() -> None:
+    w = window()
+    assert w.is_open(1000.0) and w.is_open(1004.99)
+    assert not w.closed
+    assert not w.is_open(1005.0)
+    assert w.closed and w.extension == 0.0
+    for _ in range(50):
+        w.readmitted(1005.5)  # after it closed: nothing reopens it
+    assert not w.is_open(1005.6)
+
+
+def test_kept_open_a_second_at_a_time_while_executors_are_readmitted_fast() -> None:
+    w = window()
+    for _ in range(10):
+        w.readmitted(1004.5)
+    assert w.is_open(1005.0) and w.until == 1006.0  # ten in the last second: one more second
+    for _ in range(5):
+        w.readmitted(1005.5)
+    assert w.is_open(1005.9)
+    assert not w.is_open(1006.0)  # only five in the last second
+    assert w.extension == 1.0
+
+
+def test_never_open_past_max_factor_times_the_settle_time() -> None:
+    w = window()
+    t = 1004.0
+    while w.is_open(t):
+        for _ in range(11):
+            w.readmitted(t)
+        t += 0.5
+    assert t <= 1020.0 + 0.5 and w.extension == 15.0  # closed at 4 x 5 s
+
+
+def test_busy_means_one_percent_of_the_orphans_when_that_is_more() -> None:
+    w = window(orphans=5000)  # 50 a second needed
+    for _ in range(40):
+        w.readmitted(1004.5)
+    assert not w.is_open(1005.0)
+
+
+def test_not_before_the_end_of_the_window() -> None:
+    w = window()
+    assert w.not_before(1001.0) == 1005.0 and w.not_before(1009.0) == 1009.0

@@ -1,0 +1,60 @@
+"""The keyed timer heap: replace by key, cancel, order, and when the next one is due."""
+
+from __future__ import annotations
+
+from relay_es.domain.clock import FakeClock
+from relay_es.engine.timers import TimerHeap
+
+
+def test_empty_heap_has_nothing_due_and_no_next() -> None:
+    heap = TimerHeap()
+    assert heap.next_at() is None and heap.pop_due(1e9) == [] and len(heap) == 0
+
+
+def test_timers_come_due_in_time_order_then_arming_order() -> None:
+    heap = TimerHeap()
+    heap.arm("c", 3.0, "third")
+    heap.arm("a", 1.0, "first")
+    heap.arm("b", 1.0, "second")  # same instant: in the order they were armed
+    assert heap.next_at() == 1.0
+    assert heap.pop_due(0.9) == []
+    assert heap.pop_due(1.0) == [("a", "first"), ("b", "second")]
+    assert heap.next_at() == 3.0 and len(heap) == 1
+    assert heap.pop_due(10.0) == [("c", "third")]
+    assert heap.next_at() is None
+
+
+def test_arming_a_key_again_replaces_its_timer() -> None:
+    heap = TimerHeap()
+    heap.arm("k", 5.0, "old")
+    heap.arm("k", 2.0, "new")  # earlier
+    assert len(heap) == 1 and heap.next_at() == 2.0
+    assert heap.pop_due(5.0) == [("k", "new")]  # once, with the new payload
+    heap.arm("k", 1.0)
+    heap.arm("k", 4.0)  # later: the earlier entry is stale and never fires
+    assert heap.pop_due(3.0) == [] and heap.next_at() == 4.0
+    heap.arm("k", 4.0)  # the same again: still one timer
+    assert heap.pop_due(4.0) == [("k", None)] and len(heap) == 0
+
+
+def test_cancel_disarms_and_says_whether_it_was_armed() -> None:
+    heap = TimerHeap()
+    heap.arm(("deadline", "s1"), 1.0)
+    heap.arm(("deadline", "s2"), 2.0)
+    assert ("deadline", "s1") in heap
+    assert heap.cancel(("deadline", "s1")) is True
+    assert heap.cancel(("deadline", "s1")) is False
+    assert ("deadline", "s1") not in heap
+    assert heap.next_at() == 2.0  # the cancelled entry is skipped
+    assert heap.pop_due(5.0) == [(("deadline", "s2"), None)]
+
+
+def test_times_are_monotonic_a_wall_clock_step_moves_nothing() -> None:
+    clock = FakeClock()
+    heap = TimerHeap()
+    heap.arm("t", clock.monotonic() + 10)
+    clock.step_wall(3600)  # the wall clock jumps an hour
+    assert heap.pop_due(clock.monotonic()) == []
+    assert heap.next_at() - clock.monotonic() == 10
+    clock.advance(10)
+    assert heap.pop_due(clock.monotonic()) == [("t", None)]
