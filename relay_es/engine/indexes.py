@@ -18,10 +18,12 @@ after any sequence of puts. Pure: no clock, no I/O.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Set
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from relay_es.aggregates.executor import ExecutorStatus as S, RecoveryPhase as P
+from relay_es.aggregates.executor import ExecutorStatus as S
+from relay_es.aggregates.executor import RecoveryPhase as P
 from relay_es.projections.executors import ExecutorRow
 
 VersionKey = tuple[str, str, "str | None"]
@@ -29,7 +31,7 @@ AppKey = tuple[str, str]
 TargetKey = tuple[str, str, str]
 
 
-def _is_healthy_here(row: ExecutorRow, live_owners: Set[str]) -> bool:
+def _is_healthy_here(row: ExecutorRow, live_owners: AbstractSet[str]) -> bool:
     return row.status == S.HEALTHY and row.owner in live_owners
 
 
@@ -40,7 +42,7 @@ def _is_outstanding(row: ExecutorRow) -> bool:
 class Indexes:
     """The four indexes, updated by :meth:`put` as rows change."""
 
-    def __init__(self, live_owners: Set[str]) -> None:
+    def __init__(self, live_owners: AbstractSet[str]) -> None:
         self.live_owners = live_owners  # read on each put: the process manager's own set
         self.healthy: dict[VersionKey, set[str]] = defaultdict(set)
         self.apps_healthy: dict[AppKey, set[str]] = defaultdict(set)
@@ -48,7 +50,7 @@ class Indexes:
         self.listed: dict[AppKey, int] = defaultdict(int)
 
     @classmethod
-    def from_rows(cls, rows: Iterable[ExecutorRow], live_owners: Set[str]) -> Indexes:
+    def from_rows(cls, rows: Iterable[ExecutorRow], live_owners: AbstractSet[str]) -> Indexes:
         indexes = cls(live_owners)
         for row in rows:
             indexes.put(None, row)
@@ -62,11 +64,15 @@ class Indexes:
             _discard(self.apps_healthy, (old.org, old.app), sid)
             if old.recovery_target:
                 _discard(self.outstanding, (old.org, old.app, old.recovery_target), sid)
-        if (old is not None and old.visible) != row.visible:
-            key = (row.org, row.app)
-            self.listed[key] += 1 if row.visible else -1
-            if not self.listed[key]:
-                del self.listed[key]
+        was = (old.org, old.app) if old is not None and old.visible else None
+        now = (row.org, row.app) if row.visible else None
+        if was != now:  # counted where it is before it is uncounted where it was (read from other threads)
+            if now is not None:
+                self.listed[now] += 1
+            if was is not None:
+                self.listed[was] -= 1
+                if not self.listed[was]:
+                    del self.listed[was]
         if _is_healthy_here(row, self.live_owners):
             self.healthy[(row.org, row.app, row.app_version)].add(sid)
             self.apps_healthy[(row.org, row.app)].add(sid)
@@ -83,7 +89,7 @@ class Indexes:
         }
 
 
-def derive_indexes(rows: Iterable[ExecutorRow], live_owners: Set[str]) -> dict[str, dict[Any, Any]]:
+def derive_indexes(rows: Iterable[ExecutorRow], live_owners: AbstractSet[str]) -> dict[str, dict[Any, Any]]:
     """The indexes computed from scratch, in the shape of :meth:`Indexes.snapshot`."""
     healthy: dict[Any, set[str]] = defaultdict(set)
     apps_healthy: dict[Any, set[str]] = defaultdict(set)

@@ -53,17 +53,15 @@ logged with its traceback once per place it happens, counted in
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
-import threading
 import traceback
 import uuid
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.utils import get_topic
@@ -72,11 +70,22 @@ from relay_es.aggregates.executor import Executor, ExecutorStatus as S, Recovery
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
 from relay_es.engine.indexes import Indexes, derive_indexes
+from relay_es.engine.recovery import (
+    Answers,
+    Dispatcher,
+    RecoveryOutcome,
+    RecoveryRequest,
+    rank_candidates,
+    tie_rank,
+)
 from relay_es.engine.service import Relay, is_store_error
 from relay_es.engine.settle import SettleWindow
 from relay_es.engine.timers import TimerHeap
 from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
 from relay_es.protocol import retention
+
+__all__ = ["EXECUTOR_TOPICS", "Answers", "Dispatcher", "ProcessManager", "RecoveryOutcome", "RecoveryRequest",
+           "Stats", "Timing", "replay_bootstrap"]
 
 log = logging.getLogger(__name__)
 
@@ -87,81 +96,6 @@ FOLD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError)
 EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
-
-
-@dataclass(frozen=True)
-class RecoveryRequest:
-    """Ask ``target`` to recover the workflows of ``dead_executor_id``."""
-
-    request_id: str
-    org: str
-    app: str
-    dead_executor_id: str
-    app_version: str | None
-    target_executor_id: str
-    target_connection_id: str | None
-    target_owner: str | None
-    # Monotonic time (the process manager's clock) after which nothing more is sent
-    # for this attempt; its response timer records the failure at that instant.
-    deadline: float | None = None
-
-
-@dataclass(frozen=True)
-class RecoveryOutcome:
-    request_id: str
-    ok: bool
-    pending_found: bool | None = None
-    reason: str | None = None
-
-
-class Dispatcher(Protocol):
-    """The process manager's window on the sockets (the hub, in production)."""
-
-    def send_recovery(self, request: RecoveryRequest) -> None:
-        """Hand the request to the target's connection; never block. The
-        answer comes back through the process manager's :class:`Answers`."""
-
-    def is_connected(self, org: str, app: str, executor_id: str) -> bool:
-        """Is the executor connected right now, or is news of it not yet in the
-        store (its Connected still on the way)? Such an executor is never declared dead."""
-
-    def expire(self, request_id: str) -> None:
-        """The attempt's deadline has come and its failure is about to be
-        recorded: send nothing more for it. Returns once that is certain.
-        Optional: a dispatcher without it obeys :attr:`RecoveryRequest.deadline` alone."""
-
-    def send_retention(self, org: str, app: str, plan: retention.RetentionPlan) -> None:
-        """Send ``plan`` to one connected executor of the application (the newest), recording
-        it; never block. Called only when the process manager has a ``retention_interval``."""
-
-
-class Answers:
-    """The inbox of recovery answers: the dispatcher puts, the process manager drains.
-
-    Thread-safe. ``put`` calls ``wake`` so that the process manager's owner runs a step."""
-
-    def __init__(self, wake: Callable[[], None] = lambda: None) -> None:
-        self._wake = wake
-        self._items: deque[RecoveryOutcome] = deque()
-        self._lock = threading.Lock()
-
-    def put(self, outcome: RecoveryOutcome) -> None:
-        with self._lock:
-            self._items.append(outcome)
-        self._wake()
-
-    def take(self, limit: int) -> list[RecoveryOutcome]:
-        """Up to ``limit`` answers, oldest first, removed from the inbox."""
-        with self._lock:
-            return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
-
-    def put_back(self, outcomes: list[RecoveryOutcome]) -> None:
-        """Returns answers taken but not recorded to the front of the inbox, in their order."""
-        with self._lock:
-            self._items.extendleft(reversed(outcomes))
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 @dataclass(frozen=True)
@@ -739,30 +673,21 @@ class ProcessManager:
             self.dispatcher.send_recovery(req)
 
     def _candidates(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None) -> list[ExecutorRow]:
-        """HEALTHY, same org/app/version, connected to a live Relay; untried first,
-        then the least loaded (``assigned``: given out in this batch), then by
-        :meth:`tie_rank`: a keyed hash, not the executor id, so that no executor can
-        name itself to win every tie (an executor called "0" was asked every time
-        and could answer ``exist: false``, stranding the dead one's workflows)."""
+        """The dead executor's candidates, best first (:func:`~relay_es.engine.recovery.rank_candidates`):
+        HEALTHY here, same org/app/version; ``assigned``: given out in this batch."""
         sids = self._indexes.healthy.get((dead.org, dead.app, dead.recovery_version), ())
-        tried = self._tried.get(dead.stream_id, set())
-        found = [self.rows[s] for s in sids if self.rows[s].executor_id != dead.executor_id]
         extra = assigned or {}
 
         def load(r: ExecutorRow) -> int:
             key = (r.org, r.app, r.executor_id)
             return len(self._indexes.outstanding.get(key, ())) + extra.get(key, 0)
 
-        attempt = dead.recovery_attempt
-        return sorted(found, key=lambda r: (r.executor_id in tried, load(r),
-                                            self.tie_rank(dead.stream_id, attempt, r.executor_id), r.executor_id))
+        return rank_candidates(dead, [self.rows[s] for s in sids], tried=self._tried.get(dead.stream_id, set()),
+                               load=load, tie_key=self._tie_key)
 
     def tie_rank(self, dead_stream_id: str, attempt: int, candidate_id: str) -> bytes:
-        """Where a candidate stands among equals for one attempt at one dead executor:
-        BLAKE2b keyed with this process's secret over (dead stream, attempt, candidate),
-        so the order changes from attempt to attempt and cannot be chosen from outside."""
-        data = f"{dead_stream_id}\x00{attempt}\x00".encode() + candidate_id.encode("utf-8", "surrogatepass")
-        return hashlib.blake2b(data, key=self._tie_key, digest_size=16).digest()
+        """:func:`~relay_es.engine.recovery.tie_rank` with this process's secret."""
+        return tie_rank(self._tie_key, dead_stream_id, attempt, candidate_id)
 
     # --------------------------------------------------------------- answers
     def _drain_answers(self, limit: int = 500) -> int:

@@ -17,7 +17,7 @@ def run(code: str, crash_at: str | None) -> subprocess.CompletedProcess[str]:
     if crash_at is not None:
         env["RELAY_FAULT_CRASH_AT"] = crash_at
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
 CALL_ALL = ("from relay_es.adapters.faults import POINTS, crash_point\n"

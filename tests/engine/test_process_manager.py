@@ -548,22 +548,6 @@ def test_no_death_follows_a_disconnect_once_the_application_is_deleted(world: Wo
 # ------------------------------------------------- answers inbox, retention
 
 
-def test_answers_inbox_wakes_its_owner_and_keeps_order() -> None:
-    from relay_es.engine.process_manager import Answers
-
-    woken = []
-    inbox = Answers(lambda: woken.append(1))
-    assert not inbox and len(inbox) == 0
-    inbox.put(RecoveryOutcome("r1", True))
-    inbox.put(RecoveryOutcome("r2", False, reason="boom"))
-    assert len(woken) == 2 and len(inbox) == 2
-    taken = inbox.take(1)
-    assert [o.request_id for o in taken] == ["r1"]
-    inbox.put_back(taken)
-    assert [o.request_id for o in inbox.take(10)] == ["r1", "r2"]
-    assert not inbox
-
-
 def test_the_process_manager_takes_its_inbox_and_wake_in_its_constructor(clock) -> None:
     from relay_es.engine.process_manager import Answers, ProcessManager
     from tests.support import InMemoryDispatcher

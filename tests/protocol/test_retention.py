@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
@@ -36,7 +36,7 @@ def test_each_threshold_alone_is_enough_and_the_others_stay_unset() -> None:
 
 
 def test_the_body_is_in_epoch_milliseconds_with_unset_fields_sent_as_null() -> None:
-    cutoff = datetime(2026, 11, 30, 12, 0, 0, 123457, tzinfo=timezone.utc)  # microseconds are truncated
+    cutoff = datetime(2026, 11, 30, 12, 0, 0, 123457, tzinfo=UTC)  # microseconds are truncated
     body = RetentionPlan(gc_cutoff=cutoff, gc_rows_threshold=None, timeout_cutoff=None).body()
     assert body.gc_cutoff_epoch_ms == int(cutoff.timestamp() * 1000) == 1796040000123
     assert body.timeout_cutoff_epoch_ms is None and body.gc_rows_threshold is None

@@ -1,0 +1,46 @@
+"""The recovery conversation's inbox and the choice of a target, without a store."""
+
+from __future__ import annotations
+
+from relay_es.engine.recovery import Answers, RecoveryOutcome, rank_candidates, tie_rank
+from relay_es.projections.executors import ExecutorRow
+
+
+def test_answers_inbox_wakes_its_owner_and_keeps_order() -> None:
+    woken = []
+    inbox = Answers(lambda: woken.append(1))
+    assert not inbox and len(inbox) == 0
+    inbox.put(RecoveryOutcome("r1", True))
+    inbox.put(RecoveryOutcome("r2", False, reason="boom"))
+    assert len(woken) == 2 and len(inbox) == 2
+    taken = inbox.take(1)
+    assert [o.request_id for o in taken] == ["r1"]
+    inbox.put_back(taken)
+    assert [o.request_id for o in inbox.take(10)] == ["r1", "r2"]
+    assert not inbox
+
+
+def row(executor_id: str, **kw: object) -> ExecutorRow:
+    return ExecutorRow(stream_id=f"s-{executor_id}", org="o", app="a", executor_id=executor_id, version=1,
+                       status="HEALTHY", app_version="v1", **kw)  # type: ignore[arg-type]
+
+
+def test_untried_first_then_least_loaded_then_the_keyed_tie_never_the_dead_one_itself() -> None:
+    dead = row("dead", recovery_attempt=2)
+    healthy = [row(n) for n in ("dead", "a", "b", "c", "d")]
+    loads = {"a": 0, "b": 1, "c": 0, "d": 0}
+    ranked = rank_candidates(dead, healthy, tried={"c"}, load=lambda r: loads[r.executor_id], tie_key=b"k")
+    names = [r.executor_id for r in ranked]
+    assert "dead" not in names and names[-1] == "c"  # tried last
+    assert names[2] == "b"  # untried but loaded
+    key = lambda n: tie_rank(b"k", "s-dead", 2, n)  # noqa: E731
+    assert names[:2] == sorted(["a", "d"], key=key)  # equals: by the keyed hash
+
+
+def test_the_tie_rank_depends_on_the_key_the_dead_stream_and_the_attempt() -> None:
+    names = [f"n{i}" for i in range(30)]
+    base = sorted(names, key=lambda n: tie_rank(b"k", "s", 1, n))
+    assert sorted(names, key=lambda n: tie_rank(b"k", "s", 1, n)) == base
+    assert sorted(names, key=lambda n: tie_rank(b"other", "s", 1, n)) != base
+    assert sorted(names, key=lambda n: tie_rank(b"k", "s", 2, n)) != base
+    assert sorted(names, key=lambda n: tie_rank(b"k", "t", 1, n)) != base
