@@ -132,6 +132,11 @@ class Stats:
 
 
 class ProcessManager:
+    """Follows the executor events, keeps their rows and a timer per pending decision, and
+    takes the decisions when the timers fire (see the module docstring). One thread calls
+    :meth:`start` once, then :meth:`step`; :meth:`urgent`, :meth:`listed`, :meth:`is_listed`,
+    :meth:`recovery_answered` and :attr:`healthy` may be asked from any thread."""
+
     def __init__(
         self,
         relay: Relay,
@@ -145,6 +150,7 @@ class ProcessManager:
         wake: Callable[[], None] | None = None,
         retention_interval: float | None = None,
         crash_point: Callable[[str], None] | None = None,
+        on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] | None = None,
         batch_size: int = 500,
         tie_key: bytes | None = None,
     ) -> None:
@@ -152,7 +158,8 @@ class ProcessManager:
         calls ``wake`` by default). ``wake``: called from any thread when there is work for a
         step. ``retention_interval``: seconds between two retention plans sent to each
         application with a HEALTHY executor here (None: no retention). ``crash_point``: the
-        fault suite's hook, called with a point's name (a no-op by default). ``tie_key``: the
+        fault suite's hook, called with a point's name (a no-op by default). ``on_event``: told
+        ``(event, old row, new row)`` of every executor event followed (the metrics). ``tie_key``: the
         secret that orders equally good recovery candidates (random per process unless a test
         gives one; see :meth:`_candidates`)."""
         self.relay = relay
@@ -169,7 +176,7 @@ class ProcessManager:
         self._crash_point = crash_point or (lambda name: None)
         self.batch_size = batch_size
         self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
-        self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = lambda e, old, new: None
+        self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = on_event or (lambda e, old, new: None)
 
         self.position = 0
         self.rows: dict[str, ExecutorRow] = {}
@@ -298,7 +305,8 @@ class ProcessManager:
                 except Exception as e:
                     if is_store_error(e):
                         raise
-                    self._bug("following the log", e)  # the row is folded; its reaction comes with the next event
+                    self._bug("following the log", e)  # the row is folded; its reaction is tried again
+                    self.timers.arm(("react", str(event.originator_id)), self.clock.monotonic() + BUG_RETRY_SECS)
                 self.position = nid
                 n += 1
 

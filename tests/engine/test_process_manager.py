@@ -807,3 +807,43 @@ def test_indexes_kept_in_step_equal_indexes_derived_from_the_rows(world: World) 
     assert world.pm.index_snapshot()["listed"] == {("local", "app"): 3}
     assert world.pm.index_snapshot(a) == {"healthy": [], "apps_healthy": [], "outstanding": [], "listed": False,
                                          "waiting": [], "tried": frozenset(), "requests": []}
+
+
+def test_a_bug_in_a_reaction_is_loud_and_the_reaction_is_tried_again_later(clock, monkeypatch, caplog) -> None:
+    from relay_es.engine.process_manager import BUG_RETRY_SECS
+
+    world = World(clock, None, grace=10)
+    try:
+        world.connect("A")
+        world.drop("A")
+        world.advance(10)
+        assert recoveries(world, "A") == ["RecoveryDeferred"]  # nobody to recover it
+        real = world.relay.withdraw_recovery
+        monkeypatch.setattr(world.relay, "withdraw_recovery", lambda *a, **kw: {}["renamed"])  # a KeyError
+        world.connect("A")  # back: its recovery is withdrawn -- by a buggy command
+        assert not world.pm.healthy and "KeyError" in world.pm.last_bug and world.pm.stats.bugs == 1
+        world.advance(1.0)
+        assert world.pm.stats.bugs == 1  # not every second
+        monkeypatch.setattr(world.relay, "withdraw_recovery", real)
+        world.advance(BUG_RETRY_SECS)
+        assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryWithdrawn"]
+        assert len(_bug_tracebacks(caplog)) == 1
+    finally:
+        world.close()
+
+
+def test_the_observer_of_events_is_given_to_the_constructor(clock) -> None:
+    from relay_es.engine.process_manager import ProcessManager, replay_bootstrap
+    from tests.support import InMemoryDispatcher
+
+    world = World(clock, None, grace=10)
+    try:
+        seen = []
+        world.pm = ProcessManager(world.relay, clock, InMemoryDispatcher(), owner=world.owner,
+                                  bootstrap=replay_bootstrap(world.relay),
+                                  on_event=lambda e, old, new: seen.append((type(e).__name__, new.executor_id)))
+        world.pm.start()
+        world.connect("A")
+        assert seen == [("Registered", "A"), ("Connected", "A")]
+    finally:
+        world.close()

@@ -33,8 +33,7 @@ def test_untried_first_then_least_loaded_then_the_keyed_tie_never_the_dead_one_i
     names = [r.executor_id for r in ranked]
     assert "dead" not in names and names[-1] == "c"  # tried last
     assert names[2] == "b"  # untried but loaded
-    key = lambda n: tie_rank(b"k", "s-dead", 2, n)  # noqa: E731
-    assert names[:2] == sorted(["a", "d"], key=key)  # equals: by the keyed hash
+    assert names[:2] == sorted(["a", "d"], key=lambda n: tie_rank(b"k", "s-dead", 2, n))  # equals: by the keyed hash
 
 
 def test_the_tie_rank_depends_on_the_key_the_dead_stream_and_the_attempt() -> None:
