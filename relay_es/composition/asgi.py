@@ -1,24 +1,74 @@
 """The HTTP side: one ASGI application serving the REST API and the hub.
 
-WebSocket scopes go straight to the hub (any path ending in
-``/websocket/{app}/{key}``); everything else goes to the Litestar app.
+:class:`ScopeRouter` sends WebSocket scopes to the hub (any path ending in
+``/websocket/{app}/{key}``) and everything else -- HTTP and the server's
+lifespan -- to the REST application. :class:`RelayASGI` is that router for a
+:class:`Runtime`: the hub, and the REST API built from :func:`rest_context`,
+the part of the runtime the routes use.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from relay_es.adapters.rest import build_app
+from relay_es.adapters.rest import RestContext, build_app
 from relay_es.composition.runtime import Runtime
 
+log = logging.getLogger(__name__)
 
-class RelayASGI:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.rest = build_app(runtime)
+ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+READ_YOUR_WRITES_TIMEOUT = 10.0  # seconds a write's answer waits for the read models
+
+
+class ScopeRouter:
+    """WebSocket scopes to ``websocket``, every other scope to ``http``."""
+
+    def __init__(self, *, websocket: ASGIApp, http: ASGIApp) -> None:
+        self.websocket = websocket
+        self.http = http
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
-            await self.runtime.hub(scope, receive, send)
+            await self.websocket(scope, receive, send)
         else:
-            await self.rest(scope, receive, send)
+            await self.http(scope, receive, send)
+
+
+class RelayASGI(ScopeRouter):
+    """The process's ASGI application: the runtime's hub and its REST API."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__(websocket=runtime.hub, http=build_app(rest_context(runtime)))
+
+
+def rest_context(runtime: Runtime) -> RestContext:
+    """What the REST API uses of the runtime."""
+    settings = runtime.settings
+
+    def read_your_writes() -> None:
+        """Waits until the read models have every event recorded so far."""
+        top = runtime.relay.recorder.max_notification_id() or 0
+        if not runtime.runner.wait_for(top, timeout=READ_YOUR_WRITES_TIMEOUT):
+            log.warning("read models are lagging behind the event store")
+
+    return RestContext(
+        relay=runtime.relay,
+        db=runtime.db,
+        credentials=runtime.hub.gate.credentials,
+        read_your_writes=read_your_writes,
+        app_deleted=runtime.app_deleted,
+        token_revoked=runtime.token_revoked,
+        urgent=runtime.pm.urgent,
+        metrics=runtime.metrics,
+        auth=settings.auth,
+        host=settings.host,
+        instance=settings.instance,
+        store_kind=runtime.store.kind,
+        default_executor_timeout=settings.default_executor_timeout,
+        on_startup=lambda: runtime.start(asyncio.get_running_loop()),
+        on_shutdown=runtime.stop,
+    )

@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -21,7 +20,9 @@ from relay_es.adapters.admission import Refused
 from relay_es.adapters.rest import build_app
 from relay_es.aggregates.token import hash_secret
 from relay_es.projections.apps import token_by_hash
+from relay_es.composition.asgi import rest_context
 from relay_es.composition.settings import Settings
+from tests.adapters.rest.fakes import fake_context
 from tests.fake_executor import FakeExecutor
 from tests.server import RELAY, RelayServer
 from tests.support import until
@@ -42,11 +43,7 @@ def _routes(app: Any) -> set[tuple[str, str]]:
 
 
 def _built(auth: bool = True) -> Any:
-    async def stop() -> None:
-        pass
-
-    runtime = SimpleNamespace(relay=None, db=None, settings=Settings(auth=auth), start=lambda loop: None, stop=stop)
-    return build_app(runtime)
+    return build_app(fake_context(auth=auth, credentials=object() if auth else None))
 
 
 def test_every_registered_route_has_a_row_and_every_row_a_route() -> None:
@@ -59,10 +56,11 @@ def test_every_registered_route_has_a_row_and_every_row_a_route() -> None:
 
 def test_a_route_missing_from_the_table_is_refused() -> None:
     from litestar import get
+    from litestar.params import FromPath
     from litestar.testing import TestClient
 
     @get("/v2/orgs/{org:str}/forgotten", sync_to_thread=False)
-    def forgotten(org: str) -> str:
+    def forgotten(org: FromPath[str]) -> str:
         return "leaked"
 
     app = _built(auth=False)
@@ -188,6 +186,8 @@ def acme(tmp_path, store_url) -> Iterator[tuple[RelayServer, dict[str, str]]]:
     async def executor_history() -> None:  # so that .../executors/A/history exists
         ex = await FakeExecutor(s.ws, app="orders", key=admin, executor_id="A").connect()
         await ex.close()
+        # and the read models hold it (the application's language is its executor's): tests compare reads
+        await until(lambda: call(s, "GET", f"{A}/apps/orders", admin).json()["language"], what="A in the read models")
 
     asyncio.run(executor_history())
     t["bad"] = "relay_not-a-real-token"
@@ -343,7 +343,7 @@ def test_a_revoked_key_is_refused_while_the_read_models_lag(held: Any) -> None:
     key = rt.relay.create_token("acme", "exec", app_names=["orders"])
     rt.runner.catch_up()
     assert _admit(rt, "orders", key) == ("acme", "exec")
-    client = TestClient(build_app(rt), base_url="http://127.0.0.1")
+    client = TestClient(build_app(rest_context(rt)), base_url="http://127.0.0.1")
     with client:
         assert client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {admin}"}).status_code == 200
         # revoked in the event store; the read models are held back and still say "live"
@@ -389,7 +389,7 @@ def test_while_the_store_is_away_only_keys_seen_live_and_not_revoked_here_pass(h
     assert _refused(rt, "orders", never) == 503  # never seen: cannot be checked now
     from litestar.testing import TestClient
 
-    with TestClient(build_app(rt), base_url="http://127.0.0.1") as client:
+    with TestClient(build_app(rest_context(rt)), base_url="http://127.0.0.1") as client:
         for key, status in ((gone, 503), (never, 503), (live, 200)):
             r = client.get(f"{A}/apps/orders", headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == status, r.text

@@ -1,0 +1,27 @@
+"""The REST API: a subset of Conductor API v2, plus Relay's own queries.
+
+Bodies are msgspec Structs with camelCase names; errors are RFC 7807
+``application/problem+json`` documents naming the field and what was wrong.
+Every mutating call waits until the read models have caught up with it, so a
+following read sees the change. Who may call what is decided in one guard
+from the table in ``relay_es/adapters/authz.py`` (ADR 14): the route matched,
+the path's org and application, and the caller's token -- never the query string.
+
+One module per resource, each a Litestar controller or handlers:
+
+* ``applications`` -- ``/v2/orgs/{org}/apps[/{app}]``
+* ``executors`` -- ``/v2/orgs/{org}/apps/{app}/executors[/{executor_id}/history]``
+* ``tokens`` -- ``/v2/orgs/{org}/tokens[/{token_name}]``
+* ``audit`` -- ``/v2/orgs/{org}/audit-logs``
+* ``health`` -- ``/healthz``, ``/metrics``, ``/openapi.json``
+
+and what they share: ``context`` (:class:`RestContext`, what the API is given,
+injected as ``ctx``), ``paths`` (the org and application prefixes), ``guard``
+(authorization), ``problems`` (errors), ``bodies`` (strict decoding), and
+``app`` (:func:`build_app`, which assembles them).
+"""
+
+from relay_es.adapters.rest.app import build_app
+from relay_es.adapters.rest.context import RestContext
+
+__all__ = ["RestContext", "build_app"]

@@ -1,0 +1,50 @@
+"""Assembles the REST API: :func:`build_app` makes the Litestar application from a :class:`RestContext`.
+
+It registers every resource's routes (:data:`ROUTES`), the authorization guard
+on all of them, the problem+json exception handlers, the body cap, the OpenAPI
+document, the context as the ``ctx`` dependency, and the server's start and
+stop hooks. A new resource is a module beside this one whose controller is
+added to :data:`ROUTES` and whose routes have rows in the authorization table
+(``relay_es.adapters.authz.TABLE``; a test checks every route has one).
+"""
+
+from __future__ import annotations
+
+from litestar import Litestar
+from litestar.di import Provide
+
+from relay_es.adapters.rest import applications, audit, executors, health, tokens
+from relay_es.adapters.rest.context import RestContext
+from relay_es.adapters.rest.guard import Authorize
+from relay_es.adapters.rest.problems import EXCEPTION_HANDLERS
+
+MAX_BODY = 64 * 1024  # bytes; Relay's request bodies are a few hundred bytes
+
+ROUTES = [
+    applications.ApplicationsController,
+    executors.ExecutorsController,
+    tokens.TokensController,
+    audit.AuditController,
+    health.healthz,
+    health.metrics,
+]
+
+
+def build_app(ctx: RestContext) -> Litestar:
+    if ctx.auth and ctx.credentials is None:
+        raise ValueError("auth mode needs a credential checker (RestContext.credentials)")
+    return Litestar(
+        route_handlers=ROUTES,
+        guards=[Authorize(ctx)],
+        dependencies={
+            "ctx": Provide(lambda: ctx, use_cache=True, sync_to_thread=False),
+            "expensive": executors.expensive_reads(),
+        },
+        request_max_body_size=MAX_BODY,
+        exception_handlers=EXCEPTION_HANDLERS,
+        openapi_config=health.openapi_config(),
+        on_startup=[ctx.on_startup],
+        on_shutdown=[ctx.on_shutdown],
+        logging_config=None,
+        debug=False,
+    )

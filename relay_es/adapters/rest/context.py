@@ -1,0 +1,60 @@
+"""What the REST API is given: :class:`RestContext`, built by the composition root.
+
+The routes never see the runtime. They see the command service, the read
+models, the credential checker, the hub's two callbacks, the metrics and the
+few settings they use, each named here; a handler asks for the whole context
+by declaring ``ctx: Context``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from litestar.di import NamedDependency
+from litestar.params import SkipValidation
+
+if TYPE_CHECKING:
+    from relay_es.adapters.authz import Credentials
+    from relay_es.adapters.metrics import Metrics
+    from relay_es.engine.service import Relay
+
+
+@dataclass(frozen=True)
+class RestContext:
+    relay: Relay
+    """The command service: every write, and the event streams the expensive reads replay."""
+    db: Any
+    """The read models' database (``relay_es.adapters.stores.Database``)."""
+    credentials: Credentials | None
+    """The one credential checker (shared with admission); None in development mode."""
+    read_your_writes: Callable[[], None]
+    """Blocks until the read models hold every event recorded so far (at most a few seconds)."""
+    app_deleted: Callable[[str, str], None]
+    """``(org, app)``: an application was deleted; the hub closes its executors' sockets."""
+    token_revoked: Callable[[str, str], None]
+    """``(org, token)``: a token was revoked; admission forgets it and the hub closes its sockets."""
+    urgent: Callable[[], bool]
+    """Whether the process manager has urgent work (deadlines due or firing): expensive reads let it go first."""
+    metrics: Metrics
+    auth: bool
+    """Auth mode (tokens required) or development mode (this machine, org ``local``)."""
+    host: str
+    """The address Relay was told to listen on: development mode answers a ``Host`` naming it."""
+    instance: str
+    """This instance's name, told by ``/healthz`` to operators."""
+    store_kind: str
+    """``sqlite`` or ``postgres``, told by ``/healthz`` to operators."""
+    default_executor_timeout: timedelta
+    """An application's ``executorTimeoutSecs`` when it sets none."""
+    on_startup: Callable[[], Any]
+    """Called on the server's event loop once it runs (starts the workers and the hub)."""
+    on_shutdown: Callable[[], Awaitable[None]]
+    """Awaited when the server stops."""
+
+
+# How a handler asks for the context: injected by name (``ctx``), passed as is
+# (no validation: it is Relay's own object, not the caller's input).
+Context = NamedDependency[SkipValidation[RestContext]]

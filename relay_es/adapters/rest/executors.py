@@ -1,0 +1,143 @@
+"""Executors: ``/v2/orgs/{org}/apps/{app}/executors`` (Conductor API v2) and an executor's history (Relay's).
+
+The list is the executors table as it stands, or with ``asOf`` as it stood at
+a past instant, rebuilt from the event streams one page at a time (a next page
+linked in ``Link``). ``.../executors/{executor_id}/history`` pages through one
+executor's events. Both rebuilding reads are expensive: at most
+:data:`EXPENSIVE_READS` run at once (:func:`expensive_reads`), and between two
+streams each lets the process manager's urgent work go first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import msgspec
+from litestar import Controller, Request, Response, get
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, QueryParameter, SkipValidation
+
+from relay_es.adapters import authz
+from relay_es.adapters.rest.applications import find_app
+from relay_es.adapters.rest.context import Context, RestContext
+from relay_es.adapters.rest.paths import APP
+from relay_es.domain import units
+from relay_es.engine.queries import AS_OF_LIMIT, HISTORY_LIMIT, executor_history, executors_as_of_page
+from relay_es.projections.executors import ExecutorRow, all_rows
+
+EXPENSIVE_READS = 2  # as-of and history calls running at once; the rest wait their turn
+URGENT_WORK_FIRST = 0.25  # seconds an expensive read waits, between two streams, for the process manager
+
+
+class Executor(msgspec.Struct, rename="camel"):
+    executor_id: str
+    app_id: str
+    app_version: str | None
+    status: str
+    host_id: str | None
+    hostname: str | None
+    language: str | None
+    dbos_version: str | None
+    executor_metadata: Any
+    created_at: str | None
+    updated_at: str | None
+    deadline: str | None = None
+
+
+class HistoryEntry(msgspec.Struct):
+    version: int
+    type: str
+    at: str
+    data: dict[str, Any]
+
+
+def executor_out(r: ExecutorRow, app_id: str) -> Executor:
+    return Executor(
+        executor_id=r.executor_id,
+        app_id=app_id,
+        app_version=r.app_version,
+        status=r.status or "",
+        host_id=None,
+        hostname=r.hostname,
+        language=r.language,
+        dbos_version=r.dbos_version,
+        executor_metadata=r.executor_metadata,
+        created_at=units.rfc3339(r.created_at),
+        updated_at=units.rfc3339(r.updated_at),
+        deadline=units.rfc3339(r.deadline),
+    )
+
+
+# How a handler asks for the semaphore: injected by name (``expensive``), passed as is.
+Expensive = NamedDependency[SkipValidation[asyncio.Semaphore]]
+
+
+def expensive_reads() -> Provide:
+    """The ``expensive`` dependency: one semaphore per built app, bounding the rebuilding reads."""
+    semaphore = asyncio.Semaphore(EXPENSIVE_READS)
+    return Provide(lambda: semaphore, use_cache=True, sync_to_thread=False)
+
+
+def urgent_work_first(ctx: RestContext) -> None:
+    """Between two streams of an expensive read: while the process manager has
+    urgent work (deadlines due or firing), it goes first, at most 0.25 s."""
+    end = time.monotonic() + URGENT_WORK_FIRST
+    while ctx.urgent() and time.monotonic() < end:
+        time.sleep(0.002)
+
+
+class ExecutorsController(Controller):
+    path = APP + "/executors"
+
+    @get("/", summary="List executors (optionally as of a past instant)",
+         description="With `asOf`, the table as it stood then, rebuilt from the event streams, one page of at "
+                     f"most `limit` (1-{AS_OF_LIMIT}, default {AS_OF_LIMIT}) executors in id order; a next page "
+                     "is linked in the `Link` header (rel=\"next\", `after` = the last executor id examined).")
+    async def executors(
+        self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+        ctx: Context, expensive: Expensive,
+        as_of: Annotated[str | None, QueryParameter(name="asOf", required=False, max_length=64,
+                                                    description="RFC 3339 instant")] = None,
+        after: Annotated[str | None, QueryParameter(name="after", required=False, max_length=authz.MAX_EXECUTOR_ID,
+                                                    description="with asOf: the page after this executor id")] = None,
+        limit: Annotated[int, QueryParameter(name="limit", ge=1, le=AS_OF_LIMIT,
+                                             description="with asOf: executors examined per page")] = AS_OF_LIMIT,
+    ) -> Response[list[Executor]]:
+        if as_of is None:
+            def current() -> list[Executor]:
+                row = find_app(ctx.db, org, app)
+                return [executor_out(r, row.stream_id) for r in all_rows(ctx.db, org=org, app=app) if r.visible]
+
+            return Response(await asyncio.to_thread(current))
+        at = units.parse_rfc3339("asOf", as_of)
+
+        def past() -> tuple[list[Executor], str | None]:
+            rows, cursor = executors_as_of_page(ctx.relay, ctx.db, org, app, at, after=after, limit=limit,
+                                                pause=lambda: urgent_work_first(ctx))
+            app_id = str(ctx.relay.get_app(org, app).id) if ctx.relay.app_exists(org, app) else ""
+            return [executor_out(r, app_id) for r in rows], cursor
+
+        async with expensive:
+            out, cursor = await asyncio.to_thread(past)
+        headers = {}
+        if cursor is not None:
+            nxt = request.url.path + "?" + urlencode({"asOf": as_of, "after": cursor, "limit": limit})
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        return Response(out, headers=headers)
+
+    @get("/{executor_id:str}/history", summary="An executor's events",
+         description=f"Events with a version above `after`, in order, at most `limit` (1-{HISTORY_LIMIT}, default "
+                     f"{HISTORY_LIMIT}); the next page is `after` = the last version returned, until a short page.")
+    async def history(
+        self, org: FromPath[str], app: FromPath[str], executor_id: FromPath[str],
+        ctx: Context, expensive: Expensive,
+        after: Annotated[int, QueryParameter(name="after", ge=0, le=2**63 - 1, description="a version")] = 0,
+        limit: Annotated[int, QueryParameter(name="limit", ge=1, le=HISTORY_LIMIT)] = HISTORY_LIMIT,
+    ) -> list[HistoryEntry]:
+        async with expensive:
+            events = await asyncio.to_thread(executor_history, ctx.relay, org, app, executor_id, after=after,
+                                             limit=limit)
+        return [HistoryEntry(**h) for h in events]

@@ -1,0 +1,140 @@
+"""The one place REST calls are authorized (ADR 14): :class:`Authorize`, the app-level guard.
+
+For every request it looks up the row of the authorization table
+(``relay_es.adapters.authz``) for the route matched -- method and path
+template, never the query string -- and refuses a route with no row (fail
+closed). Development mode answers only this machine: no reverse-proxy headers,
+a loopback (or the configured) ``Host``, no ``Origin`` of another site, and the
+only org is ``local``. Auth mode requires ``Authorization: Bearer <token>``, a
+live token of the path's org whose scope and permissions the row accepts.
+Names in the path are checked before anything echoes them. The caller is left
+in ``request.state.principal``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.datastructures import Headers
+from litestar.exceptions import HTTPException, NotFoundException
+from litestar.handlers.base import BaseRouteHandler
+
+from relay_es.adapters import authz
+from relay_es.adapters.rest.context import RestContext
+from relay_es.domain.errors import InvalidSetting
+
+log = logging.getLogger(__name__)
+
+# The path parameter a route creates, by operation: an invalid name there is a
+# 422 naming the body's field; anywhere else it is a 404.
+CREATES = {"apps.register": ("app", "appName"), "tokens.create": ("token_name", "tokenName")}
+
+
+def bearer(header: str) -> str:
+    """The secret of an ``Authorization: Bearer <secret>`` header, or a 401."""
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret or " " in secret or len(secret) > 512:
+        raise HTTPException(status_code=401, detail="malformed Authorization header: expected 'Bearer <token>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return secret
+
+
+def check_path_names(rule: authz.Rule, params: dict[str, Any]) -> None:
+    """Names in the path are bounded and of the names' alphabet before any
+    handler sees them: an invalid one is a 422 where it would be created, a 404 elsewhere."""
+    creates, field = CREATES.get(rule.operation, (None, None))
+    for key, value in params.items():
+        if not isinstance(value, str):
+            continue
+        ok = authz.valid_executor_id(value) if key == "executor_id" else authz.valid_name(value)
+        if ok:
+            continue
+        if key == creates:
+            raise InvalidSetting(field, "must be 1-256 URL-safe characters (letters, digits, . _ ~ -), "
+                                        "starting with a letter or digit")
+        raise NotFoundException(f"no such {key.replace('_', ' ')}: it is not a valid name")
+
+
+async def is_operator(ctx: RestContext, headers: Headers) -> bool:
+    """Auth mode: does the request carry a live org-wide token? Never refuses
+    (liveness answers whatever the caller sends, and while the store is away)."""
+    header = headers.get("authorization")
+    if not header or ctx.credentials is None:
+        return False
+    try:
+        who = await asyncio.to_thread(ctx.credentials.check, bearer(header))
+    except (HTTPException, authz.StoreUnavailable):
+        return False
+    return who is not None and who.app_names is None
+
+
+class Authorize:
+    """The guard every route passes (``Litestar(guards=[Authorize(ctx)])``)."""
+
+    def __init__(self, ctx: RestContext) -> None:
+        self.ctx = ctx
+
+    def refused(self, status: int, detail: str, **kw: Any) -> HTTPException:
+        """A refusal of the caller's credentials, counted in ``relay_auth_refused{where="rest"}``."""
+        self.ctx.metrics.auth_refused.labels("rest").inc()
+        return HTTPException(status_code=status, detail=detail, **kw)
+
+    async def authenticate(self, connection: ASGIConnection[Any, Any, Any, Any]) -> authz.Principal:
+        header = connection.headers.get("authorization")
+        if not header:
+            raise self.refused(401, "an Authorization: Bearer <token> header is required",
+                               headers={"WWW-Authenticate": "Bearer"})
+        secret = bearer(header)
+        assert self.ctx.credentials is not None  # auth mode has a checker (build_app requires it)
+        try:
+            who = await asyncio.to_thread(self.ctx.credentials.check, secret)
+        except authz.StoreUnavailable as e:
+            raise HTTPException(status_code=503, detail=str(e)) from None
+        if who is None:
+            raise self.refused(401, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
+        return who
+
+    def development_only_here(self, connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+        """Development mode serves this machine: a proxy, another Host, another site's page are refused."""
+        scope = connection.scope
+        if authz.proxy_header(scope.get("headers") or []) is not None:
+            raise HTTPException(status_code=403, detail=authz.BEHIND_A_PROXY)
+        if not authz.host_is_local(connection.headers.get("host"), self.ctx.host):
+            raise HTTPException(status_code=403, detail="development mode answers only requests addressed to "
+                                                        "this machine (a loopback name or address in Host)")
+        if not authz.origin_is_local(connection.headers.get("origin")):
+            raise HTTPException(status_code=403, detail="development mode answers no web page of another site")
+
+    async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        scope = connection.scope
+        rule = authz.rule_for(scope["method"], scope.get("path_template", ""))
+        if rule is None:  # fail closed: a route nobody wrote a row for
+            log.error("route %s %s is not in the authorization table; refused", scope["method"],
+                      scope.get("path_template"))
+            raise HTTPException(status_code=403, detail="this operation is not in Relay's authorization table")
+        if not self.ctx.auth:
+            self.development_only_here(connection)
+        repeated = authz.repeated_query_parameter(scope.get("query_string", b""))
+        if repeated is not None:
+            raise HTTPException(status_code=400, detail=f"query parameter {repeated[:64]!r} is given more than once")
+        params = connection.path_params
+        org, app = params.get("org"), params.get("app")
+        if rule.scope is authz.Scope.PUBLIC:
+            return
+        if not self.ctx.auth:
+            if org is not None and org != "local":
+                raise NotFoundException(f"org {org[:128]!r} does not exist: in development mode the only org is 'local'")
+            check_path_names(rule, params)
+            who = authz.development_principal()
+        else:
+            who = await self.authenticate(connection)
+            check_path_names(rule, params)  # before any name is echoed in a refusal
+            try:
+                authz.decide(rule, who, org, app)
+            except authz.Denied as d:
+                raise self.refused(d.status, d.detail) from None
+        connection.state.principal = who

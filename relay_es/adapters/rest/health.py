@@ -1,0 +1,51 @@
+"""The operator's endpoints: ``/healthz`` (liveness), ``/metrics`` (Prometheus) and ``/openapi.json``.
+
+``/healthz`` answers while the process serves, telling the instance and the
+store's kind only in development mode or to an org-wide token. ``/metrics``
+renders every org's series (an org-wide token in auth mode). The API's own
+OpenAPI document is served at ``/openapi.json`` and nothing else under it: no
+rendered pages, which would load unpinned scripts from public CDNs onto
+Relay's origin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import MediaType, Request, Response, get
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+
+from relay_es.adapters.metrics import CONTENT_TYPE
+from relay_es.adapters.rest.context import Context
+from relay_es.adapters.rest.guard import is_operator
+
+
+@get("/healthz", summary="Liveness",
+     description="`{\"status\": \"ok\"}` while the process serves. The instance and the store's kind are "
+                 "added in development mode and, in auth mode, for an org-wide token of any org.")
+async def healthz(request: Request[Any, Any, Any], ctx: Context) -> dict[str, Any]:
+    if ctx.auth and not await is_operator(ctx, request.headers):
+        return {"status": "ok"}
+    return {"status": "ok", "instance": ctx.instance, "store": ctx.store_kind}
+
+
+@get("/metrics", sync_to_thread=False, media_type="text/plain", summary="Prometheus metrics",
+     description="Every org's series. In auth mode an org-wide token (metric.read) is required.")
+def metrics(ctx: Context) -> Response[bytes]:
+    return Response(content=ctx.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def openapi_config() -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="Relay",
+        version="0.1.0",
+        description="Self-hosted control plane for DBOS executors (a subset of Conductor API v2, plus Relay's own)",
+        # The document only, at /openapi.json: no rendered pages (Swagger UI, Redoc,
+        # Elements, RapiDoc, Scalar load unpinned scripts from public CDNs, which would
+        # run on Relay's origin with its API at hand). Litestar answers 404 under it.
+        path="/openapi.json",
+        render_plugins=[JsonRenderPlugin(path="/", media_type=MediaType.JSON)],
+        components=Components(security_schemes={"BearerAuth": SecurityScheme(type="http", scheme="bearer")}),
+    )

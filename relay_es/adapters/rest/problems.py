@@ -1,0 +1,87 @@
+"""Errors as RFC 7807 ``application/problem+json`` documents.
+
+Every refusal and failure of the REST API leaves through here: :func:`problem`
+builds the document (``type``, ``title``, ``status``, ``detail``, and for a
+422 the ``errors`` naming each field and what was wrong), and
+:data:`EXCEPTION_HANDLERS` maps each exception to its status: validation and
+invalid settings 422, unknown org/app/executor/token 404, a command the state
+refuses 409, Litestar's own HTTP errors their status (headers kept), anything
+else 500 with its traceback in the log and nothing of it in the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+
+from relay_es.domain.errors import DomainError, IllegalTransition, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
+
+log = logging.getLogger(__name__)
+
+PROBLEM = "application/problem+json"
+
+TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+          413: "Request entity too large", 503: "Service unavailable"}
+
+
+def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] | None = None) -> Response[Any]:
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return Response(content=body, status_code=status, media_type=PROBLEM)
+
+
+def _validation(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    errors = []
+    for item in exc.extra or []:
+        if isinstance(item, dict):
+            errors.append({"location": item.get("key") or item.get("source") or "body", "message": item.get("message", "")})
+    detail = "; ".join(f"{e['location']}: {e['message']}" for e in errors) or str(exc.detail)
+    return problem(422, "Unprocessable entity", detail, errors)
+
+
+def _invalid_setting(_: Request[Any, Any, Any], exc: InvalidSetting) -> Response[Any]:
+    return problem(422, "Unprocessable entity", str(exc), [{"location": exc.field, "message": exc.message}])
+
+
+def _not_found(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    return problem(404, "Not found", str(exc) if not isinstance(exc, HTTPException) else exc.detail)
+
+
+def _conflict(_: Request[Any, Any, Any], exc: DomainError) -> Response[Any]:
+    return problem(409, "Conflict", str(exc))
+
+
+def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    resp = problem(exc.status_code, TITLES.get(exc.status_code, "Error"), exc.detail)
+    if exc.headers:
+        resp.headers.update(exc.headers)
+    return resp
+
+
+def _too_deep(_: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
+    return problem(422, "Unprocessable entity", "body: JSON is nested too deeply",
+                   [{"location": "body", "message": "JSON is nested too deeply"}])
+
+
+def _internal(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error", exc_info=exc)
+    return problem(500, "Internal server error", "Relay failed to handle this request; see its log")
+
+
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    ValidationException: _validation,
+    InvalidSetting: _invalid_setting,
+    UnknownApplication: _not_found,
+    UnknownExecutor: _not_found,
+    UnknownToken: _not_found,
+    NotFoundException: _not_found,
+    IllegalTransition: _conflict,
+    DomainError: _conflict,
+    HTTPException: _http,
+    RecursionError: _too_deep,
+    Exception: _internal,
+}

@@ -1,0 +1,38 @@
+"""A :class:`RestContext` of fakes, for building the REST API without a runtime."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from relay_es.adapters.metrics import Metrics
+from relay_es.adapters.rest import RestContext
+
+
+class Calls:
+    """Records the calls the REST API makes to the context's callbacks."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[Any, ...]] = []
+
+    def __call__(self, name: str) -> Any:
+        def record(*args: Any) -> None:
+            self.made.append((name, *args))
+
+        return record
+
+
+def fake_context(**given: Any) -> RestContext:
+    """Development mode on 127.0.0.1, no store (``relay`` and ``db`` None), fresh metrics; ``given`` overrides."""
+
+    async def on_shutdown() -> None:
+        pass
+
+    fields: dict[str, Any] = dict(
+        relay=None, db=None, credentials=None, read_your_writes=lambda: None, app_deleted=lambda org, app: None,
+        token_revoked=lambda org, token: None, urgent=lambda: False, metrics=Metrics(), auth=False,
+        host="127.0.0.1", instance="test-instance", store_kind="sqlite", default_executor_timeout=timedelta(seconds=60),
+        on_startup=lambda: None, on_shutdown=on_shutdown,
+    )
+    fields.update(given)
+    return RestContext(**fields)

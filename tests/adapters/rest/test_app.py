@@ -1,0 +1,85 @@
+"""The REST API assembled from a context of fakes: no runtime, no store.
+
+The writes call the service, then the hub's callback, then wait for the read
+models, in that order; the server's lifespan starts and stops what the context
+says; errors are problem documents that never leak an exception's text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.testing import TestClient
+
+from relay_es.adapters.rest import build_app
+from relay_es.adapters.rest.app import MAX_BODY
+from relay_es.domain.errors import DomainError, UnknownApplication
+from tests.adapters.rest.fakes import Calls, fake_context
+
+
+class FakeRelay:
+    def __init__(self, calls: Calls, fail: Exception | None = None) -> None:
+        self.delete_app = self._call(calls("delete_app"), fail)
+        self.revoke_token = self._call(calls("revoke_token"), fail)
+        self.update_app = self._call(calls("update_app"), fail)
+
+    @staticmethod
+    def _call(record: Any, fail: Exception | None) -> Any:
+        def call(*args: Any) -> None:
+            record(*args)
+            if fail is not None:
+                raise fail
+
+        return call
+
+
+def client_for(calls: Calls, fail: Exception | None = None, **given: Any) -> TestClient:
+    ctx = fake_context(relay=FakeRelay(calls, fail), app_deleted=calls("app_deleted"),
+                       token_revoked=calls("token_revoked"), read_your_writes=calls("read_your_writes"), **given)
+    return TestClient(build_app(ctx), base_url="http://127.0.0.1")
+
+
+def test_a_write_is_recorded_then_the_hub_told_then_the_read_models_awaited() -> None:
+    calls = Calls()
+    with client_for(calls) as client:
+        assert client.delete("/v2/orgs/local/apps/orders").status_code == 204
+        assert client.delete("/v2/orgs/local/tokens/ci").status_code == 204
+    assert calls.made == [("delete_app", "local", "orders"), ("app_deleted", "local", "orders"), ("read_your_writes",),
+                          ("revoke_token", "local", "ci"), ("token_revoked", "local", "ci"), ("read_your_writes",)]
+
+
+def test_the_lifespan_starts_and_stops_what_the_context_says() -> None:
+    calls = Calls()
+
+    async def stop() -> None:
+        calls("stop")()
+
+    with client_for(calls, on_startup=lambda: calls("start")(), on_shutdown=stop):
+        assert calls.made == [("start",)]
+    assert calls.made == [("start",), ("stop",)]
+
+
+def test_errors_are_problem_documents() -> None:
+    for fail, status in ((UnknownApplication("local", "orders"), 404), (DomainError("not now"), 409),
+                         (RuntimeError("a secret in the traceback"), 500)):
+        with client_for(Calls(), fail) as client:
+            r = client.delete("/v2/orgs/local/apps/orders")
+        assert r.status_code == status, r.text
+        assert r.headers["content-type"] == "application/problem+json"
+        body = r.json()
+        assert body["type"] == "about:blank" and body["status"] == status and body["title"]
+        assert "secret" not in r.text
+
+
+def test_settings_are_decoded_strictly_and_bodies_capped() -> None:
+    calls = Calls()
+    with client_for(calls) as client:
+        r = client.patch("/v2/orgs/local/apps/orders", json={"executorTimeoutSecs": "60"})
+        assert r.status_code == 422 and r.json()["errors"][0]["location"] == "executorTimeoutSecs"
+        r = client.patch("/v2/orgs/local/apps/orders", content=b"[" * 100_000 + b"]" * 100_000,
+                         headers={"content-type": "application/json"})
+        assert r.status_code == 413  # over the cap before it is decoded at all
+        r = client.patch("/v2/orgs/local/apps/orders", content=b"{" + b" " * MAX_BODY + b"}",
+                         headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert client.patch("/v2/orgs/local/apps/orders", json={"executorTimeoutSecs": 60}).status_code == 204
+    assert [c[0] for c in calls.made] == ["update_app", "read_your_writes"]

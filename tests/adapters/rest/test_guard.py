@@ -1,0 +1,115 @@
+"""The authorization guard, in process: development mode stays on this machine,
+auth mode needs a live token whose row of the table accepts it; refusals are
+problem documents, counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from relay_es.adapters import authz
+from relay_es.adapters.rest import build_app
+from relay_es.adapters.rest.guard import bearer, check_path_names
+from relay_es.domain.errors import InvalidSetting
+from tests.adapters.rest.fakes import fake_context
+
+ADMIN = authz.Principal("acme", "admin", None, authz.permissions_for(None))
+SCOPED = authz.Principal("acme", "orders-only", ("orders",), authz.permissions_for(["orders"]))
+
+
+class FakeCredentials:
+    """Secrets: ``admin`` (org-wide, acme), ``scoped`` (acme, orders only), ``away`` (the store is away)."""
+
+    def check(self, secret: str) -> authz.Principal | None:
+        if secret == "away":
+            raise authz.StoreUnavailable("the store is unavailable; the key cannot be checked now")
+        return {"admin": ADMIN, "scoped": SCOPED}.get(secret)
+
+
+def refused(r: Any, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    body = r.json()
+    assert body["status"] == status and body["detail"]
+    return body
+
+
+@pytest.fixture
+def dev() -> Iterator[TestClient]:
+    with TestClient(build_app(fake_context()), base_url="http://127.0.0.1") as client:
+        yield client
+
+
+def test_development_mode_answers_this_machine_only(dev: TestClient) -> None:
+    assert dev.get("/metrics").status_code == 200
+    assert dev.get("/metrics", headers={"Host": "localhost:8090"}).status_code == 200
+    refused(dev.get("/metrics", headers={"Host": "evil.example"}), 403)
+    refused(dev.get("/metrics", headers={"Origin": "http://evil.example"}), 403)
+    refused(dev.get("/metrics", headers={"Origin": "null"}), 403)
+    assert "--auth" in refused(dev.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9"}), 403)["detail"]
+    refused(dev.get("/healthz", headers={"Host": "evil.example"}), 403)  # public routes too
+
+
+def test_development_mode_has_one_org_and_checks_names_in_the_path(dev: TestClient) -> None:
+    assert "'local'" in refused(dev.get("/v2/orgs/acme/apps"), 404)["detail"]
+    body = refused(dev.put("/v2/orgs/local/apps/-lead"), 422)
+    assert body["errors"] == [{"location": "appName", "message": body["errors"][0]["message"]}]
+    refused(dev.get("/v2/orgs/local/apps/-lead"), 404)
+    assert refused(dev.post("/v2/orgs/local/tokens/bad%0Aname"), 422)["errors"][0]["location"] == "tokenName"
+
+
+def test_a_repeated_query_parameter_is_a_400(dev: TestClient) -> None:
+    assert "'x'" in refused(dev.get("/healthz?x=1&x=2"), 400)["detail"]
+
+
+@pytest.fixture
+def auth() -> Iterator[tuple[TestClient, Any]]:
+    ctx = fake_context(auth=True, credentials=FakeCredentials())
+    with TestClient(build_app(ctx), base_url="http://127.0.0.1") as client:
+        yield client, ctx
+
+
+def test_auth_mode_needs_a_live_token_whose_row_accepts_it(auth: tuple[TestClient, Any]) -> None:
+    client, ctx = auth
+    r = client.get("/metrics")
+    refused(r, 401)
+    assert r.headers["www-authenticate"] == "Bearer"
+    for header in ("Token abc", "Bearer", "Bearer a b"):
+        refused(client.get("/metrics", headers={"Authorization": header}), 401)
+    refused(client.get("/metrics", headers={"Authorization": "Bearer unknown"}), 401)
+    refused(client.get("/metrics", headers={"Authorization": "Bearer away"}), 503)
+    assert "metric.read" in refused(client.get("/metrics", headers={"Authorization": "Bearer scoped"}), 403)["detail"]
+    refused(client.get("/v2/orgs/other/apps", headers={"Authorization": "Bearer admin"}), 403)
+    assert client.get("/metrics", headers={"Authorization": "Bearer admin"}).status_code == 200
+    # behind a proxy is what auth mode is for
+    assert client.get("/metrics", headers={"Authorization": "Bearer admin", "X-Forwarded-For": "203.0.113.9",
+                                           "Host": "relay.example"}).status_code == 200
+    # counted: the missing header, the unknown token, the two denials (a malformed header or the store away is not)
+    assert ctx.metrics.registry.get_sample_value("relay_auth_refused_total", {"where": "rest"}) == 4
+
+
+def test_healthz_tells_the_instance_to_an_org_wide_token_only(auth: tuple[TestClient, Any]) -> None:
+    client, _ = auth
+    for headers in ({}, {"Authorization": "garbage"}, {"Authorization": "Bearer scoped"},
+                    {"Authorization": "Bearer away"}, {"Authorization": "Bearer unknown"}):
+        r = client.get("/healthz", headers=headers)
+        assert r.status_code == 200 and r.json() == {"status": "ok"}, headers
+    r = client.get("/healthz", headers={"Authorization": "Bearer admin"})
+    assert r.json() == {"status": "ok", "instance": "test-instance", "store": "sqlite"}
+
+
+def test_auth_mode_needs_a_credential_checker() -> None:
+    with pytest.raises(ValueError, match="credential"):
+        build_app(fake_context(auth=True))
+
+
+def test_bearer_and_path_names() -> None:
+    assert bearer("Bearer relay_abc") == "relay_abc"
+    assert bearer("bearer  relay_abc ") == "relay_abc"
+    rule = authz.TABLE[("PUT", "/v2/orgs/{org}/apps/{app}")]
+    check_path_names(rule, {"org": "acme", "app": "orders"})
+    with pytest.raises(InvalidSetting):
+        check_path_names(rule, {"org": "acme", "app": "x" * 257})
