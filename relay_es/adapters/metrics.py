@@ -1,4 +1,10 @@
-"""Prometheus metrics (``GET /metrics``), on a registry of the runtime's own."""
+"""Prometheus metrics (``GET /metrics``), on a registry of the runtime's own.
+
+Every series Relay exposes is defined here: :class:`Metrics` holds the
+counters, gauges and histograms the runtime feeds as things happen, and two
+collectors computed at scrape time (executors by status, the hub's outbox).
+``tests/adapters/test_metrics.py`` checks each is exposed with its name and labels.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +55,8 @@ class _OutboxState:
 
 
 class Metrics:
+    """The metrics of one runtime, and :meth:`render` for the scrape."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -68,15 +76,16 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5), registry=r)
         self.auth_refused = Counter("relay_auth_refused", "Refused executor handshakes and API calls", ["where"],
                                     registry=r)
-
         self.projection_poison = Counter(
             "relay_projection_poison_events", "Events a read model skipped because it could not hold them (ADR 16)",
             ["projection"], registry=r)
 
     def watch_executors(self, rows: Callable[[], Iterable[Any]]) -> None:
+        """Exposes ``relay_executors{org,app,status}``, counted from ``rows()`` (the visible ones) at each scrape."""
         self.registry.register(_ExecutorsByStatus(rows))
 
     def watch_outbox(self, outbox: Any) -> None:
+        """Exposes the outbox's errors, stuck and queued transitions, read at each scrape."""
         self.registry.register(_OutboxState(outbox))
 
     def render(self) -> bytes:
