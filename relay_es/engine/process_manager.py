@@ -100,6 +100,8 @@ BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried ag
 
 @dataclass(frozen=True)
 class Timing:
+    """How long the process manager waits for what (defaults: :mod:`relay_es.domain.defaults`)."""
+
     settle: timedelta = RESTART_SETTLE
     # The settle window stays open past ``settle`` while executors are still being
     # re-admitted at least this fast (per second; or 1 % of the executors that were
@@ -121,7 +123,7 @@ Bootstrap = Callable[[], tuple[list[ExecutorRow], int]]
 
 @dataclass
 class Stats:
-    """Counters, read by the metrics."""
+    """What the process manager did and met, counted (for the metrics and the health check)."""
 
     declared_dead: int = 0
     dispatched: int = 0

@@ -1,5 +1,8 @@
 """Retention and global timeout: what to send, computed from Relay's clock.
 
+The process manager's retention timer computes one plan per application with a HEALTHY
+executor, every retention interval, and hands it to the dispatcher.
+
 ``gc_cutoff = now - gcTimeThreshold``; ``timeout_cutoff = now - globalTimeout``;
 the rows threshold passes through. Units become epoch milliseconds only when
 the wire message is built.
@@ -31,6 +34,7 @@ class RetentionPlan:
 
 
 def plan(settings: AppSettings, now: datetime) -> RetentionPlan | None:
+    """The plan for an application's ``settings`` at ``now``, or None when they want no retention."""
     if not settings.wants_retention:
         return None
     return RetentionPlan(
