@@ -6,9 +6,11 @@ Threads:
   models; woken after every save in this process, and polling once a second
   for writers elsewhere;
 * the **process-manager worker** runs :meth:`ProcessManager.step`, sleeping on
-  the monotonic clock until the next timer, woken by new events and answers;
-* the asyncio loop (uvicorn) runs the hub and the REST API; store commands go
-  to a small thread pool, never onto the loop;
+  the monotonic clock until the next timer (deadlines, recovery attempts,
+  retention rounds), woken by new events and recovery answers;
+* the asyncio loop (uvicorn) runs the hub's endpoint, its recovery and
+  retention conversations and the REST API; store commands go to the hub's
+  small thread pool, never onto the loop;
 * the **collector worker** runs the full garbage collections itself, at quiet
   moments (``adapters/collector.py``, ADR 13);
 * the **lease worker** checks every 2 s that this instance still holds the
@@ -24,14 +26,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from relay_es.adapters import faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
-from relay_es.adapters.hub import Hub
+from relay_es.adapters.hub import AuthGate, CommandPool, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
+from relay_es.domain import defaults
 from relay_es.domain.clock import Clock
-from relay_es.engine.process_manager import ProcessManager, Timing
+from relay_es.engine.process_manager import Answers, ProcessManager, Timing
 from relay_es.projections import all_projections
 from relay_es.projections.executors import COLUMNS, row_from_db
 from relay_es.projections.runner import ProjectionRunner
@@ -87,13 +91,25 @@ def view_bootstrap(db: Database, runner: ProjectionRunner) -> Callable[[], tuple
     return load
 
 
+COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
+
+
 class Runtime:
-    def __init__(self, settings: Settings, *, clock: Clock | None = None, manage_gc: bool = False) -> None:
+    """One Relay process, built in dependency order with everything each part needs:
+    store and read models; the hub's command pool, outbox and registry; the recovery
+    answers inbox; the dispatcher; the process manager (given the dispatcher); the
+    admission gate; the hub's endpoint (given the process manager as its roster)."""
+
+    def __init__(self, settings: Settings, *, clock: Clock | None = None, manage_gc: bool = False,
+                 on_lease_lost: Callable[[], None] = lambda: None) -> None:
         """``manage_gc``: this process is a server of its own (``relay serve``); the garbage
-        collector's policy is process-wide, so a Runtime inside a test process leaves it alone."""
+        collector's policy is process-wide, so a Runtime inside a test process leaves it alone.
+        ``on_lease_lost``: called (from the lease worker) when another instance took the
+        store's lease; the server should stop."""
         self.settings = settings
         self.manage_gc = manage_gc
         self.clock = clock or system_clock()
+        self.on_lease_lost = on_lease_lost
         self.store = parse_database_url(settings.database_url)
         self.lease = Lease(self.store)
         self.lease.acquire()
@@ -102,61 +118,77 @@ class Runtime:
                                default_grace=settings.default_executor_timeout)
             self.db = open_database(self.store)
             self.runner = ProjectionRunner(self.relay, self.db, all_projections())
-            self.hub = Hub(
-                self.relay,
-                owner=settings.instance,
+            self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
+            self.pool = CommandPool(COMMAND_WORKERS)
+            self.outbox = Outbox(self.relay, self.pool.run)
+            self.registry = Registry()
+            answers = Answers(self.pm_worker.wake)
+            self.dispatcher = Dispatcher(
+                self.relay, self.registry, self.outbox, self.pool.run,
+                answers=answers,
                 response_timeout=settings.recovery_response_timeout.total_seconds(),
-                retention_interval=settings.retention_interval.total_seconds(),
-                limits=settings.limits,
                 monotonic=self.clock.monotonic,  # recovery deadlines are on the process manager's clock
+                crash_point=faults.crash_point,
             )
             self.pm = ProcessManager(
                 self.relay,
                 self.clock,
-                self.hub,
+                self.dispatcher,
                 owner=settings.instance,
                 timing=Timing(settle=settings.restart_settle, response_timeout=settings.recovery_response_timeout),
                 bootstrap=view_bootstrap(self.db, self.runner),
+                answers=answers,
+                wake=self.pm_worker.wake,
+                retention_interval=settings.retention_interval.total_seconds(),
+                crash_point=faults.crash_point,
+            )
+            self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
+            self.metrics = Metrics()
+            self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)
+            self.hub = Hub(
+                self.relay,
+                owner=settings.instance,
+                gate=self.gate,
+                roster=self.pm,
+                registry=self.registry,
+                outbox=self.outbox,
+                pool=self.pool,
+                handshake_timeout=defaults.HANDSHAKE_TIMEOUT.total_seconds(),
+                limits=settings.limits,
+                monotonic=self.clock.monotonic,
+                on_connection_change=self._connections_changed,
+                on_refused=self.metrics.auth_refused.labels("websocket").inc,
             )
         except BaseException:
             self.lease.release()
             raise
-        self.hub.pm = self.pm
-        self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
-        if settings.auth:
-            from relay_es.adapters.admission import AuthGate
-
-            self.hub.gate = AuthGate(self.relay, self.hub.run, self.db)
-        self.metrics = Metrics()
         self._observe()
         self.projection_worker = Worker("relay-projections", self._project, lambda: 1.0)
         self._pm_started = False
-        self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
-        self.pm.wake = self.pm_worker.wake
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
         self.lease_lost = False
         self._lease_state = "held"
-        self.on_lease_lost: Callable[[], None] = lambda: None
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
         self._started = False
+
+    @property
+    def started(self) -> bool:
+        """:meth:`start` ran: the workers run, and :meth:`stop` (not :meth:`close`) ends them."""
+        return self._started
+
+    def _connections_changed(self, n: int) -> None:
+        self.metrics.open_connections.set(n)
+        self.collector.connections(n)
 
     def _observe(self) -> None:
         from relay_es.aggregates.executor import Executor
 
         m = self.metrics
         m.watch_executors(lambda: list(self.pm.rows.values()))
-        m.watch_outbox(self.hub.outbox)
+        m.watch_outbox(self.outbox)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
-        collector = self.collector
-
-        def connections(n: int) -> None:
-            m.open_connections.set(n)
-            collector.connections(n)
-
-        self.hub.on_connection_change = connections
-        self.hub.on_refused = m.auth_refused.labels("websocket").inc
 
         def saved(took: float, events: list[Any]) -> None:
             m.append_latency.observe(took)
@@ -176,25 +208,21 @@ class Runtime:
                 if new.declared_dead_at is not None:
                     m.dead_to_confirmed.observe((e.timestamp - new.declared_dead_at).total_seconds())
 
-        self.pm.on_event = pm_event
+        self.pm.on_event = pm_event  # issue-12: needs an on_event parameter of ProcessManager's constructor
 
     def app_deleted(self, org: str, name: str) -> None:
         """Called after an application is deleted: its executors are disconnected (4007)."""
-        self.hub.gate.forget(org, app=name)
-        loop = self.hub.loop
-        if loop is not None:
-            import asyncio
-
-            asyncio.run_coroutine_threadsafe(self.hub.close_app(org, name), loop)
+        self.gate.forget(org, app=name)
+        self.hub.close_app_soon(org, name)
 
     def token_revoked(self, org: str, name: str) -> None:
         """Called after a token is revoked: its executors are disconnected."""
-        self.hub.gate.forget(org, token=name)  # before the answer: a retry with that key is refused
-        loop = self.hub.loop
-        if loop is not None:
-            import asyncio
+        self.gate.forget(org, token=name)  # before the answer: a retry with that key is refused
+        self.hub.close_token_soon(org, name)
 
-            asyncio.run_coroutine_threadsafe(self.hub.close_token(org, name), loop)
+    def begin_shutdown(self) -> None:
+        """The server is about to close the sockets: their closes are not disconnects."""
+        self.hub.begin_shutdown()
 
     def _pm_tick(self) -> None:
         if not self._pm_started:
@@ -244,6 +272,7 @@ class Runtime:
 
     def start(self, loop: Any) -> None:
         """Called on the server's event loop once it runs."""
+        self.dispatcher.start(loop)
         self.hub.start(loop)
         self.projection_worker.start()
         self.pm_worker.start()
@@ -256,6 +285,7 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.hub.stop()
+        self.dispatcher.stop()
         self.pm_worker.stop()
         self.projection_worker.stop()
         self.collector_worker.stop()
@@ -269,6 +299,7 @@ class Runtime:
         self.close()
 
     def close(self) -> None:
+        self.pool.shutdown(wait=False)
         try:
             self.db.close()
             self.relay.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from relay_es.adapters.outbox import Outbox
+from relay_es.adapters.hub.outbox import Outbox
 
 
 class FakeStore:
@@ -95,7 +95,7 @@ def test_a_bug_keeps_the_transition_and_others_keep_flowing(caplog: pytest.LogCa
         if outbox._task is not None:
             outbox._task.cancel()
 
-    with caplog.at_level(logging.INFO, logger="relay_es.adapters.outbox"):
+    with caplog.at_level(logging.INFO, logger="relay_es.adapters.hub.outbox"):
         asyncio.run(main())
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1 and "A" in tracebacks[0].getMessage()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay_es.adapters.throttle import Hit, Throttle
+from relay_es.adapters.hub.throttle import Hit, Throttle
 
 
 class Clock:

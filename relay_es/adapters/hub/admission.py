@@ -1,0 +1,135 @@
+"""Admission of executor handshakes: who may connect, as which org and token.
+
+The hub asks :meth:`Gate.admit` before it accepts a WebSocket upgrade; a
+refusal is a :class:`Refused` with the HTTP status the client gets. Keys are
+checked by :class:`relay_es.adapters.authz.Credentials`, the checker the REST
+API uses too (ADR 14).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from relay_es.adapters import authz
+from relay_es.engine.service import Relay, is_store_error
+
+log = logging.getLogger(__name__)
+
+
+class Refused(Exception):
+    """A handshake refused before the upgrade, with an HTTP status."""
+
+    def __init__(self, status: int, title: str, detail: str, *, audit: bool = True, org: str | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail, self.audit, self.org = status, title, detail, audit, org
+
+
+class Gate:
+    """Admission of an executor handshake. Development mode: org ``local``,
+    any key, an unknown application is registered on first connection.
+    Returns ``(org, token name or None)`` or raises :class:`Refused`.
+
+    Development mode stays on this machine: a handshake carrying an ``Origin``
+    that is not a loopback page (a web page's script, DNS rebinding), or one
+    that came through a reverse proxy (``Forwarded``, ``X-Forwarded-*``,
+    ``X-Real-IP``), is refused with 403. The SDKs send neither."""
+
+    credentials: authz.Credentials | None = None  # development mode checks no keys
+
+    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]]) -> None:
+        self.relay = relay
+        self.run = run
+        # What admission learnt from the store, so that executors are still
+        # admitted while the store is briefly away (Postgres restarting):
+        self.known_apps: set[tuple[str, str]] = set()
+
+    async def app_registered(self, org: str, app: str) -> bool:
+        if (org, app) in self.known_apps:
+            return True
+        found = await self.run(self.relay.app_exists, org, app)
+        if found:
+            self.known_apps.add((org, app))
+        return found
+
+    def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
+        """A token was revoked or an application deleted: admission asks the store again."""
+        if app is not None:
+            self.known_apps.discard((org, app))
+
+    @staticmethod
+    def check_name(app: str) -> None:
+        from relay_es.aggregates.application import check_app_name
+        from relay_es.domain.errors import InvalidSetting
+
+        try:
+            check_app_name(app)
+        except InvalidSetting as e:
+            raise Refused(404, "Unknown application", str(e), audit=False) from None
+
+    async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
+        if authz.proxy_header(headers) is not None:
+            raise Refused(403, "Forbidden", authz.BEHIND_A_PROXY, org="local")
+        self.check_name(app)
+        origin = authz.header(headers, b"origin")
+        if not authz.origin_is_local(origin):
+            raise Refused(403, "Forbidden", "development mode accepts executors of this machine only: "
+                                            f"a handshake from the page {origin[:200]!r} is refused", org="local")
+        try:
+            if not await self.app_registered("local", app):
+                await self.run(self.relay.register_app, "local", app)
+                self.known_apps.add(("local", app))
+        except Exception as e:
+            if not is_store_error(e):
+                raise
+            # The store is away: admit anyway (development mode accepts every
+            # application); the registration is retried with the next connection.
+            log.warning("store unavailable while admitting an executor of %s; admitted", app)
+        return "local", None
+
+
+class AuthGate(Gate):
+    """Auth mode: the key must be a live token of an org that covers the
+    application, and the application must be registered in that org.
+
+    A refusal is audited only into the org the key belongs to (revoked, not
+    covering the application, the application not registered there). A key no
+    token ever had names no org: it is counted and logged (by the hub, once per
+    address per quiet period), never audited -- an anonymous client must not
+    be able to write into the audit log of every org that has an application
+    of some name."""
+
+    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any) -> None:
+        super().__init__(relay, run)
+        self.db = db
+        self.credentials = authz.Credentials(relay, db)
+
+    def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
+        super().forget(org, token, app)
+        if token is not None:
+            self.credentials.forget(org, token)
+
+    async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
+        self.check_name(app)
+        try:
+            checked = await self.run(self.credentials.identify, key)
+        except authz.StoreUnavailable as e:
+            raise Refused(503, "Service unavailable", str(e), audit=False) from None
+        who = checked.principal
+        if who is None:  # the same answer either way: a client learns nothing about the key
+            raise Refused(401, "Unauthorized", "unknown or revoked conductor key",
+                          audit=checked.org is not None, org=checked.org)
+        try:
+            authz.decide(authz.WEBSOCKET, who, None, app)
+        except authz.Denied as d:
+            raise Refused(d.status, "Forbidden", d.detail, org=who.org) from None
+        try:
+            registered = await self.app_registered(who.org, app)
+        except Exception as e:
+            if not is_store_error(e):
+                raise
+            raise Refused(503, "Service unavailable", "the store is unavailable; retry shortly", audit=False) from None
+        if not registered:
+            raise Refused(403, "Forbidden", f"application {app!r} is not registered in org {who.org!r}", org=who.org)
+        return who.org, who.token

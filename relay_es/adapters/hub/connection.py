@@ -1,0 +1,126 @@
+"""One executor's socket, as the hub holds it: its session, its pending calls, its writes.
+
+:class:`Connection` wraps the ASGI ``send`` of one WebSocket with the Sans-I/O
+:class:`~relay_es.protocol.session.Session` that speaks the protocol on it: one write at a
+time (``send_text``), a request and its awaited answer (``call``), a close sent once
+(``close``). :class:`Guard` is how a recovery frame is written only while its attempt is alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from relay_es.adapters.uvicorn_ws import Withdrawn
+from relay_es.protocol import messages as m
+from relay_es.protocol.session import Session, State
+
+
+class ConnectionLost(Exception):
+    """The socket closed (or was closed) before a write or an answer."""
+
+
+class Guard:
+    """Held while a recovery frame is written: the frame goes out only if its
+    attempt has not expired, and an expiry (from the process manager's thread)
+    waits until the write is done. Used by the socket (``relay.guard`` in the
+    ASGI message, see ``uvicorn_ws.py``) right before it writes."""
+
+    def __init__(self, lock: threading.Lock, allowed: Callable[[], bool]) -> None:
+        self.lock, self.allowed = lock, allowed
+
+    def __enter__(self) -> bool:
+        self.lock.acquire()
+        return self.allowed()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.lock.release()
+
+
+@dataclass
+class Connection:
+    id: str
+    org: str
+    app: str
+    peer: str
+    token: str | None
+    send_message: Callable[[dict[str, Any]], Awaitable[None]]
+    key_id: tuple[str, ...] = ()
+    raise_frame_cap: Callable[[int], None] | None = None
+    session: Session = field(default_factory=Session)
+    waiters: dict[str, asyncio.Future[m.Response]] = field(default_factory=dict)
+    stream_id: UUID | None = None
+    executor_id: str | None = None
+    app_version: str | None = None
+    connected_at: float = field(default_factory=time.monotonic)
+    closed: bool = False
+    superseded: bool = False
+    close_reason: str | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def registered(self) -> bool:
+        """Open, and its executor answered ``executor_info``: requests may go to it."""
+        return not self.closed and self.session.state is State.REGISTERED
+
+    async def send_text(self, text: str, guard: Guard | None = None) -> None:
+        if self.closed:
+            raise ConnectionLost(f"connection {self.id} is closed")
+        message: dict[str, Any] = {"type": "websocket.send", "text": text}
+        try:
+            async with self.lock:
+                if guard is None:
+                    await self.send_message(message)
+                    return
+                message["relay.guard"] = guard  # the socket checks it again right before writing
+                with guard as allowed:
+                    if not allowed:
+                        raise Withdrawn()
+                await self.send_message(message)
+        except Withdrawn:
+            raise
+        except Exception as e:  # the socket is going away under us (ClientDisconnected, OSError...)
+            self.closed = True
+            raise ConnectionLost(f"connection {self.id}: {e.__class__.__name__}") from e
+
+    async def call(self, make: Callable[[str], m.Request], timeout: float, guard: Guard | None = None) -> m.Response:
+        if self.closed or self.session.state is not State.REGISTERED:
+            raise ConnectionLost(f"connection {self.id} is not open")
+        request_id, frame = self.session.request(make)
+        fut: asyncio.Future[m.Response] = asyncio.get_running_loop().create_future()
+        self.waiters[request_id] = fut
+        try:
+            await self.send_text(frame, guard)
+            return await asyncio.wait_for(fut, max(0.0, timeout))
+        finally:
+            self.waiters.pop(request_id, None)
+            self.session.forget(request_id)
+
+    def answered(self, request_id: str, response: m.Response) -> None:
+        """An answer arrived: the call awaiting it (if still waiting) returns it."""
+        fut = self.waiters.get(request_id)
+        if fut is not None and not fut.done():
+            fut.set_result(response)
+
+    def lost(self) -> None:
+        """The socket is gone: closed, and every call still waiting fails with ConnectionLost."""
+        self.closed = True
+        for rid in self.session.close():
+            fut = self.waiters.get(rid)
+            if fut is not None and not fut.done():
+                fut.set_exception(ConnectionLost(f"connection {self.id} closed"))
+
+    async def close(self, code: int, reason: str = "") -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            async with self.lock:
+                await self.send_message({"type": "websocket.close", "code": code, "reason": reason[:120]})
+        except Exception:  # already gone
+            pass

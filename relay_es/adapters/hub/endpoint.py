@@ -1,0 +1,437 @@
+"""The executors' WebSocket endpoint: an ASGI application on the REST API's port.
+
+:class:`Hub` accepts a socket (after admission and the resource limits), runs its read loop
+through the Sans-I/O :class:`~relay_es.protocol.session.Session`, registers the executor
+(its ``Connected`` into the outbox, a former connection of the same id superseded), audits
+violations and refusals, and on the way out records the disconnect. It speaks ASGI directly
+(no framework in the hot path) and is served by uvicorn, whose ``websockets`` protocol sends
+Relay's pings every ``RELAY_PING_INTERVAL_SECS`` and closes a socket whose pong does not come
+back within ``RELAY_PING_WAIT_SECS - RELAY_PING_INTERVAL_SECS``: a silent socket is
+DISCONNECTED within the ping wait. Pings and pongs never reach the store.
+
+Close codes Relay uses (executors reconnect after any of them):
+
+==== ==========================================================================
+1001 Relay is shutting down
+1007 a text frame that is not UTF-8
+1008 the executor broke the protocol: an unusable ``executor_info`` reply, or
+     any other frame before it
+1009 a message over the cap: 64 KiB for the first (the ``executor_info``
+     reply), 1 MiB for any other before registration, then 128 MiB
+     (``relay_es.protocol.limits``); audited ``frame_too_large``
+4001 superseded: a newer connection with the same executor id (and, in auth
+     mode, the same token) took over
+4002 handshake timeout: ``executor_info`` was not answered in time
+4003 the token this executor connected with was revoked
+4004 ``executor_info`` out of bounds: a field too long, a control or format
+     character in an identifier, metadata too large or holding U+0000
+4005 a resource limit: a new executor id over the key's or the
+     application's limit of executor ids (``ResourceLimits``)
+4006 executor id held by another key: in auth mode, the id is connected with
+     another token; the newcomer is refused (audited ``supersede_refused``)
+     and the live connection kept
+4007 the executor's application was deleted
+==== ==========================================================================
+
+Every fatal violation is audited as ``protocol.violation`` (its ``kind`` in
+the detail) and nothing of it reaches the store. Audit entries and warnings
+of one kind are throttled (:class:`~relay_es.adapters.hub.throttle.Throttle`):
+one per window, counting the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+from relay_es.adapters.hub.admission import Gate, Refused
+from relay_es.adapters.hub.connection import Connection, ConnectionLost
+from relay_es.adapters.hub.limits import Counted, Quotas, Roster, key_id
+from relay_es.adapters.hub.outbox import Outbox
+from relay_es.adapters.hub.pool import CommandPool
+from relay_es.adapters.hub.registry import Registry
+from relay_es.adapters.hub.throttle import Throttle
+from relay_es.adapters.logs import scrub_text
+from relay_es.aggregates.executor import executor_stream_id
+from relay_es.engine.service import ExecutorInfo, Relay
+from relay_es.protocol import messages as m
+from relay_es.protocol.limits import MAX_FRAME, ResourceLimits, printable
+from relay_es.protocol.session import Answered, Registered, State, Violation
+
+log = logging.getLogger(__name__)
+
+CLOSE_SHUTDOWN = 1001
+CLOSE_PROTOCOL = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_SUPERSEDED = 4001
+CLOSE_HANDSHAKE_TIMEOUT = 4002
+CLOSE_REVOKED = 4003
+CLOSE_OUT_OF_BOUNDS = 4004
+CLOSE_LIMIT = 4005
+CLOSE_HELD = 4006
+CLOSE_APP_DELETED = 4007
+
+CLOSE_FOR = {"info_out_of_bounds": CLOSE_OUT_OF_BOUNDS, "limit_exceeded": CLOSE_LIMIT}  # other fatal kinds: 1008
+
+VIOLATION_AUDIT_INTERVAL = 60.0  # seconds between audit entries (and warnings) of one kind per app
+REFUSAL_QUIET = 60.0  # an address with no refusal for this long starts again at no delay
+KEY_SWEEP_INTERVAL = 60.0  # seconds between two sweeps of the executor ids remembered per key
+
+
+def parse_path(path: str) -> tuple[str, str] | None:
+    """``[anything]/websocket/{app}/{key}`` -> ``(app, key)``, percent-decoded."""
+    marker = "/websocket/"
+    i = path.rfind(marker)
+    if i < 0:
+        return None
+    parts = path[i + len(marker):].split("/")
+    if len(parts) != 2 or not parts[0] or not parts[1]:
+        return None
+    return unquote(parts[0]), unquote(parts[1])
+
+
+def scrub(path: str) -> str:
+    """A path fit for a log line: the key segment never appears, however the path is
+    spelt (the one rule of the log filter, ``logs.scrub_text``)."""
+    return scrub_text(path)
+
+
+class Hub:
+    def __init__(
+        self,
+        relay: Relay,
+        *,
+        owner: str,
+        gate: Gate,
+        roster: Roster,
+        registry: Registry,
+        outbox: Outbox,
+        pool: CommandPool,
+        handshake_timeout: float,
+        limits: ResourceLimits,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_connection_change: Callable[[int], None] = lambda n: None,
+        on_refused: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``owner``: this instance, recorded with each connection. ``gate``: admission.
+        ``roster``: which executors exist (the process manager), for the limits of executor
+        ids. ``registry``, ``outbox``: shared with the dispatcher. ``pool``: where store
+        commands run. ``monotonic``: the throttles' clock. ``on_connection_change``: called
+        with the number of open sockets when it changes; ``on_refused``: on each refusal."""
+        self.relay = relay
+        self.owner = owner
+        self.gate = gate
+        self.registry = registry
+        self.outbox = outbox
+        self.pool = pool
+        self.handshake_timeout = handshake_timeout
+        self.limits = limits
+        self.quotas = Quotas(limits, roster=roster, registry=registry, outbox=outbox)
+        self.on_connection_change = on_connection_change
+        self.on_refused = on_refused
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.shutting_down = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # One throttle class for every repeated thing a hostile peer can cause; each prunes itself.
+        self._violations = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, kind)
+        self._refusals = Throttle(REFUSAL_QUIET, clock=monotonic)  # address: slow-down strikes, one log line
+        self._refusal_audit = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, address)
+
+    # ------------------------------------------------------------- lifecycle
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._spawn(self._sweep_loop())
+
+    async def _sweep_loop(self) -> None:
+        """The executor ids remembered per key are forgotten once deleted (``Quotas.sweep_keys``)."""
+        while True:
+            await asyncio.sleep(KEY_SWEEP_INTERVAL)
+            self.quotas.sweep_keys()
+
+    def begin_shutdown(self) -> None:
+        """From now on a socket that closes is not a disconnect, and no handshake is accepted:
+        called before the server closes the sockets (a signal, the lease lost)."""
+        self.shutting_down = True
+
+    async def stop(self) -> None:
+        """Closes every socket without recording disconnects: an executor that
+        was HEALTHY when Relay stopped gets a fresh grace on restart."""
+        self.shutting_down = True
+        for conn in list(self.registry.connections.values()):
+            await conn.close(CLOSE_SHUTDOWN, "relay is shutting down")
+        await self.outbox.drained(timeout=5.0)
+        for t in list(self._tasks):
+            t.cancel()
+
+    # ------------------------------------------------------------------ ASGI
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        peer = "%s:%s" % tuple(scope.get("client") or ("?", "?"))
+        host = peer.rsplit(":", 1)[0]
+        first = await receive()
+        if first["type"] != "websocket.connect":
+            return
+        parsed = parse_path(path)
+        quotas = self.quotas
+        quotas.handshake_begins(host)
+        registered = False
+        counted: Counted | None = None  # (key, app) this socket is counted against
+        try:
+            try:
+                if parsed is None:
+                    raise Refused(404, "Not found", "executors connect at /websocket/{appName}/{conductorKey}",
+                                  audit=False)
+                if self.shutting_down:
+                    raise Refused(503, "Shutting down", "Relay is shutting down; retry shortly", audit=False)
+                quotas.check_queue()
+                quotas.check_handshakes(host)
+                app, key = parsed
+                org, token = await self.gate.admit(app, key, peer, headers=scope.get("headers") or [])
+                kid = key_id(org, token, key)
+                counted = quotas.take_socket(kid, org, app)
+            except Refused as r:
+                hit = self._refusals.hit(host)
+                if hit.passed:  # one line per address per quiet period, not one per refusal
+                    log.info("refused executor handshake from %s on %s: %s %s%s", peer, printable(scrub(path)),
+                             r.status, r.detail, f" ({hit.suppressed} more refused)" if hit.suppressed else "")
+                await self._slow_down(hit.strikes)
+                if r.audit and parsed is not None:
+                    await self._audit_refusal(parsed[0], host, r)
+                await self._refuse(send, r)
+                return
+            self._refusals.forget(host)
+            await send({"type": "websocket.accept"})
+            ext = (scope.get("extensions") or {}).get("relay.frame_cap")
+            conn = Connection(id=uuid.uuid4().hex, org=org, app=app, peer=peer, token=token, send_message=send,
+                              key_id=kid, raise_frame_cap=ext)
+            self.registry.add(conn)
+            self.on_connection_change(len(self.registry))
+            code: int | None = None
+            # A timer, not a task: most executors answer at once, and a task per socket is memory and work.
+            handshake = asyncio.get_running_loop().call_later(self.handshake_timeout, self._handshake_expired, conn)
+            try:
+                await conn.send_text(conn.session.open())
+                while True:
+                    message = await receive()
+                    kind = message["type"]
+                    if kind == "websocket.receive":
+                        if conn.closed:  # closing: what is still on its way is not acted on
+                            continue
+                        data = message.get("text")
+                        if data is None:
+                            data = message.get("bytes") or b""
+                        for ev in conn.session.receive(data):
+                            await self._on_event(conn, ev)
+                        if not registered and conn.session.state is State.REGISTERED:
+                            registered = True
+                            quotas.handshake_ends(host)
+                    elif kind == "websocket.disconnect":
+                        code = message.get("code")
+                        if message.get("relay.too_big"):  # our own 1009: the frame cap
+                            await self._violation(conn, Violation(
+                                "frame_too_large", printable(message.get("reason") or "frame over the cap")
+                                + ("" if registered else " (before executor_info was answered)"), fatal=True))
+                        break
+            except (ConnectionLost, OSError) as e:
+                log.debug("connection %s ended: %s", conn.id, e)
+            finally:
+                handshake.cancel()
+                await self._cleanup(conn, code)
+        finally:
+            if counted is not None:
+                quotas.release_socket(counted)
+            if not registered:
+                quotas.handshake_ends(host)
+
+    # -------------------------------------------------------------- refusals
+    async def _slow_down(self, strikes: int) -> None:
+        """Repeated refusals from one address are answered more and more slowly
+        (0.1 s doubling to 5 s; forgotten after a minute of quiet)."""
+        self.on_refused()
+        if strikes:
+            await asyncio.sleep(min(0.1 * 2 ** (strikes - 1), 5.0))
+
+    async def _audit_refusal(self, app: str, host: str, r: Refused) -> None:
+        """One audit entry per (org, app, address) per interval, counting the rest. A
+        refusal that names no org (a key no token ever had) is counted and logged, never
+        audited: an anonymous client must not write into anyone's audit log (ADR 14)."""
+        org = r.org
+        if org is None:
+            return
+        hit = self._refusal_audit.hit((org, app, host))
+        if not hit.passed:
+            return
+        try:
+            await self.pool.run(self.relay.record_refusal, org, app=app, peer=host, status=r.status, reason=r.detail,
+                                suppressed=hit.suppressed)
+        except Exception:
+            log.exception("could not record a refused handshake")
+
+    async def _refuse(self, send: Any, r: Refused) -> None:
+        body = json.dumps({"type": "about:blank", "title": r.title, "status": r.status, "detail": r.detail}).encode()
+        await send({
+            "type": "websocket.http.response.start",
+            "status": r.status,
+            "headers": [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())],
+        })
+        await send({"type": "websocket.http.response.body", "body": body})
+
+    # ---------------------------------------------------------- closing many
+    async def close_app(self, org: str, app: str) -> int:
+        """Closes every socket of a deleted application (4007). Their disconnects are
+        recorded (reason ``app_deleted``); the process manager declares none of them dead."""
+        self.gate.forget(org, app=app)
+        closed = await self._close_where(lambda c: c.org == org and c.app == app, "app_deleted",
+                                         CLOSE_APP_DELETED, "application deleted")
+        if closed:
+            log.info("application %s/%s deleted: %d executor socket(s) closed", org, app, closed)
+        return closed
+
+    async def close_token(self, org: str, name: str) -> int:
+        """Disconnects every executor that connected with a revoked token."""
+        self.gate.forget(org, token=name)
+        return await self._close_where(lambda c: c.org == org and c.token == name, "token_revoked",
+                                       CLOSE_REVOKED, "token revoked")
+
+    def close_app_soon(self, org: str, app: str) -> None:
+        """From any thread: :meth:`close_app` on the hub's loop (once started)."""
+        if self.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.close_app(org, app), self.loop)
+
+    def close_token_soon(self, org: str, name: str) -> None:
+        """From any thread: :meth:`close_token` on the hub's loop (once started)."""
+        if self.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.close_token(org, name), self.loop)
+
+    async def _close_where(self, which: Callable[[Connection], bool], reason: str, code: int, text: str) -> int:
+        """Closes every open connection ``which`` picks, recording ``reason`` as its disconnect's."""
+        closed = 0
+        for conn in list(self.registry.connections.values()):
+            if which(conn) and not conn.closed:
+                conn.close_reason = reason
+                await conn.close(code, text)
+                closed += 1
+        return closed
+
+    # ------------------------------------------------------------- handshake
+    def _handshake_expired(self, conn: Connection) -> None:
+        if conn.session.state is State.AWAITING_INFO and not conn.closed:
+            self._spawn(self._handshake_timed_out(conn))
+
+    async def _handshake_timed_out(self, conn: Connection) -> None:
+        if conn.session.state is State.AWAITING_INFO and not conn.closed:
+            await self._violation(conn, Violation("handshake_timeout",
+                                                  f"executor_info not answered within {self.handshake_timeout:g}s"))
+            await conn.close(CLOSE_HANDSHAKE_TIMEOUT, "executor_info not answered in time")
+
+    async def _on_event(self, conn: Connection, ev: Any) -> None:
+        if isinstance(ev, Answered):
+            conn.answered(ev.request_id, ev.response)
+        elif isinstance(ev, Registered):
+            held = self._held_by_another_token(conn, ev.info.executor_id)
+            if held is not None:
+                conn.session.close()
+                await conn.close(CLOSE_HELD, "executor id held by another key")
+                await self._violation(conn, Violation(
+                    "supersede_refused",
+                    f"executor {printable(ev.info.executor_id, 80)!r} is connected with token "
+                    f"{printable(held.token or '', 80)!r}; a connection with token {printable(conn.token or '', 80)!r} "
+                    "may not take it over while that socket is open", fatal=True))
+                return
+            refusal = self.quotas.over_limit(conn, ev.info.executor_id)
+            if refusal is not None:
+                conn.session.close()
+                await conn.close(CLOSE_LIMIT, "limit reached")
+                await self._violation(conn, Violation("limit_exceeded", refusal, fatal=True))
+                return
+            if conn.raise_frame_cap is not None:
+                # Registered: replies may carry workflow data now. Before any await, so that
+                # nothing more is parsed under the handshake's cap, and before any request goes out.
+                conn.raise_frame_cap(MAX_FRAME)
+            await self._register(conn, ev.info)
+        elif isinstance(ev, Violation):
+            if ev.fatal:  # closed first: nothing more is read from it while the violation is recorded
+                await conn.close(CLOSE_FOR.get(ev.kind, CLOSE_PROTOCOL), ev.kind)
+            await self._violation(conn, ev)
+
+    def _held_by_another_token(self, conn: Connection, executor_id: str) -> Connection | None:
+        """The live connection of this executor id if it came with another token (auth
+        mode): a key covering the application must not take over, and start the death
+        clock of, an executor another key holds. Same token, or development mode: a
+        newer connection supersedes (4001)."""
+        held = self.registry.executor((conn.org, conn.app, executor_id))
+        if held is None or held is conn or held.closed or held.token is None or held.token == conn.token:
+            return None
+        return held
+
+    async def _register(self, conn: Connection, info: m.ExecutorInfoResponse) -> None:
+        key = (conn.org, conn.app, info.executor_id)
+        conn.executor_id = info.executor_id
+        conn.app_version = info.application_version
+        conn.stream_id = executor_stream_id(*key)
+        old = self.registry.claim(key, conn)
+        self.outbox.submit(key, self.relay.op_connected(
+            conn.org,
+            conn.app,
+            ExecutorInfo(
+                executor_id=info.executor_id,
+                application_version=info.application_version,
+                hostname=info.hostname,
+                language=info.language,
+                dbos_version=info.dbos_version,
+                executor_metadata=info.executor_metadata,
+            ),
+            connection_id=conn.id,
+            owner=self.owner,
+            at=self.relay.clock.now(),
+            token=conn.token,  # who registered it: the token's name (None in development mode) and the address
+            peer=conn.peer.rsplit(":", 1)[0],
+        ))
+        if old is not None and old is not conn and not old.closed:
+            old.superseded = True
+            log.info("executor %s: connection %s superseded by %s", printable(info.executor_id), old.id, conn.id)
+            await old.close(CLOSE_SUPERSEDED, "superseded by a newer connection")
+        log.info("executor %s of %s/%s connected (version %s) from %s", printable(info.executor_id), conn.org,
+                 conn.app, printable(info.application_version), conn.peer)
+
+    async def _violation(self, conn: Connection, v: Violation) -> None:
+        """Audited and logged once per (org, app, kind) per interval, counting the rest."""
+        hit = self._violations.hit((conn.org, conn.app, v.kind))
+        if not hit.passed:
+            log.debug("executor %s (%s/%s from %s): %s: %s", printable(conn.executor_id or "?"), conn.org, conn.app,
+                      conn.peer, v.kind, v.detail)
+            return
+        log.warning("executor %s (%s/%s from %s): %s: %s%s", printable(conn.executor_id or "?"), conn.org, conn.app,
+                    conn.peer, v.kind, v.detail,
+                    f" ({hit.suppressed} more of this kind in the last {VIOLATION_AUDIT_INTERVAL:g}s)"
+                    if hit.suppressed else "")
+        try:
+            await self.pool.run(self.relay.record_violation, conn.org, conn.app, kind=v.kind, detail=v.detail,
+                                executor_id=conn.executor_id, peer=conn.peer, suppressed=hit.suppressed)
+        except Exception:
+            log.exception("could not record a protocol violation")
+
+    async def _cleanup(self, conn: Connection, code: int | None) -> None:
+        conn.lost()
+        self.registry.remove(conn)
+        self.on_connection_change(len(self.registry))
+        if conn.executor_id is None:
+            return
+        if self.shutting_down or conn.superseded or conn.stream_id is None:
+            return
+        key = (conn.org, conn.app, conn.executor_id)
+        reason = conn.close_reason or ("ping_timeout" if code == 1011 else "socket_closed")
+        self.outbox.submit(key, self.relay.op_disconnected(conn.stream_id, connection_id=conn.id, reason=reason,
+                                                           at=self.relay.clock.now()))

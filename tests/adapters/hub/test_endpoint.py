@@ -1,0 +1,227 @@
+"""The hub's endpoint (``relay_es.adapters.hub.endpoint``): against a real ``relay serve``
+(real WebSockets on loopback, lightweight protocol clients that answer like the SDKs, on
+both stores), and built from its parts with a fake store for what a server cannot show
+deterministically."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+import websockets
+
+from tests.adapters.hub.support import actions, at, build, set_grace
+from tests.fake_executor import FakeExecutor
+from tests.rest_client import audit, listing as executors, rest as api
+from tests.server import RelayServer
+from tests.support import until
+
+
+def test_connect_registers_with_everything_executor_info_reports(server: RelayServer) -> None:
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A", version="v7").connect()
+        rows = await until(lambda: executors(server).get("A"))
+        assert rows["status"] == "HEALTHY"
+        assert (rows["appVersion"], rows["hostname"], rows["language"], rows["dbosVersion"]) == (
+            "v7", "fakehost", "python", "3.2.0")
+        assert rows["executorMetadata"] == {"fake": True}
+        assert rows["createdAt"].endswith("Z") and len(rows["createdAt"]) == 24
+        app = api(server, "GET", "/v2/orgs/local/apps/app").json()  # registered on first connection
+        assert app["status"] == "AVAILABLE" and app["language"] == "python"
+        assert actions(server, "A") == ["executor.connected"]
+        entry = audit(server, executorId="A")[0]
+        assert entry["detail"]["peer"] == "127.0.0.1" and entry["detail"]["token"] is None  # who registered it
+        await a.close()
+
+    asyncio.run(main())
+
+
+def test_drop_and_return_within_grace_means_no_recovery(server: RelayServer) -> None:
+    set_grace(server, 30)
+
+    async def main() -> None:
+        b = await FakeExecutor(server.ws, executor_id="B").connect()
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        await until(lambda: executors(server).get("A"))
+        a.abort()
+        await until(lambda: executors(server).get("A", {}).get("status") == "DISCONNECTED")
+        a2 = await FakeExecutor(server.ws, executor_id="A").connect()
+        await until(lambda: executors(server).get("A", {}).get("status") == "HEALTHY")
+        # the audit read model may trail the executors listing: wait for the return to be recorded there too
+        got = await until(lambda: (x := actions(server, "A")) and "executor.reconnected" in x and x,
+                          what="A's return audited")
+        assert got == ["executor.connected", "executor.disconnected", "executor.reconnected"]
+        assert [r["type"] for r in b.requests] == ["executor_info"]  # nobody was asked to recover
+        await a2.close()
+        await b.close()
+
+    asyncio.run(main())
+
+
+def test_open_but_silent_socket_is_disconnected_within_the_ping_wait(server: RelayServer) -> None:
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        await until(lambda: executors(server).get("A"))
+        frozen_at = time.time()
+        a.freeze()
+        # Relay's own record of the disconnect, not when this test saw it: the read model and polling lag do not count
+        gone = await until(lambda: [x for x in audit(server, executorId="A") if x["action"] == "executor.disconnected"],
+                           timeout=10, what="A recorded disconnected")
+        assert [x["detail"]["reason"] for x in gone] == ["ping_timeout"]
+        took = at(gone[0]) - frozen_at
+        assert took <= 2.0 + 0.5  # RELAY_PING_WAIT_SECS, plus scheduling slack
+        await until(lambda: executors(server).get("A", {}).get("status") == "DISCONNECTED")
+        a.thaw()
+        await a.close()
+
+    asyncio.run(main())
+
+
+def test_second_live_connection_supersedes_the_first(server: RelayServer) -> None:
+    set_grace(server, 1)
+
+    async def main() -> None:
+        old = await FakeExecutor(server.ws, executor_id="A").connect()
+        new = await FakeExecutor(server.ws, executor_id="A").connect()
+        assert await old.closed() == 4001
+        await until(lambda: len(audit(server, executorId="A")) == 2, what="both connections recorded")
+        await asyncio.sleep(2.0)  # longer than the grace: nothing may be declared dead
+        assert executors(server)["A"]["status"] == "HEALTHY"
+        entries = audit(server, executorId="A")
+        assert [x["action"] for x in entries] == ["executor.connected", "executor.connected"]
+        assert entries[1]["detail"]["supersededConnectionId"] == entries[0]["detail"]["connectionId"]
+        await new.close()
+
+    asyncio.run(main())
+
+
+def test_hostile_input_is_refused_audited_and_disturbs_no_one(server: RelayServer) -> None:
+    async def main() -> None:
+        bystander = await FakeExecutor(server.ws, executor_id="B").connect()
+        bad = await FakeExecutor(server.ws, executor_id="A").connect()
+        await bad.send_raw("this is not json")
+        await bad.send_raw(b"\x00\x01binary")
+        await bad.send_raw(json.dumps({"type": "recovery", "request_id": "nobody-asked", "success": True}))
+        await bad.send_raw(json.dumps({"type": "executor_info"}))  # missing request_id
+        await bad.send_raw("x" * 100_000)
+        await until(lambda: {"invalid_frame", "binary_frame", "unsolicited"} <= {
+            x["detail"]["kind"] for x in audit(server, app="app") if x["action"] == "protocol.violation"})
+        # a handshake that never completes
+        silent = await websockets.connect(f"{server.ws}/websocket/app/k", ping_interval=None)
+        try:
+            await asyncio.wait_for(silent.wait_closed(), 15)
+        finally:
+            await silent.close()
+        assert silent.close_code == 4002
+        # an unusable executor_info reply closes with 1008
+        broken = await websockets.connect(f"{server.ws}/websocket/app/k", ping_interval=None)
+        req = json.loads(await broken.recv())
+        await broken.send(json.dumps({"type": "executor_info", "request_id": req["request_id"], "executor_id": 5}))
+        await asyncio.wait_for(broken.wait_closed(), 5)
+        assert broken.close_code == 1008
+        # bad paths are refused before the upgrade
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(f"{server.ws}/websocket/only-one-segment")
+        assert refused.value.response.status_code == 404
+        assert executors(server)["A"]["status"] == "HEALTHY"
+        assert executors(server)["B"]["status"] == "HEALTHY"
+        assert api(server, "GET", "/healthz").status_code == 200
+        await bad.close()
+        await bystander.close()
+
+    asyncio.run(main())
+
+
+def test_deleting_an_application_closes_its_executors_with_4007(server: RelayServer) -> None:
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A").connect()
+        b = await FakeExecutor(server.ws, executor_id="B").connect()
+        other = await FakeExecutor(server.ws, app="other", executor_id="O").connect()
+        await until(lambda: len(executors(server)) == 2)
+        assert api(server, "DELETE", "/v2/orgs/local/apps/app").status_code == 204
+        assert await a.closed() == 4007 and await b.closed() == 4007
+        reasons = await until(lambda: [x["detail"]["reason"] for x in audit(server, executorId="A")
+                                       if x["action"] == "executor.disconnected"])
+        assert reasons == ["app_deleted"]
+        assert other.ws is not None and other.ws.close_code is None  # another application's executor stays
+        await other.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("path", ["/websocket/app/relay_secretsecret", "/WebSocket/app/relay_secretsecret",
+                                  "/%57ebsocket/app/relay_secretsecret", "/x/WEBSOCKET/app/relay_secretsecret"])
+def test_a_key_in_a_refused_path_never_reaches_the_log_however_spelt(path: str) -> None:
+    from relay_es.adapters.hub.endpoint import scrub
+
+    assert "secretsecret" not in scrub(path) and scrub(path).endswith("/app/***")
+
+
+def test_a_refusal_naming_no_org_is_not_audited() -> None:
+    """A key no token ever had names no org: counted and logged, never written into an
+    audit log (not even development mode's "local")."""
+    from relay_es.adapters.hub.admission import Refused
+
+    recorded: list[tuple[Any, ...]] = []
+
+    class Store:
+        def record_refusal(self, org: str, **kw: Any) -> None:
+            recorded.append((org, kw["app"], kw["status"]))
+
+    async def main() -> None:
+        parts = build(Store())
+        try:
+            await parts.hub._audit_refusal("app", "10.0.0.1", Refused(401, "Unauthorized", "unknown key"))
+            await parts.hub._audit_refusal("app", "10.0.0.1", Refused(403, "Forbidden", "not covered", org="acme"))
+        finally:
+            parts.close()
+
+    asyncio.run(main())
+    assert recorded == [("acme", "app", 403)]
+
+
+def test_handshakes_are_refused_with_503_while_the_outbox_holds_its_cap() -> None:
+    """The store is away and transitions pile up: past RELAY_MAX_QUEUED_TRANSITIONS a new
+    executor is answered 503 (try again later) instead of queueing more."""
+    from relay_es.adapters.hub import Hub
+    from relay_es.protocol.limits import ResourceLimits
+
+    class Away:
+        def execute(self, ops: list[Any]) -> list[bool]:
+            raise OSError("connection refused")
+
+    async def handshake(hub: Hub) -> int:
+        sent: list[dict[str, Any]] = []
+        inbox = [{"type": "websocket.connect"}]
+
+        async def receive() -> dict[str, Any]:
+            return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        task = asyncio.ensure_future(hub({"type": "websocket", "path": "/websocket/app/key",
+                                          "client": ("127.0.0.1", 5)}, receive, send))
+        while not sent:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        return 101 if sent[0]["type"] == "websocket.accept" else sent[0]["status"]
+
+    async def main() -> list[int]:
+        parts = build(Away(), limits=ResourceLimits(queued_transitions=2))
+        hub = parts.hub
+        hub.gate.known_apps.add(("local", "app"))
+        try:
+            seen = [await handshake(hub)]
+            hub.outbox.submit("a", "op-a")
+            seen.append(await handshake(hub))
+            hub.outbox.submit("b", "op-b")
+            seen.append(await handshake(hub))
+            return seen
+        finally:
+            parts.close()
+
+    assert asyncio.run(main()) == [101, 101, 503]

@@ -1,0 +1,83 @@
+"""The composition root (``relay_es.composition.runtime``) on SQLite: every part is built with
+what it needs, in dependency order, and none is wired afterwards; a runtime starts, stops,
+and gives the store's lease back when it closes."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from relay_es.adapters.hub import AuthGate, Gate
+from relay_es.adapters.lease import LeaseHeld
+from relay_es.composition.runtime import Runtime
+from relay_es.composition.settings import Settings
+from relay_es.domain import defaults
+
+
+def settings(tmp_path: Path, **kw: object) -> Settings:
+    return Settings(database_url=f"sqlite:///{tmp_path}/relay.db", **kw)  # type: ignore[arg-type]
+
+
+def test_each_part_is_built_with_the_parts_it_works_with(tmp_path: Path) -> None:
+    rt = Runtime(settings(tmp_path, retention_interval=timedelta(seconds=42),
+                          recovery_response_timeout=timedelta(seconds=7)))
+    try:
+        # the process manager and the hub's dispatcher share one answers inbox, which wakes the worker
+        assert rt.pm.dispatcher is rt.dispatcher
+        assert rt.dispatcher.answers is rt.pm.answers
+        assert rt.pm.wake == rt.pm_worker.wake
+        assert not rt.pm_worker._wake.is_set()
+        rt.pm.answers.put(object())  # type: ignore[arg-type]
+        assert rt.pm_worker._wake.is_set()
+        # the endpoint and the dispatcher share the sockets and the outbox; the roster is the process manager
+        assert rt.hub.registry is rt.dispatcher.registry is rt.registry
+        assert rt.hub.outbox is rt.dispatcher.outbox is rt.outbox
+        assert rt.hub.quotas.roster is rt.pm
+        assert rt.hub.gate is rt.gate and type(rt.gate) is Gate
+        assert rt.hub.pool is rt.pool
+        # timing from the settings (their defaults from relay_es.domain.defaults)
+        assert rt.pm.retention_interval == 42.0
+        assert rt.dispatcher.response_timeout == 7.0
+        assert rt.hub.handshake_timeout == defaults.HANDSHAKE_TIMEOUT.total_seconds()
+        assert rt.dispatcher.monotonic == rt.clock.monotonic
+        assert not rt.started
+    finally:
+        rt.close()
+
+
+def test_auth_mode_admits_with_the_auth_gate(tmp_path: Path) -> None:
+    rt = Runtime(settings(tmp_path, auth=True))
+    try:
+        assert isinstance(rt.gate, AuthGate) and rt.hub.gate is rt.gate and rt.gate.credentials is not None
+    finally:
+        rt.close()
+
+
+def test_a_runtime_starts_and_stops_and_closing_gives_the_lease_back(tmp_path: Path) -> None:
+    lost: list[bool] = []
+    rt = Runtime(settings(tmp_path), on_lease_lost=lambda: lost.append(True))
+    with pytest.raises(LeaseHeld):
+        Runtime(settings(tmp_path))  # one instance leads a store
+
+    async def main() -> None:
+        rt.start(asyncio.get_running_loop())
+        assert rt.started and rt.pm_worker.is_alive() and rt.projection_worker.is_alive()
+        assert rt.hub.loop is rt.dispatcher.loop is asyncio.get_running_loop()
+        rt.begin_shutdown()
+        assert rt.hub.shutting_down
+        await rt.stop()
+
+    asyncio.run(main())
+    assert not rt.pm_worker.is_alive() and not rt.projection_worker.is_alive()
+    assert not lost
+    again = Runtime(settings(tmp_path))  # the lease was released by stop (close)
+    again.close()
+
+
+def test_a_runtime_that_never_started_closes(tmp_path: Path) -> None:
+    rt = Runtime(settings(tmp_path))
+    rt.close()
+    Runtime(settings(tmp_path)).close()
