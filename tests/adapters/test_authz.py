@@ -1,12 +1,13 @@
 """Authorization (ADR 14): every REST operation against every kind of caller on
-a real ``relay serve --auth``, the table against the routes, and revocation
-while the read models lag, on both stores."""
+a real ``relay serve --auth``, the table against the routes, executors' keys at
+the WebSocket handshake, and revocation while the read models lag, on both stores."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from relay_es.projections.apps import token_by_hash
 from relay_es.composition.asgi import rest_context
 from relay_es.composition.settings import Settings
 from tests.adapters.rest.fakes import fake_context
+from tests.adapters.rest import servers
 from tests.fake_executor import FakeExecutor
 from tests.server import RELAY, RelayServer
 from tests.support import until
@@ -177,6 +179,7 @@ def acme(tmp_path, store_url) -> Iterator[tuple[RelayServer, dict[str, str]]]:
          "scoped-this-app": admin_token(tmp_path, store_url, "acme", "orders-only", "orders"),
          "revoked": admin_token(tmp_path, store_url, "acme", "old")}
     s = RelayServer(tmp_path, args=["--database-url", store_url, "--auth"]).start()
+    servers.known(s, "acme", t["revoked"])  # made last: every token is in the read models
     admin = t["org-wide"]
     for app in ("orders", "billing"):
         assert call(s, "PUT", f"{A}/apps/{app}", admin).status_code == 204
@@ -298,6 +301,64 @@ def test_request_bodies_are_capped(acme: tuple[RelayServer, dict[str, str]]) -> 
     r = call(s, "PATCH", f"{A}/apps/orders", t["org-wide"], content=big, headers={"content-type": "application/json"})
     assert r.status_code == 413, r.text
     assert call(s, "GET", f"{A}/apps/orders", t["org-wide"]).json()["executorTimeoutSecs"] == 60
+
+
+# ------------------------------------------------------ at the handshake
+
+auth_server = servers.auth_server  # a fixture: relay serve --auth, tokens made by relay admin create-token
+
+
+def test_websocket_auth_matrix_and_revocation(auth_server: tuple[RelayServer, dict[str, str]]) -> None:
+    s, t = auth_server
+
+    async def refused(app: str, key: str) -> int:
+        with pytest.raises(websockets.InvalidStatus) as e:
+            await websockets.connect(f"{s.ws}/websocket/{app}/{key}", open_timeout=15)
+        return e.value.response.status_code
+
+    async def main() -> None:
+        assert await refused("orders", "relay_unknown") == 401
+        assert await refused("orders", t["revoked"]) == 401
+        assert await refused("orders", t["other"]) == 403  # another org: the app is not registered there
+        assert await refused("orders", t["scoped"]) == 403  # scoped to another application
+        assert await refused("unregistered", t["acme"]) == 403
+        ok = await FakeExecutor(s.ws, app="orders", key=t["acme"], executor_id="A").connect()
+        scoped = await FakeExecutor(s.ws, app="billing", key=t["scoped"], executor_id="B").connect()
+        assert call(s, "DELETE", "/v2/orgs/acme/tokens/billing-only", t["acme"]).status_code == 204
+        assert await scoped.closed() == 4003
+        assert ok.ws.close_code is None  # the other executor is undisturbed
+        b = await until(lambda: (e := call(s, "GET", "/v2/orgs/acme/audit-logs", t["acme"],
+                                           params={"executorId": "B"}).json())
+                        and e[-1]["action"] == "executor.disconnected" and e, what="B's disconnect audited")
+        assert b[-1]["detail"]["reason"] == "token_revoked"
+        await ok.close()
+
+    asyncio.run(main())
+    refusals = [a for a in call(s, "GET", "/v2/orgs/acme/audit-logs", t["acme"], params={"limit": 1000}).json()
+                if a["action"] == "auth.refused"]
+    assert {a["detail"]["status"] for a in refusals} >= {401, 403}
+    assert all(secret not in s.log() for secret in t.values())
+    assert "relay_unknown" not in s.log()
+
+
+def test_repeated_refusals_from_one_address_are_slowed_down(auth_server: tuple[RelayServer, dict[str, str]]) -> None:
+    s, t = auth_server
+
+    async def attempt() -> float:
+        started = time.monotonic()
+        with pytest.raises(websockets.InvalidStatus):
+            await websockets.connect(f"{s.ws}/websocket/orders/relay_wrong", open_timeout=15)
+        return time.monotonic() - started
+
+    async def main() -> list[float]:
+        return [await attempt() for _ in range(5)]
+
+    took = asyncio.run(main())
+    # 0, 0.1, 0.2, 0.4, 0.8 s of added delay: the fifth costs the client at least its delay
+    # (compared with the bound, not with the first attempt, whose own time varies with load)
+    assert took[4] >= 0.75, took
+    metrics = call(s, "GET", "/metrics", t["acme"]).text  # /metrics needs an org-wide token in auth mode
+    assert 'relay_auth_refused_total{where="websocket"} 5.0' in metrics
 
 
 # ------------------------------------------------ revocation while lagging

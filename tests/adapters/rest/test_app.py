@@ -1,8 +1,10 @@
-"""The REST API assembled from a context of fakes: no runtime, no store.
+"""The REST API as assembled (``relay_es/adapters/rest/app.py``).
 
-The writes call the service, then the hub's callback, then wait for the read
-models, in that order; the server's lifespan starts and stops what the context
-says; errors are problem documents that never leak an exception's text."""
+From a context of fakes (no runtime, no store): the writes call the service,
+then the hub's callback, then wait for the read models, in that order; the
+server's lifespan starts and stops what the context says; errors are problem
+documents that never leak an exception's text. Then the whole API of a real
+``relay serve``, explored from its own OpenAPI document: no 5xx."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from relay_es.adapters.rest import build_app
 from relay_es.adapters.rest.app import MAX_BODY
 from relay_es.domain.errors import DomainError, UnknownApplication
 from tests.adapters.rest.fakes import Calls, fake_context
+from tests.rest_client import rest as call
+from tests.server import RelayServer
 
 
 class FakeRelay:
@@ -83,3 +87,31 @@ def test_settings_are_decoded_strictly_and_bodies_capped() -> None:
         assert r.status_code == 413
         assert client.patch("/v2/orgs/local/apps/orders", json={"executorTimeoutSecs": 60}).status_code == 204
     assert [c[0] for c in calls.made] == ["update_app", "read_your_writes"]
+
+
+def test_schemathesis_finds_no_server_error(tmp_path) -> None:
+    """A property-based run of the API from its own OpenAPI document: no 5xx."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    s = RelayServer(tmp_path).start()
+    try:
+        call(s, "PUT", "/v2/orgs/local/apps/orders")
+        schema = schemathesis.openapi.from_url(s.http + "/openapi.json")
+        failures: list[str] = []
+        operations = [result.ok() for result in schema.get_all_operations()]
+        assert len(operations) >= 12
+        for operation in operations:
+
+            @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+            @given(case=operation.as_strategy())
+            def run(case: Any) -> None:
+                response = case.call(base_url=s.http)
+                if response.status_code >= 500:
+                    failures.append(f"{case.method} {case.formatted_path} -> {response.status_code}: "
+                                    f"{response.text[:200]}")
+
+            run()
+        assert not failures, "\n".join(failures[:10])
+    finally:
+        s.stop()

@@ -1,6 +1,8 @@
-"""The authorization guard, in process: development mode stays on this machine,
-auth mode needs a live token whose row of the table accepts it; refusals are
-problem documents, counted."""
+"""The authorization guard (``relay_es/adapters/rest/guard.py``): in process,
+development mode stays on this machine and auth mode needs a live token whose
+row of the table accepts it, refusals problem documents, counted; then the
+matrix on a real ``relay serve --auth``. Every operation against every caller
+is in ``tests/adapters/test_authz.py``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from relay_es.adapters.rest import build_app
 from relay_es.adapters.rest.guard import bearer, check_path_names
 from relay_es.domain.errors import InvalidSetting
 from tests.adapters.rest.fakes import fake_context
+from tests.rest_client import rest as call
+from tests.server import RelayServer
 
 ADMIN = authz.Principal("acme", "admin", None, authz.permissions_for(None))
 SCOPED = authz.Principal("acme", "orders-only", ("orders",), authz.permissions_for(["orders"]))
@@ -113,3 +117,29 @@ def test_bearer_and_path_names() -> None:
     check_path_names(rule, {"org": "acme", "app": "orders"})
     with pytest.raises(InvalidSetting):
         check_path_names(rule, {"org": "acme", "app": "x" * 257})
+
+
+# ------------------------------------------------------- on a real server
+
+
+def test_rest_auth_matrix(auth_server: tuple[RelayServer, dict[str, str]]) -> None:
+    s, t = auth_server
+    app = "/v2/orgs/acme/apps/orders"
+    assert call(s, "GET", app).status_code == 401
+    assert call(s, "GET", app, headers={"Authorization": "Token abc"}).status_code == 401
+    assert call(s, "GET", app, headers={"Authorization": "Bearer"}).status_code == 401
+    assert call(s, "GET", app, "relay_not-a-real-token").status_code == 401
+    assert call(s, "GET", app, t["revoked"]).status_code == 401
+    assert call(s, "GET", app, t["other"]).status_code == 403  # another org's token
+    assert call(s, "GET", app, t["scoped"]).status_code == 403  # scoped to another application
+    assert call(s, "GET", "/v2/orgs/acme/apps/billing", t["scoped"]).status_code == 200
+    assert call(s, "GET", "/v2/orgs/acme/apps", t["scoped"]).status_code == 403
+    assert call(s, "GET", app, t["acme"]).status_code == 200
+    assert call(s, "GET", "/v2/orgs/other/apps", t["other"]).json() == []
+    r = call(s, "GET", app)
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert r.headers.get("www-authenticate") == "Bearer"
+    assert call(s, "GET", "/healthz").status_code == 200  # liveness needs no token
+    log = s.log()
+    for secret in t.values():
+        assert secret not in log
