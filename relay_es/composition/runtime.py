@@ -33,6 +33,7 @@ from relay_es.adapters.hub import AuthGate, CommandPool, Dispatcher, Gate, Hub, 
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
+from relay_es.aggregates.executor import Executor
 from relay_es.domain import defaults
 from relay_es.domain.clock import Clock
 from relay_es.engine.process_manager import Answers, ProcessManager, Timing
@@ -119,6 +120,7 @@ class Runtime:
             self.db = open_database(self.store)
             self.runner = ProjectionRunner(self.relay, self.db, all_projections())
             self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
+            self.metrics = Metrics()
             self.pool = CommandPool(COMMAND_WORKERS)
             self.outbox = Outbox(self.relay, self.pool.run)
             self.registry = Registry()
@@ -141,9 +143,9 @@ class Runtime:
                 wake=self.pm_worker.wake,
                 retention_interval=settings.retention_interval.total_seconds(),
                 crash_point=faults.crash_point,
+                on_event=self._executor_changed,
             )
             self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
-            self.metrics = Metrics()
             self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)
             self.hub = Hub(
                 self.relay,
@@ -182,9 +184,19 @@ class Runtime:
         self.metrics.open_connections.set(n)
         self.collector.connections(n)
 
-    def _observe(self) -> None:
-        from relay_es.aggregates.executor import Executor
+    def _executor_changed(self, e: Any, old: Any, new: Any) -> None:
+        """The process manager folded an executor event: the recovery metrics."""
+        m = self.metrics
+        if isinstance(e, Executor.RecoveryDispatched):
+            m.recoveries_dispatched.inc()
+        elif isinstance(e, Executor.RecoveryFailed):
+            m.recoveries_failed.inc()
+        elif isinstance(e, Executor.RecoveryConfirmed):
+            m.recoveries_confirmed.inc()
+            if new.declared_dead_at is not None:
+                m.dead_to_confirmed.observe((e.timestamp - new.declared_dead_at).total_seconds())
 
+    def _observe(self) -> None:
         m = self.metrics
         m.watch_executors(lambda: list(self.pm.rows.values()))
         m.watch_outbox(self.outbox)
@@ -197,18 +209,6 @@ class Runtime:
                     m.transitions.labels(type(e).__name__).inc()
 
         self.relay.save_observers.append(saved)
-
-        def pm_event(e: Any, old: Any, new: Any) -> None:
-            if isinstance(e, Executor.RecoveryDispatched):
-                m.recoveries_dispatched.inc()
-            elif isinstance(e, Executor.RecoveryFailed):
-                m.recoveries_failed.inc()
-            elif isinstance(e, Executor.RecoveryConfirmed):
-                m.recoveries_confirmed.inc()
-                if new.declared_dead_at is not None:
-                    m.dead_to_confirmed.observe((e.timestamp - new.declared_dead_at).total_seconds())
-
-        self.pm.on_event = pm_event  # issue-12: needs an on_event parameter of ProcessManager's constructor
 
     def app_deleted(self, org: str, name: str) -> None:
         """Called after an application is deleted: its executors are disconnected (4007)."""
