@@ -14,8 +14,10 @@ arguments, legal or not; a refused one records nothing. After every step:
 (a) for every executor stream, folding its stored events with ``reduce`` gives a row
     equal to the aggregate's own state, field by field, and the process manager's row
     is that same row;
-(b) the process manager's incrementally kept indexes equal the ones recomputed from
-    its rows.
+(b) the process manager's indexes, kept in step one event at a time
+    (``ProcessManager.derived_indexes``), equal the ones recomputed from its rows
+    (``rebuilt_indexes``) and the ones computed here from the aggregates themselves;
+    and the process manager met no bug (an exception other than a store error).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from relay_es.aggregates.application import SettingsPatch
 from relay_es.aggregates.executor import DisconnectReason, Executor, ExecutorStatus, RecoveryPhase, executor_stream_id
 from relay_es.domain.clock import FakeClock
-from relay_es.domain.errors import IllegalTransition
+from relay_es.domain.errors import IllegalTransition, UnknownExecutor
 from relay_es.engine.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest, Timing, replay_bootstrap
 from relay_es.engine.service import Relay
 from relay_es.projections.executors import ExecutorRow, fold
@@ -126,13 +128,17 @@ class ExecutorsAndProcessManager(RuleBasedStateMachine):
                                  timing=Timing(settle=timedelta(seconds=2), response_timeout=timedelta(seconds=30)),
                                  bootstrap=replay_bootstrap(self.relay), tie_key=b"k" * 16)
         self.pm.start()
-        self.sids = {executor_stream_id(ORG, app, eid): (app, eid) for app, eid in EXECUTORS}
+        self.sids = [executor_stream_id(ORG, app, eid) for app, eid in EXECUTORS]  # in EXECUTORS' order
         self.recorded = 0
 
     # ------------------------------------------------------------ plumbing
     def load(self, i: int) -> Executor | None:
+        """Executor ``i`` as the store holds it now (the process manager writes too)."""
         app, eid = EXECUTORS[i]
-        return self.relay._maybe(executor_stream_id(ORG, app, eid))
+        try:
+            return self.relay.get_executor(ORG, app, eid)
+        except UnknownExecutor:
+            return None
 
     def run(self, i: int, command: str, **kwargs: Any) -> bool:
         """One command on executor ``i`` as it is in the store; saved if it was allowed."""
@@ -285,8 +291,8 @@ class ExecutorsAndProcessManager(RuleBasedStateMachine):
     # ---------------------------------------------------------- invariants
     @invariant()
     def a_the_fold_is_the_aggregate(self) -> None:
-        for sid in self.sids:
-            agg = self.relay._maybe(sid)
+        for i, sid in enumerate(self.sids):
+            agg = self.load(i)
             events = list(self.relay.stream(sid))
             if agg is None:
                 assert events == []
@@ -297,6 +303,40 @@ class ExecutorsAndProcessManager(RuleBasedStateMachine):
             assert_row_is_the_aggregate(row, agg)
             assert_row_only_fields_follow_the_events(row, events)
             assert self.pm.rows[str(sid)] == row  # the process manager follows the same fold, to the end
+
+    @invariant()
+    def b_the_process_manager_s_indexes_are_its_rows(self) -> None:
+        derived = self.pm.derived_indexes()
+        assert derived == self.pm.rebuilt_indexes()
+        assert derived == self.indexes_from_the_aggregates()
+
+    @invariant()
+    def the_process_manager_met_no_bug(self) -> None:
+        # Refused commands and races with the machine are ordinary; an exception that is
+        # not a store error would be a disagreement between the three writers.
+        assert self.pm.healthy, self.pm.last_bug
+        assert self.pm.stats.bugs == 0
+
+    def indexes_from_the_aggregates(self) -> dict[str, dict[Any, Any]]:
+        """The indexes the rows should give, from the aggregates' own state (not the rows)."""
+        healthy: dict[Any, set[str]] = {}
+        apps_healthy: dict[Any, set[str]] = {}
+        outstanding: dict[Any, set[str]] = {}
+        listed: dict[Any, int] = {}
+        for i, sid in enumerate(self.sids):
+            agg = self.load(i)
+            if agg is None:
+                continue
+            if agg.status == ExecutorStatus.HEALTHY and agg.owner in self.pm.live_owners:
+                healthy.setdefault((agg.org, agg.app, agg.app_version), set()).add(str(sid))
+                apps_healthy.setdefault((agg.org, agg.app), set()).add(str(sid))
+            if agg.outstanding_request is not None:
+                outstanding.setdefault((agg.org, agg.app, agg.recovery_target), set()).add(str(sid))
+            if agg.status in (ExecutorStatus.HEALTHY, ExecutorStatus.DISCONNECTED, ExecutorStatus.DEAD):
+                listed[(agg.org, agg.app)] = listed.get((agg.org, agg.app), 0) + 1
+        frozen = lambda index: {k: frozenset(v) for k, v in index.items()}  # noqa: E731
+        return {"healthy": frozen(healthy), "apps_healthy": frozen(apps_healthy),
+                "outstanding": frozen(outstanding), "listed": listed}
 
 
 ExecutorsAndProcessManager.TestCase.settings = settings(
