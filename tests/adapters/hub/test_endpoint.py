@@ -225,3 +225,59 @@ def test_handshakes_are_refused_with_503_while_the_outbox_holds_its_cap() -> Non
             parts.close()
 
     assert asyncio.run(main()) == [101, 101, 503]
+
+
+def test_a_socket_that_ends_leaves_the_registry_fails_its_calls_and_records_its_disconnect() -> None:
+    """The read loop's end (``_cleanup``): the socket leaves the registry (the count is
+    reported), calls waiting on it fail, and its disconnect goes to the outbox with the
+    reason (1011: ping_timeout) -- except while Relay shuts down, when nothing is recorded."""
+    import uuid
+
+    from relay_es.adapters.hub import ConnectionLost
+    from relay_es.protocol import messages as m
+    from tests.adapters.hub.support import registered
+
+    recorded: list[Any] = []
+
+    class Store:
+        class clock:  # noqa: N801
+            @staticmethod
+            def now() -> None:
+                return None
+
+        def op_disconnected(self, sid: Any, **kw: Any) -> tuple[str, str]:
+            return ("disconnected", kw["reason"])
+
+        def execute(self, ops: list[Any]) -> list[bool]:
+            recorded.extend(ops)
+            return [True] * len(ops)
+
+    async def main() -> list[int]:
+        counts: list[int] = []
+        parts = build(Store())
+        parts.hub.on_connection_change = counts.append
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        try:
+            for shutting_down in (False, True):
+                parts.hub.shutting_down = shutting_down
+                conn = registered(send, id=f"c-{shutting_down}")
+                conn.stream_id = uuid.uuid4()
+                parts.registry.add(conn)
+                parts.registry.claim(("local", "app", "T"), conn)
+                call = asyncio.ensure_future(conn.call(
+                    lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=["D"]), 5))
+                await asyncio.sleep(0)
+                await parts.hub._cleanup(conn, 1011)
+                with pytest.raises(ConnectionLost):
+                    await call
+                assert parts.registry.executor(("local", "app", "T")) is None and len(parts.registry) == 0
+            assert await parts.outbox.drained(timeout=5)
+            return counts
+        finally:
+            parts.close()
+
+    assert asyncio.run(main()) == [0, 0]
+    assert recorded == [("disconnected", "ping_timeout")]
