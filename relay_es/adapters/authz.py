@@ -3,8 +3,10 @@ the checks that keep development mode on this machine (ADR 14).
 
 Everything here is decided from the **route** a request matched (its method
 and path template) and the path's own parameters, never from the query string.
-The REST API enforces it in one guard (``rest.py``); executor admission
-(``admission.py``) uses the same :class:`Credentials` and :class:`Principal`.
+The REST API enforces it in one guard (``rest/guard.py``); executor admission
+(``hub/admission.py``) uses the same :class:`Credentials` and :class:`Principal`
+and the table's :data:`WEBSOCKET` row. A new REST route needs a row here
+(``tests/adapters/test_authz.py`` checks every route has one).
 
 Permissions are Conductor's eight (``organization.read`` ... ``websocket.connect``).
 Today a token is either **org-wide** (every permission, every application of

@@ -58,7 +58,7 @@ def rest_context(runtime: Runtime) -> RestContext:
     return RestContext(
         relay=runtime.relay,
         db=runtime.db,
-        credentials=runtime.hub.gate.credentials,
+        credentials=runtime.gate.credentials,
         read_your_writes=read_your_writes,
         app_deleted=runtime.app_deleted,
         token_revoked=runtime.token_revoked,

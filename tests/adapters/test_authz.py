@@ -17,7 +17,7 @@ import pytest
 import websockets
 
 from relay_es.adapters import authz
-from relay_es.adapters.admission import Refused
+from relay_es.adapters.hub.admission import Refused
 from relay_es.adapters.rest import build_app
 from relay_es.aggregates.token import hash_secret
 from relay_es.projections.apps import token_by_hash
@@ -378,7 +378,6 @@ def held(tmp_path, store_url, monkeypatch) -> Iterator[Any]:
 
     monkeypatch.setattr(rt, "stop", stop)
     yield rt
-    rt.hub.pool.shutdown(wait=False)
     rt.close()
 
 
