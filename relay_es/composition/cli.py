@@ -14,7 +14,15 @@ import sys
 from typing import Any
 
 from relay_es.domain.errors import InvalidSetting
-from relay_es.composition.settings import LIMITS, TIMINGS, Settings, limit_default
+from relay_es.composition.settings import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_TRUSTED_PROXIES,
+    LIMITS,
+    TIMINGS,
+    Settings,
+    limit_default,
+)
 
 log = logging.getLogger("relay")
 
@@ -26,8 +34,8 @@ GRACEFUL_SHUTDOWN_SECS = 5  # on SIGTERM, open requests and sockets get this lon
 
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the Relay server")
-    p.add_argument("--host", help="address to bind (RELAY_HOST, default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (RELAY_PORT, default 8090)")
+    p.add_argument("--host", help=f"address to bind (RELAY_HOST, default {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, help=f"port (RELAY_PORT, default {DEFAULT_PORT})")
     p.add_argument("--database-url", help="postgresql://... or sqlite:///path (RELAY_DATABASE_URL, default ./relay-data/relay.db)")
     auth = p.add_mutually_exclusive_group()
     auth.add_argument("--auth", dest="auth", action="store_const", const=True, help="require tokens (RELAY_AUTH)")
@@ -36,7 +44,8 @@ def _add_serve(sub: Any) -> None:
                    help="allow a non-loopback bind without --auth (RELAY_INSECURE)")
     p.add_argument("--forwarded-allow-ips",
                    help="reverse proxies whose X-Forwarded-For gives the client's address: comma-separated addresses "
-                        "or networks (RELAY_FORWARDED_ALLOW_IPS, default 127.0.0.1; empty trusts none)")
+                        f"or networks (RELAY_FORWARDED_ALLOW_IPS, default {','.join(DEFAULT_TRUSTED_PROXIES)}; "
+                        "empty trusts none)")
     p.add_argument("--max-open-connections", type=int,
                    help="open sockets (HTTP and WebSocket) at once; more get 503 and are closed "
                         "(RELAY_MAX_OPEN_CONNECTIONS, default: the open-file limit less 128)")

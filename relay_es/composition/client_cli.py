@@ -23,6 +23,12 @@ from urllib.parse import quote
 
 import httpx
 
+from relay_es.composition.settings import DEFAULT_HOST, DEFAULT_PORT
+
+DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where ``relay serve`` listens with no options
+REQUEST_TIMEOUT_SECS = 30  # one REST call, connect to last byte; the server's own deadline is RELAY_HTTP_REQUEST_TIMEOUT_SECS
+FOLLOW_INTERVAL_SECS = 1.0  # ``audit --follow``: how often to ask for new entries
+
 COLUMNS = {
     "apps": ["name", "status", "language", "executorTimeoutSecs", "gcTimeThresholdMs", "gcRowsThreshold",
              "globalTimeoutMs", "privateMode"],
@@ -40,8 +46,8 @@ class CliError(Exception):
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", default=os.environ.get("RELAY_SERVER", "http://127.0.0.1:8090"),
-                   help="Relay's URL (RELAY_SERVER, default http://127.0.0.1:8090)")
+    p.add_argument("--server", default=os.environ.get("RELAY_SERVER", DEFAULT_SERVER),
+                   help=f"Relay's URL (RELAY_SERVER, default {DEFAULT_SERVER})")
     p.add_argument("--token", default=os.environ.get("RELAY_TOKEN"), help="API token for auth mode (RELAY_TOKEN)")
     p.add_argument("--org", default=os.environ.get("RELAY_ORG", "local"), help="org (RELAY_ORG, default local)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -90,7 +96,7 @@ def add_parsers(sub: Any) -> None:
     au.add_argument("--after", type=int)
     au.add_argument("--limit", type=int, default=100)
     au.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
-    au.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    au.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_SECS, help=argparse.SUPPRESS)
     add_common(au)
 
     hi = sub.add_parser("history", help="an executor's events, also after deletion")
@@ -111,7 +117,7 @@ def _nullable_int(text: str) -> int | None:
 class Client:
     def __init__(self, args: argparse.Namespace) -> None:
         headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-        self.http = httpx.Client(base_url=args.server.rstrip("/"), headers=headers, timeout=30)
+        self.http = httpx.Client(base_url=args.server.rstrip("/"), headers=headers, timeout=REQUEST_TIMEOUT_SECS)
         self.org = args.org
 
     def call(self, method: str, path: str, **kw: Any) -> Any:

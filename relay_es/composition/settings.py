@@ -19,6 +19,11 @@ from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol.limits import ResourceLimits
 
 
+DEFAULT_HOST = "127.0.0.1"  # loopback: serving beyond it needs --auth or --insecure
+DEFAULT_PORT = 8090
+DEFAULT_TRUSTED_PROXIES = ("127.0.0.1",)  # a reverse proxy on the same machine
+
+
 @dataclass(frozen=True)
 class TimingSetting:
     flag: str
@@ -169,8 +174,8 @@ def is_loopback(host: str) -> bool:
 
 @dataclass(frozen=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8090
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
     database_url: str | None = None
     auth: bool = False
     insecure: bool = False
@@ -183,7 +188,7 @@ class Settings:
     http_request_timeout: timedelta = defaults.HTTP_REQUEST_TIMEOUT
     limits: ResourceLimits = ResourceLimits()
     # Proxies whose X-Forwarded-For is believed (the client's address); docs/behind-a-proxy.md.
-    forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1",)
+    forwarded_allow_ips: tuple[str, ...] = DEFAULT_TRUSTED_PROXIES
     # Open sockets (HTTP and WebSocket) at once; over it a new connection gets 503 and is closed.
     max_open_connections: int = field(default_factory=default_max_connections)
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
@@ -198,9 +203,9 @@ class Settings:
                 return v
             return env.get(env_name, default)
 
-        host = pick("host", "RELAY_HOST", "127.0.0.1")
+        host = pick("host", "RELAY_HOST", DEFAULT_HOST)
         try:
-            port = int(pick("port", "RELAY_PORT", 8090))
+            port = int(pick("port", "RELAY_PORT", DEFAULT_PORT))
         except ValueError:
             raise InvalidSetting("port", "must be a whole number") from None
         if not 0 <= port <= 65535:
@@ -223,7 +228,7 @@ class Settings:
             )
         limits = ResourceLimits(**{k: _count(t.env, pick(k, t.env, limit_default(k))) for k, t in LIMITS.items()})
         proxies = _trusted_proxies("RELAY_FORWARDED_ALLOW_IPS", pick("forwarded_allow_ips", "RELAY_FORWARDED_ALLOW_IPS",
-                                                                     "127.0.0.1"))
+                                                                     ",".join(DEFAULT_TRUSTED_PROXIES)))
         files = fd_limit()
         raw_cap = pick("max_open_connections", "RELAY_MAX_OPEN_CONNECTIONS", None)
         cap = default_max_connections(files) if raw_cap is None else _count("RELAY_MAX_OPEN_CONNECTIONS", raw_cap)
