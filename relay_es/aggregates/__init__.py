@@ -1,4 +1,14 @@
-"""The state machines. Nothing in here does I/O or reads a clock."""
+"""The state machines. Nothing in here does I/O or reads a clock: every command is given its time.
+
+* :mod:`~relay_es.aggregates.executor` -- one executor's connection and recovery (``Executor``);
+* :mod:`~relay_es.aggregates.application` -- an application's registration and settings;
+* :mod:`~relay_es.aggregates.token` -- an org's API and executor keys, stored as hashes;
+* :mod:`~relay_es.aggregates.gate` -- an org's record of refused handshakes;
+* :mod:`~relay_es.aggregates.skip` -- the record of an event a read model skipped (ADR 16).
+
+Their event classes' module paths and names are stored with every event (the topic):
+moving or renaming one makes the streams that hold it unreadable.
+"""
 
 from relay_es.aggregates.application import AppSettings, Application, SettingsPatch
 from relay_es.aggregates.executor import (

@@ -1,4 +1,9 @@
-"""The vocabulary every layer shares: errors, units, bounded text and the clock interface.
+"""The vocabulary every layer shares. Pure: imports nothing of Relay's outside this
+package, does no I/O, reads no clock.
 
-Pure: imports nothing of Relay's outside this package, does no I/O, reads no clock.
+* :mod:`~relay_es.domain.errors` -- the exception hierarchy;
+* :mod:`~relay_es.domain.units` -- seconds, milliseconds, rows and timestamps at the boundary;
+* :mod:`~relay_es.domain.text` -- strings the stores can hold, bounded; escaping for terminals and logs;
+* :mod:`~relay_es.domain.clock` -- the ``Clock`` interface, and ``FakeClock`` for tests;
+* :mod:`~relay_es.domain.defaults` -- the timing defaults, each stated once.
 """
