@@ -24,30 +24,14 @@ import msgspec
 from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, StoredEvent
 from eventsourcing.utils import resolve_topic
 
+from relay_es.projections.unreadable import Unreadable
+
 _new = object.__new__
 _setattr = object.__setattr__
 
 
 class _Unusual(Exception):
     """A state the fast path leaves to the library (versioned, not an object)."""
-
-
-class Unreadable:
-    """A stored event that cannot be decoded: its class is gone (an unknown topic) or
-    its state is not what the class reads. Returned in its place to a reader that asked
-    for them (the projection runner, which skips and reports it: ADR 16); other readers
-    get the decoding error, as before."""
-
-    __slots__ = ("originator_id", "originator_version", "topic", "error")
-
-    def __init__(self, originator_id: UUID, originator_version: int, topic: str, error: BaseException) -> None:
-        self.originator_id = originator_id
-        self.originator_version = originator_version
-        self.topic = topic
-        self.error = error
-
-    def __repr__(self) -> str:
-        return f"Unreadable({self.topic!r} v{self.originator_version} of {self.originator_id}: {self.error!r})"
 
 
 class EventLog:

@@ -11,7 +11,9 @@ One database URL selects everything:
 
 :class:`Database` is the small SQL interface the read models use. It has two
 implementations with one behaviour; SQL is written once, in psycopg's
-``%(name)s`` style, and translated for sqlite3.
+``%(name)s`` style, and translated for sqlite3. Both are also the read models'
+store (:class:`~relay_es.adapters.readmodels.ReadModelStore`: their tables,
+tracking positions and queries).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
+
+from relay_es.adapters.readmodels import ReadModelStore
 
 DEFAULT_SQLITE_PATH = Path("relay-data") / "relay.db"
 
@@ -199,6 +203,8 @@ def to_sqlite(sql: str) -> str:
 
 
 class _SQLiteCursor:
+    dialect = "sqlite"
+
     def __init__(self, cur: sqlite3.Cursor) -> None:
         self._cur = cur
 
@@ -221,7 +227,7 @@ class _SQLiteCursor:
         return self._cur.rowcount
 
 
-class SQLiteDatabase:
+class SQLiteDatabase(ReadModelStore):
     """One writer connection behind a lock; one reader connection per thread (WAL)."""
 
     dialect = "sqlite"
@@ -281,7 +287,7 @@ class SQLiteDatabase:
             self._all.clear()
 
 
-class PostgresDatabase:
+class PostgresDatabase(ReadModelStore):
     dialect = "postgres"
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 4) -> None:
@@ -315,50 +321,6 @@ def open_database(config: StoreConfig) -> Database:
     assert config.sqlite_path is not None
     make_private_file(config.sqlite_path)
     return SQLiteDatabase(config.sqlite_path)
-
-
-def is_sqlite(cur: Any) -> bool:
-    """Whether a cursor of :class:`Database` is SQLite's (for the few DDL differences)."""
-    return isinstance(cur, _SQLiteCursor)
-
-
-def copy_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Appends rows to a table in bulk: ``COPY`` on Postgres, one prepared
-    ``INSERT`` over all rows on SQLite (already its fastest path)."""
-    if not rows:
-        return
-    cols = ", ".join(columns)
-    if is_sqlite(cur):
-        cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['?'] * len(columns))})", rows)
-        return
-    with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(row)
-
-
-COPY_MIN_ROWS = 32  # below this, statements in a pipeline beat the extra round trips of COPY
-
-
-def insert_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], on_conflict: str) -> None:
-    """``INSERT INTO table (columns) ... ON CONFLICT <on_conflict>`` for many rows.
-
-    Postgres, for more than a few rows: ``COPY`` into a temporary table of the
-    same shape (emptied at commit) and one ``INSERT ... SELECT``: one statement
-    bound per row costs Python work per row, the COPY stream little (a storm's
-    batch of a thousand rows: about a third of the projection runner's time).
-    Otherwise, and on SQLite, one prepared statement over all rows.
-    """
-    if not rows:
-        return
-    cols = ", ".join(columns)
-    if is_sqlite(cur) or len(rows) < COPY_MIN_ROWS:
-        cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['%s'] * len(columns))}) {on_conflict}",
-                        rows)
-        return
-    staging = f"relay_in_{table}"
-    cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} (LIKE {table}) ON COMMIT DELETE ROWS")
-    copy_rows(cur, staging, columns, rows)
-    cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {staging} {on_conflict}")
 
 
 def select_streams(recorder: Any, ids: Sequence[Any], snapshots: Any = None
@@ -469,31 +431,3 @@ def _select_sqlite(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dict[
             out[oid_of(r["originator_id"])][1].append(
                 StoredEvent(oid_of(r["originator_id"]), r["originator_version"], r["topic"], r["state"]))
     return out
-
-
-def is_data_error(e: BaseException) -> bool:
-    """Whether an error of a projection's batch comes from the data (one event
-    the read model cannot hold or fold: retrying it fails forever) rather than
-    from the store being away or busy (retry later).
-
-    Data: Postgres' data exceptions (SQLSTATE class 22: a NUL byte in a text,
-    a number out of range, ...), integrity violations (23) and program limits
-    (54: an index row larger than a b-tree page) -- psycopg files the last
-    under ``OperationalError``, so it is looked for first; SQLite's
-    ``DataError``/``IntegrityError`` and the ``OverflowError`` of an integer
-    wider than 64 bits; and what a pure reducer raises on an event it cannot
-    fold (``ValueError``, ``TypeError``, ``KeyError``, ``AssertionError``,
-    ``AttributeError``). Everything else -- a connection lost, a pool timeout,
-    a locked or full SQLite file, a closed database -- is an outage.
-    """
-    import psycopg
-    import psycopg.errors
-
-    if isinstance(e, psycopg.errors.ProgramLimitExceeded):
-        return True
-    if isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError, sqlite3.OperationalError,
-                      sqlite3.ProgrammingError, sqlite3.InterfaceError, OSError, TimeoutError)):
-        return False
-    return isinstance(e, (psycopg.DataError, psycopg.IntegrityError, sqlite3.DataError, sqlite3.IntegrityError,
-                          OverflowError, ValueError, TypeError, KeyError, AssertionError, AttributeError,
-                          UnicodeError))

@@ -17,10 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
 
-from relay_es.adapters.stores import Database
 from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
 from relay_es.domain.errors import UnknownExecutor
-from relay_es.projections.executors import ExecutorRow, all_rows, fold
+from relay_es.projections.executors import ExecutorRow, ExecutorRows, fold
 from relay_es.engine.service import Relay
 from relay_es.domain.units import duration_to_millis, rfc3339
 
@@ -82,7 +81,7 @@ def executor_history(relay: Relay, org: str, app: str, executor_id: str, *, afte
     return out
 
 
-def executors_as_of(relay: Relay, db: Database, org: str, app: str, at: datetime) -> list[ExecutorRow]:
+def executors_as_of(relay: Relay, db: ExecutorRows, org: str, app: str, at: datetime) -> list[ExecutorRow]:
     """Every page of :func:`executors_as_of_page`: for tests and tools, not for the API."""
     out: list[ExecutorRow] = []
     cursor: str | None = None
@@ -93,19 +92,19 @@ def executors_as_of(relay: Relay, db: Database, org: str, app: str, at: datetime
             return out
 
 
-def executors_as_of_page(relay: Relay, db: Database, org: str, app: str, at: datetime, *, after: str | None = None,
+def executors_as_of_page(relay: Relay, db: ExecutorRows, org: str, app: str, at: datetime, *, after: str | None = None,
                          limit: int = AS_OF_LIMIT, pause: Callable[[], None] | None = None,
                          ) -> tuple[list[ExecutorRow], str | None]:
     """The executors table as it stood at ``at``, folded from the event streams:
     ``(rows, next cursor or None)``.
 
-    The read model only says *which* streams belong to the application (in
-    executor id order); every row is rebuilt from that stream's events up to
+    The read model (``db``: the read models' database) only says *which* streams
+    belong to the application (in executor id order); every row is rebuilt from that stream's events up to
     ``at``. One call folds at most ``limit`` streams, those with an executor id
     above ``after``; an executor that was not visible then is left out of the
     page, so a page may be short and still have a next one.
     """
-    candidates = [r for r in all_rows(db, org=org, app=app) if after is None or r.executor_id > after]
+    candidates = [r for r in db.executor_rows(org=org, app=app) if after is None or r.executor_id > after]
     page, rest = candidates[:limit], candidates[limit:]
     out = []
     for row in page:

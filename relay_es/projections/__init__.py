@@ -1,9 +1,23 @@
-"""Read models: pure reducers over events, and the runner that stores them."""
+"""Read models: pure folds over events (one module each), and the runner that stores them.
+
+The one list of read models: the runner, ``relay projections rebuild`` and the
+rebuild's process groups all take their names from here. Their tables are
+stored by :mod:`relay_es.adapters.readmodels`.
+"""
 
 from relay_es.projections.apps import AppsProjection
 from relay_es.projections.audit import AuditProjection
 from relay_es.projections.executors import ExecutorsProjection
 
+PROJECTIONS = (ExecutorsProjection, AuditProjection, AppsProjection)
+NAMES = tuple(p.NAME for p in PROJECTIONS)
+
+# Projections rebuilt side by side, one process each: the audit log (one row per
+# event) against everything else. One Python process is bound by its GIL; two
+# use both cores of a small machine.
+REBUILD_GROUPS = ((AuditProjection.NAME,), (ExecutorsProjection.NAME, AppsProjection.NAME))
+
 
 def all_projections() -> list:
-    return [ExecutorsProjection(), AuditProjection(), AppsProjection()]
+    """A fresh instance of every read model (each holds a cache between batches)."""
+    return [p() for p in PROJECTIONS]

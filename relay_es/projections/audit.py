@@ -3,26 +3,23 @@
 ``seq`` is the event's notification id: the store's total order, so entries are
 in order, paging with ``after`` is stable, and a rebuild gives identical rows.
 Ids can have gaps; nothing relies on contiguity. :func:`entry_for` is pure.
+The tables are stored by :mod:`relay_es.adapters.readmodels.audit`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
-
-import msgspec
+from typing import Any, NamedTuple, Protocol
 
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.aggregates.token import Token
-from relay_es.adapters.stores import Database, copy_rows, insert_rows, is_sqlite
 from relay_es.projections.executors import EXECUTOR_EVENTS
 from relay_es.projections.storable import check_key
-from relay_es.domain.units import duration_to_millis, duration_to_seconds, from_epoch_ms, rfc3339, to_epoch_ms
+from relay_es.domain.units import duration_to_millis, duration_to_seconds, rfc3339, to_epoch_ms
 
 
 class AuditEntry(NamedTuple):
@@ -161,70 +158,34 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = No
 # those with an entry (derived from the table above, so the two cannot drift apart).
 AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, ProjectionSkip.Recorded, *_OTHER_ENTRIES)
 
-DDL = [
-    """
-    CREATE TABLE IF NOT EXISTS relay_audit (
-        seq {seq_type} PRIMARY KEY,
-        at BIGINT NOT NULL,
-        org TEXT NOT NULL,
-        app TEXT,
-        executor_id TEXT,
-        action TEXT NOT NULL,
-        detail TEXT NOT NULL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS relay_audit_org ON relay_audit (org, seq)",
-    "CREATE INDEX IF NOT EXISTS relay_audit_app ON relay_audit (org, app, executor_id, seq)",
-    # stream id -> (org, app, name): lets the audit projection resume mid-stream
-    """
-    CREATE TABLE IF NOT EXISTS relay_audit_streams (
-        stream_id TEXT PRIMARY KEY,
-        org TEXT NOT NULL,
-        app TEXT,
-        name TEXT
-    )
-    """,
-]
+Where = tuple[str, str | None, str | None]  # (org, app, name) of a stream
 
 
 class AuditProjection:
-    """Keeps ``relay_audit`` and ``relay_audit_streams`` (where each stream belongs)."""
+    """The audit log between batches: where each stream belongs (cached), and the new entries."""
 
-    name = "audit"
-    tables = ("relay_audit", "relay_audit_streams")
+    NAME = "audit"
+    name = NAME
     event_types = EXECUTOR_EVENTS + AUDITED_EVENTS
     cache_limit = 100_000
 
     def __init__(self) -> None:
-        self.context: dict[str, tuple[str, str | None, str | None]] = {}
-        self.new_streams: dict[str, tuple[str, str | None, str | None]] = {}
+        self.context: dict[str, Where] = {}
+        self.new_streams: dict[str, Where] = {}
         self.entries: list[AuditEntry] = []
-
-    def create(self, cur: Any, *, indexes: bool = True) -> None:
-        # SQLite: INTEGER PRIMARY KEY makes seq the rowid (one b-tree, not a table and an index)
-        seq_type = "INTEGER" if is_sqlite(cur) else "BIGINT"
-        for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:
-            cur.execute(stmt.replace("{seq_type}", seq_type))
-
-    def drop(self, cur: Any) -> None:
-        for t in self.tables:
-            cur.execute(f"DROP TABLE IF EXISTS {t}")
 
     def forget(self) -> None:
         self.context = {}
         self.new_streams = {}
         self.entries = []
 
-    def load(self, cur: Any, items: list[tuple[int, str, Any]]) -> None:
-        """Reads where the batch's streams belong (those not cached yet), 500 to a query."""
+    def missing(self, items: list[tuple[int, str, Any]]) -> list[str]:
+        """The batch's streams not known to belong anywhere yet (read from the streams table)."""
         ctx = self.context
-        sids = [sid for sid in dict.fromkeys(sid for _, sid, _ in items) if sid not in ctx]
-        for start in range(0, len(sids), 500):
-            chunk = sids[start:start + 500]
-            cur.execute("SELECT stream_id, org, app, name FROM relay_audit_streams WHERE stream_id IN "
-                        f"({', '.join(['%s'] * len(chunk))})", chunk)
-            for sid, org, app, name in cur.fetchall():
-                ctx[sid] = (org, app, name)
+        return [sid for sid in dict.fromkeys(sid for _, sid, _ in items) if sid not in ctx]
+
+    def loaded(self, asked: Sequence[str], found: dict[str, Where]) -> None:
+        self.context.update(found)
 
     def apply(self, notification_id: int, sid: str, event: Any) -> None:
         ctx = self.context
@@ -238,43 +199,27 @@ class AuditProjection:
             check_key("executor_id", entry.executor_id)
             self.entries.append(entry)
 
-    def write(self, cur: Any, *, bulk: bool = False) -> None:
-        """``bulk``: the tables were created empty by this rebuild, so rows are
-        copied in (Postgres ``COPY``) rather than inserted one statement each."""
-        if self.new_streams:
-            rows = [(sid, *v) for sid, v in self.new_streams.items()]
-            self.new_streams = {}
-            if bulk:
-                copy_rows(cur, "relay_audit_streams", ("stream_id", "org", "app", "name"), rows)
-            else:
-                insert_rows(cur, "relay_audit_streams", ("stream_id", "org", "app", "name"), rows,
-                            "ON CONFLICT (stream_id) DO NOTHING")
-        if self.entries:
-            encode = _encode_detail
-            rows = [(a.seq, to_epoch_ms(a.at), a.org, a.app, a.executor_id, a.action, encode(a.detail))
-                    for a in self.entries]
-            self.entries = []
-            if bulk:
-                copy_rows(cur, "relay_audit", _COLUMNS, rows)
-            else:
-                insert_rows(cur, "relay_audit", _COLUMNS, rows, "ON CONFLICT (seq) DO NOTHING")
+    def changes(self) -> tuple[dict[str, Where], list[AuditEntry]]:
+        """The streams newly placed and the entries made since the last call."""
+        out = self.new_streams, self.entries
+        self.new_streams = {}
+        self.entries = []
+        return out
 
     def committed(self) -> None:
         if len(self.context) > self.cache_limit:
             self.context = {}
 
 
-_COLUMNS = ("seq", "at", "org", "app", "executor_id", "action", "detail")
-_encoder = msgspec.json.Encoder(order="sorted")
+class AuditLog(Protocol):
+    """Where the log is read (the read models' database)."""
 
-
-def _encode_detail(detail: dict[str, Any]) -> str:
-    """The detail column: JSON with sorted keys (the same bytes live and after a rebuild)."""
-    return _encoder.encode(detail).decode()
+    def audit_entries(self, *, org: str, app: str | None = None, executor_id: str | None = None,
+                      after: int | None = None, limit: int = 100) -> list[AuditEntry]: ...
 
 
 def query(
-    db: Database,
+    db: AuditLog,
     *,
     org: str,
     app: str | None = None,
@@ -282,19 +227,5 @@ def query(
     after: int | None = None,
     limit: int = 100,
 ) -> list[AuditEntry]:
-    sql = "SELECT seq, at, org, app, executor_id, action, detail FROM relay_audit WHERE org = %(org)s"
-    params: dict[str, Any] = {"org": org, "limit": limit}
-    if app is not None:
-        sql += " AND app = %(app)s"
-        params["app"] = app
-    if executor_id is not None:
-        sql += " AND executor_id = %(executor_id)s"
-        params["executor_id"] = executor_id
-    if after is not None:
-        sql += " AND seq > %(after)s"
-        params["after"] = after
-    sql += " ORDER BY seq LIMIT %(limit)s"
-    with db.read() as cur:
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-    return [AuditEntry(r[0], from_epoch_ms(r[1]), r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+    """The org's entries (of an application, of an executor) after ``after``, in order, at most ``limit``."""
+    return db.audit_entries(org=org, app=app, executor_id=executor_id, after=after, limit=limit)

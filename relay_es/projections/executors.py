@@ -6,21 +6,22 @@ projection runner), the table as it stood at any past instant (``as_of``), and
 the process manager's in-memory view at start-up. The row carries the armed
 deadline and the outstanding dispatch, so this table is also Relay's durable
 timer table.
+
+:class:`ExecutorsProjection` is what the projection runner keeps in memory
+between batches; the table itself is stored by
+:mod:`relay_es.adapters.readmodels.executors`.
 """
 
 from __future__ import annotations
 
-import json
-import operator
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase, opaque_value
-from relay_es.adapters.stores import Database, insert_rows
 from relay_es.projections.storable import check_event
-from relay_es.domain.units import from_epoch_us, to_epoch_us
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ EXECUTOR_EVENTS = (
 
 def _evolve(row: ExecutorRow, changes: dict[str, Any]) -> ExecutorRow:
     """``dataclasses.replace`` without re-running ``__init__``: a copy of the
-    row's fields with ``changes`` applied (the fold's inner loop; ``replace`` was
-    a quarter of a rebuild)."""
+    row's fields with ``changes`` applied. A write to the ``__dict__`` of a new
+    instance of Relay's own frozen dataclass (no library object): the fold's inner
+    loop, where ``replace`` was a quarter of a rebuild (bench/s5_replay.py)."""
     new = _new(ExecutorRow)
     d = new.__dict__
     d.update(row.__dict__)
@@ -188,90 +190,16 @@ def fold(events: Any, *, until: datetime | None = None) -> ExecutorRow | None:
     return row
 
 
-# ------------------------------------------------------------------ storage
-
-_TS_FIELDS = {"created_at", "updated_at", "deadline", "recovery_dispatched_at", "declared_dead_at"}
-COLUMNS = [f.name for f in fields(ExecutorRow)]
-
-DDL = [
-    """
-    CREATE TABLE IF NOT EXISTS relay_executors (  -- timestamps: epoch microseconds, exactly as in the events
-        stream_id TEXT PRIMARY KEY,
-        org TEXT NOT NULL,
-        app TEXT NOT NULL,
-        executor_id TEXT NOT NULL,
-        version BIGINT NOT NULL,
-        status TEXT,
-        incarnation INTEGER NOT NULL,
-        app_version TEXT,
-        hostname TEXT,
-        language TEXT,
-        dbos_version TEXT,
-        executor_metadata TEXT,
-        connection_id TEXT,
-        owner TEXT,
-        created_at BIGINT,
-        updated_at BIGINT,
-        deadline BIGINT,
-        disconnect_reason TEXT,
-        recovery_phase TEXT,
-        recovery_version TEXT,
-        recovery_request_id TEXT,
-        recovery_target TEXT,
-        recovery_attempt INTEGER NOT NULL,
-        recovery_dispatched_at BIGINT,
-        declared_dead_at BIGINT,
-        recovery_redo_version TEXT
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS relay_executors_app ON relay_executors (org, app, executor_id)",
-]
-
-
-_VALUES = operator.attrgetter(*COLUMNS)  # not asdict(): that deep-copies every value
-_TS_AT = [i for i, c in enumerate(COLUMNS) if c in _TS_FIELDS]
-_METADATA_AT = COLUMNS.index("executor_metadata")
-
-
-def row_to_db(row: ExecutorRow) -> list[Any]:
-    """The row's values in ``COLUMNS`` order, as stored."""
-    v = list(_VALUES(row))
-    for i in _TS_AT:
-        if v[i] is not None:
-            v[i] = to_epoch_us(v[i])
-    if v[_METADATA_AT] is not None:
-        v[_METADATA_AT] = json.dumps(v[_METADATA_AT])
-    return v
-
-
-def row_from_db(values: Any) -> ExecutorRow:
-    d = dict(zip(COLUMNS, values))
-    for k in _TS_FIELDS:
-        if d[k] is not None:
-            d[k] = from_epoch_us(d[k])
-    if d["executor_metadata"] is not None:
-        d["executor_metadata"] = json.loads(d["executor_metadata"])
-    return ExecutorRow(**d)
-
-
-_SELECT = f"SELECT {', '.join(COLUMNS)} FROM relay_executors"
-_ON_CONFLICT = (
-    "ON CONFLICT (stream_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "stream_id")
-    + " WHERE relay_executors.version < excluded.version"
-)
-
-
 class ExecutorsProjection:
-    """Keeps ``relay_executors``. Rows never move backwards (``version`` guard).
+    """The executors read model between batches: rows read or folded, and which changed.
 
-    Rows read or written stay cached between batches (the runner forgets them
-    when a batch fails or the tracked position moved elsewhere), so a stream
-    is read back from the table once, not once per batch.
+    Rows stay cached between batches (the runner forgets them when a batch fails
+    or the tracked position moved elsewhere), so a stream is read back from the
+    table once, not once per batch. Rows never move backwards (``version`` guard).
     """
 
-    name = "executors"
-    tables = ("relay_executors",)
+    NAME = "executors"
+    name = NAME
     event_types = EXECUTOR_EVENTS
     cache_limit = 50_000
 
@@ -279,29 +207,19 @@ class ExecutorsProjection:
         self.rows: dict[str, ExecutorRow | None] = {}
         self.dirty: set[str] = set()
 
-    def create(self, cur: Any, *, indexes: bool = True) -> None:
-        for stmt in DDL if indexes else DDL[:1]:
-            cur.execute(stmt)
-
-    def drop(self, cur: Any) -> None:
-        cur.execute("DROP TABLE IF EXISTS relay_executors")
-
     def forget(self) -> None:
         self.rows = {}
         self.dirty = set()
 
-    def load(self, cur: Any, items: list[tuple[int, str, Any]]) -> None:
-        """Reads the rows of the batch's streams not cached yet, 500 to a query."""
+    def missing(self, items: list[tuple[int, str, Any]]) -> list[str]:
+        """The batch's streams whose rows are not held yet (to be read from the table)."""
         rows = self.rows
-        sids = [sid for sid in dict.fromkeys(sid for _, sid, _ in items) if sid not in rows]
-        for start in range(0, len(sids), 500):
-            chunk = sids[start:start + 500]
-            cur.execute(_SELECT + f" WHERE stream_id IN ({', '.join(['%s'] * len(chunk))})", chunk)
-            for values in cur.fetchall():
-                row = row_from_db(values)
-                rows[row.stream_id] = row
-            for sid in chunk:
-                rows.setdefault(sid, None)
+        return [sid for sid in dict.fromkeys(sid for _, sid, _ in items) if sid not in rows]
+
+    def loaded(self, asked: Sequence[str], found: dict[str, ExecutorRow]) -> None:
+        rows = self.rows
+        for sid in asked:
+            rows[sid] = found.get(sid)
 
     def apply(self, notification_id: int, sid: str, event: Any) -> None:
         current = self.rows[sid]
@@ -311,10 +229,11 @@ class ExecutorsProjection:
         self.rows[sid] = reduce(current, event)
         self.dirty.add(sid)
 
-    def write(self, cur: Any, *, bulk: bool = False) -> None:
-        rows = [row_to_db(r) for sid in self.dirty if (r := self.rows[sid]) is not None]
+    def changes(self) -> list[ExecutorRow]:
+        """The rows changed since the last call."""
+        out = [r for sid in self.dirty if (r := self.rows[sid]) is not None]
         self.dirty = set()
-        insert_rows(cur, "relay_executors", COLUMNS, rows, _ON_CONFLICT)
+        return out
 
     def committed(self) -> None:
         if len(self.rows) > self.cache_limit:
@@ -324,22 +243,27 @@ class ExecutorsProjection:
 # ------------------------------------------------------------------ queries
 
 
-def all_rows(db: Database, *, org: str | None = None, app: str | None = None) -> list[ExecutorRow]:
-    sql, params = _SELECT, {}
-    if org is not None:
-        sql += " WHERE org = %(org)s"
-        params["org"] = org
-        if app is not None:
-            sql += " AND app = %(app)s"
-            params["app"] = app
-    sql += " ORDER BY org, app, executor_id"
-    with db.read() as cur:
-        cur.execute(sql, params)
-        return [row_from_db(r) for r in cur.fetchall()]
+class ExecutorRows(Protocol):
+    """Where the table is read (the read models' database)."""
+
+    def executor_rows(self, *, org: str | None = None, app: str | None = None) -> list[ExecutorRow]: ...
+
+    def executor_row(self, stream_id: UUID | str) -> ExecutorRow | None: ...
 
 
-def get_row(db: Database, stream_id: UUID | str) -> ExecutorRow | None:
-    with db.read() as cur:
-        cur.execute(_SELECT + " WHERE stream_id = %(sid)s", {"sid": str(stream_id)})
-        r = cur.fetchone()
-    return row_from_db(r) if r else None
+def all_rows(db: ExecutorRows, *, org: str | None = None, app: str | None = None) -> list[ExecutorRow]:
+    """Every row (of an org, of an application), in (org, app, executor id) order."""
+    return db.executor_rows(org=org, app=app)
+
+
+def get_row(db: ExecutorRows, stream_id: UUID | str) -> ExecutorRow | None:
+    return db.executor_row(stream_id)
+
+
+def __getattr__(name: str) -> object:
+    # compat: issue-12 alias, remove when composition/runtime.py calls relay_es.adapters.readmodels.executors.load_all
+    if name in ("COLUMNS", "row_from_db", "row_to_db"):
+        import importlib
+
+        return getattr(importlib.import_module("relay_es.adapters.readmodels.executors"), name)
+    raise AttributeError(name)

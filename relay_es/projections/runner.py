@@ -17,73 +17,111 @@ entry); everything else is applied. See docs/adr/0016-poison-events-and-growing-
 
 Batching many events per transaction is what makes a rebuild fast: one
 million events are a few thousand commits, not a million.
+
+The runner holds no SQL: it reads the log through :class:`EventSource` (the
+Relay application) and stores through :class:`ReadModelStore` (the read
+models' database, :mod:`relay_es.adapters.readmodels`). It stays beside the
+folds because its logic -- batching, exactly-once positions, isolating a
+poison -- is what "a read model" means here, and it is tested with both stores.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import multiprocessing
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from relay_es.adapters.eventlog import Unreadable
-from relay_es.adapters.stores import Database, StoreConfig, is_data_error
 from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.domain.text import escape_controls
-from relay_es.engine.service import Relay
+from relay_es.projections.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
 
 BATCH = 1000
 
-TRACKING_DDL = """
-CREATE TABLE IF NOT EXISTS relay_tracking (
-    name TEXT PRIMARY KEY,
-    position BIGINT NOT NULL
-)
-"""
-
 
 class Projection(Protocol):
-    """A read model kept by the runner.
+    """A read model kept by the runner (pure: it never sees the store).
 
-    ``load`` reads the current rows of a batch's streams that the projection
-    does not hold already; ``apply`` folds one event in memory; ``write``
-    stores what changed, in the batch's transaction. What a projection holds
-    between batches is a cache of committed rows: the runner calls ``forget``
-    when a batch fails or the tracked position moved without it, and
-    ``committed`` after each commit (where a projection bounds its cache).
+    ``missing`` names the batch's streams whose rows it does not hold, and
+    ``loaded`` gives it those the table has; ``apply`` folds one event in
+    memory; ``changes`` hands over what changed, to be written in the batch's
+    transaction. What a projection holds between batches is a cache of
+    committed rows: the runner calls ``forget`` when a batch fails or the
+    tracked position moved without it, and ``committed`` after each commit
+    (where a projection bounds its cache).
     """
 
     name: str
-    tables: Sequence[str]
     event_types: tuple[type, ...]
+
+    def forget(self) -> None: ...
+
+    def missing(self, items: list[tuple[int, str, Any]]) -> list[str]: ...
+
+    def loaded(self, asked: Sequence[str], found: dict[str, Any]) -> None: ...
+
+    def apply(self, notification_id: int, sid: str, event: Any) -> None: ...
+
+    def changes(self) -> Any: ...
+
+    def committed(self) -> None: ...
+
+
+class Table(Protocol):
+    """One read model's tables. ``cur``: a cursor of the store's ``transaction()`` or ``read()``."""
 
     def create(self, cur: Any, *, indexes: bool = True) -> None: ...
 
     def drop(self, cur: Any) -> None: ...
 
-    def forget(self) -> None: ...
+    def read(self, cur: Any, sids: Sequence[str]) -> dict[str, Any]: ...
 
-    def load(self, cur: Any, items: list[tuple[int, str, Any]]) -> None: ...
+    def write(self, cur: Any, changes: Any, *, bulk: bool = False) -> None: ...
 
-    def apply(self, notification_id: int, sid: str, event: Any) -> None: ...
 
-    def write(self, cur: Any, *, bulk: bool = False) -> None: ...
+class ReadModelStore(Protocol):
+    """Where the read models live: their tables and their tracked positions."""
 
-    def committed(self) -> None: ...
+    dialect: str
+
+    def transaction(self) -> Any: ...  # context manager yielding a cursor, committed on exit
+
+    def read(self) -> Any: ...  # context manager yielding a cursor for a consistent read
+
+    def table(self, name: str) -> Table: ...
+
+    def create_tracking(self, cur: Any, names: Iterable[str]) -> None: ...
+
+    def positions(self, cur: Any) -> dict[str, int]: ...
+
+    def lock_positions(self, cur: Any) -> dict[str, int]: ...
+
+    def move(self, cur: Any, name: str, pos: int, last: int) -> bool: ...
+
+    def reset_position(self, cur: Any, name: str) -> None: ...
+
+    def is_data_error(self, e: BaseException) -> bool: ...
+
+
+class EventSource(Protocol):
+    """The notification log, and where a skipped event is recorded (the Relay application)."""
+
+    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+                      unreadable: bool = False) -> list[tuple[int, str, Any]]: ...
+
+    def record_projection_skip(self, *, projection: str, notification_id: int, event: Any, reason: str,
+                               event_type: str | None = None) -> bool: ...
 
 
 class _LazyRead:
     """A read cursor opened on first use: a batch whose rows are all cached reads nothing."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: ReadModelStore) -> None:
         self._db = db
         self._cm: Any = None
         self._cur: Any = None
@@ -124,11 +162,12 @@ def _reason(e: BaseException) -> str:
 
 
 class ProjectionRunner:
-    def __init__(self, relay: Relay, db: Database, projections: Iterable[Projection], *, batch_size: int = BATCH,
-                 schema: bool = True) -> None:
+    def __init__(self, relay: EventSource, db: ReadModelStore, projections: Iterable[Projection], *,
+                 batch_size: int = BATCH, schema: bool = True) -> None:
         self.relay = relay
         self.db = db
         self.projections = list(projections)
+        self._tables = {p.name: db.table(p.name) for p in self.projections}
         self.batch_size = batch_size
         self._types = {p.name: frozenset(p.event_types) for p in self.projections}
         self._cached_at: dict[str, int] = {}  # projection -> position its cache is valid at
@@ -145,20 +184,13 @@ class ProjectionRunner:
     def create_schema(self) -> None:
         """Creates what is missing: tables, indexes (after a rebuild, all of them), positions."""
         with self.db.transaction() as cur:
-            if self.db.dialect == "sqlite":
-                cur.execute("PRAGMA threads = 4")  # sorts for CREATE INDEX on helper threads
-            cur.execute(TRACKING_DDL)
+            self.db.create_tracking(cur, [p.name for p in self.projections])
             for p in self.projections:
-                p.create(cur)
-                cur.execute(
-                    "INSERT INTO relay_tracking (name, position) VALUES (%s, 0) ON CONFLICT (name) DO NOTHING",
-                    (p.name,),
-                )
+                self._tables[p.name].create(cur)
 
     def positions(self) -> dict[str, int]:
         with self.db.read() as cur:
-            cur.execute("SELECT name, position FROM relay_tracking")
-            return {n: int(p) for n, p in cur.fetchall()}
+            return self.db.positions(cur)
 
     def position(self) -> int:
         """The position every projection has reached."""
@@ -190,7 +222,7 @@ class ProjectionRunner:
             except PositionMoved:
                 raise
             except Exception as e:
-                if not is_data_error(e):
+                if not self.db.is_data_error(e):
                     raise  # the store is away: the same batch is tried again later
                 log.warning("a batch of %d events (after %d) failed for a data reason (%s); isolating it",
                             len(events), start, _reason(e))
@@ -219,7 +251,9 @@ class ProjectionRunner:
             try:
                 for p, _, mine in work:
                     if mine:
-                        p.load(reader, mine)
+                        asked = p.missing(mine)
+                        if asked:
+                            p.loaded(asked, self._tables[p.name].read(reader, asked))
             finally:
                 reader.close()
             for p, _, mine in work:
@@ -230,7 +264,7 @@ class ProjectionRunner:
                 self._check_positions(cur, work)
                 for p, pos, mine in work:
                     if mine:
-                        p.write(cur, bulk=p.name in self._bulk)
+                        self._tables[p.name].write(cur, p.changes(), bulk=p.name in self._bulk)
                     self._move(cur, p.name, pos, max(pos, last))  # one ahead (a partial rebuild) stays
         except BaseException:
             self._cached_at.clear()
@@ -242,19 +276,13 @@ class ProjectionRunner:
             p.committed()
 
     def _check_positions(self, cur: Any, work: list[tuple[Projection, int, Any]]) -> None:
-        if self.db.dialect == "postgres":
-            cur.execute("SELECT name, position FROM relay_tracking ORDER BY name FOR UPDATE")
-        else:
-            cur.execute("SELECT name, position FROM relay_tracking")
-        now_positions = {n: int(p) for n, p in cur.fetchall()}
+        now_positions = self.db.lock_positions(cur)
         for p, pos, _ in work:
             if now_positions.get(p.name, 0) != pos:
                 raise PositionMoved(p.name)
 
-    @staticmethod
-    def _move(cur: Any, name: str, pos: int, last: int) -> None:
-        cur.execute("UPDATE relay_tracking SET position = %s WHERE name = %s AND position = %s", (last, name, pos))
-        if cur.rowcount != 1:
+    def _move(self, cur: Any, name: str, pos: int, last: int) -> None:
+        if not self.db.move(cur, name, pos, last):
             raise PositionMoved(name)
 
     def _isolate(self, p: Projection, pos: int, items: list[tuple[int, str, Any]]) -> int:
@@ -270,7 +298,7 @@ class ProjectionRunner:
         except PositionMoved:
             raise
         except Exception as e:
-            if not is_data_error(e):
+            if not self.db.is_data_error(e):
                 raise
             if len(items) == 1:
                 self._skip(p, pos, items[0], e)
@@ -362,9 +390,10 @@ class ProjectionRunner:
             with self.db.transaction() as cur:
                 for p in self.projections:
                     if p.name in wanted:
-                        p.drop(cur)
-                        p.create(cur, indexes=False)
-                        cur.execute("UPDATE relay_tracking SET position = 0 WHERE name = %s", (p.name,))
+                        table = self._tables[p.name]
+                        table.drop(cur)
+                        table.create(cur, indexes=False)
+                        self.db.reset_position(cur, p.name)
             self._cached_at.clear()
             for p in self.projections:
                 p.forget()
@@ -387,52 +416,10 @@ class ProjectionRunner:
                 gc.enable()
 
 
-# Projections rebuilt side by side, one process each: the audit log (one row per
-# event) against everything else. One Python process is bound by its GIL; two
-# use both cores of a small machine.
-REBUILD_GROUPS = (("audit",), ("executors", "apps"))
+def __getattr__(name: str) -> object:
+    # compat: issue-12 alias, remove when composition/cli.py imports relay_es.adapters.readmodels.rebuild
+    if name in ("rebuild_in_processes", "REBUILD_GROUPS"):
+        import importlib
 
-
-def rebuild_in_processes(store: StoreConfig, names: Iterable[str] | None = None) -> int:
-    """``relay projections rebuild``: resets the named projections, fills them
-    in one process per group of :data:`REBUILD_GROUPS` (in this process when
-    there is one group or one core), then builds the indexes."""
-    from relay_es.adapters.clock import SystemClock
-    from relay_es.adapters.stores import event_store_env, open_database
-    from relay_es.projections import all_projections
-
-    relay = Relay(event_store_env(store), clock=SystemClock())
-    db = open_database(store)
-    try:
-        runner = ProjectionRunner(relay, db, all_projections())
-        wanted = runner.reset(names)
-        groups = [g for g in ([n for n in group if n in wanted] for group in REBUILD_GROUPS) if g]
-        try:
-            if len(groups) < 2 or (os.cpu_count() or 1) < 2:
-                return runner.fill(wanted)
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(len(groups), mp_context=ctx) as pool:
-                counts = list(pool.map(_fill_group, [store] * len(groups), groups))
-            runner.catch_up()  # whatever arrived since
-            return max(counts)
-        finally:
-            runner.create_schema()  # the indexes
-    finally:
-        db.close()
-        relay.close()
-
-
-def _fill_group(store: StoreConfig, names: list[str]) -> int:
-    from relay_es.adapters.clock import SystemClock
-    from relay_es.adapters.stores import event_store_env, open_database
-    from relay_es.projections import all_projections
-
-    # The parent created every table; workers creating them again at once race in Postgres' catalog.
-    relay = Relay({**event_store_env(store), "CREATE_TABLE": "false"}, clock=SystemClock())
-    db = open_database(store)
-    try:
-        runner = ProjectionRunner(relay, db, [p for p in all_projections() if p.name in names], schema=False)
-        return runner.fill(set(names))
-    finally:
-        db.close()
-        relay.close()
+        return getattr(importlib.import_module("relay_es.adapters.readmodels.rebuild"), name)
+    raise AttributeError(name)

@@ -14,7 +14,7 @@ from eventsourcing.persistence import StoredEvent
 from relay_es.adapters.eventlog import EventLog
 from relay_es.aggregates.executor import OpaqueJSON
 from relay_es.aggregates import SettingsPatch
-from tests.projections.test_read_models import busy_history
+from tests.projections.history import busy_history
 from tests.support import World, info
 
 

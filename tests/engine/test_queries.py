@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from relay_es.engine import queries
+from relay_es.engine.queries import executor_history, executors_as_of
+from relay_es.projections.executors import all_rows
 from relay_es.domain.errors import UnknownExecutor
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer
@@ -152,3 +154,60 @@ def test_rest_limits_and_pages(server: RelayServer) -> None:
     assert all(e["version"] > 1 for e in rest) and rest
     for params in ({"limit": 0}, {"limit": 1001}, {"after": -1}):
         assert httpx.get(history, params=params, timeout=10).status_code == 422, params
+
+
+# ------------------------------------------------------------ as-of and history, on a short grace
+
+
+@pytest.fixture
+def short_world(clock, store_url) -> Iterator[World]:
+    w = World(clock, store_url, grace=10)
+    yield w
+    w.close()
+
+
+def test_executors_table_as_of_any_past_instant(short_world: World) -> None:
+    world = short_world
+    snapshots = []
+
+    def snap() -> None:
+        world.runner.catch_up()
+        live = sorted((r.executor_id, r.status, r.incarnation, r.deadline) for r in all_rows(world.db, org="local")
+                      if r.visible)
+        snapshots.append((world.clock.now(), live))
+        world.clock.advance(0.5)  # the next change happens strictly later
+
+    snap()
+    world.connect("A")
+    world.connect("B")
+    snap()
+    world.drop("A")
+    snap()
+    world.advance(10)
+    snap()
+    world.answer(world.dispatcher.last())
+    snap()
+    world.advance(1)
+    world.connect("A")  # same id again: a new incarnation in the same stream
+    snap()
+    for at, expected in snapshots:
+        past = executors_as_of(world.relay, world.db, "local", "app", at)
+        assert sorted((r.executor_id, r.status, r.incarnation, r.deadline) for r in past) == expected, at
+
+
+def test_history_is_readable_in_order_after_deletion(short_world: World) -> None:
+    world = short_world
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(10)
+    world.answer(world.dispatcher.last())
+    assert world.status("A") == "DELETED"
+    h = executor_history(world.relay, "local", "app", "A")
+    assert [x["version"] for x in h] == list(range(1, len(h) + 1))
+    assert [x["type"] for x in h] == ["Registered", "Connected", "Disconnected", "DeclaredDead", "RecoveryDispatched",
+                                     "RecoveryConfirmed", "Deleted"]
+    assert h[2]["data"]["reason"] == "socket_closed"
+    assert h[2]["data"]["deadline"].endswith("Z")
+    assert h[4]["data"]["target_executor_id"] == "B"
+    assert all(x["at"].endswith("Z") and len(x["at"]) == 24 for x in h)

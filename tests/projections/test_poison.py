@@ -22,12 +22,12 @@ import pytest
 
 from relay_es.aggregates import Executor, SettingsPatch
 from relay_es.aggregates.application import app_stream_id
-from relay_es.adapters.stores import is_data_error
+from relay_es.adapters.failures import is_data_error
 from relay_es.projections import audit
 from relay_es.projections.apps import list_apps
 from relay_es.projections.executors import all_rows
 from relay_es.projections.runner import Poison
-from tests.projections.test_read_models import tables
+from tests.projections.history import tables
 from tests.support import World, info
 
 LONG_ID = secrets.token_urlsafe(6000)  # incompressible: Postgres cannot shrink it under a b-tree page
@@ -157,6 +157,9 @@ class _Unreachable:
         self._url = store_url
         self._tmp = tmp_path
 
+    def __getattr__(self, name: str) -> Any:  # tables, positions, error kinds: the real store's
+        return getattr(self._db, name)
+
     def read(self) -> Any:
         return self._db.read()
 
@@ -241,7 +244,7 @@ def test_an_event_no_read_model_can_read_is_skipped_and_reported(world: World) -
 
 def test_a_rebuild_in_processes_skips_the_same_events(world: World, store_url: str) -> None:
     from relay_es.adapters.stores import parse_database_url
-    from relay_es.projections.runner import rebuild_in_processes
+    from relay_es.adapters.readmodels.rebuild import rebuild_in_processes
 
     connect_bypassing(world, "nul", hostname="evil\x00host")
     connect_bypassing(world, LONG_ID)

@@ -1,0 +1,81 @@
+"""Read-model storage: each read model's tables (one module each), the tracking table,
+and :class:`ReadModelStore`, the port the projection runner and the queries use.
+
+The projections (``relay_es.projections``) fold events into rows in memory; the
+modules here hold every SQL statement that creates, writes and reads those rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from relay_es.adapters.failures import is_data_error
+from relay_es.adapters.readmodels import apps, audit, executors, tracking
+from relay_es.projections.apps import AppRow, TokenRow
+from relay_es.projections.audit import AuditEntry
+from relay_es.projections.executors import ExecutorRow
+
+# Each read model's tables, by the projection's NAME (relay_es.projections.NAMES).
+TABLES = {t.name: t for t in (executors.ExecutorsTable(), audit.AuditTable(), apps.AppsTable())}
+
+
+class ReadModelStore:
+    """What a :class:`~relay_es.adapters.stores.Database` offers the read models (a mixin:
+    it uses only the database's ``read()`` and ``dialect``).
+
+    The projection runner's storage (``relay_es.projections.runner.ReadModelStore``):
+    tables by name, the tracking positions; and the queries the REST API and the
+    engine read the tables with.
+    """
+
+    dialect: str
+
+    # ------------------------------------------------------------- runner
+    def table(self, name: str) -> Any:
+        return TABLES[name]
+
+    @staticmethod
+    def is_data_error(e: BaseException) -> bool:
+        return is_data_error(e)
+
+    def create_tracking(self, cur: Any, names: Iterable[str]) -> None:
+        if self.dialect == "sqlite":
+            cur.execute("PRAGMA threads = 4")  # sorts for CREATE INDEX on helper threads
+        tracking.create(cur, names)
+
+    def positions(self, cur: Any) -> dict[str, int]:
+        return tracking.positions(cur)
+
+    def lock_positions(self, cur: Any) -> dict[str, int]:
+        return tracking.lock_positions(cur)
+
+    def move(self, cur: Any, name: str, pos: int, last: int) -> bool:
+        return tracking.move(cur, name, pos, last)
+
+    def reset_position(self, cur: Any, name: str) -> None:
+        tracking.reset(cur, name)
+
+    # ------------------------------------------------------------ queries
+    def executor_rows(self, *, org: str | None = None, app: str | None = None) -> list[ExecutorRow]:
+        return executors.all_rows(self, org=org, app=app)
+
+    def executor_row(self, stream_id: UUID | str) -> ExecutorRow | None:
+        return executors.get_row(self, stream_id)
+
+    def list_apps(self, org: str, *, include_deleted: bool = False) -> list[AppRow]:
+        return apps.list_apps(self, org, include_deleted=include_deleted)
+
+    def list_tokens(self, org: str) -> list[TokenRow]:
+        return apps.list_tokens(self, org)
+
+    def token_by_hash(self, secret_hash: str) -> TokenRow | None:
+        return apps.token_by_hash(self, secret_hash)
+
+    def audit_entries(self, *, org: str, app: str | None = None, executor_id: str | None = None,
+                      after: int | None = None, limit: int = 100) -> list[AuditEntry]:
+        return audit.query(self, org=org, app=app, executor_id=executor_id, after=after, limit=limit)
+
+
+__all__: Sequence[str] = ("TABLES", "ReadModelStore", "apps", "audit", "executors", "tracking")

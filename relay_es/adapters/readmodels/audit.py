@@ -1,0 +1,120 @@
+"""The audit log's tables: ``relay_audit`` (one row per entry, keyed by notification id)
+and ``relay_audit_streams`` (where each stream belongs, so the log resumes mid-stream).
+
+Entries are made by :mod:`relay_es.projections.audit`; this module stores and
+reads them. ``at`` is epoch milliseconds; ``detail`` JSON with sorted keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from relay_es.adapters.readmodels.bulk import chunks, copy_rows, insert_rows, is_sqlite, marks
+from relay_es.domain.units import from_epoch_ms, to_epoch_ms
+from relay_es.projections.audit import AuditEntry, AuditProjection, Where
+
+NAME = AuditProjection.NAME
+
+DDL = [
+    """
+    CREATE TABLE IF NOT EXISTS relay_audit (
+        seq {seq_type} PRIMARY KEY,
+        at BIGINT NOT NULL,
+        org TEXT NOT NULL,
+        app TEXT,
+        executor_id TEXT,
+        action TEXT NOT NULL,
+        detail TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS relay_audit_org ON relay_audit (org, seq)",
+    "CREATE INDEX IF NOT EXISTS relay_audit_app ON relay_audit (org, app, executor_id, seq)",
+    # stream id -> (org, app, name): lets the audit projection resume mid-stream
+    """
+    CREATE TABLE IF NOT EXISTS relay_audit_streams (
+        stream_id TEXT PRIMARY KEY,
+        org TEXT NOT NULL,
+        app TEXT,
+        name TEXT
+    )
+    """,
+]
+
+COLUMNS = ("seq", "at", "org", "app", "executor_id", "action", "detail")
+STREAM_COLUMNS = ("stream_id", "org", "app", "name")
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def encode_detail(detail: dict[str, Any]) -> str:
+    """The detail column: JSON with sorted keys (the same bytes live and after a rebuild)."""
+    return _encoder.encode(detail).decode()
+
+
+class AuditTable:
+    """Stores :class:`~relay_es.projections.audit.AuditProjection`'s entries and stream places."""
+
+    name = NAME
+    tables = ("relay_audit", "relay_audit_streams")
+
+    def create(self, cur: Any, *, indexes: bool = True) -> None:
+        # SQLite: INTEGER PRIMARY KEY makes seq the rowid (one b-tree, not a table and an index)
+        seq_type = "INTEGER" if is_sqlite(cur) else "BIGINT"
+        for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:
+            cur.execute(stmt.replace("{seq_type}", seq_type))
+
+    def drop(self, cur: Any) -> None:
+        for t in self.tables:
+            cur.execute(f"DROP TABLE IF EXISTS {t}")
+
+    def read(self, cur: Any, sids: Sequence[str]) -> dict[str, Where]:
+        """Where the streams ``sids`` belong (those known), 500 to a query."""
+        out = {}
+        for chunk in chunks(sids):
+            cur.execute(f"SELECT stream_id, org, app, name FROM relay_audit_streams WHERE stream_id IN "
+                        f"({marks(len(chunk))})", list(chunk))
+            for sid, org, app, name in cur.fetchall():
+                out[sid] = (org, app, name)
+        return out
+
+    def write(self, cur: Any, changes: tuple[dict[str, Where], list[AuditEntry]], *, bulk: bool = False) -> None:
+        """``bulk``: the tables were created empty by this rebuild, so rows are
+        copied in (Postgres ``COPY``) rather than inserted one statement each."""
+        new_streams, entries = changes
+        if new_streams:
+            rows = [(sid, *v) for sid, v in new_streams.items()]
+            if bulk:
+                copy_rows(cur, "relay_audit_streams", STREAM_COLUMNS, rows)
+            else:
+                insert_rows(cur, "relay_audit_streams", STREAM_COLUMNS, rows, "ON CONFLICT (stream_id) DO NOTHING")
+        if entries:
+            encode = encode_detail
+            rows = [(a.seq, to_epoch_ms(a.at), a.org, a.app, a.executor_id, a.action, encode(a.detail))
+                    for a in entries]
+            if bulk:
+                copy_rows(cur, "relay_audit", COLUMNS, rows)
+            else:
+                insert_rows(cur, "relay_audit", COLUMNS, rows, "ON CONFLICT (seq) DO NOTHING")
+
+
+def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None = None, after: int | None = None,
+          limit: int = 100) -> list[AuditEntry]:
+    sql = "SELECT seq, at, org, app, executor_id, action, detail FROM relay_audit WHERE org = %(org)s"
+    params: dict[str, Any] = {"org": org, "limit": limit}
+    if app is not None:
+        sql += " AND app = %(app)s"
+        params["app"] = app
+    if executor_id is not None:
+        sql += " AND executor_id = %(executor_id)s"
+        params["executor_id"] = executor_id
+    if after is not None:
+        sql += " AND seq > %(after)s"
+        params["after"] = after
+    sql += " ORDER BY seq LIMIT %(limit)s"
+    with db.read() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    return [AuditEntry(r[0], from_epoch_ms(r[1]), r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]

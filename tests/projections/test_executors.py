@@ -1,0 +1,34 @@
+"""The executors read model on both stores: rows as folded, the executor's own JSON kept as sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay_es.projections.executors import all_rows
+from relay_es.engine.queries import executor_history
+from tests.support import World, info
+
+
+@pytest.fixture
+def world(clock, store_url):
+    w = World(clock, store_url, grace=10)
+    yield w
+    w.close()
+
+
+def test_executor_metadata_shaped_like_the_stores_own_wrappers_is_kept_as_sent(world: World) -> None:
+    # An executor's metadata is its own JSON. Objects shaped like the event store's type wrappers once made
+    # the stream unreadable (an unknown _type_) or changed type (a known one) when read back.
+    meta = {"x": {"_type_": "nope", "_data_": 1}, "y": [{"_type_": "timedelta_us", "_data_": 5}],
+            "z": {"_type_": "datetime_iso", "_data_": "2026-01-01T00:00:00+00:00"}}
+    world.relay.executor_connected("local", "app", info("P", executor_metadata=meta), connection_id="c-P",
+                                   owner="relay-1")
+    world.sync()
+    assert world.relay.get_executor("local", "app", "P").executor_metadata == meta
+    world.runner.catch_up()
+    (row,) = [r for r in all_rows(world.db, org="local") if r.executor_id == "P"]
+    assert row.executor_metadata == meta
+    assert executor_history(world.relay, "local", "app", "P")[1]["data"]["executor_metadata"] == meta
+    world.drop("P")
+    world.advance(11)  # the stream still loads: P can be declared dead and its work recovered
+    assert world.status("P") == "DEAD"
