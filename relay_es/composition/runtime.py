@@ -32,13 +32,13 @@ from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import AuthGate, CommandPool, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
+from relay_es.adapters.readmodels import executors as executor_rows
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
 from relay_es.aggregates.executor import Executor
 from relay_es.domain import defaults
 from relay_es.domain.clock import Clock
 from relay_es.engine.process_manager import Answers, ProcessManager, Timing
 from relay_es.projections import all_projections
-from relay_es.projections.executors import COLUMNS, row_from_db
 from relay_es.projections.runner import ProjectionRunner
 from relay_es.engine.service import Relay
 from relay_es.composition.settings import Settings
@@ -82,12 +82,7 @@ def view_bootstrap(db: Database, runner: ProjectionRunner) -> Callable[[], tuple
 
     def load() -> tuple[list[Any], int]:
         runner.catch_up()
-        with db.read() as cur:
-            cur.execute("SELECT position FROM relay_tracking WHERE name = 'executors'")
-            position = int(cur.fetchone()[0])
-            cur.execute(f"SELECT {', '.join(COLUMNS)} FROM relay_executors")
-            rows = [row_from_db(r) for r in cur.fetchall()]
-        return rows, position
+        return executor_rows.load_all(db)
 
     return load
 
