@@ -1,4 +1,4 @@
-"""The message catalogue against the wire contract (docs/conductor-protocol.md s. 4-6).
+"""The message catalogue against the wire contract (sections 4-6 of ../shared/docs/conductor-protocol.md).
 
 Requests must carry every key (null for unset); responses must decode in
 both SDK styles (Python: every key, nulls; TypeScript: unset keys omitted),
