@@ -1,4 +1,5 @@
-"""Settings of ``relay serve``: flags and RELAY_* variables (the flag wins), the resource limits (ADR 15), strict booleans, trusted proxies.
+"""Settings of ``relay serve``: flags and RELAY_* variables (the flag wins), the resource limits (ADR 15),
+strict booleans, trusted proxies."""
 
 from __future__ import annotations
 
