@@ -18,6 +18,7 @@ from relay_es.composition.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     DEFAULT_TRUSTED_PROXIES,
+    FD_RESERVE,
     LIMITS,
     TIMINGS,
     Settings,
@@ -48,7 +49,7 @@ def _add_serve(sub: Any) -> None:
                         "empty trusts none)")
     p.add_argument("--max-open-connections", type=int,
                    help="open sockets (HTTP and WebSocket) at once; more get 503 and are closed "
-                        "(RELAY_MAX_OPEN_CONNECTIONS, default: the open-file limit less 128)")
+                        f"(RELAY_MAX_OPEN_CONNECTIONS, default: the open-file limit less {FD_RESERVE})")
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
     for key, t in TIMINGS.items():
         p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {t.default:g})")

@@ -143,13 +143,17 @@ def limit_default(key: str) -> int:
     return int(getattr(_DEFAULT_LIMITS, key))
 
 
+MAX_COUNT = 10_000_000  # the largest limit a setting takes
+MAX_DURATION_SECS = 7 * 24 * 3600  # the longest duration a setting takes: a week
+
+
 def _count(name: str, raw: Any) -> int:
     try:
         v = int(str(raw).strip())
     except (TypeError, ValueError):
         raise InvalidSetting(name, f"must be a whole number, got {raw!r}") from None
-    if not 1 <= v <= 10_000_000:
-        raise InvalidSetting(name, f"must be 1 to 10000000, got {raw!r}")
+    if not 1 <= v <= MAX_COUNT:
+        raise InvalidSetting(name, f"must be 1 to {MAX_COUNT}, got {raw!r}")
     return v
 
 
@@ -158,8 +162,8 @@ def _duration(name: str, raw: Any) -> timedelta:
         v = float(raw)
     except (TypeError, ValueError):
         raise InvalidSetting(name, f"must be a number of seconds, got {raw!r}") from None
-    if not (v > 0) or v > 7 * 24 * 3600:
-        raise InvalidSetting(name, f"must be more than 0 and at most 604800 seconds, got {raw!r}")
+    if not (v > 0) or v > MAX_DURATION_SECS:
+        raise InvalidSetting(name, f"must be more than 0 and at most {MAX_DURATION_SECS} seconds, got {raw!r}")
     return timedelta(seconds=v)
 
 
