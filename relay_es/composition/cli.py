@@ -127,9 +127,17 @@ def serve(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level.upper())
     _raise_open_file_limit()
+    server: uvicorn.Server | None = None
+
+    def lease_lost() -> None:
+        # Another instance leads the store now: stop, without recording the sockets' closes.
+        runtime.begin_shutdown()
+        if server is not None:
+            server.should_exit = True
+
     try:
         settings = Settings.from_sources(vars(args))
-        runtime = Runtime(settings, manage_gc=True)
+        runtime = Runtime(settings, manage_gc=True, on_lease_lost=lease_lost)
     except (InvalidSetting, LeaseHeld, ValueError) as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
@@ -161,17 +169,10 @@ def serve(args: argparse.Namespace) -> int:
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             # Before uvicorn closes the sockets: a shutdown is not a disconnect.
-            runtime.hub.shutting_down = True
+            runtime.begin_shutdown()
             super().handle_exit(sig, frame)
 
     server = Server(config)
-
-    def lease_lost() -> None:
-        # Another instance leads the store now: stop, without recording the sockets' closes.
-        runtime.hub.shutting_down = True
-        server.should_exit = True
-
-    runtime.on_lease_lost = lease_lost  # issue-12: needs an on_lease_lost parameter of Runtime's constructor
     if not settings.auth:
         log.warning("DEVELOPMENT MODE (no --auth, RELAY_AUTH unset or off): any key is accepted; org local. "
                     "Pass --auth or RELAY_AUTH=true to require tokens.")
@@ -180,7 +181,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server.run()
     finally:
-        if not runtime._started:  # issue-12: needs public started on Runtime
+        if not runtime.started:
             runtime.close()
     if runtime.lease_lost:
         return 3
