@@ -716,46 +716,41 @@ def test_dispatch_to_a_socket_already_gone_fails_over_at_once() -> None:
     """Invariant: when a recovery target's socket is already closed at the
     moment the hub sends it the request (it died between being chosen and the
     send: seen live when a target was closed with 1007 just as a dispatch went
-    out), the hub reports a failed outcome at once ("target connection lost"),
+    out), the hub's dispatcher reports a failed outcome at once ("target connection lost"),
     so the process manager moves on without waiting for the response timeout
     (30 s by default), and no exception escapes the dispatch task. Hub level,
     deterministic: the socket's send raises what uvicorn raises then
     (``ClientDisconnected``, an ``OSError``)."""
     from uvicorn.protocols.utils import ClientDisconnected
 
-    from relay_es.adapters.hub import Connection, Hub
-    from relay_es.engine.process_manager import RecoveryOutcome, RecoveryRequest
-
-    outcomes: list[RecoveryOutcome] = []
-
-    class PM:
-        def recovery_answered(self, outcome: RecoveryOutcome) -> None:
-            outcomes.append(outcome)
+    from relay_es.adapters.hub import CommandPool, Connection, Dispatcher, Outbox, Registry
+    from relay_es.engine.process_manager import Answers, RecoveryOutcome, RecoveryRequest
 
     async def gone(message: dict[str, Any]) -> None:
         raise ClientDisconnected()
 
-    async def main() -> BaseException | None:
-        hub = Hub(None, owner="test", response_timeout=5.0)  # type: ignore[arg-type]
-        hub.pm = PM()  # type: ignore[assignment]
+    async def main() -> tuple[BaseException | None, list[RecoveryOutcome]]:
+        pool, registry, answers = CommandPool(1), Registry(), Answers()
+        dispatcher = Dispatcher(None, registry, Outbox(None, pool.run), pool.run,  # type: ignore[arg-type]
+                                answers=answers, response_timeout=5.0, monotonic=asyncio.get_running_loop().time)
         try:
             conn = Connection(id="c1", org="local", app="app", peer="127.0.0.1:1", token=None, send_message=gone)
             req = json.loads(conn.session.open())
             conn.session.receive(json.dumps({"type": "executor_info", "request_id": req["request_id"],
                                              "executor_id": "T", "application_version": "v1"}))
             conn.executor_id = "T"
-            hub.by_executor[("local", "app", "T")] = conn
+            registry.claim(("local", "app", "T"), conn)
             try:
-                await asyncio.wait_for(hub._recover(RecoveryRequest(
+                await asyncio.wait_for(dispatcher._recover(RecoveryRequest(
                     request_id="r1", org="local", app="app", dead_executor_id="D", app_version="v1",
                     target_executor_id="T", target_connection_id="c1", target_owner="test")), 10)
             except Exception as e:  # what would end the task unretrieved
-                return e
-            return None
+                return e, answers.take(10)
+            return None, answers.take(10)
         finally:
-            hub.pool.shutdown(wait=False)
+            pool.shutdown(wait=False)
 
-    raised = asyncio.run(main())
+    raised, outcomes = asyncio.run(main())
     assert raised is None, f"the dispatch task raised {raised!r} and reported nothing"
     assert len(outcomes) == 1 and not outcomes[0].ok and "lost" in (outcomes[0].reason or ""), outcomes
 
