@@ -19,12 +19,19 @@ from typing import Any
 from eventsourcing.postgres import PostgresFactory
 from psycopg.conninfo import conninfo_to_dict
 
+from relay_es.adapters.library import FastReadsFactory, add_conninfo
+
 EXTRA_CONNINFO = "POSTGRES_EXTRA_CONNINFO"
 
 
-class RelayPostgresFactory(PostgresFactory):
+class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
+    """The library's Postgres factory with the URL's every parameter, offering
+    :class:`~relay_es.adapters.library.FastReads` to the application."""
+
+    kind = "postgres"
+
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         extra = self.env.get(EXTRA_CONNINFO)
         if extra:
-            self.datastore.pool.kwargs.update(conninfo_to_dict(extra))  # type: ignore[union-attr]
+            add_conninfo(self.datastore, conninfo_to_dict(extra))

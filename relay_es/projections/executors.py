@@ -258,12 +258,3 @@ def all_rows(db: ExecutorRows, *, org: str | None = None, app: str | None = None
 
 def get_row(db: ExecutorRows, stream_id: UUID | str) -> ExecutorRow | None:
     return db.executor_row(stream_id)
-
-
-def __getattr__(name: str) -> object:
-    # compat: issue-12 alias, remove when composition/runtime.py calls relay_es.adapters.readmodels.executors.load_all
-    if name in ("COLUMNS", "row_from_db", "row_to_db"):
-        import importlib
-
-        return getattr(importlib.import_module("relay_es.adapters.readmodels.executors"), name)
-    raise AttributeError(name)

@@ -18,8 +18,8 @@ def test_commands_run_on_the_cached_executor_without_reading_the_store(clock, st
     assert relay.executor_connected("local", "app", info("A"), connection_id="c1", owner="relay-1")
     sid = executor_stream_id("local", "app", "A")
     reads = []
-    original = relay._event_log().event
-    relay._event_log().event = lambda *a: reads.append(a) or original(*a)
+    original = relay.reads.event
+    relay.reads.event = lambda *a: reads.append(a) or original(*a)
     assert relay.executor_disconnected(sid, connection_id="c1", reason="socket_closed")
     assert reads == []  # served from the cache
     assert [type(e).__name__ for e in relay.stream(sid)] == ["Registered", "Connected", "Disconnected"]
@@ -124,8 +124,8 @@ def test_an_executor_that_reconnects_for_months_loads_from_a_snapshot(clock, sto
         replayed = e.mutate(replayed)
     assert replayed.version == 3 * SNAPSHOT_EVERY + 1
     decoded = []
-    original = other._event_log().event
-    other._event_log().event = lambda *a: decoded.append(a) or original(*a)
+    original = other.reads.event
+    other.reads.event = lambda *a: decoded.append(a) or original(*a)
     loaded = other.load_many([sid])[sid]  # the batch path: the latest snapshot and its tail
     assert len(decoded) == 1  # the Disconnected after the snapshot
     counts = _counting(other)

@@ -1,0 +1,413 @@
+"""Every reach into the ``eventsourcing`` library's internals, in one module.
+
+Relay uses the library's public API (``Application``, ``Aggregate``, the
+repository, the recorders' ``select_*`` methods, ``take_snapshot``) everywhere
+else. Where that API is too slow for a measured need, this module reads or
+writes beneath it; ``tests/adapters/test_library.py`` pins each assumption on
+both stores, so a library upgrade that changes one fails there first:
+
+* :class:`EventLog` reads the notification log with one plain query over the
+  library's events table (``notification_id`` on Postgres, the ``rowid`` on
+  SQLite, which the library's SQLite recorder uses as the notification id) and
+  decodes with ``msgspec``, applying the transcoder's registered transcodings
+  (``JSONTranscoder.names``) where the library's ``object_hook`` would. A
+  rebuild reads every event once: the library's path was a third of it
+  (docs/adr and the eventsourcing idioms note, §9).
+* :func:`select_streams` loads many aggregates' latest snapshots and events in
+  two queries over the events and snapshots tables (the library reads one
+  aggregate per query: a storm of a thousand deaths was a thousand round trips).
+* :func:`copy_aggregate` copies an aggregate through its ``__dict__`` with its own
+  empty ``_pending_events`` (``deepcopy`` was most of a cached command).
+* :func:`add_conninfo` adds connection parameters to the Postgres datastore's
+  pool before it opens (the library connects with five parameters only).
+* :class:`RelaySQLiteFactory` and :class:`FastReadsFactory`: the library's
+  factories, which offer these reads to the application (``factory.relay_reads``),
+  so the engine reaches none of this itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, StoredEvent
+from eventsourcing.sqlite import SQLiteFactory
+from eventsourcing.utils import resolve_topic
+
+from relay_es.adapters.failures import is_store_error
+from relay_es.projections.unreadable import Unreadable
+
+
+def store_kind(app: Any) -> str | None:
+    """``"postgres"`` or ``"sqlite"``: the application's store, as its factory states it
+    (:class:`FastReadsFactory.kind`, the same word as ``StoreConfig.kind``); ``None`` for
+    any other factory (the in-memory one), whose readers get the library's own paths."""
+    return getattr(app.factory, "kind", None)
+
+
+def copy_aggregate(a: Any) -> Any:
+    """A copy a command can change without touching the original. Attribute
+    values are immutable or replaced whole (never changed in place), so a
+    copy of the attribute dict suffices; pending events are the copy's own."""
+    new = object.__new__(type(a))
+    d = new.__dict__
+    d.update(a.__dict__)
+    d["_pending_events"] = []
+    return new
+
+
+def add_conninfo(datastore: Any, conninfo: dict[str, str]) -> None:
+    """Adds libpq parameters to the Postgres datastore's pool, before it opens (on first use)."""
+    datastore.pool.kwargs.update(conninfo)
+
+
+class FastReads:
+    """What :class:`~relay_es.engine.service.Relay` asks of its store beyond the library's
+    public API (its ``StoreReads`` port): the notification log, many streams at once,
+    one stored event decoded, a copy of an aggregate, and which errors are the store's."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.kind = store_kind(app)
+        self.log = EventLog(app)
+
+    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+                      unreadable: bool = False) -> list[tuple[int, str, Any]]:
+        return self.log.read(after, limit, topics, unreadable=unreadable)
+
+    def streams(self, ids: Sequence[Any]) -> dict[Any, tuple[Any, list[Any]]]:
+        snapshots = self.app.snapshots.recorder if self.app.snapshots is not None else None
+        return select_streams(self.app.recorder, ids, snapshots, kind=self.kind)
+
+    def event(self, raw_id: Any, version: int, topic: str, state: bytes) -> Any:
+        return self.log.event(raw_id, version, topic, state)
+
+    copy = staticmethod(copy_aggregate)
+    is_store_error = staticmethod(is_store_error)
+
+
+class FastReadsFactory:
+    """A mixin for the library's infrastructure factories: ``relay_reads(app)``, and ``kind``."""
+
+    kind: str
+
+    def relay_reads(self, app: Any) -> FastReads:
+        return FastReads(app)
+
+
+class RelaySQLiteFactory(FastReadsFactory, SQLiteFactory):
+    """The library's SQLite factory (``PERSISTENCE_MODULE``), offering :class:`FastReads`."""
+
+    kind = "sqlite"
+
+
+def select_streams(recorder: Any, ids: Sequence[Any], snapshots: Any = None, *, kind: str | None = None
+                   ) -> dict[Any, tuple[Any, list[Any]]]:
+    """The stored state of many aggregates in two queries: ``{id: (snapshot, events)}``,
+    the latest snapshot of each (``None`` if it has none, or no ``snapshots`` recorder
+    is given) and its events after that snapshot, in version order.
+
+    The library loads one aggregate per query; a batch of a thousand deaths
+    would cost a thousand round trips. ``kind``: the store (:func:`store_kind`);
+    ``None`` falls back to per-stream reads through the library (the in-memory store).
+    """
+    out: dict[Any, tuple[Any, list[Any]]] = {i: (None, []) for i in ids}
+    if not ids:
+        return out
+    if kind == "postgres":
+        return _select_postgres(recorder, snapshots, ids, out)
+    if kind == "sqlite":
+        return _select_sqlite(recorder, snapshots, ids, out)
+    for i in ids:
+        latest = list(snapshots.select_events(i, desc=True, limit=1)) if snapshots is not None else []
+        after = latest[0].originator_version if latest else None
+        out[i] = (latest[0] if latest else None, list(recorder.select_events(i, gt=after)))
+    return out
+
+
+def _select_postgres(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dict[Any, Any]) -> dict[Any, Any]:
+    from eventsourcing.persistence import StoredEvent
+    from psycopg.sql import SQL, Identifier
+
+    schema = Identifier(recorder.datastore.schema)
+    after: dict[Any, int] = {}
+    if snapshots is not None:
+        query = SQL(
+            "SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic, state FROM {schema}.{table} "
+            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version DESC"
+        ).format(schema=schema, table=Identifier(snapshots.events_table_name))
+        with snapshots.datastore.transaction(commit=False) as curs:
+            curs.execute(query, (list(ids),))
+            for r in curs.fetchall():
+                oid = r["originator_id"]
+                out[oid] = (StoredEvent(oid, r["originator_version"], r["topic"], bytes(r["state"])), [])
+                after[oid] = r["originator_version"]
+    table = Identifier(recorder.events_table_name)
+    if not after:
+        query = SQL(
+            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
+            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
+        ).format(schema=schema, table=table)
+        params: tuple[Any, ...] = (list(ids),)
+    else:  # each stream from after its snapshot
+        query = SQL(
+            "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {schema}.{table} e "
+            "JOIN unnest(%s::uuid[], %s::bigint[]) AS t(id, v) ON e.originator_id = t.id AND e.originator_version > t.v "
+            "ORDER BY e.originator_id, e.originator_version"
+        ).format(schema=schema, table=table)
+        params = (list(ids), [after.get(i, 0) for i in ids])
+    with recorder.datastore.transaction(commit=False) as curs:
+        curs.execute(query, params)
+        rows = curs.fetchall()
+    for r in rows:
+        out[r["originator_id"]][1].append(
+            StoredEvent(r["originator_id"], r["originator_version"], r["topic"], bytes(r["state"])))
+    return out
+
+
+def _select_sqlite(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dict[Any, Any]) -> dict[Any, Any]:
+    from uuid import UUID
+
+    from eventsourcing.persistence import StoredEvent
+
+    by_hex = {i.hex: i for i in ids}
+    hexes = list(by_hex)
+
+    def oid_of(raw: str) -> Any:
+        return by_hex[raw] if raw in by_hex else UUID(raw)
+
+    for start in range(0, len(hexes), 500):
+        chunk = hexes[start:start + 500]
+        marks = ", ".join("?" * len(chunk))
+        after: dict[str, int] = {}
+        if snapshots is not None:
+            table = snapshots.events_table_name
+            sql = (f"SELECT s.originator_id, s.originator_version, s.topic, s.state FROM {table} s "
+                   f"WHERE s.originator_id IN ({marks}) AND s.originator_version = "
+                   f"(SELECT MAX(originator_version) FROM {table} WHERE originator_id = s.originator_id)")
+            with snapshots.datastore.transaction(commit=False) as curs:
+                curs.execute(sql, chunk)
+                for r in curs.fetchall():
+                    oid = oid_of(r["originator_id"])
+                    out[oid] = (StoredEvent(oid, r["originator_version"], r["topic"], r["state"]), [])
+                    after[r["originator_id"]] = r["originator_version"]
+        table = recorder.events_table_name
+        if not after:
+            sql = (f"SELECT originator_id, originator_version, topic, state FROM {table} "
+                   f"WHERE originator_id IN ({marks}) ORDER BY originator_id, originator_version")
+            params: list[Any] = chunk
+        else:  # each stream from after its snapshot
+            sql = (f"SELECT originator_id, originator_version, topic, state FROM {table} WHERE "
+                   + " OR ".join(["(originator_id = ? AND originator_version > ?)"] * len(chunk))
+                   + " ORDER BY originator_id, originator_version")
+            params = [x for h in chunk for x in (h, after.get(h, 0))]
+        with recorder.datastore.transaction(commit=False) as curs:
+            curs.execute(sql, params)
+            rows = curs.fetchall()
+        for r in rows:
+            out[oid_of(r["originator_id"])][1].append(
+                StoredEvent(oid_of(r["originator_id"]), r["originator_version"], r["topic"], r["state"]))
+    return out
+
+
+# ------------------------------------------------------------------ the notification log
+
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+class _Unusual(Exception):
+    """A state the fast path leaves to the library (versioned, not an object)."""
+
+
+class EventLog:
+    """``read(after, limit)`` -> ``[(notification_id, stream_id, domain_event), ...]`` in
+    notification order; ``stream_id`` is ``str(domain_event.originator_id)``."""
+
+    def __init__(self, relay: Any) -> None:
+        self.recorder = relay.recorder
+        self.mapper = relay.mapper
+        transcoder = self.mapper.transcoder
+        names = dict(transcoder.names) if isinstance(transcoder, JSONTranscoder) else {}
+        # name -> decode function; the library's own datetime transcoding is exactly fromisoformat
+        self._decoders = {name: datetime.fromisoformat if type(t) is DatetimeAsISO else t.decode
+                          for name, t in names.items()}
+        self._fast = (
+            isinstance(transcoder, JSONTranscoder)
+            and self.mapper.cipher is None
+            and self.mapper.compressor is None
+        )
+        self._decode = msgspec.json.Decoder().decode
+        self._classes: dict[str, tuple[type, bool]] = {}
+        self._ids: dict[Any, tuple[UUID, str]] = {}
+        self._wrapped_keys: dict[type, tuple[str, ...]] = {}
+        self._kind = store_kind(relay)
+        self._sql: dict[tuple[str, ...], Any] = {}
+
+    def _query(self, topics: tuple[str, ...]) -> Any:
+        sql = self._sql.get(topics)
+        if sql is not None:
+            return sql
+        if self._kind == "postgres":
+            from psycopg.sql import SQL, Identifier
+
+            sql = SQL(
+                "SELECT notification_id, originator_id::text, originator_version, topic, state "
+                "FROM {schema}.{table} WHERE notification_id > %s"
+                + (" AND topic = ANY(%s)" if topics else "")
+                + " ORDER BY notification_id LIMIT %s"
+            ).format(schema=Identifier(self.recorder.datastore.schema),
+                     table=Identifier(self.recorder.events_table_name))
+        else:
+            sql = (f"SELECT rowid, originator_id, originator_version, topic, state "
+                   f"FROM {self.recorder.events_table_name} WHERE rowid > ?"
+                   + (f" AND topic IN ({', '.join('?' * len(topics))})" if topics else "")
+                   + " ORDER BY rowid LIMIT ?")
+        self._sql[topics] = sql
+        return sql
+
+    # ------------------------------------------------------------- reading
+    def read(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+             unreadable: bool = False) -> list[tuple[int, str, Any]]:
+        """Notifications after ``after`` (only of ``topics``, if given), at most ``limit``.
+        ``unreadable``: an event that cannot be decoded comes back as :class:`Unreadable`
+        instead of failing the whole read."""
+        if self._kind is None or not self._fast:
+            out = []
+            for n in self.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
+                                                        inclusive_of_start=False):
+                try:
+                    e = self.mapper.to_domain_event(n)
+                except Exception as error:
+                    if not unreadable:
+                        raise
+                    e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
+                out.append((n.id, self._stream(e.originator_id)[1], e))
+            return out
+        if self._kind == "postgres":
+            from psycopg.rows import tuple_row
+
+            with self.recorder.datastore.transaction(commit=False) as curs:
+                curs.row_factory = tuple_row
+                curs.execute(self._query(topics), (after, list(topics), limit) if topics else (after, limit),
+                             prepare=True)
+                rows = curs.fetchall()
+        else:
+            with self.recorder.datastore.transaction(commit=False) as curs:
+                curs.execute(self._query(topics), (after, *topics, limit))
+                rows = curs.fetchall()
+        try:
+            return self._events(rows)
+        except Exception:
+            if not unreadable:
+                raise
+        out = []  # one row (at least) cannot be decoded: row by row, that one in its own place
+        for row in rows:
+            try:
+                out.extend(self._events([row]))
+            except Exception as error:
+                nid, raw_id, version, topic, _ = row
+                oid, sid = self._stream(raw_id)
+                out.append((nid, sid, Unreadable(oid, version, topic, error)))
+        return out
+
+    def _events(self, rows: list[Any]) -> list[tuple[int, str, Any]]:
+        """Domain events for stored rows (a rebuild runs this a million times: locals, no per-row calls
+        beyond the decoder and :meth:`_top_level`)."""
+        decode, classes, ids, top_level, fix = self._decode, self._classes, self._ids, self._top_level, self._fix
+        out = []
+        append = out.append
+        for nid, raw_id, version, topic, state in rows:
+            cls, plain = classes.get(topic) or self._class(topic)
+            oid, sid = ids.get(raw_id) or self._stream(raw_id)
+            if not plain:
+                append((nid, sid, self._library(oid, version, topic, state)))
+                continue
+            try:
+                d = decode(state)
+                if type(d) is not dict or "class_version" in d:
+                    raise _Unusual
+                wrapped = state.count(b'{"_type_"')  # JSON escapes quotes in strings: only objects match
+                if wrapped and not top_level(cls, d, wrapped):
+                    fix(d)
+            except Exception:  # the library's path, and its errors
+                append((nid, sid, self._library(oid, version, topic, state)))
+                continue
+            d["originator_id"] = oid
+            d["originator_version"] = version
+            e = _new(cls)
+            _setattr(e, "__dict__", d)
+            append((nid, sid, e))
+        return out
+
+    # ------------------------------------------------------------ decoding
+    def event(self, raw_id: Any, version: int, topic: str, state: bytes) -> Any:
+        """One domain event from a stored row, as the library's mapper makes it."""
+        return self._events([(0, raw_id, version, topic, state)])[0][2]
+
+    def _class(self, topic: str) -> tuple[type, bool]:
+        """(event class, whether it has no versions to upcast), resolved once per topic."""
+        cls = resolve_topic(topic)
+        found = self._classes[topic] = (cls, getattr(cls, "class_version", 1) == 1)
+        return found
+
+    def _stream(self, raw_id: Any) -> tuple[UUID, str]:
+        """(UUID, its str) for a stored originator id, made once per stream."""
+        found = self._ids.get(raw_id)
+        if found is None:
+            if len(self._ids) > 200_000:  # bounded: a long-running runner sees every stream eventually
+                self._ids.clear()
+            oid = raw_id if isinstance(raw_id, UUID) else UUID(raw_id)
+            found = self._ids[raw_id] = (oid, str(oid))
+        return found
+
+    def _library(self, oid: UUID, version: int, topic: str, state: Any) -> Any:
+        return self.mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
+
+    def _top_level(self, cls: type, d: dict[str, Any], wrapped: int) -> bool:
+        """The common case, without walking the whole state: every wrapped value
+        sits at the top level with plain data (an event's timestamp, a
+        deadline). Which keys hold them is learnt per class. False: walk it all."""
+        keys = self._wrapped_keys.get(cls)
+        if keys is None or len(keys) != wrapped:
+            keys = tuple(k for k, v in d.items() if type(v) is dict and "_type_" in v)
+            if len(keys) != wrapped:
+                return False
+            self._wrapped_keys[cls] = keys
+        for k in keys:
+            v = d.get(k)
+            if type(v) is not dict or len(v) != 2:
+                return False
+            data = v.get("_data_")
+            t = type(data)
+            if (t is not str and t is not int) or "_type_" not in v:
+                return False
+            d[k] = self._decoders[v["_type_"]](data)
+        return True
+
+    def _fix(self, d: dict[str, Any]) -> dict[str, Any]:
+        for k, v in d.items():
+            t = type(v)
+            if t is dict:
+                d[k] = self._value(v)
+            elif t is list:
+                self._fix_list(v)
+        return d
+
+    def _fix_list(self, items: list[Any]) -> None:
+        for i, v in enumerate(items):
+            t = type(v)
+            if t is dict:
+                items[i] = self._value(v)
+            elif t is list:
+                self._fix_list(v)
+
+    def _value(self, d: dict[str, Any]) -> Any:
+        """What the library's ``object_hook`` makes of a decoded object."""
+        self._fix(d)
+        if len(d) == 2 and "_type_" in d and "_data_" in d:
+            return self._decoders[d["_type_"]](d["_data_"])  # KeyError: not registered, as the library
+        return d

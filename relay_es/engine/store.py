@@ -1,0 +1,335 @@
+"""Relay's event store: the ``eventsourcing`` Application that every command saves through.
+
+One Application (``name = "Relay"``: tables ``relay_events``) holds every aggregate
+type, so the notification log is a single total order that projections and the
+process manager follow. This module is its plumbing, and nothing else:
+
+* the environment Relay builds (and only it), the transcodings of Relay's types;
+* snapshots every :data:`SNAPSHOT_EVERY` events, taken after a save through the
+  public ``take_snapshot`` (failing to take one never fails the save);
+* save listeners (``add_listener``) and observers (``save_observers``);
+* a cache of executors as last saved, and :meth:`RelayStore.load_many`, which
+  reads many streams in one query;
+* conflicting saves retried (:meth:`RelayStore.retrying`).
+
+What needs more than the library's public API (reading the log fast, many streams
+in one query, copying an aggregate) is asked of the store's factory through the
+:class:`StoreReads` port (``relay_es.adapters.library`` implements it); on a
+factory without it (the in-memory store) :class:`LibraryReads` does the same
+through the public API.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application as ESApplication
+from eventsourcing.persistence import IntegrityError, PersistenceError, Transcoder, Transcoding
+from eventsourcing.utils import Environment
+
+from relay_es.aggregates.application import Application, AppSettings
+from relay_es.aggregates.executor import Executor, OpaqueJSON
+from relay_es.aggregates.gate import Gate
+from relay_es.domain.clock import Clock
+from relay_es.projections.unreadable import Unreadable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CACHE_MAX = 100_000  # executors held in memory (emptied when exceeded)
+MAX_ATTEMPTS = 8
+
+# Streams that grow for ever: an org's Gate gets every refusal recorded, an Application its
+# retention rounds and violations, an executor that reconnects for months two events a
+# reconnect. Loading one replays the latest snapshot and at most this many events after it
+# (ADR 16); most executor streams never reach one.
+SNAPSHOT_EVERY = 100
+SNAPSHOTTED: dict[type, int] = {Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY, Executor: SNAPSHOT_EVERY}
+
+
+class TimedeltaAsMicroseconds(Transcoding):
+    """Durations are stored as whole microseconds: exact, unit in the name."""
+
+    type = timedelta
+    name = "timedelta_us"
+
+    def encode(self, obj: timedelta) -> int:
+        return obj // timedelta(microseconds=1)
+
+    def decode(self, data: int) -> timedelta:
+        return timedelta(microseconds=data)
+
+
+class AppSettingsAsDict(Transcoding):
+    """An application's settings, in its snapshots (events carry the fields one by one)."""
+
+    type = AppSettings
+    name = "app_settings"
+
+    def encode(self, obj: AppSettings) -> dict[str, Any]:
+        return {f: getattr(obj, f) for f in _SETTINGS_FIELDS}
+
+    def decode(self, data: dict[str, Any]) -> AppSettings:
+        return AppSettings(**data)
+
+
+_SETTINGS_FIELDS = tuple(AppSettings.__dataclass_fields__)
+
+
+class OpaqueJSONAsText(Transcoding):
+    """An executor's own JSON, stored as one string (see :class:`OpaqueJSON`)."""
+
+    type = OpaqueJSON
+    name = "json_text"
+
+    def encode(self, obj: OpaqueJSON) -> str:
+        return obj.text
+
+    def decode(self, data: str) -> OpaqueJSON:
+        return OpaqueJSON.from_text(data)
+
+
+class StoreReads(Protocol):
+    """What Relay asks of its store beyond the library's public API."""
+
+    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+                      unreadable: bool = False) -> list[tuple[int, str, Any]]: ...
+
+    def streams(self, ids: Sequence[UUID]) -> dict[UUID, tuple[Any, list[Any]]]:
+        """``{id: (latest snapshot or None, stored events after it)}``."""
+
+    def event(self, raw_id: Any, version: int, topic: str, state: bytes) -> Any:
+        """One domain event from a stored row."""
+
+    def copy(self, aggregate: Any) -> Any:
+        """A copy a command can change, with no pending events of the original."""
+
+    def is_store_error(self, e: BaseException) -> bool: ...
+
+
+class LibraryReads:
+    """:class:`StoreReads` through the library's public API (the in-memory store)."""
+
+    def __init__(self, app: ESApplication[UUID]) -> None:
+        self.app = app
+
+    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+                      unreadable: bool = False) -> list[tuple[int, str, Any]]:
+        out = []
+        for n in self.app.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
+                                                        inclusive_of_start=False):
+            try:
+                e = self.app.mapper.to_domain_event(n)
+            except Exception as error:
+                if not unreadable:
+                    raise
+                e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
+            out.append((n.id, str(e.originator_id), e))
+        return out
+
+    def streams(self, ids: Sequence[UUID]) -> dict[UUID, tuple[Any, list[Any]]]:
+        snapshots = self.app.snapshots.recorder if self.app.snapshots is not None else None
+        out = {}
+        for i in ids:
+            latest = list(snapshots.select_events(i, desc=True, limit=1)) if snapshots is not None else []
+            after = latest[0].originator_version if latest else None
+            out[i] = (latest[0] if latest else None, list(self.app.recorder.select_events(i, gt=after)))
+        return out
+
+    def event(self, raw_id: Any, version: int, topic: str, state: bytes) -> Any:
+        from eventsourcing.persistence import StoredEvent
+
+        return self.app.mapper.to_domain_event(StoredEvent(raw_id, version, topic, state))
+
+    def copy(self, aggregate: Any) -> Any:
+        return copy.deepcopy(aggregate)
+
+    @staticmethod
+    def is_store_error(e: BaseException) -> bool:
+        return isinstance(e, (PersistenceError, OSError, TimeoutError))
+
+
+class RelayStore(ESApplication[UUID]):
+    name = "Relay"
+    # Snapshots are taken by :meth:`save` (see SNAPSHOTTED), not by the library's own
+    # interval check, so that failing to take one is a warning, never a failed save.
+    is_snapshotting_enabled = True
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, clock: Clock) -> None:
+        super().__init__(env=env)
+        self.clock = clock
+        make = getattr(self.factory, "relay_reads", None)
+        self.reads: StoreReads = make(self) if make is not None else LibraryReads(self)
+        self._listeners: list[Callable[[int], None]] = []
+        self._listeners_lock = threading.Lock()
+        self.save_observers: list[Callable[[float, list[Any]], None]] = []
+        self._cache: dict[UUID, Any] = {}
+        self._cache_lock = threading.Lock()
+
+    # ------------------------------------------------------------ plumbing
+    def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
+        """Only the environment Relay builds (:func:`~relay_es.adapters.stores.event_store_env`).
+
+        The library's merges the whole process environment under it, and reads
+        ``RELAY_<KEY>`` before ``<KEY>`` (the application is named "Relay"): an
+        operator's ``RELAY_SQLITE_DBNAME`` put the events in another file than
+        ``--database-url``'s, and ``RELAY_PERSISTENCE_MODULE``, ``CIPHER_TOPIC``
+        or ``TRANSCODER_TOPIC`` changed where and how they were written, silently.
+        The name is kept: the store's table names derive from it."""
+        built = dict(type(self).env)
+        built["IS_SNAPSHOTTING_ENABLED"] = "y"
+        built.update(env or {})
+        return Environment(name, built)
+
+    def register_transcodings(self, transcoder: Transcoder) -> None:
+        super().register_transcodings(transcoder)
+        transcoder.register(TimedeltaAsMicroseconds())
+        transcoder.register(OpaqueJSONAsText())
+        transcoder.register(AppSettingsAsDict())
+
+    def is_store_error(self, e: BaseException) -> bool:
+        """The store is unreachable or failing (retry later), as opposed to a bug."""
+        return self.reads.is_store_error(e)
+
+    def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
+                      unreadable: bool = False) -> list[tuple[int, str, Any]]:
+        """``[(notification_id, stream_id, domain_event), ...]`` after ``after``, in
+        order: what projections and the process manager follow (ADR 11). ``unreadable``:
+        an event that cannot be decoded comes as :class:`Unreadable` rather than
+        failing the read (ADR 16)."""
+        return self.reads.notifications(after, limit, topics, unreadable=unreadable)
+
+    def add_listener(self, fn: Callable[[int], None]) -> None:
+        """``fn(max_notification_id)`` is called after every save in this process."""
+        with self._listeners_lock:
+            self._listeners.append(fn)
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        started = time.perf_counter()
+        try:
+            recordings = super().save(*objs, **kwargs)
+        except IntegrityError:
+            self._forget(obj.id for obj in objs if isinstance(obj, Executor))
+            raise
+        self._take_due_snapshots(objs, recordings)
+        self._tell_listeners(recordings)
+        self._remember(obj for obj in objs if isinstance(obj, Executor))
+        if self.save_observers:
+            took = time.perf_counter() - started
+            events = [r.domain_event for r in recordings]
+            for fn in self.save_observers:
+                try:
+                    fn(took, events)
+                except Exception:
+                    log.exception("save observer failed")
+        return recordings
+
+    def _take_due_snapshots(self, objs: Sequence[Any], recordings: list[Any]) -> None:
+        """A snapshot of each aggregate whose saved version is a multiple of its interval.
+        A snapshot is a saving, never a command's outcome: failing to take one (the store
+        went away just after the events were recorded) must not make a recorded command
+        look failed, and be run again; the next interval takes one."""
+        types = {obj.id: type(obj) for obj in objs if hasattr(obj, "id")}
+        for r in recordings:
+            e = r.domain_event
+            interval = SNAPSHOTTED.get(types.get(e.originator_id))  # type: ignore[arg-type]
+            if interval is None or e.originator_version % interval:
+                continue
+            try:
+                self.take_snapshot(e.originator_id, version=e.originator_version)
+            except Exception as error:
+                log.warning("snapshot not taken (%s: %s); the next one will be", type(error).__name__, error)
+
+    def _tell_listeners(self, recordings: list[Any]) -> None:
+        if not recordings:
+            return
+        top = max(r.notification.id for r in recordings)
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(top)
+            except Exception:  # a listener must never fail a save
+                log.exception("notification listener failed")
+
+    def retrying(self, fn: Callable[[], T]) -> T:
+        """``fn()``, run again on a conflicting save (another writer got there first)."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return fn()
+            except IntegrityError:
+                if attempt == MAX_ATTEMPTS:
+                    raise
+                log.debug("conflicting save, retrying (attempt %d)", attempt)
+        raise AssertionError("unreachable")
+
+
+    def _maybe(self, aggregate_id: UUID) -> Any | None:
+        try:
+            return self.repository.get(aggregate_id)
+        except AggregateNotFoundError:
+            return None
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def stream(self, stream_id: UUID) -> Iterator[Any]:
+        """Every event of one aggregate, in order (deleted executors included)."""
+        return iter(self.repository.event_store.get(stream_id))
+
+    # ------------------------------------------------------- aggregate cache
+    # Executors as last saved by this process, so a burst of commands (a storm of
+    # disconnects, a thousand deaths) does not read every stream back. The store
+    # stays the judge: a cached copy that is stale (another writer saved since)
+    # fails its save on the version check, is forgotten, and the command is run
+    # again on what the store holds. Commands work on copies, never on the cache.
+
+    def _remember(self, aggregates: Iterable[Any]) -> None:
+        copy_of = self.reads.copy
+        with self._cache_lock:
+            cache = self._cache
+            if len(cache) > CACHE_MAX:
+                cache.clear()
+            for a in aggregates:
+                held = cache.get(a.id)
+                if held is None or held.version < a.version:
+                    cache[a.id] = copy_of(a)
+
+    def _forget(self, ids: Iterable[UUID]) -> None:
+        with self._cache_lock:
+            for i in ids:
+                self._cache.pop(i, None)
+
+    def load_many(self, ids: list[UUID]) -> dict[UUID, Any]:
+        """Many aggregates: cached executors copied, the rest read in one query."""
+        out: dict[UUID, Any] = {}
+        missing = []
+        cache = self._cache
+        copy_of = self.reads.copy
+        for i in ids:
+            held = cache.get(i)
+            if held is None:
+                missing.append(i)
+            else:
+                out[i] = copy_of(held)
+        if not missing:
+            return out
+        streams = self.reads.streams(missing)
+        decode = self.reads.event
+        for i, (snapshot, stored) in streams.items():
+            # The library's project_aggregate asserts a runtime Protocol per event (slow on 3.11).
+            aggregate = None if snapshot is None else self.mapper.to_domain_event(snapshot).mutate(None)
+            for s in stored:
+                aggregate = decode(s.originator_id, s.originator_version, s.topic, s.state).mutate(aggregate)
+            if aggregate is not None:
+                out[i] = aggregate
+        self._remember(out[i] for i in missing if isinstance(out.get(i), Executor))
+        return out

@@ -1,0 +1,173 @@
+"""Contract tests of :mod:`relay_es.adapters.library`, the one module that reaches beneath the
+``eventsourcing`` library's public API, on both stores. Each assumption it makes is pinned here,
+so that a library upgrade that changes one fails here, not in production:
+
+* the fast notification reader gives the library's domain events, field for field, with the
+  library's notification ids (Postgres ``notification_id``, SQLite ``rowid``), paging included;
+* many streams loaded in one query equal the library's ``repository.get``, snapshots included
+  (the snapshots table's name and layout);
+* an aggregate's attributes are its ``__dict__``, pending events in ``_pending_events``;
+* the Postgres datastore's pool takes connection arguments before it opens (``pool.kwargs``);
+* the transcoder's registered transcodings are in ``JSONTranscoder.names``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from eventsourcing.persistence import StoredEvent
+
+from relay_es.adapters.library import EventLog, FastReads, copy_aggregate, select_streams, store_kind
+from relay_es.aggregates.application import app_stream_id
+from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
+from relay_es.aggregates import SettingsPatch
+from tests.projections.history import busy_history
+from tests.support import World, info
+
+
+@pytest.fixture
+def world(clock, store_url):
+    w = World(clock, store_url, grace=10)
+    yield w
+    w.close()
+
+
+def library_events(world: World) -> list[tuple[int, Any]]:
+    return [(n.id, world.relay.mapper.to_domain_event(n))
+            for n in world.relay.recorder.select_notifications(start=0, limit=100_000, inclusive_of_start=False)]
+
+
+def same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a.__dict__ == b.__dict__ and type(a.originator_id) is type(b.originator_id)
+
+
+def test_every_event_type_reads_back_as_the_library_reads_it(world: World) -> None:
+    busy_history(world)
+    world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=7)))
+    # Executor metadata is the executor's own JSON. Relay records it as one string now (OpaqueJSON), but
+    # streams written before hold it as plain JSON: values shaped like the transcoder's wrappers, nested lists
+    # of objects, the wrapper's text inside a string. Those events are read as the library reads them.
+    odd = {"_type_": "timedelta_us", "_data_": 1500000}
+    meta = {"wrapped": odd, "deep": [{"x": [odd, {"_type_": "datetime_iso", "_data_": "2026-01-01T00:00:00+00:00"}]}],
+            "text": '{"_type_":"timedelta_us","_data_":1}', "three": {"_type_": "timedelta_us", "_data_": 1, "z": 2}}
+    world.relay.executor_connected("local", "app", info("M", executor_metadata=meta), connection_id="c-M",
+                                   owner="relay-1")
+    old_stream = UUID(int=12345)
+    ts = {"_type_": "datetime_iso", "_data_": "2026-11-28T15:49:18.908857+00:00"}
+    world.relay.recorder.insert_events([
+        StoredEvent(old_stream, 1, "relay_es.aggregates.executor:Executor.Registered", json.dumps(
+            {"timestamp": ts, "originator_topic": "relay_es.aggregates.executor:Executor", "org": "local",
+             "app": "app", "executor_id": "OLD"}, separators=(",", ":")).encode()),
+        StoredEvent(old_stream, 2, "relay_es.aggregates.executor:Executor.Connected", json.dumps(
+            {"timestamp": ts, "connection_id": "c", "owner": "relay-1", "app_version": "v1", "hostname": "h",
+             "language": "python", "dbos_version": "3.2.0", "executor_metadata": meta, "previous_status": None,
+             "superseded_connection": None, "incarnation": 1}, separators=(",", ":")).encode()),
+    ])
+    expected = library_events(world)
+    kinds = {type(e).__qualname__ for _, e in expected}
+    assert {"Executor.Registered", "Executor.Connected", "Executor.Disconnected", "Executor.DeclaredDead",
+            "Executor.RecoveryDispatched", "Executor.RecoveryFailed", "Executor.RecoveryConfirmed",
+            "Executor.Deleted", "Application.Registered", "Application.SettingsChanged", "Application.Deleted",
+            "Token.Created", "Token.Revoked"} <= kinds
+    log = EventLog(world.relay)
+    got: list[tuple[int, Any]] = []
+    after = 0
+    while batch := log.read(after, 7):  # small pages: paging must neither skip nor repeat
+        assert all(sid == str(e.originator_id) for _, sid, e in batch)
+        got += [(n, e) for n, _, e in batch]
+        after = batch[-1][0]
+    assert [n for n, _ in got] == [n for n, _ in expected]
+    for (n, mine), (_, theirs) in zip(got, expected):
+        assert same(mine, theirs), (n, mine, theirs)
+    connected = [e for _, e in got if type(e).__qualname__ == "Executor.Connected"]
+    assert connected[-2].executor_metadata == OpaqueJSON(meta)  # recorded now: kept as it came
+    old = connected[-1].executor_metadata  # recorded before: what the library makes of it, too
+    assert old["wrapped"] == timedelta(seconds=1.5)
+    assert old["three"] == {"_type_": "timedelta_us", "_data_": 1, "z": 2}
+
+
+def test_an_unreadable_state_fails_as_the_library_fails(world: World) -> None:
+    world.connect("A")
+    log = EventLog(world.relay)
+    with pytest.raises(Exception) as mine:
+        log.event("0" * 32, 1, "relay_es.aggregates.executor:Executor.Connected", b"{nope")
+    with pytest.raises(Exception) as theirs:
+        world.relay.mapper.to_domain_event(StoredEvent(UUID(int=0), 1, "relay_es.aggregates.executor:Executor.Connected",
+                                                       b"{nope"))
+    assert type(mine.value) is type(theirs.value)
+
+
+# ------------------------------------------------------------------ what the fast paths rely on
+
+
+def test_the_store_s_factory_offers_the_fast_reads(world: World, store_url: str) -> None:
+    assert store_kind(world.relay) == store_url.split(":")[0].replace("postgresql", "postgres")
+    assert isinstance(world.relay.reads, FastReads)
+    assert type(world.relay.recorder).__module__ == f"eventsourcing.{store_kind(world.relay)}"
+
+
+def test_notification_ids_are_the_library_s_and_the_tables_are_where_they_were(world: World) -> None:
+    busy_history(world)
+    recorder = world.relay.recorder
+    tables = {"postgres": ("relay_events", "relay_snapshots"), "sqlite": ("stored_events", "stored_snapshots")}
+    assert (recorder.events_table_name, world.relay.snapshots.recorder.events_table_name) == tables[
+        store_kind(world.relay)]
+    ours = [n for n, _, _ in world.relay.notifications(0, 100_000)]
+    theirs = [n.id for n in recorder.select_notifications(start=0, limit=100_000, inclusive_of_start=False)]
+    assert ours == theirs and ours == sorted(ours)
+    assert ours[-1] == recorder.max_notification_id()
+    if store_kind(world.relay) == "sqlite":  # the library's notification id is the row id
+        with recorder.datastore.transaction(commit=False) as curs:
+            curs.execute("SELECT rowid FROM stored_events ORDER BY rowid")
+            assert [r[0] for r in curs.fetchall()] == ours
+    middle = ours[len(ours) // 2]
+    assert [n for n, _, _ in world.relay.notifications(middle, 3)] == [n for n in ours if n > middle][:3]
+    topic = "relay_es.aggregates.executor:Executor.Connected"
+    only = world.relay.notifications(0, 100_000, (topic,))
+    assert only and {type(e).__qualname__ for _, _, e in only} == {"Executor.Connected"}
+
+
+def test_many_streams_load_as_the_library_loads_them_snapshots_included(world: World) -> None:
+    world.connect("A")
+    sid = executor_stream_id("local", "app", "A")
+    for i in range(60):  # 122 events: a snapshot at version 100
+        world.drop("A")
+        world.connect("A")
+    world.connect("B")
+    app_id = app_stream_id("local", "app")
+    relay = world.relay
+    snapshots = relay.snapshots.recorder
+    assert [s.originator_version for s in snapshots.select_events(sid)] == [100]
+    ids = [sid, executor_stream_id("local", "app", "B"), app_id, UUID(int=1)]
+    streams = select_streams(relay.recorder, ids, snapshots, kind=store_kind(relay))
+    assert streams[UUID(int=1)] == (None, [])
+    snapshot, tail = streams[sid]
+    assert snapshot.originator_version == 100 and [s.originator_version for s in tail] == list(range(101, 123))
+    assert streams[ids[1]][0] is None and [s.originator_version for s in streams[ids[1]][1]] == [1, 2]
+    loaded = relay.load_many(ids[1:])  # not cached: read in one query
+    relay._forget([sid])
+    loaded.update(relay.load_many([sid]))
+    for i in ids[:3]:
+        assert vars(loaded[i]) == vars(relay.repository.get(i)), i
+    assert UUID(int=1) not in loaded
+
+
+def test_an_aggregate_is_its_dict_with_its_own_pending_events(world: World) -> None:
+    world.connect("A")
+    ex = world.relay.get_executor("local", "app", "A")
+    assert "_pending_events" in vars(ex) and ex._pending_events == []
+    copy = copy_aggregate(ex)
+    copy.disconnect(connection_id=ex.connection_id, reason="socket_closed", deadline=ex.modified_on, at=ex.modified_on)
+    assert [type(e).__name__ for e in copy.collect_events()] == ["Disconnected"]
+    assert ex.collect_events() == [] and ex.version == copy.version - 1
+    assert vars(world.relay.get_executor("local", "app", "A")) == vars(ex)
+
+
+def test_the_transcoder_names_its_transcodings(world: World) -> None:
+    names = world.relay.mapper.transcoder.names
+    assert {"datetime_iso", "timedelta_us", "json_text", "app_settings", "uuid_hex"} <= set(names)

@@ -1,0 +1,71 @@
+"""Relay's event store plumbing: listeners, snapshots that never fail a save, the executor cache,
+many streams at once, on the in-memory store (the library's public API) and on both real stores."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from relay_es.adapters.stores import event_store_env, parse_database_url
+from relay_es.aggregates.executor import executor_stream_id
+from relay_es.engine.service import Relay
+from relay_es.engine.store import SNAPSHOT_EVERY, LibraryReads
+from tests.support import POPO, info
+
+
+@pytest.fixture(params=["popo", "sqlite", "postgres"])
+def relay(request: pytest.FixtureRequest, clock, tmp_path) -> Relay:
+    if request.param == "popo":
+        r = Relay(POPO, clock=clock)
+        assert isinstance(r.reads, LibraryReads)
+    else:
+        url = f"sqlite:///{tmp_path}/relay.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+        r = Relay(event_store_env(parse_database_url(url)), clock=clock)
+    yield r
+    r.close()
+
+
+def test_listeners_hear_the_highest_notification_id_and_never_fail_a_save(relay: Relay) -> None:
+    heard = []
+    relay.add_listener(heard.append)
+    relay.add_listener(lambda top: 1 / 0)
+    assert relay.executor_connected("local", "app", info("A"), connection_id="c", owner="o")
+    assert heard == [relay.recorder.max_notification_id()]
+
+
+def test_a_snapshot_is_taken_every_interval_and_failing_to_take_one_fails_no_save(relay: Relay, caplog) -> None:
+    sid = executor_stream_id("local", "app", "A")
+    relay.executor_connected("local", "app", info("A"), connection_id="c0", owner="o")  # versions 1, 2
+    for i in range(SNAPSHOT_EVERY // 2 - 2):  # up to version 98
+        relay.executor_disconnected(sid, connection_id=f"c{i}", reason="socket_closed")
+        relay.executor_connected("local", "app", info("A"), connection_id=f"c{i + 1}", owner="o")
+    relay.executor_disconnected(sid, connection_id=f"c{SNAPSHOT_EVERY // 2 - 2}", reason="socket_closed")
+    assert [s.originator_version for s in relay.snapshots.recorder.select_events(sid)] == []  # version 99
+    relay.executor_connected("local", "app", info("A"), connection_id="c-last", owner="o")
+    assert relay.get_executor("local", "app", "A").version == SNAPSHOT_EVERY
+    assert [s.originator_version for s in relay.snapshots.recorder.select_events(sid)] == [SNAPSHOT_EVERY]
+    relay.take_snapshot = lambda *a, **k: 1 / 0  # the store goes away just after the events are recorded
+    with caplog.at_level(logging.WARNING):
+        for i in range(SNAPSHOT_EVERY // 2):
+            assert relay.executor_disconnected(sid, connection_id="c-last" if i == 0 else f"d{i}",
+                                               reason="socket_closed")
+            assert relay.executor_connected("local", "app", info("A"), connection_id=f"d{i + 1}", owner="o")
+    assert relay.get_executor("local", "app", "A").version == 2 * SNAPSHOT_EVERY
+    assert "snapshot not taken" in caplog.text
+
+
+def test_load_many_mixes_cached_and_stored_streams(relay: Relay) -> None:
+    for name in ("A", "B"):
+        relay.executor_connected("local", "app", info(name), connection_id=f"c-{name}", owner="o")
+    a, b = (executor_stream_id("local", "app", n) for n in ("A", "B"))
+    relay._forget([b])
+    loaded = relay.load_many([a, b])
+    assert set(loaded) == {a, b}
+    assert loaded[a] is not relay._cache[a] and vars(loaded[a]) == vars(relay._cache[a])
+    assert vars(loaded[b]) == vars(relay.repository.get(b)) and b in relay._cache
+
+
+def test_is_store_error_comes_from_the_store(relay: Relay) -> None:
+    assert relay.is_store_error(TimeoutError())
+    assert not relay.is_store_error(AttributeError("a bug"))
