@@ -73,7 +73,10 @@ class Projection(Protocol):
 
 
 class Table(Protocol):
-    """One read model's tables. ``cur``: a cursor of the store's ``transaction()`` or ``read()``."""
+    """One read model's tables. ``cur``: a cursor of the store's ``transaction()`` or ``read()``.
+    ``version``: of their stored form; tables stored in another are rebuilt."""
+
+    version: int
 
     def create(self, cur: Any, *, indexes: bool = True) -> None: ...
 
@@ -98,6 +101,10 @@ class ReadModelStore(Protocol):
     def create_tracking(self, cur: Any, names: Iterable[str]) -> None: ...
 
     def positions(self, cur: Any) -> dict[str, int]: ...
+
+    def outdated(self, cur: Any, versions: dict[str, int]) -> list[str]: ...
+
+    def record_versions(self, cur: Any, versions: dict[str, int]) -> None: ...
 
     def lock_positions(self, cur: Any) -> dict[str, int]: ...
 
@@ -182,11 +189,24 @@ class ProjectionRunner:
 
     # ---------------------------------------------------------------- schema
     def create_schema(self) -> None:
-        """Creates what is missing: tables, indexes (after a rebuild, all of them), positions."""
+        """Creates what is missing: tables, indexes (after a rebuild, all of them), positions.
+        Tables stored in an older version are emptied (position 0): catching up rebuilds them."""
+        versions = {p.name: self._tables[p.name].version for p in self.projections}
         with self.db.transaction() as cur:
             self.db.create_tracking(cur, [p.name for p in self.projections])
+            outdated = set(self.db.outdated(cur, versions))
             for p in self.projections:
-                self._tables[p.name].create(cur)
+                table = self._tables[p.name]
+                if p.name in outdated:
+                    log.warning("read model %s is stored in an older version: rebuilding it", p.name)
+                    table.drop(cur)
+                    self.db.reset_position(cur, p.name)
+                table.create(cur)
+            self.db.record_versions(cur, versions)
+        if outdated:
+            self._cached_at.clear()
+            for p in self.projections:
+                p.forget()
 
     def positions(self) -> dict[str, int]:
         with self.db.read() as cur:

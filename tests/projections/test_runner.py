@@ -140,3 +140,28 @@ def test_a_storm_s_batch_is_written_in_bulk_and_replaying_it_changes_nothing(wor
     assert tables(world) == live
     world.runner.rebuild()
     assert tables(world) == live
+
+
+def test_a_read_model_stored_in_an_older_version_is_rebuilt_at_start(world: World) -> None:
+    """Timestamps of the apps, tokens and audit tables were epoch milliseconds (version 1, before
+    versions were recorded); they are microseconds now (version 2): a store of version 1 has those
+    read models rebuilt from the log when the runner starts, and the executors table left as it is."""
+    from relay_es.projections import all_projections
+    from relay_es.projections.runner import ProjectionRunner
+
+    busy_history(world)
+    world.runner.catch_up()
+    live = tables(world)
+    before = world.runner.positions()
+    with world.db.transaction() as cur:  # what version 1 stored
+        cur.execute("UPDATE relay_apps SET created_at = created_at / 1000, updated_at = updated_at / 1000")
+        cur.execute("UPDATE relay_tokens SET created_at = created_at / 1000")
+        cur.execute("UPDATE relay_audit SET at = at / 1000")
+        cur.execute("DELETE FROM relay_versions")
+    assert tables(world) != live
+    runner = ProjectionRunner(world.relay, world.db, all_projections())
+    assert runner.positions() == {**before, "apps": 0, "audit": 0}
+    runner.catch_up()
+    assert tables(world) == live
+    ProjectionRunner(world.relay, world.db, all_projections())  # versions recorded: nothing more is rebuilt
+    assert runner.positions() == before

@@ -48,6 +48,12 @@ class ReadModelStore:
     def positions(self, cur: Any) -> dict[str, int]:
         return tracking.positions(cur)
 
+    def outdated(self, cur: Any, versions: dict[str, int]) -> list[str]:
+        return tracking.outdated(cur, versions)
+
+    def record_versions(self, cur: Any, versions: dict[str, int]) -> None:
+        tracking.record_versions(cur, versions)
+
     def lock_positions(self, cur: Any) -> dict[str, int]:
         return tracking.lock_positions(cur)
 

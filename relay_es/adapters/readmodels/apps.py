@@ -1,7 +1,8 @@
 """The applications and tokens tables, ``relay_apps`` and ``relay_tokens``.
 
 Rows are folded by :mod:`relay_es.projections.apps`; this module stores and
-reads them. Durations are whole microseconds; timestamps epoch milliseconds.
+reads them. Durations are whole microseconds, timestamps epoch microseconds
+(version 2; version 1 stored timestamps in milliseconds).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from relay_es.adapters.readmodels.bulk import chunks, marks, upsert_sql
-from relay_es.domain.units import from_epoch_ms, to_epoch_ms
+from relay_es.domain.units import from_epoch_us, to_epoch_us
 from relay_es.projections.apps import AppRow, AppsProjection, TokenRow
 
 NAME = AppsProjection.NAME
@@ -29,7 +30,7 @@ DDL = [
         gc_time_threshold_us BIGINT,
         gc_rows_threshold BIGINT,
         global_timeout_us BIGINT,
-        created_at BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,  -- timestamps: epoch microseconds, exactly as in the events
         updated_at BIGINT NOT NULL,
         deleted INTEGER NOT NULL
     )
@@ -70,22 +71,22 @@ def _td(v: int | None) -> timedelta | None:
 def app_to_db(r: AppRow) -> tuple[Any, ...]:
     return (r.stream_id, r.org, r.name, r.version, int(r.private_mode), _us(r.executor_timeout),
             _us(r.gc_time_threshold), r.gc_rows_threshold, _us(r.global_timeout),
-            to_epoch_ms(r.created_at), to_epoch_ms(r.updated_at), int(r.deleted))
+            to_epoch_us(r.created_at), to_epoch_us(r.updated_at), int(r.deleted))
 
 
 def app_from_db(v: Any) -> AppRow:
     return AppRow(v[0], v[1], v[2], v[3], bool(v[4]), _td(v[5]), _td(v[6]), v[7], _td(v[8]),
-                  from_epoch_ms(v[9]), from_epoch_ms(v[10]), bool(v[11]))
+                  from_epoch_us(v[9]), from_epoch_us(v[10]), bool(v[11]))
 
 
 def token_to_db(r: TokenRow) -> tuple[Any, ...]:
     return (r.stream_id, r.org, r.name, r.version, r.secret_hash,
-            json.dumps(r.app_names) if r.app_names is not None else None, to_epoch_ms(r.created_at), int(r.revoked))
+            json.dumps(r.app_names) if r.app_names is not None else None, to_epoch_us(r.created_at), int(r.revoked))
 
 
 def token_from_db(v: Any) -> TokenRow:
     return TokenRow(v[0], v[1], v[2], v[3], v[4], json.loads(v[5]) if v[5] is not None else None,
-                    from_epoch_ms(v[6]), bool(v[7]))
+                    from_epoch_us(v[6]), bool(v[7]))
 
 
 class AppsTable:
@@ -93,6 +94,7 @@ class AppsTable:
 
     name = NAME
     tables = ("relay_apps", "relay_tokens")
+    version = 2
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
         for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:

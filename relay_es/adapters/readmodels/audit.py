@@ -2,7 +2,8 @@
 and ``relay_audit_streams`` (where each stream belongs, so the log resumes mid-stream).
 
 Entries are made by :mod:`relay_es.projections.audit`; this module stores and
-reads them. ``at`` is epoch milliseconds; ``detail`` JSON with sorted keys.
+reads them. ``at`` is epoch microseconds, exactly as in the events (version 2;
+version 1 stored milliseconds); ``detail`` is JSON with sorted keys.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import msgspec
 
 from relay_es.adapters.readmodels.bulk import chunks, copy_rows, insert_rows, is_sqlite, marks
-from relay_es.domain.units import from_epoch_ms, to_epoch_ms
+from relay_es.domain.units import from_epoch_us, to_epoch_us
 from relay_es.projections.audit import AuditEntry, AuditProjection, Where
 
 NAME = AuditProjection.NAME
@@ -59,6 +60,7 @@ class AuditTable:
 
     name = NAME
     tables = ("relay_audit", "relay_audit_streams")
+    version = 2
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
         # SQLite: INTEGER PRIMARY KEY makes seq the rowid (one b-tree, not a table and an index)
@@ -92,7 +94,7 @@ class AuditTable:
                 insert_rows(cur, "relay_audit_streams", STREAM_COLUMNS, rows, "ON CONFLICT (stream_id) DO NOTHING")
         if entries:
             encode = encode_detail
-            rows = [(a.seq, to_epoch_ms(a.at), a.org, a.app, a.executor_id, a.action, encode(a.detail))
+            rows = [(a.seq, to_epoch_us(a.at), a.org, a.app, a.executor_id, a.action, encode(a.detail))
                     for a in entries]
             if bulk:
                 copy_rows(cur, "relay_audit", COLUMNS, rows)
@@ -117,4 +119,4 @@ def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None 
     with db.read() as cur:
         cur.execute(sql, params)
         rows = cur.fetchall()
-    return [AuditEntry(r[0], from_epoch_ms(r[1]), r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+    return [AuditEntry(r[0], from_epoch_us(r[1]), r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]

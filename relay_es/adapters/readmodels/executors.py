@@ -90,6 +90,7 @@ class ExecutorsTable:
 
     name = NAME
     tables = (TABLE,)
+    version = 1
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
         for stmt in DDL if indexes else DDL[:1]:
