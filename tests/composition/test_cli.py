@@ -129,6 +129,8 @@ def _trickle(port: int, limit: float) -> float:
                     return time.monotonic() - started
             except BlockingIOError:
                 pass
+            except ConnectionResetError:  # closed with our bytes unread: the kernel answers with a reset
+                return time.monotonic() - started
             try:
                 s.send(b"x")
             except OSError:
