@@ -1,12 +1,21 @@
 """Relay: a self-hosted, event-sourced control plane for DBOS Transact executors.
 
-Layers, outermost last:
+Seven layer packages, lowest first; each imports only those before it (ADR 18, tests/test_layers.py):
 
-* :mod:`relay_es.aggregates` -- the state machines (Executor, Application, Token).
-* :mod:`relay_es.engine.service` -- the eventsourcing application: commands with retries.
-* :mod:`relay_es.projections` -- pure reducers and the read models built from them.
-* :mod:`relay_es.engine.process_manager` -- timers and recovery decisions, pure logic.
-* :mod:`relay_es.adapters` -- all I/O: stores, clock, HTTP, WebSocket hub.
+* :mod:`relay_es.domain` -- the shared vocabulary: errors, units, bounded text, the Clock interface,
+  the timing defaults.
+* :mod:`relay_es.aggregates` -- the state machines (Executor, Application, Token, Gate,
+  ProjectionSkip); their event class paths are stored data.
+* :mod:`relay_es.protocol` -- the executor wire protocol, Sans-I/O: messages, the connection
+  session, input limits, the retention plan, the workflow catalogue.
+* :mod:`relay_es.projections` -- read models as pure folds over the events, and the runner that
+  drives them through a storage port.
+* :mod:`relay_es.engine` -- the command service, the process manager and its timers, the queries:
+  decides, does no I/O of its own.
+* :mod:`relay_es.adapters` -- all I/O: stores and SQL, the WebSocket hub, REST, the system clock,
+  logs, metrics, the lease.
+* :mod:`relay_es.composition` -- settings, the command line, the runtime that builds and wires one
+  process.
 """
 
 __version__ = "0.1.0"
