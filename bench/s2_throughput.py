@@ -154,7 +154,8 @@ def single_saves(store_url: str, n: int) -> dict[str, Any]:
     from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.stores import event_store_env, parse_database_url
     from relay_es.aggregates.executor import executor_stream_id
-    from relay_es.engine.service import ExecutorInfo, Relay
+    from relay_es.engine.executor_commands import ExecutorInfo
+    from relay_es.engine.service import Relay
 
     relay = Relay(event_store_env(parse_database_url(store_url)), clock=SystemClock())
     try:
@@ -204,7 +205,7 @@ def grouped_saves(relay: Any, n: int, group: int = 100) -> dict[str, Any] | None
     """If the service can run many commands in one transaction (``Relay.execute``
     with ``op_*`` factories), the same connect/disconnect cycle in groups."""
     from relay_es.aggregates.executor import executor_stream_id
-    from relay_es.engine.service import ExecutorInfo
+    from relay_es.engine.executor_commands import ExecutorInfo
 
     if not (hasattr(relay, "execute") and hasattr(relay, "op_connected") and hasattr(relay, "op_disconnected")):
         return None

@@ -36,7 +36,8 @@ def build_streams(store: str, k: int, length: int) -> int:
     from relay_es.adapters.stores import event_store_env, parse_database_url
     from relay_es.aggregates import SettingsPatch
     from relay_es.aggregates.executor import executor_stream_id
-    from relay_es.engine.service import ExecutorInfo, Relay
+    from relay_es.engine.executor_commands import ExecutorInfo
+    from relay_es.engine.service import Relay
 
     relay = Relay(event_store_env(parse_database_url(store)), clock=system_clock())
     try:

@@ -16,7 +16,8 @@ from relay_es.engine.process_manager import ProcessManager, RecoveryOutcome, Rec
 from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
 from relay_es.composition.runtime import view_bootstrap
-from relay_es.engine.service import ExecutorInfo, Relay
+from relay_es.engine.executor_commands import ExecutorInfo
+from relay_es.engine.service import Relay
 
 POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
 

@@ -228,7 +228,7 @@ class Credentials:
         is that org's business. An unknown key names no org. Blocking."""
         from relay_es.aggregates.token import hash_secret, token_stream_id
         from relay_es.projections.apps import token_by_hash
-        from relay_es.engine.service import is_store_error
+        from relay_es.adapters.failures import is_store_error
 
         if not 0 < len(secret) <= 512 or not secret.isprintable():
             return UNKNOWN  # no token looks like this: nothing to look up

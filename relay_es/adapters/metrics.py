@@ -54,6 +54,19 @@ class _OutboxState:
         yield queued
 
 
+class _ProcessManagerFailures:
+    """The process manager's store errors and bugs, read from its counters at scrape time."""
+
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        yield CounterMetricFamily("relay_process_manager_store_errors", "Process manager commands that failed on "
+                                  "the store and were retried", value=self.stats.store_errors)
+        yield CounterMetricFamily("relay_process_manager_bugs", "Process manager failures that were not store "
+                                  "errors: bugs, logged with their traceback", value=self.stats.bugs)
+
+
 class Metrics:
     """The metrics of one runtime, and :meth:`render` for the scrape."""
 
@@ -87,6 +100,12 @@ class Metrics:
     def watch_outbox(self, outbox: Any) -> None:
         """Exposes the outbox's errors, stuck and queued transitions, read at each scrape."""
         self.registry.register(_OutboxState(outbox))
+
+    def watch_process_manager(self, stats: Any) -> None:
+        """Exposes the process manager's failures, read from ``stats`` (its ``Stats``) at each scrape:
+        ``relay_process_manager_store_errors_total`` (retried) and ``relay_process_manager_bugs_total``
+        (anything else; the first one makes ``/healthz`` answer 503)."""
+        self.registry.register(_ProcessManagerFailures(stats))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

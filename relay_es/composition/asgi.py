@@ -64,6 +64,7 @@ def rest_context(runtime: Runtime) -> RestContext:
         token_revoked=runtime.token_revoked,
         urgent=runtime.pm.urgent,
         metrics=runtime.metrics,
+        faults=lambda: [] if runtime.pm.last_bug is None else [f"process manager: {runtime.pm.last_bug}"],
         auth=settings.auth,
         host=settings.host,
         instance=settings.instance,

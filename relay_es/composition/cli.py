@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from relay_es.domain.errors import InvalidSetting
+from relay_es.projections import NAMES
 from relay_es.composition.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -62,7 +63,7 @@ def _add_projections(sub: Any) -> None:
     psub = p.add_subparsers(dest="action", required=True)
     r = psub.add_parser("rebuild", help="drop the read models and rebuild them from the event stream")
     r.add_argument("--database-url", help="as for serve (RELAY_DATABASE_URL)")
-    r.add_argument("--only", action="append", choices=["executors", "audit", "apps"], help="rebuild only this one")
+    r.add_argument("--only", action="append", choices=list(NAMES), help="rebuild only this one")
 
 
 def _add_admin(sub: Any) -> None:
@@ -192,7 +193,7 @@ def projections(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
     from relay_es.adapters.lease import Lease, LeaseHeld
     from relay_es.adapters.stores import parse_database_url
-    from relay_es.projections.runner import rebuild_in_processes
+    from relay_es.adapters.readmodels.rebuild import rebuild_in_processes
 
     logs.configure("WARNING")
     try:
@@ -212,7 +213,7 @@ def projections(args: argparse.Namespace) -> int:
         n = rebuild_in_processes(store, args.only)
     finally:
         lease.release()
-    print(f"rebuilt {', '.join(args.only or ['executors', 'audit', 'apps'])} from {n} events")
+    print(f"rebuilt {', '.join(args.only or NAMES)} from {n} events")
     return 0
 
 

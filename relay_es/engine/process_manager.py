@@ -42,7 +42,7 @@ armed at ``monotonic() + (D - now())``. If the wall clock is stepped back, the
 conditional command refuses and the timer is re-armed; stepped forward, the
 monotonic timer has not fired yet. Either way nothing dies early.
 
-A failure is one of two things. A store error (:func:`~relay_es.engine.service.is_store_error`:
+A failure is one of two things. A store error (:meth:`Relay.is_store_error`:
 the store is away or failing) is retried: the timer or reaction fires again
 :data:`RETRY_SECS` later, the log is read again at the next step. Anything else is a bug:
 logged with its traceback once per place it happens, counted in
@@ -78,7 +78,7 @@ from relay_es.engine.recovery import (
     rank_candidates,
     tie_rank,
 )
-from relay_es.engine.service import Relay, is_store_error
+from relay_es.engine.service import Relay
 from relay_es.engine.settle import SettleWindow
 from relay_es.engine.timers import TimerHeap
 from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
@@ -272,7 +272,7 @@ class ProcessManager:
 
     def _failed(self, where: str, e: Exception) -> float:
         """Counts and logs a failure; returns how soon to try again."""
-        if is_store_error(e):
+        if self.relay.is_store_error(e):
             self.stats.store_errors += 1
             log.warning("%s failed on the store (%s: %s); retrying in %gs", where, type(e).__name__, e, RETRY_SECS)
             return RETRY_SECS
@@ -305,7 +305,7 @@ class ProcessManager:
                 try:
                     self._apply(nid, event)
                 except Exception as e:
-                    if is_store_error(e):
+                    if self.relay.is_store_error(e):
                         raise
                     self._bug("following the log", e)  # the row is folded; its reaction is tried again
                     self.timers.arm(("react", str(event.originator_id)), self.clock.monotonic() + BUG_RETRY_SECS)
@@ -316,7 +316,7 @@ class ProcessManager:
         try:
             return self.catch_up()
         except Exception as e:
-            if is_store_error(e):
+            if self.relay.is_store_error(e):
                 raise
             self._bug("reading the log", e)
             return 0
@@ -538,7 +538,7 @@ class ProcessManager:
                 else:
                     fire(*group[0])
             except Exception as e:
-                if len(group) > 1 and not is_store_error(e):
+                if len(group) > 1 and not self.relay.is_store_error(e):
                     # A bug somewhere in a batch: each fires alone, now, so that only its own stream waits.
                     self._bug(f"{kind} timers", e)
                     for sid, payload in group:
@@ -710,7 +710,7 @@ class ProcessManager:
         try:
             self._record_answers(taken)
         except Exception as e:
-            if is_store_error(e):
+            if self.relay.is_store_error(e):
                 self.answers.put_back(taken)
                 raise
             self._bug("recording answers", e)
@@ -719,7 +719,7 @@ class ProcessManager:
                     try:
                         self._record_answers([outcome])
                     except Exception as e1:
-                        if is_store_error(e1):
+                        if self.relay.is_store_error(e1):
                             self.answers.put_back(taken[i:])
                             raise
                         self._bug("recording answers", e1)

@@ -19,7 +19,6 @@ Where the rest lives:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,18 +41,8 @@ from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import EXECUTOR_TIMEOUT
 from relay_es.domain.errors import InvalidSetting, UnknownApplication, UnknownToken
 from relay_es.domain.text import sanitized
-from relay_es.engine.commands import Batch, Op  # noqa: F401  (compat: issue-12 alias, remove when importers use engine.commands)
-from relay_es.engine.executor_commands import ExecutorCommands, ExecutorInfo  # noqa: F401  (ExecutorInfo: compat, issue-12 alias, remove when hub/tests/bench import engine.executor_commands)
-from relay_es.engine.store import SNAPSHOT_EVERY, RelayStore  # noqa: F401  (SNAPSHOT_EVERY: compat, issue-12 alias, remove when tests import engine.store)
-
-
-def is_store_error(e: BaseException) -> bool:
-    """The store is unreachable or failing (retry later), as opposed to a bug.
-
-    compat: issue-12 alias, remove when the process manager, hub and authz ask
-    ``relay.is_store_error(e)`` (or import ``relay_es.adapters.failures.is_store_error``,
-    the one classifier). Looked up by name so that the engine imports no adapter."""
-    return importlib.import_module("relay_es.adapters.failures").is_store_error(e)
+from relay_es.engine.executor_commands import ExecutorCommands
+from relay_es.engine.store import RelayStore
 
 
 class Relay(ExecutorCommands, RelayStore):

@@ -434,12 +434,3 @@ class ProjectionRunner:
             self._bulk = set()
             if collecting:
                 gc.enable()
-
-
-def __getattr__(name: str) -> object:
-    # compat: issue-12 alias, remove when composition/cli.py imports relay_es.adapters.readmodels.rebuild
-    if name in ("rebuild_in_processes", "REBUILD_GROUPS"):
-        import importlib
-
-        return getattr(importlib.import_module("relay_es.adapters.readmodels.rebuild"), name)
-    raise AttributeError(name)

@@ -190,7 +190,10 @@ def acme(tmp_path, store_url) -> Iterator[tuple[RelayServer, dict[str, str]]]:
         ex = await FakeExecutor(s.ws, app="orders", key=admin, executor_id="A").connect()
         await ex.close()
         # and the read models hold it (the application's language is its executor's): tests compare reads
-        await until(lambda: call(s, "GET", f"{A}/apps/orders", admin).json()["language"], what="A in the read models")
+        # and the read models hold it, closed (the application's language is its executor's;
+        # with A disconnected the app is UNAVAILABLE): tests compare reads, which must not move under them
+        await until(lambda: (lambda app: app["language"] and app["status"] == "UNAVAILABLE")(
+            call(s, "GET", f"{A}/apps/orders", admin).json()), what="A in the read models, disconnected")
 
     asyncio.run(executor_history())
     t["bad"] = "relay_not-a-real-token"

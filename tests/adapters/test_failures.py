@@ -9,7 +9,6 @@ import pytest
 from eventsourcing.persistence import OperationalError as LibraryOperationalError
 
 from relay_es.adapters.failures import is_store_error
-from relay_es.engine import service
 
 
 @pytest.mark.parametrize("error, store", [
@@ -24,4 +23,3 @@ from relay_es.engine import service
 ])
 def test_store_errors_are_told_from_bugs(error: BaseException, store: bool) -> None:
     assert is_store_error(error) is store
-    assert service.is_store_error(error) is store  # the engine's name for it (compat)

@@ -8,7 +8,8 @@ from relay_es.aggregates.application import check_app_name, check_org_name
 from relay_es.domain.text import MAX_ID_BYTES, check_id, escape_controls, sanitized
 from relay_es.domain.clock import FakeClock
 from relay_es.domain.errors import InvalidSetting
-from relay_es.engine.service import ExecutorInfo, Relay
+from relay_es.engine.executor_commands import ExecutorInfo
+from relay_es.engine.service import Relay
 from tests.support import POPO
 
 

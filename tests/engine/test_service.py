@@ -49,7 +49,7 @@ from datetime import timedelta  # noqa: E402
 from relay_es.aggregates import SettingsPatch  # noqa: E402
 from relay_es.aggregates.application import app_stream_id  # noqa: E402
 from relay_es.aggregates.gate import gate_stream_id  # noqa: E402
-from relay_es.engine.service import SNAPSHOT_EVERY  # noqa: E402
+from relay_es.engine.store import SNAPSHOT_EVERY  # noqa: E402
 
 
 def _counting(relay: Relay) -> list[int]:

@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relay_es.adapters import authz
-from relay_es.engine.service import Relay, is_store_error
+from relay_es.adapters.failures import is_store_error
+from relay_es.engine.service import Relay
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,8 @@ from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.hub.throttle import Throttle
 from relay_es.adapters.logs import scrub_text
 from relay_es.aggregates.executor import executor_stream_id
-from relay_es.engine.service import ExecutorInfo, Relay
+from relay_es.engine.executor_commands import ExecutorInfo
+from relay_es.engine.service import Relay
 from relay_es.protocol import messages as m
 from relay_es.protocol.limits import MAX_FRAME, ResourceLimits, printable
 from relay_es.protocol.session import Answered, Registered, State, Violation

@@ -39,6 +39,8 @@ class RestContext:
     urgent: Callable[[], bool]
     """Whether the process manager has urgent work (deadlines due or firing): expensive reads let it go first."""
     metrics: Metrics
+    faults: Callable[[], list[str]]
+    """What makes this instance unhealthy now (a bug the process manager met), empty when healthy."""
     auth: bool
     """Auth mode (tokens required) or development mode (this machine, org ``local``)."""
     host: str

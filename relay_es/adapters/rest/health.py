@@ -1,7 +1,9 @@
 """The operator's endpoints: ``/healthz`` (liveness), ``/metrics`` (Prometheus) and ``/openapi.json``.
 
-``/healthz`` answers while the process serves, telling the instance and the
-store's kind only in development mode or to an org-wide token. ``/metrics``
+``/healthz`` answers 200 while the process serves and 503 once the process
+manager has met a bug (anything but a store error: it keeps serving, but a
+person must look), telling the instance, the store's kind and the fault only in
+development mode or to an org-wide token. ``/metrics``
 renders every org's series (an org-wide token in auth mode). The API's own
 OpenAPI document is served at ``/openapi.json`` and nothing else under it: no
 rendered pages, which would load unpinned scripts from public CDNs onto
@@ -23,12 +25,17 @@ from relay_es.adapters.rest.guard import is_operator
 
 
 @get("/healthz", summary="Liveness",
-     description="`{\"status\": \"ok\"}` while the process serves. The instance and the store's kind are "
-                 "added in development mode and, in auth mode, for an org-wide token of any org.")
-async def healthz(request: Request[Any, Any, Any], ctx: Context) -> dict[str, Any]:
-    if ctx.auth and not await is_operator(ctx, request.headers):
-        return {"status": "ok"}
-    return {"status": "ok", "instance": ctx.instance, "store": ctx.store_kind}
+     description="`{\"status\": \"ok\"}` while the process serves; 503 `{\"status\": \"unhealthy\"}` once the "
+                 "process manager has met a bug. The instance, the store's kind and the faults are added in "
+                 "development mode and, in auth mode, for an org-wide token of any org.")
+async def healthz(request: Request[Any, Any, Any], ctx: Context) -> Response[dict[str, Any]]:
+    faults = ctx.faults()
+    body: dict[str, Any] = {"status": "unhealthy" if faults else "ok"}
+    if not ctx.auth or await is_operator(ctx, request.headers):
+        body |= {"instance": ctx.instance, "store": ctx.store_kind}
+        if faults:
+            body["faults"] = faults
+    return Response(content=body, status_code=503 if faults else 200)
 
 
 @get("/metrics", sync_to_thread=False, media_type="text/plain", summary="Prometheus metrics",

@@ -30,7 +30,7 @@ def fake_context(**given: Any) -> RestContext:
 
     fields: dict[str, Any] = dict(
         relay=None, db=None, credentials=None, read_your_writes=lambda: None, app_deleted=lambda org, app: None,
-        token_revoked=lambda org, token: None, urgent=lambda: False, metrics=Metrics(), auth=False,
+        token_revoked=lambda org, token: None, urgent=lambda: False, metrics=Metrics(), faults=lambda: [], auth=False,
         host="127.0.0.1", instance="test-instance", store_kind="sqlite", default_executor_timeout=timedelta(seconds=60),
         on_startup=lambda: None, on_shutdown=on_shutdown,
     )

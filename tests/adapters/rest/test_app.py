@@ -62,6 +62,30 @@ def test_the_lifespan_starts_and_stops_what_the_context_says() -> None:
     assert calls.made == [("start",), ("stop",)]
 
 
+def test_healthz_answers_503_once_the_process_manager_met_a_bug() -> None:
+    """A bug (not a store error) keeps the instance serving but makes it unhealthy: a load
+    balancer or supervisor sees 503; only an operator sees what the fault was."""
+    faults: list[str] = []
+    ok = TestClient(build_app(fake_context(faults=lambda: faults)), base_url="http://127.0.0.1")
+    assert ok.get("/healthz").status_code == 200
+    faults.append("process manager: dispatch: AttributeError: boom")
+    r = ok.get("/healthz")
+    assert r.status_code == 503
+    assert r.json()["status"] == "unhealthy" and r.json()["faults"] == faults
+
+    async def anonymous(ctx: Any, headers: Any) -> bool:
+        return False
+
+    import relay_es.adapters.rest.health as health
+    original, health.is_operator = health.is_operator, anonymous  # auth mode, no token
+    try:
+        auth = TestClient(build_app(fake_context(faults=lambda: faults, auth=True, credentials=object())), base_url="http://127.0.0.1")
+        r = auth.get("/healthz")
+        assert r.status_code == 503 and r.json() == {"status": "unhealthy"}
+    finally:
+        health.is_operator = original
+
+
 def test_errors_are_problem_documents() -> None:
     for fail, status in ((UnknownApplication("local", "orders"), 404), (DomainError("not now"), 409),
                          (RuntimeError("a secret in the traceback"), 500)):
