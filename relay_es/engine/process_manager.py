@@ -82,6 +82,7 @@ from relay_es.engine.service import Relay
 from relay_es.engine.settle import SettleWindow
 from relay_es.engine.timers import TimerHeap
 from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
+from relay_es.projections.unreadable import Unreadable
 from relay_es.protocol import retention
 
 __all__ = ["EXECUTOR_TOPICS", "Answers", "Dispatcher", "ProcessManager", "RecoveryOutcome", "RecoveryRequest",
@@ -381,6 +382,9 @@ class ProcessManager:
             self.timers.cancel(("retention", app))
 
     def _apply(self, nid: int, event: Any) -> None:
+        if isinstance(event, Unreadable):  # skipped, as the read models skip it (ADR 16), with its own error
+            log.error("process manager skipped event %d: %r", nid, event)
+            return
         sid = str(event.originator_id)
         old = self.rows.get(sid)
         if old is not None and old.version >= event.originator_version:
@@ -755,6 +759,10 @@ def replay_bootstrap(relay: Relay) -> Bootstrap:
             if not batch:
                 return list(rows.values()), position
             for nid, sid, e in batch:
+                if isinstance(e, Unreadable):
+                    log.error("process manager skipped event %d: %r", nid, e)
+                    position = nid
+                    continue
                 try:
                     rows[sid] = reduce(rows.get(sid), e)
                 except FOLD_ERRORS as error:  # skipped, as the read models skip it (ADR 16)

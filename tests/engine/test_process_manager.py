@@ -466,6 +466,9 @@ def test_events_it_cannot_fold_are_skipped_not_retried_for_ever(world: World, ca
     _corrupt_stored_event(world)
     world.sync()
     assert "process manager skipped event" in caplog.text
+    # the log says why (the decoding error, in the Unreadable's place), not a missing attribute
+    assert "Unreadable(" in caplog.text and "has no attribute" not in caplog.text
+    assert world.pm.stats.bugs == 0 and world.pm.healthy
     world.drop("A")
     world.advance(10)
     assert world.status("A") == "DEAD"
