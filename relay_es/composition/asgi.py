@@ -72,4 +72,5 @@ def rest_context(runtime: Runtime) -> RestContext:
         default_executor_timeout=settings.default_executor_timeout,
         on_startup=lambda: runtime.start(asyncio.get_running_loop()),
         on_shutdown=runtime.stop,
+        calls=runtime.calls,
     )

@@ -29,7 +29,7 @@ from typing import Any
 from relay_es.adapters import faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
-from relay_es.adapters.hub import AuthGate, CommandPool, Dispatcher, Gate, Hub, Outbox, Registry
+from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.readmodels import executors as executor_rows
@@ -93,8 +93,10 @@ COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outb
 class Runtime:
     """One Relay process, built in dependency order with everything each part needs:
     store and read models; the hub's command pool, outbox and registry; the recovery
-    answers inbox; the dispatcher; the process manager (given the dispatcher); the
-    admission gate; the hub's endpoint (given the process manager as its roster)."""
+    answers inbox; the dispatcher; the process manager (given the dispatcher); the calls
+    of the REST operations (given the process manager's record of when each executor
+    registered); the admission gate; the hub's endpoint (given the process manager as its
+    roster)."""
 
     def __init__(self, settings: Settings, *, clock: Clock | None = None, manage_gc: bool = False,
                  on_lease_lost: Callable[[], None] = lambda: None) -> None:
@@ -140,6 +142,7 @@ class Runtime:
                 crash_point=faults.crash_point,
                 on_event=self._executor_changed,
             )
+            self.calls = Calls(self.registry, first_seen=self._first_registered)
             self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
             self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)
             self.hub = Hub(
@@ -178,6 +181,15 @@ class Runtime:
     def _connections_changed(self, n: int) -> None:
         self.metrics.open_connections.set(n)
         self.collector.connections(n)
+
+    def _first_registered(self, conn: Connection) -> float | None:
+        """When the executor of ``conn`` registered (this incarnation's first ``Connected``,
+        epoch seconds), as the process manager has it; None while its ``Connected`` is on its
+        way. Read from the loop: the process manager's rows are safe to read from any thread."""
+        if conn.stream_id is None:
+            return None
+        row = self.pm.rows.get(str(conn.stream_id))
+        return None if row is None or row.created_at is None else row.created_at.timestamp()
 
     def _executor_changed(self, e: Any, old: Any, new: Any) -> None:
         """The process manager folded an executor event: the recovery metrics."""
@@ -269,6 +281,7 @@ class Runtime:
     def start(self, loop: Any) -> None:
         """Called on the server's event loop once it runs."""
         self.dispatcher.start(loop)
+        self.calls.start(loop)
         self.hub.start(loop)
         self.projection_worker.start()
         self.pm_worker.start()

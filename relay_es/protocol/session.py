@@ -16,6 +16,14 @@ The reply is checked by :func:`relay_es.protocol.limits.check_executor_info`
 before it becomes :class:`Registered`: one out of bounds is fatal
 (``info_out_of_bounds``) and nothing of it is recorded. Every detail quoting
 executor-sent text goes through :func:`~relay_es.protocol.limits.printable`.
+
+Replies decode into the catalogue's type for their request
+(:data:`relay_es.protocol.catalogue.RESPONSES`), straight from the frame. A reply
+Relay cannot use -- not the type of its request, a field of the wrong type -- is a
+non-fatal violation, and the request is answered with a :class:`RefusedReply` (its
+``error_message`` says why) so that its caller stops waiting; an answer to a request
+never made (``unsolicited``) or given up on (``late_reply``) is a violation and
+answers nothing. None of them disturbs another request.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import msgspec
 
 from relay_es.protocol import limits
 from relay_es.protocol import messages as m
+from relay_es.protocol.catalogue import RESPONSES
 
 
 class State(Enum):
@@ -60,6 +69,11 @@ class Violation:
     request_id: str | None = None
 
 
+class RefusedReply(m.Response, kw_only=True):
+    """Stands for a reply Relay refused (its ``error_message`` says why): the request is
+    answered, failed, and nothing the executor sent is used."""
+
+
 SessionEvent = Registered | Answered | Violation
 
 
@@ -76,7 +90,7 @@ class Session:
     ) -> None:
         self.state = State.AWAITING_INFO
         self._new_id = new_request_id
-        self._responses = responses or m.CORE_RESPONSES
+        self._responses = responses or RESPONSES
         self.pending: dict[str, str] = {}  # request id -> type
         self.info: m.ExecutorInfoResponse | None = None
         self._info_request: str | None = None
@@ -153,8 +167,8 @@ class Session:
             return [
                 Violation("type_mismatch", f"reply of type {_short(env.type)!r} to a {expected!r} request",
                           request_id=env.request_id),
-                Answered(env.request_id, expected, m.Response(type=expected, request_id=env.request_id,
-                                                              error_message=f"reply had type {_short(env.type)!r}")),
+                Answered(env.request_id, expected, RefusedReply(type=expected, request_id=env.request_id,
+                                                                error_message=f"reply had type {_short(env.type)!r}")),
             ]
         cls = self._responses.get(expected, m.Response)
         try:
@@ -165,8 +179,8 @@ class Session:
             if env.request_id == self._info_request:
                 out[0] = Violation("malformed_reply", detail, fatal=True, request_id=env.request_id)
             else:
-                out.append(Answered(env.request_id, expected, m.Response(type=expected, request_id=env.request_id,
-                                                                          error_message=detail)))
+                out.append(Answered(env.request_id, expected, RefusedReply(type=expected, request_id=env.request_id,
+                                                                            error_message=detail)))
             return out
         if env.request_id == self._info_request:
             if resp.error_message is not None or not resp.executor_id:

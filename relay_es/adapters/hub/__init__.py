@@ -14,6 +14,8 @@ One module per job:
 * :mod:`~relay_es.adapters.hub.registry` -- the open connections, by id, executor, application.
 * :mod:`~relay_es.adapters.hub.outbox` -- executor transitions on their way to the store:
   grouped, ordered, retried, never dropped.
+* :mod:`~relay_es.adapters.hub.calls` -- :class:`Calls`: one request of a REST operation to one
+  executor of an application, its answer (or the reason there is none) back.
 * :mod:`~relay_es.adapters.hub.dispatcher` -- the process manager's
   :class:`~relay_es.engine.process_manager.Dispatcher`: recovery and retention conversations.
 * :mod:`~relay_es.adapters.hub.throttle` -- the one pruned throttle of audits, warnings and
@@ -21,10 +23,11 @@ One module per job:
 * :mod:`~relay_es.adapters.hub.pool` -- the thread pool that runs store commands off the loop.
 
 The composition root builds them in this order: pool, outbox, registry, dispatcher (for the
-process manager), then the endpoint (given the process manager as its roster).
+process manager), calls (for the REST API), then the endpoint (given the process manager as its roster).
 """
 
 from relay_es.adapters.hub.admission import AuthGate, Gate, Refused
+from relay_es.adapters.hub.calls import Calls
 from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
 from relay_es.adapters.hub.dispatcher import Dispatcher
 from relay_es.adapters.hub.endpoint import Hub, parse_path, scrub
@@ -34,5 +37,5 @@ from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.hub.throttle import Throttle
 from relay_es.protocol.limits import MAX_FRAME
 
-__all__ = ["MAX_FRAME", "AuthGate", "CommandPool", "Connection", "ConnectionLost", "Dispatcher", "Gate", "Guard",
+__all__ = ["MAX_FRAME", "AuthGate", "Calls", "CommandPool", "Connection", "ConnectionLost", "Dispatcher", "Gate", "Guard",
            "Hub", "Outbox", "Refused", "Registry", "Throttle", "parse_path", "scrub"]

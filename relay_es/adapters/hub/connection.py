@@ -4,6 +4,10 @@
 :class:`~relay_es.protocol.session.Session` that speaks the protocol on it: one write at a
 time (``send_text``), a request and its awaited answer (``call``), a close sent once
 (``close``). :class:`Guard` is how a recovery frame is written only while its attempt is alive.
+
+A call waits for its answer at most its timeout, the write included. Once the socket is
+closing (Relay closed it, a write failed, or the peer went away) no answer can come: every
+call still waiting fails at once with :class:`ConnectionLost`.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class Connection:
             raise
         except Exception as e:  # the socket is going away under us (ClientDisconnected, OSError...)
             self.closed = True
+            self._fail_waiting(f"connection {self.id}: {e.__class__.__name__}")
             raise ConnectionLost(f"connection {self.id}: {e.__class__.__name__}") from e
 
     async def call(self, make: Callable[[str], m.Request], timeout: float, guard: Guard | None = None) -> m.Response:
@@ -95,8 +100,9 @@ class Connection:
         fut: asyncio.Future[m.Response] = asyncio.get_running_loop().create_future()
         self.waiters[request_id] = fut
         try:
-            await self.send_text(frame, guard)
-            return await asyncio.wait_for(fut, max(0.0, timeout))
+            async with asyncio.timeout(max(0.0, timeout)):  # one deadline for the write and the answer
+                await self.send_text(frame, guard)
+                return await fut
         finally:
             self.waiters.pop(request_id, None)
             self.session.forget(request_id)
@@ -110,15 +116,21 @@ class Connection:
     def lost(self) -> None:
         """The socket is gone: closed, and every call still waiting fails with ConnectionLost."""
         self.closed = True
-        for rid in self.session.close():
-            fut = self.waiters.get(rid)
-            if fut is not None and not fut.done():
-                fut.set_exception(ConnectionLost(f"connection {self.id} closed"))
+        self.session.close()
+        self._fail_waiting(f"connection {self.id} closed")
+
+    def _fail_waiting(self, reason: str) -> None:
+        """Every call still waiting fails with ConnectionLost (a session already closed by a
+        fatal violation has forgotten its requests: the waiters are what is failed)."""
+        for fut in list(self.waiters.values()):
+            if not fut.done():
+                fut.set_exception(ConnectionLost(reason))
 
     async def close(self, code: int, reason: str = "") -> None:
         if self.closed:
             return
         self.closed = True
+        self._fail_waiting(f"connection {self.id} closed by Relay ({code})")  # nothing more is read from it
         try:
             async with self.lock:
                 await self.send_message({"type": "websocket.close", "code": code, "reason": reason[:120]})

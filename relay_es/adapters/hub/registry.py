@@ -1,7 +1,8 @@
 """The open connections of this Relay: by connection id, by executor, by application.
 
 Written by the endpoint (a socket accepted, registered, gone), read by the dispatcher (where
-to send a recovery or a retention message). Used on the event loop only.
+to send a recovery or a retention message) and by the calls of the REST operations (which
+executors may take one). Used on the event loop only.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ class Registry:
     def executor(self, key: ExecutorKey) -> Connection | None:
         return self.by_executor.get(key)
 
+    def registered(self, org: str, app: str) -> list[Connection]:
+        """The application's registered, open connections: the executors a call may go to."""
+        return [c for c in self._by_app.get((org, app), {}).values() if c.registered]
+
     def newest(self, org: str, app: str) -> Connection | None:
         """The application's most recently accepted connection that is registered and open."""
-        live = [c for c in self._by_app.get((org, app), {}).values() if c.registered]
-        return max(live, key=lambda c: c.connected_at, default=None)
+        return max(self.registered(org, app), key=lambda c: c.connected_at, default=None)

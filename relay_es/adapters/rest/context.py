@@ -18,6 +18,7 @@ from litestar.params import SkipValidation
 
 if TYPE_CHECKING:
     from relay_es.adapters.authz import Credentials
+    from relay_es.adapters.hub.calls import Calls
     from relay_es.adapters.metrics import Metrics
     from relay_es.engine.service import Relay
 
@@ -55,6 +56,10 @@ class RestContext:
     """Called on the server's event loop once it runs (starts the workers and the hub)."""
     on_shutdown: Callable[[], Awaitable[None]]
     """Awaited when the server stops."""
+    calls: Calls | None = None
+    """How an operation asks one executor of an application something (on the loop: ``await
+    calls.call(org, app, make_request, timeout=...)``), or None where no hub runs (tests of
+    the routes alone)."""
 
 
 # How a handler asks for the context: injected by name (``ctx``), passed as is

@@ -23,7 +23,8 @@ class Calls:
 
 
 def fake_context(**given: Any) -> RestContext:
-    """Development mode on 127.0.0.1, no store (``relay`` and ``db`` None), fresh metrics; ``given`` overrides."""
+    """Development mode on 127.0.0.1, no store (``relay`` and ``db`` None), no hub (``calls`` None),
+    fresh metrics; ``given`` overrides."""
 
     async def on_shutdown() -> None:
         pass
@@ -32,7 +33,7 @@ def fake_context(**given: Any) -> RestContext:
         relay=None, db=None, credentials=None, read_your_writes=lambda: None, app_deleted=lambda org, app: None,
         token_revoked=lambda org, token: None, urgent=lambda: False, metrics=Metrics(), faults=lambda: [], auth=False,
         host="127.0.0.1", instance="test-instance", store_kind="sqlite", default_executor_timeout=timedelta(seconds=60),
-        on_startup=lambda: None, on_shutdown=on_shutdown,
+        on_startup=lambda: None, on_shutdown=on_shutdown, calls=None,
     )
     fields.update(given)
     return RestContext(**fields)

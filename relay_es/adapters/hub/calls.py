@@ -1,0 +1,98 @@
+"""Calls of the REST operations: one request to one executor of an application, its answer back.
+
+:class:`Calls` is how every Conductor API operation carried over the WebSocket (list, get,
+cancel, resume, fork, schedules, versions...) asks an executor something. It picks the
+executor with :func:`relay_es.engine.routing.choose` among the application's registered,
+open connections here, sends the request the caller builds (the request id is the hub's),
+and returns the answer decoded into the catalogue's type for that request
+(:data:`relay_es.protocol.catalogue.RESPONSES`; the session decodes it straight from the
+frame, so a large answer is the frame plus its decoded form, never more copies).
+
+Failures are the engine's (:mod:`relay_es.engine.calls`), each with its problem's status:
+no connection (``NoHealthyExecutor``, 503), no answer within the call's timeout
+(``ExecutorTimedOut``, 504), the socket closed while the call waited (``ExecutorGone``, at
+once), the executor's ``error_message`` (``ExecutorFailed``, its text escaped and bounded),
+a reply Relay refused (``ReplyRefused``: the wrong type for the request, a field of the wrong
+type; audited by the endpoint as a ``protocol.violation`` like every other). A refused or
+unsolicited reply fails only the call it names, if any: other calls on the socket, its pings
+and the process manager's deadlines go on.
+
+Used on the event loop (:meth:`Calls.call`), or from another thread
+(:meth:`Calls.call_threadsafe`, once :meth:`Calls.start` gave it the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+from collections.abc import Callable
+
+from relay_es.adapters.hub.connection import Connection, ConnectionLost
+from relay_es.adapters.hub.registry import Registry
+from relay_es.engine.calls import ExecutorFailed, ExecutorGone, ExecutorTimedOut, ReplyRefused
+from relay_es.engine.routing import Candidate, choose
+from relay_es.protocol import messages as m
+from relay_es.protocol.session import RefusedReply
+
+THREAD_MARGIN = 5.0  # seconds a thread waits beyond a call's own timeout before it gives up on the loop
+
+
+class Calls:
+    def __init__(self, registry: Registry, *,
+                 first_seen: Callable[[Connection], float | None] | None = None) -> None:
+        """``registry``: the hub's open connections. ``first_seen``: when Relay first registered
+        a connection's executor, on one clock for all (the process manager's record of it; None
+        when not yet recorded), which ranks versions (:mod:`relay_es.engine.routing`); without
+        it, when the connection was accepted here."""
+        self.registry = registry
+        self.first_seen = first_seen or (lambda conn: conn.connected_at)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._turn = itertools.count()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Calls from other threads run on ``loop`` from now on."""
+        self.loop = loop
+
+    def choose(self, org: str, app: str, *, prefer_latest: bool = False,
+               latest_version: str | None = None) -> Connection:
+        """The connection a call of ``org``/``app`` goes to; raises ``NoHealthyExecutor``."""
+        conns = {c.id: c for c in self.registry.registered(org, app)}
+        candidates = [Candidate(id=c.id, executor_id=c.executor_id or "", version=c.app_version,
+                                first_seen=self.first_seen(c), in_flight=len(c.waiters)) for c in conns.values()]
+        chosen = choose(org, app, candidates, turn=next(self._turn), prefer_latest=prefer_latest,
+                        latest_version=latest_version)
+        return conns[chosen.id]
+
+    async def call(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
+                   prefer_latest: bool = False, latest_version: str | None = None) -> m.Response:
+        """Sends ``make_request(request_id)`` to one executor of ``org``/``app`` and returns its
+        answer, of the catalogue's type for the request. ``prefer_latest``: the latest
+        application version first (``latest_version``, when given and running; see
+        :mod:`relay_es.engine.routing`). Raises a :class:`~relay_es.engine.calls.CallFailed`."""
+        conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version)
+        executor_id = conn.executor_id or ""
+        try:
+            answer = await conn.call(make_request, timeout)
+        except TimeoutError:
+            raise ExecutorTimedOut(executor_id, timeout) from None
+        except ConnectionLost as e:
+            raise ExecutorGone(executor_id, str(e)) from None
+        if isinstance(answer, RefusedReply):
+            raise ReplyRefused(executor_id, answer.error_message or "unusable reply")
+        if answer.failed:
+            raise ExecutorFailed(answer.error_message or f"{answer.type} did not succeed", answer)
+        return answer
+
+    def call_threadsafe(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
+                        prefer_latest: bool = False, latest_version: str | None = None) -> m.Response:
+        """:meth:`call` from a thread other than the loop's; blocks until it ends."""
+        assert self.loop is not None, "calls not started"
+        fut = asyncio.run_coroutine_threadsafe(
+            self.call(org, app, make_request, timeout=timeout, prefer_latest=prefer_latest,
+                      latest_version=latest_version), self.loop)
+        try:
+            return fut.result(timeout + THREAD_MARGIN)
+        except concurrent.futures.TimeoutError:  # the loop is stuck: give up, and tell the call
+            fut.cancel()
+            raise ExecutorTimedOut("?", timeout) from None
