@@ -36,15 +36,18 @@ class AuditController(Controller):
     @get("/", sync_to_thread=True, summary="Audit entries in order")
     def audit_logs(
         self, org: FromPath[str], ctx: Context,
-        app: Annotated[str | None, QueryParameter(name="app", required=False, max_length=256)] = None,
-        executor_id: Annotated[str | None, QueryParameter(name="executorId", required=False,
-                                                          max_length=authz.MAX_EXECUTOR_ID)] = None,
+        # Lengths checked below, not by Litestar, whose refusal names the argument, not the parameter.
+        app: Annotated[str | None, QueryParameter(name="app", required=False, schema_extra={"maxLength": 256})] = None,
+        executor_id: Annotated[str | None, QueryParameter(name="executorId", required=False, schema_extra={
+            "maxLength": authz.MAX_EXECUTOR_ID})] = None,
         after: Annotated[int | None, QueryParameter(name="after", required=False, ge=0, le=2**63 - 1)] = None,
         limit: Annotated[int, QueryParameter(name="limit", ge=1, le=1000)] = 100,
     ) -> list[AuditEntry]:
-        for name, value in (("app", app), ("executorId", executor_id)):
+        for name, value, most in (("app", app, 256), ("executorId", executor_id, authz.MAX_EXECUTOR_ID)):
             if value is not None and "\x00" in value:
                 raise InvalidSetting(name, "must not contain NUL characters")
+            if value is not None and len(value) > most:
+                raise InvalidSetting(name, f"must be at most {most} characters")
         return [AuditEntry(seq=a.seq, at=units.rfc3339(a.at) or "", org=a.org, app=a.app, executor_id=a.executor_id,
                            action=a.action, detail=a.detail)
                 for a in audit_view.query(ctx.db, org=org, app=app, executor_id=executor_id, after=after, limit=limit)]

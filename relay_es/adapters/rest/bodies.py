@@ -2,7 +2,8 @@
 
 Litestar's own decoding of a body converts ``"60"`` to ``60``; a string is not
 a number of seconds. A handler whose body carries numbers decodes it again
-with :func:`strict`, whose refusal is a 422 problem naming the field.
+with :func:`strict`, whose refusal is a 422 problem naming the field (a body
+that is not JSON at all: 400).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request
-from litestar.exceptions import ValidationException
+from litestar.exceptions import ClientException, ValidationException
 
 T = TypeVar("T")
 
@@ -27,3 +28,5 @@ async def strict(request: Request[Any, Any, Any], cls: type[T]) -> T:
         text = str(e)
         where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
         raise ValidationException(detail=text, extra=[{"key": where, "message": text}]) from None
+    except msgspec.DecodeError as e:  # not JSON at all: a 400, as Litestar answers for its own bodies
+        raise ClientException(detail=f"body: {e}") from None
