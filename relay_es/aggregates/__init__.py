@@ -4,12 +4,14 @@
 * :mod:`~relay_es.aggregates.application` -- an application's registration and settings;
 * :mod:`~relay_es.aggregates.token` -- an org's API and executor keys, stored as hashes;
 * :mod:`~relay_es.aggregates.gate` -- an org's record of refused handshakes;
-* :mod:`~relay_es.aggregates.skip` -- the record of an event a read model skipped (ADR 16).
+* :mod:`~relay_es.aggregates.skip` -- the record of an event a read model skipped (ADR 16);
+* :mod:`~relay_es.aggregates.action` -- one operator action through the API: who asked, what, the outcome.
 
 Their event classes' module paths and names are stored with every event (the topic):
 moving or renaming one makes the streams that hold it unreadable.
 """
 
+from relay_es.aggregates.action import Action, Outcome
 from relay_es.aggregates.application import AppSettings, Application, SettingsPatch
 from relay_es.aggregates.executor import (
     DisconnectReason,
@@ -21,11 +23,13 @@ from relay_es.aggregates.executor import (
 from relay_es.aggregates.token import Token
 
 __all__ = [
+    "Action",
     "AppSettings",
     "Application",
     "DisconnectReason",
     "Executor",
     "ExecutorStatus",
+    "Outcome",
     "RecoveryPhase",
     "SettingsPatch",
     "Token",
