@@ -14,6 +14,7 @@ Where the rest lives:
   executor cache, loading many streams;
 * :mod:`relay_es.engine.commands` -- the command bus (``Op``, ``Batch``, ``execute``);
 * :mod:`relay_es.engine.executor_commands` -- the executor commands, each written once;
+* :mod:`relay_es.engine.action_commands` -- the operators' actions (who asked, what, the outcome);
 * this module -- applications, tokens, refusals and projection skips.
 """
 
@@ -41,11 +42,12 @@ from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import EXECUTOR_TIMEOUT
 from relay_es.domain.errors import InvalidSetting, UnknownApplication, UnknownToken
 from relay_es.domain.text import sanitized
+from relay_es.engine.action_commands import ActionCommands
 from relay_es.engine.executor_commands import ExecutorCommands
 from relay_es.engine.store import RelayStore
 
 
-class Relay(ExecutorCommands, RelayStore):
+class Relay(ActionCommands, ExecutorCommands, RelayStore):
     """Every command of Relay, on one event store.
 
     ``default_grace``: how long a DISCONNECTED executor of an application that

@@ -1,0 +1,174 @@
+"""The action commands: what an operator asked through the API, and how it ended.
+
+The REST operations that act on executors (cancel, resume, fork, delete, the bulk
+forms, schedules, versions) call :meth:`ActionCommands.record_action_requested`
+before they dispatch and :meth:`ActionCommands.record_action_completed` when the
+call ends, however it ends. Both are recorded on the action's own stream
+(:class:`~relay_es.aggregates.action.Action`) and feed the audit log.
+
+What the caller sent (target ids, parameter values, the source address, a
+user's id) is kept escaped and cut, never refused: the record of a hostile
+request must not be lost to the hostility (ADR 16). What Relay itself
+supplies (org, application, operation, outcome, executor id) is checked, and
+refused when wrong (:class:`~relay_es.domain.errors.InvalidSetting`): that is a
+bug in the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError
+
+from relay_es.aggregates.action import (
+    DEVELOPMENT_USER,
+    ID_CHARS,
+    MAX_SUMMARY_KEYS,
+    MESSAGE_CHARS,
+    SUMMARY_CHARS,
+    Action,
+    Outcome,
+    action_stream_id,
+)
+from relay_es.domain.errors import IllegalTransition
+from relay_es.domain.text import sanitized
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asked: ``kind`` is ``"token"`` (``id``: the token's name) or ``"user"``."""
+
+    kind: str
+    id: str
+
+    @classmethod
+    def token(cls, name: str) -> Actor:
+        return cls("token", name)
+
+    @classmethod
+    def development(cls) -> Actor:
+        """The user every request acts as in development mode (no token)."""
+        return cls("user", DEVELOPMENT_USER)
+
+    @classmethod
+    def of(cls, token: str | None) -> Actor:
+        """From a principal's ``token`` (None: development mode)."""
+        return cls.development() if token is None else cls.token(token)
+
+
+def _summary(values: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A caller's summary made recordable: string values escaped and cut, other
+    values not representable as a scalar recorded as their cut ``repr``. Keys
+    and their number are Relay's own choice, checked by the aggregate."""
+    if values is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, bool) or value is None or (isinstance(value, int) and -(2**63) <= value < 2**63):
+            out[key] = value
+        else:
+            out[key] = sanitized(value if isinstance(value, str) else repr(value), SUMMARY_CHARS)
+    return out
+
+
+class ActionCommands:
+    """The action commands of :class:`~relay_es.engine.service.Relay` (a mixin: it
+    uses ``now()``, ``save()``, ``retrying()`` and ``_maybe()``)."""
+
+    now: Callable[[], datetime]
+    _maybe: Callable[[UUID], Any]
+
+    def record_action_requested(
+        self,
+        org: str,
+        app: str | None,
+        *,
+        request_id: str,
+        operation: str,
+        actor: Actor,
+        source: str | None,
+        target_type: str,
+        target_ids: Sequence[str] = (),
+        parameters: Mapping[str, Any] | None = None,
+    ) -> UUID:
+        """Records that ``actor`` asked for ``operation`` (Conductor's ``operationId``,
+        e.g. ``cancelWorkflow``) on ``target_type`` ``target_ids`` (e.g. ``workflow``,
+        ``schedule``, ``version``; all the ids the request named: the first
+        :data:`~relay_es.aggregates.action.MAX_TARGET_IDS` are recorded, and their
+        count), from ``source`` (the client's address, host only), with a summary of
+        the request's ``parameters`` (at most
+        :data:`~relay_es.aggregates.action.MAX_SUMMARY_KEYS` scalars; never workflow
+        inputs or outputs). Returns the action's id, for :meth:`record_action_completed`.
+
+        ``request_id``: made by Relay for this request (a uuid4), never taken from
+        the caller. Recording the same request again returns the same id and
+        records nothing (a retry after a lost answer); a different action under a
+        request id already used raises :class:`IllegalTransition`."""
+        if isinstance(target_ids, (str, bytes)):
+            target_ids = [target_ids]  # type: ignore[list-item]  # one id, not its letters
+        ids = [sanitized(t if isinstance(t, str) else repr(t), ID_CHARS) or "" for t in target_ids]
+        fields = dict(org=org, app=app, request_id=request_id, operation=operation, actor_kind=actor.kind,
+                      actor=sanitized(actor.id, ID_CHARS) or "", source=sanitized(source, ID_CHARS),
+                      target_type=target_type, target_ids=ids, parameters=_summary(parameters))
+        sid = action_stream_id(org, request_id)
+
+        def run() -> UUID:
+            existing = self._maybe(sid)
+            action = Action.request(**fields, at=self.now())  # validated even when it is a repeat
+            if existing is not None:
+                if _same_request(existing, action):
+                    return sid
+                raise IllegalTransition(f"action {request_id!r}", "requested", "request",
+                                        "that request id names another action")
+            self.save(action)  # type: ignore[attr-defined]
+            return sid
+
+        return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
+
+    def record_action_completed(
+        self,
+        action_id: UUID,
+        *,
+        outcome: Outcome | str,
+        message: str | None = None,
+        executor_id: str | None = None,
+        result: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Records how the action ended: ``outcome``; ``message`` (an executor's
+        ``error_message``, a timeout's or a dropped socket's account: kept escaped and
+        cut to :data:`~relay_es.aggregates.action.MESSAGE_CHARS` characters);
+        ``executor_id``, the executor that answered (or was asked, for a timeout);
+        ``result``, a summary like the parameters' (e.g. a fork's new workflow id,
+        a bulk operation's counts).
+
+        Returns True if recorded, False if the action had completed already (the
+        first completion stands). Raises :class:`IllegalTransition` for an action
+        never requested."""
+        message = sanitized(message, MESSAGE_CHARS)
+        summary = _summary(result)
+
+        def run() -> bool:
+            action = self._maybe(action_id)
+            if not isinstance(action, Action):
+                raise IllegalTransition(f"action {action_id}", "unknown", "complete", "it was never requested")
+            if action.completed:
+                return False
+            action.complete(outcome=outcome, message=message, executor_id=executor_id, result=summary,
+                            at=self.now())
+            self.save(action)  # type: ignore[attr-defined]
+            return True
+
+        return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
+
+
+def _same_request(a: Action, b: Action) -> bool:
+    keys = ("org", "app", "request_id", "operation", "actor_kind", "actor", "source", "target_type", "target_ids",
+            "target_count", "parameters")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+__all__ = ["Actor", "ActionCommands", "MAX_SUMMARY_KEYS", "Outcome"]
