@@ -128,3 +128,37 @@ def test_nothing_is_acted_on_after_a_fatal_violation() -> None:
     s2, rid2 = opened()
     s2.receive(reply(rid2, hostname="a\x00"))
     assert s2.receive(reply(rid2)) == [] and s2.info is None
+
+
+def test_every_catalogue_reply_decodes_into_its_type_straight_from_the_frame() -> None:
+    from relay_es.protocol import catalogue as c
+
+    s = registered()
+    rid, _ = s.request(lambda r: c.ListWorkflowsRequest(request_id=r, body=c.ListWorkflowsBody(
+        load_input=False, load_output=False)))
+    [ev] = s.receive(json.dumps({"type": "list_workflows", "request_id": rid,
+                                 "output": [{"WorkflowUUID": "w1", "CreatedAt": "1796040658645"}]}))
+    assert isinstance(ev, Answered) and isinstance(ev.response, c.ListWorkflowsResponse)
+    assert ev.response.output is not None and ev.response.output[0].WorkflowUUID == "w1"
+
+
+def test_an_unusable_reply_answers_its_request_with_a_refused_reply_and_nothing_else() -> None:
+    """A field of the wrong type, or a reply of another type than the request's: a non-fatal
+    violation, and the request answered with a RefusedReply (never with the executor's
+    data); an answer to no request answers nothing; the other requests stay outstanding."""
+    from relay_es.protocol import catalogue as c
+    from relay_es.protocol.session import RefusedReply
+
+    s = registered()
+    wrong, _ = s.request(lambda r: c.GetWorkflowRequest(request_id=r, workflow_id="w"))
+    other, _ = s.request(lambda r: c.ListStepsRequest(request_id=r, workflow_id="w"))
+    waiting, _ = s.request(lambda r: c.GetQueueRequest(request_id=r, name="q"))
+    bad, refused = s.receive(json.dumps({"type": "get_workflow", "request_id": wrong, "output": "not an object"}))
+    assert isinstance(bad, Violation) and bad.kind == "malformed_reply" and not bad.fatal
+    assert isinstance(refused, Answered) and isinstance(refused.response, RefusedReply)
+    assert "malformed 'get_workflow' reply" in (refused.response.error_message or "")
+    mismatch, refused = s.receive(json.dumps({"type": "cancel", "request_id": other, "success": True}))
+    assert mismatch.kind == "type_mismatch" and isinstance(refused.response, RefusedReply)
+    [unsolicited] = s.receive(json.dumps({"type": "get_queue", "request_id": "never-made", "output": None}))
+    assert isinstance(unsolicited, Violation) and unsolicited.kind == "unsolicited" and not unsolicited.fatal
+    assert s.state is State.REGISTERED and list(s.pending) == [waiting]

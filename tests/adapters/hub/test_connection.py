@@ -128,3 +128,54 @@ def test_a_socket_that_fails_under_a_write_is_lost() -> None:
         return conn.closed
 
     assert asyncio.run(main())
+
+
+def test_a_socket_relay_closes_fails_its_waiting_calls_at_once() -> None:
+    """Nothing more is read from a socket Relay closed (superseded, revoked, a fatal
+    violation): its calls fail at once, not at their timeouts."""
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def main() -> None:
+        conn = registered(send)
+        call = asyncio.ensure_future(conn.call(lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=["D"]), 60))
+        while not conn.waiters:
+            await asyncio.sleep(0.001)
+        await conn.close(4001, "superseded")
+        with pytest.raises(ConnectionLost):
+            await asyncio.wait_for(call, 1)
+        assert not conn.waiters
+
+    asyncio.run(main())
+
+
+def test_a_session_closed_by_a_fatal_violation_still_fails_the_calls_when_the_socket_goes() -> None:
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def main() -> None:
+        conn = registered(send)
+        call = asyncio.ensure_future(conn.call(lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=["D"]), 60))
+        while not conn.waiters:
+            await asyncio.sleep(0.001)
+        conn.session.close()  # what a fatal violation does: the session forgets its requests
+        conn.lost()
+        with pytest.raises(ConnectionLost):
+            await asyncio.wait_for(call, 1)
+
+    asyncio.run(main())
+
+
+def test_a_calls_timeout_covers_its_write() -> None:
+    """A write stuck behind another (the socket's lock held by a huge frame) counts against
+    the call's one timeout."""
+    async def stuck(message: dict[str, Any]) -> None:
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        conn = registered(stuck)
+        with pytest.raises(TimeoutError):
+            await conn.call(lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=["D"]), 0.05)
+        assert not conn.waiters and not conn.session.pending
+
+    asyncio.run(main())

@@ -37,3 +37,18 @@ def test_the_newest_registered_open_connection_of_an_application() -> None:
     b.closed = True
     assert registry.newest("local", "app") is c
     assert registry.newest("local", "nobody") is None
+
+
+def test_the_registered_open_connections_of_an_application_are_the_ones_a_call_may_go_to() -> None:
+    from relay_es.adapters.hub.connection import Connection
+
+    registry = Registry()
+    a, b = registered(_nowhere, "A", id="a"), registered(_nowhere, "B", id="b")
+    fresh = Connection(id="f", org="local", app="app", peer="p", token=None, send_message=_nowhere)  # no executor_info yet
+    other = registered(_nowhere, "O", id="o", app="other")
+    for conn in (a, b, fresh, other):
+        registry.add(conn)
+    assert {c.id for c in registry.registered("local", "app")} == {"a", "b"}
+    b.closed = True
+    assert [c.id for c in registry.registered("local", "app")] == ["a"]
+    assert registry.registered("local", "nobody") == []
