@@ -38,6 +38,11 @@ def test_each_part_is_built_with_the_parts_it_works_with(tmp_path: Path) -> None
         assert rt.hub.quotas.roster is rt.pm
         assert rt.hub.gate is rt.gate and type(rt.gate) is Gate
         assert rt.hub.pool is rt.pool
+        # the REST operations' calls go over the same sockets, versions ranked by the process manager's rows
+        assert rt.calls.registry is rt.registry and rt.calls.first_seen == rt._first_registered
+        from relay_es.composition.asgi import rest_context
+
+        assert rest_context(rt).calls is rt.calls
         # timing from the settings (their defaults from relay_es.domain.defaults)
         assert rt.pm.retention_interval == 42.0
         assert rt.dispatcher.response_timeout == 7.0
@@ -81,3 +86,29 @@ def test_a_runtime_that_never_started_closes(tmp_path: Path) -> None:
     rt = Runtime(settings(tmp_path))
     rt.close()
     Runtime(settings(tmp_path)).close()
+
+
+def test_an_executor_is_first_seen_when_the_process_manager_recorded_its_registration(tmp_path: Path) -> None:
+    """What ranks application versions for the calls: the ``created_at`` of the executor's
+    row (this incarnation's first Connected); None while that is not folded yet."""
+    from datetime import datetime, timezone
+    from uuid import uuid4
+
+    from relay_es.adapters.hub import Connection
+    from relay_es.projections.executors import ExecutorRow
+
+    async def nowhere(message: object) -> None:
+        pass
+
+    rt = Runtime(settings(tmp_path))
+    try:
+        conn = Connection(id="c", org="local", app="app", peer="p", token=None, send_message=nowhere)
+        assert rt._first_registered(conn) is None
+        conn.stream_id = uuid4()
+        assert rt._first_registered(conn) is None
+        at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        rt.pm.rows[str(conn.stream_id)] = ExecutorRow(stream_id=str(conn.stream_id), org="local", app="app",
+                                                      executor_id="E", version=1, created_at=at)
+        assert rt._first_registered(conn) == at.timestamp()
+    finally:
+        rt.close()
