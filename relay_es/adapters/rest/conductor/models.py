@@ -1,0 +1,351 @@
+"""Request and response bodies of the Conductor API 2.0.0 workflow, queue, schedule and version
+operations, written from the reference (``../shared/reference/conductor-openapi-3.1.json``,
+components/schemas; not vendored).
+
+Field names are the reference's (``rename="camel"``); nullability is the reference's:
+
+* A response field the reference types ``["string", "null"]`` is ``str | None`` with no
+  default, so it is always sent, as ``null`` when there is no value. A field it requires but
+  does not make nullable (``Workflow.createdAt``, ``Queue.pollingIntervalSecs``) has a plain
+  type. A field it neither requires nor makes nullable (``WorkflowAggregate.count``) is
+  ``UNSET`` when there is no value, and then omitted.
+* Request bodies decode strictly (:func:`decode`): no conversion between JSON types, an unknown
+  field refused (``additionalProperties: false``), ``null`` refused where the reference does
+  not allow it (only the filter lists of ``WorkflowSearchBody`` and ``WorkflowAggregatesBody``
+  are nullable), and a field not sent stays ``UNSET``, so a decoded body encodes back to the
+  same JSON. Each accepts the ``$schema`` link the reference lists (and ignores it).
+
+Hostile input is bounded here, before any executor sees it (the refusal names the field):
+
+* :data:`MAX_TEXT` characters in one ID, name, prefix, status or version;
+* :data:`MAX_FILTER_VALUES` values in one filter list, :data:`MAX_IDS` workflow IDs in a bulk
+  action or an ID filter, :data:`MAX_ATTRIBUTES` keys in an ``attributes`` filter;
+* date-times match RFC 3339 (:data:`RFC3339`) and are at most 64 characters;
+* ``limit``, ``offset`` and step numbers are not negative; ``timeBucketSizeMs`` is positive;
+  integers fit the reference's ``int32`` / ``int64``;
+* a bulk action names at least one workflow; ``BulkForkFromFailureBody`` names at most one
+  starting point (none means ``fromLastFailure``);
+* :data:`MAX_SERIALIZED_WORKFLOW` characters in an imported workflow (the request body cap of
+  the route that takes it must allow that much).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+MAX_TEXT = 4096
+MAX_FILTER_VALUES = 1000
+MAX_IDS = 10_000
+MAX_ATTRIBUTES = 100
+MAX_SERIALIZED_WORKFLOW = 64 * 1024 * 1024
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+# RFC 3339 section 5.6 date-time (``T`` or ``t``; ``Z``, ``z`` or a numeric offset required).
+RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+
+Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+Values = Annotated[list[Text], Meta(max_length=MAX_FILTER_VALUES)]
+Ids = Annotated[list[Text], Meta(max_length=MAX_IDS)]
+BulkIds = Annotated[list[Text], Meta(min_length=1, max_length=MAX_IDS)]
+DateTime = Annotated[str, Meta(max_length=64, pattern=RFC3339)]
+Attributes = Annotated[dict[str, Any], Meta(max_length=MAX_ATTRIBUTES)]
+Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]  # limit, offset
+StepNumber = Annotated[int, Meta(ge=0, le=INT32_MAX)]
+BucketMs = Annotated[int, Meta(ge=1, le=INT64_MAX)]
+
+
+class _Body(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    """A request body: closed, every field optional unless a subclass says so."""
+
+    schema: Annotated[str, Meta(max_length=MAX_TEXT)] | UnsetType = msgspec.field(name="$schema", default=UNSET)
+
+
+class _Answer(msgspec.Struct, rename="camel", kw_only=True):
+    """A response body (or an element of one): encoded with every field but the ``UNSET`` ones."""
+
+
+B = TypeVar("B", bound=_Body)
+
+
+def decode(raw: bytes | str, cls: type[B]) -> B:
+    """``raw`` as request body ``cls``, strictly. Raises ``msgspec.ValidationError`` naming the
+    field (``- at `$.workflowIds[3]```) or ``msgspec.DecodeError`` for what is not JSON."""
+    return msgspec.json.decode(raw, type=cls, strict=True)
+
+
+# --- workflows ---------------------------------------------------------------
+
+
+class Workflow(_Answer, kw_only=True):
+    """Every key required; all but six nullable."""
+
+    workflow_id: str
+    status: str  # open set: ENQUEUED, DELAYED, PENDING, SUCCESS, ERROR, MAX_RECOVERY_ATTEMPTS_EXCEEDED, CANCELLED
+    workflow_name: str | None
+    workflow_class: str | None
+    workflow_config: str | None
+    user: str | None
+    assumed_role: str | None
+    roles: str | None
+    input: str | None
+    output: str | None
+    error: str | None
+    created_at: str
+    updated_at: str
+    queue_name: str | None
+    app_version: str | None
+    executor_id: str | None
+    timeout_ms: int | None
+    deadline: str | None
+    deduplication_id: str | None
+    priority: int
+    queue_partition_key: str | None
+    forked_from: str | None
+    was_forked_from: bool
+    parent_workflow_id: str | None
+    dequeued_at: str | None
+    delay_until: str | None
+    completed_at: str | None
+    attributes: str | None
+    schedule_name: str | None
+    application_name: str | None
+
+
+class _Filters(_Body, kw_only=True):
+    """The workflow filters ``WorkflowSearchBody`` and ``WorkflowAggregatesBody`` share."""
+
+    workflow_ids: Ids | None | UnsetType = UNSET
+    workflow_name: Values | None | UnsetType = UNSET
+    user: Values | None | UnsetType = UNSET
+    status: Values | None | UnsetType = UNSET
+    app_version: Values | None | UnsetType = UNSET
+    executor_id: Values | None | UnsetType = UNSET
+    queue_name: Values | None | UnsetType = UNSET
+    forked_from: Values | None | UnsetType = UNSET
+    parent_workflow_id: Values | None | UnsetType = UNSET
+    workflow_id_prefix: Values | None | UnsetType = UNSET
+    schedule_name: Values | None | UnsetType = UNSET
+    attributes: Attributes | UnsetType = UNSET
+    start_time: DateTime | UnsetType = UNSET
+    end_time: DateTime | UnsetType = UNSET
+    completed_after: DateTime | UnsetType = UNSET
+    completed_before: DateTime | UnsetType = UNSET
+    dequeued_after: DateTime | UnsetType = UNSET
+    dequeued_before: DateTime | UnsetType = UNSET
+    was_forked_from: bool | UnsetType = UNSET
+    has_parent: bool | UnsetType = UNSET
+
+
+class WorkflowSearchBody(_Filters, kw_only=True):
+    queues_only: bool | UnsetType = UNSET
+    limit: Count | UnsetType = UNSET
+    offset: Count | UnsetType = UNSET
+    sort_desc: bool | UnsetType = UNSET
+    load_input: bool | UnsetType = UNSET
+    load_output: bool | UnsetType = UNSET
+
+
+class Step(_Answer, kw_only=True):
+    step_id: int
+    step_name: str
+    output: str | None
+    error: str | None
+    child_workflow_id: str | None
+    started_at: str | None
+    completed_at: str | None
+
+
+class Event(_Answer, kw_only=True):
+    key: str
+    value: str
+
+
+class Notification(_Answer, kw_only=True):
+    topic: str | None
+    message: str
+    created_at: str
+    consumed: bool
+
+
+class StreamEntry(_Answer, kw_only=True):
+    key: str
+    values: list[str]
+
+
+class WorkflowAggregate(_Answer, kw_only=True):
+    group: dict[str, str | None]
+    count: int | UnsetType = UNSET
+    min_created_at: str | UnsetType = UNSET
+    max_queue_wait_ms: int | UnsetType = UNSET
+    max_total_latency_ms: int | UnsetType = UNSET
+
+
+class WorkflowAggregatesBody(_Filters, kw_only=True):
+    group_by_status: bool | UnsetType = UNSET
+    group_by_workflow_name: bool | UnsetType = UNSET
+    group_by_queue_name: bool | UnsetType = UNSET
+    group_by_executor_id: bool | UnsetType = UNSET
+    group_by_app_version: bool | UnsetType = UNSET
+    group_by_application_name: bool | UnsetType = UNSET
+    select_count: bool | UnsetType = UNSET
+    select_min_created_at: bool | UnsetType = UNSET
+    select_max_queue_wait_ms: bool | UnsetType = UNSET
+    select_max_total_latency_ms: bool | UnsetType = UNSET
+    time_bucket_size_ms: BucketMs | UnsetType = UNSET
+
+
+class StepAggregate(_Answer, kw_only=True):
+    group: dict[str, str | None]
+    count: int | UnsetType = UNSET
+    max_duration_ms: int | UnsetType = UNSET
+
+
+class StepAggregatesBody(_Body, kw_only=True):
+    group_by_function_name: bool | UnsetType = UNSET
+    group_by_status: bool | UnsetType = UNSET
+    select_count: bool | UnsetType = UNSET
+    select_max_duration_ms: bool | UnsetType = UNSET
+    time_bucket_size_ms: BucketMs | UnsetType = UNSET
+    status: Values | UnsetType = UNSET  # SUCCESS, ERROR
+    step_name: Values | UnsetType = UNSET
+    workflow_id_prefix: Values | UnsetType = UNSET
+    completed_after: DateTime | UnsetType = UNSET
+    completed_before: DateTime | UnsetType = UNSET
+
+
+# --- actions -----------------------------------------------------------------
+
+
+class CancelWorkflowInputBody(_Body, kw_only=True):
+    cancel_children: bool | UnsetType = UNSET
+
+
+class ResumeWorkflowInputBody(_Body, kw_only=True):
+    queue_name: Text | UnsetType = UNSET
+
+
+class ForkWorkflowInputBody(_Body, kw_only=True):
+    start_step: StepNumber | UnsetType = UNSET
+    new_workflow_id: Text | UnsetType = UNSET
+    app_version: Text | UnsetType = UNSET
+    queue_name: Text | UnsetType = UNSET
+    queue_partition_key: Text | UnsetType = UNSET
+
+
+class ForkWorkflowOutputBody(_Answer, kw_only=True):
+    workflow_id: str
+
+
+class BulkCancelInputBody(_Body, kw_only=True):
+    workflow_ids: BulkIds
+    cancel_children: bool | UnsetType = UNSET
+
+
+class BulkResumeInputBody(_Body, kw_only=True):
+    workflow_ids: BulkIds
+    queue_name: Text | UnsetType = UNSET
+
+
+class BulkDeleteInputBody(_Body, kw_only=True):
+    workflow_ids: BulkIds
+    delete_children: bool | UnsetType = UNSET
+
+
+class BulkForkFromFailureBody(_Body, kw_only=True):
+    workflow_ids: BulkIds
+    app_version: Text | UnsetType = UNSET
+    queue_name: Text | UnsetType = UNSET
+    queue_partition_key: Text | UnsetType = UNSET
+    from_last_failure: bool | UnsetType = UNSET
+    from_last_step: bool | UnsetType = UNSET
+    from_step: StepNumber | UnsetType = UNSET
+    from_step_name: Text | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        chosen = [self.from_last_failure is True, self.from_last_step is True,
+                  self.from_step is not UNSET, self.from_step_name is not UNSET]
+        if sum(chosen) > 1:
+            raise ValueError("fromLastFailure, fromLastStep, fromStep and fromStepName are mutually exclusive")
+
+
+class BulkForkFromFailureOutputBody(_Answer, kw_only=True):
+    workflow_ids: list[str]
+
+
+class ExportWorkflowOutputBody(_Answer, kw_only=True):
+    serialized_workflow: str  # opaque: base64 of gzip of a pickle (Python) or of JSON
+
+
+class ImportWorkflowInputBody(_Body, kw_only=True):
+    serialized_workflow: Annotated[str, Meta(max_length=MAX_SERIALIZED_WORKFLOW)]
+
+
+# --- queues, schedules, versions ---------------------------------------------
+
+
+class Queue(_Answer, kw_only=True):
+    name: str
+    concurrency: int | None
+    worker_concurrency: int | None
+    rate_limit_max: int | None
+    rate_limit_period_secs: float | None
+    priority_enabled: bool
+    partition_queue: bool
+    polling_interval_secs: float
+    application_name: str | None
+
+
+class Schedule(_Answer, kw_only=True):
+    schedule_id: str
+    schedule_name: str
+    workflow_name: str
+    workflow_class: str | None
+    cron_expression: str
+    status: str  # open set: ACTIVE, PAUSED
+    context: str | None
+    last_fired_at: str | None
+    automatic_backfill: bool
+    cron_timezone: str | None
+    application_name: str | None
+
+
+class BackfillInputBody(_Body, kw_only=True):
+    start_time: DateTime
+    end_time: DateTime
+
+
+class BackfillOutputBody(_Answer, kw_only=True):
+    workflow_ids: list[str]
+
+
+class TriggerOutputBody(_Answer, kw_only=True):
+    workflow_id: str
+
+
+class ApplicationVersion(_Answer, kw_only=True):
+    version_id: str
+    version_name: str
+    version_timestamp: str
+    created_at: str
+
+
+class PatchLatestVersionInputBody(_Body, kw_only=True):
+    version_name: Text
+
+
+# Component schema name -> class, for every body this module defines.
+SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
+    Workflow, WorkflowSearchBody, Step, Event, Notification, StreamEntry,
+    WorkflowAggregate, WorkflowAggregatesBody, StepAggregate, StepAggregatesBody,
+    CancelWorkflowInputBody, ResumeWorkflowInputBody, ForkWorkflowInputBody, ForkWorkflowOutputBody,
+    BulkCancelInputBody, BulkResumeInputBody, BulkDeleteInputBody,
+    BulkForkFromFailureBody, BulkForkFromFailureOutputBody,
+    ExportWorkflowOutputBody, ImportWorkflowInputBody,
+    Queue, Schedule, BackfillInputBody, BackfillOutputBody, TriggerOutputBody,
+    ApplicationVersion, PatchLatestVersionInputBody,
+)}
