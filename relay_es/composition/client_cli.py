@@ -8,6 +8,10 @@ Every string printed in a table, a key/value listing or an error comes from
 executors, paths or the server and is escaped first (:func:`printable`): no
 newline, carriage return, escape sequence or other control character reaches
 the terminal. ``--json`` output is JSON, which escapes them itself.
+
+Lists whose tables show Relay's own fields (an executor's ``deadline``, a
+token's ``appNames``) ask for them with :data:`EXTENDED` (``?relay=extended``);
+without it the server answers exactly Conductor's fields.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from relay_es.composition.settings import DEFAULT_HOST, DEFAULT_PORT
 DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where ``relay serve`` listens with no options
 REQUEST_TIMEOUT_SECS = 30  # one REST call, connect to last byte; the server's own deadline is RELAY_HTTP_REQUEST_TIMEOUT_SECS
 FOLLOW_INTERVAL_SECS = 1.0  # ``audit --follow``: how often to ask for new entries
+EXTENDED = {"relay": "extended"}  # Conductor's fields and Relay's (executors' deadline, tokens' appNames)
 
 COLUMNS = {
     "apps": ["name", "status", "language", "executorTimeoutSecs", "gcTimeThresholdMs", "gcRowsThreshold",
@@ -254,7 +259,7 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"deleted {printable(args.app)}")
     elif cmd == "tokens":
         if action == "list":
-            emit(args, c.call("GET", f"{base}/tokens"), "tokens")
+            emit(args, c.call("GET", f"{base}/tokens", params=EXTENDED), "tokens")
         elif action == "create":
             body = {"appNames": args.apps} if args.apps else {}
             created = c.call("POST", f"{base}/tokens/{seg(args.name)}", json=body)
@@ -268,7 +273,7 @@ def _run(args: argparse.Namespace) -> int:
             if not args.json:
                 print(f"revoked {printable(args.name)}")
     elif cmd == "executors":
-        params = {"asOf": args.as_of} if args.as_of else {}
+        params = {**EXTENDED, **({"asOf": args.as_of} if args.as_of else {})}
         emit(args, c.pages(f"{base}/apps/{seg(args.app)}/executors", params), "executors")
     elif cmd == "history":
         events: list[Any] = []

@@ -93,6 +93,28 @@ def test_as_of_follows_the_servers_pages(monkeypatch, capsys) -> None:
     assert [e["executorId"] for e in json.loads(capsys.readouterr().out)] == ["A", "B"]
 
 
+def test_tables_ask_for_relay_s_own_fields(monkeypatch, capsys) -> None:
+    """Without ``?relay=extended`` the server answers Conductor's fields only: no deadline, no appNames."""
+    asked: list[httpx.URL] = []
+    tokens = [{"tokenName": "ci", "createdAt": "2026-01-01T00:00:00.000Z", "permissions": ["application.read"],
+               "appIds": ["id-1"], "appNames": ["orders"]}]
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        asked.append(r.url)
+        if r.url.path.endswith("/tokens"):
+            return httpx.Response(200, json=tokens)
+        return httpx.Response(200, json=[{**executor("A"), "deadline": "2026-01-01T00:00:05.000Z"}])
+
+    assert run(monkeypatch, handler, "executors", "list", "--app", "orders") == 0
+    assert "2026-01-01T00:00:05.000Z" in capsys.readouterr().out
+    assert run(monkeypatch, handler, "executors", "list", "--app", "orders", "--as-of", "2026-01-01T00:00:00Z") == 0
+    assert run(monkeypatch, handler, "tokens", "list") == 0
+    out = capsys.readouterr().out
+    assert "appNames" in out.splitlines()[-2] and "orders" in out.splitlines()[-1]
+    assert [u.params.get("relay") for u in asked] == ["extended"] * 3
+    assert asked[1].params["asOf"] == "2026-01-01T00:00:00Z"
+
+
 def test_a_next_page_elsewhere_is_not_followed(monkeypatch, capsys) -> None:
     asked: list[str] = []
 

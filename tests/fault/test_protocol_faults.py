@@ -273,7 +273,8 @@ def test_two_live_sockets_with_one_executor_id_newest_wins(make_server: Callable
         await until(lambda: len(audit_all(server, executorId="A", app="app")) == 2, what="both connections recorded")
         await asyncio.sleep(2.5)  # past the 1 s grace: nothing may be declared dead
         assert new.ws is not None and new.ws.close_code is None
-        row = listing(server)["A"]
+        extended = rest(server, "GET", "/v2/orgs/local/apps/app/executors", params={"relay": "extended"}).json()
+        (row,) = [e for e in extended if e["executorId"] == "A"]  # with Relay's deadline
         assert row["status"] == "HEALTHY" and row["deadline"] is None
         entries = audit_all(server, executorId="A", app="app")
         assert [x["action"] for x in entries] == ["executor.connected", "executor.connected"]

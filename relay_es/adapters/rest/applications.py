@@ -45,17 +45,22 @@ class Application(msgspec.Struct, rename="camel"):
 
 
 class PutAppBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """Conductor's ``PutAppInputBody``; ``$schema`` (a link Conductor's answers carry) is ignored."""
+
     private_mode: bool | UnsetType = UNSET
+    schema: str | UnsetType = msgspec.field(default=UNSET, name="$schema")
 
 
 class PatchAppBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    """Only the fields sent change; ``null`` clears a setting."""
+    """Conductor's ``PatchAppInputBody``: only the fields sent change; ``null``
+    clears a setting; ``$schema`` is ignored."""
 
     executor_timeout_secs: int | None | UnsetType = UNSET
     gc_time_threshold_ms: int | None | UnsetType = UNSET
     gc_rows_threshold: int | None | UnsetType = UNSET
     global_timeout_ms: int | None | UnsetType = UNSET
     private_mode: bool | UnsetType = UNSET
+    schema: str | UnsetType = msgspec.field(default=UNSET, name="$schema")
 
 
 def find_app(db: Any, org: str, app: str) -> apps_view.AppRow:

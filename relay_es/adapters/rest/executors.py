@@ -2,17 +2,21 @@
 
 The list is the executors table as it stands, or with ``asOf`` as it stood at
 a past instant, rebuilt from the event streams one page at a time (a next page
-linked in ``Link``). ``.../executors/{executor_id}/history`` pages through one
-executor's events. Both rebuilding reads are expensive: at most
-:data:`EXPENSIVE_READS` run at once (:func:`expensive_reads`), and between two
-streams each lets the process manager's urgent work go first.
+linked in ``Link``). Each item is Conductor's ``Executor``, exactly its fields;
+with ``?relay=extended`` (a query parameter no Conductor client sends) each
+also carries Relay's ``deadline``: the instant a DISCONNECTED executor is
+declared dead if it does not come back (RFC 3339), else null.
+``.../executors/{executor_id}/history`` pages through one executor's events.
+Both rebuilding reads are expensive: at most :data:`EXPENSIVE_READS` run at
+once (:func:`expensive_reads`), and between two streams each lets the process
+manager's urgent work go first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 import msgspec
@@ -24,8 +28,14 @@ from relay_es.adapters import authz
 from relay_es.adapters.rest.applications import find_app
 from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
+from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import units
-from relay_es.engine.queries import AS_OF_LIMIT, HISTORY_LIMIT, executor_history, executors_as_of_page
+from relay_es.engine.queries import (
+    AS_OF_LIMIT,
+    HISTORY_LIMIT,
+    executor_history,
+    executors_as_of_page,
+)
 from relay_es.projections.executors import ExecutorRow, all_rows
 
 EXPENSIVE_READS = 2  # as-of and history calls running at once; the rest wait their turn
@@ -33,18 +43,31 @@ URGENT_WORK_FIRST = 0.25  # seconds an expensive read waits, between two streams
 
 
 class Executor(msgspec.Struct, rename="camel"):
+    """Conductor's ``Executor``: exactly its fields."""
+
     executor_id: str
     app_id: str
-    app_version: str | None
+    app_version: str
     status: str
     host_id: str | None
     hostname: str | None
     language: str | None
     dbos_version: str | None
-    executor_metadata: Any
-    created_at: str | None
-    updated_at: str | None
-    deadline: str | None = None
+    executor_metadata: dict[str, Any] | None
+    created_at: str
+    updated_at: str
+
+
+class ExtendedExecutor(Executor):
+    """``?relay=extended``: Conductor's fields and Relay's."""
+
+    deadline: str | None
+
+
+# ``?relay=extended``: Relay's fields beside Conductor's (a Conductor client never sends it).
+RelayExtended = Annotated[Literal["extended"] | None, QueryParameter(
+    name="relay", required=False, description="`extended`: each executor also carries Relay's `deadline` "
+                                              "(RFC 3339, or null); without it, exactly Conductor's fields")]
 
 
 class HistoryEntry(msgspec.Struct):
@@ -54,21 +77,25 @@ class HistoryEntry(msgspec.Struct):
     data: dict[str, Any]
 
 
-def executor_out(r: ExecutorRow, app_id: str) -> Executor:
-    return Executor(
+def executor_out(r: ExecutorRow, app_id: str, *, extended: bool = False) -> Executor:
+    """A listed row (:attr:`ExecutorRow.visible`: it has connected, so its
+    version, status and times are set) in Conductor's shape, or with Relay's fields."""
+    out = Executor(
         executor_id=r.executor_id,
         app_id=app_id,
-        app_version=r.app_version,
+        app_version=r.app_version or "",
         status=r.status or "",
         host_id=None,
         hostname=r.hostname,
         language=r.language,
         dbos_version=r.dbos_version,
         executor_metadata=r.executor_metadata,
-        created_at=units.rfc3339(r.created_at),
-        updated_at=units.rfc3339(r.updated_at),
-        deadline=units.rfc3339(r.deadline),
+        created_at=units.rfc3339(r.created_at) or "",
+        updated_at=units.rfc3339(r.updated_at) or "",
     )
+    if not extended:
+        return out
+    return ExtendedExecutor(**msgspec.structs.asdict(out), deadline=units.rfc3339(r.deadline))
 
 
 # How a handler asks for the semaphore: injected by name (``expensive``), passed as is.
@@ -95,7 +122,8 @@ class ExecutorsController(Controller):
     @get("/", summary="List executors (optionally as of a past instant)",
          description="With `asOf`, the table as it stood then, rebuilt from the event streams, one page of at "
                      f"most `limit` (1-{AS_OF_LIMIT}, default {AS_OF_LIMIT}) executors in id order; a next page "
-                     "is linked in the `Link` header (rel=\"next\", `after` = the last executor id examined).")
+                     "is linked in the `Link` header (rel=\"next\", `after` = the last executor id examined). "
+                     "With `relay=extended`, each executor also carries Relay's `deadline`.")
     async def executors(
         self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
         ctx: Context, expensive: Expensive,
@@ -105,11 +133,14 @@ class ExecutorsController(Controller):
                                                     description="with asOf: the page after this executor id")] = None,
         limit: Annotated[int, QueryParameter(name="limit", ge=1, le=AS_OF_LIMIT,
                                              description="with asOf: executors examined per page")] = AS_OF_LIMIT,
+        relay: RelayExtended = None,
     ) -> Response[list[Executor]]:
+        extended = relay == "extended"
         if as_of is None:
             def current() -> list[Executor]:
                 row = find_app(ctx.db, org, app)
-                return [executor_out(r, row.stream_id) for r in all_rows(ctx.db, org=org, app=app) if r.visible]
+                return [executor_out(r, row.stream_id, extended=extended)
+                        for r in all_rows(ctx.db, org=org, app=app) if r.visible]
 
             return Response(await asyncio.to_thread(current))
         at = units.parse_rfc3339("asOf", as_of)
@@ -117,14 +148,15 @@ class ExecutorsController(Controller):
         def past() -> tuple[list[Executor], str | None]:
             rows, cursor = executors_as_of_page(ctx.relay, ctx.db, org, app, at, after=after, limit=limit,
                                                 pause=lambda: urgent_work_first(ctx))
-            app_id = str(ctx.relay.get_app(org, app).id) if ctx.relay.app_exists(org, app) else ""
-            return [executor_out(r, app_id) for r in rows], cursor
+            app_id = str(app_stream_id(org, app))  # the application's id, also once it is deleted
+            return [executor_out(r, app_id, extended=extended) for r in rows], cursor
 
         async with expensive:
             out, cursor = await asyncio.to_thread(past)
         headers = {}
         if cursor is not None:
-            nxt = request.url.path + "?" + urlencode({"asOf": as_of, "after": cursor, "limit": limit})
+            query = {"asOf": as_of, "after": cursor, "limit": limit, **({"relay": relay} if extended else {})}
+            nxt = request.url.path + "?" + urlencode(query)
             headers["Link"] = f'<{nxt}>; rel="next"'
         return Response(out, headers=headers)
 

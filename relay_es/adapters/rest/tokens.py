@@ -4,19 +4,33 @@ List an org's live tokens (never a secret), create one (org-wide, or limited
 to 1 to :data:`MAX_APP_NAMES` applications; the secret is shown once, in the
 answer) and revoke one: executors connected with it are disconnected and the
 key is refused at once, before the read models follow.
+
+A listed token is Conductor's ``Token``, exactly its fields: its
+``permissions`` are what ``relay_es.adapters.authz.permissions_for`` grants it
+(all eight for an org-wide token), its ``appIds`` the ids of the applications
+it is limited to (an application's id follows from its org and name, so a
+token limited to an application not registered yet lists that id too; empty
+for an org-wide token). With ``?relay=extended`` (a query parameter no
+Conductor client sends) each also carries Relay's ``appNames`` (null for an
+org-wide token). A creation may send Conductor's ``permissions``: null, or
+exactly the permissions the token gets (a token's permissions follow from
+its scope until roles come, issue 14); any other set is refused (422).
 """
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import msgspec
 from litestar import Controller, delete, get, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
 
 from relay_es.adapters import authz
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
+from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.projections import apps as apps_view
@@ -25,17 +39,35 @@ MAX_APP_NAMES = 100  # applications one token may be limited to
 
 
 class Token(msgspec.Struct, rename="camel"):
+    """Conductor's ``Token``: exactly its fields."""
+
     token_name: str
     created_at: str
     permissions: list[str]
     app_ids: list[str]
+
+
+class ExtendedToken(Token):
+    """``?relay=extended``: Conductor's fields and Relay's."""
+
     app_names: list[str] | None
 
 
+# ``?relay=extended``: Relay's fields beside Conductor's (a Conductor client never sends it).
+RelayExtended = Annotated[Literal["extended"] | None, QueryParameter(
+    name="relay", required=False, description="`extended`: each token also carries Relay's `appNames` (null: "
+                                              "org-wide); without it, exactly Conductor's fields")]
+
+
 class CreateTokenBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    """``appNames`` omitted or null: an org-wide token; otherwise 1 to 100 application names."""
+    """Conductor's ``CreateTokenInputBody``. ``appNames`` omitted or null: an
+    org-wide token; otherwise 1 to 100 application names. ``permissions``:
+    omitted, null, or exactly those the token gets. ``$schema`` (a link Conductor's
+    answers carry) is ignored."""
 
     app_names: list[str] | None | UnsetType = UNSET
+    permissions: list[str] | None | UnsetType = UNSET
+    schema: str | UnsetType = msgspec.field(default=UNSET, name="$schema")
 
 
 class TokenCreated(msgspec.Struct, rename="camel"):
@@ -53,17 +85,33 @@ def check_app_names(names: list[str]) -> None:
                                              ". _ ~ -), starting with a letter or digit")
 
 
+def check_permissions(asked: list[str], names: list[str] | None) -> None:
+    """A token's permissions follow from its scope (``authz.permissions_for``):
+    a creation may state them, not choose them."""
+    granted = authz.permissions_for(names)
+    if set(asked) != granted or len(set(asked)) != len(asked):
+        scope = "an org-wide token" if names is None else "a token limited to applications"
+        raise InvalidSetting("permissions", f"{scope} has exactly these permissions: {', '.join(sorted(granted))}; "
+                                            "omit permissions (or null) to get them")
+
+
+def token_out(org: str, row: apps_view.TokenRow, *, extended: bool = False) -> Token:
+    """A live token in Conductor's shape, or with Relay's fields."""
+    out = Token(token_name=row.name, created_at=units.rfc3339(row.created_at) or "",
+                permissions=sorted(authz.permissions_for(row.app_names)),
+                app_ids=[str(app_stream_id(org, a)) for a in row.app_names or []])
+    if not extended:
+        return out
+    return ExtendedToken(**msgspec.structs.asdict(out), app_names=row.app_names)
+
+
 class TokensController(Controller):
     path = ORG + "/tokens"
 
-    @get("/", sync_to_thread=True, summary="List live tokens (never the secret)")
-    def list_tokens(self, org: FromPath[str], ctx: Context) -> list[Token]:
-        relay = ctx.relay
-        return [Token(token_name=t.name, created_at=units.rfc3339(t.created_at) or "",
-                      permissions=sorted(authz.permissions_for(t.app_names)),
-                      app_ids=[str(relay.get_app(org, a).id) for a in (t.app_names or []) if relay.app_exists(org, a)],
-                      app_names=t.app_names)
-                for t in apps_view.list_tokens(ctx.db, org)]
+    @get("/", sync_to_thread=True, summary="List live tokens (never the secret)",
+         description="With `relay=extended`, each token also carries Relay's `appNames`.")
+    def list_tokens(self, org: FromPath[str], ctx: Context, relay: RelayExtended = None) -> list[Token]:
+        return [token_out(org, t, extended=relay == "extended") for t in apps_view.list_tokens(ctx.db, org)]
 
     @post("/{token_name:str}", sync_to_thread=True, status_code=HTTP_201_CREATED,
           summary="Create a token; the secret is shown once")
@@ -72,6 +120,8 @@ class TokensController(Controller):
         names = None if data is None or data.app_names is UNSET else data.app_names
         if names is not None:
             check_app_names(names)
+        if data is not None and isinstance(data.permissions, list):
+            check_permissions(data.permissions, names)
         secret = ctx.relay.create_token(org, token_name, app_names=names)
         ctx.read_your_writes()
         return TokenCreated(token=secret, token_name=token_name)

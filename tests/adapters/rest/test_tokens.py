@@ -13,7 +13,9 @@ def test_tokens_are_shown_once_and_listed_without_the_secret(server: RelayServer
     secret = r.json()["token"]
     listed = call(server, "GET", "/v2/orgs/local/tokens").json()
     assert [t["tokenName"] for t in listed] == ["ci"] and secret not in str(listed)
-    assert listed[0]["appNames"] == ["orders"]
+    assert listed[0]["appIds"] == [call(server, "GET", "/v2/orgs/local/apps/orders").json()["id"]]
+    extended = call(server, "GET", "/v2/orgs/local/tokens", params={"relay": "extended"}).json()
+    assert extended[0]["appNames"] == ["orders"] and secret not in str(extended)
     assert call(server, "POST", "/v2/orgs/local/tokens/ci").status_code == 409  # live token of that name
     assert call(server, "DELETE", "/v2/orgs/local/tokens/ci").status_code == 204
     assert call(server, "GET", "/v2/orgs/local/tokens").json() == []
