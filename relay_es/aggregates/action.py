@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Union
+from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
@@ -55,7 +55,7 @@ SUMMARY_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 ACTOR_KINDS = ("token", "user")  # an API token (by name); a user (the development-mode user, OIDC users)
 DEVELOPMENT_USER = "development"  # the user a request acts as in development mode (no token)
 
-Scalar = Union[str, int, bool, None]
+Scalar = str | int | bool | None
 
 
 class Outcome(StrEnum):

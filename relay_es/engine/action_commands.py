@@ -16,18 +16,15 @@ bug in the caller.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 from uuid import UUID
-
-from eventsourcing.persistence import IntegrityError
 
 from relay_es.aggregates.action import (
     DEVELOPMENT_USER,
     ID_CHARS,
-    MAX_SUMMARY_KEYS,
     MESSAGE_CHARS,
     SUMMARY_CHARS,
     Action,
@@ -171,4 +168,4 @@ def _same_request(a: Action, b: Action) -> bool:
     return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 
-__all__ = ["Actor", "ActionCommands", "MAX_SUMMARY_KEYS", "Outcome"]
+__all__ = ["ActionCommands", "Actor", "Outcome"]  # Outcome: the aggregate's, offered here to the callers
