@@ -30,6 +30,7 @@ from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import units
+from relay_es.domain.errors import InvalidSetting
 from relay_es.engine.queries import (
     AS_OF_LIMIT,
     HISTORY_LIMIT,
@@ -127,7 +128,8 @@ class ExecutorsController(Controller):
     async def executors(
         self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
         ctx: Context, expensive: Expensive,
-        as_of: Annotated[str | None, QueryParameter(name="asOf", required=False, max_length=64,
+        # asOf's length is checked below: Litestar's refusal would name the argument, not the parameter.
+        as_of: Annotated[str | None, QueryParameter(name="asOf", required=False, schema_extra={"maxLength": 64},
                                                     description="RFC 3339 instant")] = None,
         after: Annotated[str | None, QueryParameter(name="after", required=False, max_length=authz.MAX_EXECUTOR_ID,
                                                     description="with asOf: the page after this executor id")] = None,
@@ -143,6 +145,8 @@ class ExecutorsController(Controller):
                         for r in all_rows(ctx.db, org=org, app=app) if r.visible]
 
             return Response(await asyncio.to_thread(current))
+        if len(as_of) > 64:
+            raise InvalidSetting("asOf", "must be at most 64 characters")
         at = units.parse_rfc3339("asOf", as_of)
 
         def past() -> tuple[list[Executor], str | None]:
