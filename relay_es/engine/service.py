@@ -26,6 +26,7 @@ from typing import Any
 
 from eventsourcing.persistence import IntegrityError
 
+from relay_es.aggregates.action import Action
 from relay_es.aggregates.application import (
     Application,
     AppSettings,
@@ -209,7 +210,7 @@ class Relay(ActionCommands, ExecutorCommands, RelayStore):
         except Exception:
             aggregate = None
         org = getattr(aggregate, "org", None) or getattr(event, "org", None)
-        app = getattr(aggregate, "app", None) if isinstance(aggregate, Executor) else (
+        app = getattr(aggregate, "app", None) if isinstance(aggregate, (Executor, Action)) else (
             aggregate.name if isinstance(aggregate, Application) else None)
         org = org if isinstance(org, str) and len(org) <= 128 and "\x00" not in org else "-"
         app = app if isinstance(app, str) and len(app) <= 256 and "\x00" not in app else None
