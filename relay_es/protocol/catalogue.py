@@ -7,11 +7,11 @@ repository; its 5.0 table lists 34 types, and :data:`REQUESTS` has each) that
 :data:`REQUESTS` and :data:`RESPONSES` over *every* wire type (core ones
 included) and :func:`decode_response_for`. Pure data: nothing here does I/O.
 
-Relay's engine sends only the core types today, so only the tests import this
-module. It is kept for the Conductor API parity work (issue 13): every workflow
-operation there (list, get, steps, cancel, resume, fork, delete, queues,
-schedules, versions, export/import) is one of these requests to an executor and
-one of these responses back.
+The session (:mod:`relay_es.protocol.session`) decodes every reply with
+:data:`RESPONSES`, and the hub's calls (``relay_es.adapters.hub.calls``) send
+these requests: every workflow operation of the Conductor API (list, get, steps,
+cancel, resume, fork, delete, queues, schedules, versions, export/import) is one
+of these requests to an executor and one of these responses back.
 
 The conventions of :mod:`relay_es.protocol.messages` hold throughout:
 

@@ -235,6 +235,7 @@ class Hub:
                             data = message.get("bytes") or b""
                         for ev in conn.session.receive(data):
                             await self._on_event(conn, ev)
+                        del message, data  # a multi-MiB frame is not kept until the next one arrives
                         if not registered and conn.session.state is State.REGISTERED:
                             registered = True
                             quotas.handshake_ends(host)
