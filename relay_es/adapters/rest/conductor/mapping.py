@@ -130,13 +130,20 @@ def _time(field: str, value: str | UnsetType) -> str | None:
     return None if value is UNSET else rfc3339_to_executor(field, value)
 
 
-def _int(field: str, value: str | None, default: int | None) -> int | None:
-    """An int the executor sends as a decimal string (``Priority``, ``WorkflowTimeoutMS``)."""
+def _int(field: str, value: str | None, default: int | None, bound: int) -> int | None:
+    """An int the executor sends as a decimal string (``Priority``, ``WorkflowTimeoutMS``),
+    within the reference's ``int32`` / ``int64`` (``bound``)."""
     if value is None or value in _TS_MISSING:
         return default
-    if not _EPOCH_MS.fullmatch(value):
-        raise ExecutorReplyError(field, f"not an integer: {value[:64]!r}")
+    if not _EPOCH_MS.fullmatch(value) or not -bound - 1 <= int(value) <= bound:
+        raise ExecutorReplyError(field, f"not an integer up to {bound}: {value[:64]!r}")
     return int(value)
+
+
+def _present(field: str, value: str | None) -> str:
+    if value is None:
+        raise ExecutorReplyError(field, "missing")
+    return value
 
 
 # --- executor -> REST ----------------------------------------------------------
@@ -144,16 +151,13 @@ def _int(field: str, value: str | None, default: int | None) -> int | None:
 
 def workflow_out(w: c.WorkflowsOutput) -> m.Workflow:
     """One executor ``WorkflowsOutput`` (section 5.9) as a REST ``Workflow``."""
-    if w.Status is None:
-        raise ExecutorReplyError("Status", "missing")
     created = _required_time("CreatedAt", w.CreatedAt)
     # A workflow never updated since its creation: TypeScript omits a falsy UpdatedAt.
     updated = epoch_ms_to_rfc3339("UpdatedAt", w.UpdatedAt) or created
-    priority = _int("Priority", w.Priority, DEFAULT_PRIORITY)
-    timeout = _int("WorkflowTimeoutMS", w.WorkflowTimeoutMS, None)
+    priority = _int("Priority", w.Priority, DEFAULT_PRIORITY, m.INT32_MAX)
     return m.Workflow(
         workflow_id=w.WorkflowUUID,
-        status=w.Status,
+        status=_present("Status", w.Status),
         workflow_name=w.WorkflowName,
         workflow_class=w.WorkflowClassName,
         workflow_config=w.WorkflowConfigName,
@@ -168,7 +172,7 @@ def workflow_out(w: c.WorkflowsOutput) -> m.Workflow:
         queue_name=w.QueueName,
         app_version=w.ApplicationVersion,
         executor_id=w.ExecutorID,
-        timeout_ms=timeout,
+        timeout_ms=_int("WorkflowTimeoutMS", w.WorkflowTimeoutMS, None, m.INT64_MAX),
         deadline=epoch_ms_to_rfc3339("WorkflowDeadlineEpochMS", w.WorkflowDeadlineEpochMS),
         deduplication_id=w.DeduplicationID,
         priority=DEFAULT_PRIORITY if priority is None else priority,
@@ -190,6 +194,8 @@ def workflows_out(r: c.ListWorkflowsResponse) -> list[m.Workflow]:
 
 
 def step_out(s: c.StepOutput) -> m.Step:
+    if not 0 <= s.function_id <= m.INT32_MAX:
+        raise ExecutorReplyError("function_id", f"not a step number: {s.function_id}")
     return m.Step(
         step_id=s.function_id,
         step_name=s.function_name,
@@ -248,9 +254,7 @@ def step_aggregates_out(r: c.GetStepAggregatesResponse) -> list[m.StepAggregate]
 
 
 def fork_out(r: c.ForkWorkflowResponse) -> m.ForkWorkflowOutputBody:
-    if r.new_workflow_id is None:
-        raise ExecutorReplyError("new_workflow_id", "missing")
-    return m.ForkWorkflowOutputBody(workflow_id=r.new_workflow_id)
+    return m.ForkWorkflowOutputBody(workflow_id=_present("new_workflow_id", r.new_workflow_id))
 
 
 def fork_from_failure_out(r: c.ForkFromFailureResponse) -> m.BulkForkFromFailureOutputBody:
@@ -258,9 +262,7 @@ def fork_from_failure_out(r: c.ForkFromFailureResponse) -> m.BulkForkFromFailure
 
 
 def export_out(r: c.ExportWorkflowResponse) -> m.ExportWorkflowOutputBody:
-    if r.serialized_workflow is None:
-        raise ExecutorReplyError("serialized_workflow", "missing")
-    return m.ExportWorkflowOutputBody(serialized_workflow=r.serialized_workflow)
+    return m.ExportWorkflowOutputBody(serialized_workflow=_present("serialized_workflow", r.serialized_workflow))
 
 
 def queue_out(q: c.QueueOutput) -> m.Queue:
@@ -284,18 +286,13 @@ def queues_out(r: c.ListQueuesResponse) -> list[m.Queue]:
 
 
 def schedule_out(s: c.ScheduleOutput) -> m.Schedule:
-    for field in ("schedule_id", "workflow_name", "schedule", "status"):
-        if getattr(s, field) is None:
-            raise ExecutorReplyError(field, "missing")
-    assert s.schedule_id is not None and s.workflow_name is not None and s.schedule is not None
-    assert s.status is not None
     return m.Schedule(
-        schedule_id=s.schedule_id,
+        schedule_id=_present("schedule_id", s.schedule_id),
         schedule_name=s.schedule_name,
-        workflow_name=s.workflow_name,
+        workflow_name=_present("workflow_name", s.workflow_name),
         workflow_class=s.workflow_class_name,
-        cron_expression=s.schedule,
-        status=s.status,
+        cron_expression=_present("schedule", s.schedule),
+        status=_present("status", s.status),
         context=s.context,
         last_fired_at=iso_to_rfc3339("last_fired_at", s.last_fired_at),
         automatic_backfill=bool(s.automatic_backfill),
@@ -313,9 +310,7 @@ def backfill_out(r: c.BackfillScheduleResponse) -> m.BackfillOutputBody:
 
 
 def trigger_out(r: c.TriggerScheduleResponse) -> m.TriggerOutputBody:
-    if r.workflow_id is None:
-        raise ExecutorReplyError("workflow_id", "missing")
-    return m.TriggerOutputBody(workflow_id=r.workflow_id)
+    return m.TriggerOutputBody(workflow_id=_present("workflow_id", r.workflow_id))
 
 
 def version_out(v: c.ApplicationVersionOutput) -> m.ApplicationVersion:

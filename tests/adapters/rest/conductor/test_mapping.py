@@ -141,7 +141,7 @@ def test_get_workflow_in_both_dialects() -> None:
     ({"CreatedAt": "yesterday"}, "CreatedAt"), ({"CreatedAt": None}, "CreatedAt"), ({"UpdatedAt": "1.5"}, "UpdatedAt"),
     ({"CompletedAt": "1e12"}, "CompletedAt"), ({"DequeuedAt": ""}, "DequeuedAt"),
     ({"WorkflowDeadlineEpochMS": "99999999999999999"}, "WorkflowDeadlineEpochMS"),
-    ({"Priority": "high"}, "Priority"), ({"WorkflowTimeoutMS": "10s"}, "WorkflowTimeoutMS"), ({"Status": None}, "Status"),
+    ({"Priority": "high"}, "Priority"), ({"Priority": "2147483648"}, "Priority"), ({"WorkflowTimeoutMS": "10s"}, "WorkflowTimeoutMS"), ({"Status": None}, "Status"),
 ])
 def test_an_unmappable_workflow_is_a_clear_error_naming_the_executors_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(mp.ExecutorReplyError) as e:
@@ -183,6 +183,9 @@ def test_steps_in_both_dialects() -> None:
                   "startedAt": "2026-11-30T12:10:58.675Z", "completedAt": None}
     with pytest.raises(mp.ExecutorReplyError, match="started_at_epoch_ms"):
         mp.step_out(c.StepOutput(function_id=1, function_name="f", started_at_epoch_ms="soon"))
+    for step in (-1, 2**31):
+        with pytest.raises(mp.ExecutorReplyError, match="function_id"):
+            mp.step_out(c.StepOutput(function_id=step, function_name="f"))
 
 
 def test_events_notifications_and_streams() -> None:
