@@ -24,6 +24,10 @@ stdin takes one JSON command per line:
     {"cmd": "start", "count": N, "steps": S, "step_secs": T}      (optional "workflow_ids": [...])
         -> {"event": "started", "workflow_ids": [...]}
     {"cmd": "ping"}                                               -> {"event": "pong"}
+    {"cmd": "ground", "prefix": P}     -> {"event": "ground", "workflow_ids": {...}, "schedule": name}
+        starts one workflow of every kind a Conductor operation acts on (see ``ground`` below)
+    {"cmd": "release", "workflow_id": W, "message": M}   DBOS.send(W, M, topic "release")
+        -> {"event": "released", "workflow_id": W}
     {"cmd": "exit"}            (optional "timeout": seconds to let active workflows finish)
         -> DBOS.destroy(), then {"event": "exited"} and the process exits with code 0.
     A malformed or unknown command -> {"event": "error", "message": ...}.
@@ -76,6 +80,9 @@ _metadata_raw = os.environ.get("EXECUTOR_METADATA")
 EXECUTOR_METADATA = json.loads(_metadata_raw) if _metadata_raw else None
 LOG_LEVEL = os.environ.get("DBOS_LOG_LEVEL", "INFO")
 SYS_DB_POOL_SIZE = int(os.environ.get("SYS_DB_POOL_SIZE", "10"))
+
+import datetime as _dt  # noqa: E402
+from typing import Any  # noqa: E402
 
 import psycopg  # noqa: E402  (after the stdout redirection on purpose)
 from dbos import DBOS, DBOSConfig, SetWorkflowID  # noqa: E402
@@ -141,6 +148,121 @@ def long_workflow(n_steps: int, step_secs: float) -> int:
     return n_steps
 
 
+# ---- the ground: one workflow of every kind (the same names and shapes in ts_app/app.js) --------
+
+# Registered by `ground` (database-backed, so only executors that build a ground write it), global
+# concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED.
+GROUND_QUEUE = "ground_queue"
+_flaky_attempts: dict[str, int] = {}
+
+
+@DBOS.workflow()
+def blocked_workflow(label: str) -> str:
+    """PENDING until a message on topic "release" arrives; says so in event "state"."""
+    DBOS.set_event("state", "waiting")
+    message = DBOS.recv("release", timeout_seconds=3600)
+    DBOS.set_event("state", "released")
+    return f"{label}: {message}"
+
+
+@DBOS.step()
+def plain_step(n: int) -> int:
+    return n * 10
+
+
+@DBOS.step(retries_allowed=True, max_attempts=3, interval_seconds=0.1, backoff_rate=1.0)
+def flaky_step() -> str:
+    """Fails on its first attempt in each workflow, succeeds on the retry (one step row)."""
+    wf = DBOS.workflow_id or ""
+    _flaky_attempts[wf] = _flaky_attempts.get(wf, 0) + 1
+    if _flaky_attempts[wf] == 1:
+        raise RuntimeError("flaky: first attempt fails")
+    return f"ok after {_flaky_attempts[wf]} attempts"
+
+
+@DBOS.step()
+def failing_step() -> None:
+    raise ValueError("failing_step always fails")
+
+
+@DBOS.workflow()
+def steps_workflow(notify_id: str) -> str:
+    """SUCCESS after steps (one retried, one failed and caught), events, a stream and a message."""
+    plain_step(1)
+    flaky_step()
+    try:
+        failing_step()
+    except ValueError:
+        pass
+    plain_step(2)
+    DBOS.set_event("progress", {"done": 3})
+    DBOS.set_event("result", "steps done")
+    for i in range(3):
+        DBOS.write_stream("numbers", i)
+    DBOS.close_stream("numbers")
+    DBOS.send(notify_id, "a note for you", topic="note")
+    return "steps done"
+
+
+@DBOS.workflow()
+def failing_workflow() -> None:
+    """ERROR: one step, then it raises."""
+    plain_step(1)
+    raise RuntimeError("failing_workflow failed on purpose")
+
+
+@DBOS.workflow()
+def child_workflow(n: int) -> int:
+    return plain_step(n)
+
+
+@DBOS.workflow()
+def parent_workflow(n_children: int) -> int:
+    """SUCCESS once its children (ids <parent>-child-<i>) have."""
+    parent = DBOS.workflow_id
+    handles = []
+    for i in range(n_children):
+        with SetWorkflowID(f"{parent}-child-{i}"):
+            handles.append(DBOS.start_workflow(child_workflow, i))
+    return sum(h.get_result() for h in handles)
+
+
+@DBOS.workflow()
+def tick_workflow(scheduled_at: _dt.datetime, context: Any) -> None:
+    plain_step(0)
+
+
+def ground(prefix: str) -> dict[str, Any]:
+    """Starts the ground under workflow ids beginning with ``prefix``; returns their ids.
+
+    running   blocked_workflow, PENDING until released
+    queued    3 blocked_workflows on ground_queue: one PENDING, two ENQUEUED
+    failed    failing_workflow, ERROR
+    steps     steps_workflow, SUCCESS (5 steps, events, stream "numbers", sends "note" to running)
+    parent    parent_workflow(2), SUCCESS; children <parent>-child-0 and -1
+    schedule  <prefix>-tick, every 2 s: tick_workflow
+    """
+    ids: dict[str, Any] = {"running": f"{prefix}-running", "failed": f"{prefix}-failed",
+                           "steps": f"{prefix}-steps", "parent": f"{prefix}-parent",
+                           "queued": [f"{prefix}-queued-{i}" for i in range(3)]}
+    with SetWorkflowID(ids["running"]):
+        DBOS.start_workflow(blocked_workflow, "running")
+    queue = DBOS.register_queue(GROUND_QUEUE, global_concurrency=1)
+    for wf in ids["queued"]:
+        with SetWorkflowID(wf):
+            queue.enqueue(blocked_workflow, wf)
+    with SetWorkflowID(ids["failed"]):
+        DBOS.start_workflow(failing_workflow)
+    with SetWorkflowID(ids["steps"]):
+        DBOS.start_workflow(steps_workflow, ids["running"])
+    with SetWorkflowID(ids["parent"]):
+        DBOS.start_workflow(parent_workflow, 2)
+    ids["children"] = [f"{ids['parent']}-child-{i}" for i in range(2)]
+    schedule = f"{prefix}-tick"
+    DBOS.create_schedule(schedule_name=schedule, workflow_fn=tick_workflow, schedule="*/2 * * * * *")
+    return {"workflow_ids": ids, "schedule": schedule}
+
+
 def handle_start(cmd: dict) -> None:
     count = int(cmd.get("count", 1))
     steps = int(cmd.get("steps", 1))
@@ -189,6 +311,11 @@ def main() -> None:
                 handle_start(cmd)
             elif kind == "ping":
                 emit("pong")
+            elif kind == "ground":
+                emit("ground", **ground(str(cmd["prefix"])))
+            elif kind == "release":
+                DBOS.send(str(cmd["workflow_id"]), cmd.get("message", "go"), topic="release")
+                emit("released", workflow_id=cmd["workflow_id"])
             elif kind == "exit":
                 shutdown(int(cmd.get("timeout", 0)))
             else:

@@ -198,6 +198,21 @@ class Executor:
         self._send(command)
         return list(self._next_event("started", timeout)["workflow_ids"])
 
+    def ground(self, prefix: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Starts the app's ground (one workflow of every kind, ids beginning with ``prefix``).
+
+        Returns ``{"workflow_ids": {"running": id, "queued": [3 ids], "failed": id, "steps": id,
+        "parent": id, "children": [2 ids]}, "schedule": name}``; see ``ground`` in dbos_app.py.
+        """
+        self._send({"cmd": "ground", "prefix": prefix})
+        event = self._next_event("ground", timeout)
+        return {"workflow_ids": event["workflow_ids"], "schedule": event["schedule"]}
+
+    def release(self, workflow_id: str, message: str = "go", timeout: float = 10.0) -> None:
+        """Sends ``message`` on topic "release": a blocked_workflow waiting for it finishes."""
+        self._send({"cmd": "release", "workflow_id": workflow_id, "message": message})
+        self._next_event("released", timeout)
+
     def ping(self, timeout: float = 10.0) -> None:
         self._send({"cmd": "ping"})
         self._next_event("pong", timeout)

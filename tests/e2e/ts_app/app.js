@@ -27,6 +27,10 @@
  *   {"cmd": "start", "count": N, "steps": S, "step_secs": T}      (optional "workflow_ids": [...])
  *       -> {"event": "started", "workflow_ids": [...]}
  *   {"cmd": "ping"}                                               -> {"event": "pong"}
+ *   {"cmd": "ground", "prefix": P}   -> {"event": "ground", "workflow_ids": {...}, "schedule": name}
+ *       starts one workflow of every kind a Conductor operation acts on (see `ground` below)
+ *   {"cmd": "release", "workflow_id": W, "message": M}   DBOS.send(W, M, topic "release")
+ *       -> {"event": "released", "workflow_id": W}
  *   {"cmd": "exit"}            (optional "timeout": seconds to let active workflows finish)
  *       -> DBOS.shutdown(), then {"event": "exited"} and the process exits with code 0.
  *   A malformed or unknown command -> {"event": "error", "message": ...}.
@@ -126,6 +130,105 @@ async function longWorkflowBody(nSteps, stepSecs) {
 
 const longWorkflow = DBOS.registerWorkflow(longWorkflowBody, { name: 'long_workflow' });
 
+// ---- the ground: one workflow of every kind (the same names and shapes as in dbos_app.py) ------
+
+// Registered by `ground` (database-backed, so only executors that build a ground write it),
+// global concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED.
+const GROUND_QUEUE = 'ground_queue';
+const flakyAttempts = new Map();
+
+// PENDING until a message on topic "release" arrives; says so in event "state".
+const blockedWorkflow = DBOS.registerWorkflow(async (label) => {
+  await DBOS.setEvent('state', 'waiting');
+  const message = await DBOS.recv('release', 3600);
+  await DBOS.setEvent('state', 'released');
+  return `${label}: ${message}`;
+}, { name: 'blocked_workflow' });
+
+const plainStep = DBOS.registerStep(async (n) => n * 10, { name: 'plain_step' });
+
+// Fails on its first attempt in each workflow, succeeds on the retry (one step row).
+const flakyStep = DBOS.registerStep(async () => {
+  const wf = DBOS.workflowID || '';
+  flakyAttempts.set(wf, (flakyAttempts.get(wf) || 0) + 1);
+  if (flakyAttempts.get(wf) === 1) throw new Error('flaky: first attempt fails');
+  return `ok after ${flakyAttempts.get(wf)} attempts`;
+}, { name: 'flaky_step', retriesAllowed: true, maxAttempts: 3, intervalSeconds: 0.1, backoffRate: 1 });
+
+const failingStep = DBOS.registerStep(async () => {
+  throw new Error('failing_step always fails');
+}, { name: 'failing_step' });
+
+// SUCCESS after steps (one retried, one failed and caught), events, a stream and a message.
+const stepsWorkflow = DBOS.registerWorkflow(async (notifyId) => {
+  await plainStep(1);
+  await flakyStep();
+  try {
+    await failingStep();
+  } catch (err) {
+    // expected: the failure is recorded as the step's error
+  }
+  await plainStep(2);
+  await DBOS.setEvent('progress', { done: 3 });
+  await DBOS.setEvent('result', 'steps done');
+  for (let i = 0; i < 3; i++) await DBOS.writeStream('numbers', i);
+  await DBOS.closeStream('numbers');
+  await DBOS.send(notifyId, 'a note for you', 'note');
+  return 'steps done';
+}, { name: 'steps_workflow' });
+
+// ERROR: one step, then it throws.
+const failingWorkflow = DBOS.registerWorkflow(async () => {
+  await plainStep(1);
+  throw new Error('failing_workflow failed on purpose');
+}, { name: 'failing_workflow' });
+
+const childWorkflow = DBOS.registerWorkflow(async (n) => plainStep(n), { name: 'child_workflow' });
+
+// SUCCESS once its children (ids <parent>-child-<i>) have.
+const parentWorkflow = DBOS.registerWorkflow(async (nChildren) => {
+  const parent = DBOS.workflowID;
+  const handles = [];
+  for (let i = 0; i < nChildren; i++) {
+    handles.push(await DBOS.startWorkflow(childWorkflow, { workflowID: `${parent}-child-${i}` })(i));
+  }
+  let sum = 0;
+  for (const h of handles) sum += await h.getResult();
+  return sum;
+}, { name: 'parent_workflow' });
+
+const tickWorkflow = DBOS.registerWorkflow(async (scheduledAt, context) => {
+  await plainStep(0);
+}, { name: 'tick_workflow' });
+
+/*
+ * Starts the ground under workflow ids beginning with `prefix`; returns their ids.
+ *   running   blocked_workflow, PENDING until released
+ *   queued    3 blocked_workflows on ground_queue: one PENDING, two ENQUEUED
+ *   failed    failing_workflow, ERROR
+ *   steps     steps_workflow, SUCCESS (5 steps, events, stream "numbers", sends "note" to running)
+ *   parent    parent_workflow(2), SUCCESS; children <parent>-child-0 and -1
+ *   schedule  <prefix>-tick, every 2 s: tick_workflow
+ */
+async function ground(prefix) {
+  const ids = {
+    running: `${prefix}-running`, failed: `${prefix}-failed`, steps: `${prefix}-steps`,
+    parent: `${prefix}-parent`, queued: [0, 1, 2].map((i) => `${prefix}-queued-${i}`),
+  };
+  await DBOS.startWorkflow(blockedWorkflow, { workflowID: ids.running })('running');
+  await DBOS.registerQueue(GROUND_QUEUE, { globalConcurrency: 1 });
+  for (const wf of ids.queued) {
+    await DBOS.startWorkflow(blockedWorkflow, { workflowID: wf, queueName: GROUND_QUEUE })(wf);
+  }
+  await DBOS.startWorkflow(failingWorkflow, { workflowID: ids.failed })();
+  await DBOS.startWorkflow(stepsWorkflow, { workflowID: ids.steps })(ids.running);
+  await DBOS.startWorkflow(parentWorkflow, { workflowID: ids.parent })(2);
+  ids.children = [0, 1].map((i) => `${ids.parent}-child-${i}`);
+  const schedule = `${prefix}-tick`;
+  await DBOS.createSchedule({ scheduleName: schedule, workflowFn: tickWorkflow, schedule: '*/2 * * * * *' });
+  return { workflow_ids: ids, schedule };
+}
+
 async function handleStart(cmd) {
   const count = Number.parseInt(cmd.count ?? 1, 10);
   const steps = Number.parseInt(cmd.steps ?? 1, 10);
@@ -171,6 +274,11 @@ async function handleLine(raw) {
       await handleStart(cmd);
     } else if (kind === 'ping') {
       emit('pong');
+    } else if (kind === 'ground') {
+      emit('ground', await ground(String(cmd.prefix)));
+    } else if (kind === 'release') {
+      await DBOS.send(String(cmd.workflow_id), cmd.message ?? 'go', 'release');
+      emit('released', { workflow_id: cmd.workflow_id });
     } else if (kind === 'exit') {
       await shutdown(Number.parseInt(cmd.timeout ?? 0, 10) || 0);
     } else {
