@@ -129,3 +129,13 @@ class RelayServer:
                 self.proc.kill()
                 self.proc.wait(5)
         return self.proc.returncode if self.proc else None
+
+
+def admin_token(cwd: Any, store_url: str, org: str, name: str, *apps: str) -> str:
+    """A token made the way the README says (``relay admin create-token``); its secret."""
+    args = RELAY + ["admin", "create-token", name, "--org", org, "--database-url", store_url]
+    for a in apps:
+        args += ["--app", a]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()

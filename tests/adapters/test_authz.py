@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from relay_es.composition.settings import Settings
 from tests.adapters.rest.fakes import fake_context
 from tests.adapters.rest import servers
 from tests.fake_executor import FakeExecutor
-from tests.server import RELAY, RelayServer
+from tests.server import RelayServer, admin_token
 from tests.support import until
 
 
@@ -160,15 +159,6 @@ def expected(op: Op, caller: str) -> int:
     if caller == "scoped-this-app":
         return op.ok if op.scope is authz.Scope.APP else 403
     return op.ok
-
-
-def admin_token(cwd: Any, store_url: str, org: str, name: str, *apps: str) -> str:
-    args = RELAY + ["admin", "create-token", name, "--org", org, "--database-url", store_url]
-    for a in apps:
-        args += ["--app", a]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=cwd)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
 
 
 @pytest.fixture

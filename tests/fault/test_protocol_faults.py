@@ -24,7 +24,6 @@ import json
 import os
 import random
 import resource
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -42,7 +41,8 @@ from relay_es.engine.service import Relay
 from tests.fake_executor import FakeExecutor
 from tests.fault.clients import (RawWebSocket, ReconnectingExecutor, ScriptedExecutor, assert_invariants,
                                  dribble, flap)
-from tests.server import RELAY, RelayServer
+from tests.server import RelayServer
+from tests.server import admin_token as server_admin_token
 from tests.rest_client import audit_all, listing, rest
 from tests.support import until
 
@@ -628,12 +628,7 @@ def auth_setup(tmp_path: Path, store_url: str, make_server: Callable[..., RelayS
     """A server in auth mode; tokens made with ``relay admin create-token``."""
 
     def admin_token(org: str, name: str, *apps: str) -> str:
-        args = RELAY + ["admin", "create-token", name, "--org", org, "--database-url", store_url]
-        for a in apps:
-            args += ["--app", a]
-        out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip()
+        return server_admin_token(tmp_path, store_url, org, name, *apps)
 
     tokens = {"acme": admin_token("acme", "admin"), "other": admin_token("other", "admin"),
               "scoped": admin_token("acme", "billing-only", "billing"), "revoked": admin_token("acme", "old")}

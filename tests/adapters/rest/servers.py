@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.rest_client import rest as call
-from tests.server import RELAY, RelayServer
+from tests.server import RelayServer
+from tests.server import admin_token as server_admin_token
 
 
 def known(s: RelayServer, org: str, token: str) -> None:
@@ -34,12 +34,7 @@ def auth_server(tmp_path, store_url) -> Iterator[tuple[RelayServer, dict[str, st
     """A server in auth mode, with tokens made the way the README says: relay admin create-token."""
 
     def admin_token(org: str, name: str, *apps: str) -> str:
-        args = RELAY + ["admin", "create-token", name, "--org", org, "--database-url", store_url]
-        for a in apps:
-            args += ["--app", a]
-        out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip()
+        return server_admin_token(tmp_path, store_url, org, name, *apps)
 
     tokens = {"acme": admin_token("acme", "admin"), "other": admin_token("other", "admin"),
               "scoped": admin_token("acme", "billing-only", "billing"),
