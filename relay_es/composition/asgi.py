@@ -73,4 +73,5 @@ def rest_context(runtime: Runtime) -> RestContext:
         on_startup=lambda: runtime.start(asyncio.get_running_loop()),
         on_shutdown=runtime.stop,
         calls=runtime.calls,
+        call_timeout=settings.call_timeout,
     )

@@ -55,6 +55,10 @@ TIMINGS = {
         "--restart-settle-secs", "RELAY_RESTART_SETTLE_SECS", defaults.RESTART_SETTLE,
         "after a restart, how long executors get to reconnect before overdue deadlines are enforced",
     ),
+    "call_timeout": TimingSetting(
+        "--call-timeout-secs", "RELAY_CALL_TIMEOUT_SECS", defaults.CALL_TIMEOUT,
+        "how long an executor has to answer an operation of the API (list, cancel, fork...) before it is a 504",
+    ),
     "http_request_timeout": TimingSetting(
         "--http-request-timeout-secs", "RELAY_HTTP_REQUEST_TIMEOUT_SECS", defaults.HTTP_REQUEST_TIMEOUT,
         "time a client has to send a whole HTTP request (headers and body) once it started it",
@@ -190,6 +194,7 @@ class Settings:
     retention_interval: timedelta = defaults.RETENTION_INTERVAL
     restart_settle: timedelta = defaults.RESTART_SETTLE
     http_request_timeout: timedelta = defaults.HTTP_REQUEST_TIMEOUT
+    call_timeout: timedelta = defaults.CALL_TIMEOUT
     limits: ResourceLimits = ResourceLimits()
     # Proxies whose X-Forwarded-For is believed (the client's address); docs/behind-a-proxy.md.
     forwarded_allow_ips: tuple[str, ...] = DEFAULT_TRUSTED_PROXIES

@@ -13,7 +13,7 @@ from __future__ import annotations
 from litestar import Litestar
 from litestar.di import Provide
 
-from relay_es.adapters.rest import applications, audit, executors, health, tokens
+from relay_es.adapters.rest import applications, audit, calling, executors, health, tokens
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.guard import Authorize
 from relay_es.adapters.rest.problems import EXCEPTION_HANDLERS
@@ -41,7 +41,7 @@ def build_app(ctx: RestContext) -> Litestar:
             "expensive": executors.expensive_reads(),
         },
         request_max_body_size=MAX_BODY,
-        exception_handlers=EXCEPTION_HANDLERS,
+        exception_handlers={**EXCEPTION_HANDLERS, **calling.EXCEPTION_HANDLERS},
         openapi_config=health.openapi_config(),
         on_startup=[ctx.on_startup],
         on_shutdown=[ctx.on_shutdown],

@@ -60,6 +60,8 @@ class RestContext:
     """How an operation asks one executor of an application something (on the loop: ``await
     calls.call(org, app, make_request, timeout=...)``), or None where no hub runs (tests of
     the routes alone)."""
+    call_timeout: timedelta = timedelta(seconds=20)
+    """How long an executor has to answer one operation (``RELAY_CALL_TIMEOUT_SECS``)."""
 
 
 # How a handler asks for the context: injected by name (``ctx``), passed as is

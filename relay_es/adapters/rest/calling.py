@@ -1,0 +1,200 @@
+"""How a route of the Conductor API asks an executor, and records what an operator did.
+
+Every workflow, queue, schedule and version operation is carried to one executor of the
+application over its WebSocket (ADR 0019). A route does three things, each here once:
+
+* :func:`body` -- its request body, decoded strictly into one of
+  :mod:`~relay_es.adapters.rest.conductor.models`' closed types (a wrong field: 422 naming it;
+  not JSON: 400), read whole only up to the route's own cap.
+* :func:`ask` -- a read: the application must exist (404), then one executor answers
+  (:meth:`relay_es.adapters.hub.calls.Calls.call`) within ``RELAY_CALL_TIMEOUT_SECS``.
+  How that can fail is :mod:`relay_es.engine.calls` (503 no healthy executor, 504 no
+  answer, 502 the socket dropped or the reply was refused, the executor's own error
+  message); the problem handlers below turn each into its problem.
+* :func:`act` -- an action (cancel, resume, fork, delete, bulk, import, schedules,
+  versions): recorded as requested *before* it is sent and as completed however the call
+  ends, so an operator's action is in the store even when Relay dies in between (the
+  audit log shows it requested, never completed). Who asked is the request's principal
+  (its token's name, or the development user), from where is the client's address.
+
+The executor's ``error_message`` keeps its text (escaped and bounded) in the problem's
+``detail``. Its status is the route's to choose (``failed_status``): an executor says "no
+such workflow" in prose, so a route that can tell passes a function of the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import ClientException, ValidationException
+
+from relay_es.adapters.rest.conductor import models
+from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
+from relay_es.adapters.rest.context import RestContext
+from relay_es.adapters.rest.problems import problem
+from relay_es.domain.errors import UnknownApplication
+from relay_es.engine.action_commands import Actor, Outcome
+from relay_es.engine.calls import CallFailed, ExecutorFailed, ExecutorTimedOut, NoHealthyExecutor
+from relay_es.protocol import messages as wire
+
+B = TypeVar("B", bound=models._Body)
+R = TypeVar("R")
+
+NOT_FOUND_WORDS = ("does not exist", "not found", "no workflow", "nonexistent", "non-existent")
+
+
+class ExecutorProblem(Exception):
+    """An executor's error message, as the route chose to answer it (status, title, text)."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+
+
+def not_found_or(status: int) -> Callable[[str], int]:
+    """A ``failed_status`` for operations on one named thing: 404 when the executor's message
+    says it does not exist, else ``status``."""
+
+    def pick(message: str) -> int:
+        low = message.lower()
+        return 404 if any(w in low for w in NOT_FOUND_WORDS) else status
+
+    return pick
+
+
+async def body(request: Request[Any, Any, Any], cls: type[B], *, optional: bool = False) -> B | None:
+    """The request's body as ``cls``, strictly (:func:`models.decode`). An empty body is None
+    when ``optional`` (Conductor's bodies of cancel, resume and fork may be left out), else a
+    422. The size cap is the route's ``request_max_body_size``."""
+    raw = await request.body()
+    if not raw.strip():
+        if optional:
+            return None
+        raise ValidationException(detail="body: a JSON object is required",
+                                  extra=[{"key": "body", "message": "a JSON object is required"}])
+    try:
+        return models.decode(raw, cls)
+    except RecursionError:
+        raise ValidationException(detail="body: JSON is nested too deeply",
+                                  extra=[{"key": "body", "message": "JSON is nested too deeply"}]) from None
+    except msgspec.ValidationError as e:
+        text = str(e)
+        where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
+        raise ValidationException(detail=text, extra=[{"key": where, "message": text}]) from None
+    except msgspec.DecodeError as e:
+        raise ClientException(detail=f"body: {e}") from None
+
+
+async def app_must_exist(ctx: RestContext, org: str, app: str) -> None:
+    """404 for an application never registered or deleted (read from its own stream, so an
+    application registered an instant ago by its first executor is found)."""
+    if not await asyncio.to_thread(ctx.relay.app_exists, org, app):
+        raise UnknownApplication(org, app)
+
+
+async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
+              prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500) -> Any:
+    """The answer of one executor of ``org``/``app`` to ``make_request(request_id)``, of the
+    catalogue's type for it. Raises :class:`~relay_es.engine.calls.CallFailed` (or
+    :class:`ExecutorProblem` for the executor's own error, with the status
+    ``failed_status`` gives its message)."""
+    await app_must_exist(ctx, org, app)
+    if ctx.calls is None:
+        raise NoHealthyExecutor(org, app)
+    try:
+        return await ctx.calls.call(org, app, make_request, timeout=ctx.call_timeout.total_seconds(),
+                                    prefer_latest=prefer_latest)
+    except ExecutorFailed as e:
+        status = failed_status(e.message) if callable(failed_status) else failed_status
+        raise ExecutorProblem(status, e.title, e.message) from None
+
+
+def actor_of(request: Request[Any, Any, Any]) -> Actor:
+    """Who a request acts as: its token's name, or the development user."""
+    who = getattr(request.state, "principal", None)
+    return Actor.of(who.token if who is not None else None)
+
+
+def source_of(request: Request[Any, Any, Any]) -> str | None:
+    """The client's address (host only; behind a trusted proxy, the one it forwarded)."""
+    return request.client.host if request.client is not None else None
+
+
+async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str, *,
+              operation: str, target_type: str, target_ids: Sequence[str] = (),
+              parameters: Mapping[str, Any] | None = None,
+              make_request: Callable[[str], wire.Request],
+              result: Callable[[Any], Mapping[str, Any] | None] = lambda answer: None,
+              prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500) -> Any:
+    """:func:`ask`, recorded as an operator's action (``operation``: Conductor's
+    ``operationId``). ``parameters`` and ``result(answer)``: small summaries of scalars for
+    the audit log, never workflow inputs or outputs. Returns the executor's answer."""
+    await app_must_exist(ctx, org, app)
+    action_id = await asyncio.to_thread(
+        ctx.relay.record_action_requested, org, app, request_id=str(uuid.uuid4()), operation=operation,
+        actor=actor_of(request), source=source_of(request), target_type=target_type, target_ids=target_ids,
+        parameters=parameters)
+    try:
+        answer = await ask(ctx, org, app, make_request, prefer_latest=prefer_latest, failed_status=failed_status)
+    except NoHealthyExecutor as e:
+        await _completed(ctx, action_id, Outcome.NO_HEALTHY_EXECUTOR, e.detail, None)
+        raise
+    except ExecutorTimedOut as e:
+        await _completed(ctx, action_id, Outcome.TIMED_OUT, e.detail, e.executor_id)
+        raise
+    except (CallFailed, ExecutorProblem) as e:
+        await _completed(ctx, action_id, Outcome.FAILED, getattr(e, "detail", str(e)),
+                         getattr(e, "executor_id", None))
+        raise
+    except BaseException as e:  # cancelled (client gone) or a bug: the action still ends on record
+        await asyncio.shield(_completed(ctx, action_id, Outcome.FAILED, f"relay: {type(e).__name__}", None))
+        raise
+    try:
+        summary = result(answer)
+    except Exception:  # an answer the route cannot summarise is still a success on record
+        summary = None
+    await _completed(ctx, action_id, Outcome.SUCCEEDED, None, None, summary)
+    return answer
+
+
+async def _completed(ctx: RestContext, action_id: uuid.UUID, outcome: Outcome, message: str | None,
+                     executor_id: str | None, result: Mapping[str, Any] | None = None) -> None:
+    await asyncio.to_thread(ctx.relay.record_action_completed, action_id, outcome=outcome, message=message,
+                            executor_id=executor_id, result=result)
+
+
+def answer(value: Any, status: int = 200) -> Response[Any]:
+    """A response body of :mod:`~relay_es.adapters.rest.conductor.models` (or a list of them),
+    encoded with msgspec (``UNSET`` fields left out, everything else as the reference says)."""
+    return Response(content=msgspec.json.encode(value), status_code=status, media_type="application/json")
+
+
+# --- problems ------------------------------------------------------------------------------
+
+
+def _call_failed(_: Request[Any, Any, Any], exc: CallFailed) -> Response[Any]:
+    resp = problem(exc.status, exc.title, exc.detail)
+    if exc.status == 503:
+        resp.headers["Retry-After"] = "5"
+    return resp
+
+
+def _executor_problem(_: Request[Any, Any, Any], exc: ExecutorProblem) -> Response[Any]:
+    return problem(exc.status, exc.title, exc.detail)
+
+
+def _bad_reply(_: Request[Any, Any, Any], exc: ExecutorReplyError) -> Response[Any]:
+    return problem(502, "executor reply refused", str(exc))
+
+
+EXCEPTION_HANDLERS: dict[type[Exception], Callable[..., Response[Any] | Awaitable[Response[Any]]]] = {
+    CallFailed: _call_failed,
+    ExecutorProblem: _executor_problem,
+    ExecutorReplyError: _bad_reply,
+}
+"""Added to :data:`relay_es.adapters.rest.problems.EXCEPTION_HANDLERS` by the application."""

@@ -1,0 +1,155 @@
+"""The route helper: a read asks one executor, an action is recorded before and after, and
+each way a call can fail becomes its problem."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from litestar import Litestar, Request, get, post
+from litestar.params import FromPath
+from litestar.testing import TestClient
+
+from relay_es.adapters.rest import calling
+from relay_es.adapters.rest.conductor import models
+from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
+from relay_es.adapters.rest.context import Context, RestContext
+from relay_es.adapters.rest.problems import EXCEPTION_HANDLERS
+from relay_es.engine.calls import ExecutorFailed, ExecutorGone, ExecutorTimedOut, NoHealthyExecutor, ReplyRefused
+from tests.adapters.rest.fakes import fake_context
+
+
+class FakeRelay:
+    def __init__(self) -> None:
+        self.apps = {("local", "shop")}
+        self.requested: list[dict[str, Any]] = []
+        self.completed: list[dict[str, Any]] = []
+
+    def app_exists(self, org: str, app: str) -> bool:
+        return (org, app) in self.apps
+
+    def record_action_requested(self, org: str, app: str, **kw: Any) -> Any:
+        self.requested.append(dict(org=org, app=app, **kw))
+        return uuid4()
+
+    def record_action_completed(self, action_id: Any, **kw: Any) -> bool:
+        self.completed.append(kw)
+        return True
+
+
+class FakeCalls:
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.sent: list[Any] = []
+
+    async def call(self, org: str, app: str, make_request: Any, *, timeout: float, prefer_latest: bool = False) -> Any:
+        self.sent.append((make_request("rid-1"), timeout, prefer_latest))
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+@get("/read/{app:str}")
+async def read(ctx: Context, app: FromPath[str]) -> dict[str, Any]:
+    answer = await calling.ask(ctx, "local", app, lambda rid: {"rid": rid},
+                               failed_status=calling.not_found_or(500))
+    return {"answer": answer}
+
+
+@post("/act/{app:str}", status_code=200)
+async def act(ctx: Context, request: Request[Any, Any, Any], app: FromPath[str]) -> dict[str, Any]:
+    b = await calling.body(request, models.CancelWorkflowInputBody, optional=True)
+    answer = await calling.act(ctx, request, "local", app, operation="cancelWorkflow", target_type="workflow",
+                               target_ids=["wf-1"], parameters={"body": b is not None},
+                               make_request=lambda rid: {"rid": rid}, result=lambda a: {"n": a})
+    return {"answer": answer}
+
+
+def client(calls: Any, relay: FakeRelay) -> TestClient[Litestar]:
+    ctx: RestContext = fake_context(relay=relay, calls=calls)
+    from litestar.di import Provide
+    app = Litestar([read, act], dependencies={"ctx": Provide(lambda: ctx, use_cache=True, sync_to_thread=False)},
+                   exception_handlers={**EXCEPTION_HANDLERS, **calling.EXCEPTION_HANDLERS})
+    return TestClient(app)
+
+
+def test_a_read_returns_the_executors_answer_within_the_call_timeout() -> None:
+    calls = FakeCalls(7)
+    with client(calls, FakeRelay()) as c:
+        r = c.get("/read/shop")
+    assert r.status_code == 200 and r.json() == {"answer": 7}
+    assert calls.sent == [({"rid": "rid-1"}, 20.0, False)]
+
+
+def test_an_unknown_application_is_404_and_nothing_is_sent() -> None:
+    calls = FakeCalls(7)
+    with client(calls, FakeRelay()) as c:
+        r = c.get("/read/nope")
+    assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json")
+    assert calls.sent == []
+
+
+@pytest.mark.parametrize("failure,status,title", [
+    (NoHealthyExecutor("local", "shop"), 503, "no healthy executor"),
+    (ExecutorTimedOut("e1", 20), 504, "executor did not answer"),
+    (ExecutorGone("e1", "closed 1006"), 502, "executor disconnected"),
+    (ReplyRefused("e1", "not a list"), 502, "executor reply refused"),
+    (ExecutorFailed("workflow wf-9 does not exist"), 404, "executor reported an error"),
+    (ExecutorFailed("database is down"), 500, "executor reported an error"),
+    (ExecutorReplyError("CreatedAt", "not a number"), 502, "executor reply refused"),
+])
+def test_each_failure_is_its_problem(failure: Exception, status: int, title: str) -> None:
+    with client(FakeCalls(failure), FakeRelay()) as c:
+        r = c.get("/read/shop")
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["title"] == title and body["status"] == status and body["detail"]
+    assert (r.headers.get("retry-after") == "5") == (status == 503)
+
+
+def test_no_hub_is_no_healthy_executor() -> None:
+    with client(None, FakeRelay()) as c:
+        assert c.get("/read/shop").status_code == 503
+
+
+@pytest.mark.parametrize("failure,outcome", [
+    (None, "succeeded"),
+    (NoHealthyExecutor("local", "shop"), "no_healthy_executor"),
+    (ExecutorTimedOut("e1", 20), "timed_out"),
+    (ExecutorFailed("boom"), "failed"),
+    (ExecutorGone("e1"), "failed"),
+])
+def test_an_action_is_recorded_before_it_is_sent_and_completed_however_it_ends(failure: Any, outcome: str) -> None:
+    relay = FakeRelay()
+    with client(FakeCalls(failure if failure is not None else 3), relay) as c:
+        r = c.post("/act/shop")
+    assert (r.status_code == 200) == (failure is None)
+    [req] = relay.requested
+    assert req["operation"] == "cancelWorkflow" and req["target_ids"] == ["wf-1"]
+    assert req["actor"].kind == "user" and req["source"] and req["parameters"] == {"body": False}
+    [done] = relay.completed
+    assert str(done["outcome"]) == outcome
+    assert done["result"] == ({"n": 3} if failure is None else None)
+    if isinstance(failure, ExecutorTimedOut):
+        assert done["executor_id"] == "e1"
+
+
+def test_an_action_on_an_unknown_application_records_nothing() -> None:
+    relay = FakeRelay()
+    with client(FakeCalls(1), relay) as c:
+        assert c.post("/act/nope").status_code == 404
+    assert relay.requested == [] and relay.completed == []
+
+
+@pytest.mark.parametrize("raw,status", [
+    (b'{"unknown": 1}', 422),
+    (b'{"cancelChildren": tru', 400),
+    (b"[" * 5000 + b"]" * 5000, 422),
+])
+def test_a_bad_body_is_refused_and_nothing_is_recorded(raw: bytes, status: int) -> None:
+    relay = FakeRelay()
+    with client(FakeCalls(1), relay) as c:
+        r = c.post("/act/shop", content=raw)
+    assert r.status_code == status, r.text
+    assert relay.requested == []
