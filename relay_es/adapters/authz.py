@@ -75,6 +75,57 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("GET", "/v2/orgs/{org}/apps/{app}/executors"): Rule("executors.list", Scope.APP, APPLICATION_READ),
     ("GET", "/v2/orgs/{org}/apps/{app}/executors/{executor_id}/history"):
         Rule("executors.history", Scope.APP, APPLICATION_READ),
+    # Issue 13: workflows, queues, schedules and versions, each carried to an executor of {app}.
+    ("GET", "/v2/orgs/{org}/apps/{app}/workflows"): Rule("workflows.list", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/search"): Rule("workflows.search", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}"): Rule("workflows.get", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/steps"):
+        Rule("workflows.steps", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/events"):
+        Rule("workflows.events", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/notifications"):
+        Rule("workflows.notifications", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/streams"):
+        Rule("workflows.streams", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/aggregates"):
+        Rule("workflows.aggregates", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/steps/aggregates"): Rule("steps.aggregates", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/cancel"):
+        Rule("workflows.cancel", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/resume"):
+        Rule("workflows.resume", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/fork"):
+        Rule("workflows.fork", Scope.APP, APPLICATION_WRITE),
+    ("DELETE", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}"):
+        Rule("workflows.delete", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/bulk-cancel"):
+        Rule("workflows.bulk_cancel", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/bulk-resume"):
+        Rule("workflows.bulk_resume", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/bulk-delete"):
+        Rule("workflows.bulk_delete", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/bulk-fork-from-failure"):
+        Rule("workflows.bulk_fork_from_failure", Scope.APP, APPLICATION_WRITE),
+    ("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}/export"):
+        Rule("workflows.export", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/workflows/import"): Rule("workflows.import", Scope.APP, APPLICATION_WRITE),
+    ("GET", "/v2/orgs/{org}/apps/{app}/queues"): Rule("queues.list", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/queues/{queue_name}"): Rule("queues.get", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/schedules"): Rule("schedules.list", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/schedules/{schedule_name}"): Rule("schedules.get", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/schedules/{schedule_name}/pause"):
+        Rule("schedules.pause", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/schedules/{schedule_name}/resume"):
+        Rule("schedules.resume", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/schedules/{schedule_name}/trigger"):
+        Rule("schedules.trigger", Scope.APP, APPLICATION_WRITE),
+    ("POST", "/v2/orgs/{org}/apps/{app}/schedules/{schedule_name}/backfill"):
+        Rule("schedules.backfill", Scope.APP, APPLICATION_WRITE),
+    ("GET", "/v2/orgs/{org}/apps/{app}/versions"): Rule("versions.list", Scope.APP, APPLICATION_READ),
+    ("PATCH", "/v2/orgs/{org}/apps/{app}/versions/latest"): Rule("versions.set_latest", Scope.APP, APPLICATION_WRITE),
+    # Relay's own: stranded work (PENDING workflows whose executor is not alive) and its fixes.
+    ("GET", "/v2/orgs/{org}/apps/{app}/stranded-workflows"): Rule("stranded.list", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/stranded-workflows/fix"): Rule("stranded.fix", Scope.APP, APPLICATION_WRITE),
     ("GET", "/v2/orgs/{org}/tokens"): Rule("tokens.list", Scope.ORG, TOKEN_READ),
     ("POST", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.create", Scope.ORG, TOKEN_WRITE),
     ("DELETE", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.revoke", Scope.ORG, TOKEN_WRITE),

@@ -13,7 +13,20 @@ from __future__ import annotations
 from litestar import Litestar
 from litestar.di import Provide
 
-from relay_es.adapters.rest import applications, audit, calling, executors, health, tokens
+from relay_es.adapters.rest import (
+    applications,
+    audit,
+    calling,
+    executors,
+    health,
+    queues,
+    schedules,
+    stranded,
+    tokens,
+    versions,
+    workflow_actions,
+    workflows,
+)
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.guard import Authorize
 from relay_es.adapters.rest.problems import EXCEPTION_HANDLERS
@@ -23,6 +36,12 @@ MAX_BODY = 64 * 1024  # bytes; Relay's request bodies are a few hundred bytes
 ROUTES = [
     applications.ApplicationsController,
     executors.ExecutorsController,
+    workflows.WorkflowsController,
+    workflow_actions.WorkflowActionsController,
+    queues.QueuesController,
+    schedules.SchedulesController,
+    versions.VersionsController,
+    stranded.StrandedController,
     tokens.TokensController,
     audit.AuditController,
     health.healthz,

@@ -1,0 +1,11 @@
+"""Queues: list and get (issue 13; being written)."""
+
+from __future__ import annotations
+
+from litestar import Controller
+
+from relay_es.adapters.rest.paths import APP
+
+
+class QueuesController(Controller):
+    path = APP + "/queues"

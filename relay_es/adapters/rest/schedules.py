@@ -1,0 +1,11 @@
+"""Schedules: list, get, pause, resume, trigger, backfill (issue 13; being written)."""
+
+from __future__ import annotations
+
+from litestar import Controller
+
+from relay_es.adapters.rest.paths import APP
+
+
+class SchedulesController(Controller):
+    path = APP + "/schedules"
