@@ -12,6 +12,7 @@ import asyncio
 import json
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import websockets
@@ -30,6 +31,10 @@ class FakeExecutor:
     answer: bool = True  # answer requests at all
     style: str = "python"  # "python" sends nulls, "typescript" omits keys
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # Answers to other message types (list_workflows, cancel, ...): ``type -> handler(request)``,
+    # the handler returning the reply's fields (a dict: type and request_id added, styled like
+    # the SDK), or a raw ``str``/``bytes`` frame sent as is (hostile replies), or None: no answer.
+    answers: dict[str, Callable[[dict[str, Any]], dict[str, Any] | str | bytes | None]] = field(default_factory=dict)
     ws: ClientConnection | None = None
     close_code: int | None = None
     _task: asyncio.Task[Any] | None = None
@@ -62,6 +67,7 @@ class FakeExecutor:
 
     async def _loop(self) -> None:
         assert self.ws is not None
+        reply: str | bytes
         try:
             async for raw in self.ws:
                 msg = json.loads(raw)
@@ -81,6 +87,11 @@ class FakeExecutor:
                                         error_message=None if self.recovery_success else "recovery failed")
                 elif t == "retention":
                     reply = self._reply(msg, success=True)
+                elif t in self.answers:
+                    given = self.answers[t](msg)
+                    if given is None:
+                        continue
+                    reply = given if isinstance(given, (str, bytes)) else self._reply(msg, **given)
                 else:
                     reply = self._reply(msg, error_message="Unknown message type")
                 await self.ws.send(reply)
