@@ -33,7 +33,7 @@ def check_event(e: Any) -> None:
     """Every top-level string of the event without NUL, every integer within 64 bits,
     and its key fields within :data:`MAX_ID_BYTES`. (About a microsecond an event: the
     loop is kept to type tests and C-level searches.)"""
-    d = vars(e)
+    d = e.__dict__  # not vars(e): a builtin call per event
     for v in d.values():
         t = type(v)
         if t is str:
