@@ -20,6 +20,11 @@ The conventions of :mod:`relay_es.protocol.messages` hold throughout:
   drops the connection, or, in older SDKs, answers with a ``KeyError``
   traceback) and a malformed frame can crash a TypeScript process. Fields the
   SDKs treat as required have no default here, so a caller cannot forget them.
+  The one exception is the tri-state filters ``was_forked_from`` and
+  ``has_parent`` (:data:`TriState`): ``UNSET`` by default and then left out,
+  because TypeScript 5.2.11 tests them ``!== undefined`` and reads ``null`` as a
+  filter (``was_forked_from = NULL`` lists nothing); every SDK reads them with
+  ``.get`` or ``??``, so leaving them out is safe.
 * Every response field past the envelope has a default, so a frame decodes
   whether the SDK sent ``null`` (Python), omitted the key (TypeScript's
   ``JSON.stringify`` drops ``undefined``; Go's ``omitempty``), or answered
@@ -46,6 +51,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, TypeAlias
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from relay_es.protocol.messages import (
     CORE_RESPONSES,
@@ -62,6 +68,8 @@ from relay_es.protocol.messages import (
 
 # A filter that every SDK accepts as one string or a list of strings ("S|L").
 StrOrList: TypeAlias = str | list[str]
+# A filter that is true, false, or "either" (UNSET: the key is left out; never null, see above).
+TriState: TypeAlias = bool | UnsetType
 
 
 class _Body(msgspec.Struct, kw_only=True, omit_defaults=False):
@@ -208,7 +216,8 @@ class RewindWorkflowRequest(Request, kw_only=True):
 
 class ListWorkflowsBody(_Body, kw_only=True):
     """Every key is optional on the wire, but older Python SDKs index several
-    of them directly, so all go out (null when unset)."""
+    of them directly, so all go out (null when unset), but for the tri-state
+    filters (left out when unset)."""
 
     workflow_uuids: list[str] | None = None
     workflow_name: StrOrList | None = None
@@ -229,9 +238,9 @@ class ListWorkflowsBody(_Body, kw_only=True):
     executor_id: StrOrList | None = None
     schedule_name: StrOrList | None = None
     attributes: dict[str, Any] | None = None
-    # Tri-state filters: null means "either".
-    was_forked_from: bool | None = None
-    has_parent: bool | None = None
+    # Tri-state filters: UNSET (left out) means "either"; null would filter in TypeScript.
+    was_forked_from: TriState = UNSET
+    has_parent: TriState = UNSET
     queues_only: bool = False  # the executor forces it for list_queued_workflows
     limit: int | None = None
     offset: int | None = None
@@ -430,8 +439,8 @@ class WorkflowAggregatesBody(_Body, kw_only=True):
     completed_before: str | None = None
     dequeued_after: str | None = None
     dequeued_before: str | None = None
-    was_forked_from: bool | None = None
-    has_parent: bool | None = None
+    was_forked_from: TriState = UNSET  # left out when UNSET, as in ListWorkflowsBody
+    has_parent: TriState = UNSET
     attributes: dict[str, Any] | None = None
 
 

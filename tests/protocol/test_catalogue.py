@@ -89,8 +89,8 @@ REQUEST_SAMPLES: list[Request] = [
 
 def assert_every_key(struct: msgspec.Struct, obj: dict[str, Any]) -> None:
     """``obj`` (stdlib-decoded JSON) has exactly ``struct``'s fields, nulls as
-    null, recursively into nested Structs."""
-    fields = type(struct).__struct_fields__
+    null, recursively into nested Structs (an ``UNSET`` tri-state filter left out)."""
+    fields = [f for f in type(struct).__struct_fields__ if getattr(struct, f) is not msgspec.UNSET]
     assert set(obj) == set(fields), f"{type(struct).__name__}: {set(fields) ^ set(obj)}"
     for name in fields:
         value = getattr(struct, name)
@@ -123,6 +123,19 @@ def test_optional_request_fields_go_out_as_null() -> None:
     obj = json.loads(encode(c.ResumeRequest(request_id=R, workflow_id="wf-1")))
     assert obj == {"type": "resume", "request_id": R, "workflow_id": "wf-1",
                    "workflow_ids": None, "queue_name": None}
+
+
+@pytest.mark.parametrize("body_type", [c.ListWorkflowsBody, c.WorkflowAggregatesBody])
+def test_an_unset_tri_state_filter_is_left_out_not_null(body_type: type[msgspec.Struct]) -> None:
+    """TypeScript 5.2.11 reads a null ``was_forked_from`` / ``has_parent`` as a filter
+    (``!== undefined``), so unset they are left out; set, they go out as they are."""
+    extra = {"load_input": False, "load_output": False} if body_type is c.ListWorkflowsBody else {}
+    unset = json.loads(msgspec.json.encode(body_type(**extra)))
+    assert "was_forked_from" not in unset and "has_parent" not in unset
+    assert all(v is None or v is False for v in unset.values())  # every other key, null or false
+    both = json.loads(msgspec.json.encode(body_type(**extra, was_forked_from=False, has_parent=True)))
+    assert (both["was_forked_from"], both["has_parent"]) == (False, True)
+    assert msgspec.json.decode(msgspec.json.encode(body_type(**extra)), type=body_type) == body_type(**extra)
 
 
 def test_fork_workflow_matches_the_live_request() -> None:

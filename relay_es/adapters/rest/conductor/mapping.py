@@ -406,8 +406,8 @@ def search_body(b: m.WorkflowSearchBody) -> c.ListWorkflowsBody:
         executor_id=_values(b.executor_id),
         schedule_name=_values(b.schedule_name),
         attributes=None if b.attributes is UNSET else dict(b.attributes),
-        was_forked_from=None if b.was_forked_from is UNSET else b.was_forked_from,
-        has_parent=None if b.has_parent is UNSET else b.has_parent,
+        was_forked_from=b.was_forked_from,  # UNSET stays UNSET: left out, never null (the catalogue's TriState)
+        has_parent=b.has_parent,
         queues_only=_flag(b.queues_only, False),
         limit=None if b.limit is UNSET else b.limit,
         offset=None if b.offset is UNSET else b.offset,
@@ -481,8 +481,8 @@ def workflow_aggregates_request(b: m.WorkflowAggregatesBody, *, request_id: str)
         completed_before=_time("completedBefore", b.completed_before),
         dequeued_after=_time("dequeuedAfter", b.dequeued_after),
         dequeued_before=_time("dequeuedBefore", b.dequeued_before),
-        was_forked_from=None if b.was_forked_from is UNSET else b.was_forked_from,
-        has_parent=None if b.has_parent is UNSET else b.has_parent,
+        was_forked_from=b.was_forked_from,  # UNSET stays UNSET: left out, never null (the catalogue's TriState)
+        has_parent=b.has_parent,
         attributes=None if b.attributes is UNSET else dict(b.attributes),
     ))
 

@@ -427,13 +427,14 @@ SEARCH_ON_WIRE = {
     "loadOutput": ("load_output", False)}
 
 EVERY_LIST_KEY = {f.encode_name for f in msgspec.structs.fields(c.ListWorkflowsBody)}
+TRI_STATE = {"was_forked_from", "has_parent"}  # left out when unset: TypeScript reads null as a filter
 
 
 def test_every_search_filter_reaches_the_executor_under_its_name() -> None:
     body = m.decode(json.dumps(SEARCH), m.WorkflowSearchBody)
     out = wire(mp.search_request(body, request_id="r1"))
     assert out["type"] == "list_workflows"
-    assert set(out["body"]) == EVERY_LIST_KEY  # every key goes out, null when unset
+    assert set(out["body"]) == EVERY_LIST_KEY  # every key goes out (null when unset; here all are set)
     for rest, (name, value) in SEARCH_ON_WIRE.items():
         assert out["body"][name] == value, rest
     assert set(SEARCH) | {"queuesOnly"} == set(document()["components"]["schemas"]["WorkflowSearchBody"]["properties"]) - {"$schema"}
@@ -442,8 +443,23 @@ def test_every_search_filter_reaches_the_executor_under_its_name() -> None:
 
 def test_an_empty_search_sends_no_filter_and_loads_nothing() -> None:
     out = wire(mp.search_request(m.decode(b"{}", m.WorkflowSearchBody), request_id="r1"))
-    assert set(out["body"]) == EVERY_LIST_KEY
+    assert set(out["body"]) == EVERY_LIST_KEY - TRI_STATE  # every other key goes out, null when unset
     assert {k: v for k, v in out["body"].items() if v not in (None, False)} == {}
+
+
+@pytest.mark.parametrize("raw,sent", [(b"{}", {}), (b'{"wasForkedFrom": false}', {"was_forked_from": False}),
+                                      (b'{"hasParent": true}', {"has_parent": True}),
+                                      (b'{"hasParent": false, "wasForkedFrom": true}',
+                                       {"has_parent": False, "was_forked_from": True})])
+def test_an_unset_tri_state_filter_is_left_out_never_null(raw: bytes, sent: dict[str, bool]) -> None:
+    """TypeScript 5.2.11 tests ``was_forked_from`` / ``has_parent`` with ``!== undefined``: a null
+    would list nothing (tests/e2e/test_ground_probe.py pins it). Search and aggregates alike."""
+    search = wire(mp.search_request(m.decode(raw, m.WorkflowSearchBody), request_id="r"))["body"]
+    aggregates = wire(mp.workflow_aggregates_request(m.decode(raw, m.WorkflowAggregatesBody), request_id="r"))["body"]
+    listing = wire(mp.list_workflows_request(request_id="r"))["body"]
+    for body in (search, aggregates):
+        assert {k: body[k] for k in TRI_STATE if k in body} == sent
+    assert not TRI_STATE & set(listing)
 
 
 def test_empty_and_null_filter_lists_are_no_filter() -> None:
@@ -483,7 +499,7 @@ def test_list_workflows_query_parameters() -> None:
     out = wire(mp.list_workflows_request(request_id="r", status="PENDING", limit=10, offset=20, sort_desc=True,
                                          load_input=True))
     assert out["type"] == "list_workflows"
-    assert set(out["body"]) == EVERY_LIST_KEY
+    assert set(out["body"]) == EVERY_LIST_KEY - TRI_STATE
     b = out["body"]
     assert (b["status"], b["limit"], b["offset"], b["sort_desc"], b["load_input"], b["load_output"]) == (
         "PENDING", 10, 20, True, True, False)
