@@ -1,11 +1,138 @@
-"""Schedules: list, get, pause, resume, trigger, backfill (issue 13; being written)."""
+"""Schedules: ``listSchedules``, ``getSchedule``, ``pauseSchedule``, ``resumeSchedule``,
+``triggerSchedule``, ``backfillSchedule`` (Conductor API v2), answered by an executor.
+
+The schedules live in the application's system database (``workflow_schedules``), so any
+healthy executor answers and acts (protocol section 5.19). Reads: the list (filters ``status``,
+``workflowName``, ``scheduleNamePrefix``, each given once or repeated; ``loadContext``, default
+true) and one schedule (404 when there is none), each Conductor's ``Schedule``.
+
+Actions are recorded before they are sent and completed however they end
+(:func:`~relay_es.adapters.rest.calling.act`; target ``schedule``, its name):
+
+* pause / resume: 204. The SDKs update the row without looking whether it exists, so Relay
+  first reads the schedule and answers 404 for an unknown name (nothing recorded, nothing
+  changed, like a refused body).
+* trigger: 201, ``{"workflowId"}`` of the workflow the executor enqueued now, ``Location`` its
+  ``getWorkflow`` path; recorded with that id.
+* backfill: 200, ``{"workflowIds"}`` enqueued for the times the cron names in
+  [``startTime``, ``endTime``) that have no workflow yet; ``endTime`` before ``startTime`` is a
+  422. Recorded with the window and the count.
+
+An SDK that predates schedules (Python dbos before 2.15) answers "Unknown message type": a 501
+(:func:`~relay_es.adapters.rest.queues.unsupported`).
+"""
 
 from __future__ import annotations
 
-from litestar import Controller
+from typing import Annotated, Any
+from urllib.parse import quote
 
+from litestar import Controller, Request, Response, get, post
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath, QueryParameter
+
+from relay_es.adapters.rest import calling
+from relay_es.adapters.rest.conductor import mapping
+from relay_es.adapters.rest.conductor import models as m
+from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
+from relay_es.adapters.rest.queues import failed_status, sent_as, unsupported
+from relay_es.domain import units
+from relay_es.domain.errors import InvalidSetting
+from relay_es.protocol import catalogue as c
+
+# Query filters, each given once or repeated (sent to the executor as one string or a list).
+Status = Annotated[list[str] | None, QueryParameter(
+    name="status", required=False, description="ACTIVE or PAUSED (an unknown value matches nothing)")]
+WorkflowName = Annotated[list[str] | None, QueryParameter(
+    name="workflowName", required=False, description="the scheduled workflow's name")]
+NamePrefix = Annotated[list[str] | None, QueryParameter(
+    name="scheduleNamePrefix", required=False, description="the start of the schedule's name")]
+LoadContext = Annotated[bool | None, QueryParameter(
+    name="loadContext", required=False, description="include each schedule's `context` (default true)")]
+
+
+async def _get(ctx: RestContext, org: str, app: str, schedule_name: str) -> c.ScheduleOutput:
+    """The schedule the executor reads, or 404."""
+    request = mapping.get_schedule_request(schedule_name, request_id="")
+    answer: c.GetScheduleResponse = await unsupported(
+        calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status), request.type)
+    if answer.output is None:
+        raise NotFoundException(detail=f"schedule {schedule_name[:200]!r} not found in application {app!r}")
+    return answer.output
 
 
 class SchedulesController(Controller):
     path = APP + "/schedules"
+
+    @get("/", summary="List schedules")
+    async def list_schedules(
+        self, org: FromPath[str], app: FromPath[str], ctx: Context,
+        status: Status = None, workflow_name: WorkflowName = None, schedule_name_prefix: NamePrefix = None,
+        load_context: LoadContext = None,
+    ) -> Response[list[m.Schedule]]:
+        request = mapping.list_schedules_request(request_id="", status=status, workflow_name=workflow_name,
+                                                 schedule_name_prefix=schedule_name_prefix,
+                                                 load_context=load_context)
+        answer: c.ListSchedulesResponse = await unsupported(
+            calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status), request.type)
+        return calling.answer(mapping.schedules_out(answer))
+
+    @get("/{schedule_name:str}", summary="Get schedule", description="One schedule by name; 404 when there is none.")
+    async def get_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
+                           ctx: Context) -> Response[m.Schedule]:
+        return calling.answer(mapping.schedule_out(await _get(ctx, org, app, schedule_name)))
+
+    @post("/{schedule_name:str}/pause", summary="Pause schedule", status_code=204,
+          description="It fires no more until resumed; 404 for an unknown schedule.")
+    async def pause_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
+                             request: Request[Any, Any, Any], ctx: Context) -> None:
+        await self._set_status(ctx, request, org, app, schedule_name,
+                               mapping.pause_schedule_request(schedule_name, request_id=""), "pauseSchedule")
+
+    @post("/{schedule_name:str}/resume", summary="Resume schedule", status_code=204,
+          description="It fires again; 404 for an unknown schedule.")
+    async def resume_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
+                              request: Request[Any, Any, Any], ctx: Context) -> None:
+        await self._set_status(ctx, request, org, app, schedule_name,
+                               mapping.resume_schedule_request(schedule_name, request_id=""), "resumeSchedule")
+
+    @staticmethod
+    async def _set_status(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str, schedule_name: str,
+                          wire_request: c.PauseScheduleRequest | c.ResumeScheduleRequest, operation: str) -> None:
+        await _get(ctx, org, app, schedule_name)
+        await unsupported(calling.act(
+            ctx, request, org, app, operation=operation, target_type="schedule", target_ids=[schedule_name],
+            parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
+            failed_status=failed_status), wire_request.type)
+
+    @post("/{schedule_name:str}/trigger", summary="Trigger schedule", status_code=201,
+          description="Enqueues the scheduled workflow now; its id, and its path in `Location`.")
+    async def trigger_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
+                               request: Request[Any, Any, Any], ctx: Context) -> Response[m.TriggerOutputBody]:
+        wire_request = mapping.trigger_schedule_request(schedule_name, request_id="")
+        answer: c.TriggerScheduleResponse = await unsupported(calling.act(
+            ctx, request, org, app, operation="triggerSchedule", target_type="schedule", target_ids=[schedule_name],
+            parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
+            result=lambda a: {"workflowId": a.workflow_id}, failed_status=failed_status), wire_request.type)
+        out = mapping.trigger_out(answer)
+        response = calling.answer(out, 201)
+        response.headers["Location"] = f"/v2/orgs/{quote(org, safe='')}/apps/{quote(app, safe='')}" \
+                                       f"/workflows/{quote(out.workflow_id, safe='')}"
+        return response
+
+    @post("/{schedule_name:str}/backfill", summary="Backfill schedule", status_code=200,
+          description="Enqueues the workflows the schedule would have started in [startTime, endTime) and has not.")
+    async def backfill_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
+                                request: Request[Any, Any, Any], ctx: Context) -> Response[m.BackfillOutputBody]:
+        b = await calling.body(request, m.BackfillInputBody)
+        assert b is not None
+        wire_request = mapping.backfill_schedule_request(schedule_name, b, request_id="")
+        if units.parse_rfc3339("endTime", wire_request.end) < units.parse_rfc3339("startTime", wire_request.start):
+            raise InvalidSetting("endTime", "must not be before startTime")
+        answer: c.BackfillScheduleResponse = await unsupported(calling.act(
+            ctx, request, org, app, operation="backfillSchedule", target_type="schedule", target_ids=[schedule_name],
+            parameters={"scheduleName": schedule_name, "startTime": b.start_time, "endTime": b.end_time},
+            make_request=sent_as(wire_request), result=lambda a: {"count": len(a.workflow_ids or ())},
+            failed_status=failed_status), wire_request.type)
+        return calling.answer(mapping.backfill_out(answer))

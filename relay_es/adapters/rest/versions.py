@@ -1,11 +1,63 @@
-"""Application versions: list and set latest (issue 13; being written)."""
+"""Application versions: ``listAppVersions`` and ``setLatestAppVersion`` (Conductor API v2),
+answered by an executor.
+
+The versions are the registry in the application's system database (``application_versions``,
+protocol section 5.20), so any healthy executor answers and acts. The list is Conductor's
+``ApplicationVersion`` each, as the executor orders them (latest first: the highest
+``versionTimestamp``). ``PATCH .../versions/latest`` with ``{"versionName"}`` makes that version
+the latest (the executor sets its timestamp to now): 204. The SDKs update the row without
+looking whether it exists, so Relay first lists the versions and answers 404 for an unknown
+name (nothing recorded, nothing changed, like a refused body). The change is recorded before it
+is sent and completed however it ends (target ``version``, its name).
+
+An SDK that predates the registry (Python dbos before 2.15) answers "Unknown message type": a
+501 (:func:`~relay_es.adapters.rest.queues.unsupported`).
+"""
 
 from __future__ import annotations
 
-from litestar import Controller
+from typing import Any
 
+from litestar import Controller, Request, Response, get, patch
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath
+
+from relay_es.adapters.rest import calling
+from relay_es.adapters.rest.conductor import mapping
+from relay_es.adapters.rest.conductor import models as m
+from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
+from relay_es.adapters.rest.queues import failed_status, sent_as, unsupported
+from relay_es.protocol import catalogue as c
+
+
+async def _versions(ctx: RestContext, org: str, app: str) -> c.ListApplicationVersionsResponse:
+    request = mapping.list_versions_request(request_id="")
+    answer: c.ListApplicationVersionsResponse = await unsupported(
+        calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status), request.type)
+    return answer
 
 
 class VersionsController(Controller):
     path = APP + "/versions"
+
+    @get("/", summary="List application versions",
+         description="The application's registered versions, latest first.")
+    async def list_app_versions(self, org: FromPath[str], app: FromPath[str],
+                                ctx: Context) -> Response[list[m.ApplicationVersion]]:
+        return calling.answer(mapping.versions_out(await _versions(ctx, org, app)))
+
+    @patch("/latest", summary="Set latest application version", status_code=204,
+           description="Makes `versionName` the latest version; 404 for a version not registered.")
+    async def set_latest_app_version(self, org: FromPath[str], app: FromPath[str],
+                                     request: Request[Any, Any, Any], ctx: Context) -> None:
+        b = await calling.body(request, m.PatchLatestVersionInputBody)
+        assert b is not None
+        wire_request = mapping.set_latest_version_request(b, request_id="")
+        known = await _versions(ctx, org, app)
+        if not any(v.version_name == b.version_name for v in known.output or ()):
+            raise NotFoundException(detail=f"version {b.version_name[:200]!r} is not registered in application {app!r}")
+        await unsupported(calling.act(
+            ctx, request, org, app, operation="setLatestAppVersion", target_type="version",
+            target_ids=[b.version_name], parameters={"versionName": b.version_name},
+            make_request=sent_as(wire_request), failed_status=failed_status), wire_request.type)
