@@ -1,0 +1,208 @@
+"""Stranded work (``relay_es/engine/stranded.py``): the reason of each executor state, the fixes
+that apply, the queues blocked, the executors listed, and "recover now"'s plan. Pure: rows are
+built by hand, the time is given."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from relay_es.engine.stranded import (
+    BlockedQueue,
+    Fix,
+    Reason,
+    WorkflowSummary,
+    classify,
+    fixes_for,
+    plan_recovery,
+    reason_of,
+    recovery_version,
+)
+from relay_es.projections.executors import ExecutorRow
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+LATER = NOW + timedelta(seconds=30)
+EARLIER = NOW - timedelta(seconds=30)
+ALL = (Fix.RECOVER, Fix.RESUME, Fix.CANCEL)
+NO_RECOVER = (Fix.RESUME, Fix.CANCEL)
+
+
+def row(executor_id: str = "A", status: str | None = "HEALTHY", version: str | None = "v1", **kw: object) -> ExecutorRow:
+    return ExecutorRow(stream_id=f"s-{executor_id}", org="local", app="app", executor_id=executor_id, version=3,
+                       status=status, app_version=version, **kw)  # type: ignore[arg-type]
+
+
+def healthy(executor_id: str = "H", version: str = "v1") -> ExecutorRow:
+    return row(executor_id, "HEALTHY", version)
+
+
+def dead(executor_id: str = "A", phase: str | None = "pending", attempt: int = 0, version: str = "v1",
+         recovery_version_: str | None = "v1", **kw: object) -> ExecutorRow:
+    return row(executor_id, "DEAD", version, recovery_phase=phase, recovery_attempt=attempt,
+               recovery_version=recovery_version_, declared_dead_at=EARLIER, **kw)
+
+
+def disconnected(executor_id: str = "A", reason: str = "socket_closed", deadline: datetime | None = LATER,
+                 version: str = "v1") -> ExecutorRow:
+    return row(executor_id, "DISCONNECTED", version, disconnect_reason=reason, deadline=deadline)
+
+
+def wf(workflow_id: str, executor_id: str | None = "A", status: str = "PENDING", queue: str | None = None) -> WorkflowSummary:
+    return WorkflowSummary(workflow_id=workflow_id, status=status, executor_id=executor_id, name="w", queue_name=queue,
+                           app_version="v1", created_at="2026-12-01T11:00:00.000Z")
+
+
+# ------------------------------------------------------------------ reasons
+
+
+@pytest.mark.parametrize("r, reason", [
+    (None, Reason.EXECUTOR_UNKNOWN),
+    (row(status=None), Reason.EXECUTOR_UNKNOWN),  # registered, never connected
+    (row(status="HEALTHY"), None),
+    (row(status="DELETED"), Reason.EXECUTOR_DELETED),
+    (disconnected(reason="socket_closed"), Reason.STOPPED_POLITELY),
+    (disconnected(reason="ping_timeout"), Reason.DISCONNECTED),
+    (disconnected(reason="relay_restarted"), Reason.DISCONNECTED),
+    (disconnected(reason="token_revoked"), Reason.DISCONNECTED),
+    (disconnected(deadline=NOW), Reason.DECLARATION_OVERDUE),  # the deadline has come
+    (disconnected(reason="ping_timeout", deadline=EARLIER), Reason.DECLARATION_OVERDUE),
+    (dead(phase="pending"), Reason.RECOVERY_PENDING),
+    (dead(phase="pending", attempt=2), Reason.RECOVERY_FAILED),
+    (dead(phase="dispatched", attempt=1), Reason.RECOVERY_DISPATCHED),
+    (dead(phase="deferred"), Reason.RECOVERY_DEFERRED),
+    (dead(phase="deferred", attempt=3), Reason.RECOVERY_DEFERRED),
+    (dead(phase="confirmed"), Reason.DEAD_UNRECOVERED),
+    (dead(phase=None), Reason.DEAD_UNRECOVERED),
+])
+def test_the_reason_of_each_executor_state(r: ExecutorRow | None, reason: Reason | None) -> None:
+    assert reason_of(r, NOW) == reason
+
+
+@pytest.mark.parametrize("r, versions, fixes", [
+    (dead(phase="pending"), {"v1"}, ALL),
+    (dead(phase="pending", attempt=1), {"v1"}, ALL),
+    (dead(phase="deferred"), {"v1"}, ALL),  # one of its version is here now
+    (dead(phase="deferred"), {"v2"}, NO_RECOVER),  # none of its version: resume is the fix
+    (dead(phase="pending"), set(), NO_RECOVER),
+    (dead(phase="dispatched"), {"v1"}, NO_RECOVER),  # in flight
+    (dead(phase="confirmed"), {"v1"}, NO_RECOVER),
+    (dead(version="v2", recovery_version_="v1"), {"v1"}, ALL),  # the version recorded at its death counts
+    (dead(version="v2", recovery_version_="v1"), {"v2"}, NO_RECOVER),
+    (disconnected(), {"v1"}, ALL),
+    (disconnected(), {"v9"}, NO_RECOVER),
+    (row(status="DELETED"), {"v1"}, NO_RECOVER),
+    (None, {"v1", None}, NO_RECOVER),
+])
+def test_the_fixes_that_apply(r: ExecutorRow | None, versions: set[str | None], fixes: tuple[Fix, ...]) -> None:
+    assert fixes_for(r, versions) == fixes
+
+
+def test_the_recovery_version_is_the_one_recorded_at_death_else_the_running_one() -> None:
+    assert recovery_version(dead(version="v2", recovery_version_="v1")) == "v1"
+    assert recovery_version(dead(version="v2", recovery_version_=None)) == "v2"
+    assert recovery_version(disconnected(version="v3")) == "v3"
+
+
+# ------------------------------------------------------------------ classify
+
+
+def test_only_pending_workflows_of_executors_not_alive_are_stranded_in_the_order_given() -> None:
+    rows = [healthy("H"), dead("A"), disconnected("B", reason="ping_timeout")]
+    got = classify([
+        wf("w1", "H"),  # alive
+        wf("w2", "A"),
+        wf("w3", "A", status="ENQUEUED"),  # not PENDING: not asked about
+        wf("w4", "B"),
+        wf("w5", "local"),  # never seen by Relay
+        wf("w6", None),  # no executor at all
+        wf("w7", "A", status="SUCCESS"),
+    ], rows, NOW)
+    assert [(s.workflow.workflow_id, s.reason, s.fixes) for s in got.workflows] == [
+        ("w2", Reason.RECOVERY_PENDING, ALL),
+        ("w4", Reason.DISCONNECTED, ALL),
+        ("w5", Reason.EXECUTOR_UNKNOWN, NO_RECOVER),
+        ("w6", Reason.EXECUTOR_UNKNOWN, NO_RECOVER),
+    ]
+    assert got.workflows[0].executor == rows[1] and got.workflows[2].executor is None
+
+
+def test_the_queues_blocked_most_blocked_first_then_by_name() -> None:
+    got = classify([wf("1", "A", queue="q2"), wf("2", "A", queue="q1"), wf("3", "B", queue="q2"),
+                    wf("4", "A"), wf("5", "H", queue="q3"), wf("6", "A", queue="q0")],
+                   [healthy("H"), dead("A"), dead("B", phase="deferred")], NOW)
+    assert got.queues == [BlockedQueue("q2", 2), BlockedQueue("q0", 1), BlockedQueue("q1", 1)]
+
+
+def test_the_executors_waited_on_and_every_other_not_alive_one_relay_knows() -> None:
+    rows = [healthy("H"), dead("A"), disconnected("B"), dead("C", phase="deferred"), dead("D", phase="dispatched"),
+            dead("E", phase="confirmed"), row("F", "DELETED"), healthy("G")]
+    got = classify([wf("1", "A"), wf("2", "A"), wf("3", "F"), wf("4", "zz-unknown"), wf("5", "G")], rows, NOW)
+    assert [(e.executor_id, e.reason, e.stranded) for e in got.executors] == [
+        ("A", Reason.RECOVERY_PENDING, 2),
+        ("B", Reason.STOPPED_POLITELY, 0),
+        ("C", Reason.RECOVERY_DEFERRED, 0),
+        ("D", Reason.RECOVERY_DISPATCHED, 0),
+        # E: DEAD with no obligation and nothing listed on it: not listed
+        ("F", Reason.EXECUTOR_DELETED, 1),
+        ("zz-unknown", Reason.EXECUTOR_UNKNOWN, 1),
+    ]
+    assert got.executors[0].fixes == ALL and got.executors[0].row == rows[1]
+
+
+def test_relay_alone_lists_its_not_alive_executors_with_no_workflows() -> None:
+    got = classify([], [healthy("H", "v2"), dead("A", phase="deferred"), disconnected("B", deadline=EARLIER)], NOW)
+    assert got.workflows == [] and got.queues == []
+    assert [(e.executor_id, e.reason, e.fixes) for e in got.executors] == [
+        ("A", Reason.RECOVERY_DEFERRED, NO_RECOVER),  # nothing of v1 is HEALTHY
+        ("B", Reason.DECLARATION_OVERDUE, NO_RECOVER),
+    ]
+
+
+def test_an_executor_back_alive_leaves_the_listing() -> None:
+    back = replace(dead("A"), status="HEALTHY")  # reconnected, its recovery about to be withdrawn
+    got = classify([wf("1", "A")], [back], NOW)
+    assert got.workflows == [] and got.executors == []
+
+
+# ------------------------------------------------------------------ recover now
+
+
+def test_recover_groups_recoverable_executors_by_version() -> None:
+    rows = [healthy("H1", "v1"), healthy("H2", "v2"), dead("A"), dead("B", phase="deferred", version="v2",
+                                                                      recovery_version_="v2"),
+            dead("C", attempt=3), disconnected("D")]
+    plan = plan_recovery(["A", "B", "C", "D", "A"], rows, force=True)
+    assert plan.refused == {} and not plan.resume_instead
+    assert plan.groups == {"v1": ["A", "C", "D"], "v2": ["B"]}
+
+
+@pytest.mark.parametrize("r, words, resume", [
+    (None, "no live record", False),
+    (row("A", "DELETED"), "no live record", False),
+    (row("A", None), "no live record", False),
+    (row("A", "HEALTHY"), "HEALTHY", False),
+    (dead(phase="dispatched", attempt=1, recovery_target="H"), "in flight (sent to H, attempt 1)", False),
+    (dead(phase="confirmed"), "no recovery to do", False),
+    (dead(phase=None), "no recovery to do", False),
+    (disconnected(), "force=true", False),
+    (dead(version="v9", recovery_version_="v9"), "no HEALTHY executor of application version 'v9'", True),
+    (dead(phase="deferred", version="v9", recovery_version_="v9"), "resume its workflows", True),
+])
+def test_recover_refuses_what_it_cannot_do_now_and_says_why(r: ExecutorRow | None, words: str, resume: bool) -> None:
+    rows = [healthy("H", "v1")] + ([r] if r is not None else [])
+    plan = plan_recovery(["A"], rows)
+    assert plan.groups == {} and words in plan.refused["A"], plan.refused
+    assert plan.resume_instead is resume
+
+
+def test_force_recovers_a_disconnected_executor_only_with_one_of_its_version() -> None:
+    assert plan_recovery(["A"], [healthy("H", "v1"), disconnected("A")], force=True).groups == {"v1": ["A"]}
+    plan = plan_recovery(["A"], [healthy("H", "v2"), disconnected("A")], force=True)
+    assert plan.groups == {} and plan.resume_instead
+
+
+def test_one_refusal_is_reported_beside_what_could_be_done() -> None:
+    plan = plan_recovery(["A", "B"], [healthy("H", "v1"), dead("A"), dead("B", phase="dispatched")])
+    assert plan.groups == {"v1": ["A"]} and list(plan.refused) == ["B"]
