@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         return projections(args)
     if args.command == "admin":
         return admin(args)
-    if args.command in ("apps", "tokens", "executors", "audit", "history"):
+    if args.command in client_cli.COMMANDS:
         return client_cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2

@@ -12,6 +12,13 @@ the terminal. ``--json`` output is JSON, which escapes them itself.
 Lists whose tables show Relay's own fields (an executor's ``deadline``, a
 token's ``appNames``) ask for them with :data:`EXTENDED` (``?relay=extended``);
 without it the server answers exactly Conductor's fields.
+
+``workflows``, ``queues``, ``schedules`` and ``versions`` are Conductor's
+operations of an application (the server asks one of its executors: 503 when
+none is healthy, 504 when it does not answer); ``workflows stranded`` and
+``workflows fix-stranded`` are Relay's stranded-work paths. ``--json`` prints
+the server's answer as it came; an action answered with no content prints
+nothing with ``--json`` and one line without.
 """
 
 from __future__ import annotations
@@ -41,7 +48,24 @@ COLUMNS = {
     "tokens": ["tokenName", "createdAt", "appNames"],
     "audit": ["seq", "at", "app", "executorId", "action", "detail"],
     "history": ["version", "at", "type", "data"],
+    "workflows": ["workflowId", "status", "workflowName", "queueName", "executorId", "appVersion", "createdAt",
+                  "updatedAt"],
+    "steps": ["stepId", "stepName", "startedAt", "completedAt", "childWorkflowId", "error", "output"],
+    "queues": ["name", "concurrency", "workerConcurrency", "rateLimitMax", "rateLimitPeriodSecs", "priorityEnabled",
+               "partitionQueue", "pollingIntervalSecs"],
+    "schedules": ["scheduleName", "workflowName", "cronExpression", "cronTimezone", "status", "lastFiredAt",
+                  "automaticBackfill"],
+    "versions": ["versionName", "versionTimestamp", "createdAt", "versionId"],
+    # Relay's own answers: these columns first, then any other field the server sent.
+    "stranded workflows": ["workflowId", "name", "workflowName", "status", "queueName", "executorId", "reason", "fixes"],
+    "blocked queues": ["queueName", "name"],
+    "fixes": ["workflowId", "fix", "outcome", "status", "error"],
 }
+OPEN_COLUMNS = {"stranded workflows", "blocked queues", "fixes"}  # Relay's shapes: unknown fields shown too
+WORKFLOWS_LIMIT = 100  # ``workflows list`` with no --limit: one page of the newest
+FIXES = ("recover", "resume", "cancel")  # ``fix-stranded --fix``: recover now, resume, cancel
+COMMANDS = ("apps", "tokens", "executors", "audit", "history", "workflows", "queues", "schedules", "versions")
+"""The subcommands :func:`add_parsers` adds and :func:`run` runs."""
 
 
 class CliError(Exception):
@@ -109,6 +133,96 @@ def add_parsers(sub: Any) -> None:
     hi.add_argument("--app", required=True)
     add_common(hi)
 
+    _add_workflows(sub)
+    _add_queues_schedules_versions(sub)
+
+
+def _app_parser(sub: Any, name: str, helptext: str, *positionals: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=helptext)
+    for positional in positionals:
+        p.add_argument(positional)
+    p.add_argument("--app", required=True, help="the application")
+    add_common(p)
+    return p
+
+
+def _add_workflows(sub: Any) -> None:
+    wf = sub.add_parser("workflows", help="an application's workflows (asks one of its executors)")
+    wsub = wf.add_subparsers(dest="action", required=True)
+    ls = _app_parser(wsub, "list", "list workflows, newest first")
+    ls.add_argument("--status", help="only this status (PENDING, ENQUEUED, SUCCESS, ERROR, CANCELLED, ...)")
+    ls.add_argument("--name", help="only workflows of this function name")
+    ls.add_argument("--limit", type=_positive_int, default=WORKFLOWS_LIMIT,
+                    help=f"at most this many (default {WORKFLOWS_LIMIT})")
+    ls.add_argument("--offset", type=_natural_int, help="skip this many")
+    ls.add_argument("--oldest-first", action="store_true", help="oldest first (default: newest first)")
+    ls.add_argument("--load-input", action="store_true", help="include each workflow's input")
+    ls.add_argument("--load-output", action="store_true", help="include each workflow's output and error")
+    _app_parser(wsub, "get", "show one workflow", "workflow_id")
+    st = _app_parser(wsub, "steps", "a workflow's steps", "workflow_id")
+    st.add_argument("--limit", type=_positive_int)
+    st.add_argument("--offset", type=_natural_int)
+    ca = _app_parser(wsub, "cancel", "cancel a workflow", "workflow_id")
+    ca.add_argument("--cancel-children", action="store_true", help="cancel its child workflows too")
+    rs = _app_parser(wsub, "resume", "resume a workflow (on the latest version)", "workflow_id")
+    rs.add_argument("--queue", help="resume it on this queue")
+    fk = _app_parser(wsub, "fork", "start a new workflow from a step of this one", "workflow_id")
+    fk.add_argument("--start-step", type=_natural_int, help="the step to start from (default: the first)")
+    fk.add_argument("--new-id", dest="new_workflow_id", help="the new workflow's id (default: chosen by the executor)")
+    fk.add_argument("--app-version", help="run the fork on this application version")
+    fk.add_argument("--queue", help="enqueue the fork on this queue")
+    fk.add_argument("--partition-key", help="the queue partition key")
+    de = _app_parser(wsub, "delete", "delete a workflow's records", "workflow_id")
+    de.add_argument("--children", action="store_true", help="delete its child workflows too")
+    _app_parser(wsub, "stranded", "PENDING workflows whose executor is not alive, why, and the queues they block")
+    fx = _app_parser(wsub, "fix-stranded", "recover, resume or cancel stranded workflows (Relay's)")
+    fx.add_argument("workflow_ids", nargs="+", metavar="workflow_id")
+    fx.add_argument("--fix", required=True, choices=FIXES, help="recover now, resume, or cancel")
+
+
+def _add_queues_schedules_versions(sub: Any) -> None:
+    qu = sub.add_parser("queues", help="an application's queues (asks one of its executors)")
+    qsub = qu.add_subparsers(dest="action", required=True)
+    _app_parser(qsub, "list", "list queues")
+    _app_parser(qsub, "get", "show one queue", "queue")
+
+    sc = sub.add_parser("schedules", help="an application's schedules (asks one of its executors)")
+    ssub = sc.add_subparsers(dest="action", required=True)
+    ls = _app_parser(ssub, "list", "list schedules")
+    ls.add_argument("--status", help="only this status (ACTIVE, PAUSED)")
+    ls.add_argument("--workflow-name", help="only schedules of this workflow")
+    ls.add_argument("--prefix", help="only schedules whose name starts so")
+    ls.add_argument("--load-context", action="store_true", help="include each schedule's context")
+    _app_parser(ssub, "get", "show one schedule", "schedule")
+    _app_parser(ssub, "pause", "pause a schedule", "schedule")
+    _app_parser(ssub, "resume", "resume a paused schedule", "schedule")
+    _app_parser(ssub, "trigger", "run a schedule's workflow now", "schedule")
+    bf = _app_parser(ssub, "backfill", "run a schedule's missed firings between two instants", "schedule")
+    bf.add_argument("--start", required=True, help="RFC 3339 instant, e.g. 2026-11-30T00:00:00Z")
+    bf.add_argument("--end", required=True, help="RFC 3339 instant")
+
+    ve = sub.add_parser("versions", help="an application's versions")
+    vsub = ve.add_subparsers(dest="action", required=True)
+    _app_parser(vsub, "list", "list application versions")
+    _app_parser(vsub, "set-latest", "make this version the latest (resume and fork prefer it)", "version")
+
+
+def _positive_int(text: str) -> int:
+    n = _natural_int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return n
+
+
+def _natural_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
+    return n
+
 
 def _nullable_int(text: str) -> int | None:
     if text.lower() == "null":
@@ -152,13 +266,18 @@ class Client:
         if r.status_code >= 400:
             try:
                 body = r.json()
-                msg = body.get("detail") or body.get("title") or r.text
+                msg = (body.get("detail") or body.get("title") or r.text) if isinstance(body, dict) else r.text
             except ValueError:
                 msg = r.text.strip() or r.reason_phrase
+            if r.status_code == 503 and r.headers.get("Retry-After", "").isdigit():
+                msg = f"{msg} (retry in {r.headers['Retry-After']}s)"
             raise CliError(f"{r.status_code} {msg}")
         if r.status_code == 204 or not r.content:
             return None
-        return r.json()
+        try:
+            return r.json()
+        except ValueError:
+            raise CliError(f"{r.status_code} from the server, but not JSON: {r.text[:200]}") from None
 
 
 # Control characters (C0, DEL, C1), format characters (bidirectional overrides,
@@ -191,6 +310,14 @@ def _cell(v: Any) -> str:
     return printable(str(v))
 
 
+def open_columns(rows: list[dict[str, Any]], first: list[str]) -> list[str]:
+    """``first`` that some row has, in that order, then every other key the rows have."""
+    seen: dict[str, None] = {}
+    for r in rows:
+        seen.update(dict.fromkeys(r))
+    return [c for c in first if c in seen] + [c for c in seen if c not in first]
+
+
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
@@ -201,11 +328,16 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def emit(args: argparse.Namespace, data: Any, kind: str) -> None:
+def emit(args: argparse.Namespace, data: Any, kind: str, columns: list[str] | None = None) -> None:
+    """``data`` as JSON (``--json``), else a list as a table of ``columns`` (default:
+    ``COLUMNS[kind]``) and an object as a key/value listing."""
     if args.json:
         print(json.dumps(data, indent=2))
     elif isinstance(data, list):
-        print(table(data, COLUMNS[kind]) if data else f"(no {kind})")
+        if not all(isinstance(r, dict) for r in data):
+            raise CliError(f"the server answered a list of {kind} that are not all objects")
+        cols = columns or (open_columns(data, COLUMNS[kind]) if kind in OPEN_COLUMNS else COLUMNS[kind])
+        print(table(data, cols) if data else f"(no {kind})")
     elif isinstance(data, dict):
         width = max(len(printable(k)) for k in data) if data else 0
         for k, v in data.items():
@@ -286,7 +418,140 @@ def _run(args: argparse.Namespace) -> int:
         emit(args, events, "history")
     elif cmd == "audit":
         return _audit(args, c, base)
+    elif cmd == "workflows":
+        _workflows(args, c, f"{base}/apps/{seg(args.app)}")
+    elif cmd in ("queues", "schedules", "versions"):
+        _queues_schedules_versions(args, c, f"{base}/apps/{seg(args.app)}")
     return 0
+
+
+def _done(args: argparse.Namespace, text: str) -> None:
+    """An action's one line (nothing with ``--json``: the server answered no content)."""
+    if not args.json:
+        print(text)
+
+
+def _workflows(args: argparse.Namespace, c: Client, app: str) -> None:
+    action = args.action
+    wid = getattr(args, "workflow_id", None)
+    one = f"{app}/workflows/{seg(wid)}" if wid is not None else ""
+    shown = printable(wid or "")
+    if action == "list":
+        params: dict[str, Any] = {"limit": args.limit, "sortDesc": not args.oldest_first}
+        for key, value in (("status", args.status), ("workflowName", args.name), ("offset", args.offset)):
+            if value is not None:
+                params[key] = value
+        if args.load_input:
+            params["loadInput"] = True
+        if args.load_output:
+            params["loadOutput"] = True
+        rows = c.call("GET", f"{app}/workflows", params=params)
+        columns = (COLUMNS["workflows"] + (["input"] if args.load_input else [])
+                   + (["output", "error"] if args.load_output else []))
+        emit(args, rows, "workflows", columns)
+        if not args.json and isinstance(rows, list) and len(rows) == args.limit:
+            print(f"({len(rows)} shown; --offset {(args.offset or 0) + len(rows)} for the next)", file=sys.stderr)
+    elif action == "get":
+        emit(args, c.call("GET", one), "workflows")
+    elif action == "steps":
+        params = {k: v for k, v in (("limit", args.limit), ("offset", args.offset)) if v is not None}
+        emit(args, c.call("GET", f"{one}/steps", params=params), "steps")
+    elif action == "cancel":
+        c.call("POST", f"{one}/cancel", json={"cancelChildren": True} if args.cancel_children else {})
+        _done(args, f"cancelled {shown}" + (" and its children" if args.cancel_children else ""))
+    elif action == "resume":
+        c.call("POST", f"{one}/resume", json={"queueName": args.queue} if args.queue is not None else {})
+        _done(args, f"resumed {shown}")
+    elif action == "fork":
+        body: dict[str, Any] = {}
+        for key, value in (("startStep", args.start_step), ("newWorkflowId", args.new_workflow_id),
+                           ("appVersion", args.app_version), ("queueName", args.queue),
+                           ("queuePartitionKey", args.partition_key)):
+            if value is not None:
+                body[key] = value
+        forked = c.call("POST", f"{one}/fork", json=body)
+        if args.json:
+            print(json.dumps(forked, indent=2))
+        else:
+            print(f"forked {shown}: new workflow {_cell(_field(forked, 'workflowId'))}")
+    elif action == "delete":
+        c.call("DELETE", one, params={"deleteChildren": True} if args.children else {})
+        _done(args, f"deleted {shown}" + (" and its children" if args.children else ""))
+    elif action == "stranded":
+        _stranded(args, c.call("GET", f"{app}/stranded-workflows"))
+    elif action == "fix-stranded":
+        result = c.call("POST", f"{app}/stranded-workflows/fix",
+                        json={"fix": args.fix, "workflowIds": args.workflow_ids})
+        if result is None:  # no content
+            _done(args, f"{args.fix}: done for {len(args.workflow_ids)} workflow(s)")
+        else:  # each workflow's outcome (a list: a table), or a summary (an object: key/value)
+            emit(args, result, "fixes")
+
+
+def _stranded(args: argparse.Namespace, answer: Any) -> None:
+    """Relay's stranded work: a list of workflows, or an object with ``workflows`` and the
+    ``queues`` they block; each printed as a table."""
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return
+    if isinstance(answer, list):
+        emit(args, answer, "stranded workflows")
+        return
+    if not isinstance(answer, dict):
+        raise CliError("the server's stranded-workflows answer is neither a list nor an object")
+    emit(args, answer.get("workflows") or [], "stranded workflows")
+    if "queues" in answer:
+        print()
+        emit(args, answer.get("queues") or [], "blocked queues")
+
+
+def _field(answer: Any, key: str) -> Any:
+    if not isinstance(answer, dict) or key not in answer:
+        raise CliError(f"the server's answer has no {key}")
+    return answer[key]
+
+
+def _queues_schedules_versions(args: argparse.Namespace, c: Client, app: str) -> None:
+    cmd, action = args.command, args.action
+    if cmd == "queues":
+        emit(args, c.call("GET", f"{app}/queues" + (f"/{seg(args.queue)}" if action == "get" else "")), "queues")
+    elif cmd == "versions":
+        if action == "list":
+            emit(args, c.call("GET", f"{app}/versions"), "versions")
+        else:
+            c.call("PATCH", f"{app}/versions/latest", json={"versionName": args.version})
+            _done(args, f"latest version of {printable(args.app)} is now {printable(args.version)}")
+    elif action == "list":
+        params: dict[str, Any] = {k: v for k, v in (("status", args.status), ("workflowName", args.workflow_name),
+                                                    ("scheduleNamePrefix", args.prefix)) if v is not None}
+        if args.load_context:
+            params["loadContext"] = True
+        emit(args, c.call("GET", f"{app}/schedules", params=params), "schedules",
+             COLUMNS["schedules"] + (["context"] if args.load_context else []))
+    else:
+        one, shown = f"{app}/schedules/{seg(args.schedule)}", printable(args.schedule)
+        if action == "get":
+            emit(args, c.call("GET", one), "schedules")
+        elif action in ("pause", "resume"):
+            c.call("POST", f"{one}/{action}")
+            _done(args, f"{'paused' if action == 'pause' else 'resumed'} {shown}")
+        elif action == "trigger":
+            started = c.call("POST", f"{one}/trigger")
+            if args.json:
+                print(json.dumps(started, indent=2))
+            else:
+                print(f"triggered {shown}: workflow {_cell(_field(started, 'workflowId'))}")
+        elif action == "backfill":
+            done = c.call("POST", f"{one}/backfill", json={"startTime": args.start, "endTime": args.end})
+            if args.json:
+                print(json.dumps(done, indent=2))
+            else:
+                ids = _field(done, "workflowIds")
+                if not isinstance(ids, list):
+                    raise CliError("the server's workflowIds is not a list")
+                print(f"backfilled {shown}: {len(ids)} workflow(s)")
+                for wid in ids:
+                    print(_cell(wid))
 
 
 def _audit(args: argparse.Namespace, c: Client, base: str) -> int:

@@ -1,17 +1,25 @@
 """The client CLI prints what executors and paths supplied without letting it
-drive the terminal, and follows the server's pages (against a mock server)."""
+drive the terminal, and follows the server's pages (against a mock server).
+``workflows``, ``queues``, ``schedules`` and ``versions`` run against a stub that
+answers the Conductor reference's shapes and checks each request against it."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
 
-from relay_es.composition import client_cli
+from relay_es.composition import cli, client_cli
+from tests.conductor_schema import check_response, check_schema, operations
 
 REAL_CLIENT = httpx.Client
 HOSTILE = "web-1\n\x1b[2J\x1b]0;pwned\x07\rroot\u202eexe.txt"
@@ -141,3 +149,329 @@ def test_history_is_read_page_by_page(monkeypatch, capsys) -> None:
 def test_printable_keeps_ordinary_text() -> None:
     assert client_cli.printable("café-1.example_host~v2") == "café-1.example_host~v2"
     assert client_cli.printable("a\\nb") == "a\\\\nb"  # a typed backslash cannot fake an escape
+
+
+# --- workflows, queues, schedules, versions: against a stub answering the reference's shapes ---
+
+APP = "/v2/orgs/local/apps/orders"
+
+
+def workflow(workflow_id: str, name: str = "checkout", status: str = "PENDING") -> dict[str, Any]:
+    return {"workflowId": workflow_id, "status": status, "workflowName": name, "workflowClass": None,
+            "workflowConfig": None, "user": None, "assumedRole": None, "roles": None, "input": None, "output": None,
+            "error": None, "createdAt": "2026-11-30T12:00:00.000Z", "updatedAt": "2026-11-30T12:00:01.000Z",
+            "queueName": "payments", "appVersion": "v1", "executorId": "exec-1", "timeoutMs": None, "deadline": None,
+            "deduplicationId": None, "priority": 0, "queuePartitionKey": None, "forkedFrom": None,
+            "wasForkedFrom": False, "parentWorkflowId": None, "dequeuedAt": None, "delayUntil": None,
+            "completedAt": None, "attributes": None, "scheduleName": None, "applicationName": "orders"}
+
+
+STEP = {"stepId": 0, "stepName": "charge", "output": "'ok'", "error": None, "childWorkflowId": None,
+        "startedAt": "2026-11-30T12:00:00.100Z", "completedAt": "2026-11-30T12:00:00.200Z"}
+QUEUE = {"name": "payments", "concurrency": 1, "workerConcurrency": None, "rateLimitMax": None,
+         "rateLimitPeriodSecs": None, "priorityEnabled": False, "partitionQueue": False, "pollingIntervalSecs": 1.0,
+         "applicationName": "orders"}
+SCHEDULE = {"scheduleId": "s-1", "scheduleName": "nightly", "workflowName": "report", "workflowClass": None,
+            "cronExpression": "0 0 * * *", "status": "ACTIVE", "context": None, "lastFiredAt": None,
+            "automaticBackfill": False, "cronTimezone": "UTC", "applicationName": "orders"}
+VERSION = {"versionId": "ver-1", "versionName": "v2", "versionTimestamp": "2026-11-30T11:00:00.000Z",
+           "createdAt": "2026-11-30T11:00:00.000Z"}
+STRANDED = {"workflows": [{"workflowId": "wf-9", "name": "checkout", "status": "PENDING", "queueName": "payments",
+                           "executorId": "dead-1", "reason": "executor dead, not recovered",
+                           "fixes": ["recover", "resume", "cancel"]}],
+            "queues": [{"queueName": "payments", "blockedBy": ["wf-9"]}]}
+
+
+class Stub:
+    """A Conductor server in miniature: each request is matched to its operation in the reference
+    (Relay's stranded-work paths by hand), its query names and body checked against what the
+    reference documents, and answered from ``answers`` (operationId -> (status, body, headers)),
+    the body checked against the reference's schema for that status. ``seen``: (operationId,
+    decoded path parameters, query, body) per request."""
+
+    def __init__(self, answers: dict[str, tuple[int, Any] | tuple[int, Any, dict[str, str]]]) -> None:
+        self.answers = answers
+        self.seen: list[tuple[str, dict[str, str], dict[str, str], Any]] = []
+
+    def operation(self, method: str, raw_path: str) -> tuple[str, dict[str, str]]:
+        parts = raw_path.split("?", 1)[0].split("/")
+        if raw_path.startswith(APP + "/stranded-workflows"):
+            return ("fixStrandedWorkflows" if raw_path.endswith("/fix") else "listStrandedWorkflows"), {}
+        for op_id, (m, template, _) in operations().items():
+            names = template.split("/")
+            if m == method and len(names) == len(parts) and all(
+                    n.startswith("{") or n == p for n, p in zip(names, parts)):
+                return op_id, {n.strip("{}"): unquote(p) for n, p in zip(names, parts) if n.startswith("{")}
+        raise AssertionError(f"no Conductor operation {method} {raw_path}")
+
+    def __call__(self, r: httpx.Request) -> httpx.Response:
+        op_id, path_params = self.operation(r.method, r.url.raw_path.decode())
+        query = dict(r.url.params)
+        body = json.loads(r.content) if r.content else None
+        if op_id in operations():
+            _, _, op = operations()[op_id]
+            documented = {p["name"] for p in op.get("parameters", []) if p.get("in") == "query"}
+            assert set(query) <= documented, (op_id, query)
+            schema = (op.get("requestBody") or {}).get("content", {}).get("application/json", {}).get("schema")
+            if body is not None:
+                assert schema is not None, f"{op_id} takes no body, got {body!r}"
+                check_schema(schema["$ref"].rsplit("/", 1)[-1], body)
+            elif (op.get("requestBody") or {}).get("required"):
+                raise AssertionError(f"{op_id} requires a body")
+        self.seen.append((op_id, path_params, query, body))
+        status, answer, *rest = self.answers[op_id]
+        if op_id in operations():
+            check_response(op_id, status, answer)
+        headers = {"content-type": "application/problem+json" if status >= 400 else "application/json",
+                   **(rest[0] if rest else {})}
+        return httpx.Response(status, content=b"" if answer is None else json.dumps(answer).encode(), headers=headers)
+
+
+def test_workflows_list_asks_with_conductor_s_query_and_prints_a_table(monkeypatch, capsys) -> None:
+    rows = [workflow("wf-1", HOSTILE), workflow("wf-2\x1b[31m", "refund\u2066", "SUCCESS")]
+    stub = Stub({"listWorkflows": (200, rows)})
+    assert run(monkeypatch, stub, "workflows", "list", "--app", "orders") == 0
+    out = capsys.readouterr().out
+    clean(out)
+    lines = out.splitlines()
+    assert lines[0].split() == client_cli.COLUMNS["workflows"]
+    assert len(lines) == 3 and "web-1\\n\\x1b[2J" in lines[1] and "wf-2\\x1b[31m" in lines[2]
+    assert "\\u2066" in lines[2]
+    assert stub.seen[-1][2] == {"limit": "100", "sortDesc": "true"}  # newest first, one page
+
+    assert run(monkeypatch, stub, "workflows", "list", "--app", "orders", "--status", "ERROR", "--name", "checkout",
+               "--limit", "2", "--offset", "4", "--oldest-first", "--load-input", "--load-output") == 0
+    assert stub.seen[-1][2] == {"status": "ERROR", "workflowName": "checkout", "limit": "2", "offset": "4",
+                                "sortDesc": "false", "loadInput": "true", "loadOutput": "true"}
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].split()[-3:] == ["input", "output", "error"]
+    assert "--offset 6 for the next" in captured.err  # a full page says where the next one starts
+
+
+def test_json_prints_the_server_s_answer_as_it_came(monkeypatch, capsys) -> None:
+    stub = Stub({"listWorkflows": (200, [workflow("wf-1", HOSTILE)]), "getWorkflow": (200, workflow("wf-1")),
+                 "listWorkflowSteps": (200, [STEP]), "listQueues": (200, [QUEUE]), "getQueue": (200, QUEUE),
+                 "listSchedules": (200, [SCHEDULE]), "getSchedule": (200, SCHEDULE),
+                 "listAppVersions": (200, [VERSION]), "listStrandedWorkflows": (200, STRANDED)})
+    for argv, op_id in ((["workflows", "list"], "listWorkflows"), (["workflows", "get", "wf-1"], "getWorkflow"),
+                        (["workflows", "steps", "wf-1"], "listWorkflowSteps"), (["queues", "list"], "listQueues"),
+                        (["queues", "get", "payments"], "getQueue"), (["schedules", "list"], "listSchedules"),
+                        (["schedules", "get", "nightly"], "getSchedule"), (["versions", "list"], "listAppVersions"),
+                        (["workflows", "stranded"], "listStrandedWorkflows")):
+        assert run(monkeypatch, stub, *argv, "--app", "orders", "--json") == 0, argv
+        assert json.loads(capsys.readouterr().out) == stub.answers[op_id][1], argv
+        assert stub.seen[-1][0] == op_id
+
+
+def test_tables_and_listings_of_each_kind(monkeypatch, capsys) -> None:
+    hostile_step = {**STEP, "stepName": "charge\r\x1b[1A", "error": "boom\nTraceback"}
+    stub = Stub({"getWorkflow": (200, workflow("wf-1", HOSTILE)), "listWorkflowSteps": (200, [hostile_step, STEP]),
+                 "listQueues": (200, [QUEUE]), "listSchedules": (200, [{**SCHEDULE, "context": "{}"}]),
+                 "listAppVersions": (200, []), "getQueue": (200, {**QUEUE, "name": "q\u202e"})})
+    assert run(monkeypatch, stub, "workflows", "get", "wf-1", "--app", "orders") == 0
+    out = capsys.readouterr().out
+    clean(out)
+    assert len(out.splitlines()) == len(workflow("wf-1")) and "workflowName" in out
+    assert run(monkeypatch, stub, "workflows", "steps", "wf-1", "--app", "orders", "--limit", "5") == 0
+    out = capsys.readouterr().out
+    clean(out)
+    assert out.splitlines()[0].split() == client_cli.COLUMNS["steps"] and len(out.splitlines()) == 3
+    assert stub.seen[-1][2] == {"limit": "5"}
+    assert run(monkeypatch, stub, "queues", "list", "--app", "orders") == 0
+    assert capsys.readouterr().out.splitlines()[0].split() == client_cli.COLUMNS["queues"]
+    assert run(monkeypatch, stub, "queues", "get", "q\u202e", "--app", "orders") == 0
+    out = capsys.readouterr().out
+    clean(out)
+    assert stub.seen[-1][1]["queueName"] == "q\u202e"
+    assert run(monkeypatch, stub, "schedules", "list", "--app", "orders", "--status", "ACTIVE", "--workflow-name",
+               "report", "--prefix", "night", "--load-context") == 0
+    assert stub.seen[-1][2] == {"status": "ACTIVE", "workflowName": "report", "scheduleNamePrefix": "night",
+                                "loadContext": "true"}
+    assert capsys.readouterr().out.splitlines()[0].split() == client_cli.COLUMNS["schedules"] + ["context"]
+    assert run(monkeypatch, stub, "versions", "list", "--app", "orders") == 0
+    assert capsys.readouterr().out == "(no versions)\n"
+
+
+def test_actions_send_conductor_s_paths_and_bodies(monkeypatch, capsys) -> None:
+    stub = Stub({"cancelWorkflow": (204, None), "resumeWorkflow": (204, None),
+                 "forkWorkflow": (201, {"workflowId": "wf-new\x1b[2J"}), "deleteWorkflow": (204, None),
+                 "pauseSchedule": (204, None), "resumeSchedule": (204, None),
+                 "triggerSchedule": (201, {"workflowId": "wf-t"}),
+                 "backfillSchedule": (200, {"workflowIds": ["wf-b1", "wf-b2"]}),
+                 "setLatestAppVersion": (204, None)})
+    cases: list[tuple[list[str], tuple[str, dict[str, str], dict[str, str], Any], str]] = [
+        (["workflows", "cancel", "wf-1"], ("cancelWorkflow", {"workflowId": "wf-1"}, {}, {}), "cancelled wf-1"),
+        (["workflows", "cancel", "wf-1", "--cancel-children"],
+         ("cancelWorkflow", {"workflowId": "wf-1"}, {}, {"cancelChildren": True}), "cancelled wf-1 and its children"),
+        (["workflows", "resume", "wf-1"], ("resumeWorkflow", {"workflowId": "wf-1"}, {}, {}), "resumed wf-1"),
+        (["workflows", "resume", "wf-1", "--queue", "slow"],
+         ("resumeWorkflow", {"workflowId": "wf-1"}, {}, {"queueName": "slow"}), "resumed wf-1"),
+        (["workflows", "fork", "wf-1"], ("forkWorkflow", {"workflowId": "wf-1"}, {}, {}),
+         "forked wf-1: new workflow wf-new\\x1b[2J"),
+        (["workflows", "fork", "wf-1", "--start-step", "3", "--new-id", "wf-2", "--app-version", "v2", "--queue",
+          "slow", "--partition-key", "eu"],
+         ("forkWorkflow", {"workflowId": "wf-1"}, {}, {"startStep": 3, "newWorkflowId": "wf-2", "appVersion": "v2",
+                                                      "queueName": "slow", "queuePartitionKey": "eu"}),
+         "forked wf-1: new workflow wf-new\\x1b[2J"),
+        (["workflows", "delete", "wf-1"], ("deleteWorkflow", {"workflowId": "wf-1"}, {}, None), "deleted wf-1"),
+        (["workflows", "delete", "wf-1", "--children"],
+         ("deleteWorkflow", {"workflowId": "wf-1"}, {"deleteChildren": "true"}, None), "deleted wf-1 and its children"),
+        (["schedules", "pause", "nightly"], ("pauseSchedule", {"scheduleName": "nightly"}, {}, None), "paused nightly"),
+        (["schedules", "resume", "nightly"], ("resumeSchedule", {"scheduleName": "nightly"}, {}, None),
+         "resumed nightly"),
+        (["schedules", "trigger", "nightly"], ("triggerSchedule", {"scheduleName": "nightly"}, {}, None),
+         "triggered nightly: workflow wf-t"),
+        (["schedules", "backfill", "nightly", "--start", "2026-11-29T00:00:00Z", "--end", "2026-11-30T00:00:00Z"],
+         ("backfillSchedule", {"scheduleName": "nightly"}, {},
+          {"startTime": "2026-11-29T00:00:00Z", "endTime": "2026-11-30T00:00:00Z"}),
+         "backfilled nightly: 2 workflow(s)\nwf-b1\nwf-b2"),
+        (["versions", "set-latest", "v2"], ("setLatestAppVersion", {}, {}, {"versionName": "v2"}),
+         "latest version of orders is now v2"),
+    ]
+    for argv, (op_id, path_params, query, body), printed in cases:
+        assert run(monkeypatch, stub, *argv, "--app", "orders") == 0, argv
+        seen = stub.seen[-1]
+        assert seen[0] == op_id and query == seen[2] and body == seen[3], (argv, seen)
+        assert path_params.items() <= seen[1].items()
+        assert (seen[1]["orgName"], seen[1]["appName"]) == ("local", "orders")
+        assert capsys.readouterr().out == printed + "\n", argv
+    # --json: the answer when there is one, nothing for no content
+    assert run(monkeypatch, stub, "workflows", "fork", "wf-1", "--app", "orders", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == {"workflowId": "wf-new\x1b[2J"}
+    assert run(monkeypatch, stub, "schedules", "backfill", "nightly", "--start", "2026-11-29T00:00:00Z", "--end",
+               "2026-11-30T00:00:00Z", "--app", "orders", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == {"workflowIds": ["wf-b1", "wf-b2"]}
+    assert run(monkeypatch, stub, "workflows", "cancel", "wf-1", "--app", "orders", "--json") == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_stranded_work_and_its_fixes(monkeypatch, capsys) -> None:
+    hostile = {"workflows": [{**STRANDED["workflows"][0], "reason": HOSTILE, "extraField": 1}],
+               "queues": STRANDED["queues"]}
+    results = [{"workflowId": "wf-9", "fix": "recover", "outcome": "ok"}]
+    stub = Stub({"listStrandedWorkflows": (200, hostile), "fixStrandedWorkflows": (200, results)})
+    assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders") == 0
+    out = capsys.readouterr().out
+    clean(out)
+    lines = out.splitlines()
+    assert lines[0].split() == ["workflowId", "name", "status", "queueName", "executorId", "reason", "fixes",
+                                "extraField"]  # Relay's own shape: unknown fields shown after the known
+    assert "web-1\\n\\x1b[2J" in lines[1] and lines[2] == ""
+    assert lines[3].split() == ["queueName", "blockedBy"] and "wf-9" in lines[4] and len(lines) == 5
+    assert stub.seen[-1][:2] == ("listStrandedWorkflows", {})
+
+    assert run(monkeypatch, stub, "workflows", "fix-stranded", "wf-9", "wf-10", "--fix", "recover", "--app",
+               "orders") == 0
+    assert stub.seen[-1][3] == {"fix": "recover", "workflowIds": ["wf-9", "wf-10"]}
+    assert capsys.readouterr().out.splitlines()[0].split() == ["workflowId", "fix", "outcome"]
+    stub.answers["fixStrandedWorkflows"] = (204, None)
+    assert run(monkeypatch, stub, "workflows", "fix-stranded", "wf-9", "--fix", "cancel", "--app", "orders") == 0
+    assert capsys.readouterr().out == "cancel: done for 1 workflow(s)\n"
+    stub.answers["listStrandedWorkflows"] = (200, [])  # a bare list is read as the workflows
+    assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders") == 0
+    assert capsys.readouterr().out == "(no stranded workflows)\n"
+
+
+def test_problems_are_one_escaped_line_and_exit_1(monkeypatch, capsys) -> None:
+    no_executor = {"type": "about:blank", "title": "no healthy executor", "status": 503,
+                   "detail": "no healthy executor of application 'orders' is connected"}
+    missing = {"type": "about:blank", "title": "Not found", "status": 404, "detail": f"no workflow {HOSTILE}"}
+    invalid = {"type": "about:blank", "title": "Unprocessable entity", "status": 422,
+               "detail": "body.startStep: Expected `int`", "errors": [{"location": "startStep", "message": "int"}]}
+    stub = Stub({"listWorkflows": (503, no_executor, {"Retry-After": "5"}), "getWorkflow": (404, missing),
+                 "forkWorkflow": (422, invalid), "listQueues": (504, {**no_executor, "status": 504,
+                                                                      "title": "executor did not answer",
+                                                                      "detail": "executor 'e' did not answer"})})
+    for argv, expected in ((["workflows", "list"], ("relay: 503 no healthy executor of application "
+                                                    "'orders' is connected (retry in 5s)")),
+                           (["workflows", "get", "wf-1"], None),
+                           (["workflows", "fork", "wf-1"], "relay: 422 body.startStep: Expected `int`"),
+                           (["queues", "list"], "relay: 504 executor 'e' did not answer")):
+        assert run(monkeypatch, stub, *argv, "--app", "orders") == 1, argv
+        captured = capsys.readouterr()
+        clean(captured.err)
+        assert captured.out == "" and len(captured.err.splitlines()) == 1, argv
+        if expected:
+            assert captured.err == expected + "\n"
+        else:
+            assert captured.err.startswith("relay: 404 no workflow web-1\\n\\x1b[2J")
+
+
+def test_answers_that_are_not_the_expected_shape_are_refused(monkeypatch, capsys) -> None:
+    for body, argv in ((b"<html>proxy</html>", ["workflows", "list"]), (b"[1, 2]", ["workflows", "list"]),
+                       (b'{"id": "x"}', ["workflows", "fork", "wf-1"]), (b'"text"', ["workflows", "stranded"])):
+        answer = httpx.Response(200, content=body)
+        assert run(monkeypatch, lambda r, a=answer: a, *argv, "--app", "orders") == 1, body
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith("relay: ") and len(captured.err.splitlines()) == 1
+
+
+def test_workflow_and_schedule_names_stay_one_path_segment(monkeypatch, capsys) -> None:
+    seen: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        seen.append(r.url.raw_path.decode())
+        return httpx.Response(204)
+
+    run(monkeypatch, handler, "workflows", "cancel", "../../versions/latest?x=", "--app", "orders")
+    run(monkeypatch, handler, "schedules", "pause", "a/b#c", "--app", "../tokens")
+    assert seen == [APP + "/workflows/..%2F..%2Fversions%2Flatest%3Fx%3D/cancel",
+                    "/v2/orgs/local/apps/..%2Ftokens/schedules/a%2Fb%23c/pause"]
+
+
+def test_usage_errors_exit_2_before_anything_is_sent(capsys) -> None:
+    for argv in (["workflows", "list"], ["workflows", "list", "--app", "orders", "--limit", "0"],
+                 ["workflows", "fork", "wf-1", "--app", "orders", "--start-step", "-1"],
+                 ["workflows", "fix-stranded", "wf-1", "--app", "orders", "--fix", "drop"],
+                 ["workflows", "fix-stranded", "--app", "orders", "--fix", "cancel"],
+                 ["schedules", "backfill", "nightly", "--app", "orders", "--start", "2026-11-29T00:00:00Z"],
+                 ["versions", "set-latest", "--app", "orders"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main([*argv, "--server", "http://127.0.0.1:9"])
+        assert e.value.code == 2, argv
+    capsys.readouterr()
+
+
+def test_the_relay_command_runs_them_against_a_server(tmp_path) -> None:
+    """``relay workflows|queues|schedules|versions`` are wired into the ``relay`` command: a real
+    process against a real HTTP server (a stub of two answers), exit codes included."""
+    asked: list[tuple[str, str, str | None]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(("GET", self.path, self.headers.get("Authorization")))
+            if self.path.startswith(APP + "/workflows?"):
+                status, body = 200, [workflow("wf-1", HOSTILE)]
+            else:
+                status, body = 503, {"type": "about:blank", "title": "no healthy executor", "status": 503,
+                                     "detail": "no healthy executor of application 'orders' is connected"}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if status == 200 else "application/problem+json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    env = {"PATH": "/usr/bin:/bin", "RELAY_SERVER": url, "RELAY_TOKEN": "relay_t"}
+    try:
+        ok = subprocess.run([sys.executable, "-m", "relay_es", "workflows", "list", "--app", "orders"],
+                            capture_output=True, text=True, env=env, timeout=60, check=False)
+        down = subprocess.run([sys.executable, "-m", "relay_es", "queues", "list", "--app", "orders"],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert ok.returncode == 0, ok.stderr
+    clean(ok.stdout)
+    assert ok.stdout.splitlines()[0].split() == client_cli.COLUMNS["workflows"] and len(ok.stdout.splitlines()) == 2
+    assert down.returncode == 1 and down.stdout == ""
+    assert down.stderr == "relay: 503 no healthy executor of application 'orders' is connected\n"
+    assert asked == [("GET", APP + "/workflows?limit=100&sortDesc=true", "Bearer relay_t"),
+                     ("GET", APP + "/queues", "Bearer relay_t")]
