@@ -57,11 +57,14 @@ COLUMNS = {
                   "automaticBackfill"],
     "versions": ["versionName", "versionTimestamp", "createdAt", "versionId"],
     # Relay's own answers: these columns first, then any other field the server sent.
-    "stranded workflows": ["workflowId", "name", "workflowName", "status", "queueName", "executorId", "reason", "fixes"],
-    "blocked queues": ["queueName", "name"],
-    "fixes": ["workflowId", "fix", "outcome", "status", "error"],
+    "stranded workflows": ["workflowId", "name", "workflowName", "status", "queueName", "executorId", "appVersion",
+                           "createdAt", "reason", "fixes"],
+    "blocked queues": ["name", "queueName", "stranded"],
+    "stranded executors": ["executorId", "status", "appVersion", "reason", "fixes", "stranded"],
+    "fixes": ["workflowId", "executorId", "fix", "outcome", "status", "error"],
 }
-OPEN_COLUMNS = {"stranded workflows", "blocked queues", "fixes"}  # Relay's shapes: unknown fields shown too
+OPEN_COLUMNS = {"stranded workflows", "blocked queues", "stranded executors", "fixes"}  # unknown fields shown too
+STRANDED_PARTS = {"workflows": "stranded workflows", "queues": "blocked queues", "executors": "stranded executors"}
 WORKFLOWS_LIMIT = 100  # ``workflows list`` with no --limit: one page of the newest
 FIXES = ("recover", "resume", "cancel")  # ``fix-stranded --fix``: recover now, resume, cancel
 COMMANDS = ("apps", "tokens", "executors", "audit", "history", "workflows", "queues", "schedules", "versions")
@@ -336,8 +339,12 @@ def emit(args: argparse.Namespace, data: Any, kind: str, columns: list[str] | No
     elif isinstance(data, list):
         if not all(isinstance(r, dict) for r in data):
             raise CliError(f"the server answered a list of {kind} that are not all objects")
-        cols = columns or (open_columns(data, COLUMNS[kind]) if kind in OPEN_COLUMNS else COLUMNS[kind])
-        print(table(data, cols) if data else f"(no {kind})")
+        if not data:
+            print(f"(no {kind})")
+            return
+        cols = columns if columns is not None else (
+            open_columns(data, COLUMNS[kind]) if kind in OPEN_COLUMNS else COLUMNS[kind])
+        print(table(data, cols))
     elif isinstance(data, dict):
         width = max(len(printable(k)) for k in data) if data else 0
         for k, v in data.items():
@@ -489,8 +496,9 @@ def _workflows(args: argparse.Namespace, c: Client, app: str) -> None:
 
 
 def _stranded(args: argparse.Namespace, answer: Any) -> None:
-    """Relay's stranded work: a list of workflows, or an object with ``workflows`` and the
-    ``queues`` they block; each printed as a table."""
+    """Relay's stranded work: a list of workflows, or an object of lists (``workflows``, the
+    ``queues`` they block, the ``executors`` they wait on, and any other), each a table under
+    its name; any other field a ``name: value`` line."""
     if args.json:
         print(json.dumps(answer, indent=2))
         return
@@ -499,10 +507,19 @@ def _stranded(args: argparse.Namespace, answer: Any) -> None:
         return
     if not isinstance(answer, dict):
         raise CliError("the server's stranded-workflows answer is neither a list nor an object")
-    emit(args, answer.get("workflows") or [], "stranded workflows")
-    if "queues" in answer:
-        print()
-        emit(args, answer.get("queues") or [], "blocked queues")
+    order = list(STRANDED_PARTS)
+    parts = sorted(answer.items(), key=lambda kv: (not isinstance(kv[1], list),
+                                                   order.index(kv[0]) if kv[0] in order else len(order)))
+    for i, (key, value) in enumerate(parts):
+        if i and (isinstance(value, list) or isinstance(parts[i - 1][1], list)):
+            print()  # a blank line before each table and after the last
+        if not isinstance(value, list):
+            print(f"{printable(key)}: {_cell(value)}")
+            continue
+        kind = STRANDED_PARTS.get(key) or printable(key)
+        print(f"{kind} ({len(value)}):")
+        emit(args, value, kind, None if key in STRANDED_PARTS else
+             open_columns([r for r in value if isinstance(r, dict)], []))
 
 
 def _field(answer: Any, key: str) -> Any:

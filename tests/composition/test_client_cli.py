@@ -177,9 +177,11 @@ SCHEDULE = {"scheduleId": "s-1", "scheduleName": "nightly", "workflowName": "rep
 VERSION = {"versionId": "ver-1", "versionName": "v2", "versionTimestamp": "2026-11-30T11:00:00.000Z",
            "createdAt": "2026-11-30T11:00:00.000Z"}
 STRANDED = {"workflows": [{"workflowId": "wf-9", "name": "checkout", "status": "PENDING", "queueName": "payments",
-                           "executorId": "dead-1", "reason": "executor dead, not recovered",
+                           "executorId": "dead-1", "reason": "recovery_deferred",
                            "fixes": ["recover", "resume", "cancel"]}],
-            "queues": [{"queueName": "payments", "blockedBy": ["wf-9"]}]}
+            "queues": [{"name": "payments", "stranded": 1}],
+            "executors": [{"executorId": "dead-1", "status": "DEAD", "reason": "recovery_deferred",
+                           "fixes": ["resume", "cancel"], "stranded": 1}]}
 
 
 class Stub:
@@ -346,18 +348,23 @@ def test_actions_send_conductor_s_paths_and_bodies(monkeypatch, capsys) -> None:
 
 
 def test_stranded_work_and_its_fixes(monkeypatch, capsys) -> None:
-    hostile = {"workflows": [{**STRANDED["workflows"][0], "reason": HOSTILE, "extraField": 1}],
-               "queues": STRANDED["queues"]}
+    hostile = {"truncated": False, "executors": STRANDED["executors"], "queues": STRANDED["queues"],
+               "workflows": [{**STRANDED["workflows"][0], "reason": HOSTILE, "extraField": 1}],
+               "other\x1b[2J": [{"k": "v\n"}]}
     results = [{"workflowId": "wf-9", "fix": "recover", "outcome": "ok"}]
     stub = Stub({"listStrandedWorkflows": (200, hostile), "fixStrandedWorkflows": (200, results)})
     assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders") == 0
     out = capsys.readouterr().out
     clean(out)
     lines = out.splitlines()
-    assert lines[0].split() == ["workflowId", "name", "status", "queueName", "executorId", "reason", "fixes",
+    assert lines[0] == "stranded workflows (1):"  # workflows, queues, executors, any other list; then the rest
+    assert lines[1].split() == ["workflowId", "name", "status", "queueName", "executorId", "reason", "fixes",
                                 "extraField"]  # Relay's own shape: unknown fields shown after the known
-    assert "web-1\\n\\x1b[2J" in lines[1] and lines[2] == ""
-    assert lines[3].split() == ["queueName", "blockedBy"] and "wf-9" in lines[4] and len(lines) == 5
+    assert "web-1\\n\\x1b[2J" in lines[2] and lines[3] == ""
+    assert lines[4:7] == ["blocked queues (1):", "name      stranded", "payments  1"]
+    assert lines[8] == "stranded executors (1):" and lines[9].split()[:3] == ["executorId", "status", "reason"]
+    assert lines[12:17] == ["other\\x1b[2J (1):", "k", "v\\n", "", "truncated: False"]
+    assert len(lines) == 17
     assert stub.seen[-1][:2] == ("listStrandedWorkflows", {})
 
     assert run(monkeypatch, stub, "workflows", "fix-stranded", "wf-9", "wf-10", "--fix", "recover", "--app",
