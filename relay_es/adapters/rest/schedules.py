@@ -3,8 +3,7 @@
 
 The schedules live in the application's system database (``workflow_schedules``), so any
 healthy executor answers and acts (protocol section 5.19). Reads: the list (filters ``status``,
-``workflowName``, ``scheduleNamePrefix``, each given once or repeated; ``loadContext``, default
-true) and one schedule (404 when there is none), each Conductor's ``Schedule``.
+``workflowName``, ``scheduleNamePrefix``, one value each; ``loadContext``, default true) and one schedule (404 when there is none), each Conductor's ``Schedule``.
 
 Actions are recorded before they are sent and completed however they end
 (:func:`~relay_es.adapters.rest.calling.act`; target ``schedule``, its name):
@@ -41,12 +40,12 @@ from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol import catalogue as c
 
-# Query filters, each given once or repeated (sent to the executor as one string or a list).
-Status = Annotated[list[str] | None, QueryParameter(
+# Query filters: one value each, as Conductor's (a repeated parameter is refused by the guard).
+Status = Annotated[str | None, QueryParameter(
     name="status", required=False, description="ACTIVE or PAUSED (an unknown value matches nothing)")]
-WorkflowName = Annotated[list[str] | None, QueryParameter(
+WorkflowName = Annotated[str | None, QueryParameter(
     name="workflowName", required=False, description="the scheduled workflow's name")]
-NamePrefix = Annotated[list[str] | None, QueryParameter(
+NamePrefix = Annotated[str | None, QueryParameter(
     name="scheduleNamePrefix", required=False, description="the start of the schedule's name")]
 LoadContext = Annotated[bool | None, QueryParameter(
     name="loadContext", required=False, description="include each schedule's `context` (default true)")]
