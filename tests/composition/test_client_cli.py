@@ -482,3 +482,53 @@ def test_the_relay_command_runs_them_against_a_server(tmp_path) -> None:
     assert down.stderr == "relay: 503 no healthy executor of application 'orders' is connected\n"
     assert asked == [("GET", APP + "/workflows?limit=100&sortDesc=true", "Bearer relay_t"),
                      ("GET", APP + "/queues", "Bearer relay_t")]
+
+
+def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> None:
+    """The commands against ``relay serve`` itself, its routes asking a fake executor over a real
+    WebSocket: tables of what the executor answered (escaped), ``--json`` equal to the REST
+    answer, an action reaching the executor, and 503 once no executor is connected."""
+    from tests.adapters.rest.test_queues import executors
+    from tests.server import RelayServer
+
+    queue = {"name": "orders\x1b[2J", "concurrency": 1, "worker_concurrency": None, "rate_limit_max": None,
+             "rate_limit_period_sec": None, "priority_enabled": False, "partition_queue": False,
+             "polling_interval_sec": 1.0, "application_name": "shop"}
+    version = {"version_id": "ver-1", "version_name": "v1", "version_timestamp": 1764504000000,
+               "created_at": 1764504000000}
+    relay = RelayServer(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/relay.db"],
+                        env={"RELAY_CALL_TIMEOUT_SECS": "2"})
+    relay.start()
+    common = ["--app", "shop", "--server", relay.http]
+    try:
+        with executors(relay, {"app": "shop", "answers": {
+                "list_queues": lambda req: {"output": [queue]},
+                "get_schedule": lambda req: {"output": {"schedule_name": req["schedule_name"], "schedule_id": "s-1",
+                                                        "workflow_name": "report", "schedule": "0 0 * * *",
+                                                        "status": "ACTIVE"}},
+                "pause_schedule": lambda req: {"success": True},
+                "list_application_versions": lambda req: {"output": [version]}}}) as (fake,):
+            assert cli.main(["queues", "list", *common]) == 0
+            out = capsys.readouterr().out
+            clean(out)
+            assert out.splitlines()[0].split() == client_cli.COLUMNS["queues"]
+            assert out.splitlines()[1].startswith("orders\\x1b[2J  1 ")
+            assert cli.main(["queues", "list", *common, "--json"]) == 0
+            listed = json.loads(capsys.readouterr().out)
+            assert listed == httpx.get(relay.http + "/v2/orgs/local/apps/shop/queues").json()
+            check_response("listQueues", 200, listed)
+            assert cli.main(["versions", "list", *common]) == 0
+            out = capsys.readouterr().out
+            assert out.splitlines()[1].split() == ["v1", "2025-11-30T12:00:00.000Z", "2025-11-30T12:00:00.000Z",
+                                                   "ver-1"]
+            assert cli.main(["schedules", "pause", "nightly", *common]) == 0
+            assert capsys.readouterr().out == "paused nightly\n"
+            assert [r["schedule_name"] for r in fake.requests if r["type"] == "pause_schedule"] == ["nightly"]
+        assert cli.main(["queues", "list", *common]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith("relay: 503 no healthy executor")
+        assert captured.err.endswith("(retry in 5s)\n")
+        assert cli.main(["queues", "list", "--app", "nosuchapp", "--server", relay.http]) == 1
+        assert capsys.readouterr().err.startswith("relay: 404 ")
+    finally:
+        relay.stop()
