@@ -67,6 +67,16 @@ OPEN_COLUMNS = {"stranded workflows", "blocked queues", "stranded executors", "f
 STRANDED_PARTS = {"workflows": "stranded workflows", "queues": "blocked queues", "executors": "stranded executors"}
 WORKFLOWS_LIMIT = 100  # ``workflows list`` with no --limit: one page of the newest
 FIXES = ("recover", "resume", "cancel")  # ``fix-stranded --fix``: recover now, resume, cancel
+SEARCH_LISTS = {  # ``workflows list``'s repeatable filters: WorkflowSearchBody's field -> (flag, help)
+    "status": ("--status", "only this status (PENDING, ENQUEUED, SUCCESS, ERROR, CANCELLED, ...)"),
+    "workflowName": ("--name", "only workflows of this function name"),
+    "queueName": ("--queue", "only workflows of this queue"),
+    "executorId": ("--executor", "only workflows of this executor"),
+    "appVersion": ("--app-version", "only workflows of this application version"),
+    "workflowIdPrefix": ("--id-prefix", "only workflow ids starting so"),
+    "parentWorkflowId": ("--parent", "only children of this workflow"),
+    "scheduleName": ("--schedule", "only workflows started by this schedule"),
+}
 COMMANDS = ("apps", "tokens", "executors", "audit", "history", "workflows", "queues", "schedules", "versions")
 """The subcommands :func:`add_parsers` adds and :func:`run` runs."""
 
@@ -152,9 +162,13 @@ def _app_parser(sub: Any, name: str, helptext: str, *positionals: str) -> argpar
 def _add_workflows(sub: Any) -> None:
     wf = sub.add_parser("workflows", help="an application's workflows (asks one of its executors)")
     wsub = wf.add_subparsers(dest="action", required=True)
-    ls = _app_parser(wsub, "list", "list workflows, newest first")
-    ls.add_argument("--status", help="only this status (PENDING, ENQUEUED, SUCCESS, ERROR, CANCELLED, ...)")
-    ls.add_argument("--name", help="only workflows of this function name")
+    ls = _app_parser(wsub, "list", "list workflows, newest first (filters beyond one --status and one --name "
+                                    "search: Conductor's searchWorkflows)")
+    for flag, helptext in SEARCH_LISTS.values():
+        ls.add_argument(flag, action="append", help=helptext + " (repeatable)")
+    ls.add_argument("--since", help="created at or after this RFC 3339 instant")
+    ls.add_argument("--until", help="created at or before this RFC 3339 instant")
+    ls.add_argument("--queued-only", action="store_true", help="only workflows on a queue, not yet finished")
     ls.add_argument("--limit", type=_positive_int, default=WORKFLOWS_LIMIT,
                     help=f"at most this many (default {WORKFLOWS_LIMIT})")
     ls.add_argument("--offset", type=_natural_int, help="skip this many")
@@ -444,15 +458,8 @@ def _workflows(args: argparse.Namespace, c: Client, app: str) -> None:
     one = f"{app}/workflows/{seg(wid)}" if wid is not None else ""
     shown = printable(wid or "")
     if action == "list":
-        params: dict[str, Any] = {"limit": args.limit, "sortDesc": not args.oldest_first}
-        for key, value in (("status", args.status), ("workflowName", args.name), ("offset", args.offset)):
-            if value is not None:
-                params[key] = value
-        if args.load_input:
-            params["loadInput"] = True
-        if args.load_output:
-            params["loadOutput"] = True
-        rows = c.call("GET", f"{app}/workflows", params=params)
+        method, path, kw = _list_workflows(args, f"{app}/workflows")
+        rows = c.call(method, path, **kw)
         columns = (COLUMNS["workflows"] + (["input"] if args.load_input else [])
                    + (["output", "error"] if args.load_output else []))
         emit(args, rows, "workflows", columns)
@@ -493,6 +500,32 @@ def _workflows(args: argparse.Namespace, c: Client, app: str) -> None:
             _done(args, f"{args.fix}: done for {len(args.workflow_ids)} workflow(s)")
         else:  # each workflow's outcome (a list: a table), or a summary (an object: key/value)
             emit(args, result, "fixes")
+
+
+def _list_workflows(args: argparse.Namespace, path: str) -> tuple[str, str, dict[str, Any]]:
+    """The call ``workflows list`` makes: Conductor's listWorkflows (``GET``, its query) when its
+    filters say it all (one status, one name), else searchWorkflows (``POST .../search``, the
+    filters in its body)."""
+    lists = {key: getattr(args, flag[2:].replace("-", "_")) for key, (flag, _) in SEARCH_LISTS.items()}
+    lists = {key: values for key, values in lists.items() if values}
+    common: dict[str, Any] = {"limit": args.limit, "sortDesc": not args.oldest_first}
+    if args.offset is not None:
+        common["offset"] = args.offset
+    if args.load_input:
+        common["loadInput"] = True
+    if args.load_output:
+        common["loadOutput"] = True
+    searched = (set(lists) - {"status", "workflowName"} or any(len(v) > 1 for v in lists.values())
+                or args.since or args.until or args.queued_only)
+    if not searched:
+        return "GET", path, {"params": {**{k: v[0] for k, v in lists.items()}, **common}}
+    body = {**lists, **common}
+    for key, value in (("startTime", args.since), ("endTime", args.until)):
+        if value is not None:
+            body[key] = value
+    if args.queued_only:
+        body["queuesOnly"] = True
+    return "POST", f"{path}/search", {"json": body}
 
 
 def _stranded(args: argparse.Namespace, answer: Any) -> None:

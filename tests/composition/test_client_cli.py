@@ -250,6 +250,30 @@ def test_workflows_list_asks_with_conductor_s_query_and_prints_a_table(monkeypat
     assert "--offset 6 for the next" in captured.err  # a full page says where the next one starts
 
 
+def test_workflows_list_searches_for_filters_listing_has_not(monkeypatch, capsys) -> None:
+    """Conductor's listWorkflows filters by one status and one name; anything more is searchWorkflows."""
+    stub = Stub({"listWorkflows": (200, []), "searchWorkflows": (200, [workflow("wf-1")])})
+    assert run(monkeypatch, stub, "workflows", "list", "--app", "orders", "--status", "PENDING", "--status",
+               "ENQUEUED", "--queue", "payments", "--executor", "exec-1", "--app-version", "v1", "--id-prefix", "wf-",
+               "--parent", "wf-0", "--schedule", "nightly", "--name", "checkout", "--since", "2026-11-29T00:00:00Z",
+               "--until", "2026-11-30T00:00:00Z", "--queued-only", "--offset", "10", "--load-output") == 0
+    op_id, _, query, body = stub.seen[-1]
+    assert (op_id, query) == ("searchWorkflows", {})
+    assert body == {"status": ["PENDING", "ENQUEUED"], "workflowName": ["checkout"], "queueName": ["payments"],
+                    "executorId": ["exec-1"], "appVersion": ["v1"], "workflowIdPrefix": ["wf-"],
+                    "parentWorkflowId": ["wf-0"], "scheduleName": ["nightly"], "startTime": "2026-11-29T00:00:00Z",
+                    "endTime": "2026-11-30T00:00:00Z", "queuesOnly": True, "limit": 100, "offset": 10,
+                    "sortDesc": True, "loadOutput": True}
+    assert "wf-1" in capsys.readouterr().out
+    for argv, expected in ((["--queue", "payments"], {"queueName": ["payments"], "limit": 100, "sortDesc": True}),
+                           (["--since", "2026-11-29T00:00:00Z", "--oldest-first"],
+                            {"startTime": "2026-11-29T00:00:00Z", "limit": 100, "sortDesc": False})):
+        assert run(monkeypatch, stub, "workflows", "list", "--app", "orders", *argv) == 0
+        assert stub.seen[-1][0] == "searchWorkflows" and stub.seen[-1][3] == expected
+    assert run(monkeypatch, stub, "workflows", "list", "--app", "orders", "--status", "ERROR", "--name", "x") == 0
+    assert stub.seen[-1][0] == "listWorkflows" and stub.seen[-1][2]["status"] == "ERROR"
+
+
 def test_json_prints_the_server_s_answer_as_it_came(monkeypatch, capsys) -> None:
     stub = Stub({"listWorkflows": (200, [workflow("wf-1", HOSTILE)]), "getWorkflow": (200, workflow("wf-1")),
                  "listWorkflowSteps": (200, [STEP]), "listQueues": (200, [QUEUE]), "getQueue": (200, QUEUE),
