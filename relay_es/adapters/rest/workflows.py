@@ -1,11 +1,166 @@
-"""Workflows: list, search, get, steps, events, notifications, streams, aggregates (issue 13; being written)."""
+"""Workflows, read: Conductor API 2.0.0's ``listWorkflows``, ``searchWorkflows``, ``getWorkflow``,
+``listWorkflowSteps``, ``listWorkflowEvents``, ``listWorkflowNotifications``,
+``listWorkflowStreams``, ``getWorkflowAggregates`` and ``getStepAggregates``.
+
+Relay keeps no copy of an application's workflows: each operation is one request to one
+HEALTHY executor of the application (:func:`~relay_es.adapters.rest.calling.ask`; 503 when
+there is none, 504 when it does not answer in time, 502 when its socket drops or its reply does
+not map), whose answer is mapped (:mod:`~relay_es.adapters.rest.conductor.mapping`) to the
+reference's bodies and encoded once (:func:`~relay_es.adapters.rest.calling.answer`).
+
+* Query parameters are the reference's, each a single value (``status`` and ``workflowName``
+  are plain strings there, sent ``explode: false``; a parameter given twice is refused by the
+  guard, as on every route). ``limit`` and ``offset`` are whole numbers from 0; without
+  ``limit`` the executor answers every workflow that matches. ``loadInput`` and
+  ``loadOutput`` default to false (the executor then sends neither); ``getWorkflow`` loads both.
+* Bodies (``WorkflowSearchBody``, ``WorkflowAggregatesBody``, ``StepAggregatesBody``) are
+  decoded strictly (:func:`~relay_es.adapters.rest.calling.body`): an unknown field or a value
+  of the wrong type is a 422 naming it, an empty body is a 422, at most :data:`MAX_SEARCH_BODY`
+  bytes. ``queuesOnly`` lists the enqueued workflows only (``list_queued_workflows``).
+* A workflow the executor does not know is a 404 for ``getWorkflow`` (the executor answers
+  ``null`` without an error); for its steps, events, notifications and streams it is what the
+  executor answers (an empty list, or its error: 404 when the message says the workflow does
+  not exist, else 500 with the executor's text).
+* ``getStepAggregates`` is at ``.../steps/aggregates``, beside ``.../workflows``: one controller,
+  rooted at the application, serves eight of the nine; ``getWorkflow`` is the plain handler
+  :func:`get_workflow` (its path is shared with ``deleteWorkflow``'s controller).
+"""
 
 from __future__ import annotations
 
-from litestar import Controller
+from collections.abc import Callable
+from typing import Annotated, Any
 
+import msgspec
+from litestar import Controller, Request, Response, get, post
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath, QueryParameter
+
+from relay_es.adapters.rest import calling
+from relay_es.adapters.rest.conductor import mapping, models
+from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import APP
+from relay_es.protocol import catalogue as c
+from relay_es.protocol import messages as wire
+
+MAX_SEARCH_BODY = 2 * 1024 * 1024  # bytes: 10,000 workflow IDs of a UUID's length fit eight times over
+
+ONE_WORKFLOW = calling.not_found_or(500)
+
+Status = Annotated[str | None, QueryParameter(
+    name="status", required=False, max_length=models.MAX_TEXT,
+    description="one status: ENQUEUED, DELAYED, PENDING, SUCCESS, ERROR, MAX_RECOVERY_ATTEMPTS_EXCEEDED, CANCELLED")]
+WorkflowName = Annotated[str | None, QueryParameter(name="workflowName", required=False, max_length=models.MAX_TEXT,
+                                                    description="one workflow function name")]
+Limit = Annotated[int | None, QueryParameter(name="limit", required=False, ge=0, le=models.INT64_MAX,
+                                             description="at most this many (none: every match)")]
+Offset = Annotated[int | None, QueryParameter(name="offset", required=False, ge=0, le=models.INT64_MAX,
+                                              description="skip this many first")]
+SortDesc = Annotated[bool | None, QueryParameter(name="sortDesc", required=False,
+                                                 description="newest first (by creation time); default oldest first")]
+LoadInput = Annotated[bool | None, QueryParameter(name="loadInput", required=False,
+                                                  description="include each workflow's input (default false)")]
+LoadOutput = Annotated[bool | None, QueryParameter(name="loadOutput", required=False,
+                                                   description="include each workflow's output and error (default false)")]
+
+def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:
+    """A request built -- its values checked, a 422 naming what cannot be sent -- before any
+    executor is chosen, sent under the request id the hub gives it."""
+    return lambda request_id: msgspec.structs.replace(request, request_id=request_id)
+
+
+def no_such_workflow(workflow_id: str) -> NotFoundException:
+    return NotFoundException(f"workflow {workflow_id[:256]!r} does not exist")
 
 
 class WorkflowsController(Controller):
-    path = APP + "/workflows"
+    path = APP
+
+    @get("/workflows", operation_id="listWorkflows", summary="List workflows")
+    async def list_workflows(self, org: FromPath[str], app: FromPath[str], ctx: Context, status: Status = None,
+                             workflow_name: WorkflowName = None, limit: Limit = None, offset: Offset = None,
+                             sort_desc: SortDesc = None, load_input: LoadInput = None,
+                             load_output: LoadOutput = None) -> Response[Any]:
+        request = mapping.list_workflows_request(request_id="", status=status, workflow_name=workflow_name,
+                                                 limit=limit, offset=offset, sort_desc=sort_desc,
+                                                 load_input=load_input, load_output=load_output)
+        reply: c.ListWorkflowsResponse = await calling.ask(ctx, org, app, sent_as(request))
+        return calling.answer(mapping.workflows_out(reply))
+
+    @post("/workflows/search", operation_id="searchWorkflows", summary="Search workflows (every filter of WorkflowSearchBody)",
+          status_code=200, request_max_body_size=MAX_SEARCH_BODY)
+    async def search_workflows(self, org: FromPath[str], app: FromPath[str], ctx: Context,
+                               request: Request[Any, Any, Any]) -> Response[Any]:
+        b = await calling.body(request, models.WorkflowSearchBody)
+        assert b is not None
+        reply: c.ListWorkflowsResponse = await calling.ask(
+            ctx, org, app, sent_as(mapping.search_request(b, request_id="")))
+        return calling.answer(mapping.workflows_out(reply))
+
+    @post("/workflows/aggregates", operation_id="getWorkflowAggregates", summary="Count and time workflows, grouped",
+          status_code=200, request_max_body_size=MAX_SEARCH_BODY)
+    async def workflow_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
+                                  request: Request[Any, Any, Any]) -> Response[Any]:
+        b = await calling.body(request, models.WorkflowAggregatesBody)
+        assert b is not None
+        reply: c.GetWorkflowAggregatesResponse = await calling.ask(
+            ctx, org, app, sent_as(mapping.workflow_aggregates_request(b, request_id="")))
+        return calling.answer(mapping.workflow_aggregates_out(reply))
+
+    @get("/workflows/{workflow_id:str}/steps", operation_id="listWorkflowSteps", summary="A workflow's steps, in order")
+    async def list_steps(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str], ctx: Context,
+                         limit: Limit = None, offset: Offset = None) -> Response[Any]:
+        reply: c.ListStepsResponse = await calling.ask(
+            ctx, org, app, sent_as(mapping.list_steps_request(workflow_id, request_id="", limit=limit, offset=offset)),
+            failed_status=ONE_WORKFLOW)
+        return calling.answer(mapping.steps_out(reply))
+
+    @get("/workflows/{workflow_id:str}/events", operation_id="listWorkflowEvents", summary="A workflow's events (key, value)")
+    async def list_events(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                          ctx: Context) -> Response[Any]:
+        reply: c.GetWorkflowEventsResponse = await calling.ask(
+            ctx, org, app, sent_as(mapping.events_request(workflow_id, request_id="")), failed_status=ONE_WORKFLOW)
+        return calling.answer(mapping.events_out(reply))
+
+    @get("/workflows/{workflow_id:str}/notifications", operation_id="listWorkflowNotifications",
+         summary="The messages sent to a workflow")
+    async def list_notifications(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                                 ctx: Context) -> Response[Any]:
+        reply: c.GetWorkflowNotificationsResponse = await calling.ask(
+            ctx, org, app, sent_as(mapping.notifications_request(workflow_id, request_id="")),
+            failed_status=ONE_WORKFLOW)
+        return calling.answer(mapping.notifications_out(reply))
+
+    @get("/workflows/{workflow_id:str}/streams", operation_id="listWorkflowStreams", summary="A workflow's streams")
+    async def list_streams(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                           ctx: Context) -> Response[Any]:
+        reply: c.GetWorkflowStreamsResponse = await calling.ask(
+            ctx, org, app, sent_as(mapping.streams_request(workflow_id, request_id="")),
+            failed_status=ONE_WORKFLOW)
+        return calling.answer(mapping.streams_out(reply))
+
+    @post("/steps/aggregates", operation_id="getStepAggregates", summary="Count and time steps, grouped",
+          status_code=200, request_max_body_size=MAX_SEARCH_BODY)
+    async def step_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
+                              request: Request[Any, Any, Any]) -> Response[Any]:
+        b = await calling.body(request, models.StepAggregatesBody)
+        assert b is not None
+        reply: c.GetStepAggregatesResponse = await calling.ask(
+            ctx, org, app, sent_as(mapping.step_aggregates_request(b, request_id="")))
+        return calling.answer(mapping.step_aggregates_out(reply))
+
+
+@get(APP + "/workflows/{workflow_id:str}", operation_id="getWorkflow",
+     summary="One workflow, with its input and output")
+async def get_workflow(org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                       ctx: Context) -> Response[Any]:
+    """A plain handler, not one of :class:`WorkflowsController`'s: ``DELETE`` at this path is
+    :class:`~relay_es.adapters.rest.workflow_actions.WorkflowActionsController`'s, and Litestar 2
+    refuses two controllers at one path (each brings its own ``OPTIONS`` handler). Registered
+    after that controller."""
+    reply: c.GetWorkflowResponse = await calling.ask(
+        ctx, org, app, sent_as(mapping.get_workflow_request(workflow_id, request_id="")),
+        failed_status=ONE_WORKFLOW)
+    if reply.output is None:
+        raise no_such_workflow(workflow_id)
+    return calling.answer(mapping.workflow_out(reply.output))
