@@ -22,11 +22,18 @@ A workflow is stranded when its executor is, by Relay's rows:
 * ``executor_unknown`` -- Relay has no record of the executor (it never connected to Relay,
   e.g. a process started without Conductor, whose executor id is ``local``).
 
-Fixes: ``cancel`` and ``resume`` (the workflow runs again, on the application's latest version)
-apply to every stranded workflow. ``recover`` (Relay has an executor of the same version
-recover the executor's PENDING workflows now) applies to an executor that is DEAD with recovery
-pending, failed or deferred, or DISCONNECTED (then only when forced: it may still be running),
-when an executor of its version is HEALTHY.
+Fixes (:func:`fixes_for`), in this order:
+
+* ``recover`` -- Relay has an executor of the same version recover the executor's PENDING
+  workflows now: for an executor DEAD with recovery pending, failed or deferred, or DISCONNECTED
+  (then only when forced: it may still be running), when an executor of its version is HEALTHY;
+* ``resume`` -- the workflow is enqueued again. The SDKs keep its application version (dbos
+  3.2.0 and dbos-sdk 5.2.11 alike: an executor dequeues only its own version's workflows), so
+  it applies only when an executor of the workflow's version is HEALTHY;
+* ``fork`` -- the workflow is cancelled, then forked from its last recorded step on the latest
+  version (a new workflow id; the steps before it are copied): the fix when no executor of its
+  version is left;
+* ``cancel`` -- always.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ class Reason(StrEnum):
 class Fix(StrEnum):
     RECOVER = "recover"
     RESUME = "resume"
+    FORK = "fork"
     CANCEL = "cancel"
 
 
@@ -153,12 +161,19 @@ def recoverable(row: ExecutorRow | None) -> bool:
     return row.status == S.DISCONNECTED
 
 
-def fixes_for(row: ExecutorRow | None, healthy_versions: Iterable[str | None]) -> tuple[Fix, ...]:
-    """The fixes of a stranded workflow of this executor: ``recover`` when it is recoverable and
-    an executor of its version is HEALTHY, then ``resume`` and ``cancel`` always."""
-    if row is not None and recoverable(row) and recovery_version(row) in set(healthy_versions):
-        return (Fix.RECOVER, Fix.RESUME, Fix.CANCEL)
-    return (Fix.RESUME, Fix.CANCEL)
+def fixes_for(row: ExecutorRow | None, healthy_versions: Iterable[str | None],
+              workflow_version: str | None = None) -> tuple[Fix, ...]:
+    """The fixes of a stranded workflow of this executor (``workflow_version``: the workflow's
+    application version, else the executor's counts), in the module's order."""
+    versions = set(healthy_versions)
+    own = recovery_version(row) if row is not None else None
+    fixes = []
+    if row is not None and recoverable(row) and own is not None and own in versions:
+        fixes.append(Fix.RECOVER)
+    version = workflow_version if workflow_version is not None else own
+    if version is not None and version in versions:
+        fixes.append(Fix.RESUME)
+    return (*fixes, Fix.FORK, Fix.CANCEL)
 
 
 def healthy_versions(rows: Iterable[ExecutorRow]) -> set[str | None]:
@@ -184,7 +199,7 @@ def classify(workflows: Iterable[WorkflowSummary], rows: Iterable[ExecutorRow], 
         reason = reason_of(row, now)
         if reason is None:
             continue
-        out.append(Stranded(workflow=w, executor=row, reason=reason, fixes=fixes_for(row, versions)))
+        out.append(Stranded(workflow=w, executor=row, reason=reason, fixes=fixes_for(row, versions, w.app_version)))
         if w.queue_name:
             queued[w.queue_name] = queued.get(w.queue_name, 0) + 1
         key = w.executor_id or ""
@@ -224,9 +239,9 @@ class RecoveryPlan:
     groups: dict[str, list[str]] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
     """executor id -> why it cannot be recovered now."""
-    resume_instead: bool = False
-    """Some executor has no HEALTHY executor of its version: resuming its workflows (which run on
-    the latest version) is the fix, not recovery."""
+    fork_instead: bool = False
+    """Some executor has no HEALTHY executor of its version: forking its workflows on the latest
+    version is the fix, not recovery (nor resume, which keeps their version)."""
 
 
 def plan_recovery(executor_ids: Sequence[str], rows: Iterable[ExecutorRow], *, force: bool = False) -> RecoveryPlan:
@@ -239,11 +254,11 @@ def plan_recovery(executor_ids: Sequence[str], rows: Iterable[ExecutorRow], *, f
     versions = healthy_versions(rows)
     groups: dict[str, list[str]] = {}
     refused: dict[str, str] = {}
-    resume_instead = False
+    fork_instead = False
     for x in dict.fromkeys(executor_ids):
         row = by_id.get(x)
         if row is None or row.status in (None, S.DELETED):
-            refused[x] = "Relay has no live record of this executor; resume or cancel its workflows"
+            refused[x] = "Relay has no live record of this executor; fork, resume or cancel its workflows"
             continue
         if row.status == S.HEALTHY:
             refused[x] = "the executor is HEALTHY: its workflows are not stranded"
@@ -253,7 +268,7 @@ def plan_recovery(executor_ids: Sequence[str], rows: Iterable[ExecutorRow], *, f
                           f"{row.recovery_attempt}); wait for its answer")
             continue
         if not recoverable(row):
-            refused[x] = "Relay has no recovery to do for this executor; resume or cancel its workflows"
+            refused[x] = "Relay has no recovery to do for this executor; fork, resume or cancel its workflows"
             continue
         if row.status == S.DISCONNECTED and not force:
             deadline = row.deadline.isoformat() if row.deadline is not None else "its deadline"
@@ -262,9 +277,9 @@ def plan_recovery(executor_ids: Sequence[str], rows: Iterable[ExecutorRow], *, f
             continue
         version = recovery_version(row)
         if version not in versions or version is None:
-            refused[x] = (f"no HEALTHY executor of application version {version!r}; resume its workflows "
-                          "(they run on the latest version) or cancel them")
-            resume_instead = True
+            refused[x] = (f"no HEALTHY executor of application version {version!r}; fork its workflows "
+                          "(cancelled, then forked from their last step on the latest version) or cancel them")
+            fork_instead = True
             continue
         groups.setdefault(version, []).append(x)
-    return RecoveryPlan(groups=groups, refused=refused, resume_instead=resume_instead)
+    return RecoveryPlan(groups=groups, refused=refused, fork_instead=fork_instead)

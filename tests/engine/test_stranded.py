@@ -25,8 +25,9 @@ from relay_es.projections.executors import ExecutorRow
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=30)
 EARLIER = NOW - timedelta(seconds=30)
-ALL = (Fix.RECOVER, Fix.RESUME, Fix.CANCEL)
-NO_RECOVER = (Fix.RESUME, Fix.CANCEL)
+ALL = (Fix.RECOVER, Fix.RESUME, Fix.FORK, Fix.CANCEL)
+NO_RECOVER = (Fix.RESUME, Fix.FORK, Fix.CANCEL)  # its version is here: resume runs it
+FORK = (Fix.FORK, Fix.CANCEL)  # nothing of its version is left
 
 
 def row(executor_id: str = "A", status: str | None = "HEALTHY", version: str | None = "v1", **kw: object) -> ExecutorRow:
@@ -80,23 +81,30 @@ def test_the_reason_of_each_executor_state(r: ExecutorRow | None, reason: Reason
     assert reason_of(r, NOW) == reason
 
 
-@pytest.mark.parametrize("r, versions, fixes", [
-    (dead(phase="pending"), {"v1"}, ALL),
-    (dead(phase="pending", attempt=1), {"v1"}, ALL),
-    (dead(phase="deferred"), {"v1"}, ALL),  # one of its version is here now
-    (dead(phase="deferred"), {"v2"}, NO_RECOVER),  # none of its version: resume is the fix
-    (dead(phase="pending"), set(), NO_RECOVER),
-    (dead(phase="dispatched"), {"v1"}, NO_RECOVER),  # in flight
-    (dead(phase="confirmed"), {"v1"}, NO_RECOVER),
-    (dead(version="v2", recovery_version_="v1"), {"v1"}, ALL),  # the version recorded at its death counts
-    (dead(version="v2", recovery_version_="v1"), {"v2"}, NO_RECOVER),
-    (disconnected(), {"v1"}, ALL),
-    (disconnected(), {"v9"}, NO_RECOVER),
-    (row(status="DELETED"), {"v1"}, NO_RECOVER),
-    (None, {"v1", None}, NO_RECOVER),
+@pytest.mark.parametrize("r, versions, workflow_version, fixes", [
+    (dead(phase="pending"), {"v1"}, None, ALL),
+    (dead(phase="pending", attempt=1), {"v1"}, None, ALL),
+    (dead(phase="deferred"), {"v1"}, None, ALL),  # one of its version is here now
+    (dead(phase="deferred"), {"v2"}, None, FORK),  # none of its version: fork is the fix
+    (dead(phase="pending"), set(), None, FORK),
+    (dead(phase="dispatched"), {"v1"}, None, NO_RECOVER),  # in flight
+    (dead(phase="confirmed"), {"v1"}, None, NO_RECOVER),
+    (dead(version="v2", recovery_version_="v1"), {"v1"}, None, ALL),  # the version recorded at its death counts
+    (dead(version="v2", recovery_version_="v1"), {"v2"}, None, FORK),
+    (disconnected(), {"v1"}, None, ALL),
+    (disconnected(), {"v9"}, None, FORK),
+    # the workflow's own version decides resume (an executor dequeues only its own version's)
+    (disconnected(), {"v1"}, "v0", (Fix.RECOVER, Fix.FORK, Fix.CANCEL)),
+    (disconnected(), {"v9"}, "v9", (Fix.RESUME, Fix.FORK, Fix.CANCEL)),
+    (row(status="DELETED"), {"v1"}, None, NO_RECOVER),
+    (row(status="DELETED"), {"v2"}, None, FORK),
+    (None, {"v1", None}, None, FORK),
+    (None, {"v1"}, "v1", NO_RECOVER),
+    (None, {"v1"}, "v2", FORK),
 ])
-def test_the_fixes_that_apply(r: ExecutorRow | None, versions: set[str | None], fixes: tuple[Fix, ...]) -> None:
-    assert fixes_for(r, versions) == fixes
+def test_the_fixes_that_apply(r: ExecutorRow | None, versions: set[str | None], workflow_version: str | None,
+                              fixes: tuple[Fix, ...]) -> None:
+    assert fixes_for(r, versions, workflow_version) == fixes
 
 
 def test_the_recovery_version_is_the_one_recorded_at_death_else_the_running_one() -> None:
@@ -122,7 +130,7 @@ def test_only_pending_workflows_of_executors_not_alive_are_stranded_in_the_order
     assert [(s.workflow.workflow_id, s.reason, s.fixes) for s in got.workflows] == [
         ("w2", Reason.RECOVERY_PENDING, ALL),
         ("w4", Reason.DISCONNECTED, ALL),
-        ("w5", Reason.EXECUTOR_UNKNOWN, NO_RECOVER),
+        ("w5", Reason.EXECUTOR_UNKNOWN, NO_RECOVER),  # its version v1 is here: resume runs it
         ("w6", Reason.EXECUTOR_UNKNOWN, NO_RECOVER),
     ]
     assert got.workflows[0].executor == rows[1] and got.workflows[2].executor is None
@@ -155,8 +163,8 @@ def test_relay_alone_lists_its_not_alive_executors_with_no_workflows() -> None:
     got = classify([], [healthy("H", "v2"), dead("A", phase="deferred"), disconnected("B", deadline=EARLIER)], NOW)
     assert got.workflows == [] and got.queues == []
     assert [(e.executor_id, e.reason, e.fixes) for e in got.executors] == [
-        ("A", Reason.RECOVERY_DEFERRED, NO_RECOVER),  # nothing of v1 is HEALTHY
-        ("B", Reason.DECLARATION_OVERDUE, NO_RECOVER),
+        ("A", Reason.RECOVERY_DEFERRED, FORK),  # nothing of v1 is HEALTHY
+        ("B", Reason.DECLARATION_OVERDUE, FORK),
     ]
 
 
@@ -174,11 +182,11 @@ def test_recover_groups_recoverable_executors_by_version() -> None:
                                                                       recovery_version_="v2"),
             dead("C", attempt=3), disconnected("D")]
     plan = plan_recovery(["A", "B", "C", "D", "A"], rows, force=True)
-    assert plan.refused == {} and not plan.resume_instead
+    assert plan.refused == {} and not plan.fork_instead
     assert plan.groups == {"v1": ["A", "C", "D"], "v2": ["B"]}
 
 
-@pytest.mark.parametrize("r, words, resume", [
+@pytest.mark.parametrize("r, words, fork", [
     (None, "no live record", False),
     (row("A", "DELETED"), "no live record", False),
     (row("A", None), "no live record", False),
@@ -188,19 +196,19 @@ def test_recover_groups_recoverable_executors_by_version() -> None:
     (dead(phase=None), "no recovery to do", False),
     (disconnected(), "force=true", False),
     (dead(version="v9", recovery_version_="v9"), "no HEALTHY executor of application version 'v9'", True),
-    (dead(phase="deferred", version="v9", recovery_version_="v9"), "resume its workflows", True),
+    (dead(phase="deferred", version="v9", recovery_version_="v9"), "fork its workflows", True),
 ])
-def test_recover_refuses_what_it_cannot_do_now_and_says_why(r: ExecutorRow | None, words: str, resume: bool) -> None:
+def test_recover_refuses_what_it_cannot_do_now_and_says_why(r: ExecutorRow | None, words: str, fork: bool) -> None:
     rows = [healthy("H", "v1")] + ([r] if r is not None else [])
     plan = plan_recovery(["A"], rows)
     assert plan.groups == {} and words in plan.refused["A"], plan.refused
-    assert plan.resume_instead is resume
+    assert plan.fork_instead is fork
 
 
 def test_force_recovers_a_disconnected_executor_only_with_one_of_its_version() -> None:
     assert plan_recovery(["A"], [healthy("H", "v1"), disconnected("A")], force=True).groups == {"v1": ["A"]}
     plan = plan_recovery(["A"], [healthy("H", "v2"), disconnected("A")], force=True)
-    assert plan.groups == {} and plan.resume_instead
+    assert plan.groups == {} and plan.fork_instead
 
 
 def test_one_refusal_is_reported_beside_what_could_be_done() -> None:

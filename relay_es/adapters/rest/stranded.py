@@ -16,7 +16,7 @@ executors; also the answer to give when no executor is connected, where the full
        {"workflowId": "w1", "name": "checkout", "status": "PENDING", "queueName": "orders",
         "executorId": "A", "appVersion": "v1", "createdAt": "...",
         "reason": "recovery_deferred",         # relay_es.engine.stranded.Reason
-        "fixes": ["resume", "cancel"],         # of recover, resume, cancel: those that apply
+        "fixes": ["fork", "cancel"],           # of recover, resume, fork, cancel: those that apply
         "relayState": {...} | null}],          # the executor as Relay knows it; null: unknown to Relay
      "queues": [                               # null with relayOnly; most blocked first
        {"queueName": "orders", "strandedWorkflows": 1,      # stranded PENDING ones on this page
@@ -34,8 +34,15 @@ confirmed or null), ``recoveryVersion``, ``recoveryAttempt``, ``recoveryTarget``
 counted (the rest ``enqueued`` null), each up to :data:`ENQUEUED_CAP`.
 
 ``POST .../stranded-workflows/fix`` with ``{"fix": "resume"|"cancel", "workflowIds": [...]}``
-(1-1000 ids) sends one bulk ``resume`` (to an executor of the latest version: the workflows
-run the newest code) or ``cancel`` and answers ``{"fix", "workflowIds"}``; with
+(1-1000 ids) sends one bulk ``resume`` or ``cancel`` and answers ``{"fix", "workflowIds"}``.
+A resumed workflow keeps its application version (every SDK: it is enqueued again and only an
+executor of that version dequeues it), so resume fixes a workflow whose version still runs.
+``{"fix": "fork", "workflowIds": [...], "appVersion": "v2"}`` is the fix when none of its
+version is left: the workflows are cancelled (so that no executor of the old version ever runs
+them again), then forked from their last recorded step (the protocol's ``fork_from_failure``
+with ``from_last_step``: new workflow ids, the steps before it copied) on ``appVersion``,
+by default the version of the executor that forks them, the latest; it answers
+``{"fix", "workflowIds", "forkedWorkflowIds"}``. With
 ``{"fix": "recover", "executorIds": [...], "force": false}`` (1-20 ids) Relay has a HEALTHY
 executor *of each one's application version* recover its PENDING workflows now (the
 protocol's ``recovery`` message, one per version), without waiting for the process
@@ -43,10 +50,10 @@ manager's deadline or backoff, and answers ``{"fix", "recovered": [{"appVersion"
 "executorIds"}]}``. Recover refuses (409, every refusal in ``errors``, nothing sent): an
 executor Relay does not know or deleted, a HEALTHY one, one whose recovery is in flight, a
 DISCONNECTED one without ``"force": true`` (it may still be running: its workflows would then
-run twice), and one with no HEALTHY executor of its version (then resume is the fix: the
+run twice), and one with no executor of its version connected (then fork is the fix: the
 detail says so). Every fix is an operator's action in the audit log (``strandedResume``,
-``strandedCancel``, ``strandedRecover``), recorded before it is sent and completed however it
-ends. Recovery sent here does not change the process manager's own record: it still declares
+``strandedCancel``, ``strandedFork`` -- after its ``strandedCancel`` --, ``strandedRecover``),
+recorded before it is sent and completed however it ends. Recovery sent here does not change the process manager's own record: it still declares
 and dispatches as usual, and its recovery then finds the workflows already taken.
 """
 
@@ -174,10 +181,11 @@ ExecutorIds = Annotated[list[m.Text], Meta(min_length=1, max_length=MAX_FIX_EXEC
 
 
 class FixBody(m._Body, kw_only=True):
-    fix: Literal["recover", "resume", "cancel"]
+    fix: Literal["recover", "resume", "fork", "cancel"]
     workflow_ids: FixIds | UnsetType = UNSET
     executor_ids: ExecutorIds | UnsetType = UNSET
     force: bool | UnsetType = UNSET
+    app_version: m.Text | UnsetType = UNSET
 
 
 def _refuse(where: str, message: str) -> ValidationException:
@@ -185,7 +193,10 @@ def _refuse(where: str, message: str) -> ValidationException:
 
 
 def checked(b: FixBody) -> FixBody:
-    """Recover names executors, resume and cancel workflows: never both, never neither."""
+    """Recover names executors, the others workflows: never both, never neither; ``force`` is
+    recover's, ``appVersion`` fork's."""
+    if b.app_version is not UNSET and b.fix != Fix.FORK:
+        raise _refuse("appVersion", "only fork takes appVersion")
     if b.fix == Fix.RECOVER:
         if b.workflow_ids is not UNSET:
             raise _refuse("workflowIds", "recover names executors (executorIds), not workflows")
@@ -269,9 +280,10 @@ class StrandedController(Controller):
             executors=[_executor_out(e) for e in got.executors]))
 
     @post("/fix", status_code=200, request_max_body_size=FIX_BODY, summary="Fix stranded workflows (Relay's own)",
-          description="`resume` or `cancel` workflows (`workflowIds`, 1-1000), or `recover` executors "
-                      "(`executorIds`, 1-20; `force` for a DISCONNECTED one) now with a HEALTHY executor of "
-                      "their version. Recorded in the audit log. 409 when recover cannot be done now.")
+          description="`resume`, `cancel` or `fork` (cancel, then fork from the last step on `appVersion` or the "
+                      "latest version) workflows (`workflowIds`, 1-1000), or `recover` executors (`executorIds`, "
+                      "1-20; `force` for a DISCONNECTED one) now with a HEALTHY executor of their version. Recorded "
+                      "in the audit log. 409 when recover cannot be done now.")
     async def fix(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                   ctx: Context) -> Response[Any]:
         b = await calling.body(request, FixBody)
@@ -284,14 +296,28 @@ class StrandedController(Controller):
         assert b.workflow_ids is not UNSET
         ids = list(b.workflow_ids)
         if b.fix == Fix.RESUME:
-            made = mapping.bulk_resume_request(m.BulkResumeInputBody(workflow_ids=ids), request_id="")
-        else:
+            made: c.Request = mapping.bulk_resume_request(m.BulkResumeInputBody(workflow_ids=ids), request_id="")
+        else:  # cancel, and fork's first step
             made = mapping.bulk_cancel_request(m.BulkCancelInputBody(workflow_ids=ids), request_id="")
-        await calling.act(ctx, request, org, app, operation="stranded" + b.fix.capitalize(), target_type=WORKFLOW,
-                          target_ids=ids, parameters={"workflowCount": len(ids)},
+        parameters: dict[str, Any] = {"workflowCount": len(ids)}
+        if b.fix == Fix.FORK:
+            parameters["forFork"] = True
+        await calling.act(ctx, request, org, app, operation="strandedResume" if b.fix == Fix.RESUME else "strandedCancel",
+                          target_type=WORKFLOW, target_ids=ids, parameters=parameters,
                           make_request=lambda rid: msgspec.structs.replace(made, request_id=rid),
-                          prefer_latest=b.fix == Fix.RESUME, failed_status=calling.not_found_or(500))
-        return calling.answer({"fix": b.fix, "workflowIds": ids})
+                          failed_status=calling.not_found_or(500))
+        if b.fix != Fix.FORK:
+            return calling.answer({"fix": b.fix, "workflowIds": ids})
+        fork = m.BulkForkFromFailureBody(workflow_ids=ids, app_version=b.app_version, from_last_step=True)
+        answer = await calling.act(
+            ctx, request, org, app, operation="strandedFork", target_type=WORKFLOW, target_ids=ids,
+            parameters={"workflowCount": len(ids), "fromLastStep": True,
+                        "appVersion": None if b.app_version is UNSET else b.app_version},
+            make_request=lambda rid: mapping.fork_from_failure_request(fork, request_id=rid),
+            result=lambda a: {"forkedCount": len(a.forked_workflow_ids or ())},
+            prefer_latest=True, failed_status=calling.not_found_or(500))
+        forked = mapping.fork_from_failure_out(answer).workflow_ids
+        return calling.answer({"fix": "fork", "workflowIds": ids, "forkedWorkflowIds": forked})
 
 
 async def _queue_counts(ctx: RestContext, org: str, app: str, got: Classified) -> list[BlockedQueueOut]:
@@ -332,10 +358,11 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
         if chosen is None or chosen.app_version != version:
             for x in ids:
                 plan.refused[x] = (f"no executor of application version {version!r} is connected to this Relay; "
-                                   "resume its workflows (they run on the latest version) or cancel them")
+                                   "fork its workflows (cancelled, then forked from their last step on the "
+                                   "latest version) or cancel them")
     if plan.refused:
-        advice = " Resume is the fix where no executor of the version is connected." \
-            if any("resume" in why for why in plan.refused.values()) else ""
+        advice = " Fork is the fix where no executor of the version is connected." \
+            if any("fork its" in why for why in plan.refused.values()) else ""
         raise Refused(f"{len(plan.refused)} of {len(set(executor_ids))} executors cannot be recovered now; "
                       f"nothing was sent.{advice}", plan.refused)
     assert calls is not None

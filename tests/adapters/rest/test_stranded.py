@@ -85,10 +85,13 @@ class SystemDatabase:
 
 
 def answering(db: SystemDatabase, **kw: Any) -> dict[str, Any]:
-    """FakeExecutor keyword arguments: answers list_workflows from ``db``, resume and cancel with success."""
+    """FakeExecutor keyword arguments: answers list_workflows from ``db``, resume, cancel and
+    fork_from_failure with success (forks named ``fork-<id>``)."""
     return {"answers": {"list_workflows": db.list_workflows,
                         "resume": lambda msg: {"success": True},
-                        "cancel": lambda msg: {"success": True}}, **kw}
+                        "cancel": lambda msg: {"success": True},
+                        "fork_from_failure": lambda msg: {"forked_workflow_ids": [
+                            f"fork-{w}" for w in msg["body"]["workflow_ids"]]}}, **kw}
 
 
 def recorded(server: RelayServer, operation: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
@@ -156,7 +159,7 @@ def test_a_stopped_executor_s_pending_workflows_are_listed_with_their_queues_and
             state = w1.pop("relayState")
             assert w1 == {"workflowId": "w1", "name": "checkout", "status": "PENDING", "queueName": "payments",
                           "executorId": "A", "appVersion": "v1", "createdAt": "2025-12-01T12:00:00.001Z",
-                          "reason": "stopped_politely", "fixes": ["resume", "cancel"]}  # no v1 executor: no recover
+                          "reason": "stopped_politely", "fixes": ["fork", "cancel"]}  # no v1 executor left
             assert state["status"] == "DISCONNECTED" and state["disconnectReason"] == "socket_closed"
             assert INSTANT.match(state["deadline"]) and state["recoveryPhase"] is None and state["appVersion"] == "v1"
             assert got["workflows"][1]["reason"] == "executor_unknown" and got["workflows"][1]["relayState"] is None
@@ -185,7 +188,7 @@ def test_a_stopped_executor_s_pending_workflows_are_listed_with_their_queues_and
     asyncio.run(go())
 
 
-def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_resume_not_recover(server: RelayServer) -> None:
+def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_fork_not_recover(server: RelayServer) -> None:
     call(server, "PUT", ORDERS)
     assert call(server, "PATCH", ORDERS, json={"executorTimeoutSecs": 1}).status_code == 204
     db = SystemDatabase([workflow("w1", "A", n=1), workflow("w2", "A", n=2)])
@@ -203,13 +206,13 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_resume_not
 
             got = await asyncio.to_thread(wait, deferred, "A's recovery deferred")
             w1 = got["workflows"][0]
-            assert w1["fixes"] == ["resume", "cancel"]
+            assert w1["fixes"] == ["fork", "cancel"]
             assert w1["relayState"]["recoveryPhase"] == "deferred" and INSTANT.match(w1["relayState"]["declaredDeadAt"])
             assert w1["relayState"]["recoveryVersion"] == "v1" and w1["relayState"]["deadline"] is None
 
             r = await asyncio.to_thread(call, server, "POST", FIX, json={"fix": "recover", "executorIds": ["A"]})
             body = assert_problem(r, 409)
-            assert "resume" in body["detail"].lower() and "nothing was sent" in body["detail"]
+            assert "fork is the fix" in body["detail"].lower() and "nothing was sent" in body["detail"]
             assert body["errors"][0]["location"] == "executorIds[A]" and "'v1'" in body["errors"][0]["message"]
             assert not [q for q in b.requests if q["type"] == "recovery"]
 
@@ -223,6 +226,18 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_resume_not
             assert r.status_code == 200, r.text
             (cancel,) = [q for q in b.requests if q["type"] == "cancel"]
             assert cancel["workflow_ids"] == ["w2"]
+
+            # fork: cancelled first (no v1 executor may ever run them again), then forked from the last step
+            r = await asyncio.to_thread(call, server, "POST", FIX, json={"fix": "fork", "workflowIds": ["w1"],
+                                                                         "appVersion": "v2"})
+            assert r.status_code == 200, r.text
+            assert r.json() == {"fix": "fork", "workflowIds": ["w1"], "forkedWorkflowIds": ["fork-w1"]}
+            sent = [q for q in b.requests if q["type"] in ("cancel", "fork_from_failure")]
+            assert [q["type"] for q in sent] == ["cancel", "cancel", "fork_from_failure"]
+            assert sent[1]["workflow_ids"] == ["w1"]
+            fork = sent[2]["body"]
+            assert fork["workflow_ids"] == ["w1"] and fork["from_last_step"] is True
+            assert fork["from_last_failure"] is False and fork["application_version"] == "v2"
         finally:
             await b.close()
 
@@ -230,8 +245,12 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_resume_not
     ((resumed, outcome),) = recorded(server, "strandedResume")
     assert resumed["target"] == {"type": "workflow", "ids": ["w1", "w2"], "count": 2}
     assert resumed["parameters"] == {"workflowCount": 2} and outcome and outcome["outcome"] == "succeeded"
-    ((cancelled, outcome),) = recorded(server, "strandedCancel")
+    (cancelled, outcome), (for_fork, _) = recorded(server, "strandedCancel")
     assert cancelled["target"]["ids"] == ["w2"] and outcome and outcome["outcome"] == "succeeded"
+    assert for_fork["parameters"] == {"workflowCount": 1, "forFork": True}
+    ((forked, outcome),) = recorded(server, "strandedFork")
+    assert forked["parameters"] == {"workflowCount": 1, "fromLastStep": True, "appVersion": "v2"}
+    assert outcome and outcome["result"] == {"forkedCount": 1}
 
 
 def test_recover_now_sends_recovery_to_an_executor_of_its_version_and_is_audited(server: RelayServer) -> None:
@@ -245,7 +264,7 @@ def test_recover_now_sends_recovery_to_an_executor_of_its_version_and_is_audited
             await a.close()
             await asyncio.to_thread(wait, lambda: status_of(server, "A") == "DISCONNECTED", "A disconnected")
             got = (await asyncio.to_thread(call, server, "GET", STRANDED)).json()
-            assert got["workflows"][0]["fixes"] == ["recover", "resume", "cancel"]
+            assert got["workflows"][0]["fixes"] == ["recover", "resume", "fork", "cancel"]
 
             # DISCONNECTED (60 s of grace left): it may be running, so only when forced
             r = await asyncio.to_thread(call, server, "POST", FIX, json={"fix": "recover", "executorIds": ["A"]})
@@ -291,7 +310,7 @@ def test_without_an_executor_the_listing_is_a_503_and_relay_only_lists_what_rela
     assert got["examined"] is None and got["nextOffset"] is None
     (a,) = got["executors"]
     assert a["executorId"] == "A" and a["reason"] == "stopped_politely" and a["strandedWorkflows"] == 0
-    assert a["fixes"] == ["resume", "cancel"] and a["relayState"]["status"] == "DISCONNECTED"
+    assert a["fixes"] == ["fork", "cancel"] and a["relayState"]["status"] == "DISCONNECTED"
     # a fix that needs an executor: 503, and on record as such
     r = call(server, "POST", FIX, json={"fix": "cancel", "workflowIds": ["w1"]})
     assert_problem(r, 503)
@@ -333,6 +352,8 @@ def test_a_hostile_listing_is_refused_with_a_502(server: RelayServer) -> None:
     ({"fix": "recover", "executorIds": ["A"] * 21}, "executorIds"),
     ({"fix": "restart", "workflowIds": ["w"]}, "fix"),
     ({"fix": "resume", "workflowIds": ["w"], "extra": 1}, "body"),
+    ({"fix": "resume", "workflowIds": ["w"], "appVersion": "v2"}, "appVersion"),
+    ({"fix": "fork", "executorIds": ["A"]}, "executorIds"),
 ])
 def test_a_fix_body_that_does_not_say_what_to_fix_is_a_422(dev: RelayServer, body: dict[str, Any],
                                                           location: str) -> None:
