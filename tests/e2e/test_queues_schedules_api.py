@@ -1,0 +1,184 @@
+"""End to end: the queue, schedule and version operations of the Conductor API through a real
+``relay serve`` to real ``dbos==3.2.0`` and ``@dbos-inc/dbos-sdk@5.2.11`` executors (the workflow
+ground, ``tests/e2e/ground.py``), Relay's store on SQLite and on Postgres.
+
+Every answer validates against the reference and matches the executor's own system database;
+every action really happens there: a paused schedule stops firing, a resumed one fires again, a
+trigger enqueues a workflow, a backfill enqueues the window's workflows, setting the latest version
+retimes it. Each action is in Relay's audit log. One test function: the ground is expensive.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.conductor_schema import check_response
+from tests.e2e.ground import QUEUE, Ground
+from tests.e2e.scene import Scene
+from tests.e2e.sysdb import SystemDb
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+TICK_SECS = 2  # the ground's schedule fires every 2 s
+QUIET_SECS = 3 * TICK_SECS  # no new tick for this long: the schedule does not fire
+# The SDKs poll their schedules every second for a minute after startup, then every 30 s: a pause
+# or resume takes effect within that.
+TAKES_EFFECT_SECS = 45
+BACKFILL = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2020-01-01T00:00:06Z"}  # before any tick
+
+
+@pytest.fixture(autouse=True)
+def unlisted_app_has_no_executors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workaround until tests/e2e/scene.py has it: ``Scene.spawn`` polls the executors list
+    while the application its first executor registers may not be in Relay's read model yet
+    (a 404, seen on Postgres); that is "no executor yet", as ``tests.rest_client.listing`` reads it."""
+
+    def executors_now(self: Scene) -> dict[str, dict[str, Any]]:
+        r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")
+        if r.status_code == 404:
+            return {}
+        assert r.status_code == 200, r.text
+        return {e["executorId"]: e for e in r.json()}
+
+    monkeypatch.setattr(Scene, "executors_now", executors_now)
+
+
+def answer(g: Ground, operation: str, method: str, path: str, status: int, **kw: Any) -> Any:
+    """The REST answer of ``operation`` on ``g``'s app: ``status``, valid against the reference."""
+    r = g.scene.api(method, f"/v2/orgs/local/apps/{g.app}{path}", **kw)
+    assert r.status_code == status, f"{g.sdk} {operation}: {r.status_code} {r.text}"
+    body = r.json() if r.content else None
+    check_response(operation, status, body)
+    return body, r
+
+
+def ticks(db: SystemDb) -> set[str]:
+    return {w["workflow_uuid"] for w in db.workflows(name="tick_workflow")}
+
+
+def wait_quiet(g: Ground, what: str) -> None:
+    """Waits (bounded) until no tick workflow has appeared for QUIET_SECS."""
+    deadline = time.monotonic() + TAKES_EFFECT_SECS + QUIET_SECS
+    seen, since = ticks(g.db), time.monotonic()
+    while time.monotonic() - since < QUIET_SECS:
+        assert time.monotonic() < deadline, f"{g.sdk}: {what}: ticks kept coming"
+        time.sleep(0.2)
+        now = ticks(g.db)
+        if now != seen:
+            seen, since = now, time.monotonic()
+
+
+def audited(g: Ground, operation: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    r = g.scene.api("GET", "/v2/orgs/local/audit-logs", params={"app": g.app, "limit": 1000})
+    assert r.status_code == 200, r.text
+    entries = r.json()
+    done = {e["detail"]["actionId"]: e["detail"] for e in entries if e["action"] == "action.completed"}
+    return [(e["detail"], done.get(e["detail"]["actionId"])) for e in entries
+            if e["action"] == "action.requested" and e["detail"]["operation"] == operation]
+
+
+def check_reads(g: Ground) -> None:
+    db = g.db
+    # queues: as registered in the system database
+    [row] = db._rows("SELECT * FROM {s}.queues WHERE name = %s", (QUEUE,))
+    listed, _ = answer(g, "listQueues", "GET", "/queues", 200)
+    by_name = {q["name"]: q for q in listed}
+    assert QUEUE in by_name, listed
+    one, _ = answer(g, "getQueue", "GET", f"/queues/{QUEUE}", 200)
+    assert one == by_name[QUEUE]
+    assert (one["concurrency"], one["workerConcurrency"], one["rateLimitMax"], one["rateLimitPeriodSecs"]) == \
+        (row["concurrency"], row["worker_concurrency"], row["rate_limit_max"], row["rate_limit_period_sec"]) == \
+        (1, None, None, None), (one, row)
+    assert one["pollingIntervalSecs"] == row["polling_interval_sec"]
+    answer(g, "getQueue", "GET", "/queues/no_such_queue", 404)
+
+    # schedules: as in workflow_schedules
+    row = db.schedule(g.schedule)
+    listed, _ = answer(g, "listSchedules", "GET", "/schedules", 200)
+    [mine] = [s for s in listed if s["scheduleName"] == g.schedule]
+    one, _ = answer(g, "getSchedule", "GET", f"/schedules/{g.schedule}", 200)
+    assert {k: v for k, v in one.items() if k != "lastFiredAt"} == {k: v for k, v in mine.items() if k != "lastFiredAt"}
+    assert (one["scheduleId"], one["workflowName"], one["cronExpression"], one["status"]) == \
+        (row["schedule_id"], row["workflow_name"], row["schedule"], "ACTIVE"), (one, row)
+    assert one["workflowName"] == "tick_workflow" and one["lastFiredAt"] is not None
+    paused, _ = answer(g, "listSchedules", "GET", "/schedules", 200, params={"status": "PAUSED"})
+    assert g.schedule not in {s["scheduleName"] for s in paused}
+    prefixed, _ = answer(g, "listSchedules", "GET", "/schedules", 200,
+                         params={"scheduleNamePrefix": g.schedule[:3], "loadContext": "false"})
+    assert [s["scheduleName"] for s in prefixed] == [g.schedule]
+    answer(g, "getSchedule", "GET", "/schedules/no-such-schedule", 404)
+
+
+def versions(g: Ground) -> dict[str, dict[str, Any]]:
+    listed, _ = answer(g, "listAppVersions", "GET", "/versions", 200)
+    return {v["versionName"]: v for v in listed}
+
+
+def test_queues_schedules_and_versions_through_relay(grounds: dict[str, Ground]) -> None:
+    gs = list(grounds.values())
+    for g in gs:
+        check_reads(g)
+
+    # pause: the row says PAUSED, and once the SDK has noticed, no tick comes for a while
+    for g in gs:
+        answer(g, "pauseSchedule", "POST", f"/schedules/{g.schedule}/pause", 204)
+        assert g.db.schedule(g.schedule)["status"] == "PAUSED"
+        got, _ = answer(g, "getSchedule", "GET", f"/schedules/{g.schedule}", 200)
+        assert got["status"] == "PAUSED"
+    for g in gs:
+        wait_quiet(g, "after pause")
+    paused_ticks = {g.sdk: ticks(g.db) for g in gs}
+
+    # resume: it fires again
+    for g in gs:
+        answer(g, "resumeSchedule", "POST", f"/schedules/{g.schedule}/resume", 204)
+        assert g.db.schedule(g.schedule)["status"] == "ACTIVE"
+    for g in gs:
+        g.scene.wait(lambda g=g: ticks(g.db) - paused_ticks[g.sdk], f"{g.sdk}: a tick after resume",
+                     timeout=TAKES_EFFECT_SECS + 2 * TICK_SECS)
+
+    # trigger: a new tick workflow, now
+    for g in gs:
+        made, r = answer(g, "triggerSchedule", "POST", f"/schedules/{g.schedule}/trigger", 201)
+        wf = made["workflowId"]
+        assert r.headers["location"] == f"/v2/orgs/local/apps/{g.app}/workflows/{quote(wf, safe='')}"
+        row = g.db.workflow(wf)
+        assert row is not None and row["name"] == "tick_workflow", (g.sdk, wf, row)
+        [(req, done)] = audited(g, "triggerSchedule")
+        assert done["outcome"] == "succeeded" and done["result"] == {"workflowId": wf}
+
+    # backfill: the window's workflows (long before the ground), each in the system database
+    for g in gs:
+        filled, _ = answer(g, "backfillSchedule", "POST", f"/schedules/{g.schedule}/backfill", 200, json=BACKFILL)
+        ids = filled["workflowIds"]
+        assert 2 <= len(ids) <= 3, (g.sdk, ids)
+        assert all(g.db.workflow(wf) is not None and g.db.workflow(wf)["name"] == "tick_workflow" for wf in ids), ids
+        [(req, done)] = audited(g, "backfillSchedule")
+        assert req["parameters"] == {"scheduleName": g.schedule, **BACKFILL}
+        assert done["outcome"] == "succeeded" and done["result"] == {"count": len(ids)}
+        again, _ = answer(g, "backfillSchedule", "POST", f"/schedules/{g.schedule}/backfill", 200, json=BACKFILL)
+        assert set(again["workflowIds"]) <= set(ids), (g.sdk, again)  # the same times: nothing new
+
+    # versions: as in application_versions; setting the latest retimes it
+    for g in gs:
+        rows = {r["version_name"]: r for r in g.db._rows("SELECT * FROM {s}.application_versions")}
+        before = versions(g)
+        assert set(before) == set(rows) and "v1" in before, (g.sdk, before, rows)
+        assert all(v["versionId"] == rows[n]["version_id"] for n, v in before.items())
+        time.sleep(0.01)
+        answer(g, "setLatestAppVersion", "PATCH", "/versions/latest", 204, json={"versionName": "v1"})
+        after = versions(g)
+        assert after["v1"]["versionTimestamp"] > before["v1"]["versionTimestamp"], (before, after)
+        assert g.db._rows("SELECT * FROM {s}.application_versions WHERE version_name = 'v1'")[0][
+            "version_timestamp"] > rows["v1"]["version_timestamp"]
+        answer(g, "setLatestAppVersion", "PATCH", "/versions/latest", 404, json={"versionName": "no-such-version"})
+
+    # every action on record, requested and succeeded
+    for g in gs:
+        for op in ("pauseSchedule", "resumeSchedule", "setLatestAppVersion"):
+            [(req, done)] = audited(g, op)
+            assert req["actor"]["kind"] == "user" and done is not None and done["outcome"] == "succeeded", (op, done)
