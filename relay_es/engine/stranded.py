@@ -14,10 +14,11 @@ A workflow is stranded when its executor is, by Relay's rows:
   (sent to a target, its answer awaited), ``recovery_deferred`` (no HEALTHY executor of its
   application version: it waits for one), ``dead_unrecovered`` (no recovery obligation left,
   yet the workflow is still PENDING on it);
-* DISCONNECTED -- ``stopped_politely`` (its socket was closed cleanly, as a deploy stops a
-  process; within its grace), ``disconnected`` (it went silent, or Relay restarted; within its
-  grace), ``declaration_overdue`` (its deadline has passed and it is not declared dead yet:
-  Relay's settle window after a restart, or a process manager behind);
+* DISCONNECTED -- ``stopped_politely`` (it closed its socket cleanly, as a process stopped by a
+  deploy does: its disconnect reason is one of :data:`POLITE_CLOSES`; within its grace),
+  ``disconnected`` (its socket dropped, it went silent, Relay restarted...; within its grace),
+  ``declaration_overdue`` (its deadline has passed and it is not declared dead yet: Relay's
+  settle window after a restart, or a process manager behind);
 * ``executor_deleted`` -- Relay confirmed its recovery and deleted it, yet the workflow is PENDING on it;
 * ``executor_unknown`` -- Relay has no record of the executor (it never connected to Relay,
   e.g. a process started without Conductor, whose executor id is ``local``).
@@ -43,7 +44,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from relay_es.aggregates.executor import DisconnectReason
 from relay_es.aggregates.executor import ExecutorStatus as S
 from relay_es.aggregates.executor import RecoveryPhase as P
 from relay_es.projections.executors import ExecutorRow
@@ -68,6 +68,11 @@ class Fix(StrEnum):
     FORK = "fork"
     CANCEL = "cancel"
 
+
+POLITE_CLOSES = frozenset({"clean_close"})
+"""Disconnect reasons of an executor that closed its socket itself, cleanly (close code 1000 or
+1001: ``DBOS.destroy()``). The hub records every close as ``socket_closed`` until it tells a
+clean close from a dropped socket; until then no disconnect is classified as polite."""
 
 DEAD_RECOVERABLE = (P.PENDING.value, P.DEFERRED.value)
 """Recovery phases of a DEAD executor that "recover now" may act on (not one in flight)."""
@@ -138,7 +143,7 @@ def reason_of(row: ExecutorRow | None, now: datetime) -> Reason | None:
     if row.status == S.DISCONNECTED:
         if row.deadline is not None and row.deadline <= now:
             return Reason.DECLARATION_OVERDUE
-        if row.disconnect_reason == DisconnectReason.SOCKET_CLOSED:
+        if row.disconnect_reason in POLITE_CLOSES:
             return Reason.STOPPED_POLITELY
         return Reason.DISCONNECTED
     # DEAD

@@ -45,7 +45,7 @@ def dead(executor_id: str = "A", phase: str | None = "pending", attempt: int = 0
                recovery_version=recovery_version_, declared_dead_at=EARLIER, **kw)
 
 
-def disconnected(executor_id: str = "A", reason: str = "socket_closed", deadline: datetime | None = LATER,
+def disconnected(executor_id: str = "A", reason: str = "clean_close", deadline: datetime | None = LATER,
                  version: str = "v1") -> ExecutorRow:
     return row(executor_id, "DISCONNECTED", version, disconnect_reason=reason, deadline=deadline)
 
@@ -63,7 +63,8 @@ def wf(workflow_id: str, executor_id: str | None = "A", status: str = "PENDING",
     (row(status=None), Reason.EXECUTOR_UNKNOWN),  # registered, never connected
     (row(status="HEALTHY"), None),
     (row(status="DELETED"), Reason.EXECUTOR_DELETED),
-    (disconnected(reason="socket_closed"), Reason.STOPPED_POLITELY),
+    (disconnected(reason="clean_close"), Reason.STOPPED_POLITELY),
+    (disconnected(reason="socket_closed"), Reason.DISCONNECTED),  # dropped, or killed: not polite
     (disconnected(reason="ping_timeout"), Reason.DISCONNECTED),
     (disconnected(reason="relay_restarted"), Reason.DISCONNECTED),
     (disconnected(reason="token_revoked"), Reason.DISCONNECTED),
