@@ -1,0 +1,118 @@
+"""End to end: Relay's stranded-work extension (``/stranded-workflows``) through a real ``relay serve``
+to real ``dbos==3.2.0`` executors, Relay's store on SQLite and on Postgres.
+
+Executor A (version v1) runs the workflow ground (a workflow blocked on a message, a queue of
+concurrency 1 with one workflow PENDING and two ENQUEUED behind it) and is killed; the only
+other executor, B, runs v2, so A's recovery is deferred. The listing, asked of B, shows A's
+PENDING workflows, why, the queue they block, and the fixes that apply; recover is refused
+(no v1 executor); fork really runs the workflow on v2 (B) after cancelling it, cancel really
+cancels, in the executors' system database; each fix is in Relay's audit log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e import harness
+from tests.e2e.scene import Scene, scene  # noqa: F401  (the fixture)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(autouse=True)
+def unlisted_app_has_no_executors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As tests/e2e/test_queues_schedules_api.py: while the application is not in Relay's read
+    model yet (a 404), it has no executor yet."""
+
+    def executors_now(self: Scene) -> dict[str, dict[str, Any]]:
+        r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")
+        if r.status_code == 404:
+            return {}
+        assert r.status_code == 200, r.text
+        return {e["executorId"]: e for e in r.json()}
+
+    monkeypatch.setattr(Scene, "executors_now", executors_now)
+
+
+def stranded(s: Scene, **params: Any) -> dict[str, Any]:
+    r = s.api("GET", f"/v2/orgs/local/apps/{s.app}/stranded-workflows", params=params)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def fix(s: Scene, body: dict[str, Any]) -> Any:
+    return s.api("POST", f"/v2/orgs/local/apps/{s.app}/stranded-workflows/fix", json=body)
+
+
+def actions(s: Scene, operation: str) -> list[dict[str, Any]]:
+    r = s.api("GET", "/v2/orgs/local/audit-logs", params={"app": s.app, "limit": 1000})
+    assert r.status_code == 200, r.text
+    return [e["detail"] for e in r.json() if e["action"] == "action.completed"
+            and e["detail"]["operation"] == operation]
+
+
+def test_a_killed_executor_s_stranded_work_is_listed_and_fixed_for_real(scene: Scene) -> None:  # noqa: F811
+    scene.set_grace(2)
+    a = scene.spawn("A", "v1")
+    b = scene.spawn("B", "v2")  # registered last: v2 is the latest version
+    ids = a.ground("st")["workflow_ids"]
+    running, (q0, q1, q2) = ids["running"], ids["queued"]
+    done = [ids["steps"], ids["parent"], *ids["children"]]
+    blocked = {running: "PENDING", q0: "PENDING", q1: "ENQUEUED", q2: "ENQUEUED"}
+    scene.wait(lambda: harness.workflow_statuses(scene.sys_db, blocked) == blocked, "the ground to block")
+    scene.wait(lambda: set(harness.workflow_statuses(scene.sys_db, done).values()) == {"SUCCESS"},
+               "the ground's finished workflows to finish")
+    a.kill()
+    scene.wait(lambda: (scene.executor(a.executor_id) or {}).get("status") == "DEAD", "A to be DEAD", timeout=30)
+
+    def deferred() -> dict[str, Any] | None:
+        got = stranded(scene)
+        mine = {w["workflowId"]: w for w in got["workflows"]}
+        if {running, q0} <= set(mine) and all(mine[w]["reason"] == "recovery_deferred" for w in (running, q0)):
+            return got
+        return None
+
+    got = scene.wait(deferred, "A's workflows listed, their recovery deferred", timeout=30)
+    listed = {w["workflowId"]: w for w in got["workflows"]}
+    assert {w["executorId"] for w in listed.values()} == {a.executor_id}, listed  # B's are alive: not listed
+    w = listed[q0]
+    assert (w["name"], w["status"], w["queueName"], w["appVersion"]) == ("blocked_workflow", "PENDING",
+                                                                         "ground_queue", "v1")
+    assert w["fixes"] == ["fork", "cancel"]  # no v1 executor: neither recover nor resume can run it
+    assert w["relayState"]["status"] == "DEAD" and w["relayState"]["recoveryPhase"] == "deferred"
+    assert w["relayState"]["recoveryVersion"] == "v1" and w["relayState"]["declaredDeadAt"]
+    (queue,) = [q for q in got["queues"] if q["queueName"] == "ground_queue"]
+    assert queue == {"queueName": "ground_queue", "strandedWorkflows": 1, "enqueued": 2, "enqueuedCapped": False}
+    (ex,) = [e for e in got["executors"] if e["executorId"] == a.executor_id]
+    assert ex["reason"] == "recovery_deferred" and ex["strandedWorkflows"] == len(listed)
+    alone = stranded(scene, relayOnly="true")
+    assert [e["executorId"] for e in alone["executors"]] == [a.executor_id] and alone["workflows"] is None
+
+    # recover needs an executor of v1: refused, nothing sent, fork named as the fix
+    r = fix(scene, {"fix": "recover", "executorIds": [a.executor_id]})
+    assert r.status_code == 409, r.text
+    assert "fork is the fix" in r.json()["detail"].lower()
+
+    # fork: q0 is cancelled, then forked from its last step on v2, where B runs it
+    r = fix(scene, {"fix": "fork", "workflowIds": [q0]})
+    assert r.status_code == 200, r.text
+    (forked,) = r.json()["forkedWorkflowIds"]
+    assert harness.workflow_statuses(scene.sys_db, [q0]) == {q0: "CANCELLED"}
+    scene.wait(lambda: harness.workflow_rows(scene.sys_db, [forked]).get(forked, {}).get("executor_id")
+               == b.executor_id, "the fork to run on B", timeout=30)
+    assert harness.workflow_rows(scene.sys_db, [forked])[forked]["application_version"] == "v2"
+    b.release(forked)
+    scene.wait(lambda: harness.workflow_statuses(scene.sys_db, [forked]) == {forked: "SUCCESS"}, "the fork to end")
+
+    # cancel: the blocked workflow is CANCELLED
+    r = fix(scene, {"fix": "cancel", "workflowIds": [running]})
+    assert r.status_code == 200, r.text
+    assert harness.workflow_statuses(scene.sys_db, [running]) == {running: "CANCELLED"}
+    left = {w["workflowId"] for w in stranded(scene)["workflows"]}
+    assert not {running, q0} & left
+
+    scene.wait(lambda: [x["outcome"] for x in actions(scene, "strandedFork")] == ["succeeded"], "the fork audited")
+    scene.wait(lambda: [x["outcome"] for x in actions(scene, "strandedCancel")] == ["succeeded", "succeeded"],
+               "both cancels audited")
