@@ -6,7 +6,9 @@ concurrency 1 with one workflow PENDING and two ENQUEUED behind it) and is kille
 other executor, B, runs v2, so A's recovery is deferred. The listing, asked of B, shows A's
 PENDING workflows, why, the queue they block, and the fixes that apply; recover is refused
 (no v1 executor); fork really runs the workflow on v2 (B) after cancelling it, cancel really
-cancels, in the executors' system database; each fix is in Relay's audit log.
+cancels, in the executors' system database; each fix is in Relay's audit log. And "recover
+now": a killed executor's workflows are recovered by an executor of its version at once (forced:
+it is only DISCONNECTED), not two minutes later when Relay would declare it dead.
 """
 
 from __future__ import annotations
@@ -116,3 +118,35 @@ def test_a_killed_executor_s_stranded_work_is_listed_and_fixed_for_real(scene: S
     scene.wait(lambda: [x["outcome"] for x in actions(scene, "strandedFork")] == ["succeeded"], "the fork audited")
     scene.wait(lambda: [x["outcome"] for x in actions(scene, "strandedCancel")] == ["succeeded", "succeeded"],
                "both cancels audited")
+
+
+def test_recover_now_has_an_executor_of_the_version_take_a_killed_executor_s_workflows_before_its_deadline(
+        scene: Scene) -> None:  # noqa: F811
+    scene.set_grace(120)  # Relay alone would wait two minutes before recovering A
+    a = scene.spawn("A", "v1")
+    c = scene.spawn("C", "v1")
+    ids = a.start_workflows(count=2, steps=8, step_secs=0.5)
+    scene.wait(lambda: all(harness.step_run_counts(scene.steps_db).get((wf, 1), 0) for wf in ids),
+               "every workflow to start")
+    a.kill()
+    scene.wait(lambda: (scene.executor(a.executor_id) or {}).get("status") == "DISCONNECTED",
+               "A to be DISCONNECTED", timeout=30)
+    got = stranded(scene)
+    listed = {w["workflowId"]: w for w in got["workflows"]}
+    assert set(ids) <= set(listed)
+    w = listed[ids[0]]
+    assert w["reason"] == "disconnected" and w["fixes"] == ["recover", "resume", "fork", "cancel"]
+    assert w["relayState"]["deadline"] and w["relayState"]["disconnectReason"] == "socket_closed"
+
+    r = fix(scene, {"fix": "recover", "executorIds": [a.executor_id]})
+    assert r.status_code == 409 and "force=true" in r.text
+    r = fix(scene, {"fix": "recover", "executorIds": [a.executor_id], "force": True})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"fix": "recover", "recovered": [{"appVersion": "v1", "executorIds": [a.executor_id]}]}
+    scene.wait(lambda: set(harness.workflow_statuses(scene.sys_db, ids).values()) == {"SUCCESS"},
+               "every workflow to end SUCCESS on C", timeout=60)
+    assert {r["executor_id"] for r in harness.workflow_rows(scene.sys_db, ids).values()} == {c.executor_id}
+    assert (scene.executor(a.executor_id) or {}).get("status") == "DISCONNECTED"  # Relay's own clock is untouched
+    assert not {wf for wf in ids if wf in {x["workflowId"] for x in stranded(scene)["workflows"]}}
+    (done,) = scene.wait(lambda: actions(scene, "strandedRecover"), "the recovery audited")
+    assert done["outcome"] == "succeeded" and done["result"] == {"executorCount": 1}
