@@ -13,8 +13,8 @@ dbos 2.20) answers "Unknown message type": that is a 501 problem saying so
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 from litestar import Controller, Response, get
@@ -65,7 +65,7 @@ async def unsupported(call: Awaitable[T], type_name: str) -> T:
             f" or @dbos-inc/dbos-sdk 5.x); it answered: {e.detail}") from None
 
 
-def sent_as(request: wire.Request) -> Any:
+def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:
     """``make_request`` for a request built (and so validated) before anything is recorded or
     sent: the same request under the hub's request id."""
     return lambda request_id: msgspec.structs.replace(request, request_id=request_id)

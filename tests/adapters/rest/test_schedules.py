@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.adapters.rest.test_queues import L, actions, conforms, executors, relay, sent  # noqa: F401
+from tests.adapters.rest import test_queues
+from tests.adapters.rest.test_queues import L, actions, conforms, executors, sent
 from tests.rest_client import rest as call
 from tests.server import RelayServer
+
+relay = test_queues.relay  # the fixture: a relay serve whose calls time out within a second
 
 S = L + "/apps/shop/schedules"
 T = L + "/apps/tshop/schedules"
@@ -130,7 +133,7 @@ def test_schedule_actions_are_sent_answered_and_recorded(relay: RelayServer) -> 
         assert req["parameters"] == {"scheduleName": "tick"} and req["actor"]["kind"] == "user"
         assert done["outcome"] == "succeeded"
         assert [d["outcome"] for _, d in recorded["resumeSchedule"]] == ["succeeded"]
-        (ok, ok_done), (bad, bad_done) = recorded["triggerSchedule"]
+        (_, ok_done), (bad, bad_done) = recorded["triggerSchedule"]
         assert ok_done["result"] == {"workflowId": made["workflowId"]}
         assert bad["target"]["ids"] == ["nope"] and bad_done["outcome"] == "failed"
         assert "does not exist" in bad_done["message"]

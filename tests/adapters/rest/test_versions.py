@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.adapters.rest.test_queues import L, actions, conforms, executors, relay, sent  # noqa: F401
+from tests.adapters.rest import test_queues
+from tests.adapters.rest.test_queues import L, actions, conforms, executors, sent
 from tests.rest_client import rest as call
 from tests.server import RelayServer
+
+relay = test_queues.relay  # the fixture: a relay serve whose calls time out within a second
 
 V = L + "/apps/shop/versions"
 
@@ -39,7 +42,7 @@ def registry(*names: str) -> dict[str, Any]:
 
 def test_versions_round_trip_and_setting_the_latest_is_recorded(relay: RelayServer) -> None:
     with executors(relay, {"app": "shop", "answers": registry("v1", "v2")},
-                   {"app": "tshop", "style": "typescript", "answers": registry("a")}) as (py, ts):
+                   {"app": "tshop", "style": "typescript", "answers": registry("a")}) as (py, _ts):
         listed = conforms("listAppVersions", call(relay, "GET", V), 200)
         assert listed == [
             {"versionId": "id-v2", "versionName": "v2", "versionTimestamp": "2026-11-30T12:10:59.569Z",
