@@ -18,20 +18,15 @@ the client). Relay's overhead is Relay minus direct.
 alone (**baseline**) and while 50 clients page through the workflows of several
 applications (``limit=50``, offsets cycling, two executors per application) (**loaded**),
 with ``/healthz`` polled every 20 ms.
-
-Until Relay serves ``listWorkflows`` (issue 13), the section runs ``bench/api_server.py``
-(``relay serve`` plus the same call on a ``/bench`` path) and says so (``path``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,15 +46,13 @@ from bench.common import (
 )
 from bench.s3_detection import audit, stats_ms, ts
 from bench.s7_queries import Healthz
-from tests.server import RelayServer
 
 PAGERS = 50
 PAGE = 50
 GRACE = 5
 LOAD_WORKFLOWS = 1000
 LOAD_FIELD_BYTES = 128
-REST_PATH = "/v2/orgs/local/apps/{app}/workflows"
-BENCH_PATH = "/bench" + REST_PATH
+PATH = "/v2/orgs/local/apps/{app}/workflows"
 
 
 class ApiExecutors(Fleet):
@@ -75,37 +68,6 @@ class ApiExecutors(Fleet):
 
     def own(self, reset: bool = True) -> list[list[Any]]:
         return self.call("own", reset=reset)["own"]
-
-
-# ------------------------------------------------------------------ the server
-def start_server(wd: Workdir, store: str) -> tuple[Any, str]:
-    """``relay serve``, and the path of ``listWorkflows`` on it: Relay's own route if it
-    answers, else ``bench/api_server.py``'s stand-in (the same call on a ``/bench`` path)."""
-    srv = relay_server(wd.path, store)
-    assert httpx.put(srv.http + "/v2/orgs/local/apps/s8-probe", timeout=30).status_code == 204
-    r = httpx.get(srv.http + REST_PATH.format(app="s8-probe"), timeout=30)
-    if r.status_code in (503, 200):  # the route exists (no executor yet: 503)
-        return srv, REST_PATH
-    log(f"s8: {REST_PATH} answered {r.status_code}: Relay does not serve listWorkflows yet; "
-        "using bench/api_server.py's stand-in")
-    srv.kill()
-    srv = BenchServer(wd.path, store).start()
-    return srv, BENCH_PATH
-
-
-class BenchServer(RelayServer):
-    """``python -m bench.api_server`` (``relay serve`` with the stand-in path) in place of ``relay serve``."""
-
-    def __init__(self, workdir: Path, store: str) -> None:
-        super().__init__(workdir, args=["--database-url", store, "--log-level", "WARNING"],
-                         env={"PYTHONPATH": str(ROOT)})
-        self.bench_started = time.monotonic()
-
-    def _spawn(self) -> None:
-        self._log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([PY, "-m", "bench.api_server", *self.args, "--port", str(self.port)],
-                                     cwd=self.cwd, env={**os.environ, **self.env}, stdout=self._log,
-                                     stderr=subprocess.STDOUT, text=True)
 
 
 # ------------------------------------------------------------------ latency
@@ -170,7 +132,7 @@ class Direct:
         self.thread.join(10)
 
 
-def latency(srv: Any, path: str, execs: ApiExecutors, sizes: list[tuple[str, int, int]], rounds: int
+def latency(srv: Any, execs: ApiExecutors, sizes: list[tuple[str, int, int]], rounds: int
             ) -> list[dict[str, Any]]:
     """Per size: one executor (of ``execs``) connected to Relay, one to a bare server; R requests each."""
     out = []
@@ -195,7 +157,7 @@ def latency(srv: Any, path: str, execs: ApiExecutors, sizes: list[tuple[str, int
             assert client.put(srv.http + f"/v2/orgs/local/apps/{app}").status_code == 204
             got = execs.call("connect", url=srv.ws, app=app, n=1, workflows=n, field_bytes=field_bytes)
             assert got["connected"] == 1, got
-            url = srv.http + path.format(app=app)
+            url = srv.http + PATH.format(app=app)
             params = {"limit": n, "loadInput": "true", "loadOutput": "true"}
             r = client.get(url, params=params)  # warm
             assert r.status_code == 200 and len(r.json()) == n, r.text[:300]
@@ -225,8 +187,8 @@ def latency(srv: Any, path: str, execs: ApiExecutors, sizes: list[tuple[str, int
 class Pagers:
     """``n`` threads paging through the workflows of ``apps`` until stopped."""
 
-    def __init__(self, base: str, path: str, apps: list[str], n: int) -> None:
-        self.base, self.path, self.apps = base, path, apps
+    def __init__(self, base: str, apps: list[str], n: int) -> None:
+        self.base, self.apps = base, apps
         self.stop_flag = threading.Event()
         self.lat: list[float] = []
         self.errors: dict[str, int] = {}
@@ -242,7 +204,7 @@ class Pagers:
                 k += 1
                 t0 = time.monotonic()
                 try:
-                    r = c.get(self.base + self.path.format(app=app), params={
+                    r = c.get(self.base + PATH.format(app=app), params={
                         "limit": PAGE, "offset": offset, "loadInput": "true", "loadOutput": "true"})
                     status = str(r.status_code) if r.status_code != 200 or len(r.json()) == PAGE else "short"
                 except httpx.HTTPError as e:
@@ -268,7 +230,7 @@ class Pagers:
                 "stop_wait_s": time.monotonic() - t0}
 
 
-def phase(srv: Any, path: str, store: str, app: str, n: int, load_apps: list[str] | None,
+def phase(srv: Any, store: str, app: str, n: int, load_apps: list[str] | None,
           execs: ApiExecutors) -> dict[str, Any]:
     assert httpx.put(srv.http + f"/v2/orgs/local/apps/{app}", timeout=30).status_code == 204
     r = httpx.patch(srv.http + f"/v2/orgs/local/apps/{app}", json={"executorTimeoutSecs": GRACE}, timeout=30)
@@ -286,7 +248,7 @@ def phase(srv: Any, path: str, store: str, app: str, n: int, load_apps: list[str
         health = Healthz(srv.http)
         health.start()
         execs.own()
-        pagers = Pagers(srv.http, path, load_apps, PAGERS).start() if load_apps else None
+        pagers = Pagers(srv.http, load_apps, PAGERS).start() if load_apps else None
         time.sleep(2.0 if load_apps else 0.0)  # the pages are being served before anything is due
         t_drop = time.time()
         fleets_call(fleets, "abort")
@@ -326,16 +288,16 @@ def one_store(ctx: Any, kind: str, sizes: list[tuple[str, int, int]], rounds: in
     srv = None
     execs = ApiExecutors(f"s8-{kind}")
     try:
-        srv, path = start_server(wd, store)
-        lat = latency(srv, path, execs, sizes, rounds)
+        srv = relay_server(wd.path, store)
+        lat = latency(srv, execs, sizes, rounds)
         load_apps = [f"s8-wf{i}" for i in range(n_apps)]
         for app in load_apps:
             got = execs.call("connect", url=srv.ws, app=app, n=2, workflows=LOAD_WORKFLOWS,
                              field_bytes=LOAD_FIELD_BYTES)
             assert got["connected"] == 2, got
-        base = phase(srv, path, store, "s8-base", n, None, execs)
-        loaded = phase(srv, path, store, "s8-load", n, load_apps, execs)
-        return {"store": kind, "path": path, "latency": lat, "apps": n_apps, "baseline": base, "loaded": loaded}
+        base = phase(srv, store, "s8-base", n, None, execs)
+        loaded = phase(srv, store, "s8-load", n, load_apps, execs)
+        return {"store": kind, "latency": lat, "apps": n_apps, "baseline": base, "loaded": loaded}
     finally:
         execs.close()
         if srv is not None:
@@ -393,9 +355,6 @@ def render(d: dict[str, Any], goals: list[list[Any]]) -> str:
         goals.append([f"8. DeclaredDead lateness p99 while {r['pagers']} clients page workflows, {s['store']}",
                       f"{f0(p99)} ms", f"{f0(base)} ms without them", f2(ratio(p99, base)), "< 250 ms (section 3's)",
                       ("**met**" if ok else "**missed**") + ("" if ok or p99 is None else f" by {p99 - 250:.0f} ms")])
-        if s["path"] != REST_PATH:
-            out.append(f"{s['store']}: Relay did not serve `{REST_PATH}` yet; measured on `bench/api_server.py`'s "
-                       "stand-in (the same call and mapping on a `/bench` path).")
         errors = (ld["pages"] or {}).get("errors")
         if errors:
             out.append(f"{s['store']}: pages that failed under load: {errors}.")
