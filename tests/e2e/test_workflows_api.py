@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -121,6 +122,10 @@ def check_reads(g: Ground) -> None:
         assert (w["workflowId"], w["status"], w["workflowName"], w["createdAt"], w["queueName"]) == (
             wf, row["status"], row["name"], rfc(row["created_at"]), row["queue_name"])
     assert "failed on purpose" in ok("getWorkflow", api("GET", f"/workflows/{ids['failed']}"))["error"]
+    tick = ticks[0]  # sched-<schedule>-<ISO time>: ':' and '+' in a workflow id
+    w = ok("getWorkflow", api("GET", "/workflows/" + quote(tick, safe="")))
+    assert (w["workflowId"], w["scheduleName"], w["workflowName"]) == (tick, g.schedule, "tick_workflow")
+    ok("listWorkflowSteps", api("GET", "/workflows/" + quote(tick, safe="") + "/steps"))
     r = api("GET", f"/workflows/{prefix}no-such-workflow")
     assert r.status_code == 404 and "no-such-workflow" in r.json()["detail"], r.text
     check_response("getWorkflow", 404, r.json())

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -43,6 +44,7 @@ def rfc(ms: int) -> str:
 
 
 T0_RFC = rfc(T0)
+SCHEDULED = "sched-nightly-2026-12-01T11:00:00+00:00"
 
 # --- the executor's side -----------------------------------------------------------------------
 
@@ -273,6 +275,10 @@ def check_every_read(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
     assert (req["workflow_id"], req["load_input"], req["load_output"]) == ("wf-7", True, True)
     missing = conforms("getWorkflow", call(srv, "GET", A + "/workflows/missing"), 404)
     assert "missing" in missing["detail"]
+    # a scheduled workflow's id (both SDKs: sched-<schedule>-<ISO time>) is a workflow id like any other
+    w = conforms("getWorkflow", call(srv, "GET", A + "/workflows/" + quote(SCHEDULED, safe="")), 200)
+    assert w["workflowId"] == SCHEDULED and requests_of(ex, "get_workflow")[-1]["workflow_id"] == SCHEDULED
+    conforms("listWorkflowSteps", call(srv, "GET", A + "/workflows/" + quote(SCHEDULED, safe="") + "/steps"), 200)
 
     # steps, with limit and offset
     steps = conforms("listWorkflowSteps", call(srv, "GET", A + "/workflows/wf-7/steps",
