@@ -11,7 +11,7 @@ reference's bodies and encoded once (:func:`~relay_es.adapters.rest.calling.answ
 * Query parameters are the reference's, each a single value (``status`` and ``workflowName``
   are plain strings there, sent ``explode: false``; a parameter given twice is refused by the
   guard, as on every route). ``limit`` and ``offset`` are whole numbers from 0; without
-  ``limit`` the executor answers every workflow that matches. ``loadInput`` and
+  ``limit`` (or with 0, as both SDKs read it) the executor answers every workflow that matches. ``loadInput`` and
   ``loadOutput`` default to false (the executor then sends neither); ``getWorkflow`` loads both.
 * Bodies (``WorkflowSearchBody``, ``WorkflowAggregatesBody``, ``StepAggregatesBody``) are
   decoded strictly (:func:`~relay_es.adapters.rest.calling.body`): an unknown field or a value
@@ -43,7 +43,7 @@ from relay_es.adapters.rest.paths import APP
 from relay_es.protocol import catalogue as c
 from relay_es.protocol import messages as wire
 
-MAX_SEARCH_BODY = 2 * 1024 * 1024  # bytes: 10,000 workflow IDs of a UUID's length fit eight times over
+MAX_SEARCH_BODY = 2 * 1024 * 1024  # bytes: 10,000 workflow IDs of a UUID's length fit five times over
 
 ONE_WORKFLOW = calling.not_found_or(500)
 
@@ -62,6 +62,7 @@ LoadInput = Annotated[bool | None, QueryParameter(name="loadInput", required=Fal
                                                   description="include each workflow's input (default false)")]
 LoadOutput = Annotated[bool | None, QueryParameter(name="loadOutput", required=False,
                                                    description="include each workflow's output and error (default false)")]
+
 
 def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:
     """A request built -- its values checked, a 422 naming what cannot be sent -- before any

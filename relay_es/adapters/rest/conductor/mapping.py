@@ -5,7 +5,8 @@ REST -> executor: each ``*_request`` function builds the request an operation se
 operation's path parameters, query parameters and decoded body, with every key the oldest
 supported SDK needs (the catalogue's rule). Date-time filters become ISO strings with a
 ``+00:00`` offset (Python 3.10's ``fromisoformat`` refuses ``Z``); a filter list the body sends
-empty or ``null`` is no filter; query parameters given once are sent as one string, given
+empty or ``null`` is no filter; ``wasForkedFrom`` and ``hasParent`` not sent are left out of the
+request (the catalogue's ``TriState``: TypeScript would read ``null`` as a filter); query parameters given once are sent as one string, given
 several times as a list. A value that cannot be sent raises :class:`InvalidSetting` (a 422).
 
 Executor -> REST: each ``*_out`` function turns one executor output object into its REST model.
