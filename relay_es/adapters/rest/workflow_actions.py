@@ -1,11 +1,323 @@
-"""Workflow actions: cancel, resume, fork, delete, the bulk forms, export and import (issue 13; being written)."""
+"""Workflow actions (Conductor API v2): cancel, resume, fork, delete, the bulk forms, export and import.
+
+Each route is one Conductor operation at its Conductor path, with Conductor's bodies
+(:mod:`~relay_es.adapters.rest.conductor.models`, decoded strictly) and statuses, carried
+to one executor of the application (:mod:`~relay_es.adapters.rest.calling`):
+
+=========================================  ===============================  ======  =============
+route (under ``.../apps/{app}/workflows``)  operation                        answer  executor type
+=========================================  ===============================  ======  =============
+``POST /{workflow_id}/cancel``              ``cancelWorkflow``               204     ``cancel``
+``POST /{workflow_id}/resume``              ``resumeWorkflow``               204     ``resume``
+``POST /{workflow_id}/fork``                ``forkWorkflow``                 201     ``fork_workflow``
+``DELETE /{workflow_id}``                   ``deleteWorkflow``               204     ``delete``
+``POST /bulk-cancel``                       ``bulkCancelWorkflows``          204     ``cancel``
+``POST /bulk-resume``                       ``bulkResumeWorkflows``          204     ``resume``
+``POST /bulk-delete``                       ``bulkDeleteWorkflows``          204     ``delete``
+``POST /bulk-fork-from-failure``            ``bulkForkWorkflowsFromFailure`` 200     ``fork_from_failure``
+``GET /{workflow_id}/export``               ``exportWorkflow``               200     ``export_workflow``
+``POST /import``                            ``importWorkflow``               201     ``import_workflow``
+=========================================  ===============================  ======  =============
+
+Every route but export is an operator's action, recorded before it is sent and completed
+however it ends (:func:`~relay_es.adapters.rest.calling.act`): its ``parameters`` and
+``result`` summaries hold the options and counts, never a workflow's inputs or outputs nor an
+imported payload. Export is a read. Resume and fork (single and bulk) go to an executor of
+the latest application version first: a resumed or forked workflow runs the newest code.
+
+A fork without ``startStep`` starts at step 0: every SDK then copies no step (Python numbers
+steps from 1 and copies those below ``start_step``, TypeScript from 0), so it reruns the whole
+workflow on either. ``startStep`` is the executor's step number, as ``listWorkflowSteps``'
+``stepId`` shows it.
+
+The serialized workflow of export and import is passed through as the string it is, never
+decoded: a Python executor's is a pickle, the others' JSON, so a workflow imports only into an
+application of the SDK language that exported it (another refuses it: 422). The import body
+(up to :data:`~relay_es.adapters.rest.conductor.models.MAX_SERIALIZED_WORKFLOW`) is read into
+one buffer and decoded from it, the buffer dropped before the executor is asked.
+
+The executor's ``error_message`` becomes the problem's detail; its status (:func:`failed_status`):
+404 when it says the workflow does not exist, 409 when what the action would create exists
+already (a fork's ``newWorkflowId``, an imported workflow), 403 when the executor refuses data
+operations (metadata-only mode), 422 for an import payload it cannot load and a
+fork-from-failure step name no workflow has, else 500: the executor failed for a reason
+that is not the client's (its database, a bug), which retrying may cure.
+"""
 
 from __future__ import annotations
 
-from litestar import Controller
+from collections.abc import Callable
+from typing import Annotated, Any
+from urllib.parse import quote
 
+import msgspec
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.exceptions import ClientException, ValidationException
+from litestar.params import FromPath, QueryParameter
+from msgspec import UNSET
+
+from relay_es.adapters.rest import calling
+from relay_es.adapters.rest.conductor import mapping
+from relay_es.adapters.rest.conductor import models as m
+from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import APP
+from relay_es.domain.errors import InvalidSetting
+from relay_es.protocol import catalogue as c
+
+FIRST_STEP = 0  # a fork without startStep: no step copied, on every SDK (see the module's docstring)
+
+# Request body caps (the app-wide cap is 64 KiB). A bulk body names up to MAX_IDS workflows;
+# 4 MiB allows that many ids of ~400 bytes. An import body is one serialized workflow, its JSON
+# object around it (and a ``$schema`` link) at most 64 KiB more.
+BULK_BODY = 4 * 1024 * 1024
+IMPORT_BODY = m.MAX_SERIALIZED_WORKFLOW + 64 * 1024
+
+WORKFLOW = "workflow"  # the actions' target type in the audit log
+
+CONFLICT_WORDS = ("already exists", "conflicting workflow", "duplicate key", "unique constraint")
+METADATA_ONLY = "metadata-only mode"
+# What the SDKs say of a payload they cannot load: bad base64 (Python's binascii, padding), not
+# gzip (Python's gzip, Node's zlib), not a pickle (Python), not JSON (Node's JSON.parse).
+UNLOADABLE_WORDS = ("padding", "base64", "not a gzipped file", "incorrect header check", "unpickl", "pickle",
+                    "invalid load key", "unexpected token", "is not valid json", "json")
+NO_SUCH_STEP = "has no step named"
+
+
+def failed_status(default: int = 500, *, payload: bool = False) -> Callable[[str], int]:
+    """The status of an executor's error message (see the module's docstring). ``payload``:
+    the action carries a payload the executor must load (import)."""
+    not_found = calling.not_found_or(0)
+
+    def pick(message: str) -> int:
+        low = message.lower()
+        if METADATA_ONLY in low:
+            return 403  # the executors refuse data operations: no retry or other body will help
+        if any(w in low for w in CONFLICT_WORDS):
+            return 409
+        if payload and any(w in low for w in UNLOADABLE_WORDS):
+            return 422
+        if NO_SUCH_STEP in low:
+            return 422
+        return not_found(message) or default
+
+    return pick
+
+
+async def streamed_body(request: Request[Any, Any, Any], cls: type[calling.B]) -> calling.B:
+    """The request's body as ``cls``, strictly, like :func:`calling.body` (422 naming the field,
+    400 for what is not JSON, 413 past the route's cap), read into one buffer that is dropped
+    once decoded: a large body is held once as bytes, then once decoded."""
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+    if not buf or buf.isspace():  # isspace: no copy, unlike strip
+        raise ValidationException(detail="body: a JSON object is required",
+                                  extra=[{"key": "body", "message": "a JSON object is required"}])
+    try:
+        return m.decode(buf, cls)  # type: ignore[arg-type]  # msgspec decodes any buffer
+    except RecursionError:
+        raise ValidationException(detail="body: JSON is nested too deeply",
+                                  extra=[{"key": "body", "message": "JSON is nested too deeply"}]) from None
+    except msgspec.ValidationError as e:
+        text = str(e)
+        where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
+        raise ValidationException(detail=text, extra=[{"key": where, "message": text}]) from None
+    except msgspec.DecodeError as e:
+        raise ClientException(detail=f"body: {e}") from None
+    finally:
+        del buf
+
+
+def _opt(value: Any) -> Any:
+    return None if value is UNSET else value
+
+
+def _fork_summary(b: m.ForkWorkflowInputBody | None) -> dict[str, Any]:
+    b = b or m.ForkWorkflowInputBody()
+    return {"startStep": FIRST_STEP if b.start_step is UNSET else b.start_step,
+            "newWorkflowId": _opt(b.new_workflow_id), "appVersion": _opt(b.app_version),
+            "queueName": _opt(b.queue_name), "queuePartitionKey": _opt(b.queue_partition_key)}
+
+
+def _fork_from_failure_summary(b: m.BulkForkFromFailureBody) -> dict[str, Any]:
+    start = ("lastStep" if b.from_last_step is True else "step" if b.from_step is not UNSET
+             else "stepName" if b.from_step_name is not UNSET else "lastFailure")
+    return {"workflowCount": len(b.workflow_ids), "from": start, "fromStep": _opt(b.from_step),
+            "fromStepName": _opt(b.from_step_name), "appVersion": _opt(b.app_version),
+            "queueName": _opt(b.queue_name), "queuePartitionKey": _opt(b.queue_partition_key)}
+
+
+def _forked(answer: c.ForkFromFailureResponse) -> dict[str, Any]:
+    ids = answer.forked_workflow_ids or []
+    return {"forkedCount": len(ids), "firstWorkflowId": ids[0] if ids else None}
+
+
+# Booleans in the query parsed here, so that a refusal names the parameter (Litestar's names the
+# argument), spelled as Conductor's server reads them (Go's strconv.ParseBool).
+TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+DeleteChildren = Annotated[str | None, QueryParameter(
+    name="deleteChildren", required=False, schema_extra={"type": "boolean"},
+    description="also delete the workflow's children, recursively")]
+ExportChildren = Annotated[str | None, QueryParameter(
+    name="exportChildren", required=False, schema_extra={"type": "boolean"},
+    description="also export the workflow's children, recursively")]
+
+
+def query_flag(name: str, value: str | None) -> bool:
+    """A boolean query parameter (absent: false); anything else is a 422 naming it."""
+    if value is None or value in FALSE:
+        return False
+    if value in TRUE:
+        return True
+    raise InvalidSetting(name, f"must be true or false, got {value[:64]!r}")
 
 
 class WorkflowActionsController(Controller):
+    """The ten routes. ``deleteWorkflow`` shares its path with ``getWorkflow``, a plain handler
+    (:func:`relay_es.adapters.rest.workflows.get_workflow`): Litestar 2.25 refuses a second
+    controller on a path already registered (each brings its own automatic OPTIONS handler),
+    so that handler is registered after this controller."""
+
     path = APP + "/workflows"
+
+    @post("/{workflow_id:str}/cancel", status_code=204, summary="Cancel workflow",
+          description="Marks the workflow CANCELLED in the executors' system database (and its children, "
+                      "recursively, with `cancelChildren`). Conductor's `cancelWorkflow`.")
+    async def cancel(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                     request: Request[Any, Any, Any], ctx: Context) -> None:
+        b = await calling.body(request, m.CancelWorkflowInputBody, optional=True)
+        made = mapping.cancel_request(workflow_id, b, request_id="")  # checks the id before anything is recorded
+        await calling.act(ctx, request, org, app, operation="cancelWorkflow", target_type=WORKFLOW,
+                          target_ids=[workflow_id], parameters={"cancelChildren": made.cancel_children},
+                          make_request=lambda rid: mapping.cancel_request(workflow_id, b, request_id=rid),
+                          failed_status=failed_status())
+
+    @post("/{workflow_id:str}/resume", status_code=204, summary="Resume workflow",
+          description="Re-enqueues a cancelled or failed workflow (on `queueName`, if given), on an executor of "
+                      "the latest application version first. Conductor's `resumeWorkflow`.")
+    async def resume(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                     request: Request[Any, Any, Any], ctx: Context) -> None:
+        b = await calling.body(request, m.ResumeWorkflowInputBody, optional=True)
+        made = mapping.resume_request(workflow_id, b, request_id="")
+        await calling.act(ctx, request, org, app, operation="resumeWorkflow", target_type=WORKFLOW,
+                          target_ids=[workflow_id], parameters={"queueName": made.queue_name},
+                          make_request=lambda rid: mapping.resume_request(workflow_id, b, request_id=rid),
+                          prefer_latest=True, failed_status=failed_status())
+
+    @post("/{workflow_id:str}/fork", status_code=201, summary="Fork workflow",
+          description="Starts a new workflow (`newWorkflowId`, or one the executor picks) that copies the "
+                      "steps before `startStep` (the step's `stepId`; none without it) and runs from there, on "
+                      "`appVersion` (the original's without it), on an executor of the latest application "
+                      "version first. Answers the new id, linked in `Location`. Conductor's `forkWorkflow`.")
+    async def fork(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                   request: Request[Any, Any, Any], ctx: Context) -> Response[Any]:
+        b = await calling.body(request, m.ForkWorkflowInputBody, optional=True)
+        mapping.fork_request(workflow_id, b, request_id="", first_step=FIRST_STEP)
+        answer: c.ForkWorkflowResponse = await calling.act(
+            ctx, request, org, app, operation="forkWorkflow", target_type=WORKFLOW, target_ids=[workflow_id],
+            parameters=_fork_summary(b),
+            make_request=lambda rid: mapping.fork_request(workflow_id, b, request_id=rid, first_step=FIRST_STEP),
+            result=lambda a: {"workflowId": a.new_workflow_id}, prefer_latest=True, failed_status=failed_status())
+        out = mapping.fork_out(answer)
+        resp = calling.answer(out, 201)
+        resp.headers["Location"] = f"/v2/orgs/{quote(org)}/apps/{quote(app)}/workflows/{quote(out.workflow_id, safe='')}"
+        return resp
+
+    @delete("/{workflow_id:str}", status_code=204, summary="Delete workflow",
+            description="Deletes the workflow's rows, steps, events and streams from the executors' system "
+                        "database (and its children's, with `deleteChildren`). Conductor's `deleteWorkflow`.")
+    async def delete_workflow(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
+                              request: Request[Any, Any, Any], ctx: Context,
+                              delete_children: DeleteChildren = None) -> None:
+        children = query_flag("deleteChildren", delete_children)
+        mapping.delete_request(workflow_id, children, request_id="")
+        await calling.act(ctx, request, org, app, operation="deleteWorkflow", target_type=WORKFLOW,
+                          target_ids=[workflow_id], parameters={"deleteChildren": children},
+                          make_request=lambda rid: mapping.delete_request(workflow_id, children, request_id=rid),
+                          failed_status=failed_status())
+
+    @post("/bulk-cancel", status_code=204, request_max_body_size=BULK_BODY, summary="Bulk cancel workflows",
+          description=f"`cancelWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkCancelWorkflows`.")
+    async def bulk_cancel(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                          ctx: Context) -> None:
+        b = await calling.body(request, m.BulkCancelInputBody)
+        assert b is not None
+        await calling.act(ctx, request, org, app, operation="bulkCancelWorkflows", target_type=WORKFLOW,
+                          target_ids=b.workflow_ids,
+                          parameters={"workflowCount": len(b.workflow_ids),
+                                      "cancelChildren": b.cancel_children is True},
+                          make_request=lambda rid: mapping.bulk_cancel_request(b, request_id=rid),
+                          failed_status=failed_status())
+
+    @post("/bulk-resume", status_code=204, request_max_body_size=BULK_BODY, summary="Bulk resume workflows",
+          description=f"`resumeWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkResumeWorkflows`.")
+    async def bulk_resume(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                          ctx: Context) -> None:
+        b = await calling.body(request, m.BulkResumeInputBody)
+        assert b is not None
+        await calling.act(ctx, request, org, app, operation="bulkResumeWorkflows", target_type=WORKFLOW,
+                          target_ids=b.workflow_ids,
+                          parameters={"workflowCount": len(b.workflow_ids), "queueName": _opt(b.queue_name)},
+                          make_request=lambda rid: mapping.bulk_resume_request(b, request_id=rid),
+                          prefer_latest=True, failed_status=failed_status())
+
+    @post("/bulk-delete", status_code=204, request_max_body_size=BULK_BODY, summary="Bulk delete workflows",
+          description=f"`deleteWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkDeleteWorkflows`.")
+    async def bulk_delete(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                          ctx: Context) -> None:
+        b = await calling.body(request, m.BulkDeleteInputBody)
+        assert b is not None
+        await calling.act(ctx, request, org, app, operation="bulkDeleteWorkflows", target_type=WORKFLOW,
+                          target_ids=b.workflow_ids,
+                          parameters={"workflowCount": len(b.workflow_ids),
+                                      "deleteChildren": b.delete_children is True},
+                          make_request=lambda rid: mapping.bulk_delete_request(b, request_id=rid),
+                          failed_status=failed_status())
+
+    @post("/bulk-fork-from-failure", status_code=200, request_max_body_size=BULK_BODY,
+          summary="Bulk fork workflows from failure",
+          description="Forks each workflow from its last failed step (the default), its last step "
+                      "(`fromLastStep`), a step number (`fromStep`) or the last step of a name (`fromStepName`), "
+                      "on an executor of the latest application version first; answers the new ids. "
+                      "Conductor's `bulkForkWorkflowsFromFailure`.")
+    async def bulk_fork_from_failure(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                                     ctx: Context) -> Response[Any]:
+        b = await calling.body(request, m.BulkForkFromFailureBody)
+        assert b is not None
+        answer: c.ForkFromFailureResponse = await calling.act(
+            ctx, request, org, app, operation="bulkForkWorkflowsFromFailure", target_type=WORKFLOW,
+            target_ids=b.workflow_ids, parameters=_fork_from_failure_summary(b),
+            make_request=lambda rid: mapping.fork_from_failure_request(b, request_id=rid),
+            result=_forked, prefer_latest=True, failed_status=failed_status())
+        return calling.answer(mapping.fork_from_failure_out(answer))
+
+    @get("/{workflow_id:str}/export", summary="Export workflow",
+         description="The workflow (and its children, with `exportChildren`) serialized by the executor: an "
+                     "opaque string, importable into an application of the same SDK language only. "
+                     "Conductor's `exportWorkflow`.")
+    async def export(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str], ctx: Context,
+                     export_children: ExportChildren = None) -> Response[Any]:
+        children = query_flag("exportChildren", export_children)
+        mapping.export_request(workflow_id, children, request_id="")
+        answer: c.ExportWorkflowResponse = await calling.ask(
+            ctx, org, app, lambda rid: mapping.export_request(workflow_id, children, request_id=rid),
+            failed_status=failed_status())
+        if answer.serialized_workflow is None:  # TypeScript: an unknown id exports nothing, no error
+            raise calling.ExecutorProblem(404, "Not found", f"the executor exported nothing: workflow {workflow_id!r} not found")
+        return calling.answer(mapping.export_out(answer))
+
+    @post("/import", status_code=201, request_max_body_size=IMPORT_BODY, summary="Import workflow",
+          description="Loads a workflow `exportWorkflow` answered (from this application or another of the same "
+                      "SDK language) into the application's system database; Relay passes it through undecoded. "
+                      "Importing into a Python executor unpickles the payload: only for payloads you trust. "
+                      "Conductor's `importWorkflow`.")
+    async def import_workflow(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                              ctx: Context) -> Response[bytes]:
+        b = await streamed_body(request, m.ImportWorkflowInputBody)
+        size = len(b.serialized_workflow)
+        await calling.act(ctx, request, org, app, operation="importWorkflow", target_type=WORKFLOW,
+                          parameters={"serializedChars": size},
+                          make_request=lambda rid: mapping.import_request(b, request_id=rid),
+                          failed_status=failed_status(payload=True))
+        return Response(content=b"", status_code=201)
