@@ -16,7 +16,8 @@ without it the server answers exactly Conductor's fields.
 ``workflows``, ``queues``, ``schedules`` and ``versions`` are Conductor's
 operations of an application (the server asks one of its executors: 503 when
 none is healthy, 504 when it does not answer); ``workflows stranded`` and
-``workflows fix-stranded`` are Relay's stranded-work paths. ``--json`` prints
+``workflows fix-stranded`` are Relay's stranded-work paths
+(``/stranded-workflows``, ``/stranded-workflows/fix``). ``--json`` prints
 the server's answer as it came; an action answered with no content prints
 nothing with ``--json`` and one line without.
 """
@@ -56,17 +57,15 @@ COLUMNS = {
     "schedules": ["scheduleName", "workflowName", "cronExpression", "cronTimezone", "status", "lastFiredAt",
                   "automaticBackfill"],
     "versions": ["versionName", "versionTimestamp", "createdAt", "versionId"],
-    # Relay's own answers: these columns first, then any other field the server sent.
-    "stranded workflows": ["workflowId", "name", "workflowName", "status", "queueName", "executorId", "appVersion",
-                           "createdAt", "reason", "fixes"],
-    "blocked queues": ["name", "queueName", "stranded"],
-    "stranded executors": ["executorId", "status", "appVersion", "reason", "fixes", "stranded"],
-    "fixes": ["workflowId", "executorId", "fix", "outcome", "status", "error"],
+    # Relay's stranded work (GET .../stranded-workflows): its three lists, executors' relayState flattened
+    "stranded workflows": ["workflowId", "name", "queueName", "executorId", "appVersion", "createdAt", "reason",
+                           "fixes"],
+    "blocked queues": ["queueName", "strandedWorkflows", "enqueued"],
+    "executors not alive": ["executorId", "status", "appVersion", "reason", "recoveryPhase", "deadline",
+                            "strandedWorkflows", "fixes"],
 }
-OPEN_COLUMNS = {"stranded workflows", "blocked queues", "stranded executors", "fixes"}  # unknown fields shown too
-STRANDED_PARTS = {"workflows": "stranded workflows", "queues": "blocked queues", "executors": "stranded executors"}
 WORKFLOWS_LIMIT = 100  # ``workflows list`` with no --limit: one page of the newest
-FIXES = ("recover", "resume", "cancel")  # ``fix-stranded --fix``: recover now, resume, cancel
+FIXES = ("resume", "cancel", "fork", "recover")  # ``fix-stranded --fix``: workflows' three, executors' one
 SEARCH_LISTS = {  # ``workflows list``'s repeatable filters: WorkflowSearchBody's field -> (flag, help)
     "status": ("--status", "only this status (PENDING, ENQUEUED, SUCCESS, ERROR, CANCELLED, ...)"),
     "workflowName": ("--name", "only workflows of this function name"),
@@ -82,9 +81,10 @@ COMMANDS = ("apps", "tokens", "executors", "audit", "history", "workflows", "que
 
 
 class CliError(Exception):
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = 1, details: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
+        self.details = details  # printed one a line under the message
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -169,8 +169,8 @@ def _add_workflows(sub: Any) -> None:
     ls.add_argument("--since", help="created at or after this RFC 3339 instant")
     ls.add_argument("--until", help="created at or before this RFC 3339 instant")
     ls.add_argument("--queued-only", action="store_true", help="only workflows on a queue, not yet finished")
-    ls.add_argument("--limit", type=_positive_int, default=WORKFLOWS_LIMIT,
-                    help=f"at most this many (default {WORKFLOWS_LIMIT})")
+    ls.add_argument("--limit", type=_natural_int, default=WORKFLOWS_LIMIT,
+                    help=f"at most this many (default {WORKFLOWS_LIMIT}; 0: every match)")
     ls.add_argument("--offset", type=_natural_int, help="skip this many")
     ls.add_argument("--oldest-first", action="store_true", help="oldest first (default: newest first)")
     ls.add_argument("--load-input", action="store_true", help="include each workflow's input")
@@ -191,10 +191,20 @@ def _add_workflows(sub: Any) -> None:
     fk.add_argument("--partition-key", help="the queue partition key")
     de = _app_parser(wsub, "delete", "delete a workflow's records", "workflow_id")
     de.add_argument("--children", action="store_true", help="delete its child workflows too")
-    _app_parser(wsub, "stranded", "PENDING workflows whose executor is not alive, why, and the queues they block")
-    fx = _app_parser(wsub, "fix-stranded", "recover, resume or cancel stranded workflows (Relay's)")
-    fx.add_argument("workflow_ids", nargs="+", metavar="workflow_id")
-    fx.add_argument("--fix", required=True, choices=FIXES, help="recover now, resume, or cancel")
+    sd = _app_parser(wsub, "stranded", "PENDING workflows whose executor is not alive, why, the fixes, the queues "
+                                       "they block and the executors they wait on (Relay's)")
+    sd.add_argument("--limit", type=_positive_int, help="PENDING workflows examined, oldest first (server default 100)")
+    sd.add_argument("--offset", type=_natural_int, help="the page after: the offset the last one printed")
+    sd.add_argument("--relay-only", action="store_true",
+                    help="ask no executor: only the executors Relay knows are not alive (works with none connected)")
+    fx = _app_parser(wsub, "fix-stranded", "resume, cancel or fork stranded workflows, or recover executors now "
+                                           "(Relay's; audited)")
+    fx.add_argument("ids", nargs="+", metavar="id", help="workflow ids; executor ids for --fix recover")
+    fx.add_argument("--fix", required=True, choices=FIXES,
+                    help="resume (on their version), cancel, fork (cancel, then fork from the last step on "
+                         "--app-version or the latest), or recover the executors' PENDING workflows now")
+    fx.add_argument("--app-version", help="fork: the version to fork onto (default: the latest)")
+    fx.add_argument("--force", action="store_true", help="recover: also a DISCONNECTED executor (it may still run)")
 
 
 def _add_queues_schedules_versions(sub: Any) -> None:
@@ -281,14 +291,20 @@ class Client:
     @staticmethod
     def _json(r: httpx.Response) -> Any:
         if r.status_code >= 400:
+            details: list[str] = []
             try:
                 body = r.json()
                 msg = (body.get("detail") or body.get("title") or r.text) if isinstance(body, dict) else r.text
             except ValueError:
                 msg = r.text.strip() or r.reason_phrase
+            else:  # a problem's errors its detail does not already say (a 409's reasons, by id)
+                errors = body.get("errors") if isinstance(body, dict) else None
+                for e in errors if isinstance(errors, list) else []:
+                    if isinstance(e, dict) and str(e.get("message", "")) not in str(msg):
+                        details.append(f"{e.get('location', '')}: {e.get('message', '')}")
             if r.status_code == 503 and r.headers.get("Retry-After", "").isdigit():
                 msg = f"{msg} (retry in {r.headers['Retry-After']}s)"
-            raise CliError(f"{r.status_code} {msg}")
+            raise CliError(f"{r.status_code} {msg}", details=tuple(details))
         if r.status_code == 204 or not r.content:
             return None
         try:
@@ -327,14 +343,6 @@ def _cell(v: Any) -> str:
     return printable(str(v))
 
 
-def open_columns(rows: list[dict[str, Any]], first: list[str]) -> list[str]:
-    """``first`` that some row has, in that order, then every other key the rows have."""
-    seen: dict[str, None] = {}
-    for r in rows:
-        seen.update(dict.fromkeys(r))
-    return [c for c in first if c in seen] + [c for c in seen if c not in first]
-
-
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
@@ -356,9 +364,7 @@ def emit(args: argparse.Namespace, data: Any, kind: str, columns: list[str] | No
         if not data:
             print(f"(no {kind})")
             return
-        cols = columns if columns is not None else (
-            open_columns(data, COLUMNS[kind]) if kind in OPEN_COLUMNS else COLUMNS[kind])
-        print(table(data, cols))
+        print(table(data, columns or COLUMNS[kind]))
     elif isinstance(data, dict):
         width = max(len(printable(k)) for k in data) if data else 0
         for k, v in data.items():
@@ -370,6 +376,8 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
     except CliError as e:
         print(f"relay: {printable(str(e))}", file=sys.stderr)
+        for line in e.details:
+            print(f"  {printable(line)}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
         return 130
@@ -463,7 +471,7 @@ def _workflows(args: argparse.Namespace, c: Client, app: str) -> None:
         columns = (COLUMNS["workflows"] + (["input"] if args.load_input else [])
                    + (["output", "error"] if args.load_output else []))
         emit(args, rows, "workflows", columns)
-        if not args.json and isinstance(rows, list) and len(rows) == args.limit:
+        if not args.json and isinstance(rows, list) and args.limit and len(rows) == args.limit:
             print(f"({len(rows)} shown; --offset {(args.offset or 0) + len(rows)} for the next)", file=sys.stderr)
     elif action == "get":
         emit(args, c.call("GET", one), "workflows")
@@ -492,14 +500,12 @@ def _workflows(args: argparse.Namespace, c: Client, app: str) -> None:
         c.call("DELETE", one, params={"deleteChildren": True} if args.children else {})
         _done(args, f"deleted {shown}" + (" and its children" if args.children else ""))
     elif action == "stranded":
-        _stranded(args, c.call("GET", f"{app}/stranded-workflows"))
+        params = {k: v for k, v in (("limit", args.limit), ("offset", args.offset)) if v is not None}
+        if args.relay_only:
+            params["relayOnly"] = True
+        _stranded(args, c.call("GET", f"{app}/stranded-workflows", params=params))
     elif action == "fix-stranded":
-        result = c.call("POST", f"{app}/stranded-workflows/fix",
-                        json={"fix": args.fix, "workflowIds": args.workflow_ids})
-        if result is None:  # no content
-            _done(args, f"{args.fix}: done for {len(args.workflow_ids)} workflow(s)")
-        else:  # each workflow's outcome (a list: a table), or a summary (an object: key/value)
-            emit(args, result, "fixes")
+        _fix_stranded(args, c, f"{app}/stranded-workflows/fix")
 
 
 def _list_workflows(args: argparse.Namespace, path: str) -> tuple[str, str, dict[str, Any]]:
@@ -529,30 +535,77 @@ def _list_workflows(args: argparse.Namespace, path: str) -> tuple[str, str, dict
 
 
 def _stranded(args: argparse.Namespace, answer: Any) -> None:
-    """Relay's stranded work: a list of workflows, or an object of lists (``workflows``, the
-    ``queues`` they block, the ``executors`` they wait on, and any other), each a table under
-    its name; any other field a ``name: value`` line."""
+    """Relay's stranded work as three tables (workflows, the queues they block, the executors
+    not alive) and where the next page starts; ``workflows`` and ``queues`` are null with
+    ``--relay-only``."""
     if args.json:
         print(json.dumps(answer, indent=2))
         return
-    if isinstance(answer, list):
-        emit(args, answer, "stranded workflows")
+    if not isinstance(answer, dict) or not isinstance(answer.get("executors"), list):
+        raise CliError("the server's stranded-workflows answer is not Relay's listing")
+    workflows, queues, executors = answer.get("workflows"), answer.get("queues"), answer["executors"]
+    if answer.get("relayOnly"):
+        print("(relay only: no executor was asked, so no workflows or queues)")
+    else:
+        if not isinstance(workflows, list) or not isinstance(queues, list):
+            raise CliError("the server's stranded-workflows answer has no workflows or queues")
+        print(f"stranded workflows ({len(workflows)} of {_cell(answer.get('examined'))} PENDING examined):")
+        emit(args, [{**w, "fixes": _fixes(w)} for w in _objects(workflows)], "stranded workflows")
+        print(f"\nblocked queues ({len(queues)}):")
+        emit(args, [{**q, "enqueued": f"{q['enqueued']}+" if q.get("enqueuedCapped") else q.get("enqueued")}
+                    for q in _objects(queues)], "blocked queues")
+    print(f"\nexecutors not alive ({len(executors)}):")
+    emit(args, [{**(e.get("relayState") or {"status": "(unknown to Relay)"}), **e, "fixes": _fixes(e)}
+                for e in _objects(executors)], "executors not alive")
+    if answer.get("nextOffset") is not None:
+        print(f"\nmore PENDING workflows: --offset {_cell(answer['nextOffset'])} for the next page")
+
+
+def _objects(rows: list[Any]) -> list[dict[str, Any]]:
+    if not all(isinstance(r, dict) for r in rows):
+        raise CliError("the server answered a list whose items are not all objects")
+    return rows
+
+
+def _fixes(row: dict[str, Any]) -> Any:
+    fixes = row.get("fixes")
+    return ",".join(map(str, fixes)) if isinstance(fixes, list) else fixes
+
+
+def _fix_stranded(args: argparse.Namespace, c: Client, path: str) -> None:
+    """``fix-stranded``: one call, its answer summed up (``--json``: as it came)."""
+    if args.app_version is not None and args.fix != "fork":
+        raise CliError("--app-version is fork's", 2)
+    if args.force and args.fix != "recover":
+        raise CliError("--force is recover's", 2)
+    body: dict[str, Any] = {"fix": args.fix}
+    if args.fix == "recover":
+        body["executorIds"] = args.ids
+        if args.force:
+            body["force"] = True
+    else:
+        body["workflowIds"] = args.ids
+        if args.app_version is not None:
+            body["appVersion"] = args.app_version
+    done = c.call("POST", path, json=body)
+    if args.json:
+        print(json.dumps(done, indent=2))
         return
-    if not isinstance(answer, dict):
-        raise CliError("the server's stranded-workflows answer is neither a list nor an object")
-    order = list(STRANDED_PARTS)
-    parts = sorted(answer.items(), key=lambda kv: (not isinstance(kv[1], list),
-                                                   order.index(kv[0]) if kv[0] in order else len(order)))
-    for i, (key, value) in enumerate(parts):
-        if i and (isinstance(value, list) or isinstance(parts[i - 1][1], list)):
-            print()  # a blank line before each table and after the last
-        if not isinstance(value, list):
-            print(f"{printable(key)}: {_cell(value)}")
-            continue
-        kind = STRANDED_PARTS.get(key) or printable(key)
-        print(f"{kind} ({len(value)}):")
-        emit(args, value, kind, None if key in STRANDED_PARTS else
-             open_columns([r for r in value if isinstance(r, dict)], []))
+    if args.fix == "recover":
+        groups = _field(done, "recovered")
+        for g in _objects(groups if isinstance(groups, list) else [groups]):
+            ids = g.get("executorIds")
+            print(f"recovering {', '.join(map(_cell, ids)) if isinstance(ids, list) else _cell(ids)} "
+                  f"with an executor of version {_cell(g.get('appVersion'))}")
+    elif args.fix == "fork":
+        forked = _field(done, "forkedWorkflowIds")
+        if not isinstance(forked, list):
+            raise CliError("the server's forkedWorkflowIds is not a list")
+        print(f"cancelled {len(args.ids)} workflow(s) and forked them from their last step; new workflows:")
+        for wid in forked:
+            print(_cell(wid))
+    else:
+        print(f"{'resumed' if args.fix == 'resume' else 'cancelled'} {len(args.ids)} workflow(s)")
 
 
 def _field(answer: Any, key: str) -> Any:

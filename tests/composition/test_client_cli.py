@@ -176,12 +176,16 @@ SCHEDULE = {"scheduleId": "s-1", "scheduleName": "nightly", "workflowName": "rep
             "automaticBackfill": False, "cronTimezone": "UTC", "applicationName": "orders"}
 VERSION = {"versionId": "ver-1", "versionName": "v2", "versionTimestamp": "2026-11-30T11:00:00.000Z",
            "createdAt": "2026-11-30T11:00:00.000Z"}
-STRANDED = {"workflows": [{"workflowId": "wf-9", "name": "checkout", "status": "PENDING", "queueName": "payments",
-                           "executorId": "dead-1", "reason": "recovery_deferred",
-                           "fixes": ["recover", "resume", "cancel"]}],
-            "queues": [{"name": "payments", "stranded": 1}],
-            "executors": [{"executorId": "dead-1", "status": "DEAD", "reason": "recovery_deferred",
-                           "fixes": ["resume", "cancel"], "stranded": 1}]}
+DEAD_STATE = {"status": "DEAD", "appVersion": "v1", "disconnectReason": "ping_timeout", "deadline": None,
+              "declaredDeadAt": "2026-11-30T12:00:05.000Z", "recoveryPhase": "deferred", "recoveryVersion": "v1",
+              "recoveryAttempt": 0, "recoveryTarget": None, "recoveryDispatchedAt": None}
+STRANDED = {"at": "2026-11-30T12:01:00.000Z", "relayOnly": False, "examined": 3, "nextOffset": None,
+            "workflows": [{"workflowId": "wf-9", "name": "checkout", "status": "PENDING", "queueName": "payments",
+                           "executorId": "dead-1", "appVersion": "v1", "createdAt": "2026-11-30T11:59:00.000Z",
+                           "reason": "recovery_deferred", "fixes": ["fork", "cancel"], "relayState": DEAD_STATE}],
+            "queues": [{"queueName": "payments", "strandedWorkflows": 1, "enqueued": 12, "enqueuedCapped": False}],
+            "executors": [{"executorId": "dead-1", "reason": "recovery_deferred", "fixes": ["fork", "cancel"],
+                           "strandedWorkflows": 1, "relayState": DEAD_STATE}]}
 
 
 class Stub:
@@ -371,36 +375,86 @@ def test_actions_send_conductor_s_paths_and_bodies(monkeypatch, capsys) -> None:
     assert capsys.readouterr().out == ""
 
 
-def test_stranded_work_and_its_fixes(monkeypatch, capsys) -> None:
-    hostile = {"truncated": False, "executors": STRANDED["executors"], "queues": STRANDED["queues"],
-               "workflows": [{**STRANDED["workflows"][0], "reason": HOSTILE, "extraField": 1}],
-               "other\x1b[2J": [{"k": "v\n"}]}
-    results = [{"workflowId": "wf-9", "fix": "recover", "outcome": "ok"}]
-    stub = Stub({"listStrandedWorkflows": (200, hostile), "fixStrandedWorkflows": (200, results)})
-    assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders") == 0
+def test_stranded_work_is_three_tables_and_the_next_page(monkeypatch, capsys) -> None:
+    hostile = {**STRANDED, "nextOffset": 3,
+               "workflows": [{**STRANDED["workflows"][0], "name": HOSTILE}],
+               "queues": [*STRANDED["queues"], {"queueName": "bulk\u202e", "strandedWorkflows": 2, "enqueued": 1000,
+                                                "enqueuedCapped": True}],
+               "executors": [*STRANDED["executors"], {"executorId": "local", "reason": "executor_unknown",
+                                                      "fixes": ["resume", "cancel"], "strandedWorkflows": 0,
+                                                      "relayState": None}]}
+    stub = Stub({"listStrandedWorkflows": (200, hostile)})
+    assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders", "--limit", "3", "--offset", "0") == 0
+    assert stub.seen[-1][:3] == ("listStrandedWorkflows", {}, {"limit": "3", "offset": "0"})
     out = capsys.readouterr().out
     clean(out)
     lines = out.splitlines()
-    assert lines[0] == "stranded workflows (1):"  # workflows, queues, executors, any other list; then the rest
-    assert lines[1].split() == ["workflowId", "name", "status", "queueName", "executorId", "reason", "fixes",
-                                "extraField"]  # Relay's own shape: unknown fields shown after the known
-    assert "web-1\\n\\x1b[2J" in lines[2] and lines[3] == ""
-    assert lines[4:7] == ["blocked queues (1):", "name      stranded", "payments  1"]
-    assert lines[8] == "stranded executors (1):" and lines[9].split()[:3] == ["executorId", "status", "reason"]
-    assert lines[12:17] == ["other\\x1b[2J (1):", "k", "v\\n", "", "truncated: False"]
-    assert len(lines) == 17
-    assert stub.seen[-1][:2] == ("listStrandedWorkflows", {})
+    assert lines[0] == "stranded workflows (1 of 3 PENDING examined):"
+    assert lines[1].split() == client_cli.COLUMNS["stranded workflows"]
+    assert "web-1\\n\\x1b[2J" in lines[2] and lines[2].split()[-2:] == ["recovery_deferred", "fork,cancel"]
+    assert lines[3:5] == ["", "blocked queues (2):"]
+    assert [line.split() for line in lines[5:8]] == [["queueName", "strandedWorkflows", "enqueued"],
+                                                     ["payments", "1", "12"],
+                                                     ["bulk\\u202e", "2", "1000+"]]  # counted up to a cap
+    assert lines[8:10] == ["", "executors not alive (2):"]
+    assert lines[10].split() == client_cli.COLUMNS["executors not alive"]
+    assert lines[11].split() == ["dead-1", "DEAD", "v1", "recovery_deferred", "deferred", "-", "1", "fork,cancel"]
+    assert lines[12].split()[:5] == ["local", "(unknown", "to", "Relay)", "-"]
+    assert lines[13:] == ["", "more PENDING workflows: --offset 3 for the next page"]
 
-    assert run(monkeypatch, stub, "workflows", "fix-stranded", "wf-9", "wf-10", "--fix", "recover", "--app",
-               "orders") == 0
-    assert stub.seen[-1][3] == {"fix": "recover", "workflowIds": ["wf-9", "wf-10"]}
-    assert capsys.readouterr().out.splitlines()[0].split() == ["workflowId", "fix", "outcome"]
-    stub.answers["fixStrandedWorkflows"] = (204, None)
-    assert run(monkeypatch, stub, "workflows", "fix-stranded", "wf-9", "--fix", "cancel", "--app", "orders") == 0
-    assert capsys.readouterr().out == "cancel: done for 1 workflow(s)\n"
-    stub.answers["listStrandedWorkflows"] = (200, [])  # a bare list is read as the workflows
-    assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders") == 0
-    assert capsys.readouterr().out == "(no stranded workflows)\n"
+    stub.answers["listStrandedWorkflows"] = (200, {**STRANDED, "relayOnly": True, "examined": None,
+                                                   "workflows": None, "queues": None})
+    assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders", "--relay-only") == 0
+    assert stub.seen[-1][2] == {"relayOnly": "true"}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("(relay only: no executor was asked") and lines[2] == "executors not alive (1):"
+    assert len(lines) == 5
+    assert run(monkeypatch, stub, "workflows", "stranded", "--app", "orders", "--relay-only", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == stub.answers["listStrandedWorkflows"][1]
+
+
+def test_stranded_fixes_send_relay_s_bodies(monkeypatch, capsys) -> None:
+    stub = Stub({"fixStrandedWorkflows": (200, None)})
+    cases = (
+        (["wf-1", "wf-2", "--fix", "resume"], {"fix": "resume", "workflowIds": ["wf-1", "wf-2"]},
+         {"fix": "resume", "workflowIds": ["wf-1", "wf-2"]}, "resumed 2 workflow(s)\n"),
+        (["wf-1", "--fix", "cancel"], {"fix": "cancel", "workflowIds": ["wf-1"]},
+         {"fix": "cancel", "workflowIds": ["wf-1"]}, "cancelled 1 workflow(s)\n"),
+        (["wf-1", "wf-2", "--fix", "fork", "--app-version", "v2"],
+         {"fix": "fork", "workflowIds": ["wf-1", "wf-2"], "appVersion": "v2"},
+         {"fix": "fork", "workflowIds": ["wf-1", "wf-2"], "forkedWorkflowIds": ["new-1", "new-2\x1b[2J"]},
+         "cancelled 2 workflow(s) and forked them from their last step; new workflows:\nnew-1\nnew-2\\x1b[2J\n"),
+        (["dead-1", "dead-2", "gone-3", "--fix", "recover", "--force"],
+         {"fix": "recover", "executorIds": ["dead-1", "dead-2", "gone-3"], "force": True},
+         {"fix": "recover", "recovered": [{"appVersion": "v1", "executorIds": ["dead-1", "dead-2"]},
+                                          {"appVersion": "v2", "executorIds": ["gone-3"]}]},
+         ("recovering dead-1, dead-2 with an executor of version v1\n"
+         "recovering gone-3 with an executor of version v2\n")),
+    )
+    for argv, body, answer, printed in cases:
+        stub.answers["fixStrandedWorkflows"] = (200, answer)
+        assert run(monkeypatch, stub, "workflows", "fix-stranded", *argv, "--app", "orders") == 0, argv
+        assert stub.seen[-1][3] == body
+        assert capsys.readouterr().out == printed
+        assert run(monkeypatch, stub, "workflows", "fix-stranded", *argv, "--app", "orders", "--json") == 0
+        assert json.loads(capsys.readouterr().out) == answer
+    n = len(stub.seen)
+    for argv in (["wf-1", "--fix", "resume", "--app-version", "v2"], ["wf-1", "--fix", "cancel", "--force"]):
+        assert run(monkeypatch, stub, "workflows", "fix-stranded", *argv, "--app", "orders") == 2
+        assert "relay: --" in capsys.readouterr().err
+    assert len(stub.seen) == n  # nothing sent
+
+    refused = {"type": "about:blank", "title": "Conflict", "status": 409,
+               "detail": "1 of 2 executors cannot be recovered now; nothing was sent.",
+               "errors": [{"location": "executorIds[dead-1]", "message": f"no executor of version 'v1' {HOSTILE}"}]}
+    stub.answers["fixStrandedWorkflows"] = (409, refused)
+    assert run(monkeypatch, stub, "workflows", "fix-stranded", "dead-1", "A", "--fix", "recover", "--app",
+               "orders") == 1
+    err = capsys.readouterr().err
+    clean(err)
+    assert err.splitlines() == ["relay: 409 1 of 2 executors cannot be recovered now; nothing was sent.",
+                                ("  executorIds[dead-1]: no executor of version 'v1' web-1\\n\\x1b[2J\\x1b]0;pwned"
+                                "\\x07\\rroot\\u202eexe.txt")]
 
 
 def test_problems_are_one_escaped_line_and_exit_1(monkeypatch, capsys) -> None:
@@ -451,7 +505,8 @@ def test_workflow_and_schedule_names_stay_one_path_segment(monkeypatch, capsys) 
 
 
 def test_usage_errors_exit_2_before_anything_is_sent(capsys) -> None:
-    for argv in (["workflows", "list"], ["workflows", "list", "--app", "orders", "--limit", "0"],
+    for argv in (["workflows", "list"], ["workflows", "list", "--app", "orders", "--limit", "-1"],
+                 ["workflows", "stranded", "--app", "orders", "--limit", "0"],
                  ["workflows", "fork", "wf-1", "--app", "orders", "--start-step", "-1"],
                  ["workflows", "fix-stranded", "wf-1", "--app", "orders", "--fix", "drop"],
                  ["workflows", "fix-stranded", "--app", "orders", "--fix", "cancel"],
@@ -511,7 +566,8 @@ def test_the_relay_command_runs_them_against_a_server(tmp_path) -> None:
 def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> None:
     """The commands against ``relay serve`` itself, its routes asking a fake executor over a real
     WebSocket: tables of what the executor answered (escaped), ``--json`` equal to the REST
-    answer, an action reaching the executor, and 503 once no executor is connected."""
+    answer, an action reaching the executor; once no executor is connected, 503 and Relay's
+    own stranded listing."""
     from tests.adapters.rest.test_queues import executors
     from tests.server import RelayServer
 
@@ -520,6 +576,9 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
              "polling_interval_sec": 1.0, "application_name": "shop"}
     version = {"version_id": "ver-1", "version_name": "v1", "version_timestamp": 1764504000000,
                "created_at": 1764504000000}
+    wire_workflow = {"WorkflowUUID": "wf-1\u202e", "Status": "PENDING", "WorkflowName": HOSTILE,
+                     "CreatedAt": "1764504000000", "UpdatedAt": "1764504000500", "QueueName": None,
+                     "ApplicationVersion": "v1", "ExecutorID": "e-1", "Priority": "0", "WasForkedFrom": False}
     relay = RelayServer(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/relay.db"],
                         env={"RELAY_CALL_TIMEOUT_SECS": "2"})
     relay.start()
@@ -527,6 +586,7 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
     try:
         with executors(relay, {"app": "shop", "answers": {
                 "list_queues": lambda req: {"output": [queue]},
+                "list_workflows": lambda req: {"output": [wire_workflow]},
                 "get_schedule": lambda req: {"output": {"schedule_name": req["schedule_name"], "schedule_id": "s-1",
                                                         "workflow_name": "report", "schedule": "0 0 * * *",
                                                         "status": "ACTIVE"}},
@@ -541,6 +601,18 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
             listed = json.loads(capsys.readouterr().out)
             assert listed == httpx.get(relay.http + "/v2/orgs/local/apps/shop/queues").json()
             check_response("listQueues", 200, listed)
+            assert cli.main(["workflows", "list", *common, "--status", "PENDING"]) == 0
+            out = capsys.readouterr().out
+            clean(out)
+            assert out.splitlines()[1].split()[:3] == ["wf-1\\u202e", "PENDING", client_cli.printable(HOSTILE)]
+            [asked] = [r for r in fake.requests if r["type"] == "list_workflows"]
+            assert (asked["body"]["status"], asked["body"]["limit"], asked["body"]["sort_desc"]) == (
+                "PENDING", 100, True)
+            assert cli.main(["workflows", "list", *common, "--json"]) == 0
+            listed = json.loads(capsys.readouterr().out)
+            check_response("listWorkflows", 200, listed)
+            assert listed == httpx.get(relay.http + "/v2/orgs/local/apps/shop/workflows",
+                                       params={"limit": 100, "sortDesc": True}).json()
             assert cli.main(["versions", "list", *common]) == 0
             out = capsys.readouterr().out
             assert out.splitlines()[1].split() == ["v1", "2025-11-30T12:00:00.000Z", "2025-11-30T12:00:00.000Z",
@@ -552,6 +624,8 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err.startswith("relay: 503 no healthy executor")
         assert captured.err.endswith("(retry in 5s)\n")
+        assert cli.main(["workflows", "stranded", *common, "--relay-only", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["relayOnly"] is True
         assert cli.main(["queues", "list", "--app", "nosuchapp", "--server", relay.http]) == 1
         assert capsys.readouterr().err.startswith("relay: 404 ")
     finally:
