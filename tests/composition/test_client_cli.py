@@ -587,6 +587,8 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
         with executors(relay, {"app": "shop", "answers": {
                 "list_queues": lambda req: {"output": [queue]},
                 "list_workflows": lambda req: {"output": [wire_workflow]},
+                "cancel": lambda req: {"success": True},
+                "fork_workflow": lambda req: {"new_workflow_id": "wf-2"},
                 "get_schedule": lambda req: {"output": {"schedule_name": req["schedule_name"], "schedule_id": "s-1",
                                                         "workflow_name": "report", "schedule": "0 0 * * *",
                                                         "status": "ACTIVE"}},
@@ -613,6 +615,14 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
             check_response("listWorkflows", 200, listed)
             assert listed == httpx.get(relay.http + "/v2/orgs/local/apps/shop/workflows",
                                        params={"limit": 100, "sortDesc": True}).json()
+            assert cli.main(["workflows", "cancel", "wf-1", *common, "--cancel-children"]) == 0
+            assert capsys.readouterr().out == "cancelled wf-1 and its children\n"
+            [cancel] = [r for r in fake.requests if r["type"] == "cancel"]
+            assert cancel["workflow_id"] == "wf-1"
+            assert cli.main(["workflows", "fork", "wf-1", *common, "--start-step", "2", "--json"]) == 0
+            assert json.loads(capsys.readouterr().out) == {"workflowId": "wf-2"}
+            [fork] = [r for r in fake.requests if r["type"] == "fork_workflow"]
+            assert (fork["body"]["workflow_id"], fork["body"]["start_step"]) == ("wf-1", 2)
             assert cli.main(["versions", "list", *common]) == 0
             out = capsys.readouterr().out
             assert out.splitlines()[1].split() == ["v1", "2025-11-30T12:00:00.000Z", "2025-11-30T12:00:00.000Z",
