@@ -1,7 +1,8 @@
 """The ``relay`` subcommands that talk to a running server over its REST API.
 
 Readable tables by default, ``--json`` for scripts; on error a one-line
-message on stderr and a non-zero exit (1: the server refused, 2: usage or
+message on stderr (a problem's field errors that its detail does not say, one
+a line under it) and a non-zero exit (1: the server refused, 2: usage or
 connection).
 
 Every string printed in a table, a key/value listing or an error comes from
@@ -555,8 +556,8 @@ def _stranded(args: argparse.Namespace, answer: Any) -> None:
         emit(args, [{**q, "enqueued": f"{q['enqueued']}+" if q.get("enqueuedCapped") else q.get("enqueued")}
                     for q in _objects(queues)], "blocked queues")
     print(f"\nexecutors not alive ({len(executors)}):")
-    emit(args, [{**(e.get("relayState") or {"status": "(unknown to Relay)"}), **e, "fixes": _fixes(e)}
-                for e in _objects(executors)], "executors not alive")
+    emit(args, [{**_state(e.get("relayState")), **e, "fixes": _fixes(e)} for e in _objects(executors)],
+         "executors not alive")
     if answer.get("nextOffset") is not None:
         print(f"\nmore PENDING workflows: --offset {_cell(answer['nextOffset'])} for the next page")
 
@@ -565,6 +566,11 @@ def _objects(rows: list[Any]) -> list[dict[str, Any]]:
     if not all(isinstance(r, dict) for r in rows):
         raise CliError("the server answered a list whose items are not all objects")
     return rows
+
+
+def _state(relay_state: Any) -> dict[str, Any]:
+    """An executor's ``relayState`` as columns (null: Relay has no record of it)."""
+    return relay_state if isinstance(relay_state, dict) else {"status": "(unknown to Relay)"}
 
 
 def _fixes(row: dict[str, Any]) -> Any:
