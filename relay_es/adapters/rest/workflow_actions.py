@@ -171,10 +171,10 @@ def _forked(answer: c.ForkFromFailureResponse) -> dict[str, Any]:
 TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 DeleteChildren = Annotated[str | None, QueryParameter(
-    name="deleteChildren", required=False, schema_extra={"type": "boolean"},
+    name="deleteChildren", required=False, schema_extra={"oneOf": [{"type": "boolean"}, {"type": "null"}]},
     description="also delete the workflow's children, recursively")]
 ExportChildren = Annotated[str | None, QueryParameter(
-    name="exportChildren", required=False, schema_extra={"type": "boolean"},
+    name="exportChildren", required=False, schema_extra={"oneOf": [{"type": "boolean"}, {"type": "null"}]},
     description="also export the workflow's children, recursively")]
 
 
@@ -195,7 +195,7 @@ class WorkflowActionsController(Controller):
 
     path = APP + "/workflows"
 
-    @post("/{workflow_id:str}/cancel", status_code=204, summary="Cancel workflow",
+    @post("/{workflow_id:str}/cancel", operation_id="cancelWorkflow", status_code=204, summary="Cancel workflow",
           description="Marks the workflow CANCELLED in the executors' system database (and its children, "
                       "recursively, with `cancelChildren`). Conductor's `cancelWorkflow`.")
     async def cancel(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
@@ -207,7 +207,7 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.cancel_request(workflow_id, b, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/{workflow_id:str}/resume", status_code=204, summary="Resume workflow",
+    @post("/{workflow_id:str}/resume", operation_id="resumeWorkflow", status_code=204, summary="Resume workflow",
           description="Re-enqueues a cancelled or failed workflow (on `queueName`, if given), on an executor of "
                       "the latest application version first. Conductor's `resumeWorkflow`.")
     async def resume(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
@@ -219,7 +219,7 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.resume_request(workflow_id, b, request_id=rid),
                           prefer_latest=True, failed_status=failed_status())
 
-    @post("/{workflow_id:str}/fork", status_code=201, summary="Fork workflow",
+    @post("/{workflow_id:str}/fork", operation_id="forkWorkflow", status_code=201, summary="Fork workflow",
           description="Starts a new workflow (`newWorkflowId`, or one the executor picks) that copies the "
                       "steps before `startStep` (the step's `stepId`; none without it) and runs from there, on "
                       "`appVersion` (the original's without it), on an executor of the latest application "
@@ -235,10 +235,11 @@ class WorkflowActionsController(Controller):
             result=lambda a: {"workflowId": a.new_workflow_id}, prefer_latest=True, failed_status=failed_status())
         out = mapping.fork_out(answer)
         resp = calling.answer(out, 201)
-        resp.headers["Location"] = f"/v2/orgs/{quote(org)}/apps/{quote(app)}/workflows/{quote(out.workflow_id, safe='')}"
+        resp.headers["Location"] = (f"/v2/orgs/{quote(org)}/apps/{quote(app)}/workflows/"
+                                    f"{quote(out.workflow_id, safe='')}")
         return resp
 
-    @delete("/{workflow_id:str}", status_code=204, summary="Delete workflow",
+    @delete("/{workflow_id:str}", operation_id="deleteWorkflow", status_code=204, summary="Delete workflow",
             description="Deletes the workflow's rows, steps, events and streams from the executors' system "
                         "database (and its children's, with `deleteChildren`). Conductor's `deleteWorkflow`.")
     async def delete_workflow(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
@@ -251,7 +252,8 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.delete_request(workflow_id, children, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/bulk-cancel", status_code=204, request_max_body_size=BULK_BODY, summary="Bulk cancel workflows",
+    @post("/bulk-cancel", operation_id="bulkCancelWorkflows", status_code=204,
+          request_max_body_size=BULK_BODY, summary="Bulk cancel workflows",
           description=f"`cancelWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkCancelWorkflows`.")
     async def bulk_cancel(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> None:
@@ -264,7 +266,8 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.bulk_cancel_request(b, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/bulk-resume", status_code=204, request_max_body_size=BULK_BODY, summary="Bulk resume workflows",
+    @post("/bulk-resume", operation_id="bulkResumeWorkflows", status_code=204,
+          request_max_body_size=BULK_BODY, summary="Bulk resume workflows",
           description=f"`resumeWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkResumeWorkflows`.")
     async def bulk_resume(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> None:
@@ -276,7 +279,8 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.bulk_resume_request(b, request_id=rid),
                           prefer_latest=True, failed_status=failed_status())
 
-    @post("/bulk-delete", status_code=204, request_max_body_size=BULK_BODY, summary="Bulk delete workflows",
+    @post("/bulk-delete", operation_id="bulkDeleteWorkflows", status_code=204,
+          request_max_body_size=BULK_BODY, summary="Bulk delete workflows",
           description=f"`deleteWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkDeleteWorkflows`.")
     async def bulk_delete(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> None:
@@ -289,7 +293,8 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.bulk_delete_request(b, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/bulk-fork-from-failure", status_code=200, request_max_body_size=BULK_BODY,
+    @post("/bulk-fork-from-failure", operation_id="bulkForkWorkflowsFromFailure", status_code=200,
+          request_max_body_size=BULK_BODY,
           summary="Bulk fork workflows from failure",
           description="Forks each workflow from its last failed step (the default), its last step "
                       "(`fromLastStep`), a step number (`fromStep`) or the last step of a name (`fromStepName`), "
@@ -306,7 +311,7 @@ class WorkflowActionsController(Controller):
             result=_forked, prefer_latest=True, failed_status=failed_status())
         return calling.answer(mapping.fork_from_failure_out(answer))
 
-    @get("/{workflow_id:str}/export", summary="Export workflow",
+    @get("/{workflow_id:str}/export", operation_id="exportWorkflow", summary="Export workflow",
          description="The workflow (and its children, with `exportChildren`) serialized by the executor: an "
                      "opaque string, importable into an application of the same SDK language only. "
                      "Conductor's `exportWorkflow`.")
@@ -318,10 +323,12 @@ class WorkflowActionsController(Controller):
             ctx, org, app, lambda rid: mapping.export_request(workflow_id, children, request_id=rid),
             failed_status=failed_status())
         if answer.serialized_workflow is None:  # TypeScript: an unknown id exports nothing, no error
-            raise calling.ExecutorProblem(404, "Not found", f"the executor exported nothing: workflow {workflow_id!r} not found")
+            raise calling.ExecutorProblem(404, "Not found",
+                                          f"the executor exported nothing: workflow {workflow_id!r} not found")
         return calling.answer(mapping.export_out(answer))
 
-    @post("/import", status_code=201, request_max_body_size=IMPORT_BODY, summary="Import workflow",
+    @post("/import", operation_id="importWorkflow", status_code=201, request_max_body_size=IMPORT_BODY,
+          summary="Import workflow",
           description="Loads a workflow `exportWorkflow` answered (from this application or another of the same "
                       "SDK language) into the application's system database; Relay passes it through undecoded. "
                       "Importing into a Python executor unpickles the payload: only for payloads you trust. "

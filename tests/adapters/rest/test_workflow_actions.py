@@ -12,6 +12,7 @@ refused before anything is sent or recorded.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,16 @@ from typing import Any
 import httpx
 import pytest
 
-from relay_es.adapters.rest.workflow_actions import BULK_BODY, IMPORT_BODY
+from relay_es.adapters.rest.conductor import models
+from relay_es.adapters.rest.workflow_actions import (
+    BULK_BODY,
+    IMPORT_BODY,
+    failed_status,
+    fork_from_failure_request,
+    query_flag,
+)
+from relay_es.domain.errors import InvalidSetting
+from relay_es.protocol.messages import encode
 from tests.adapters.rest.servers import known
 from tests.conductor_schema import check_response
 from tests.fake_executor import FakeExecutor
@@ -484,3 +494,41 @@ def test_an_app_limited_token_cannot_act(tmp_path, store_url) -> None:
                 "cancelWorkflow", {"kind": "token", "id": "admin"}, "succeeded")
     finally:
         s.stop()
+
+
+# --- the pure parts ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message,payload,status", [
+    ("Non-existent target workflow ID: wf-1", False, 404),
+    ("DBOSNonExistentWorkflowError: Workflow wf-1 does not exist", False, 404),
+    ("Conflicting workflow invocation with the same ID (wf-1)", False, 409),
+    ("psycopg.errors.UniqueViolation: duplicate key value violates unique constraint", True, 409),
+    ("sqlite3.IntegrityError: UNIQUE constraint failed: workflow_status.workflow_uuid", True, 409),
+    ("import_workflow is not allowed in conductor metadata-only mode", True, 403),
+    ("_pickle.UnpicklingError: invalid load key, '['.", True, 422),
+    ("gzip.BadGzipFile: Not a gzipped file (b'ab')", True, 422),
+    ("Error: incorrect header check", True, 422),
+    ('SyntaxError: Unexpected token \'\x80\', "\x80\x04" is not valid JSON', True, 422),
+    ("binascii.Error: Incorrect padding", True, 422),
+    ("binascii.Error: Incorrect padding", False, 500),  # only a payload can be unloadable
+    ("Workflow a has no step named 'charge'", False, 422),
+    ("database is down", False, 500),
+])
+def test_the_executors_message_picks_the_status(message: str, payload: bool, status: int) -> None:
+    assert failed_status(payload=payload)(message) == status
+
+
+def test_boolean_query_parameters_are_read_as_conductor_reads_them() -> None:
+    assert [query_flag("x", v) for v in (None, "true", "True", "1", "t", "false", "0", "F")] == \
+        [False, True, True, True, True, False, False, False]
+    with pytest.raises(InvalidSetting) as e:
+        query_flag("deleteChildren", "yes")
+    assert e.value.field == "deleteChildren"
+
+
+def test_a_bulk_fork_leaves_out_what_is_not_set() -> None:
+    """TypeScript 5.2.11 counts a null ``from_step`` as chosen: only what is set goes out."""
+    b = models.decode(b'{"workflowIds": ["a"], "fromStep": 0}', models.BulkForkFromFailureBody)
+    assert json.loads(encode(fork_from_failure_request(b, request_id="r"))) == {
+        "type": "fork_from_failure", "request_id": "r", "body": {"workflow_ids": ["a"], "from_step": 0}}
