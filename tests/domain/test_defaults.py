@@ -18,13 +18,14 @@ EXPECTED = {
     "retention_interval": defaults.RETENTION_INTERVAL,
     "restart_settle": defaults.RESTART_SETTLE,
     "http_request_timeout": defaults.HTTP_REQUEST_TIMEOUT,
+    "call_timeout": defaults.CALL_TIMEOUT,
 }
 
 ALL = [v for k, v in vars(defaults).items() if k.isupper()]
 
 
 def test_every_default_is_a_positive_duration() -> None:
-    assert len(ALL) >= len(EXPECTED) + 1  # the settings' seven, and the handshake's
+    assert len(ALL) >= len(EXPECTED) + 1  # the settings' eight, and the handshake's
     for value in ALL:
         assert isinstance(value, timedelta)
         assert value > timedelta(0)
@@ -69,3 +70,9 @@ def test_the_help_shows_each_default(capsys) -> None:
     for key, value in EXPECTED.items():
         t = TIMINGS[key]
         assert f"{t.env}, default {value.total_seconds():g})" in out, key
+
+
+def test_an_executor_call_ends_before_a_client_gives_up() -> None:
+    # The CLI waits 30 s for an answer: a call the executor never answers must be a 504 before that.
+    from relay_es.composition.client_cli import REQUEST_TIMEOUT_SECS
+    assert defaults.CALL_TIMEOUT.total_seconds() < REQUEST_TIMEOUT_SECS

@@ -30,7 +30,12 @@ from collections.abc import Callable
 
 from relay_es.adapters.hub.connection import Connection, ConnectionLost
 from relay_es.adapters.hub.registry import Registry
-from relay_es.engine.calls import ExecutorFailed, ExecutorGone, ExecutorTimedOut, ReplyRefused
+from relay_es.engine.calls import (
+    ExecutorFailed,
+    ExecutorGone,
+    ExecutorTimedOut,
+    ReplyRefused,
+)
 from relay_es.engine.routing import Candidate, choose
 from relay_es.protocol import messages as m
 from relay_es.protocol.session import RefusedReply
@@ -65,13 +70,17 @@ class Calls:
         return conns[chosen.id]
 
     async def call(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
-                   prefer_latest: bool = False, latest_version: str | None = None) -> m.Response:
+                   prefer_latest: bool = False, latest_version: str | None = None,
+                   chosen: Callable[[str], None] | None = None) -> m.Response:
         """Sends ``make_request(request_id)`` to one executor of ``org``/``app`` and returns its
         answer, of the catalogue's type for the request. ``prefer_latest``: the latest
         application version first (``latest_version``, when given and running; see
-        :mod:`relay_es.engine.routing`). Raises a :class:`~relay_es.engine.calls.CallFailed`."""
+        :mod:`relay_es.engine.routing`). ``chosen(executor_id)`` is told which executor the request
+        goes to, before it is sent. Raises a :class:`~relay_es.engine.calls.CallFailed`."""
         conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version)
         executor_id = conn.executor_id or ""
+        if chosen is not None:
+            chosen(executor_id)
         try:
             answer = await conn.call(make_request, timeout)
         except TimeoutError:

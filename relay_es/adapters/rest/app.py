@@ -38,6 +38,10 @@ ROUTES = [
     executors.ExecutorsController,
     workflows.WorkflowsController,
     workflow_actions.WorkflowActionsController,
+    # getWorkflow's path is deleteWorkflow's too: a plain handler, and after that controller
+    # (Litestar refuses a plain handler before a controller at the same path when the
+    # application is built a second time: the controller's OPTIONS handler collides).
+    workflows.get_workflow,
     queues.QueuesController,
     schedules.SchedulesController,
     versions.VersionsController,

@@ -39,13 +39,28 @@ from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.problems import problem
 from relay_es.domain.errors import UnknownApplication
 from relay_es.engine.action_commands import Actor, Outcome
-from relay_es.engine.calls import CallFailed, ExecutorFailed, ExecutorTimedOut, NoHealthyExecutor
+from relay_es.engine.calls import (
+    CallFailed,
+    ExecutorFailed,
+    ExecutorTimedOut,
+    NoHealthyExecutor,
+)
 from relay_es.protocol import messages as wire
 
 B = TypeVar("B", bound=models._Body)
 R = TypeVar("R")
 
 NOT_FOUND_WORDS = ("does not exist", "not found", "no workflow", "nonexistent", "non-existent")
+UNKNOWN_TYPE = "unknown message type"  # every SDK's answer to a type it does not know (protocol section 6)
+
+# The first SDK release that answers each type newer than the recovery half's (protocol section 8;
+# TypeScript 5.2.11 answers them all): told in the 501 an older executor's "unknown message type" makes.
+SINCE = {
+    "list_queues": "Python dbos 2.20", "get_queue": "Python dbos 2.20",
+    **{t: "Python dbos 2.15" for t in (
+        "list_schedules", "get_schedule", "pause_schedule", "resume_schedule", "backfill_schedule",
+        "trigger_schedule", "list_application_versions", "set_latest_application_version")},
+}
 
 
 class ExecutorProblem(Exception):
@@ -98,18 +113,34 @@ async def app_must_exist(ctx: RestContext, org: str, app: str) -> None:
 
 
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
-              prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500) -> Any:
+              prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
+              chosen: Callable[[str], None] | None = None) -> Any:
     """The answer of one executor of ``org``/``app`` to ``make_request(request_id)``, of the
     catalogue's type for it. Raises :class:`~relay_es.engine.calls.CallFailed` (or
     :class:`ExecutorProblem` for the executor's own error, with the status
-    ``failed_status`` gives its message)."""
+    ``failed_status`` gives its message; an executor whose SDK does not know the request's type
+    answers "unknown message type": a 501 saying so). ``chosen(executor_id)`` is told which
+    executor the request went to."""
     await app_must_exist(ctx, org, app)
     if ctx.calls is None:
         raise NoHealthyExecutor(org, app)
+    sent: list[str] = []
+
+    def made(request_id: str) -> wire.Request:
+        request = make_request(request_id)
+        sent.append(request.type)
+        return request
+
     try:
-        return await ctx.calls.call(org, app, make_request, timeout=ctx.call_timeout.total_seconds(),
-                                    prefer_latest=prefer_latest)
+        return await ctx.calls.call(org, app, made, timeout=ctx.call_timeout.total_seconds(),
+                                    prefer_latest=prefer_latest, chosen=chosen)
     except ExecutorFailed as e:
+        if e.message.strip().lower() == UNKNOWN_TYPE:
+            kind = sent[0] if sent else "this operation"
+            raise ExecutorProblem(
+                501, "not supported by the executor",
+                f"the application's executor does not support {kind} (it needs "
+                f"{SINCE.get(kind, 'a newer SDK')} or @dbos-inc/dbos-sdk 5.x); it answered: {e.message}") from None
         status = failed_status(e.message) if callable(failed_status) else failed_status
         raise ExecutorProblem(status, e.title, e.message) from None
 
@@ -139,8 +170,10 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
         ctx.relay.record_action_requested, org, app, request_id=str(uuid.uuid4()), operation=operation,
         actor=actor_of(request), source=source_of(request), target_type=target_type, target_ids=target_ids,
         parameters=parameters)
+    asked: list[str] = []
     try:
-        answer = await ask(ctx, org, app, make_request, prefer_latest=prefer_latest, failed_status=failed_status)
+        answer = await ask(ctx, org, app, make_request, prefer_latest=prefer_latest, failed_status=failed_status,
+                           chosen=asked.append)
     except NoHealthyExecutor as e:
         await _completed(ctx, action_id, Outcome.NO_HEALTHY_EXECUTOR, e.detail, None)
         raise
@@ -149,16 +182,17 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
         raise
     except (CallFailed, ExecutorProblem) as e:
         await _completed(ctx, action_id, Outcome.FAILED, getattr(e, "detail", str(e)),
-                         getattr(e, "executor_id", None))
+                         getattr(e, "executor_id", None) or (asked[0] if asked else None))
         raise
     except BaseException as e:  # cancelled (client gone) or a bug: the action still ends on record
-        await asyncio.shield(_completed(ctx, action_id, Outcome.FAILED, f"relay: {type(e).__name__}", None))
+        await asyncio.shield(_completed(ctx, action_id, Outcome.FAILED, f"relay: {type(e).__name__}",
+                                            asked[0] if asked else None))
         raise
     try:
         summary = result(answer)
-    except Exception:  # an answer the route cannot summarise is still a success on record
+    except Exception:  # noqa: BLE001  # an answer the route cannot summarise is still a success on record
         summary = None
-    await _completed(ctx, action_id, Outcome.SUCCEEDED, None, None, summary)
+    await _completed(ctx, action_id, Outcome.SUCCEEDED, None, asked[0] if asked else None, summary)
     return answer
 
 

@@ -18,7 +18,7 @@ Actions are recorded before they are sent and completed however they end
   422. Recorded with the window and the count.
 
 An SDK that predates schedules (Python dbos before 2.15) answers "Unknown message type": a 501
-(:func:`~relay_es.adapters.rest.queues.unsupported`).
+(:mod:`~relay_es.adapters.rest.calling`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
-from relay_es.adapters.rest.queues import failed_status, sent_as, unsupported
+from relay_es.adapters.rest.queues import failed_status, sent_as
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol import catalogue as c
@@ -54,8 +54,7 @@ LoadContext = Annotated[bool | None, QueryParameter(
 async def _get(ctx: RestContext, org: str, app: str, schedule_name: str) -> c.ScheduleOutput:
     """The schedule the executor reads, or 404."""
     request = mapping.get_schedule_request(schedule_name, request_id="")
-    answer: c.GetScheduleResponse = await unsupported(
-        calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status), request.type)
+    answer: c.GetScheduleResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
     if answer.output is None:
         raise NotFoundException(detail=f"schedule {schedule_name[:200]!r} not found in application {app!r}")
     return answer.output
@@ -73,8 +72,7 @@ class SchedulesController(Controller):
         request = mapping.list_schedules_request(request_id="", status=status, workflow_name=workflow_name,
                                                  schedule_name_prefix=schedule_name_prefix,
                                                  load_context=load_context)
-        answer: c.ListSchedulesResponse = await unsupported(
-            calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status), request.type)
+        answer: c.ListSchedulesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         return calling.answer(mapping.schedules_out(answer))
 
     @get("/{schedule_name:str}", summary="Get schedule", description="One schedule by name; 404 when there is none.")
@@ -100,20 +98,20 @@ class SchedulesController(Controller):
     async def _set_status(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str, schedule_name: str,
                           wire_request: c.PauseScheduleRequest | c.ResumeScheduleRequest, operation: str) -> None:
         await _get(ctx, org, app, schedule_name)
-        await unsupported(calling.act(
+        await calling.act(
             ctx, request, org, app, operation=operation, target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
-            failed_status=failed_status), wire_request.type)
+            failed_status=failed_status)
 
     @post("/{schedule_name:str}/trigger", summary="Trigger schedule", status_code=201,
           description="Enqueues the scheduled workflow now; its id, and its path in `Location`.")
     async def trigger_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
                                request: Request[Any, Any, Any], ctx: Context) -> Response[m.TriggerOutputBody]:
         wire_request = mapping.trigger_schedule_request(schedule_name, request_id="")
-        answer: c.TriggerScheduleResponse = await unsupported(calling.act(
+        answer: c.TriggerScheduleResponse = await calling.act(
             ctx, request, org, app, operation="triggerSchedule", target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
-            result=lambda a: {"workflowId": a.workflow_id}, failed_status=failed_status), wire_request.type)
+            result=lambda a: {"workflowId": a.workflow_id}, failed_status=failed_status)
         out = mapping.trigger_out(answer)
         response = calling.answer(out, 201)
         response.headers["Location"] = f"/v2/orgs/{quote(org, safe='')}/apps/{quote(app, safe='')}" \
@@ -129,9 +127,9 @@ class SchedulesController(Controller):
         wire_request = mapping.backfill_schedule_request(schedule_name, b, request_id="")
         if units.parse_rfc3339("endTime", wire_request.end) < units.parse_rfc3339("startTime", wire_request.start):
             raise InvalidSetting("endTime", "must not be before startTime")
-        answer: c.BackfillScheduleResponse = await unsupported(calling.act(
+        answer: c.BackfillScheduleResponse = await calling.act(
             ctx, request, org, app, operation="backfillSchedule", target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name, "startTime": b.start_time, "endTime": b.end_time},
             make_request=sent_as(wire_request), result=lambda a: {"count": len(a.workflow_ids or ())},
-            failed_status=failed_status), wire_request.type)
+            failed_status=failed_status)
         return calling.answer(mapping.backfill_out(answer))

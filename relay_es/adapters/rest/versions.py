@@ -11,7 +11,7 @@ name (nothing recorded, nothing changed, like a refused body). The change is rec
 is sent and completed however it ends (target ``version``, its name).
 
 An SDK that predates the registry (Python dbos before 2.15) answers "Unknown message type": a
-501 (:func:`~relay_es.adapters.rest.queues.unsupported`).
+501 (:mod:`~relay_es.adapters.rest.calling`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
-from relay_es.adapters.rest.queues import failed_status, sent_as, unsupported
+from relay_es.adapters.rest.queues import failed_status, sent_as
 from relay_es.protocol import catalogue as c
 
 
 async def _versions(ctx: RestContext, org: str, app: str) -> c.ListApplicationVersionsResponse:
     request = mapping.list_versions_request(request_id="")
-    answer: c.ListApplicationVersionsResponse = await unsupported(
-        calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status), request.type)
+    answer: c.ListApplicationVersionsResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
     return answer
 
 
@@ -57,7 +56,7 @@ class VersionsController(Controller):
         known = await _versions(ctx, org, app)
         if not any(v.version_name == b.version_name for v in known.output or ()):
             raise NotFoundException(detail=f"version {b.version_name[:200]!r} is not registered in application {app!r}")
-        await unsupported(calling.act(
+        await calling.act(
             ctx, request, org, app, operation="setLatestAppVersion", target_type="version",
             target_ids=[b.version_name], parameters={"versionName": b.version_name},
-            make_request=sent_as(wire_request), failed_status=failed_status), wire_request.type)
+            make_request=sent_as(wire_request), failed_status=failed_status)

@@ -38,12 +38,21 @@ class FakeRelay:
         return True
 
 
+class Req(dict):  # type: ignore[type-arg]
+    """A request as the catalogue's: it has a ``type``."""
+
+    type = "get_queue"
+
+
 class FakeCalls:
     def __init__(self, outcome: Any) -> None:
         self.outcome = outcome
         self.sent: list[Any] = []
 
-    async def call(self, org: str, app: str, make_request: Any, *, timeout: float, prefer_latest: bool = False) -> Any:
+    async def call(self, org: str, app: str, make_request: Any, *, timeout: float, prefer_latest: bool = False,
+                   chosen: Any = None) -> Any:
+        if chosen is not None:
+            chosen("e7")
         self.sent.append((make_request("rid-1"), timeout, prefer_latest))
         if isinstance(self.outcome, BaseException):
             raise self.outcome
@@ -52,7 +61,7 @@ class FakeCalls:
 
 @get("/read/{app:str}")
 async def read(ctx: Context, app: FromPath[str]) -> dict[str, Any]:
-    answer = await calling.ask(ctx, "local", app, lambda rid: {"rid": rid},
+    answer = await calling.ask(ctx, "local", app, lambda rid: Req(rid=rid),
                                failed_status=calling.not_found_or(500))
     return {"answer": answer}
 
@@ -62,7 +71,7 @@ async def act(ctx: Context, request: Request[Any, Any, Any], app: FromPath[str])
     b = await calling.body(request, models.CancelWorkflowInputBody, optional=True)
     answer = await calling.act(ctx, request, "local", app, operation="cancelWorkflow", target_type="workflow",
                                target_ids=["wf-1"], parameters={"body": b is not None},
-                               make_request=lambda rid: {"rid": rid}, result=lambda a: {"n": a})
+                               make_request=lambda rid: Req(rid=rid), result=lambda a: {"n": a})
     return {"answer": answer}
 
 
@@ -97,6 +106,7 @@ def test_an_unknown_application_is_404_and_nothing_is_sent() -> None:
     (ReplyRefused("e1", "not a list"), 502, "executor reply refused"),
     (ExecutorFailed("workflow wf-9 does not exist"), 404, "executor reported an error"),
     (ExecutorFailed("database is down"), 500, "executor reported an error"),
+    (ExecutorFailed("Unknown message type"), 501, "not supported by the executor"),
     (ExecutorReplyError("CreatedAt", "not a number"), 502, "executor reply refused"),
 ])
 def test_each_failure_is_its_problem(failure: Exception, status: int, title: str) -> None:
@@ -131,6 +141,8 @@ def test_an_action_is_recorded_before_it_is_sent_and_completed_however_it_ends(f
     [done] = relay.completed
     assert str(done["outcome"]) == outcome
     assert done["result"] == ({"n": 3} if failure is None else None)
+    if failure is None or isinstance(failure, ExecutorFailed):
+        assert done["executor_id"] == "e7"  # the executor the request went to
     if isinstance(failure, ExecutorTimedOut):
         assert done["executor_id"] == "e1"
 

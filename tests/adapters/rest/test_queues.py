@@ -162,6 +162,5 @@ def test_failed_calls_are_their_problems(relay: RelayServer) -> None:
 
 
 def test_failed_status_reads_the_executors_message() -> None:
-    assert queues.failed_status("Unknown message type") == 501
     assert queues.failed_status("Exception: Schedule 'x' does not exist") == 404
     assert queues.failed_status("Traceback ... OperationalError") == 500
