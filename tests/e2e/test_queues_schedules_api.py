@@ -18,7 +18,6 @@ import pytest
 
 from tests.conductor_schema import check_response
 from tests.e2e.ground import QUEUE, Ground
-from tests.e2e.scene import Scene
 from tests.e2e.sysdb import SystemDb
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -29,22 +28,6 @@ QUIET_SECS = 3 * TICK_SECS  # no new tick for this long: the schedule does not f
 # or resume takes effect within that.
 TAKES_EFFECT_SECS = 45
 BACKFILL = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2020-01-01T00:00:06Z"}  # before any tick
-
-
-@pytest.fixture(autouse=True)
-def unlisted_app_has_no_executors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workaround until tests/e2e/scene.py has it: ``Scene.spawn`` polls the executors list
-    while the application its first executor registers may not be in Relay's read model yet
-    (a 404, seen on Postgres); that is "no executor yet", as ``tests.rest_client.listing`` reads it."""
-
-    def executors_now(self: Scene) -> dict[str, dict[str, Any]]:
-        r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")
-        if r.status_code == 404:
-            return {}
-        assert r.status_code == 200, r.text
-        return {e["executorId"]: e for e in r.json()}
-
-    monkeypatch.setattr(Scene, "executors_now", executors_now)
 
 
 def answer(g: Ground, operation: str, method: str, path: str, status: int, **kw: Any) -> Any:

@@ -23,6 +23,7 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.handlers.base import BaseRouteHandler
 
 from relay_es.adapters import authz
+from relay_es.adapters.rest.conductor.models import MAX_TEXT
 from relay_es.adapters.rest.context import RestContext
 from relay_es.domain.errors import InvalidSetting
 
@@ -31,6 +32,15 @@ log = logging.getLogger(__name__)
 # The path parameter a route creates, by operation: an invalid name there is a
 # 422 naming the body's field; anywhere else it is a 404.
 CREATES = {"apps.register": ("app", "appName"), "tokens.create": ("token_name", "tokenName")}
+
+# Path parameters that name what an executor's application chose, not Relay: any printable text
+# up to the Conductor bodies' bound (a scheduled workflow's id holds ':' and '+'; a queue or
+# schedule name may hold spaces). Relay's own names (org, app, token) keep the names' alphabet.
+FREE_TEXT = frozenset({"workflow_id", "queue_name", "schedule_name"})
+
+
+def valid_text(value: str) -> bool:
+    return 0 < len(value) <= MAX_TEXT and value.isprintable()
 
 
 def bearer(header: str) -> str:
@@ -50,7 +60,12 @@ def check_path_names(rule: authz.Rule, params: dict[str, Any]) -> None:
     for key, value in params.items():
         if not isinstance(value, str):
             continue
-        ok = authz.valid_executor_id(value) if key == "executor_id" else authz.valid_name(value)
+        if key == "executor_id":
+            ok = authz.valid_executor_id(value)
+        elif key in FREE_TEXT:
+            ok = valid_text(value)
+        else:
+            ok = authz.valid_name(value)
         if ok:
             continue
         if key == creates:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from litestar.exceptions import NotFoundException
 from litestar.testing import TestClient
 
 from relay_es.adapters import authz
@@ -117,6 +118,18 @@ def test_bearer_and_path_names() -> None:
     check_path_names(rule, {"org": "acme", "app": "orders"})
     with pytest.raises(InvalidSetting):
         check_path_names(rule, {"org": "acme", "app": "x" * 257})
+
+
+def test_workflow_ids_queue_and_schedule_names_are_the_applications_text() -> None:
+    rule = authz.TABLE[("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}")]
+    # A scheduled workflow's id, a queue named with a space: the application chose them.
+    check_path_names(rule, {"org": "acme", "app": "orders", "workflow_id": "sched-tick-2026-12-01T10:00:00+00:00"})
+    check_path_names(rule, {"org": "acme", "app": "orders", "queue_name": "slow lane", "schedule_name": "x" * 4096})
+    for bad in ("", "x" * 4097, "a\x1b[31m", "a\u202eb", "a\nb"):
+        with pytest.raises(NotFoundException):
+            check_path_names(rule, {"org": "acme", "app": "orders", "workflow_id": bad})
+    with pytest.raises(NotFoundException):  # Relay's own names keep their alphabet
+        check_path_names(rule, {"org": "acme", "app": "or ders", "workflow_id": "w"})
 
 
 # ------------------------------------------------------- on a real server
