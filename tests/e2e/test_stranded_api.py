@@ -1,6 +1,6 @@
 """End to end: Relay's stranded-work extension (``/stranded-workflows``) through a real ``relay serve``
-to real ``dbos==3.2.0`` (and, for the listing and its fixes, ``@dbos-inc/dbos-sdk@5.2.11``)
-executors, Relay's store on SQLite and on Postgres.
+to real ``dbos==3.2.0`` and ``@dbos-inc/dbos-sdk@5.2.11`` executors, Relay's store on SQLite and
+on Postgres.
 
 Executor A (version v1) runs the workflow ground (a workflow blocked on a message, a queue of
 concurrency 1 with one workflow PENDING and two ENQUEUED behind it) and is killed; the only
@@ -58,11 +58,6 @@ def staged(kind: type[Scene], tmp_path: Any, store_url: str) -> Iterator[Scene]:
 @pytest.fixture(params=["python", "typescript"])
 def any_sdk_scene(request: pytest.FixtureRequest, tmp_path: Any, store_url: str) -> Iterator[Scene]:
     yield from staged(Scene if request.param == "python" else TsScene, tmp_path, store_url)
-
-
-@pytest.fixture
-def python_scene(tmp_path: Any, store_url: str) -> Iterator[Scene]:
-    yield from staged(Scene, tmp_path, store_url)
 
 
 def stranded(s: Scene, **params: Any) -> dict[str, Any]:
@@ -155,8 +150,9 @@ def test_a_killed_executor_s_stranded_work_is_listed_and_fixed_for_real(any_sdk_
 
 
 def test_recover_now_has_an_executor_of_the_version_take_a_killed_executor_s_workflows_before_its_deadline(
-        python_scene: Scene) -> None:
-    scene = python_scene
+        any_sdk_scene: Scene) -> None:
+    """Python and TypeScript executors alike."""
+    scene = any_sdk_scene
     scene.set_grace(120)  # Relay alone would wait two minutes before recovering A
     a = scene.spawn("A", "v1")
     c = scene.spawn("C", "v1")
