@@ -17,7 +17,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 from bench.common import ROOT, Postgres, code_version, log, machine, raise_fd_limit
 
@@ -33,19 +32,6 @@ SECTIONS = {
 }
 ALIASES = {str(i + 1): name for i, name in enumerate(SECTIONS)}
 NEEDS_PG = {"throughput", "replay", "e2e", "detection", "reconnect", "queries", "api"}
-
-
-def _render_api(d: dict[str, Any], goals: list[list[Any]]) -> str:
-    from bench.s8_api import render
-
-    return render(d, goals)
-
-
-def _register_renderers() -> None:
-    """Sections whose report is rendered by their own module (report.RENDER holds the others)."""
-    from bench.report import RENDER
-
-    RENDER.setdefault("api", ("8. The API through Relay: latency, and liveness under its load", _render_api))
 
 
 class Context:
@@ -86,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
                                  "bench/results/quick/benchmarks.md for --quick)")
     p.add_argument("--render", action="store_true", help="only re-render the report from the saved results")
     args = p.parse_args(argv)
-    _register_renderers()
 
     chosen = []
     for s in args.only or list(SECTIONS):

@@ -326,10 +326,17 @@ def s7(d: dict[str, Any], goals: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def s8(d: dict[str, Any], goals: list[list[Any]]) -> str:
+    from bench.s8_api import render  # the section renders itself
+
+    return render(d, goals)
+
+
 RENDER = {"connections": ("1. Connections held", s1), "throughput": ("2. Transition throughput", s2),
           "detection": ("3. Detection accuracy", s3), "reconnect": ("4. Reconnect storm", s4),
           "replay": ("5. Replay", s5), "e2e": ("6. End to end with real DBOS executors", s6),
-          "queries": ("7. Expensive queries against deadlines", s7)}
+          "queries": ("7. Expensive queries against deadlines", s7),
+          "api": ("8. The API through Relay: latency, and liveness under its load", s8)}
 
 
 def render(results_dir: Path, sections: list[str]) -> str:
@@ -364,7 +371,7 @@ def render(results_dir: Path, sections: list[str]) -> str:
         "Written by `bench/run` (" + ", ".join(sorted(modes) or ["?"]) + " mode): every figure below was "
         "measured on this machine by that command, and every ratio is against a baseline measured in the same "
         "run. Nothing here is a test assertion. Re-run everything with `bench/run` (about 15 minutes), one "
-        "section with `bench/run --only NAME` (connections, throughput, detection, reconnect, replay, e2e, queries), a "
+        "section with `bench/run --only NAME` (connections, throughput, detection, reconnect, replay, e2e, queries, api), a "
         "smoke run with `bench/run --quick` (writes `bench/results/quick/benchmarks.md`). Raw figures: "
         "`bench/results/<mode>/*.json`.",
         "",
