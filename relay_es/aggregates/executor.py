@@ -114,7 +114,8 @@ class RecoveryPhase(StrEnum):
 
 
 class DisconnectReason(StrEnum):
-    SOCKET_CLOSED = "socket_closed"
+    CLEAN_CLOSE = "clean_close"  # the executor closed its socket itself, 1000 or 1001: a shutdown, e.g. a deploy
+    SOCKET_CLOSED = "socket_closed"  # the socket dropped without a close of the executor's (a kill, a network)
     PING_TIMEOUT = "ping_timeout"
     RELAY_RESTARTED = "relay_restarted"
     SUPERSEDED = "superseded"

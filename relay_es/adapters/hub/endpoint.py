@@ -58,7 +58,7 @@ from relay_es.adapters.hub.pool import CommandPool
 from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.hub.throttle import Throttle
 from relay_es.adapters.logs import scrub_text
-from relay_es.aggregates.executor import executor_stream_id
+from relay_es.aggregates.executor import DisconnectReason, executor_stream_id
 from relay_es.engine.executor_commands import ExecutorInfo
 from relay_es.engine.service import Relay
 from relay_es.protocol import messages as m
@@ -426,6 +426,7 @@ class Hub:
             log.exception("could not record a protocol violation")
 
     async def _cleanup(self, conn: Connection, code: int | None) -> None:
+        """The socket is gone: a registered executor is DISCONNECTED, with why (:func:`_reason`)."""
         conn.lost()
         self.registry.remove(conn)
         self.on_connection_change(len(self.registry))
@@ -434,6 +435,17 @@ class Hub:
         if self.shutting_down or conn.superseded or conn.stream_id is None:
             return
         key = (conn.org, conn.app, conn.executor_id)
-        reason = conn.close_reason or ("ping_timeout" if code == 1011 else "socket_closed")
+        reason = conn.close_reason or _reason(code)
         self.outbox.submit(key, self.relay.op_disconnected(conn.stream_id, connection_id=conn.id, reason=reason,
                                                            at=self.relay.clock.now()))
+
+
+def _reason(code: int | None) -> str:
+    """Why a socket Relay did not close itself ended, from the close code the server saw: the
+    executor's own close (1000, 1001: it shut down, e.g. in a deploy), Relay's ping timeout
+    (1011), else a drop (no close frame: 1006, a kill or the network)."""
+    if code in (1000, 1001):
+        return DisconnectReason.CLEAN_CLOSE.value
+    if code == 1011:
+        return DisconnectReason.PING_TIMEOUT.value
+    return DisconnectReason.SOCKET_CLOSED.value

@@ -281,3 +281,29 @@ def test_a_socket_that_ends_leaves_the_registry_fails_its_calls_and_records_its_
 
     assert asyncio.run(main()) == [0, 0]
     assert recorded == [("disconnected", "ping_timeout")]
+
+
+@pytest.mark.parametrize("code,reason", [(1000, "clean_close"), (1001, "clean_close"), (1011, "ping_timeout"),
+                                         (1006, "socket_closed"), (None, "socket_closed"), (4000, "socket_closed")])
+def test_why_a_socket_ended_is_read_from_its_close_code(code: int | None, reason: str) -> None:
+    from relay_es.adapters.hub.endpoint import _reason
+
+    assert _reason(code) == reason
+
+
+def test_an_executor_that_closes_its_socket_itself_stopped_cleanly_and_a_dropped_one_did_not(server: RelayServer) -> None:
+    """A shutdown (a deploy) closes with 1000; a kill sends no close frame. Stranded work tells them apart."""
+
+    async def main() -> None:
+        polite = await FakeExecutor(server.ws, executor_id="P").connect()
+        dropped = await FakeExecutor(server.ws, executor_id="K").connect()
+        await until(lambda: {"P", "K"} <= set(executors(server)))
+        await polite.close()
+        dropped.abort()
+        for executor_id, reason in (("P", "clean_close"), ("K", "socket_closed")):
+            gone = await until(lambda e=executor_id: [x for x in audit(server, executorId=e)
+                                                      if x["action"] == "executor.disconnected"],
+                               timeout=10, what=f"{executor_id} recorded disconnected")
+            assert [x["detail"]["reason"] for x in gone] == [reason]
+
+    asyncio.run(main())
