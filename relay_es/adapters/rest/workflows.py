@@ -81,7 +81,7 @@ class WorkflowsController(Controller):
     async def list_workflows(self, org: FromPath[str], app: FromPath[str], ctx: Context, status: Status = None,
                              workflow_name: WorkflowName = None, limit: Limit = None, offset: Offset = None,
                              sort_desc: SortDesc = None, load_input: LoadInput = None,
-                             load_output: LoadOutput = None) -> Response[Any]:
+                             load_output: LoadOutput = None) -> Response[list[models.Workflow]]:
         request = mapping.list_workflows_request(request_id="", status=status, workflow_name=workflow_name,
                                                  limit=limit, offset=offset, sort_desc=sort_desc,
                                                  load_input=load_input, load_output=load_output)
@@ -91,7 +91,7 @@ class WorkflowsController(Controller):
     @post("/workflows/search", operation_id="searchWorkflows", summary="Search workflows (every filter of WorkflowSearchBody)",
           status_code=200, request_max_body_size=MAX_SEARCH_BODY)
     async def search_workflows(self, org: FromPath[str], app: FromPath[str], ctx: Context,
-                               request: Request[Any, Any, Any]) -> Response[Any]:
+                               request: Request[Any, Any, Any]) -> Response[list[models.Workflow]]:
         b = await calling.body(request, models.WorkflowSearchBody)
         assert b is not None
         reply: c.ListWorkflowsResponse = await calling.ask(
@@ -101,7 +101,7 @@ class WorkflowsController(Controller):
     @post("/workflows/aggregates", operation_id="getWorkflowAggregates", summary="Count and time workflows, grouped",
           status_code=200, request_max_body_size=MAX_SEARCH_BODY)
     async def workflow_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
-                                  request: Request[Any, Any, Any]) -> Response[Any]:
+                                  request: Request[Any, Any, Any]) -> Response[list[models.WorkflowAggregate]]:
         b = await calling.body(request, models.WorkflowAggregatesBody)
         assert b is not None
         reply: c.GetWorkflowAggregatesResponse = await calling.ask(
@@ -110,7 +110,7 @@ class WorkflowsController(Controller):
 
     @get("/workflows/{workflow_id:str}/steps", operation_id="listWorkflowSteps", summary="A workflow's steps, in order")
     async def list_steps(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str], ctx: Context,
-                         limit: Limit = None, offset: Offset = None) -> Response[Any]:
+                         limit: Limit = None, offset: Offset = None) -> Response[list[models.Step]]:
         reply: c.ListStepsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.list_steps_request(workflow_id, request_id="", limit=limit, offset=offset)),
             failed_status=ONE_WORKFLOW)
@@ -118,7 +118,7 @@ class WorkflowsController(Controller):
 
     @get("/workflows/{workflow_id:str}/events", operation_id="listWorkflowEvents", summary="A workflow's events (key, value)")
     async def list_events(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
-                          ctx: Context) -> Response[Any]:
+                          ctx: Context) -> Response[list[models.Event]]:
         reply: c.GetWorkflowEventsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.events_request(workflow_id, request_id="")), failed_status=ONE_WORKFLOW)
         return calling.answer(mapping.events_out(reply))
@@ -126,7 +126,7 @@ class WorkflowsController(Controller):
     @get("/workflows/{workflow_id:str}/notifications", operation_id="listWorkflowNotifications",
          summary="The messages sent to a workflow")
     async def list_notifications(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
-                                 ctx: Context) -> Response[Any]:
+                                 ctx: Context) -> Response[list[models.Notification]]:
         reply: c.GetWorkflowNotificationsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.notifications_request(workflow_id, request_id="")),
             failed_status=ONE_WORKFLOW)
@@ -134,7 +134,7 @@ class WorkflowsController(Controller):
 
     @get("/workflows/{workflow_id:str}/streams", operation_id="listWorkflowStreams", summary="A workflow's streams")
     async def list_streams(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
-                           ctx: Context) -> Response[Any]:
+                           ctx: Context) -> Response[list[models.StreamEntry]]:
         reply: c.GetWorkflowStreamsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.streams_request(workflow_id, request_id="")),
             failed_status=ONE_WORKFLOW)
@@ -143,7 +143,7 @@ class WorkflowsController(Controller):
     @post("/steps/aggregates", operation_id="getStepAggregates", summary="Count and time steps, grouped",
           status_code=200, request_max_body_size=MAX_SEARCH_BODY)
     async def step_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
-                              request: Request[Any, Any, Any]) -> Response[Any]:
+                              request: Request[Any, Any, Any]) -> Response[list[models.StepAggregate]]:
         b = await calling.body(request, models.StepAggregatesBody)
         assert b is not None
         reply: c.GetStepAggregatesResponse = await calling.ask(
@@ -154,7 +154,7 @@ class WorkflowsController(Controller):
 @get(APP + "/workflows/{workflow_id:str}", operation_id="getWorkflow",
      summary="One workflow, with its input and output")
 async def get_workflow(org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
-                       ctx: Context) -> Response[Any]:
+                       ctx: Context) -> Response[models.Workflow]:
     """A plain handler, not one of :class:`WorkflowsController`'s: ``DELETE`` at this path is
     :class:`~relay_es.adapters.rest.workflow_actions.WorkflowActionsController`'s, and Litestar 2
     refuses two controllers at one path (each brings its own ``OPTIONS`` handler). Registered
