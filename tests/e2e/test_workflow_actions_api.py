@@ -26,21 +26,6 @@ from tests.e2e.sysdb import SystemDb, decode
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 
-@pytest.fixture(autouse=True)
-def registration_may_lag(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until tests/e2e/scene.py has it: ``Scene.spawn`` waits on the executors table, which is a 404
-    while the application of an executor that just connected is not in the read model yet (Relay
-    brings it up to date in the background); that 404 means "not yet", not a failure."""
-    def executors_now(self: Scene) -> dict[str, dict[str, Any]]:
-        r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")
-        if r.status_code == 404:
-            return {}
-        assert r.status_code == 200, r.text
-        return {e["executorId"]: e for e in r.json()}
-
-    monkeypatch.setattr(Scene, "executors_now", executors_now)
-
-
 def ok(operation: str, r: httpx.Response, status: int) -> Any:
     assert r.status_code == status, (operation, r.status_code, r.text[:2000])
     body = r.json() if r.content else None

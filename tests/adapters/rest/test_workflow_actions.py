@@ -223,10 +223,10 @@ def check_every_action(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
     assert last(ex) == {"type": "fork_workflow", "body": {
         "workflow_id": "wf-1", "start_step": 2, "application_version": "v2", "new_workflow_id": "wf-new",
         "queue_name": "q", "queue_partition_key": "k"}}
-    r = call(srv, "POST", W + "/wf.3~x/fork")
+    r = call(srv, "POST", W + "/wf:3+x/fork")
     assert conforms("forkWorkflow", r, 201) == {"workflowId": "wf-forked"}
     assert last(ex) == {"type": "fork_workflow", "body": {
-        "workflow_id": "wf.3~x", "start_step": 0, "application_version": None, "new_workflow_id": None,
+        "workflow_id": "wf:3+x", "start_step": 0, "application_version": None, "new_workflow_id": None,
         "queue_name": None, "queue_partition_key": None}}
     # deleteWorkflow
     conforms("deleteWorkflow", call(srv, "DELETE", W + "/wf-1", params={"deleteChildren": "true"}), 204)
@@ -279,7 +279,7 @@ def check_every_action(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
         "importWorkflow", "importWorkflow"]
     for a in on_record:
         assert a["actor"] == {"kind": "user", "id": "development"} and a["source"] == "127.0.0.1", a
-        assert a["outcome"] == "succeeded" and a["message"] is None and a["executorId"] is None, a
+        assert a["outcome"] == "succeeded" and a["message"] is None and a["executorId"] == ex.executor_id, a
         assert a["target"]["type"] == "workflow", a
     by = {i: a for i, a in enumerate(on_record)}
     assert (by[0]["target"], by[0]["parameters"]) == ({"type": "workflow", "ids": ["wf-1"], "count": 1},
@@ -288,7 +288,7 @@ def check_every_action(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
     assert by[4]["parameters"] == {"startStep": 2, "newWorkflowId": "wf-new", "appVersion": "v2",
                                    "queueName": "q", "queuePartitionKey": "k"}
     assert (by[4]["result"], by[5]["result"]) == ({"workflowId": "wf-new"}, {"workflowId": "wf-forked"})
-    assert by[5]["target"]["ids"] == ["wf.3~x"] and by[5]["parameters"]["startStep"] == 0
+    assert by[5]["target"]["ids"] == ["wf:3+x"] and by[5]["parameters"]["startStep"] == 0
     assert by[6]["parameters"] == {"deleteChildren": True}
     assert (by[8]["target"], by[8]["parameters"]) == ({"type": "workflow", "ids": ["a", "b"], "count": 2},
                                                       {"workflowCount": 2, "cancelChildren": True})
