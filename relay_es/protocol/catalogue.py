@@ -162,14 +162,16 @@ class ForkWorkflowResponse(Response, kw_only=True):
 # --- fork_from_failure (5.7) -----------------------------------------------
 
 
-class ForkFromFailureBody(_Body, kw_only=True):
+class ForkFromFailureBody(_Body, kw_only=True, omit_defaults=True):
     workflow_ids: list[str]
     application_version: str | None = None
     queue_name: str | None = None
     queue_partition_key: str | None = None
-    # Exactly one starting point: a true flag or a non-null value. The unused
-    # ones still go on the wire as false / null. Go's types read those as
-    # unset; for Python and TS that is inferred from their typings, not seen live.
+    # Exactly one starting point: a true flag or a non-null value. Only what is set goes on
+    # the wire (omit_defaults): TypeScript 5.2.11 counts a starting point as chosen when its
+    # key is not undefined (``options.fromStep !== undefined``), so a null beside the chosen
+    # one made it refuse every request -- seen live. Python reads every key but workflow_ids
+    # with ``.get`` (defaults false and None); Go takes zero values.
     from_last_failure: bool = False
     from_last_step: bool = False
     from_step: int | None = None

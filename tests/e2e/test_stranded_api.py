@@ -27,21 +27,6 @@ from tests.server import RelayServer
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
-@pytest.fixture(autouse=True)
-def unlisted_app_has_no_executors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As tests/e2e/test_queues_schedules_api.py: while the application is not in Relay's read
-    model yet (a 404), it has no executor yet."""
-
-    def executors_now(self: Scene) -> dict[str, dict[str, Any]]:
-        r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")
-        if r.status_code == 404:
-            return {}
-        assert r.status_code == 200, r.text
-        return {e["executorId"]: e for e in r.json()}
-
-    monkeypatch.setattr(Scene, "executors_now", executors_now)
-
-
 def staged(kind: type[Scene], tmp_path: Any, store_url: str) -> Iterator[Scene]:
     server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
     s = kind(server, postgres_admin_url())
@@ -129,10 +114,6 @@ def test_a_killed_executor_s_stranded_work_is_listed_and_fixed_for_real(any_sdk_
 
     # fork: q0 is cancelled, then forked from its last step on v2, where B runs it
     r = fix(scene, {"fix": "fork", "workflowIds": [q0]})
-    if isinstance(scene, TsScene) and r.status_code == 500 and "Exactly one of fromLastFailure" in r.text:
-        # dbos-sdk 5.2.11 counts a null from_step / from_step_name as given (`!== undefined`): the
-        # catalogue's ForkFromFailureBody must leave the unused ones out, not send null.
-        pytest.xfail("fork_from_failure's body sends from_step/from_step_name null; TypeScript refuses it")
     assert r.status_code == 200, r.text
     (forked,) = r.json()["forkedWorkflowIds"]
     assert harness.workflow_statuses(scene.sys_db, [q0]) == {q0: "CANCELLED"}

@@ -128,20 +128,6 @@ async def streamed_body(request: Request[Any, Any, Any], cls: type[calling.B]) -
         del buf
 
 
-class SparseForkFromFailureBody(c.ForkFromFailureBody, kw_only=True, omit_defaults=True):
-    """``fork_from_failure``'s body with what is not set left out. TypeScript 5.2.11 counts a
-    starting point as chosen when its key is not ``undefined`` (``options.fromStep !==
-    undefined``), so a ``null`` ``from_step`` or ``from_step_name`` beside the one chosen makes
-    it refuse every request ("Exactly one of ..."); Python reads every key but ``workflow_ids``
-    with ``.get`` (defaults false and None), Go takes zero values."""
-
-
-def fork_from_failure_request(b: m.BulkForkFromFailureBody, *, request_id: str) -> c.ForkFromFailureRequest:
-    """:func:`mapping.fork_from_failure_request`, its body sparse (:class:`SparseForkFromFailureBody`)."""
-    req = mapping.fork_from_failure_request(b, request_id=request_id)
-    return msgspec.structs.replace(req, body=SparseForkFromFailureBody(**msgspec.structs.asdict(req.body)))
-
-
 def _opt(value: Any) -> Any:
     return None if value is UNSET else value
 
@@ -307,7 +293,7 @@ class WorkflowActionsController(Controller):
         answer: c.ForkFromFailureResponse = await calling.act(
             ctx, request, org, app, operation="bulkForkWorkflowsFromFailure", target_type=WORKFLOW,
             target_ids=b.workflow_ids, parameters=_fork_from_failure_summary(b),
-            make_request=lambda rid: fork_from_failure_request(b, request_id=rid),
+            make_request=lambda rid: mapping.fork_from_failure_request(b, request_id=rid),
             result=_forked, prefer_latest=True, failed_status=failed_status())
         return calling.answer(mapping.fork_from_failure_out(answer))
 

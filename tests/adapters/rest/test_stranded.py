@@ -240,7 +240,7 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_fork_not_r
             assert sent[1]["workflow_ids"] == ["w1"]
             fork = sent[2]["body"]
             assert fork["workflow_ids"] == ["w1"] and fork["from_last_step"] is True
-            assert fork["from_last_failure"] is False and fork["application_version"] == "v2"
+            assert "from_last_failure" not in fork and fork["application_version"] == "v2"  # only what is set
         finally:
             await b.close()
 

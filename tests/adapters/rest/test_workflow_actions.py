@@ -22,12 +22,11 @@ from typing import Any
 import httpx
 import pytest
 
-from relay_es.adapters.rest.conductor import models
+from relay_es.adapters.rest.conductor import mapping, models
 from relay_es.adapters.rest.workflow_actions import (
     BULK_BODY,
     IMPORT_BODY,
     failed_status,
-    fork_from_failure_request,
     query_flag,
 )
 from relay_es.domain.errors import InvalidSetting
@@ -530,5 +529,5 @@ def test_boolean_query_parameters_are_read_as_conductor_reads_them() -> None:
 def test_a_bulk_fork_leaves_out_what_is_not_set() -> None:
     """TypeScript 5.2.11 counts a null ``from_step`` as chosen: only what is set goes out."""
     b = models.decode(b'{"workflowIds": ["a"], "fromStep": 0}', models.BulkForkFromFailureBody)
-    assert json.loads(encode(fork_from_failure_request(b, request_id="r"))) == {
+    assert json.loads(encode(mapping.fork_from_failure_request(b, request_id="r"))) == {
         "type": "fork_from_failure", "request_id": "r", "body": {"workflow_ids": ["a"], "from_step": 0}}

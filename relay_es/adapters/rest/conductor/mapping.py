@@ -523,9 +523,10 @@ def delete_request(workflow_id: str, delete_children: bool | None, *, request_id
 
 
 def fork_request(workflow_id: str, b: m.ForkWorkflowInputBody | None, *, request_id: str,
-                 first_step: int = 1) -> c.ForkWorkflowRequest:
-    """Without ``startStep`` the fork starts at ``first_step``: 1 for Python executors, 0 for
-    TypeScript (their numbering of steps differs)."""
+                 first_step: int = 0) -> c.ForkWorkflowRequest:
+    """Without ``startStep`` the fork starts at ``first_step``, 0: no step copied on any SDK
+    (TypeScript copies the steps below ``start_step``, counting from 0; Python copies none for
+    anything up to 1)."""
     b = b or m.ForkWorkflowInputBody()
     return c.ForkWorkflowRequest(request_id=request_id, body=c.ForkWorkflowBody(
         workflow_id=text("workflowId", workflow_id),
