@@ -60,9 +60,11 @@ class Calls:
         self.loop = loop
 
     def choose(self, org: str, app: str, *, prefer_latest: bool = False,
-               latest_version: str | None = None) -> Connection:
-        """The connection a call of ``org``/``app`` goes to; raises ``NoHealthyExecutor``."""
-        conns = {c.id: c for c in self.registry.registered(org, app)}
+               latest_version: str | None = None, only_version: str | None = None) -> Connection:
+        """The connection a call of ``org``/``app`` goes to (``only_version``: among that
+        application version's alone); raises ``NoHealthyExecutor``."""
+        conns = {c.id: c for c in self.registry.registered(org, app)
+                 if only_version is None or c.app_version == only_version}
         candidates = [Candidate(id=c.id, executor_id=c.executor_id or "", version=c.app_version,
                                 first_seen=self.first_seen(c), in_flight=len(c.waiters)) for c in conns.values()]
         chosen = choose(org, app, candidates, turn=next(self._turn), prefer_latest=prefer_latest,
@@ -71,13 +73,16 @@ class Calls:
 
     async def call(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
                    prefer_latest: bool = False, latest_version: str | None = None,
-                   chosen: Callable[[str], None] | None = None) -> m.Response:
+                   only_version: str | None = None, chosen: Callable[[str], None] | None = None) -> m.Response:
         """Sends ``make_request(request_id)`` to one executor of ``org``/``app`` and returns its
         answer, of the catalogue's type for the request. ``prefer_latest``: the latest
         application version first (``latest_version``, when given and running; see
         :mod:`relay_es.engine.routing`). ``chosen(executor_id)`` is told which executor the request
-        goes to, before it is sent. Raises a :class:`~relay_es.engine.calls.CallFailed`."""
-        conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version)
+        goes to, before it is sent. ``only_version``: an executor of that application version or
+        none (a recovery must run on the dead executor's version). Raises a
+        :class:`~relay_es.engine.calls.CallFailed`."""
+        conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
+                           only_version=only_version)
         executor_id = conn.executor_id or ""
         if chosen is not None:
             chosen(executor_id)

@@ -352,10 +352,10 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
         chosen = None
         if calls is not None:
             try:
-                chosen = calls.choose(org, app, prefer_latest=True, latest_version=version)
+                chosen = calls.choose(org, app, only_version=version)
             except NoHealthyExecutor:
                 pass
-        if chosen is None or chosen.app_version != version:
+        if chosen is None:
             for x in ids:
                 plan.refused[x] = (f"no executor of application version {version!r} is connected to this Relay; "
                                    "fork its workflows (cancelled, then forked from their last step on the "
@@ -375,7 +375,7 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
         outcome, message, executor_id = Outcome.FAILED, None, None
         try:
             await calls.call(org, app, lambda rid, ids=ids: c.RecoveryRequest(request_id=rid, executor_ids=ids),
-                             timeout=ctx.call_timeout.total_seconds(), prefer_latest=True, latest_version=version)
+                             timeout=ctx.call_timeout.total_seconds(), only_version=version)
             outcome = Outcome.SUCCEEDED
         except NoHealthyExecutor as e:
             outcome, message = Outcome.NO_HEALTHY_EXECUTOR, e.detail

@@ -293,7 +293,16 @@ def test_the_latest_version_first_where_the_operation_cares(tmp_path: Path) -> N
             for _ in range(4):  # no preference: spread over both
                 await s.runtime.calls.call("local", "app", resume, timeout=5)
             assert [r["type"] for r in old.requests].count("resume") == 3
+            for _ in range(3):  # only that version's (a recovery): never another
+                await s.runtime.calls.call("local", "app", resume, timeout=5, only_version="v1")
+            assert [r["type"] for r in old.requests].count("resume") == 6
             await old.close()
+            await until(lambda: all(conn.executor_id != "OLD"
+                                    for conn in s.runtime.calls.registry.registered("local", "app")),
+                        what="OLD gone from the registry")
+            with pytest.raises(NoHealthyExecutor):  # v2 is connected, v1 is not: nothing is sent
+                await s.runtime.calls.call("local", "app", resume, timeout=5, only_version="v1")
+            assert [r["type"] for r in new.requests].count("resume") == 6
             await new.close()
 
     run(main())
