@@ -41,7 +41,8 @@ executor of that version dequeues it), so resume fixes a workflow whose version 
 version is left: the workflows are cancelled (so that no executor of the old version ever runs
 them again), then forked from their last recorded step (the protocol's ``fork_from_failure``
 with ``from_last_step``: new workflow ids, the steps before it copied) on ``appVersion``,
-by default the version of the executor that forks them, the latest; it answers
+by default the latest version running (Relay names it: an SDK left to choose keeps the
+original's); it answers
 ``{"fix", "workflowIds", "forkedWorkflowIds"}``. With
 ``{"fix": "recover", "executorIds": [...], "force": false}`` (1-20 ids) Relay has a HEALTHY
 executor *of each one's application version* recover its PENDING workflows now (the
@@ -295,6 +296,7 @@ class StrandedController(Controller):
             return calling.answer({"fix": "recover", "recovered": recovered})
         assert b.workflow_ids is not UNSET
         ids = list(b.workflow_ids)
+        fork_version = await _fork_version(ctx, org, app, b) if b.fix == Fix.FORK else None
         if b.fix == Fix.RESUME:
             made: c.Request = mapping.bulk_resume_request(m.BulkResumeInputBody(workflow_ids=ids), request_id="")
         else:  # cancel, and fork's first step
@@ -308,16 +310,29 @@ class StrandedController(Controller):
                           failed_status=calling.not_found_or(500))
         if b.fix != Fix.FORK:
             return calling.answer({"fix": b.fix, "workflowIds": ids})
-        fork = m.BulkForkFromFailureBody(workflow_ids=ids, app_version=b.app_version, from_last_step=True)
+        fork = m.BulkForkFromFailureBody(workflow_ids=ids, from_last_step=True,
+                                         app_version=UNSET if fork_version is None else fork_version)
         answer = await calling.act(
             ctx, request, org, app, operation="strandedFork", target_type=WORKFLOW, target_ids=ids,
-            parameters={"workflowCount": len(ids), "fromLastStep": True,
-                        "appVersion": None if b.app_version is UNSET else b.app_version},
+            parameters={"workflowCount": len(ids), "fromLastStep": True, "appVersion": fork_version},
             make_request=lambda rid: mapping.fork_from_failure_request(fork, request_id=rid),
             result=lambda a: {"forkedCount": len(a.forked_workflow_ids or ())},
             prefer_latest=True, failed_status=calling.not_found_or(500))
         forked = mapping.fork_from_failure_out(answer).workflow_ids
         return calling.answer({"fix": "fork", "workflowIds": ids, "forkedWorkflowIds": forked})
+
+
+async def _fork_version(ctx: RestContext, org: str, app: str, b: FixBody) -> str | None:
+    """The version a fork runs on: the body's ``appVersion``, else the latest version running
+    now -- named in the request, because an SDK left to choose keeps the original's (TypeScript
+    5.2.11 does, seen live: the fork then waits for an executor of the version that is gone).
+    Resolved before anything is sent, so that no executor at all is a 503 with nothing done."""
+    if b.app_version is not UNSET:
+        return b.app_version
+    await calling.app_must_exist(ctx, org, app)
+    if ctx.calls is None:
+        raise NoHealthyExecutor(org, app)
+    return ctx.calls.choose(org, app, prefer_latest=True).app_version  # None: one that never said
 
 
 async def _queue_counts(ctx: RestContext, org: str, app: str, got: Classified) -> list[BlockedQueueOut]:

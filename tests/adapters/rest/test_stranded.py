@@ -241,6 +241,13 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_fork_not_r
             fork = sent[2]["body"]
             assert fork["workflow_ids"] == ["w1"] and fork["from_last_step"] is True
             assert "from_last_failure" not in fork and fork["application_version"] == "v2"  # only what is set
+
+            # without appVersion Relay names the latest version running: an SDK left to choose keeps
+            # the original's (TypeScript 5.2.11), and the fork would wait for a v1 executor forever
+            r = await asyncio.to_thread(call, server, "POST", FIX, json={"fix": "fork", "workflowIds": ["w1"]})
+            assert r.status_code == 200, r.text
+            fork = [q for q in b.requests if q["type"] == "fork_from_failure"][-1]["body"]
+            assert fork["application_version"] == "v2"
         finally:
             await b.close()
 
@@ -248,12 +255,13 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_fork_not_r
     ((resumed, outcome),) = recorded(server, "strandedResume")
     assert resumed["target"] == {"type": "workflow", "ids": ["w1", "w2"], "count": 2}
     assert resumed["parameters"] == {"workflowCount": 2} and outcome and outcome["outcome"] == "succeeded"
-    (cancelled, outcome), (for_fork, _) = recorded(server, "strandedCancel")
+    (cancelled, outcome), (for_fork, _), _ = recorded(server, "strandedCancel")
     assert cancelled["target"]["ids"] == ["w2"] and outcome and outcome["outcome"] == "succeeded"
     assert for_fork["parameters"] == {"workflowCount": 1, "forFork": True}
-    ((forked, outcome),) = recorded(server, "strandedFork")
+    (forked, outcome), (defaulted, _) = recorded(server, "strandedFork")
     assert forked["parameters"] == {"workflowCount": 1, "fromLastStep": True, "appVersion": "v2"}
     assert outcome and outcome["result"] == {"forkedCount": 1}
+    assert defaulted["parameters"]["appVersion"] == "v2"  # the version it was sent with, on record
 
 
 def test_recover_now_sends_recovery_to_an_executor_of_its_version_and_is_audited(server: RelayServer) -> None:
