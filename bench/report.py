@@ -184,7 +184,7 @@ def s3(d: dict[str, Any], goals: list[list[Any]]) -> str:
     r = d["result"]
     out = [f"{r['n']:,} executors and one survivor (same app and version) connected; `executorTimeoutSecs` = "
            f"{r['stores'][0]['grace_s'] if r['stores'] else '?'} s; the {r['n']:,} dropped at once (no close frame). "
-           "Figures from the audit log (REST, millisecond timestamps) and the survivor's receive times.", ""]
+           "Figures from the lifecycle feed (REST, millisecond timestamps) and the survivor's receive times.", ""]
     rows = []
     for s in r["stores"]:
         def line(label: str, k: str) -> list[Any]:
@@ -289,7 +289,7 @@ def s6(d: dict[str, Any], goals: list[list[Any]]) -> str:
         f"Real `dbos==3.2.0` executors (`tests/e2e/harness.py`, `scene.py`), Relay on SQLite, DBOS system database "
         f"on the bench's Postgres, grace {r['grace_s']} s. Per run a fresh executor A starts 3 workflows (40 steps "
         "of 0.25 s) and is SIGKILLed once each has run step 2; B is the peer. 'First peer step' = the earliest "
-        "`step_runs.ran_at` written by B for one of A's workflows. Stages from A's audit entries (ms resolution), "
+        "`step_runs.ran_at` written by B for one of A's workflows. Stages from A's lifecycle entries (ms resolution), "
         "all in seconds after the kill.", "",
         table(["run", "Disconnected", "DeclaredDead", "RecoveryDispatched", "RecoveryConfirmed", "first peer step",
                "minus grace"], rows), "",

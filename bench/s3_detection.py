@@ -2,7 +2,7 @@
 
 N executors and one survivor (same application and version) connect; the
 application's grace is set to 5 s (PATCH executorTimeoutSecs); the N drop at
-once (no close frame, like SIGKILL). From the audit log (REST, paged):
+once (no close frame, like SIGKILL). From the lifecycle feed (REST, paged):
 DeclaredDead's ``at`` against the deadline its Disconnected carried, and the
 recovery dispatch against the death; from the survivor's fleet: when the
 ``exist_pending_workflows`` frame for each dead executor arrived.
@@ -28,7 +28,7 @@ def ts(s: str) -> float:
 def audit(base: str, app: str, after: int = 0) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     while True:
-        r = httpx.get(base + "/v2/orgs/local/audit-logs", params={"app": app, "after": after, "limit": 1000}, timeout=30)
+        r = httpx.get(base + "/v2/orgs/local/executor-events", params={"app": app, "after": after, "limit": 1000}, timeout=30)
         r.raise_for_status()
         page = r.json()
         out.extend(page)

@@ -28,7 +28,7 @@ def listing(server: RelayServer, app: str = "app", org: str = "local",
 
 def audit(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
     """The first 1,000 audit entries matching ``params``."""
-    r = rest(server, "GET", f"/v2/orgs/{org}/audit-logs", token, params={"limit": 1000, **params})
+    r = rest(server, "GET", f"/v2/orgs/{org}/executor-events", token, params={"limit": 1000, **params})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -43,3 +43,35 @@ def audit_all(server: RelayServer, org: str = "local", token: str | None = None,
         if len(page) < 1000:
             return out
         after = page[-1]["seq"]
+
+
+def audit_log(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
+    """The first 1,000 entries of the audit log (Conductor's ``AuditLogEntry``, newest first) matching ``params``."""
+    r = rest(server, "GET", f"/v2/orgs/{org}/audit-logs", token, params={"limit": 1000, **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+Record = tuple[dict[str, Any], dict[str, Any] | None]
+
+
+def as_records(entries: list[dict[str, Any]], app: str | None = None) -> list[Record]:
+    """Audit-log entries (newest first) as the actions' two halves, oldest first, optionally of
+    one application: (requested ``{actionId, operation, actor: {kind, id}, source, target:
+    {type, ids, count}, parameters}``, completed ``{actionId, operation, outcome, message,
+    executorId, result}`` or None while the action is pending)."""
+    out: list[Record] = []
+    for e in reversed(entries):
+        d = e["details"]
+        if app is not None and d["app"] != app:
+            continue
+        subject = e["subject"]
+        kind = "user" if subject["type"] == "user" else "token" if subject["id"] else "anonymous"
+        requested = {"actionId": e["id"], "operation": e["operation"],
+                     "actor": {"kind": kind, "id": subject["id"] or subject["display"]},
+                     "source": e["sourceIp"] or None, "target": d["targets"], "parameters": d["parameters"]}
+        completed = None if d["outcome"] == "pending" else {
+            "actionId": e["id"], "operation": e["operation"], "outcome": d["outcome"], "message": d["message"],
+            "executorId": d["executorId"], "result": d["result"]}
+        out.append((requested, completed))
+    return out

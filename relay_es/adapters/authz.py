@@ -130,6 +130,7 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("POST", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.create", Scope.ORG, TOKEN_WRITE),
     ("DELETE", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.revoke", Scope.ORG, TOKEN_WRITE),
     ("GET", "/v2/orgs/{org}/audit-logs"): Rule("audit.list", Scope.ORG, ORGANIZATION_READ),
+    ("GET", "/v2/orgs/{org}/executor-events"): Rule("executor_events.list", Scope.ORG, ORGANIZATION_READ),
     ("GET", "/metrics"): Rule("metrics", Scope.ORG, METRIC_READ),
     ("GET", "/healthz"): Rule("healthz", Scope.PUBLIC, None),
     ("GET", "/openapi.json"): Rule("openapi", Scope.PUBLIC, None),

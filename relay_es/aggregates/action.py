@@ -52,7 +52,9 @@ OPERATION = re.compile(r"[a-z][A-Za-z0-9]{0,99}")
 TARGET_TYPE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 SUMMARY_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
-ACTOR_KINDS = ("token", "user")  # an API token (by name); a user (the development-mode user, OIDC users)
+# An API token (by name); a user (the development-mode user, OIDC users); a caller whose
+# credentials were missing or refused (only in a refused action; its id says which).
+ACTOR_KINDS = ("token", "user", "anonymous")
 DEVELOPMENT_USER = "development"  # the user a request acts as in development mode (no token)
 
 Scalar = str | int | bool | None
@@ -63,6 +65,7 @@ class Outcome(StrEnum):
     FAILED = "failed"  # the executor answered with an error, or the call failed (e.g. its socket dropped)
     TIMED_OUT = "timed_out"  # the executor did not answer within the call's timeout
     NO_HEALTHY_EXECUTOR = "no_healthy_executor"  # no executor of the application could take it
+    REFUSED = "refused"  # Relay refused the caller (credentials, permission): nothing was done
 
 
 def action_stream_id(org: str, request_id: str) -> uuid.UUID:

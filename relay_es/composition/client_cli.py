@@ -40,7 +40,7 @@ from relay_es.composition.settings import DEFAULT_HOST, DEFAULT_PORT
 
 DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where ``relay serve`` listens with no options
 REQUEST_TIMEOUT_SECS = 30  # one REST call, connect to last byte; the server's own deadline is RELAY_HTTP_REQUEST_TIMEOUT_SECS
-FOLLOW_INTERVAL_SECS = 1.0  # ``audit --follow``: how often to ask for new entries
+FOLLOW_INTERVAL_SECS = 1.0  # ``events --follow``: how often to ask for new entries
 EXTENDED = {"relay": "extended"}  # Conductor's fields and Relay's (executors' deadline, tokens' appNames)
 
 COLUMNS = {
@@ -48,7 +48,9 @@ COLUMNS = {
              "globalTimeoutMs", "privateMode"],
     "executors": ["executorId", "status", "appVersion", "hostname", "language", "dbosVersion", "updatedAt", "deadline"],
     "tokens": ["tokenName", "createdAt", "appNames"],
-    "audit": ["seq", "at", "app", "executorId", "action", "detail"],
+    "events": ["seq", "at", "app", "executorId", "action", "detail"],
+    # GET .../audit-logs: Conductor's AuditLogEntry, its subject, target and outcome flattened
+    "audit": ["emitTime", "operation", "status", "outcome", "subject", "sourceIp", "target", "message"],
     "history": ["version", "at", "type", "data"],
     "workflows": ["workflowId", "status", "workflowName", "queueName", "executorId", "appVersion", "createdAt",
                   "updatedAt"],
@@ -77,7 +79,8 @@ SEARCH_LISTS = {  # ``workflows list``'s repeatable filters: WorkflowSearchBody'
     "parentWorkflowId": ("--parent", "only children of this workflow"),
     "scheduleName": ("--schedule", "only workflows started by this schedule"),
 }
-COMMANDS = ("apps", "tokens", "executors", "audit", "history", "workflows", "queues", "schedules", "versions")
+COMMANDS = ("apps", "tokens", "executors", "events", "audit", "history", "workflows", "queues", "schedules",
+            "versions")
 """The subcommands :func:`add_parsers` adds and :func:`run` runs."""
 
 
@@ -133,13 +136,23 @@ def add_parsers(sub: Any) -> None:
     el.add_argument("--as-of", help="RFC 3339 instant: the table as it stood then")
     add_common(el)
 
-    au = sub.add_parser("audit", help="the audit log")
-    au.add_argument("--app")
-    au.add_argument("--executor")
-    au.add_argument("--after", type=int)
+    ev = sub.add_parser("events", help="the executor lifecycle feed (every transition, in order)")
+    ev.add_argument("--app")
+    ev.add_argument("--executor")
+    ev.add_argument("--after", type=int)
+    ev.add_argument("--limit", type=int, default=100)
+    ev.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
+    ev.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_SECS, help=argparse.SUPPRESS)
+    add_common(ev)
+
+    au = sub.add_parser("audit", help="the audit log: who did what through the API, newest first")
+    au.add_argument("--operation", help="only this operation (an operationId, e.g. cancelWorkflow)")
+    au.add_argument("--subject", help="only this caller (a token's name, a user's id)")
+    au.add_argument("--target", help="only this target (an application, a workflow id, a token's name...)")
+    au.add_argument("--since", help="RFC 3339: only actions at or after this instant")
+    au.add_argument("--until", help="RFC 3339: only actions before this instant")
     au.add_argument("--limit", type=int, default=100)
-    au.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
-    au.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_SECS, help=argparse.SUPPRESS)
+    au.add_argument("--offset", type=int, default=0)
     add_common(au)
 
     hi = sub.add_parser("history", help="an executor's events, also after deletion")
@@ -446,8 +459,10 @@ def _run(args: argparse.Namespace) -> int:
             if len(page) < 1000:
                 break
         emit(args, events, "history")
+    elif cmd == "events":
+        return _events(args, c, base)
     elif cmd == "audit":
-        return _audit(args, c, base)
+        _audit(args, c, base)
     elif cmd == "workflows":
         _workflows(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd in ("queues", "schedules", "versions"):
@@ -663,7 +678,31 @@ def _queues_schedules_versions(args: argparse.Namespace, c: Client, app: str) ->
                     print(_cell(wid))
 
 
-def _audit(args: argparse.Namespace, c: Client, base: str) -> int:
+def _audit(args: argparse.Namespace, c: Client, base: str) -> None:
+    params: dict[str, Any] = {"limit": args.limit, "offset": args.offset}
+    for name, value in (("operation", args.operation), ("subject", args.subject), ("target", args.target),
+                        ("startTime", args.since), ("endTime", args.until)):
+        if value is not None:
+            params[name] = value
+    entries = c.call("GET", f"{base}/audit-logs", params=params)
+    if args.json or not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        emit(args, entries, "audit entries")
+        return
+    emit(args, [_audit_row(e) for e in entries], "audit entries", COLUMNS["audit"])
+
+
+def _audit_row(e: dict[str, Any]) -> dict[str, Any]:
+    """An ``AuditLogEntry`` as a table row: the subject's display, ``type:id`` of the target,
+    the outcome and message of its details."""
+    details = e.get("details") if isinstance(e.get("details"), dict) else {}
+    subject = e.get("subject") if isinstance(e.get("subject"), dict) else {}
+    target = e.get("target") if isinstance(e.get("target"), dict) else None
+    return {**e, "outcome": details.get("outcome"), "message": details.get("message"),
+            "subject": subject.get("display"),
+            "target": None if target is None else f"{target.get('type')}:{target.get('id')}"}
+
+
+def _events(args: argparse.Namespace, c: Client, base: str) -> int:
     params: dict[str, Any] = {"limit": args.limit}
     if args.app:
         params["app"] = args.app
@@ -674,16 +713,16 @@ def _audit(args: argparse.Namespace, c: Client, base: str) -> int:
     while True:
         if after is not None:
             params["after"] = after
-        entries = c.call("GET", f"{base}/audit-logs", params=params)
+        entries = c.call("GET", f"{base}/executor-events", params=params)
         if entries or first:
             if args.json:
                 for e in entries:
                     print(json.dumps(e), flush=True)
             elif entries:
-                text = table(entries, COLUMNS["audit"])
+                text = table(entries, COLUMNS["events"])
                 print(text if first else "\n".join(text.splitlines()[1:]), flush=True)
             elif not args.follow:
-                print("(no audit entries)")
+                print("(no events)")
         if entries:
             after = entries[-1]["seq"]
             first = False

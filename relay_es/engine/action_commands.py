@@ -1,10 +1,12 @@
 """The action commands: what an operator asked through the API, and how it ended.
 
-The REST operations that act on executors (cancel, resume, fork, delete, the bulk
-forms, schedules, versions) call :meth:`ActionCommands.record_action_requested`
-before they dispatch and :meth:`ActionCommands.record_action_completed` when the
-call ends, however it ends. Both are recorded on the action's own stream
-(:class:`~relay_es.aggregates.action.Action`) and feed the audit log.
+Every REST operation that changes something (applications, tokens, and those that act
+on executors: cancel, resume, fork, delete, the bulk forms, schedules, versions, stranded
+work) calls :meth:`ActionCommands.record_action_requested` before it acts and
+:meth:`ActionCommands.record_action_completed` when it ends, however it ends; a call
+Relay refuses (credentials, permission) is :meth:`ActionCommands.record_action_refused`.
+All are recorded on the action's own stream (:class:`~relay_es.aggregates.action.Action`)
+and are the audit log (:mod:`relay_es.projections.actions`).
 
 What the caller sent (target ids, parameter values, the source address, a
 user's id) is kept escaped and cut, never refused: the record of a hostile
@@ -50,6 +52,11 @@ class Actor:
     def development(cls) -> Actor:
         """The user every request acts as in development mode (no token)."""
         return cls("user", DEVELOPMENT_USER)
+
+    @classmethod
+    def anonymous(cls, why: str = "no valid token") -> Actor:
+        """A caller Relay could not identify (no token, or one it refused)."""
+        return cls("anonymous", why)
 
     @classmethod
     def of(cls, token: str | None) -> Actor:
@@ -158,6 +165,47 @@ class ActionCommands:
                             at=self.now())
             self.save(action)  # type: ignore[attr-defined]
             return True
+
+        return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
+
+
+    def record_action_refused(
+        self,
+        org: str,
+        app: str | None,
+        *,
+        request_id: str,
+        operation: str,
+        actor: Actor,
+        source: str | None,
+        target_type: str,
+        target_ids: Sequence[str] = (),
+        status: int,
+        detail: str,
+        suppressed: int = 0,
+    ) -> UUID:
+        """Records an attempt Relay refused (its credentials or its permission): the
+        request and its ``refused`` completion in one transaction: ``status``, the HTTP
+        status answered, and ``suppressed``, how many like it were not recorded since the
+        last that was, in its result; ``detail``, the refusal's, as its message. Returns the
+        action's id."""
+        if isinstance(target_ids, (str, bytes)):
+            target_ids = [target_ids]  # type: ignore[list-item]
+        ids = [sanitized(t if isinstance(t, str) else repr(t), ID_CHARS) or "" for t in target_ids]
+        fields = dict(org=org, app=app, request_id=request_id, operation=operation, actor_kind=actor.kind,
+                      actor=sanitized(actor.id, ID_CHARS) or "", source=sanitized(source, ID_CHARS),
+                      target_type=target_type, target_ids=ids)
+        message = sanitized(detail, MESSAGE_CHARS)
+        sid = action_stream_id(org, request_id)
+
+        def run() -> UUID:
+            if self._maybe(sid) is not None:
+                return sid  # a retry after a lost answer: recorded already
+            action = Action.request(**fields, at=self.now())
+            action.complete(outcome=Outcome.REFUSED, message=message,
+                            result={"status": status, "suppressed": suppressed}, at=self.now())
+            self.save(action)  # type: ignore[attr-defined]
+            return sid
 
         return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
 

@@ -5,17 +5,18 @@ rebuild's process groups all take their names from here. Their tables are
 stored by :mod:`relay_es.adapters.readmodels`.
 """
 
+from relay_es.projections.actions import ActionsProjection
 from relay_es.projections.apps import AppsProjection
 from relay_es.projections.audit import AuditProjection
 from relay_es.projections.executors import ExecutorsProjection
 
-PROJECTIONS = (ExecutorsProjection, AuditProjection, AppsProjection)
+PROJECTIONS = (ExecutorsProjection, AuditProjection, AppsProjection, ActionsProjection)
 NAMES = tuple(p.NAME for p in PROJECTIONS)
 
-# Projections rebuilt side by side, one process each: the audit log (one row per
+# Projections rebuilt side by side, one process each: the lifecycle feed (one row per
 # event) against everything else. One Python process is bound by its GIL; two
 # use both cores of a small machine.
-REBUILD_GROUPS = ((AuditProjection.NAME,), (ExecutorsProjection.NAME, AppsProjection.NAME))
+REBUILD_GROUPS = ((AuditProjection.NAME,), (ExecutorsProjection.NAME, AppsProjection.NAME, ActionsProjection.NAME))
 
 
 def all_projections() -> list:

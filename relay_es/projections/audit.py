@@ -1,13 +1,14 @@
-"""The audit log: one entry per recorded transition, in the store's order.
+"""The executor lifecycle feed (read model ``audit``): one entry per recorded transition, in
+the store's order, served at ``GET /v2/orgs/{org}/executor-events``.
+
+Executors connected, disconnected, declared dead, their recoveries, retention rounds,
+protocol violations, refused handshakes, skipped events, applications and tokens made and
+changed. Operator actions are not here: they are the audit log
+(:mod:`relay_es.projections.actions`; version 2 of this table had their two halves too).
 
 ``seq`` is the event's notification id: the store's total order, so entries are
 in order, paging with ``after`` is stable, and a rebuild gives identical rows.
 Ids can have gaps; nothing relies on contiguity. :func:`entry_for` is pure.
-
-An operator's action (:mod:`relay_es.aggregates.action`) gives two entries, linked
-by ``actionId``: ``action.requested`` (operation, actor, source, target, parameters)
-and ``action.completed`` (operation, outcome, message, result; its ``executor_id`` is
-the executor that answered).
 The tables are stored by :mod:`relay_es.adapters.readmodels.audit`.
 """
 
@@ -17,7 +18,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
-from relay_es.aggregates.action import Action
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate
@@ -117,24 +117,7 @@ _OTHER_ENTRIES: dict[type, Callable[[str, Any, Any, Any], tuple[Any, Any, str, d
     Token.Reissued: lambda org, app, name, e: (None, None, "token.created",
                                                {"tokenName": name, "appNames": e.app_names, "reissued": True}),
     Token.Revoked: lambda org, app, name, e: (None, None, "token.revoked", {"tokenName": name}),
-    # name: the action's operation. executor_id: the executor that answered.
-    Action.Completed: lambda org, app, name, e: (app, e.executor_id, "action.completed", {
-        "actionId": str(e.originator_id), "operation": name, "outcome": e.outcome, "message": e.message,
-        "executorId": e.executor_id, "result": e.result}),
 }
-
-
-def _action_requested(e: Any, sid: str) -> dict[str, Any]:
-    return {
-        "actionId": sid,
-        "requestId": e.request_id,
-        "operation": e.operation,
-        "actor": {"kind": e.actor_kind, "id": e.actor},
-        "source": e.source,
-        # ids: the first ones the request named (at most MAX_TARGET_IDS); count: how many it named
-        "target": {"type": e.target_type, "ids": e.target_ids, "count": e.target_count},
-        "parameters": e.parameters,
-    }
 
 
 def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = None) -> AuditEntry | None:
@@ -165,9 +148,6 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = No
         return AuditEntry(seq, e.timestamp, e.org, e.app, None, "projection.skipped", {
             "projection": e.projection, "notificationId": e.notification_id, "streamId": e.stream_id,
             "eventType": e.event_type, "reason": e.reason})
-    if kind is Action.Requested:
-        context[sid] = (e.org, e.app, e.operation)
-        return AuditEntry(seq, e.timestamp, e.org, e.app, None, "action.requested", _action_requested(e, sid))
     if kind is Token.Created:
         context[sid] = (e.org, None, e.name)
         return AuditEntry(seq, e.timestamp, e.org, None, None, "token.created", {"tokenName": e.name, "appNames": e.app_names})
@@ -182,8 +162,7 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = No
 
 # Events of other aggregates the audit log reads: those that say where a stream belongs, and
 # those with an entry (derived from the table above, so the two cannot drift apart).
-AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, ProjectionSkip.Recorded, Action.Requested,
-                  *_OTHER_ENTRIES)
+AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, ProjectionSkip.Recorded, *_OTHER_ENTRIES)
 
 Where = tuple[str, str | None, str | None]  # (org, app, name) of a stream
 

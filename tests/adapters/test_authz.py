@@ -142,6 +142,7 @@ OPS = [
     Op("tokens.create", "POST", f"{A}/tokens/fresh", 201, authz.Scope.ORG, {}),
     Op("tokens.revoke", "DELETE", f"{A}/tokens/victim", 204, authz.Scope.ORG),
     Op("audit.list", "GET", f"{A}/audit-logs", 200, authz.Scope.ORG),
+    Op("executor_events.list", "GET", f"{A}/executor-events", 200, authz.Scope.ORG),
     Op("metrics", "GET", "/metrics", 200, authz.Scope.ORG),
     Op("healthz", "GET", "/healthz", 200, authz.Scope.PUBLIC),
     Op("openapi", "GET", "/openapi.json", 200, authz.Scope.PUBLIC),
@@ -226,7 +227,7 @@ def test_an_executor_key_cannot_take_over_its_org(acme: tuple[RelayServer, dict[
     assert call(s, "POST", f"{A}/tokens/pwn?app=orders", key, json={}).status_code == 403
     assert call(s, "DELETE", f"{A}/tokens/admin?app=orders", key).status_code == 403
     assert call(s, "GET", f"{A}/tokens?app=orders", key).status_code == 403
-    assert call(s, "GET", f"{A}/audit-logs?app=orders", key).status_code == 403
+    assert call(s, "GET", f"{A}/executor-events?app=orders", key).status_code == 403
     assert call(s, "GET", f"{A}/apps/billing?app=orders", key).status_code == 403
     r = call(s, "GET", f"{A}/apps/{'x' * 300}%1B%5B2J", key)  # a refusal never echoes a hostile name
     assert r.status_code == 404 and "x" * 300 not in r.text and "\x1b" not in r.text
@@ -250,7 +251,7 @@ def test_an_executor_key_cannot_change_its_applications_retention(acme: tuple[Re
     assert call(s, "PUT", f"{A}/apps/orders", key, json={"privateMode": True}).status_code == 403
     assert call(s, "GET", f"{A}/apps/orders", admin).json() == before
     assert call(s, "GET", f"{A}/apps/orders", key).status_code == 200  # it still reads its application
-    assert not [a for a in call(s, "GET", f"{A}/audit-logs", admin, params={"limit": 1000}).json()
+    assert not [a for a in call(s, "GET", f"{A}/executor-events", admin, params={"limit": 1000}).json()
                 if a["action"] == "app.updated"]
 
 
@@ -261,7 +262,7 @@ def test_repeated_query_parameters_are_a_400_on_every_route(acme: tuple[RelaySer
         r = call(s, op.method, op.path + sep + "x=1&x=2", t["org-wide"], **({} if op.body is None else {"json": op.body}))
         assert r.status_code == 400, (op.name, r.status_code, r.text)
         assert r.headers["content-type"].startswith("application/problem+json") and "'x'" in r.json()["detail"]
-    r = call(s, "GET", f"{A}/audit-logs?app=orders&app=billing", t["org-wide"])
+    r = call(s, "GET", f"{A}/executor-events?app=orders&app=billing", t["org-wide"])
     assert r.status_code == 400
 
 
@@ -321,14 +322,14 @@ def test_websocket_auth_matrix_and_revocation(auth_server: tuple[RelayServer, di
         assert call(s, "DELETE", "/v2/orgs/acme/tokens/billing-only", t["acme"]).status_code == 204
         assert await scoped.closed() == 4003
         assert ok.ws.close_code is None  # the other executor is undisturbed
-        b = await until(lambda: (e := call(s, "GET", "/v2/orgs/acme/audit-logs", t["acme"],
+        b = await until(lambda: (e := call(s, "GET", "/v2/orgs/acme/executor-events", t["acme"],
                                            params={"executorId": "B"}).json())
                         and e[-1]["action"] == "executor.disconnected" and e, what="B's disconnect audited")
         assert b[-1]["detail"]["reason"] == "token_revoked"
         await ok.close()
 
     asyncio.run(main())
-    refusals = [a for a in call(s, "GET", "/v2/orgs/acme/audit-logs", t["acme"], params={"limit": 1000}).json()
+    refusals = [a for a in call(s, "GET", "/v2/orgs/acme/executor-events", t["acme"], params={"limit": 1000}).json()
                 if a["action"] == "auth.refused"]
     assert {a["detail"]["status"] for a in refusals} >= {401, 403}
     assert all(secret not in s.log() for secret in t.values())
@@ -498,7 +499,7 @@ def test_an_unknown_key_writes_into_no_orgs_audit_log(acme: tuple[RelayServer, d
     asyncio.run(main())
 
     def refusals(org: str, token: str) -> list[dict[str, Any]]:
-        r = call(s, "GET", f"/v2/orgs/{org}/audit-logs", token, params={"limit": 1000})
+        r = call(s, "GET", f"/v2/orgs/{org}/executor-events", token, params={"limit": 1000})
         assert r.status_code == 200, r.text
         return [a for a in r.json() if a["action"] == "auth.refused"]
 

@@ -186,7 +186,7 @@ def test_the_address_relay_records_is_the_clients_not_the_proxys(proxied: tuple[
     assert asyncio.run(refused_from("127.0.0.2")) == 403
 
     def refusals() -> list[dict[str, Any]]:
-        r = httpx.get(f"{nginx.https}/v2/orgs/acme/audit-logs", headers={"Authorization": f"Bearer {admin}"},
+        r = httpx.get(f"{nginx.https}/v2/orgs/acme/executor-events", headers={"Authorization": f"Bearer {admin}"},
                       verify=nginx.ssl, timeout=10)
         assert r.status_code == 200, r.text
         return [a for a in r.json() if a["action"] == "auth.refused"]

@@ -68,8 +68,8 @@ def test_an_action_completes_at_most_once(outcome: Outcome) -> None:
     assert a.outcome == outcome.value
 
 
-def test_the_outcomes_are_the_four_named() -> None:
-    assert [o.value for o in Outcome] == ["succeeded", "failed", "timed_out", "no_healthy_executor"]
+def test_the_outcomes_are_the_five_named() -> None:
+    assert [o.value for o in Outcome] == ["succeeded", "failed", "timed_out", "no_healthy_executor", "refused"]
     a = request()
     with pytest.raises(InvalidSetting, match="outcome"):
         a.complete(outcome="exploded", at=T0)

@@ -214,7 +214,7 @@ def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(tmp_path) -> None
             raise AssertionError("a key not covering billing was admitted")
 
     def peers(server: RelayServer) -> list[str]:
-        r = httpx.get(f"{server.http}/v2/orgs/acme/audit-logs", headers=auth, timeout=10)
+        r = httpx.get(f"{server.http}/v2/orgs/acme/executor-events", headers=auth, timeout=10)
         assert r.status_code == 200, r.text
         return [a["detail"].get("peer") for a in r.json() if a["action"] == "auth.refused"]
 

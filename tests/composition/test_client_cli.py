@@ -54,13 +54,43 @@ def test_executor_supplied_strings_cannot_drive_the_terminal(monkeypatch, capsys
     assert "A\\x1b[2J" in out and "web-1\\n\\x1b[2J" in out
 
 
-def test_audit_details_and_key_value_listings_are_escaped(monkeypatch, capsys) -> None:
+def test_event_details_audit_entries_and_key_value_listings_are_escaped(monkeypatch, capsys) -> None:
     entries = [{"seq": 1, "at": "2026-11-30T12:00:00.000Z", "app": "orders", "executorId": "A\n2",
                 "action": "protocol.violation", "detail": {"hostname": HOSTILE}}]
-    assert run(monkeypatch, lambda r: httpx.Response(200, json=entries), "audit") == 0
+    asked: list[httpx.Request] = []
+
+    def events(r: httpx.Request) -> httpx.Response:
+        asked.append(r)
+        return httpx.Response(200, json=entries)
+
+    assert run(monkeypatch, events, "events", "--app", "orders") == 0
+    assert asked[0].url.path == "/v2/orgs/local/executor-events" and asked[0].url.params["app"] == "orders"
     out = capsys.readouterr().out
     clean(out)
     assert len(out.splitlines()) == 2
+
+    logged = [{"id": "a1", "emitTime": "2026-11-30T12:00:00.000Z", "operation": "updateApp", "status": "failure",
+               "subject": {"type": "api_key", "id": "", "display": f"anonymous ({HOSTILE})"},
+               "sourceIp": "10.0.0.1\r\n", "target": {"type": "application", "id": "orders"},
+               "details": {"outcome": "refused", "message": f"unknown token {HOSTILE}"}}]
+    check_response("listAuditLogs", 200, logged)
+    asked.clear()
+
+    def audit(r: httpx.Request) -> httpx.Response:
+        asked.append(r)
+        return httpx.Response(200, json=logged)
+
+    assert run(monkeypatch, audit, "audit", "--operation", "updateApp", "--subject", "ci", "--target", "orders",
+               "--since", "2026-11-30T00:00:00Z", "--until", "2026-12-01T00:00:00Z", "--limit", "5",
+               "--offset", "10") == 0
+    assert asked[0].url.path == "/v2/orgs/local/audit-logs"
+    assert dict(asked[0].url.params) == {"operation": "updateApp", "subject": "ci", "target": "orders",
+                                         "startTime": "2026-11-30T00:00:00Z", "endTime": "2026-12-01T00:00:00Z",
+                                         "limit": "5", "offset": "10"}
+    out = capsys.readouterr().out
+    clean(out)
+    lines = out.splitlines()
+    assert len(lines) == 2 and "refused" in lines[1] and "application:orders" in lines[1]
     app = {"name": "orders", "status": "AVAILABLE", "language": HOSTILE, "x\x1b[2J": 1}
     assert run(monkeypatch, lambda r: httpx.Response(200, json=app), "apps", "show", "orders") == 0
     out = capsys.readouterr().out
@@ -640,3 +670,24 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
         assert capsys.readouterr().err.startswith("relay: 404 ")
     finally:
         relay.stop()
+
+
+def test_events_follow_asks_for_what_came_after_the_last_entry_until_interrupted(monkeypatch, capsys) -> None:
+    pages = [[{"seq": 3, "at": "2026-11-30T12:00:00.000Z", "app": "orders", "executorId": "A",
+               "action": "executor.connected", "detail": {}}],
+             [],
+             [{"seq": 9, "at": "2026-11-30T12:00:01.000Z", "app": "orders", "executorId": "A",
+               "action": "executor.disconnected", "detail": {"reason": "socket_closed"}}]]
+    afters: list[str | None] = []
+
+    def feed(r: httpx.Request) -> httpx.Response:
+        afters.append(r.url.params.get("after"))
+        if not pages:
+            raise KeyboardInterrupt  # the user's Ctrl-C
+        return httpx.Response(200, json=pages.pop(0))
+
+    assert run(monkeypatch, feed, "events", "--follow", "--interval", "0") == 130
+    assert afters == [None, "3", "3", "9"]
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("seq") and "executor.connected" in lines[1]
+    assert "executor.disconnected" in lines[2]  # no second header

@@ -66,7 +66,7 @@ class Scene:
         return self.executors_now().get(executor_id)
 
     def audit(self, executor_id: str) -> list[dict[str, Any]]:
-        r = self.api("GET", "/v2/orgs/local/audit-logs", params={"executorId": executor_id, "limit": 1000})
+        r = self.api("GET", "/v2/orgs/local/executor-events", params={"executorId": executor_id, "limit": 1000})
         assert r.status_code == 200, r.text
         return r.json()
 

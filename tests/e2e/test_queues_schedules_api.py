@@ -19,6 +19,7 @@ import pytest
 from tests.conductor_schema import check_response
 from tests.e2e.ground import QUEUE, Ground
 from tests.e2e.sysdb import SystemDb
+from tests.rest_client import as_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -56,12 +57,9 @@ def wait_quiet(g: Ground, what: str) -> None:
 
 
 def audited(g: Ground, operation: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    r = g.scene.api("GET", "/v2/orgs/local/audit-logs", params={"app": g.app, "limit": 1000})
+    r = g.scene.api("GET", "/v2/orgs/local/audit-logs", params={"operation": operation, "limit": 1000})
     assert r.status_code == 200, r.text
-    entries = r.json()
-    done = {e["detail"]["actionId"]: e["detail"] for e in entries if e["action"] == "action.completed"}
-    return [(e["detail"], done.get(e["detail"]["actionId"])) for e in entries
-            if e["action"] == "action.requested" and e["detail"]["operation"] == operation]
+    return as_records(r.json(), g.app)
 
 
 def check_reads(g: Ground) -> None:

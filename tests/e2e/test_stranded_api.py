@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import postgres_admin_url
 from tests.e2e import harness
 from tests.e2e.scene import FAST, Scene, TsScene
+from tests.rest_client import as_records
 from tests.server import RelayServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -56,10 +57,9 @@ def fix(s: Scene, body: dict[str, Any]) -> Any:
 
 
 def actions(s: Scene, operation: str) -> list[dict[str, Any]]:
-    r = s.api("GET", "/v2/orgs/local/audit-logs", params={"app": s.app, "limit": 1000})
+    r = s.api("GET", "/v2/orgs/local/audit-logs", params={"operation": operation, "limit": 1000})
     assert r.status_code == 200, r.text
-    return [e["detail"] for e in r.json() if e["action"] == "action.completed"
-            and e["detail"]["operation"] == operation]
+    return [done for _, done in as_records(r.json(), s.app) if done is not None]
 
 
 def test_a_killed_executor_s_stranded_work_is_listed_and_fixed_for_real(any_sdk_scene: Scene) -> None:

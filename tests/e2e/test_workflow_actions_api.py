@@ -22,6 +22,7 @@ from tests.conductor_schema import check_response
 from tests.e2e.ground import Ground
 from tests.e2e.scene import Scene, TsScene
 from tests.e2e.sysdb import SystemDb, decode
+from tests.rest_client import as_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -45,16 +46,16 @@ def step_id(g: Ground, workflow_id: str, name: str, last: bool = False) -> int:
 def actions(g: Ground, app: str, count: int) -> list[dict[str, Any]]:
     """``app``'s actions in the audit log once ``count`` have completed: operation, outcome, message."""
     def done() -> list[dict[str, Any]] | None:
-        r = g.scene.api("GET", "/v2/orgs/local/audit-logs", params={"app": app, "limit": 1000})
+        r = g.scene.api("GET", "/v2/orgs/local/audit-logs", params={"limit": 1000})
         assert r.status_code == 200, r.text
-        out: dict[str, dict[str, Any]] = {}
-        for e in r.json():
-            d = e["detail"]
-            if e["action"] == "action.requested":
-                out[d["actionId"]] = {"operation": d["operation"], "actor": d["actor"], "ids": d["target"]["ids"]}
-            elif e["action"] == "action.completed":
-                out[d["actionId"]].update(outcome=d["outcome"], message=d["message"], result=d["result"])
-        found = list(out.values())
+        found = []
+        for req, completed in as_records(r.json(), app):
+            if req["operation"] == "registerApp":  # the scene's own
+                continue
+            a = {"operation": req["operation"], "actor": req["actor"], "ids": req["target"]["ids"]}
+            if completed is not None:
+                a.update(outcome=completed["outcome"], message=completed["message"], result=completed["result"])
+            found.append(a)
         return found if len([a for a in found if "outcome" in a]) >= count else None
 
     return g.scene.wait(done, f"{count} actions of {app} on record", timeout=20)

@@ -176,3 +176,22 @@ def test_what_relay_itself_supplies_is_checked(relays, field, value) -> None:
     with pytest.raises(InvalidSetting, match="executorId"):
         relay.record_action_completed(action_id, outcome=Outcome.SUCCEEDED, executor_id="e\x00")
     assert kinds(relay, action_id) == ["Action.Requested"]
+
+
+def test_a_refusal_is_recorded_requested_and_refused_in_one_transaction(relays) -> None:
+    relay, _ = relays
+    hostile = "evil\x1b[31m" + "x" * 5000
+    action_id = relay.record_action_refused("acme", None, request_id="r9", operation="deleteApp",
+                                            actor=Actor.anonymous(), source="203.0.113.9", target_type="application",
+                                            target_ids=[hostile], status=401, detail="unknown or revoked token",
+                                            suppressed=3)
+    requested, refused = relay.stream(action_id)  # both, or neither: one save
+    assert (requested.actor_kind, requested.actor, requested.source) == ("anonymous", "no valid token", "203.0.113.9")
+    assert "\x1b" not in requested.target_ids[0] and len(requested.target_ids[0]) <= 256  # kept, escaped and cut
+    assert (refused.outcome, refused.message, refused.result) == ("refused", "unknown or revoked token",
+                                                                  {"status": 401, "suppressed": 3})
+    # recorded again (a retry after a lost answer): the same action, nothing more
+    assert relay.record_action_refused("acme", None, request_id="r9", operation="deleteApp",
+                                       actor=Actor.anonymous(), source=None, target_type="application",
+                                       status=401, detail="again") == action_id
+    assert len(list(relay.stream(action_id))) == 2

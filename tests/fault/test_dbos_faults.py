@@ -140,7 +140,7 @@ def history(scene: Scene, executor_id: str) -> list[dict[str, Any]]:
 
 
 def app_audit(scene: Scene) -> list[dict[str, Any]]:
-    r = scene.api("GET", "/v2/orgs/local/audit-logs", params={"limit": 1000})
+    r = scene.api("GET", "/v2/orgs/local/executor-events", params={"limit": 1000})
     assert r.status_code == 200, r.text
     return r.json()
 

@@ -404,7 +404,7 @@ def test_rest_inputs_never_cause_a_server_error(live: RelayServer, store_url: st
             ("GET", "/v2/orgs/local/apps/{1}/executors"), ("GET", "/v2/orgs/local/apps/{1}/executors/{2}/history"),
             ("GET", "/v2/orgs/local/apps/{1}/executors?asOf=2026-11-30T12:00:00Z"),
             ("GET", "/v2/orgs/{0}/tokens"), ("POST", "/v2/orgs/local/tokens/{1}"),
-            ("DELETE", "/v2/orgs/local/tokens/{1}"), ("GET", "/v2/orgs/{0}/audit-logs"),
+            ("DELETE", "/v2/orgs/local/tokens/{1}"), ("GET", "/v2/orgs/{0}/executor-events"),
             ("GET", "/websocket/{1}/{2}"), ("GET", "/{0}"), ("GET", "/healthz/{1}")]),
             a=names, b_=names, c=names)
         @example(template=("GET", "/v2/orgs/local/apps/{1}/executors?asOf=2026-11-30T12:00:00Z"),
@@ -418,12 +418,12 @@ def test_rest_inputs_never_cause_a_server_error(live: RelayServer, store_url: st
 
         @settings(FUZZ, max_examples=400)
         @given(where=st.sampled_from(["/v2/orgs/local/apps/fz-a/executors", "/v2/orgs/local/apps/nope/executors",
-                                      "/v2/orgs/local/audit-logs", "/v2/orgs/local/apps/fz-a/executors/fz-1/history"]),
+                                      "/v2/orgs/local/executor-events", "/v2/orgs/local/apps/fz-a/executors/fz-1/history"]),
                params=query_params,
                raw=st.booleans())
-        @example(where="/v2/orgs/local/audit-logs", params={"after": "9223372036854775808"}, raw=False)
-        @example(where="/v2/orgs/local/audit-logs", params={"app": "\x00"}, raw=False)
-        @example(where="/v2/orgs/local/audit-logs", params={"executorId": "a\x00b"}, raw=False)
+        @example(where="/v2/orgs/local/executor-events", params={"after": "9223372036854775808"}, raw=False)
+        @example(where="/v2/orgs/local/executor-events", params={"app": "\x00"}, raw=False)
+        @example(where="/v2/orgs/local/executor-events", params={"executorId": "a\x00b"}, raw=False)
         @example(where="/v2/orgs/local/apps/fz-a/executors", params={"asOf": "0001-01-01T00:00:00+14:00"}, raw=False)
         @example(where="/v2/orgs/local/apps/fz-a/executors", params={"asOf": "9999-12-31T23:59:59-14:00"}, raw=False)
         def fuzz_queries(where: str, params: dict[str, str], raw: bool) -> None:

@@ -227,7 +227,7 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
     except BaseException:
         print(server.log()[-12000:])
         try:
-            entries = httpx.get(server.http + "/v2/orgs/local/audit-logs", params={"limit": 1000}, timeout=10).json()
+            entries = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"limit": 1000}, timeout=10).json()
             print("\n".join(f"{e['at']} {e['executorId']} {e['action']} {e['detail']}" for e in entries
                             if e["action"] not in ("executor.connected", "executor.reconnected")))
         except Exception as e:  # the server may be the thing that failed
@@ -345,7 +345,7 @@ def test_wall_clock_step_declares_nothing_early(tmp_path, store_url, step: float
         asyncio.run(main())
         # Measured from the events' own times, not from when this test saw them: the
         # disconnect was stamped before the step, the death after it (by ``step``).
-        r = httpx.get(server.http + "/v2/orgs/local/audit-logs", params={"executorId": "A"}, timeout=10)
+        r = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"executorId": "A"}, timeout=10)
         entries = r.json()
         took = at(first(entries, "executor.declared_dead")) - step - at(first(entries, "executor.disconnected"))
         assert dead_after - 0.002 <= took < dead_after + 1.0, f"declared dead {took:.3f}s after the disconnect"

@@ -372,7 +372,7 @@ def test_another_key_cannot_supersede_a_live_executor(make_server: Callable[...,
     assert rest(server, "PUT", "/v2/orgs/acme/apps/app", headers=auth).status_code == 204
 
     def acme_audit() -> list[dict[str, Any]]:
-        r = rest(server, "GET", "/v2/orgs/acme/audit-logs", headers=auth, params={"limit": 1000})
+        r = rest(server, "GET", "/v2/orgs/acme/executor-events", headers=auth, params={"limit": 1000})
         assert r.status_code == 200, r.text
         return r.json()
 

@@ -36,7 +36,7 @@ PAGE_CALLS = [
     ("DELETE", f"{L}/apps/orders", None),
     ("POST", f"{L}/tokens/evil", {}),
     ("GET", f"{L}/tokens", None),
-    ("GET", f"{L}/audit-logs", None),
+    ("GET", f"{L}/executor-events", None),
     ("GET", f"{L}/apps/orders/executors", None),
     ("GET", "/metrics", None),
 ]
@@ -120,7 +120,7 @@ def test_a_page_cannot_register_a_fake_executor_in_development_mode(dev: RelaySe
     asyncio.run(main())
     assert "pwned" not in [a["name"] for a in call(dev, "GET", f"{L}/apps").json()]
     assert call(dev, "GET", f"{L}/apps/pwned/executors").status_code == 404
-    refusals = [a for a in call(dev, "GET", f"{L}/audit-logs", params={"limit": 1000}).json()
+    refusals = [a for a in call(dev, "GET", f"{L}/executor-events", params={"limit": 1000}).json()
                 if a["action"] == "auth.refused"]
     assert refusals and all(a["detail"]["status"] == 403 for a in refusals)
 
@@ -135,7 +135,7 @@ def test_hostile_names_and_queries_get_clear_refusals_and_change_nothing(dev: Re
     assert r.status_code == 404 and "x" * 600 not in r.text
     r = call(dev, "GET", f"{L}/apps/orders/executors/a%1Bb/history")
     assert r.status_code == 404 and "\x1b" not in r.text
-    r = call(dev, "GET", f"{L}/audit-logs", params={"executorId": "x" * 1000})
+    r = call(dev, "GET", f"{L}/executor-events", params={"executorId": "x" * 1000})
     assert r.status_code == 422
     r = call(dev, "GET", f"{L}/apps/orders/executors", params={"asOf": "2026-01-01T00:00:00Z" + "0" * 100})
     assert r.status_code == 422

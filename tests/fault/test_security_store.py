@@ -58,7 +58,7 @@ def listed(server: RelayServer) -> set[str]:
 
 
 def skips(server: RelayServer) -> list[dict[str, Any]]:
-    r = httpx.get(server.http + "/v2/orgs/local/audit-logs", params={"limit": 1000}, timeout=10)
+    r = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"limit": 1000}, timeout=10)
     assert r.status_code == 200, r.text
     return [e for e in _rows(r.json()) if e["action"] == "projection.skipped"]
 

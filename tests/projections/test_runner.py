@@ -31,6 +31,7 @@ def test_rebuild_matches_the_live_tables_row_for_row(world: World) -> None:
     world.runner.catch_up()
     live = tables(world)
     assert live["relay_audit"] and live["relay_executors"] and live["relay_apps"] and live["relay_tokens"]
+    assert len(live["relay_actions"]) == 3
     n = world.runner.rebuild()
     assert n >= len(live["relay_audit"])
     assert tables(world) == live
@@ -47,7 +48,7 @@ def test_rebuild_command_a_user_can_run(world: World) -> None:
     out = subprocess.run([sys.executable, "-m", "relay_es", "projections", "rebuild"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "rebuilt executors, audit, apps from" in out.stdout
+    assert "rebuilt executors, audit, apps, actions from" in out.stdout
     world._open()
     assert tables(world) == live
 

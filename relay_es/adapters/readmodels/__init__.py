@@ -8,17 +8,20 @@ modules here hold every SQL statement that creates, writes and reads those rows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from relay_es.adapters.failures import is_data_error
-from relay_es.adapters.readmodels import apps, audit, executors, tracking
+from relay_es.adapters.readmodels import actions, apps, audit, executors, tracking
+from relay_es.projections.actions import ActionRow
 from relay_es.projections.apps import AppRow, TokenRow
 from relay_es.projections.audit import AuditEntry
 from relay_es.projections.executors import ExecutorRow
 
 # Each read model's tables, by the projection's NAME (relay_es.projections.NAMES).
-TABLES = {t.name: t for t in (executors.ExecutorsTable(), audit.AuditTable(), apps.AppsTable())}
+TABLES = {t.name: t for t in (executors.ExecutorsTable(), audit.AuditTable(), apps.AppsTable(),
+                               actions.ActionsTable())}
 
 
 class ReadModelStore:
@@ -83,5 +86,11 @@ class ReadModelStore:
                       after: int | None = None, limit: int = 100) -> list[AuditEntry]:
         return audit.query(self, org=org, app=app, executor_id=executor_id, after=after, limit=limit)
 
+    def action_rows(self, *, org: str, start: datetime | None = None, end: datetime | None = None,
+                    operation: str | None = None, subject: str | None = None, target: str | None = None,
+                    limit: int = 100, offset: int = 0) -> list[ActionRow]:
+        return actions.query(self, org=org, start=start, end=end, operation=operation, subject=subject,
+                             target=target, limit=limit, offset=offset)
 
-__all__: Sequence[str] = ("TABLES", "ReadModelStore", "apps", "audit", "executors", "tracking")
+
+__all__: Sequence[str] = ("TABLES", "ReadModelStore", "actions", "apps", "audit", "executors", "tracking")

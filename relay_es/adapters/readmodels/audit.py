@@ -60,7 +60,7 @@ class AuditTable:
 
     name = NAME
     tables = ("relay_audit", "relay_audit_streams")
-    version = 2
+    version = 3  # 3: operator actions left for their own table (relay_actions)
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
         # SQLite: INTEGER PRIMARY KEY makes seq the rowid (one b-tree, not a table and an index)

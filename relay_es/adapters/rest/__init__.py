@@ -12,7 +12,10 @@ One module per resource, each a Litestar controller or handlers:
 * ``applications`` -- ``/v2/orgs/{org}/apps[/{app}]``
 * ``executors`` -- ``/v2/orgs/{org}/apps/{app}/executors[/{executor_id}/history]``
 * ``tokens`` -- ``/v2/orgs/{org}/tokens[/{token_name}]``
-* ``audit`` -- ``/v2/orgs/{org}/audit-logs``
+* ``workflows``, ``workflow_actions``, ``queues``, ``schedules``, ``versions``, ``stranded`` --
+  ``/v2/orgs/{org}/apps/{app}/...``, each carried to an executor through ``calling``
+* ``audit`` -- ``/v2/orgs/{org}/audit-logs`` (who did what through the API, Conductor's shape)
+* ``executor_events`` -- ``/v2/orgs/{org}/executor-events`` (the lifecycle feed)
 * ``health`` -- ``/healthz``, ``/metrics``, ``/openapi.json``
 
 and what they share: ``context`` (:class:`RestContext`, what the API is given,

@@ -17,6 +17,7 @@ from relay_es.adapters.rest import (
     applications,
     audit,
     calling,
+    executor_events,
     executors,
     health,
     queues,
@@ -48,6 +49,7 @@ ROUTES = [
     stranded.StrandedController,
     tokens.TokensController,
     audit.AuditController,
+    executor_events.ExecutorEventsController,
     health.healthz,
     health.metrics,
 ]

@@ -22,6 +22,7 @@ from msgspec import UNSET, UnsetType
 from relay_es.adapters.rest.bodies import strict
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
+from relay_es.adapters.rest.recording import recorded
 from relay_es.aggregates.application import SettingsPatch, check_app_name
 from relay_es.aggregates.executor import ExecutorStatus
 from relay_es.domain import units
@@ -109,39 +110,56 @@ def patch_from_body(body: PatchAppBody) -> SettingsPatch:
     return SettingsPatch(**given)
 
 
+def given(body: PatchAppBody) -> dict[str, Any]:
+    """The settings a patch gave, by their Conductor names (its record's parameters: scalars)."""
+    out = msgspec.to_builtins(body)
+    out.pop("$schema", None)
+    return out  # type: ignore[no-any-return]
+
+
 class ApplicationsController(Controller):
     path = ORG + "/apps"
 
-    @get("/", sync_to_thread=True, summary="List applications")
+    @get("/", operation_id="listApps", sync_to_thread=True, summary="List applications")
     def list_apps(self, org: FromPath[str], ctx: Context) -> list[Application]:
         rows = apps_view.list_apps(ctx.db, org)
         execs = all_rows(ctx.db, org=org)
         return [app_out(r, [e for e in execs if e.app == r.name and e.visible], ctx.default_executor_timeout)
                 for r in rows]
 
-    @put("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Register an application")
-    def register(self, org: FromPath[str], app: FromPath[str], ctx: Context,
+    @put("/{app:str}", operation_id="registerApp", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Register an application")
+    def register(self, org: FromPath[str], app: FromPath[str], ctx: Context, request: Request[Any, Any, Any],
                  data: JSONBody[PutAppBody | None] = None) -> None:
         check_app_name(app)
         private_mode = None if data is None or data.private_mode is UNSET else data.private_mode
-        ctx.relay.register_app(org, app, private_mode=private_mode)
+        with recorded(ctx, request, org, app, operation="registerApp", target_type="application", target_ids=[app],
+                      parameters={"privateMode": private_mode}):
+            ctx.relay.register_app(org, app, private_mode=private_mode)
         ctx.read_your_writes()
 
-    @get("/{app:str}", sync_to_thread=True, summary="Read an application")
+    @get("/{app:str}", operation_id="getApp", sync_to_thread=True, summary="Read an application")
     def get_app(self, org: FromPath[str], app: FromPath[str], ctx: Context) -> Application:
         row = find_app(ctx.db, org, app)
         execs = [e for e in all_rows(ctx.db, org=org, app=app) if e.visible]
         return app_out(row, execs, ctx.default_executor_timeout)
 
-    @patch("/{app:str}", status_code=HTTP_204_NO_CONTENT, summary="Change settings")
+    @patch("/{app:str}", operation_id="updateApp", status_code=HTTP_204_NO_CONTENT, summary="Change settings")
     async def update(self, org: FromPath[str], app: FromPath[str], data: JSONBody[PatchAppBody],
                      request: Request[Any, Any, Any], ctx: Context) -> None:
         body = await strict(request, PatchAppBody)  # ``data`` (Litestar's lenient decoding) documents the body
-        await asyncio.to_thread(ctx.relay.update_app, org, app, patch_from_body(body))
-        await asyncio.to_thread(ctx.read_your_writes)
 
-    @delete("/{app:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Delete an application")
-    def delete_app(self, org: FromPath[str], app: FromPath[str], ctx: Context) -> None:
-        ctx.relay.delete_app(org, app)
+        def update() -> None:
+            with recorded(ctx, request, org, app, operation="updateApp", target_type="application", target_ids=[app],
+                          parameters=given(body)):
+                ctx.relay.update_app(org, app, patch_from_body(body))
+            ctx.read_your_writes()
+
+        await asyncio.to_thread(update)
+
+    @delete("/{app:str}", operation_id="deleteApp", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Delete an application")
+    def delete_app(self, org: FromPath[str], app: FromPath[str], ctx: Context,
+                   request: Request[Any, Any, Any]) -> None:
+        with recorded(ctx, request, org, app, operation="deleteApp", target_type="application", target_ids=[app]):
+            ctx.relay.delete_app(org, app)
         ctx.app_deleted(org, app)
         ctx.read_your_writes()

@@ -1,53 +1,115 @@
-"""The audit log: ``/v2/orgs/{org}/audit-logs`` (Relay's own shape; issue 13 part 2 moves it).
+"""The audit log, Conductor's ``listAuditLogs``: ``GET /v2/orgs/{org}/audit-logs``.
 
-An org's audit entries in order (``seq``), optionally of one application or
-one executor, a page of at most ``limit`` after ``after``.
+Who did what through the API: one ``AuditLogEntry`` per operator action
+(:mod:`relay_es.projections.actions`), newest first. Filters as Conductor's:
+``startTime`` (inclusive) and ``endTime`` (exclusive), RFC 3339; ``operation`` (an
+``operationId``, e.g. ``cancelWorkflow``); ``subject`` (the caller: a token's name, a user's
+id); ``target`` (the target's id); ``limit`` (1-1000, default 100) and ``offset``.
+
+An entry: ``id`` (the action's), ``emitTime`` (when it was asked), ``operation``, ``status``
+(``success`` when it succeeded; ``failure`` when it failed, timed out, found no executor, was
+refused, or never recorded its end), ``subject`` (``api_key`` for a token, ``user`` for a
+user; a caller Relay could not identify is an ``api_key`` with an empty id),
+``sourceIp`` (empty when unknown), ``target`` (:func:`~relay_es.projections.actions.conductor_target`)
+and ``details``: ``outcome`` (succeeded, failed, timed_out, no_healthy_executor, refused, or
+pending: never completed), ``app``, ``targets`` (``type``, ``ids``: the first 100 named,
+``count``), ``parameters``, ``message``, ``result``, ``executorId`` (the executor that
+answered) and ``completedAt``. Conductor serves this operation only with OAuth; Relay serves
+it in every mode (an org-wide token with ``organization.read`` in auth mode).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, get
 from litestar.params import FromPath, QueryParameter
 
-from relay_es.adapters import authz
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
-from relay_es.projections import audit as audit_view
+from relay_es.projections import actions as actions_view
+from relay_es.projections.actions import ActionRow
+
+MAX_FILTER = 256  # characters of the operation, subject and target filters (every recorded id fits)
+MAX_OFFSET = 2**31 - 1
 
 
-class AuditEntry(msgspec.Struct, rename="camel"):
-    seq: int
-    at: str
-    org: str
-    app: str | None
-    executor_id: str | None
-    action: str
-    detail: dict[str, Any]
+class AuditSubject(msgspec.Struct):
+    type: Literal["user", "api_key"]
+    id: str
+    display: str
+
+
+class AuditTarget(msgspec.Struct):
+    type: str
+    id: str
+
+
+class AuditLogEntry(msgspec.Struct, rename="camel"):
+    id: str
+    emit_time: str
+    operation: str
+    status: Literal["success", "failure"]
+    subject: AuditSubject
+    source_ip: str
+    details: dict[str, Any] | None
+    target: AuditTarget
+
+
+def subject_of(row: ActionRow) -> AuditSubject:
+    if row.actor_kind == "token":
+        return AuditSubject(type="api_key", id=row.actor, display=row.actor)
+    if row.actor_kind == "user":
+        return AuditSubject(type="user", id=row.actor, display=row.actor)
+    return AuditSubject(type="api_key", id="", display=f"anonymous ({row.actor})")
+
+
+def entry_out(row: ActionRow) -> AuditLogEntry:
+    target_type, target_id = row.conductor_target
+    return AuditLogEntry(
+        id=row.action_id, emit_time=units.rfc3339(row.at) or "", operation=row.operation,
+        status="success" if row.outcome == "succeeded" else "failure", subject=subject_of(row),
+        source_ip=row.source or "", target=AuditTarget(type=target_type, id=target_id),
+        details={
+            "outcome": row.outcome or "pending",
+            "app": row.app,
+            "targets": {"type": row.target_type, "ids": row.target_ids, "count": row.target_count},
+            "parameters": row.parameters,
+            "message": row.message,
+            "result": row.result,
+            "executorId": row.executor_id,
+            "completedAt": units.rfc3339(row.completed_at),
+        })
+
+
+def _text(name: str, value: str | None, most: int = MAX_FILTER) -> str | None:
+    if value is not None and ("\x00" in value or len(value) > most):
+        raise InvalidSetting(name, f"must be at most {most} characters, without NUL")
+    return value
 
 
 class AuditController(Controller):
     path = ORG + "/audit-logs"
 
-    @get("/", sync_to_thread=True, summary="Audit entries in order")
-    def audit_logs(
+    @get("/", sync_to_thread=True, operation_id="listAuditLogs", summary="List audit logs (newest first)")
+    def list_audit_logs(
         self, org: FromPath[str], ctx: Context,
-        # Lengths checked below, not by Litestar, whose refusal names the argument, not the parameter.
-        app: Annotated[str | None, QueryParameter(name="app", required=False, schema_extra={"maxLength": 256})] = None,
-        executor_id: Annotated[str | None, QueryParameter(name="executorId", required=False, schema_extra={
-            "maxLength": authz.MAX_EXECUTOR_ID})] = None,
-        after: Annotated[int | None, QueryParameter(name="after", required=False, ge=0, le=2**63 - 1)] = None,
+        start_time: Annotated[str | None, QueryParameter(name="startTime", required=False,
+                                                          schema_extra={"format": "date-time"})] = None,
+        end_time: Annotated[str | None, QueryParameter(name="endTime", required=False,
+                                                        schema_extra={"format": "date-time"})] = None,
+        operation: Annotated[str | None, QueryParameter(name="operation", required=False)] = None,
+        subject: Annotated[str | None, QueryParameter(name="subject", required=False)] = None,
+        target: Annotated[str | None, QueryParameter(name="target", required=False)] = None,
         limit: Annotated[int, QueryParameter(name="limit", ge=1, le=1000)] = 100,
-    ) -> list[AuditEntry]:
-        for name, value, most in (("app", app, 256), ("executorId", executor_id, authz.MAX_EXECUTOR_ID)):
-            if value is not None and "\x00" in value:
-                raise InvalidSetting(name, "must not contain NUL characters")
-            if value is not None and len(value) > most:
-                raise InvalidSetting(name, f"must be at most {most} characters")
-        return [AuditEntry(seq=a.seq, at=units.rfc3339(a.at) or "", org=a.org, app=a.app, executor_id=a.executor_id,
-                           action=a.action, detail=a.detail)
-                for a in audit_view.query(ctx.db, org=org, app=app, executor_id=executor_id, after=after, limit=limit)]
+        offset: Annotated[int, QueryParameter(name="offset", ge=0, le=MAX_OFFSET)] = 0,
+    ) -> list[AuditLogEntry]:
+        start = None if start_time is None else units.parse_rfc3339("startTime", _text("startTime", start_time, 64))
+        end = None if end_time is None else units.parse_rfc3339("endTime", _text("endTime", end_time, 64))
+        rows = actions_view.query(ctx.db, org=org, start=start, end=end, operation=_text("operation", operation),
+                                  subject=_text("subject", subject), target=_text("target", target),
+                                  limit=limit, offset=offset)
+        return [entry_out(r) for r in rows]

@@ -15,7 +15,8 @@ application over its WebSocket (ADR 0019). A route does three things, each here 
   versions): recorded as requested *before* it is sent and as completed however the call
   ends, so an operator's action is in the store even when Relay dies in between (the
   audit log shows it requested, never completed). Who asked is the request's principal
-  (its token's name, or the development user), from where is the client's address.
+  (its token's name, or the development user), from where is the client's address
+  (:mod:`~relay_es.adapters.rest.recording`, which records every other kind of action).
 
 The executor's ``error_message`` keeps its text (escaped and bounded) in the problem's
 ``detail``. Its status is the route's to choose (``failed_status``): an executor says "no
@@ -37,8 +38,9 @@ from relay_es.adapters.rest.conductor import models
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.problems import problem
+from relay_es.adapters.rest.recording import actor_of, source_of
 from relay_es.domain.errors import UnknownApplication
-from relay_es.engine.action_commands import Actor, Outcome
+from relay_es.engine.action_commands import Outcome
 from relay_es.engine.calls import (
     CallFailed,
     ExecutorFailed,
@@ -143,17 +145,6 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
                 f"{SINCE.get(kind, 'a newer SDK')} or @dbos-inc/dbos-sdk 5.x); it answered: {e.message}") from None
         status = failed_status(e.message) if callable(failed_status) else failed_status
         raise ExecutorProblem(status, e.title, e.message) from None
-
-
-def actor_of(request: Request[Any, Any, Any]) -> Actor:
-    """Who a request acts as: its token's name, or the development user."""
-    who = getattr(request.state, "principal", None)
-    return Actor.of(who.token if who is not None else None)
-
-
-def source_of(request: Request[Any, Any, Any]) -> str | None:
-    """The client's address (host only; behind a trusted proxy, the one it forwarded)."""
-    return request.client.host if request.client is not None else None
 
 
 async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str, *,

@@ -120,7 +120,7 @@ def urgent_work_first(ctx: RestContext) -> None:
 class ExecutorsController(Controller):
     path = APP + "/executors"
 
-    @get("/", summary="List executors (optionally as of a past instant)",
+    @get("/", operation_id="listExecutors", summary="List executors (optionally as of a past instant)",
          description="With `asOf`, the table as it stood then, rebuilt from the event streams, one page of at "
                      f"most `limit` (1-{AS_OF_LIMIT}, default {AS_OF_LIMIT}) executors in id order; a next page "
                      "is linked in the `Link` header (rel=\"next\", `after` = the last executor id examined). "
@@ -164,7 +164,7 @@ class ExecutorsController(Controller):
             headers["Link"] = f'<{nxt}>; rel="next"'
         return Response(out, headers=headers)
 
-    @get("/{executor_id:str}/history", summary="An executor's events",
+    @get("/{executor_id:str}/history", operation_id="getExecutorHistory", summary="An executor's events",
          description=f"Events with a version above `after`, in order, at most `limit` (1-{HISTORY_LIMIT}, default "
                      f"{HISTORY_LIMIT}); the next page is `after` = the last version returned, until a short page.")
     async def history(

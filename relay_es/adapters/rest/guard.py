@@ -8,7 +8,8 @@ a loopback (or the configured) ``Host``, no ``Origin`` of another site, and the
 only org is ``local``. Auth mode requires ``Authorization: Bearer <token>``, a
 live token of the path's org whose scope and permissions the row accepts.
 Names in the path are checked before anything echoes them. The caller is left
-in ``request.state.principal``.
+in ``request.state.principal``. A 401 or 403 is put in the audit log, throttled
+(:mod:`relay_es.adapters.rest.recording`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from litestar.handlers.base import BaseRouteHandler
 from relay_es.adapters import authz
 from relay_es.adapters.rest.conductor.models import MAX_TEXT
 from relay_es.adapters.rest.context import RestContext
+from relay_es.adapters.rest.recording import Refusals, source_of
+from relay_es.aggregates.application import APP_NAME, ORG_NAME
 from relay_es.domain.errors import InvalidSetting
+from relay_es.engine.action_commands import Actor
 
 log = logging.getLogger(__name__)
 
@@ -87,16 +91,51 @@ async def is_operator(ctx: RestContext, headers: Headers) -> bool:
     return who is not None and who.app_names is None
 
 
+# Path parameters that name what a refused call aimed at: its target in the audit log.
+TARGETS = {"workflow_id": "workflow", "schedule_name": "schedule", "token_name": "token"}
+
+
 class Authorize:
     """The guard every route passes (``Litestar(guards=[Authorize(ctx)])``)."""
 
-    def __init__(self, ctx: RestContext) -> None:
+    def __init__(self, ctx: RestContext, *, refusals: Refusals | None = None) -> None:
         self.ctx = ctx
+        self.refusals = Refusals(ctx) if refusals is None else refusals
 
     def refused(self, status: int, detail: str, **kw: Any) -> HTTPException:
         """A refusal of the caller's credentials, counted in ``relay_auth_refused{where="rest"}``."""
         self.ctx.metrics.auth_refused.labels("rest").inc()
         return HTTPException(status_code=status, detail=detail, **kw)
+
+    async def on_record(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler,
+                        refusal: HTTPException, who: authz.Principal | None, why: str) -> None:
+        """Puts a refusal in the audit log (throttled: :class:`~relay_es.adapters.rest.recording.Refusals`),
+        under the caller's org when its token is known, in development mode ``local``, else the
+        path's org (a valid name only)."""
+        params = connection.path_params
+        org, app = params.get("org"), params.get("app")
+        if who is not None:
+            if org != who.org:
+                app = None
+            org = who.org
+        elif not self.ctx.auth:
+            if org != "local":
+                app = None
+            org = "local"  # development mode's only org
+        if not isinstance(org, str) or not ORG_NAME.fullmatch(org):
+            return  # nowhere to file it (/metrics, or a name no org can have)
+        operation = handler.operation_id if isinstance(handler.operation_id, str) else "unknownOperation"
+        suppressed = self.refusals.should_record(source_of(connection), refusal.status_code, operation)
+        if suppressed is None:
+            return
+        if not (isinstance(app, str) and APP_NAME.fullmatch(app)):
+            app = None
+        target = next(((kind, params[key]) for key, kind in TARGETS.items()
+                       if isinstance(params.get(key), str) and valid_text(params[key])), None)
+        actor = Actor.of(who.token) if who is not None else Actor.anonymous(why)
+        await asyncio.to_thread(self.refusals.record, org=org, app=app, operation=operation, actor=actor,
+                                source=source_of(connection), status=refusal.status_code,
+                                detail=str(refusal.detail), target=target, suppressed=suppressed)
 
     async def authenticate(self, connection: ASGIConnection[Any, Any, Any, Any]) -> authz.Principal:
         header = connection.headers.get("authorization")
@@ -124,7 +163,17 @@ class Authorize:
         if not authz.origin_is_local(connection.headers.get("origin")):
             raise HTTPException(status_code=403, detail="development mode answers no web page of another site")
 
-    async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+        try:
+            await self.check(connection, handler)
+        except HTTPException as e:
+            if e.status_code in (401, 403) and not isinstance(e, NotFoundException):
+                who = getattr(connection.state, "refused_principal", None)
+                why = getattr(connection.state, "refused_why", "no valid token")
+                await self.on_record(connection, handler, e, who, why)
+            raise
+
+    async def check(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         scope = connection.scope
         rule = authz.rule_for(scope["method"], scope.get("path_template", ""))
         if rule is None:  # fail closed: a route nobody wrote a row for
@@ -132,6 +181,7 @@ class Authorize:
                       scope.get("path_template"))
             raise HTTPException(status_code=403, detail="this operation is not in Relay's authorization table")
         if not self.ctx.auth:
+            connection.state.refused_why = "not this machine"
             self.development_only_here(connection)
         repeated = authz.repeated_query_parameter(scope.get("query_string", b""))
         if repeated is not None:
@@ -151,5 +201,6 @@ class Authorize:
             try:
                 authz.decide(rule, who, org, app)
             except authz.Denied as d:
+                connection.state.refused_principal = who
                 raise self.refused(d.status, d.detail) from None
         connection.state.principal = who

@@ -24,7 +24,7 @@ from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.guard import is_operator
 
 
-@get("/healthz", summary="Liveness",
+@get("/healthz", operation_id="getHealth", summary="Liveness",
      description="`{\"status\": \"ok\"}` while the process serves; 503 `{\"status\": \"unhealthy\"}` once the "
                  "process manager has met a bug. The instance, the store's kind and the faults are added in "
                  "development mode and, in auth mode, for an org-wide token of any org.")
@@ -38,7 +38,8 @@ async def healthz(request: Request[Any, Any, Any], ctx: Context) -> Response[dic
     return Response(content=body, status_code=503 if faults else 200)
 
 
-@get("/metrics", sync_to_thread=False, media_type="text/plain", summary="Prometheus metrics",
+@get("/metrics", operation_id="getRelayMetrics", sync_to_thread=False, media_type="text/plain",
+     summary="Prometheus metrics",
      description="Every org's series. In auth mode an org-wide token (metric.read) is required.")
 def metrics(ctx: Context) -> Response[bytes]:
     return Response(content=ctx.metrics.render(), media_type=CONTENT_TYPE)

@@ -44,14 +44,14 @@ def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:
 class QueuesController(Controller):
     path = APP + "/queues"
 
-    @get("/", summary="List queues", description="The queues registered in the application's system database, "
+    @get("/", operation_id="listQueues", summary="List queues", description="The queues registered in the application's system database, "
                                                  "as one healthy executor reads them.")
     async def list_queues(self, org: FromPath[str], app: FromPath[str], ctx: Context) -> Response[list[m.Queue]]:
         request = mapping.list_queues_request(request_id="")
         answer: c.ListQueuesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         return calling.answer(mapping.queues_out(answer))
 
-    @get("/{queue_name:str}", summary="Get queue", description="One queue by name; 404 when there is none.")
+    @get("/{queue_name:str}", operation_id="getQueue", summary="Get queue", description="One queue by name; 404 when there is none.")
     async def get_queue(self, org: FromPath[str], app: FromPath[str], queue_name: FromPath[str],
                         ctx: Context) -> Response[m.Queue]:
         request = mapping.get_queue_request(queue_name, request_id="")

@@ -63,7 +63,7 @@ async def _get(ctx: RestContext, org: str, app: str, schedule_name: str) -> c.Sc
 class SchedulesController(Controller):
     path = APP + "/schedules"
 
-    @get("/", summary="List schedules")
+    @get("/", operation_id="listSchedules", summary="List schedules")
     async def list_schedules(
         self, org: FromPath[str], app: FromPath[str], ctx: Context,
         status: Status = None, workflow_name: WorkflowName = None, schedule_name_prefix: NamePrefix = None,
@@ -75,19 +75,19 @@ class SchedulesController(Controller):
         answer: c.ListSchedulesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         return calling.answer(mapping.schedules_out(answer))
 
-    @get("/{schedule_name:str}", summary="Get schedule", description="One schedule by name; 404 when there is none.")
+    @get("/{schedule_name:str}", operation_id="getSchedule", summary="Get schedule", description="One schedule by name; 404 when there is none.")
     async def get_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
                            ctx: Context) -> Response[m.Schedule]:
         return calling.answer(mapping.schedule_out(await _get(ctx, org, app, schedule_name)))
 
-    @post("/{schedule_name:str}/pause", summary="Pause schedule", status_code=204,
+    @post("/{schedule_name:str}/pause", operation_id="pauseSchedule", summary="Pause schedule", status_code=204,
           description="It fires no more until resumed; 404 for an unknown schedule.")
     async def pause_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
                              request: Request[Any, Any, Any], ctx: Context) -> None:
         await self._set_status(ctx, request, org, app, schedule_name,
                                mapping.pause_schedule_request(schedule_name, request_id=""), "pauseSchedule")
 
-    @post("/{schedule_name:str}/resume", summary="Resume schedule", status_code=204,
+    @post("/{schedule_name:str}/resume", operation_id="resumeSchedule", summary="Resume schedule", status_code=204,
           description="It fires again; 404 for an unknown schedule.")
     async def resume_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
                               request: Request[Any, Any, Any], ctx: Context) -> None:
@@ -103,7 +103,7 @@ class SchedulesController(Controller):
             parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
             failed_status=failed_status)
 
-    @post("/{schedule_name:str}/trigger", summary="Trigger schedule", status_code=201,
+    @post("/{schedule_name:str}/trigger", operation_id="triggerSchedule", summary="Trigger schedule", status_code=201,
           description="Enqueues the scheduled workflow now; its id, and its path in `Location`.")
     async def trigger_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
                                request: Request[Any, Any, Any], ctx: Context) -> Response[m.TriggerOutputBody]:
@@ -118,7 +118,7 @@ class SchedulesController(Controller):
                                        f"/workflows/{quote(out.workflow_id, safe='')}"
         return response
 
-    @post("/{schedule_name:str}/backfill", summary="Backfill schedule", status_code=200,
+    @post("/{schedule_name:str}/backfill", operation_id="backfillSchedule", summary="Backfill schedule", status_code=200,
           description="Enqueues the workflows the schedule would have started in [startTime, endTime) and has not.")
     async def backfill_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
                                 request: Request[Any, Any, Any], ctx: Context) -> Response[m.BackfillOutputBody]:

@@ -70,7 +70,7 @@ from litestar.exceptions import ValidationException
 from litestar.params import FromPath, QueryParameter
 from msgspec import UNSET, Meta, UnsetType
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, recording
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
@@ -236,7 +236,7 @@ class StrandedController(Controller):
     path = APP + "/stranded-workflows"
     exception_handlers = EXCEPTION_HANDLERS  # type: ignore[assignment]
 
-    @get("/", summary="List stranded workflows (Relay's own)",
+    @get("/", operation_id="listStrandedWorkflows", summary="List stranded workflows (Relay's own)",
          description="PENDING workflows whose executor is not alive, why, the fixes that apply, the queues they "
                      "block and the executors they wait on (see the module documentation). `limit` PENDING "
                      "workflows are examined per page, oldest first; the next page is `offset` = `nextOffset`. "
@@ -280,7 +280,7 @@ class StrandedController(Controller):
             queues=queues,
             executors=[_executor_out(e) for e in got.executors]))
 
-    @post("/fix", status_code=200, request_max_body_size=FIX_BODY, summary="Fix stranded workflows (Relay's own)",
+    @post("/fix", operation_id="fixStrandedWorkflows", status_code=200, request_max_body_size=FIX_BODY, summary="Fix stranded workflows (Relay's own)",
           description="`resume`, `cancel` or `fork` (cancel, then fork from the last step on `appVersion` or the "
                       "latest version) workflows (`workflowIds`, 1-1000), or `recover` executors (`executorIds`, "
                       "1-20; `force` for a DISCONNECTED one) now with a HEALTHY executor of their version. Recorded "
@@ -385,7 +385,7 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
     for version, ids in plan.groups.items():
         action_id = await asyncio.to_thread(
             ctx.relay.record_action_requested, org, app, request_id=str(uuid.uuid4()), operation="strandedRecover",
-            actor=calling.actor_of(request), source=calling.source_of(request), target_type=EXECUTOR,
+            actor=recording.actor_of(request), source=recording.source_of(request), target_type=EXECUTOR,
             target_ids=ids, parameters={"appVersion": version, "executorCount": len(ids), "force": force})
         outcome, message, executor_id = Outcome.FAILED, None, None
         try:

@@ -19,10 +19,10 @@ its scope until roles come, issue 14); any other set is refused (422).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
-from litestar import Controller, delete, get, post
+from litestar import Controller, Request, delete, get, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
@@ -30,6 +30,7 @@ from msgspec import UNSET, UnsetType
 from relay_es.adapters import authz
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
+from relay_es.adapters.rest.recording import recorded
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
@@ -108,27 +109,32 @@ def token_out(org: str, row: apps_view.TokenRow, *, extended: bool = False) -> T
 class TokensController(Controller):
     path = ORG + "/tokens"
 
-    @get("/", sync_to_thread=True, summary="List live tokens (never the secret)",
+    @get("/", operation_id="listTokens", sync_to_thread=True, summary="List live tokens (never the secret)",
          description="With `relay=extended`, each token also carries Relay's `appNames`.")
     def list_tokens(self, org: FromPath[str], ctx: Context, relay: RelayExtended = None) -> list[Token]:
         return [token_out(org, t, extended=relay == "extended") for t in apps_view.list_tokens(ctx.db, org)]
 
-    @post("/{token_name:str}", sync_to_thread=True, status_code=HTTP_201_CREATED,
+    @post("/{token_name:str}", operation_id="createToken", sync_to_thread=True, status_code=HTTP_201_CREATED,
           summary="Create a token; the secret is shown once")
-    def create(self, org: FromPath[str], token_name: FromPath[str], ctx: Context,
+    def create(self, org: FromPath[str], token_name: FromPath[str], ctx: Context, request: Request[Any, Any, Any],
                data: JSONBody[CreateTokenBody | None] = None) -> TokenCreated:
         names = None if data is None or data.app_names is UNSET else data.app_names
-        if names is not None:
-            check_app_names(names)
-        if data is not None and isinstance(data.permissions, list):
-            check_permissions(data.permissions, names)
-        secret = ctx.relay.create_token(org, token_name, app_names=names)
+        # on record: how many applications it is limited to (their names: up to 100, not a summary)
+        with recorded(ctx, request, org, None, operation="createToken", target_type="token", target_ids=[token_name],
+                      parameters={"appCount": None if names is None else len(names)}):
+            if names is not None:
+                check_app_names(names)
+            if data is not None and isinstance(data.permissions, list):
+                check_permissions(data.permissions, names)
+            secret = ctx.relay.create_token(org, token_name, app_names=names)  # never on record
         ctx.read_your_writes()
         return TokenCreated(token=secret, token_name=token_name)
 
-    @delete("/{token_name:str}", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT,
+    @delete("/{token_name:str}", operation_id="deleteToken", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT,
             summary="Revoke a token; executors using it are disconnected")
-    def revoke(self, org: FromPath[str], token_name: FromPath[str], ctx: Context) -> None:
-        ctx.relay.revoke_token(org, token_name)
+    def revoke(self, org: FromPath[str], token_name: FromPath[str], ctx: Context,
+               request: Request[Any, Any, Any]) -> None:
+        with recorded(ctx, request, org, None, operation="deleteToken", target_type="token", target_ids=[token_name]):
+            ctx.relay.revoke_token(org, token_name)
         ctx.token_revoked(org, token_name)  # refused and disconnected now, not once the read models follow
         ctx.read_your_writes()

@@ -40,13 +40,13 @@ async def _versions(ctx: RestContext, org: str, app: str) -> c.ListApplicationVe
 class VersionsController(Controller):
     path = APP + "/versions"
 
-    @get("/", summary="List application versions",
+    @get("/", operation_id="listAppVersions", summary="List application versions",
          description="The application's registered versions, latest first.")
     async def list_app_versions(self, org: FromPath[str], app: FromPath[str],
                                 ctx: Context) -> Response[list[m.ApplicationVersion]]:
         return calling.answer(mapping.versions_out(await _versions(ctx, org, app)))
 
-    @patch("/latest", summary="Set latest application version", status_code=204,
+    @patch("/latest", operation_id="setLatestAppVersion", summary="Set latest application version", status_code=204,
            description="Makes `versionName` the latest version; 404 for a version not registered.")
     async def set_latest_app_version(self, org: FromPath[str], app: FromPath[str],
                                      request: Request[Any, Any, Any], ctx: Context) -> None:

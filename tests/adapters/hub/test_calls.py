@@ -259,7 +259,7 @@ def test_a_hostile_reply_is_refused_and_the_sockets_other_calls_go_on(tmp_path: 
             assert not conn.waiters and not conn.closed
             async with httpx.AsyncClient(base_url=s.http) as client:
                 async def kinds() -> set[str]:
-                    r = await client.get("/v2/orgs/local/audit-logs", params={"limit": 1000})
+                    r = await client.get("/v2/orgs/local/executor-events", params={"limit": 1000})
                     return {e["detail"].get("kind") for e in r.json() if e["action"] == "protocol.violation"}
 
                 async def all_audited() -> bool:
@@ -358,7 +358,7 @@ def test_many_calls_across_many_apps_while_a_recovery_deadline_fires(tmp_path: P
                         rounds.append(len(answers))
 
                 async def actions() -> list[str]:
-                    r = await client.get("/v2/orgs/local/audit-logs", params={"limit": 1000, "executorId": "A"})
+                    r = await client.get("/v2/orgs/local/executor-events", params={"limit": 1000, "executorId": "A"})
                     return [e["action"] for e in r.json()]
 
                 load = asyncio.ensure_future(calling())

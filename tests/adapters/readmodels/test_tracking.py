@@ -9,7 +9,7 @@ from relay_es.adapters.readmodels import tracking
 
 def test_positions_start_at_zero_and_move_only_from_where_they_are(db: Any) -> None:
     with db.read() as cur:
-        assert db.positions(cur) == {"executors": 0, "audit": 0, "apps": 0}
+        assert db.positions(cur) == {"executors": 0, "audit": 0, "apps": 0, "actions": 0}
     with db.transaction() as cur:
         assert db.lock_positions(cur)["audit"] == 0
         assert db.move(cur, "audit", 0, 7)
@@ -20,4 +20,4 @@ def test_positions_start_at_zero_and_move_only_from_where_they_are(db: Any) -> N
         db.create_tracking(cur, ["audit", "new"])  # an existing position is kept
         db.reset_position(cur, "executors")
     with db.read() as cur:
-        assert db.positions(cur) == {"executors": 0, "audit": 7, "apps": 0, "new": 0}
+        assert db.positions(cur) == {"executors": 0, "audit": 7, "apps": 0, "actions": 0, "new": 0}

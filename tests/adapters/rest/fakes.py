@@ -22,6 +22,27 @@ class Calls:
         return record
 
 
+class ActionRecords:
+    """What a fake relay offers the routes that put operator actions on record: each record
+    kept in ``records`` as ``(kind, operation or outcome)``."""
+
+    @property
+    def records(self) -> list[tuple[str, Any]]:
+        return self.__dict__.setdefault("_records", [])
+
+    def record_action_requested(self, org: str, app: str | None, **kw: Any) -> str:
+        self.records.append(("requested", kw["operation"]))
+        return f"action-{len(self.records)}"
+
+    def record_action_completed(self, action_id: str, **kw: Any) -> bool:
+        self.records.append(("completed", str(kw["outcome"])))
+        return True
+
+    def record_action_refused(self, org: str, app: str | None, **kw: Any) -> str:
+        self.records.append(("refused", kw["operation"]))
+        return f"action-{len(self.records)}"
+
+
 def fake_context(**given: Any) -> RestContext:
     """Development mode on 127.0.0.1, no store (``relay`` and ``db`` None), no hub (``calls`` None),
     fresh metrics; ``given`` overrides."""

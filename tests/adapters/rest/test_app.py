@@ -15,12 +15,12 @@ from litestar.testing import TestClient
 from relay_es.adapters.rest import build_app
 from relay_es.adapters.rest.app import MAX_BODY
 from relay_es.domain.errors import DomainError, UnknownApplication
-from tests.adapters.rest.fakes import Calls, fake_context
+from tests.adapters.rest.fakes import ActionRecords, Calls, fake_context
 from tests.rest_client import rest as call
 from tests.server import RelayServer
 
 
-class FakeRelay:
+class FakeRelay(ActionRecords):
     def __init__(self, calls: Calls, fail: Exception | None = None) -> None:
         self.delete_app = self._call(calls("delete_app"), fail)
         self.revoke_token = self._call(calls("revoke_token"), fail)
@@ -44,11 +44,18 @@ def client_for(calls: Calls, fail: Exception | None = None, **given: Any) -> Tes
 
 def test_a_write_is_recorded_then_the_hub_told_then_the_read_models_awaited() -> None:
     calls = Calls()
-    with client_for(calls) as client:
+    relay = FakeRelay(calls)
+    with TestClient(build_app(fake_context(relay=relay, app_deleted=calls("app_deleted"),
+                                           token_revoked=calls("token_revoked"),
+                                           read_your_writes=calls("read_your_writes"))),
+                    base_url="http://127.0.0.1") as client:
         assert client.delete("/v2/orgs/local/apps/orders").status_code == 204
         assert client.delete("/v2/orgs/local/tokens/ci").status_code == 204
     assert calls.made == [("delete_app", "local", "orders"), ("app_deleted", "local", "orders"), ("read_your_writes",),
                           ("revoke_token", "local", "ci"), ("token_revoked", "local", "ci"), ("read_your_writes",)]
+    # each an operator's action on record, around it
+    assert relay.records == [("requested", "deleteApp"), ("completed", "succeeded"),
+                             ("requested", "deleteToken"), ("completed", "succeeded")]
 
 
 def test_the_lifespan_starts_and_stops_what_the_context_says() -> None:

@@ -1,144 +1,185 @@
-"""The audit log (``relay_es/adapters/rest/audit.py``) on a real ``relay serve``, both stores.
+"""The audit log, Conductor's ``listAuditLogs`` (``relay_es/adapters/rest/audit.py``), on a real
+``relay serve``, both stores: every answer validated against the reference's ``AuditLogEntry``.
 
-The REST layer's own job: each entry's shape, the org's entries in ``seq``
-order, the ``app`` and ``executorId`` filters, pages of ``limit`` (1-1000,
-default 100) after ``after``, and refusals as problem documents. Which events
-make which entries is ``tests/projections/test_audit.py``'s.
+Who did what through the API: changes to applications and tokens (their successes and their
+failures), workflow actions carried to an executor, and refusals (401, 403) -- one entry each,
+newest first, with Conductor's filters and pages. Which events make which rows is
+``tests/projections/test_actions.py``'s; the throttle of refusals is ``test_recording.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import subprocess
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-import pytest
 
-from relay_es.adapters import authz
+from tests.conductor_schema import check_response
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import rest as call
-from tests.server import RelayServer
+from tests.server import RELAY, RelayServer
 
 L = "/v2/orgs/local"
-LOG = L + "/audit-logs"
-INSTANT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+A = "/v2/orgs/acme"
 
 
-def entries(server: RelayServer, **params: Any) -> list[dict[str, Any]]:
-    r = call(server, "GET", LOG, params=params)
-    assert r.status_code == 200, r.text
-    return r.json()
+def log(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
+    r = call(server, "GET", f"/v2/orgs/{org}/audit-logs", token, params=params)
+    return conforms(r)
 
 
-def connect_and_leave(server: RelayServer, app: str, executor_id: str) -> None:
-    async def go() -> None:
-        ex = await FakeExecutor(server.ws, app=app, executor_id=executor_id).connect()
-        await ex.close()
+def conforms(r: httpx.Response, status: int = 200) -> Any:
+    assert r.status_code == status, r.text
+    body = r.json()
+    check_response("listAuditLogs", status, body)
+    return body
 
-    asyncio.run(go())
 
-
-def test_entries_in_order_in_their_shape_filtered_by_app_and_executor(server: RelayServer) -> None:
-    call(server, "PUT", L + "/apps/orders")
-    call(server, "PUT", L + "/apps/billing")
-    assert call(server, "PATCH", L + "/apps/orders", json={"executorTimeoutSecs": 30}).status_code == 204
-    connect_and_leave(server, "orders", "A")
-    connect_and_leave(server, "billing", "B")
-    assert call(server, "POST", L + "/tokens/ci", json={"appNames": ["orders"]}).status_code == 201
+def wait_for(server: RelayServer, pred: Any, what: str, **kw: Any) -> list[dict[str, Any]]:
     deadline = time.monotonic() + 15
-    while len([e for e in entries(server, limit=1000) if e["action"] == "executor.disconnected"]) < 2:
-        assert time.monotonic() < deadline, "both disconnections audited"
+    while True:
+        got = log(server, **kw)
+        if pred(got):
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {got}"
         time.sleep(0.05)
 
-    everything = entries(server, limit=1000)
-    seqs = [e["seq"] for e in everything]
-    assert seqs == sorted(set(seqs))
-    for e in everything:
-        assert set(e) == {"seq", "at", "org", "app", "executorId", "action", "detail"}, e
-        assert e["org"] == "local" and INSTANT.match(e["at"]) and isinstance(e["detail"], dict)
-    assert [(e["app"], e["executorId"], e["action"]) for e in everything] == [
-        ("orders", None, "app.registered"), ("billing", None, "app.registered"), ("orders", None, "app.updated"),
-        ("orders", "A", "executor.connected"), ("orders", "A", "executor.disconnected"),
-        ("billing", "B", "executor.connected"), ("billing", "B", "executor.disconnected"),
-        (None, None, "token.created"),
-    ]
-    assert everything[2]["detail"] == {"changes": {"executorTimeoutSecs": 30}}
-    assert everything[7]["detail"]["tokenName"] == "ci"
 
-    assert entries(server, app="orders") == [e for e in everything if e["app"] == "orders"]
-    assert entries(server, app="billing") == [e for e in everything if e["app"] == "billing"]
-    assert entries(server, executorId="A") == everything[3:5]
-    assert entries(server, app="orders", executorId="A") == everything[3:5]
-    assert entries(server, app="billing", executorId="A") == []
-    assert entries(server, app="nope") == [] and entries(server, executorId="nobody") == []
-    assert entries(server, app="orders", after=everything[3]["seq"]) == [everything[4]]  # filters and pages together
-    assert entries(server, app="orders", after=everything[3]["seq"], limit=1) == [everything[4]]
-    assert entries(server, app="orders", limit=1) == [everything[0]]
+def test_changes_to_applications_and_tokens_are_on_record_newest_first(server: RelayServer) -> None:
+    assert log(server) == []
+    assert call(server, "PUT", L + "/apps/orders", json={"privateMode": True}).status_code == 204
+    assert call(server, "PATCH", L + "/apps/orders", json={"executorTimeoutSecs": 30}).status_code == 204
+    assert call(server, "PATCH", L + "/apps/orders", json={"executorTimeoutSecs": 0}).status_code == 422
+    assert call(server, "DELETE", L + "/apps/nope").status_code == 404
+    made = call(server, "POST", L + "/tokens/ci", json={"appNames": ["orders"]})
+    assert made.status_code == 201
+    assert call(server, "DELETE", L + "/tokens/ci").status_code == 204
 
+    entries = log(server)  # each change waits for the read models: on record when it answers
+    assert [(e["operation"], e["status"]) for e in entries] == [
+        ("deleteToken", "success"), ("createToken", "success"), ("deleteApp", "failure"),
+        ("updateApp", "failure"), ("updateApp", "success"), ("registerApp", "success")]
+    delete_token, create_token, delete_app, refused_patch, patch, register = entries
+    assert made.json()["token"] not in str(entries)  # a secret is never on record
+    assert create_token["target"] == {"type": "token", "id": "ci"}
+    assert create_token["details"]["parameters"] == {"appCount": 1}
+    assert register["subject"] == {"type": "user", "id": "development", "display": "development"}
+    assert register["sourceIp"] == "127.0.0.1" and register["target"] == {"type": "application", "id": "orders"}
+    assert register["details"]["parameters"] == {"privateMode": True}
+    assert patch["details"]["parameters"] == {"executorTimeoutSecs": 30}
+    assert patch["details"]["outcome"] == "succeeded" and patch["details"]["completedAt"]
+    assert refused_patch["details"]["outcome"] == "failed"
+    assert "executorTimeoutSecs" in refused_patch["details"]["message"]
+    assert delete_app["details"]["outcome"] == "failed" and "nope" in delete_app["details"]["message"]
+    assert len({e["id"] for e in entries}) == 6
+    times = [datetime.fromisoformat(e["emitTime"].replace("Z", "+00:00")) for e in entries]
+    assert times == sorted(times, reverse=True)
 
-def test_pages_of_limit_after_a_seq(server: RelayServer) -> None:
-    call(server, "PUT", L + "/apps/orders")
-    for i in range(1, 106):
-        assert call(server, "PATCH", L + "/apps/orders", json={"executorTimeoutSecs": i}).status_code == 204
-    everything = entries(server, limit=1000)
-    assert len(everything) == 106  # registered, then 105 changes
-    assert [e["detail"]["changes"]["executorTimeoutSecs"] for e in everything[1:]] == list(range(1, 106))
-
-    assert entries(server) == everything[:100]  # the default page
-    assert entries(server, after=0) == everything[:100]
-    pages, after = [], 0
-    while page := entries(server, after=after, limit=40):
-        assert len(pages) < 3, [len(p) for p in pages]  # a page that ignores after would never end
-        pages.append(page)
-        after = page[-1]["seq"]
-    assert [len(p) for p in pages] == [40, 40, 26] and [e for p in pages for e in p] == everything
-    assert entries(server, after=everything[-2]["seq"]) == everything[-1:]
-    assert entries(server, after=everything[-1]["seq"]) == []
-    assert entries(server, after=2**63 - 1) == []
-
-
-@pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One server for the refusals, which change nothing."""
-    s = RelayServer(tmp_path_factory.mktemp("dev")).start()
-    call(s, "PUT", L + "/apps/orders")
-    yield s
-    s.stop()
+    # Conductor's filters and pages
+    assert [e["operation"] for e in log(server, operation="updateApp")] == ["updateApp", "updateApp"]
+    assert log(server, subject="development") == entries and log(server, subject="someone") == []
+    assert [e["operation"] for e in log(server, target="ci")] == ["deleteToken", "createToken"]
+    assert log(server, limit=2) == entries[:2] and log(server, limit=2, offset=4) == entries[4:]
+    assert log(server, startTime=entries[1]["emitTime"]) == entries[:2]
+    assert log(server, endTime=entries[4]["emitTime"]) == entries[5:]
+    later = (times[0] + timedelta(seconds=1)).isoformat()
+    assert log(server, startTime=later) == []
+    assert call(server, "GET", A + "/audit-logs").status_code == 404  # development mode: org local only
+    for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"startTime": "yesterday"},
+                {"endTime": "2026-01-01T00:00:00"}, {"operation": "x" * 300}, {"subject": "a\x00b"}):
+        r = call(server, "GET", L + "/audit-logs", params=bad)
+        assert r.status_code in (400, 422), (bad, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        check_response("listAuditLogs", r.status_code, r.json())
 
 
-@pytest.mark.parametrize("params, location", [
-    ({"limit": 0}, "limit"),
-    ({"limit": 1001}, "limit"),
-    ({"limit": "all"}, "limit"),
-    ({"after": -1}, "after"),
-    ({"after": 2**63}, "after"),
-    ({"after": "abc"}, "after"),
-    ({"app": "or\x00ders"}, "app"),
-    ({"app": "a" * 257}, "app"),
-    ({"executorId": "A\x00"}, "executorId"),
-    ({"executorId": "x" * (authz.MAX_EXECUTOR_ID + 1)}, "executorId"),
-])
-def test_bad_parameters_are_422_problems_naming_them(dev: RelayServer, params: dict[str, Any], location: str) -> None:
-    r = call(dev, "GET", LOG, params=params)
-    assert r.status_code == 422, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    problem = r.json()
-    assert problem["status"] == 422 and location in problem["detail"]
-    assert [e["location"] for e in problem["errors"]] == [location], problem
-    assert "\x00" not in r.text
+def test_a_workflow_action_is_one_entry_naming_the_executor_that_answered(server: RelayServer) -> None:
+    async def go() -> None:
+        ex = await FakeExecutor(server.ws, app="orders", executor_id="A",
+                                answers={"cancel": lambda msg: {"success": True}}).connect()
+        try:
+            r = await asyncio.to_thread(call, server, "POST", L + "/apps/orders/workflows/wf-1/cancel")
+            assert r.status_code == 204, r.text
+            r = await asyncio.to_thread(call, server, "POST", L + "/apps/orders/workflows/bulk-cancel",
+                                        json={"workflowIds": ["wf-2", "wf-3"]})
+            assert r.status_code == 204, r.text
+        finally:
+            await ex.close()
+
+    asyncio.run(go())
+    bulk, one = wait_for(server, lambda got: len(got) == 2 and all(e["details"]["completedAt"] for e in got),
+                         "both actions completed")
+    assert one["operation"] == "cancelWorkflow" and one["status"] == "success"
+    assert one["target"] == {"type": "workflow", "id": "wf-1"} and one["details"]["executorId"] == "A"
+    assert one["details"]["app"] == "orders"
+    assert bulk["operation"] == "bulkCancelWorkflows" and bulk["target"] == {"type": "application", "id": "orders"}
+    assert bulk["details"]["targets"] == {"type": "workflow", "ids": ["wf-2", "wf-3"], "count": 2}
+    assert [e["id"] for e in log(server, target="wf-1")] == [one["id"]]
 
 
-def test_the_limits_themselves_are_accepted(dev: RelayServer) -> None:
-    for params in ({"limit": 1}, {"limit": 1000}, {"after": 0}, {"after": 2**63 - 1},
-                   {"app": "a" * 256}, {"executorId": "x" * authz.MAX_EXECUTOR_ID}):
-        assert call(dev, "GET", LOG, params=params).status_code == 200, params
-    assert len(entries(dev, limit=1)) == 1
+def test_refusals_are_on_record_under_the_caller_s_org(auth_server: tuple[RelayServer, dict[str, str]]) -> None:
+    s, tokens = auth_server
+    admin, scoped, other = tokens["acme"], tokens["scoped"], tokens["other"]
+
+    def mine(org: str = "acme", token: str = admin, **params: Any) -> list[dict[str, Any]]:
+        return conforms(call(s, "GET", f"/v2/orgs/{org}/audit-logs", token, params=params))
+
+    for _ in range(3):  # one a minute is recorded per client, status and operation
+        assert call(s, "PATCH", A + "/apps/orders", json={"globalTimeoutMs": 1}).status_code == 401
+    assert call(s, "PUT", A + "/apps/x", scoped).status_code == 403  # an application-limited token writes nothing
+    assert call(s, "POST", A + "/apps/orders/workflows/wf-9/cancel", scoped).status_code == 403
+    assert call(s, "DELETE", A + "/apps/orders", other).status_code == 403  # another org's token
+
+    entries = mine(operation="updateApp")
+    (anonymous,) = [e for e in entries if e["details"]["outcome"] == "refused"]
+    assert anonymous["status"] == "failure" and anonymous["subject"]["type"] == "api_key"
+    assert anonymous["subject"]["id"] == "" and "anonymous" in anonymous["subject"]["display"]
+    assert anonymous["details"]["result"] == {"status": 401, "suppressed": 0}
+    assert anonymous["target"] == {"type": "application", "id": "orders"}
+
+    (register,) = mine(operation="registerApp", subject="billing-only")
+    assert register["subject"] == {"type": "api_key", "id": "billing-only", "display": "billing-only"}
+    assert register["details"]["outcome"] == "refused" and register["details"]["result"]["status"] == 403
+    assert "application.write" in register["details"]["message"] or "org-wide" in register["details"]["message"]
+    (cancel,) = mine(operation="cancelWorkflow")
+    assert cancel["target"] == {"type": "workflow", "id": "wf-9"} and cancel["subject"]["id"] == "billing-only"
+
+    # another org's token is on record in its own org, not in the org it reached for
+    assert not mine(operation="deleteApp")
+    (reached,) = mine(org="other", token=other, operation="deleteApp")
+    assert reached["target"] == {"type": "organization", "id": "other"} and reached["status"] == "failure"
+
+    # the log itself: an org-wide token with organization.read
+    assert call(s, "GET", A + "/audit-logs", scoped).status_code == 403
+    assert call(s, "GET", A + "/audit-logs").status_code == 401
+    assert call(s, "GET", A + "/audit-logs", other).status_code == 403
 
 
-def test_a_repeated_parameter_is_a_400_and_another_org_a_404(dev: RelayServer) -> None:
-    r = httpx.get(dev.http + LOG + "?limit=1&limit=2", timeout=10)
-    assert r.status_code == 400 and r.json()["status"] == 400 and "limit" in r.json()["detail"]
-    r = call(dev, "GET", "/v2/orgs/other/audit-logs")
-    assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json")
+def test_development_mode_refuses_and_records_a_request_from_another_machine(server: RelayServer) -> None:
+    r = call(server, "DELETE", L + "/apps/orders", headers={"Host": "relay.example.com"})
+    assert r.status_code == 403, r.text
+    (entry,) = log(server)
+    assert entry["operation"] == "deleteApp" and entry["details"]["outcome"] == "refused"
+    assert entry["subject"]["display"] == "anonymous (not this machine)"
+    assert entry["details"]["result"]["status"] == 403
+
+
+def test_the_log_survives_a_restart_and_a_rebuild(tmp_path, store_url) -> None:
+    s = RelayServer(tmp_path, args=["--database-url", store_url]).start()
+    try:
+        assert call(s, "PUT", L + "/apps/orders").status_code == 204
+        assert call(s, "PATCH", L + "/apps/orders", json={"gcRowsThreshold": 1000}).status_code == 204
+        before = log(s)
+    finally:
+        s.stop()
+    out = subprocess.run(RELAY + ["projections", "rebuild", "--only", "actions", "--database-url", store_url],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    s = RelayServer(tmp_path, args=["--database-url", store_url]).start()
+    try:
+        assert wait_for(s, lambda got: len(got) == 2, "the rebuilt log") == before
+    finally:
+        s.stop()

@@ -22,7 +22,7 @@ from litestar.testing import TestClient
 from relay_es.adapters.rest import build_app
 from relay_es.adapters.rest.applications import PatchAppBody
 from relay_es.adapters.rest.bodies import strict
-from tests.adapters.rest.fakes import Calls, fake_context
+from tests.adapters.rest.fakes import ActionRecords, Calls, fake_context
 
 
 class Body:
@@ -97,7 +97,7 @@ def test_json_nested_too_deeply_is_a_refusal_not_a_crash(depth: int) -> None:
 # ------------------------------------------------------------------ through the API
 
 
-class FakeRelay:
+class FakeRelay(ActionRecords):
     def __init__(self, calls: Calls) -> None:
         self.update_app = calls("update_app")
 

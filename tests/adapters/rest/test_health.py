@@ -31,7 +31,8 @@ def test_metrics_and_openapi(server: RelayServer) -> None:
     paths = doc["paths"]
     for p in ("/v2/orgs/{org}/apps", "/v2/orgs/{org}/apps/{app}", "/v2/orgs/{org}/apps/{app}/executors",
               "/v2/orgs/{org}/apps/{app}/executors/{executor_id}/history", "/v2/orgs/{org}/tokens",
-              "/v2/orgs/{org}/tokens/{token_name}", "/v2/orgs/{org}/audit-logs", "/healthz", "/metrics"):
+              "/v2/orgs/{org}/tokens/{token_name}", "/v2/orgs/{org}/executor-events", "/v2/orgs/{org}/audit-logs",
+              "/healthz", "/metrics"):
         assert p in paths, p
     assert set(paths["/v2/orgs/{org}/apps/{app}"]) >= {"get", "put", "patch", "delete"}
 

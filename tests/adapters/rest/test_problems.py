@@ -14,7 +14,7 @@ def test_errors_are_problem_documents(server: RelayServer) -> None:
                                  ("PUT", "/v2/orgs/local/apps/bad%20name", 422),
                                  ("GET", "/v2/orgs/local/apps/nope/executors/x/history", 404),
                                  ("GET", "/v2/orgs/local/apps/nope/executors?asOf=yesterday", 422),
-                                 ("GET", "/v2/orgs/local/audit-logs?limit=0", 422)):
+                                 ("GET", "/v2/orgs/local/executor-events?limit=0", 422)):
         kw = {"json": {"executorTimeoutSecs": 5}} if method == "PATCH" else {}
         r = call(server, method, path, **kw)
         assert r.status_code == status, (method, path, r.text)

@@ -22,7 +22,7 @@ import pytest
 from relay_es.adapters.rest import queues
 from tests.conductor_schema import check_response
 from tests.fake_executor import FakeExecutor
-from tests.rest_client import audit, listing
+from tests.rest_client import as_records, audit_log, listing
 from tests.rest_client import rest as call
 from tests.server import RelayServer
 
@@ -95,13 +95,12 @@ def conforms(operation: str, r: Any, status: int) -> Any:
     return body
 
 
-def actions(server: RelayServer, app: str, operation: str, org: str = "local",
-            token: str | None = None) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """The (requested, completed or None) audit details of ``operation``'s actions on ``app``."""
-    entries = audit(server, org, token, app=app)
-    done = {e["detail"]["actionId"]: e["detail"] for e in entries if e["action"] == "action.completed"}
-    return [(e["detail"], done.get(e["detail"]["actionId"])) for e in entries
-            if e["action"] == "action.requested" and e["detail"]["operation"] == operation]
+def actions(server: RelayServer, app: str, operation: str, org: str = "local", token: str | None = None, *,
+            refused: bool = False) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """The (requested, completed or None) halves of ``operation``'s actions on ``app``, from the
+    audit log: those Relay carried out, or (``refused``) the calls it refused."""
+    pairs = [(r, d) for r, d in as_records(audit_log(server, org, token, operation=operation), app)]
+    return [(r, d) for r, d in pairs if (d is not None and d["outcome"] == "refused") == refused]
 
 
 def test_queues_round_trip_in_both_dialects(relay: RelayServer) -> None:

@@ -185,6 +185,8 @@ def test_an_application_limited_token_reads_schedules_but_does_not_act(
             conforms(op, call(s, "POST", B + path, scoped, **kw), 403)
         assert not any(sent(ex, t) for t in ("pause_schedule", "resume_schedule", "trigger_schedule",
                                                "backfill_schedule"))
+        [(req, done)] = actions(s, "billing", "pauseSchedule", org="acme", token=admin, refused=True)
+        assert req["actor"] == {"kind": "token", "id": "billing-only"} and done["result"]["status"] == 403
         conforms("pauseSchedule", call(s, "POST", B + "/tick/pause", admin), 204)
         [(req, done)] = actions(s, "billing", "pauseSchedule", org="acme", token=admin)
         assert req["actor"] == {"kind": "token", "id": "admin"} and done["outcome"] == "succeeded"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.fake_executor import FakeExecutor
-from tests.rest_client import audit
+from tests.rest_client import as_records, audit_log
 from tests.rest_client import rest as call
 from tests.server import RelayServer
 
@@ -106,10 +106,7 @@ def recorded(server: RelayServer, operation: str) -> list[tuple[dict[str, Any], 
 
 
 def _recorded(server: RelayServer, operation: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    entries = [e for e in audit(server, app="orders") if e["action"].startswith("action.")
-               and e["detail"]["operation"] == operation]
-    done = {e["detail"]["actionId"]: e["detail"] for e in entries if e["action"] == "action.completed"}
-    return [(e["detail"], done.get(e["detail"]["actionId"])) for e in entries if e["action"] == "action.requested"]
+    return as_records(audit_log(server, operation=operation), "orders")
 
 
 def assert_problem(r: Any, status: int) -> dict[str, Any]:

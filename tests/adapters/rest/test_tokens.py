@@ -19,6 +19,6 @@ def test_tokens_are_shown_once_and_listed_without_the_secret(server: RelayServer
     assert call(server, "POST", "/v2/orgs/local/tokens/ci").status_code == 409  # live token of that name
     assert call(server, "DELETE", "/v2/orgs/local/tokens/ci").status_code == 204
     assert call(server, "GET", "/v2/orgs/local/tokens").json() == []
-    actions = [a["action"] for a in call(server, "GET", "/v2/orgs/local/audit-logs").json()]
+    actions = [a["action"] for a in call(server, "GET", "/v2/orgs/local/executor-events").json()]
     assert actions[-2:] == ["token.created", "token.revoked"]
     assert secret not in server.log()

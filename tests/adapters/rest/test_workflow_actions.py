@@ -34,7 +34,7 @@ from relay_es.protocol.messages import encode
 from tests.adapters.rest.servers import known
 from tests.conductor_schema import check_response
 from tests.fake_executor import FakeExecutor
-from tests.rest_client import audit
+from tests.rest_client import as_records, audit_log
 from tests.rest_client import rest as call
 from tests.server import RelayServer
 from tests.server import admin_token as server_admin_token
@@ -164,20 +164,22 @@ def actions(s: RelayServer, app: str, count: int, org: str = "local", token: str
         time.sleep(0.05)
 
 
-def _actions(s: RelayServer, app: str, org: str, token: str | None) -> list[dict[str, Any]]:
-    entries = [e for e in audit(s, org, token, app=app) if e["action"].startswith("action.")]
-    out: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        d = e["detail"]
-        if e["action"] == "action.requested":
-            assert d["actionId"] not in out
-            out[d["actionId"]] = {"operation": d["operation"], "actor": d["actor"], "target": d["target"],
-                                  "parameters": d["parameters"], "source": d["source"]}
-        else:
-            a = out[d["actionId"]]  # completed after requested
-            assert "outcome" not in a and d["operation"] == a["operation"]
-            a.update(outcome=d["outcome"], message=d["message"], result=d["result"], executorId=d["executorId"])
-    return list(out.values())
+# Relay's own changes, on record beside the workflow actions (test_audit.py checks them)
+OWN = frozenset({"registerApp", "updateApp", "deleteApp", "createToken", "deleteToken"})
+
+
+def _actions(s: RelayServer, app: str, org: str, token: str | None, *, refused: bool = False) -> list[dict[str, Any]]:
+    """The workflow actions on ``app`` Relay carried out, or (``refused``) the calls it refused."""
+    out = []
+    for req, done in as_records(audit_log(s, org, token), app):
+        if req["operation"] in OWN or (done is not None and done["outcome"] == "refused") != refused:
+            continue
+        a = {k: req[k] for k in ("operation", "actor", "target", "parameters", "source")}
+        if done is not None:
+            a.update(outcome=done["outcome"], message=done["message"], result=done["result"],
+                     executorId=done["executorId"])
+        out.append(a)
+    return out
 
 
 @pytest.fixture
@@ -484,6 +486,10 @@ def test_an_app_limited_token_cannot_act(tmp_path, store_url) -> None:
                 r = call(s, method, A + path, limited, json=body)
                 assert conforms(op, r, 403)["detail"] == "this token lacks the application.write permission"
             assert sent(ex) == []
+            refusals = _actions(s, "shop", "acme", org_wide, refused=True)  # one each, under the caller's name
+            assert sorted(a["operation"] for a in refusals) == sorted(op for op, *_ in CALLS)
+            assert all(a["actor"] == {"kind": "token", "id": "shop-key"} and a["result"]["status"] == 403
+                       for a in refusals)
             # export is a read: the limited token may
             conforms("exportWorkflow", call(s, "GET", A + "/workflows/wf-1/export", limited), 200)
             # the org-wide token acts, on record under its name

@@ -1,0 +1,109 @@
+"""Who did what through the API, on record: the audit log's inputs from the REST layer.
+
+Three kinds of call are recorded as operator actions
+(:class:`~relay_es.engine.action_commands.ActionCommands`, read back by ``GET .../audit-logs``):
+
+* a change carried to an executor (workflows, schedules, versions, stranded work):
+  :func:`relay_es.adapters.rest.calling.act`;
+* a change to Relay's own state (applications, tokens): :func:`recorded`, around the
+  change -- requested before it, completed after it, ``failed`` with the refusal's detail
+  when it raises (an unknown application, a bad setting);
+* a call Relay refused (401: no or an unknown token; 403: a token without the permission,
+  or, in development mode, a request from another machine): :class:`Refusals`, from the
+  guard. The caller chooses how many refusals there are, so at most one a minute per client
+  address, status and operation is recorded (each says how many were held back since the last); the
+  rest are counted on ``/metrics`` only (``relay_auth_refused``). A refusal with no org to
+  file it under (``/metrics``) is not recorded.
+
+Who is the request's principal (a token's name, or the development user); from where is
+the client's address (host only; behind a trusted proxy, the one it forwarded).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.exceptions import HTTPException
+
+from relay_es.adapters.hub.throttle import Throttle
+from relay_es.adapters.rest.context import RestContext
+from relay_es.domain.errors import RelayError
+from relay_es.engine.action_commands import Actor, Outcome
+
+log = logging.getLogger(__name__)
+
+REFUSAL_WINDOW = 60.0  # seconds: one refusal per client address, status and operation is recorded per window
+
+
+def actor_of(request: Request[Any, Any, Any]) -> Actor:
+    """Who a request acts as: its token's name, or the development user."""
+    who = getattr(request.state, "principal", None)
+    return Actor.of(who.token if who is not None else None)
+
+
+def source_of(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    """The client's address (host only; behind a trusted proxy, the one it forwarded)."""
+    return connection.client.host if connection.client is not None else None
+
+
+def _why(e: BaseException) -> str:
+    """What a failed change's record says: a refusal's own detail, else only the kind of error
+    (a bug's text may hold anything)."""
+    if isinstance(e, HTTPException):
+        return str(e.detail)
+    if isinstance(e, RelayError):
+        return str(e)  # the domain's errors (InvalidSetting, UnknownApplication...) say what was wrong
+    return f"relay: {type(e).__name__}"
+
+
+@contextmanager
+def recorded(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str | None, *, operation: str,
+             target_type: str, target_ids: Sequence[str] = (),
+             parameters: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """Records a change to Relay's own state (blocking: call it off the event loop). The
+    block may fill the yielded dict with a result summary (scalars; never a secret)."""
+    action_id = ctx.relay.record_action_requested(
+        org, app, request_id=str(uuid.uuid4()), operation=operation, actor=actor_of(request),
+        source=source_of(request), target_type=target_type, target_ids=target_ids, parameters=parameters)
+    result: dict[str, Any] = {}
+    try:
+        yield result
+    except BaseException as e:
+        ctx.relay.record_action_completed(action_id, outcome=Outcome.FAILED, message=_why(e))
+        raise
+    ctx.relay.record_action_completed(action_id, outcome=Outcome.SUCCEEDED, result=result or None)
+
+
+class Refusals:
+    """The guard's refusals, on record (throttled; see the module's docstring)."""
+
+    def __init__(self, ctx: RestContext, *, throttle: Throttle | None = None) -> None:
+        self.ctx = ctx
+        # (not ``throttle or ...``: an empty Throttle is falsy, it has a length)
+        self.throttle = Throttle(REFUSAL_WINDOW, max_keys=10_000) if throttle is None else throttle
+
+    def should_record(self, source: str | None, status: int, operation: str) -> int | None:
+        """How many refusals of this client, status and operation were held back since the
+        last one recorded, when this one is to be recorded; None when it is held back."""
+        hit = self.throttle.hit((source, status, operation))
+        return hit.suppressed if hit.passed else None
+
+    def record(self, *, org: str, app: str | None, operation: str, actor: Actor, source: str | None,
+               status: int, detail: str, target: tuple[str, str] | None, suppressed: int) -> None:
+        """Blocking. Never raises: a refusal stands whether or not its record could be written."""
+        target_type, target_ids = ("application", [app]) if app is not None else ("organization", [org])
+        if target is not None:
+            target_type, target_ids = target[0], [target[1]]
+        try:
+            self.ctx.relay.record_action_refused(
+                org, app, request_id=str(uuid.uuid4()), operation=operation, actor=actor, source=source,
+                target_type=target_type, target_ids=target_ids, status=status, detail=detail,
+                suppressed=suppressed)
+        except Exception:  # noqa: BLE001  # the store away, a name the aggregate refuses: logged, not raised
+            log.warning("could not record a refused %s call", operation, exc_info=True)
