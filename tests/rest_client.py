@@ -66,9 +66,9 @@ def as_records(entries: list[dict[str, Any]], app: str | None = None) -> list[Re
         if app is not None and d["app"] != app:
             continue
         subject = e["subject"]
-        kind = "user" if subject["type"] == "user" else "token" if subject["id"] else "anonymous"
-        requested = {"actionId": e["id"], "operation": e["operation"],
-                     "actor": {"kind": kind, "id": subject["id"] or subject["display"]},
+        anonymous = subject["display"] == f"anonymous ({subject['id']})"
+        kind = "user" if subject["type"] == "user" else "anonymous" if anonymous else "token"
+        requested = {"actionId": e["id"], "operation": e["operation"], "actor": {"kind": kind, "id": subject["id"]},
                      "source": e["sourceIp"] or None, "target": d["targets"], "parameters": d["parameters"]}
         completed = None if d["outcome"] == "pending" else {
             "actionId": e["id"], "operation": e["operation"], "outcome": d["outcome"], "message": d["message"],

@@ -9,7 +9,8 @@ id); ``target`` (the target's id); ``limit`` (1-1000, default 100) and ``offset`
 An entry: ``id`` (the action's), ``emitTime`` (when it was asked), ``operation``, ``status``
 (``success`` when it succeeded; ``failure`` when it failed, timed out, found no executor, was
 refused, or never recorded its end), ``subject`` (``api_key`` for a token, ``user`` for a
-user; a caller Relay could not identify is an ``api_key`` with an empty id),
+user; a caller Relay could not identify is an ``api_key`` whose id says why, e.g. ``no valid
+token``, displayed ``anonymous (no valid token)``),
 ``sourceIp`` (empty when unknown), ``target`` (:func:`~relay_es.projections.actions.conductor_target`)
 and ``details``: ``outcome`` (succeeded, failed, timed_out, no_healthy_executor, refused, or
 pending: never completed), ``app``, ``targets`` (``type``, ``ids``: the first 100 named,
@@ -44,7 +45,8 @@ class AuditSubject(msgspec.Struct):
 
 
 class AuditTarget(msgspec.Struct):
-    type: str
+    type: Literal["application", "token", "role", "user", "organization", "workflow", "schedule",
+                  "alerting_rule", "domain_claim"]
     id: str
 
 
@@ -64,7 +66,7 @@ def subject_of(row: ActionRow) -> AuditSubject:
         return AuditSubject(type="api_key", id=row.actor, display=row.actor)
     if row.actor_kind == "user":
         return AuditSubject(type="user", id=row.actor, display=row.actor)
-    return AuditSubject(type="api_key", id="", display=f"anonymous ({row.actor})")
+    return AuditSubject(type="api_key", id=row.actor, display=f"anonymous ({row.actor})")
 
 
 def entry_out(row: ActionRow) -> AuditLogEntry:

@@ -2,8 +2,7 @@
 
 Every transition Relay recorded in an org, in order (``seq``: the event's notification id):
 executors connected, disconnected, declared dead, their recoveries, retention rounds,
-protocol violations, refused handshakes, applications and tokens made and changed, and the
-operator actions' two halves. Optionally of one application or one executor; a page of at
+protocol violations, refused handshakes, applications and tokens made and changed. Optionally of one application or one executor; a page of at
 most ``limit`` after ``after``. Read from :mod:`relay_es.projections.audit`. (Who did what
 through the API, in Conductor's shape, is the audit log: :mod:`relay_es.adapters.rest.audit`.)
 """

@@ -125,7 +125,7 @@ class Authorize:
         if not isinstance(org, str) or not ORG_NAME.fullmatch(org):
             return  # nowhere to file it (/metrics, or a name no org can have)
         operation = handler.operation_id if isinstance(handler.operation_id, str) else "unknownOperation"
-        suppressed = self.refusals.should_record(source_of(connection), refusal.status_code, operation)
+        suppressed = self.refusals.should_record(source_of(connection), refusal.status_code, operation, org)
         if suppressed is None:
             return
         if not (isinstance(app, str) and APP_NAME.fullmatch(app)):

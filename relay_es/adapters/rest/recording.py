@@ -11,9 +11,13 @@ Three kinds of call are recorded as operator actions
 * a call Relay refused (401: no or an unknown token; 403: a token without the permission,
   or, in development mode, a request from another machine): :class:`Refusals`, from the
   guard. The caller chooses how many refusals there are, so at most one a minute per client
-  address, status and operation is recorded (each says how many were held back since the last); the
-  rest are counted on ``/metrics`` only (``relay_auth_refused``). A refusal with no org to
-  file it under (``/metrics``) is not recorded.
+  address, status, operation and org is recorded (each says how many were held back since the
+  last, within the throttle's memory: a burst followed by a quiet minute is recorded once), and at
+  most :data:`MAX_REFUSALS_PER_WINDOW` a minute in all, so that a client rotating addresses
+  cannot make Relay write without end; the rest are counted on ``/metrics`` only
+  (``relay_auth_refused``). A refusal with no org to file it under is not recorded. A recorded
+  refusal is written before the refusal is answered, so at most that many a minute wait on the
+  store.
 
 Who is the request's principal (a token's name, or the development user); from where is
 the client's address (host only; behind a trusted proxy, the one it forwarded).
@@ -22,8 +26,9 @@ the client's address (host only; behind a trusted proxy, the one it forwarded).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,7 +43,8 @@ from relay_es.engine.action_commands import Actor, Outcome
 
 log = logging.getLogger(__name__)
 
-REFUSAL_WINDOW = 60.0  # seconds: one refusal per client address, status and operation is recorded per window
+REFUSAL_WINDOW = 60.0  # seconds: one refusal per client address, status, operation and org is recorded per window
+MAX_REFUSALS_PER_WINDOW = 60  # refusals recorded per window in all, whatever their keys
 
 
 def actor_of(request: Request[Any, Any, Any]) -> Actor:
@@ -75,24 +81,51 @@ def recorded(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: s
     try:
         yield result
     except BaseException as e:
-        ctx.relay.record_action_completed(action_id, outcome=Outcome.FAILED, message=_why(e))
+        _complete(ctx, action_id, operation, outcome=Outcome.FAILED, message=_why(e))
         raise
-    ctx.relay.record_action_completed(action_id, outcome=Outcome.SUCCEEDED, result=result or None)
+    _complete(ctx, action_id, operation, outcome=Outcome.SUCCEEDED, result=result or None)
+
+
+def _complete(ctx: RestContext, action_id: uuid.UUID, operation: str, **kw: Any) -> None:
+    """The change is done (or refused) whether or not its end can be written: a completion
+    that fails is logged and the action stays ``pending`` in the log; it never turns a
+    change that happened into an error (a token made would never show its secret) nor
+    replaces the change's own refusal."""
+    try:
+        ctx.relay.record_action_completed(action_id, **kw)
+    except Exception:  # noqa: BLE001
+        log.warning("could not record how %s %s ended; it stays pending in the audit log", operation, action_id,
+                    exc_info=True)
 
 
 class Refusals:
     """The guard's refusals, on record (throttled; see the module's docstring)."""
 
-    def __init__(self, ctx: RestContext, *, throttle: Throttle | None = None) -> None:
+    def __init__(self, ctx: RestContext, *, throttle: Throttle | None = None,
+                 clock: Callable[[], float] = time.monotonic, per_window: int = MAX_REFUSALS_PER_WINDOW) -> None:
         self.ctx = ctx
         # (not ``throttle or ...``: an empty Throttle is falsy, it has a length)
-        self.throttle = Throttle(REFUSAL_WINDOW, max_keys=10_000) if throttle is None else throttle
+        self.throttle = Throttle(REFUSAL_WINDOW, max_keys=10_000, clock=clock) if throttle is None else throttle
+        self.clock = clock
+        self.per_window = per_window
+        self._window_start = clock()
+        self._recorded = 0
 
-    def should_record(self, source: str | None, status: int, operation: str) -> int | None:
-        """How many refusals of this client, status and operation were held back since the
-        last one recorded, when this one is to be recorded; None when it is held back."""
-        hit = self.throttle.hit((source, status, operation))
-        return hit.suppressed if hit.passed else None
+    def should_record(self, source: str | None, status: int, operation: str, org: str) -> int | None:
+        """How many refusals of this client, status, operation and org were held back since the
+        last one recorded, when this one is to be recorded; None when it is held back -- also
+        when :data:`MAX_REFUSALS_PER_WINDOW` were recorded in this window already, whatever
+        their keys (clients rotating addresses fill the keyed table, not the store)."""
+        now = self.clock()
+        if now - self._window_start >= REFUSAL_WINDOW:
+            self._window_start, self._recorded = now, 0
+        if self._recorded >= self.per_window:
+            return None
+        hit = self.throttle.hit((source, status, operation, org))
+        if not hit.passed:
+            return None
+        self._recorded += 1
+        return hit.suppressed
 
     def record(self, *, org: str, app: str | None, operation: str, actor: Actor, source: str | None,
                status: int, detail: str, target: tuple[str, str] | None, suppressed: int) -> None:

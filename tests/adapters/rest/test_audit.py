@@ -136,7 +136,9 @@ def test_refusals_are_on_record_under_the_caller_s_org(auth_server: tuple[RelayS
     entries = mine(operation="updateApp")
     (anonymous,) = [e for e in entries if e["details"]["outcome"] == "refused"]
     assert anonymous["status"] == "failure" and anonymous["subject"]["type"] == "api_key"
-    assert anonymous["subject"]["id"] == "" and "anonymous" in anonymous["subject"]["display"]
+    assert anonymous["subject"]["id"] == "no valid token"
+    assert anonymous["subject"]["display"] == "anonymous (no valid token)"
+    assert [e["id"] for e in mine(subject="no valid token", operation="updateApp")] == [anonymous["id"]]
     assert anonymous["details"]["result"] == {"status": 401, "suppressed": 0}
     assert anonymous["target"] == {"type": "application", "id": "orders"}
 

@@ -11,23 +11,25 @@ from typing import Any
 import pytest
 from litestar.exceptions import NotFoundException
 
-from relay_es.adapters.hub.throttle import Throttle
-from relay_es.adapters.rest.recording import REFUSAL_WINDOW, Refusals, recorded
+from relay_es.adapters.rest.recording import MAX_REFUSALS_PER_WINDOW, REFUSAL_WINDOW, Refusals, recorded
 from relay_es.domain.errors import InvalidSetting
 from relay_es.engine.action_commands import Actor, Outcome
 from tests.adapters.rest.fakes import fake_context
 
 
 class FakeRelay:
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, fail_completion: bool = False) -> None:
         self.made: list[tuple[str, Any, dict[str, Any]]] = []
         self.fail = fail
+        self.fail_completion = fail_completion
 
     def record_action_requested(self, org: str, app: str | None, **kw: Any) -> str:
         self.made.append(("requested", (org, app), kw))
         return "action-1"
 
     def record_action_completed(self, action_id: str, **kw: Any) -> bool:
+        if self.fail_completion:
+            raise ConnectionError("the store went away")
         self.made.append(("completed", action_id, kw))
         return True
 
@@ -71,17 +73,28 @@ def test_a_change_that_raises_is_completed_failed_with_what_was_wrong(error: Exc
     assert done["outcome"] == Outcome.FAILED and message in done["message"]
 
 
-def test_refusals_are_recorded_once_a_window_per_client_status_and_operation() -> None:
+def test_refusals_are_recorded_once_a_window_per_client_status_operation_and_org() -> None:
     now = [0.0]
-    refusals = Refusals(fake_context(relay=FakeRelay()), throttle=Throttle(REFUSAL_WINDOW, clock=lambda: now[0]))
-    assert refusals.should_record("10.0.0.7", 401, "deleteApp") == 0
-    assert refusals.should_record("10.0.0.7", 401, "deleteApp") is None
-    assert refusals.should_record("10.0.0.7", 401, "deleteApp") is None
-    assert refusals.should_record("10.0.0.7", 403, "deleteApp") == 0  # another status
-    assert refusals.should_record("10.0.0.8", 401, "deleteApp") == 0  # another client
-    assert refusals.should_record("10.0.0.7", 401, "listApps") == 0  # another operation
+    refusals = Refusals(fake_context(relay=FakeRelay()), clock=lambda: now[0])
+    assert refusals.should_record("10.0.0.7", 401, "deleteApp", "acme") == 0
+    assert refusals.should_record("10.0.0.7", 401, "deleteApp", "acme") is None
+    assert refusals.should_record("10.0.0.7", 401, "deleteApp", "acme") is None
+    assert refusals.should_record("10.0.0.7", 403, "deleteApp", "acme") == 0  # another status
+    assert refusals.should_record("10.0.0.8", 401, "deleteApp", "acme") == 0  # another client
+    assert refusals.should_record("10.0.0.7", 401, "listApps", "acme") == 0  # another operation
+    assert refusals.should_record("10.0.0.7", 401, "deleteApp", "decoy") == 0  # another org: no cover for acme's
     now[0] = REFUSAL_WINDOW
-    assert refusals.should_record("10.0.0.7", 401, "deleteApp") == 2  # and says how many it held back
+    assert refusals.should_record("10.0.0.7", 401, "deleteApp", "acme") == 2  # and says how many it held back
+
+
+def test_a_client_rotating_addresses_gets_a_bounded_number_of_records() -> None:
+    now = [0.0]
+    refusals = Refusals(fake_context(relay=FakeRelay()), clock=lambda: now[0], per_window=MAX_REFUSALS_PER_WINDOW)
+    passed = sum(refusals.should_record(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", 401, "deleteApp", "acme")
+                 is not None for i in range(20_000))
+    assert passed == MAX_REFUSALS_PER_WINDOW  # in this window, whatever the keys
+    now[0] = REFUSAL_WINDOW
+    assert refusals.should_record("192.0.2.1", 401, "deleteApp", "acme") == 0  # the next window has its own
 
 
 def test_a_refusal_s_record_never_fails_the_refusal(caplog: pytest.LogCaptureFixture) -> None:
@@ -99,3 +112,15 @@ def test_a_refusal_s_record_never_fails_the_refusal(caplog: pytest.LogCaptureFix
     ((_, where, kw),) = ok.made
     assert where == ("acme", "orders") and kw["target_type"] == "workflow" and kw["target_ids"] == ["wf-1"]
     assert kw["status"] == 403 and kw["suppressed"] == 4
+
+
+def test_a_completion_that_cannot_be_written_neither_fails_the_change_nor_hides_its_refusal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    relay = FakeRelay(fail_completion=True)
+    ctx = fake_context(relay=relay)
+    with recorded(ctx, request(), "acme", None, operation="createToken", target_type="token", target_ids=["ci"]):
+        pass  # the token is made: its secret must still be shown
+    assert "stays pending in the audit log" in caplog.text
+    with pytest.raises(InvalidSetting, match="appNames"), recorded(
+            ctx, request(), "acme", None, operation="createToken", target_type="token", target_ids=["ci"]):
+        raise InvalidSetting("appNames", "must name 1 to 100 applications")
