@@ -26,19 +26,19 @@ def listing(server: RelayServer, app: str = "app", org: str = "local",
     return {e["executorId"]: e for e in r.json()}
 
 
-def audit(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
-    """The first 1,000 audit entries matching ``params``."""
+def events(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
+    """The first 1,000 entries of the lifecycle feed matching ``params``."""
     r = rest(server, "GET", f"/v2/orgs/{org}/executor-events", token, params={"limit": 1000, **params})
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def audit_all(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
-    """Every audit entry matching ``params``, paging with ``after``."""
+def events_all(server: RelayServer, org: str = "local", token: str | None = None, **params: Any) -> list[dict[str, Any]]:
+    """Every entry of the lifecycle feed matching ``params``, paging with ``after``."""
     out: list[dict[str, Any]] = []
     after: int | None = None
     while True:
-        page = audit(server, org, token, **params, **({} if after is None else {"after": after}))
+        page = events(server, org, token, **params, **({} if after is None else {"after": after}))
         out += page
         if len(page) < 1000:
             return out

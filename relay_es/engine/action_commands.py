@@ -79,6 +79,18 @@ def _summary(values: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+def _request_fields(org: str, app: str | None, request_id: str, operation: str, actor: Actor, source: str | None,
+                    target_type: str, target_ids: Sequence[str]) -> dict[str, Any]:
+    """``Action.request``'s fields: what the caller sent (the actor's id, the source, the
+    target ids) escaped and cut; what Relay supplies as given, for the aggregate to check."""
+    if isinstance(target_ids, (str, bytes)):
+        target_ids = [target_ids]  # type: ignore[list-item]  # one id, not its letters
+    ids = [sanitized(t if isinstance(t, str) else repr(t), ID_CHARS) or "" for t in target_ids]
+    return dict(org=org, app=app, request_id=request_id, operation=operation, actor_kind=actor.kind,
+                actor=sanitized(actor.id, ID_CHARS) or "", source=sanitized(source, ID_CHARS),
+                target_type=target_type, target_ids=ids)
+
+
 class ActionCommands:
     """The action commands of :class:`~relay_es.engine.service.Relay` (a mixin: it
     uses ``now()``, ``save()``, ``retrying()`` and ``_maybe()``)."""
@@ -112,12 +124,8 @@ class ActionCommands:
         the caller. Recording the same request again returns the same id and
         records nothing (a retry after a lost answer); a different action under a
         request id already used raises :class:`IllegalTransition`."""
-        if isinstance(target_ids, (str, bytes)):
-            target_ids = [target_ids]  # type: ignore[list-item]  # one id, not its letters
-        ids = [sanitized(t if isinstance(t, str) else repr(t), ID_CHARS) or "" for t in target_ids]
-        fields = dict(org=org, app=app, request_id=request_id, operation=operation, actor_kind=actor.kind,
-                      actor=sanitized(actor.id, ID_CHARS) or "", source=sanitized(source, ID_CHARS),
-                      target_type=target_type, target_ids=ids, parameters=_summary(parameters))
+        fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids)
+        fields["parameters"] = _summary(parameters)
         sid = action_stream_id(org, request_id)
 
         def run() -> UUID:
@@ -189,12 +197,7 @@ class ActionCommands:
         status answered, and ``suppressed``, how many like it were not recorded since the
         last that was, in its result; ``detail``, the refusal's, as its message. Returns the
         action's id."""
-        if isinstance(target_ids, (str, bytes)):
-            target_ids = [target_ids]  # type: ignore[list-item]
-        ids = [sanitized(t if isinstance(t, str) else repr(t), ID_CHARS) or "" for t in target_ids]
-        fields = dict(org=org, app=app, request_id=request_id, operation=operation, actor_kind=actor.kind,
-                      actor=sanitized(actor.id, ID_CHARS) or "", source=sanitized(source, ID_CHARS),
-                      target_type=target_type, target_ids=ids)
+        fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids)
         message = sanitized(detail, MESSAGE_CHARS)
         sid = action_stream_id(org, request_id)
 

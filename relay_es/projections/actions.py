@@ -53,10 +53,6 @@ class ActionRow:
     result: dict[str, Any] | None = None
     completed_at: datetime | None = None
 
-    @property
-    def conductor_target(self) -> tuple[str, str]:
-        return conductor_target(self)
-
 
 def conductor_target(row: ActionRow) -> tuple[str, str]:
     """Conductor's ``(type, id)`` for what the action acted on: the one target it named, when

@@ -43,7 +43,7 @@ from tests.fault.clients import (RawWebSocket, ReconnectingExecutor, ScriptedExe
                                  dribble, flap)
 from tests.server import RelayServer
 from tests.server import admin_token as server_admin_token
-from tests.rest_client import audit_all, listing, rest
+from tests.rest_client import events_all, listing, rest
 from tests.support import until
 
 BASE_ENV = {
@@ -86,11 +86,11 @@ def make_server(tmp_path: Path, store_url: str) -> Iterator[Callable[..., RelayS
 
 def actions(server: RelayServer, executor_id: str, app: str = "app", org: str = "local",
             token: str | None = None) -> list[str]:
-    return [a["action"] for a in audit_all(server, org, token, executorId=executor_id, app=app)]
+    return [a["action"] for a in events_all(server, org, token, executorId=executor_id, app=app)]
 
 
 def violation_kinds(server: RelayServer, app: str = "app", org: str = "local", token: str | None = None) -> set[str]:
-    return {a["detail"]["kind"] for a in audit_all(server, org, token, app=app) if a["action"] == "protocol.violation"}
+    return {a["detail"]["kind"] for a in events_all(server, org, token, app=app) if a["action"] == "protocol.violation"}
 
 
 def set_grace(server: RelayServer, secs: int, app: str = "app", org: str = "local", token: str | None = None) -> None:
@@ -240,7 +240,7 @@ def test_flapping_executors_cost_transitions_only(make_server: Callable[..., Rel
         assert len(names) == 1 + count["Connected"] + count["Disconnected"]
         for kind in ("exist_pending_workflows", "recovery"):
             assert not c.requests_of(kind), f"{c.executor_id} was asked to {kind}"
-    acts = Counter(a["action"] for a in audit_all(server, app="app"))
+    acts = Counter(a["action"] for a in events_all(server, app="app"))
     assert acts["executor.declared_dead"] == 0 and not any(a.startswith("recovery.") for a in acts), acts
     assert_clean_log(server)
     report = assert_invariants(store_url)
@@ -270,13 +270,13 @@ def test_two_live_sockets_with_one_executor_id_newest_wins(make_server: Callable
         new = await ScriptedExecutor(server.ws, executor_id="A").connect()
         assert await old.closed() == 4001
         assert old.ws is not None and old.ws.close_reason.startswith("superseded")
-        await until(lambda: len(audit_all(server, executorId="A", app="app")) == 2, what="both connections recorded")
+        await until(lambda: len(events_all(server, executorId="A", app="app")) == 2, what="both connections recorded")
         await asyncio.sleep(2.5)  # past the 1 s grace: nothing may be declared dead
         assert new.ws is not None and new.ws.close_code is None
         extended = rest(server, "GET", "/v2/orgs/local/apps/app/executors", params={"relay": "extended"}).json()
         (row,) = [e for e in extended if e["executorId"] == "A"]  # with Relay's deadline
         assert row["status"] == "HEALTHY" and row["deadline"] is None
-        entries = audit_all(server, executorId="A", app="app")
+        entries = events_all(server, executorId="A", app="app")
         assert [x["action"] for x in entries] == ["executor.connected", "executor.connected"]
         assert entries[1]["detail"]["supersededConnectionId"] == entries[0]["detail"]["connectionId"]
         assert entries[1]["detail"]["previousStatus"] == "HEALTHY"
@@ -307,7 +307,7 @@ def test_two_live_sockets_with_one_executor_id_newest_wins(make_server: Callable
         await until(lambda: listing(server)["A"]["status"] == "DISCONNECTED")
 
     asyncio.run(main())
-    acts = Counter(a["action"] for a in audit_all(server, app="app"))
+    acts = Counter(a["action"] for a in events_all(server, app="app"))
     assert acts["executor.declared_dead"] == 1  # only D, the peer that was killed
     assert_clean_log(server)
     assert_invariants(store_url)
@@ -340,7 +340,7 @@ def test_no_eligible_executor_then_version_skew(make_server: Callable[..., Relay
         await until(lambda: "V2b" in listing(server), what="V2b recorded")
         await asyncio.sleep(2.0)  # a window in which a wrong dispatch (to V2b) would have happened
         for x in ("A", "E"):
-            entries = [a for a in audit_all(server, executorId=x, app="app") if a["action"] == "recovery.deferred"]
+            entries = [a for a in events_all(server, executorId=x, app="app") if a["action"] == "recovery.deferred"]
             assert len(entries) == 1, entries  # once, not per v2 arrival
             assert "'v1'" in entries[0]["detail"]["reason"], entries[0]
             assert listing(server)[x]["status"] == "DEAD"
@@ -351,9 +351,9 @@ def test_no_eligible_executor_then_version_skew(make_server: Callable[..., Relay
         await v1.wait_for("recovery", count=2, timeout=10)
         await until(lambda: not ({"A", "E"} & set(listing(server))), 10)
         # Relay's own times (the audit's), not this test's: how soon after C connected both were dispatched
-        appeared = [parse_time(a["at"]) for a in audit_all(server, executorId="C", app="app")
+        appeared = [parse_time(a["at"]) for a in events_all(server, executorId="C", app="app")
                     if a["action"] == "executor.connected"]
-        dispatched = [parse_time(a["at"]) for x in ("A", "E") for a in audit_all(server, executorId=x, app="app")
+        dispatched = [parse_time(a["at"]) for x in ("A", "E") for a in events_all(server, executorId=x, app="app")
                       if a["action"] == "recovery.dispatched"]
         assert len(appeared) == 1 and len(dispatched) == 2, (appeared, dispatched)
         took = (max(dispatched) - appeared[0]).total_seconds()
@@ -438,7 +438,7 @@ def test_reconnect_storm_after_sigkill(make_server: Callable[..., RelayServer], 
             # the only closes were the kill's (no close frame): the new Relay closed nobody
             assert set(code for c in clients for code in c.close_codes) <= {1006}, \
                 Counter(code for c in clients for code in c.close_codes)
-            entries = audit_all(restarted, app="app")
+            entries = events_all(restarted, app="app")
             acts = Counter(a["action"] for a in entries)
             assert acts["executor.declared_dead"] == 0 and not any(a.startswith("recovery.") for a in acts), acts
             last_connect: dict[str, dict[str, Any]] = {}
@@ -554,7 +554,7 @@ def test_hostile_frames_are_refused_audited_and_disturb_no_one(make_server: Call
         assert len(attempts) == 3
         d_actions = actions(server, "D")
         assert d_actions.count("recovery.failed") == 2 and d_actions[-2:] == ["recovery.confirmed", "executor.deleted"]
-        reasons = [a["detail"]["reason"] for a in audit_all(server, executorId="D", app="app")
+        reasons = [a["detail"]["reason"] for a in events_all(server, executorId="D", app="app")
                    if a["action"] == "recovery.failed"]
         assert "type 'recovery'" in reasons[0] and "malformed" in reasons[1], reasons
         assert {"type_mismatch", "malformed_reply"} <= violation_kinds(server)
@@ -681,7 +681,7 @@ def test_bad_and_revoked_keys_are_refused_and_disturb_no_one(auth_setup: tuple[R
         assert peer.ws is not None and peer.ws.close_code is None
         assert bystander.ws is not None and bystander.ws.close_code is None
         await until(lambda: "executor.disconnected" in actions(s, "X", "orders", "acme", acme))
-        x_reasons = [a["detail"].get("reason") for a in audit_all(s, "acme", acme, executorId="X", app="orders")
+        x_reasons = [a["detail"].get("reason") for a in events_all(s, "acme", acme, executorId="X", app="orders")
                      if a["action"] == "executor.disconnected"]
         assert x_reasons == ["token_revoked"]
         # the revoked executor's grace (1 s) runs out: the bystander or the peer recovers it
@@ -697,9 +697,9 @@ def test_bad_and_revoked_keys_are_refused_and_disturb_no_one(auth_setup: tuple[R
         await bystander.close()
 
     asyncio.run(main())
-    refusals = [a for a in audit_all(s, "acme", acme) if a["action"] == "auth.refused"]
+    refusals = [a for a in events_all(s, "acme", acme) if a["action"] == "auth.refused"]
     assert {a["detail"]["status"] for a in refusals} >= {401, 403}, refusals
-    assert [a for a in audit_all(s, "other", t["other"]) if a["action"] == "auth.refused"]
+    assert [a for a in events_all(s, "other", t["other"]) if a["action"] == "auth.refused"]
     log = s.log()
     for secret in t.values():
         assert secret not in log

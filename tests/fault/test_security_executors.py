@@ -24,7 +24,7 @@ import websockets
 from tests.fake_executor import FakeExecutor
 from tests.fault.clients import ScriptedExecutor, assert_invariants
 from tests.server import RelayServer
-from tests.rest_client import audit, listing, rest
+from tests.rest_client import events, listing, rest
 from tests.support import until
 
 BASE_ENV = {
@@ -52,7 +52,7 @@ def make_server(tmp_path: Path, store_url: str) -> Iterator[Callable[..., RelayS
 
 
 def violations(server: RelayServer) -> dict[str, dict[str, Any]]:
-    return {a["detail"]["kind"]: a for a in audit(server, app="app") if a["action"] == "protocol.violation"}
+    return {a["detail"]["kind"]: a for a in events(server, app="app") if a["action"] == "protocol.violation"}
 
 
 def set_grace(server: RelayServer, secs: int) -> None:
@@ -139,9 +139,9 @@ def test_hostile_executor_info_is_refused_audited_and_the_read_models_keep_movin
     assert {"info_out_of_bounds", "frame_too_large", "handshake_frame"} <= set(kinds), sorted(kinds)
     # throttled: one entry per kind per minute, the rest counted
     assert kinds["info_out_of_bounds"]["detail"]["suppressed"] == 0
-    entries = [a for a in audit(server, app="app") if a["action"] == "protocol.violation"]
+    entries = [a for a in events(server, app="app") if a["action"] == "protocol.violation"]
     assert len([a for a in entries if a["detail"]["kind"] == "info_out_of_bounds"]) == 1
-    connected = {a["executorId"] for a in audit(server, app="app") if a["action"] == "executor.connected"}
+    connected = {a["executorId"] for a in events(server, app="app") if a["action"] == "executor.connected"}
     assert connected == {"B", "L", "D"}  # nothing hostile was recorded
     for a in entries:
         text = json.dumps(a, ensure_ascii=False)
@@ -252,9 +252,9 @@ def test_resource_limits_per_address_key_and_application(make_server: Callable[.
     asyncio.run(main())
     kinds = violations(server)
     assert "limit_exceeded" in kinds, sorted(kinds)
-    refusals = [a for a in audit(server, app="app") if a["action"] == "auth.refused"]
+    refusals = [a for a in events(server, app="app") if a["action"] == "auth.refused"]
     assert any(a["detail"]["status"] == 429 for a in refusals), refusals
-    connected = {a["executorId"] for a in audit(server, app="app") if a["action"] == "executor.connected"}
+    connected = {a["executorId"] for a in events(server, app="app") if a["action"] == "executor.connected"}
     assert "k2-3" not in connected
     assert "Traceback" not in server.log()
     assert_invariants(store_url)
@@ -281,12 +281,12 @@ def test_an_executors_error_message_reaches_the_store_escaped_and_bounded(
 
     async def main() -> None:
         bad = await ScriptedExecutor(server.ws, executor_id="A-bad", handler=hostile).connect()
-        await until(lambda: any(a["action"] == "retention.answered" for a in audit(server, app="app")), 15)
+        await until(lambda: any(a["action"] == "retention.answered" for a in events(server, app="app")), 15)
         doomed = await FakeExecutor(server.ws, executor_id="D").connect()
         await until(lambda: "D" in listing(server))
         doomed.abort()
         # the hostile one is the only candidate at first (ties are not broken by name)
-        await until(lambda: any(a["action"] == "recovery.failed" for a in audit(server, app="app")), 30)
+        await until(lambda: any(a["action"] == "recovery.failed" for a in events(server, app="app")), 30)
         good = await FakeExecutor(server.ws, executor_id="B-good").connect()
         await until(lambda: "D" not in listing(server), 30, what="D recovered by the good executor")
         new = await FakeExecutor(server.ws, executor_id="N").connect()  # the read models still move
@@ -295,7 +295,7 @@ def test_an_executors_error_message_reaches_the_store_escaped_and_bounded(
             await fx.close()
 
     asyncio.run(main())
-    entries = audit(server, app="app")
+    entries = events(server, app="app")
     failed = [a for a in entries if a["action"] == "recovery.failed"]
     retention = [a for a in entries if a["action"] == "retention.answered" and not a["detail"]["success"]]
     assert failed and retention

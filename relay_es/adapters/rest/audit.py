@@ -32,7 +32,7 @@ from relay_es.adapters.rest.paths import ORG
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.projections import actions as actions_view
-from relay_es.projections.actions import ActionRow
+from relay_es.projections.actions import ActionRow, conductor_target
 
 MAX_FILTER = 256  # characters of the operation, subject and target filters (every recorded id fits)
 MAX_OFFSET = 2**31 - 1
@@ -70,7 +70,7 @@ def subject_of(row: ActionRow) -> AuditSubject:
 
 
 def entry_out(row: ActionRow) -> AuditLogEntry:
-    target_type, target_id = row.conductor_target
+    target_type, target_id = conductor_target(row)
     return AuditLogEntry(
         id=row.action_id, emit_time=units.rfc3339(row.at) or "", operation=row.operation,
         status="success" if row.outcome == "succeeded" else "failure", subject=subject_of(row),

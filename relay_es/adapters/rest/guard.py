@@ -125,7 +125,8 @@ class Authorize:
         if not isinstance(org, str) or not ORG_NAME.fullmatch(org):
             return  # nowhere to file it (/metrics, or a name no org can have)
         operation = handler.operation_id if isinstance(handler.operation_id, str) else "unknownOperation"
-        suppressed = self.refusals.should_record(source_of(connection), refusal.status_code, operation, org)
+        source = source_of(connection)
+        suppressed = self.refusals.should_record(source, refusal.status_code, operation, org)
         if suppressed is None:
             return
         if not (isinstance(app, str) and APP_NAME.fullmatch(app)):
@@ -134,7 +135,7 @@ class Authorize:
                        if isinstance(params.get(key), str) and valid_text(params[key])), None)
         actor = Actor.of(who.token) if who is not None else Actor.anonymous(why)
         await asyncio.to_thread(self.refusals.record, org=org, app=app, operation=operation, actor=actor,
-                                source=source_of(connection), status=refusal.status_code,
+                                source=source, status=refusal.status_code,
                                 detail=str(refusal.detail), target=target, suppressed=suppressed)
 
     async def authenticate(self, connection: ASGIConnection[Any, Any, Any, Any]) -> authz.Principal:

@@ -101,11 +101,10 @@ def _complete(ctx: RestContext, action_id: uuid.UUID, operation: str, **kw: Any)
 class Refusals:
     """The guard's refusals, on record (throttled; see the module's docstring)."""
 
-    def __init__(self, ctx: RestContext, *, throttle: Throttle | None = None,
-                 clock: Callable[[], float] = time.monotonic, per_window: int = MAX_REFUSALS_PER_WINDOW) -> None:
+    def __init__(self, ctx: RestContext, *, clock: Callable[[], float] = time.monotonic,
+                 per_window: int = MAX_REFUSALS_PER_WINDOW) -> None:
         self.ctx = ctx
-        # (not ``throttle or ...``: an empty Throttle is falsy, it has a length)
-        self.throttle = Throttle(REFUSAL_WINDOW, max_keys=10_000, clock=clock) if throttle is None else throttle
+        self.throttle = Throttle(REFUSAL_WINDOW, max_keys=10_000, clock=clock)
         self.clock = clock
         self.per_window = per_window
         self._window_start = clock()

@@ -12,7 +12,7 @@ from typing import Any
 from relay_es.adapters.hub import CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.engine.process_manager import Answers
 from relay_es.protocol.limits import ResourceLimits
-from tests.rest_client import audit, rest as api
+from tests.rest_client import events, rest as api
 from tests.server import RelayServer
 
 FAST = {
@@ -31,7 +31,7 @@ def at(entry: dict[str, Any]) -> float:
 
 
 def actions(server: RelayServer, executor_id: str) -> list[str]:
-    return [a["action"] for a in audit(server, executorId=executor_id)]
+    return [a["action"] for a in events(server, executorId=executor_id)]
 
 
 def set_grace(server: RelayServer, secs: int, app: str = "app") -> None:

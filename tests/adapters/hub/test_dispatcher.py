@@ -13,7 +13,7 @@ import pytest
 
 from tests.adapters.hub.support import FAST, actions, build, registered, set_grace
 from tests.fake_executor import FakeExecutor
-from tests.rest_client import audit, listing as executors, rest as api
+from tests.rest_client import events, listing as executors, rest as api
 from tests.server import RelayServer
 from tests.support import until
 
@@ -52,7 +52,7 @@ def test_nothing_pending_is_confirmed_without_a_recovery_message(server: RelaySe
         a.abort()
         await until(lambda: "executor.deleted" in actions(server, "A"))  # A recovered and gone (not merely not projected yet)
         assert [r["type"] for r in b.requests] == ["executor_info", "exist_pending_workflows"]
-        confirmed = [x for x in audit(server, executorId="A") if x["action"] == "recovery.confirmed"]
+        confirmed = [x for x in events(server, executorId="A") if x["action"] == "recovery.confirmed"]
         assert confirmed[0]["detail"]["pendingFound"] is False
         await b.close()
 
@@ -91,7 +91,7 @@ def test_silent_target_times_out_and_another_recovers(server: RelayServer) -> No
         await mute.wait_for("exist_pending_workflows", timeout=15)  # the only candidate first
         good = await FakeExecutor(server.ws, executor_id="B2").connect()
         await until(lambda: "executor.deleted" in actions(server, "A"), timeout=20)  # A recovered and gone (not merely not projected yet)
-        failed = [x for x in audit(server, executorId="A") if x["action"] == "recovery.failed"]
+        failed = [x for x in events(server, executorId="A") if x["action"] == "recovery.failed"]
         assert failed and "no answer within" in failed[0]["detail"]["reason"]
         await mute.close()
         await good.close()
@@ -108,7 +108,7 @@ def test_version_skew_waits_then_recovers_when_the_version_appears(server: Relay
         a.abort()
         await until(lambda: executors(server).get("A", {}).get("status") == "DEAD")
         await until(lambda: "recovery.deferred" in actions(server, "A"))
-        deferred = [x for x in audit(server, executorId="A") if x["action"] == "recovery.deferred"][0]
+        deferred = [x for x in events(server, executorId="A") if x["action"] == "recovery.deferred"][0]
         assert "v1" in deferred["detail"]["reason"]
         await asyncio.sleep(1.0)  # a window in which a wrong dispatch (to the v2 executor) would have happened
         assert [r["type"] for r in v2.requests] == ["executor_info"]
@@ -139,8 +139,8 @@ def test_retention_carries_cutoffs_from_relays_clock(tmp_path, store_url) -> Non
             assert abs(body["gc_cutoff_epoch_ms"] - (now_ms - 86_400_000)) < 5_000
             assert abs(body["timeout_cutoff_epoch_ms"] - (now_ms - 3_600_000)) < 5_000
             assert body["gc_rows_threshold"] == 5000 and body["gc_batch_size"] is None
-            await until(lambda: any(x["action"] == "retention.answered" for x in audit(s, app="app")))
-            sent = [x for x in audit(s, app="app") if x["action"] == "retention.dispatched"][0]
+            await until(lambda: any(x["action"] == "retention.answered" for x in events(s, app="app")))
+            sent = [x for x in events(s, app="app") if x["action"] == "retention.dispatched"][0]
             assert sent["detail"]["targetExecutorId"] == "A"
             assert sent["detail"]["timeoutCutoffEpochMs"] == body["timeout_cutoff_epoch_ms"]
             await a.close()

@@ -15,7 +15,7 @@ import websockets
 
 from tests.adapters.hub.support import actions, at, build, set_grace
 from tests.fake_executor import FakeExecutor
-from tests.rest_client import audit, listing as executors, rest as api
+from tests.rest_client import events, listing as executors, rest as api
 from tests.server import RelayServer
 from tests.support import until
 
@@ -32,7 +32,7 @@ def test_connect_registers_with_everything_executor_info_reports(server: RelaySe
         app = api(server, "GET", "/v2/orgs/local/apps/app").json()  # registered on first connection
         assert app["status"] == "AVAILABLE" and app["language"] == "python"
         assert actions(server, "A") == ["executor.connected"]
-        entry = audit(server, executorId="A")[0]
+        entry = events(server, executorId="A")[0]
         assert entry["detail"]["peer"] == "127.0.0.1" and entry["detail"]["token"] is None  # who registered it
         await a.close()
 
@@ -68,7 +68,7 @@ def test_open_but_silent_socket_is_disconnected_within_the_ping_wait(server: Rel
         frozen_at = time.time()
         a.freeze()
         # Relay's own record of the disconnect, not when this test saw it: the read model and polling lag do not count
-        gone = await until(lambda: [x for x in audit(server, executorId="A") if x["action"] == "executor.disconnected"],
+        gone = await until(lambda: [x for x in events(server, executorId="A") if x["action"] == "executor.disconnected"],
                            timeout=10, what="A recorded disconnected")
         assert [x["detail"]["reason"] for x in gone] == ["ping_timeout"]
         took = at(gone[0]) - frozen_at
@@ -87,10 +87,10 @@ def test_second_live_connection_supersedes_the_first(server: RelayServer) -> Non
         old = await FakeExecutor(server.ws, executor_id="A").connect()
         new = await FakeExecutor(server.ws, executor_id="A").connect()
         assert await old.closed() == 4001
-        await until(lambda: len(audit(server, executorId="A")) == 2, what="both connections recorded")
+        await until(lambda: len(events(server, executorId="A")) == 2, what="both connections recorded")
         await asyncio.sleep(2.0)  # longer than the grace: nothing may be declared dead
         assert executors(server)["A"]["status"] == "HEALTHY"
-        entries = audit(server, executorId="A")
+        entries = events(server, executorId="A")
         assert [x["action"] for x in entries] == ["executor.connected", "executor.connected"]
         assert entries[1]["detail"]["supersededConnectionId"] == entries[0]["detail"]["connectionId"]
         await new.close()
@@ -108,7 +108,7 @@ def test_hostile_input_is_refused_audited_and_disturbs_no_one(server: RelayServe
         await bad.send_raw(json.dumps({"type": "executor_info"}))  # missing request_id
         await bad.send_raw("x" * 100_000)
         await until(lambda: {"invalid_frame", "binary_frame", "unsolicited"} <= {
-            x["detail"]["kind"] for x in audit(server, app="app") if x["action"] == "protocol.violation"})
+            x["detail"]["kind"] for x in events(server, app="app") if x["action"] == "protocol.violation"})
         # a handshake that never completes
         silent = await websockets.connect(f"{server.ws}/websocket/app/k", ping_interval=None)
         try:
@@ -143,7 +143,7 @@ def test_deleting_an_application_closes_its_executors_with_4007(server: RelaySer
         await until(lambda: len(executors(server)) == 2)
         assert api(server, "DELETE", "/v2/orgs/local/apps/app").status_code == 204
         assert await a.closed() == 4007 and await b.closed() == 4007
-        reasons = await until(lambda: [x["detail"]["reason"] for x in audit(server, executorId="A")
+        reasons = await until(lambda: [x["detail"]["reason"] for x in events(server, executorId="A")
                                        if x["action"] == "executor.disconnected"])
         assert reasons == ["app_deleted"]
         assert other.ws is not None and other.ws.close_code is None  # another application's executor stays
@@ -301,7 +301,7 @@ def test_an_executor_that_closes_its_socket_itself_stopped_cleanly_and_a_dropped
         await polite.close()
         dropped.abort()
         for executor_id, reason in (("P", "clean_close"), ("K", "socket_closed")):
-            gone = await until(lambda e=executor_id: [x for x in audit(server, executorId=e)
+            gone = await until(lambda e=executor_id: [x for x in events(server, executorId=e)
                                                       if x["action"] == "executor.disconnected"],
                                timeout=10, what=f"{executor_id} recorded disconnected")
             assert [x["detail"]["reason"] for x in gone] == [reason]
