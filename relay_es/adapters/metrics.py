@@ -1,13 +1,23 @@
 """Prometheus metrics (``GET /metrics``), on a registry of the runtime's own.
 
 Every series Relay exposes is defined here: :class:`Metrics` holds the
-counters, gauges and histograms the runtime feeds as things happen, and two
-collectors computed at scrape time (executors by status, the hub's outbox).
-``tests/adapters/test_metrics.py`` checks each is exposed with its name and labels.
+counters, gauges and histograms the runtime feeds as things happen, and the
+collectors computed at scrape time from memory (executors by status, the hub's
+outbox, the process manager's failures, the read models' lag, the workers'
+failures): a scrape does no I/O.
+
+The executors' own metrics, collected with ``get_metrics`` (``adapters/hub/harvest.py``),
+are added up per application: ``relay_app_workflows_total{org,app,workflow}`` and
+``relay_app_steps_total{org,app,step}``. Names come from executors, so an application
+gets at most :data:`MAX_APP_NAMES` of each, cut to :data:`MAX_LABEL` characters; more are
+counted under ``(other)``. The scrape is rendered on a worker thread, not the event loop.
+``tests/adapters/test_metrics.py`` checks each is exposed with its name and labels;
+``docs/observability/`` holds a Grafana dashboard and alert rules made of them.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -16,6 +26,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_APP_NAMES = 200  # workflow (and step) names one application may have on /metrics
+MAX_LABEL = 128  # characters of a workflow or step name on /metrics
+OTHER = "(other)"
+# The executors' metric types added up on /metrics: type -> (family attribute, name label)
+APP_TYPES = {"workflow_count": "app_workflows", "step_count": "app_steps"}
 
 
 class _ExecutorsByStatus:
@@ -67,6 +82,19 @@ class _ProcessManagerFailures:
                                   "errors: bugs, logged with their traceback", value=self.stats.bugs)
 
 
+class _ByLabel:
+    """A family of one label computed at scrape time from ``values()`` (a dict label -> value)."""
+
+    def __init__(self, family: type, name: str, doc: str, label: str, values: Callable[[], dict[str, float]]) -> None:
+        self.family, self.name, self.doc, self.label, self.values = family, name, doc, label, values
+
+    def collect(self) -> Iterable[Any]:
+        f = self.family(self.name, self.doc, labels=[self.label])
+        for key, value in sorted(self.values().items()):
+            f.add_metric([key], value)
+        yield f
+
+
 class Metrics:
     """The metrics of one runtime, and :meth:`render` for the scrape."""
 
@@ -92,6 +120,78 @@ class Metrics:
         self.projection_poison = Counter(
             "relay_projection_poison_events", "Events a read model skipped because it could not hold them (ADR 16)",
             ["projection"], registry=r)
+        self.app_workflows = Counter("relay_app_workflows", "Workflows started, per workflow name (the executors' "
+                                     "get_metrics, collected per bucket)", ["org", "app", "workflow"], registry=r)
+        self.app_steps = Counter("relay_app_steps", "Steps completed, per step name (the executors' get_metrics, "
+                                 "collected per bucket)", ["org", "app", "step"], registry=r)
+        self.metrics_collections = Counter("relay_metrics_collections", "Collections of an application's metrics, "
+                                           "by outcome (ok, failed)", ["org", "app", "outcome"], registry=r)
+        self.metrics_collected_until = Gauge(
+            "relay_metrics_collected_until_timestamp_seconds", "End of the last metrics bucket collected of an "
+            "application, epoch seconds", ["org", "app"], registry=r)
+        self.executor_call_seconds = Histogram(
+            "relay_executor_call_seconds", "Requests Relay forwarded to an executor (the API's operations, "
+            "get_metrics): from sending to the answer", ["type"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.executor_calls = Counter(
+            "relay_executor_calls", "Requests Relay forwarded to an executor, by outcome (ok, failed, timeout, gone, "
+            "refused, cancelled, unavailable)", ["type", "outcome"], registry=r)
+        self._app_names: dict[tuple[str, str, str], set[str]] = {}  # (org, app, family) -> names exposed
+        self._app_lock = threading.Lock()  # collected on the loop, forgotten from a request's thread
+
+    def app_collected(self, org: str, app: str, until: float, samples: Iterable[Any]) -> None:
+        """A bucket of ``org``/``app`` was collected up to ``until`` (epoch seconds): its
+        ``samples`` (``metric_type``, ``metric_name``, ``value``) are added up."""
+        with self._app_lock:
+            for s in samples:
+                attr = APP_TYPES.get(s.metric_type)
+                if attr is None or s.value <= 0:
+                    continue
+                names = self._app_names.setdefault((org, app, attr), set())
+                name = s.metric_name if len(s.metric_name) <= MAX_LABEL else s.metric_name[:MAX_LABEL - 3] + "..."
+                if name not in names:
+                    if len(names) >= MAX_APP_NAMES - 1 and name != OTHER:
+                        name = OTHER
+                    names.add(name)
+                getattr(self, attr).labels(org, app, name).inc(s.value)
+            self.metrics_collected_until.labels(org, app).set(until)
+
+    def app_outcome(self, org: str, app: str, outcome: str) -> None:
+        self.metrics_collections.labels(org, app, outcome).inc()
+
+    def forget_app(self, org: str, app: str) -> None:
+        """An application was deleted: its series leave /metrics."""
+        with self._app_lock:
+            for attr in APP_TYPES.values():
+                family = getattr(self, attr)
+                for name in self._app_names.pop((org, app, attr), set()):
+                    family.remove(org, app, name)
+            for family, labels in ((self.metrics_collections, (org, app, "ok")),
+                                   (self.metrics_collections, (org, app, "failed")),
+                                   (self.metrics_collected_until, (org, app))):
+                try:
+                    family.remove(*labels)
+                except KeyError:
+                    pass
+
+    def executor_call(self, kind: str, outcome: str, seconds: float) -> None:
+        """One request forwarded to an executor ended (:class:`~relay_es.adapters.hub.calls.Calls`)."""
+        self.executor_calls.labels(kind, outcome).inc()
+        if outcome != "unavailable":  # nothing was sent
+            self.executor_call_seconds.labels(kind).observe(seconds)
+
+    def watch_projections(self, lag: Callable[[], dict[str, int]]) -> None:
+        """Exposes ``relay_projection_lag_events{projection}``: events in the store that read
+        model has not folded yet, ``lag()`` at each scrape."""
+        self.registry.register(_ByLabel(GaugeMetricFamily, "relay_projection_lag_events",
+                                        "Events in the store not yet folded into the read model", "projection", lag))
+
+    def watch_workers(self, failures: Callable[[], dict[str, int]]) -> None:
+        """Exposes ``relay_worker_failures_total{worker}``: failures (retried) of Relay's
+        background workers, ``failures()`` at each scrape."""
+        self.registry.register(_ByLabel(CounterMetricFamily, "relay_worker_failures",
+                                        "Failures of a background worker (projections, process manager, lease); "
+                                        "each is logged and the work retried", "worker", failures))
 
     def watch_executors(self, rows: Callable[[], Iterable[Any]]) -> None:
         """Exposes ``relay_executors{org,app,status}``, counted from ``rows()`` (the visible ones) at each scrape."""

@@ -74,4 +74,6 @@ def rest_context(runtime: Runtime) -> RestContext:
         on_shutdown=runtime.stop,
         calls=runtime.calls,
         call_timeout=settings.call_timeout,
+        series=runtime.series,
+        metrics_interval=int(settings.metrics_interval.total_seconds()),
     )

@@ -30,9 +30,11 @@ from relay_es.adapters import faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
+from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.readmodels import executors as executor_rows
+from relay_es.adapters.series import MetricSeries
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
 from relay_es.aggregates.executor import Executor
 from relay_es.domain import defaults
@@ -122,12 +124,24 @@ class Runtime:
             self.outbox = Outbox(self.relay, self.pool.run)
             self.registry = Registry()
             answers = Answers(self.pm_worker.wake)
+            self.calls = Calls(self.registry, first_seen=self._first_registered, observe=self.metrics.executor_call)
+            self.series = MetricSeries(self.db)
+            self.series.create()
+            period = int(settings.metrics_interval.total_seconds())
+            self.harvest = Harvest(
+                self.calls, self.series, self.pool.run, period=period,
+                retention=settings.metrics_retention.total_seconds(), timeout=settings.call_timeout.total_seconds(),
+                now=lambda: self.clock.now().timestamp(),
+                collected=lambda org, app, w, got: self.metrics.app_collected(org, app, w.end, got.kept),
+                outcome=self.metrics.app_outcome,
+            )
             self.dispatcher = Dispatcher(
                 self.relay, self.registry, self.outbox, self.pool.run,
                 answers=answers,
                 response_timeout=settings.recovery_response_timeout.total_seconds(),
                 monotonic=self.clock.monotonic,  # recovery deadlines are on the process manager's clock
                 crash_point=faults.crash_point,
+                harvest=self.harvest,
             )
             self.pm = ProcessManager(
                 self.relay,
@@ -139,10 +153,10 @@ class Runtime:
                 answers=answers,
                 wake=self.pm_worker.wake,
                 retention_interval=settings.retention_interval.total_seconds(),
+                metrics_interval=period,
                 crash_point=faults.crash_point,
                 on_event=self._executor_changed,
             )
-            self.calls = Calls(self.registry, first_seen=self._first_registered)
             self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
             self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)
             self.hub = Hub(
@@ -169,6 +183,8 @@ class Runtime:
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
         self.lease_lost = False
         self._lease_state = "held"
+        self._head = self.relay.recorder.max_notification_id() or 0  # the newest event: the read models' lag
+        self.relay.add_listener(self._saved)
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
         self._started = False
@@ -181,6 +197,9 @@ class Runtime:
     def _connections_changed(self, n: int) -> None:
         self.metrics.open_connections.set(n)
         self.collector.connections(n)
+
+    def _saved(self, max_notification_id: int) -> None:
+        self._head = max(self._head, max_notification_id)
 
     def _first_registered(self, conn: Connection) -> float | None:
         """When the executor of ``conn`` registered (this incarnation's first ``Connected``,
@@ -209,6 +228,9 @@ class Runtime:
         m.watch_outbox(self.outbox)
         m.watch_process_manager(self.pm.stats)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
+        m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in self.runner.reached.items()})
+        m.watch_workers(lambda: {w.name.removeprefix("relay-"): w.errors for w in (
+            self.projection_worker, self.pm_worker, self.lease_worker, self.collector_worker)})
 
         def saved(took: float, events: list[Any]) -> None:
             m.append_latency.observe(took)
@@ -222,6 +244,12 @@ class Runtime:
         """Called after an application is deleted: its executors are disconnected (4007)."""
         self.gate.forget(org, app=name)
         self.hub.close_app_soon(org, name)
+        self.metrics.forget_app(org, name)
+        self.harvest.forget(org, name)
+        try:
+            self.series.forget(org, name)
+        except Exception:  # pruned with the retention anyway
+            log.exception("could not delete the metrics of deleted application %s/%s", org, name)
 
     def token_revoked(self, org: str, name: str) -> None:
         """Called after a token is revoked: its executors are disconnected."""

@@ -30,6 +30,7 @@ class TimingSetting:
     env: str
     default_value: timedelta  # from relay_es.domain.defaults
     help: str
+    most: float = 0.0  # the largest value accepted, seconds (0: MAX_DURATION_SECS)
 
     @property
     def default(self) -> float:
@@ -50,6 +51,14 @@ TIMINGS = {
     ),
     "retention_interval": TimingSetting(
         "--retention-interval-secs", "RELAY_RETENTION_INTERVAL_SECS", defaults.RETENTION_INTERVAL, "how often retention is sent"
+    ),
+    "metrics_interval": TimingSetting(
+        "--metrics-interval-secs", "RELAY_METRICS_INTERVAL_SECS", defaults.METRICS_INTERVAL,
+        "how often the executors' metrics are collected, whole seconds: the length of one metrics bucket",
+    ),
+    "metrics_retention": TimingSetting(
+        "--metrics-retention-secs", "RELAY_METRICS_RETENTION_SECS", defaults.METRICS_RETENTION,
+        "how long the collected metrics are kept", most=3650 * 86400.0,
     ),
     "restart_settle": TimingSetting(
         "--restart-settle-secs", "RELAY_RESTART_SETTLE_SECS", defaults.RESTART_SETTLE,
@@ -161,13 +170,14 @@ def _count(name: str, raw: Any) -> int:
     return v
 
 
-def _duration(name: str, raw: Any) -> timedelta:
+def _duration(name: str, raw: Any, most: float = 0.0) -> timedelta:
+    most = most or MAX_DURATION_SECS
     try:
         v = float(raw)
     except (TypeError, ValueError):
         raise InvalidSetting(name, f"must be a number of seconds, got {raw!r}") from None
-    if not (v > 0) or v > MAX_DURATION_SECS:
-        raise InvalidSetting(name, f"must be more than 0 and at most {MAX_DURATION_SECS} seconds, got {raw!r}")
+    if not (v > 0) or v > most:
+        raise InvalidSetting(name, f"must be more than 0 and at most {most:g} seconds, got {raw!r}")
     return timedelta(seconds=v)
 
 
@@ -192,6 +202,8 @@ class Settings:
     default_executor_timeout: timedelta = defaults.EXECUTOR_TIMEOUT
     recovery_response_timeout: timedelta = defaults.RECOVERY_RESPONSE_TIMEOUT
     retention_interval: timedelta = defaults.RETENTION_INTERVAL
+    metrics_interval: timedelta = defaults.METRICS_INTERVAL
+    metrics_retention: timedelta = defaults.METRICS_RETENTION
     restart_settle: timedelta = defaults.RESTART_SETTLE
     http_request_timeout: timedelta = defaults.HTTP_REQUEST_TIMEOUT
     call_timeout: timedelta = defaults.CALL_TIMEOUT
@@ -230,11 +242,17 @@ class Settings:
                 "host",
                 f"{host} is not a loopback address: refusing to serve without --auth (pass --insecure to do it anyway)",
             )
-        timings = {k: _duration(t.env, pick(k, t.env, t.default)) for k, t in TIMINGS.items()}
+        timings = {k: _duration(t.env, pick(k, t.env, t.default), t.most) for k, t in TIMINGS.items()}
         if timings["ping_wait"] <= timings["ping_interval"]:
             raise InvalidSetting(
                 "RELAY_PING_WAIT_SECS", "must be longer than RELAY_PING_INTERVAL_SECS (a pong needs time to come back)"
             )
+        interval = timings["metrics_interval"].total_seconds()
+        if not interval.is_integer() or interval > 86400:
+            raise InvalidSetting("RELAY_METRICS_INTERVAL_SECS",
+                                 f"must be a whole number of seconds from 1 to 86400, got {interval:g}")
+        if timings["metrics_retention"] < timings["metrics_interval"]:
+            raise InvalidSetting("RELAY_METRICS_RETENTION_SECS", "must be at least RELAY_METRICS_INTERVAL_SECS")
         limits = ResourceLimits(**{k: _count(t.env, pick(k, t.env, limit_default(k))) for k, t in LIMITS.items()})
         proxies = _trusted_proxies("RELAY_FORWARDED_ALLOW_IPS", pick("forwarded_allow_ips", "RELAY_FORWARDED_ALLOW_IPS",
                                                                      ",".join(DEFAULT_TRUSTED_PROXIES)))

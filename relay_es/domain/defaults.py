@@ -18,3 +18,5 @@ PING_WAIT = timedelta(seconds=25)  # a pong later than this closes the socket (1
 HTTP_REQUEST_TIMEOUT = timedelta(seconds=30)  # a whole REST request, body included
 CALL_TIMEOUT = timedelta(seconds=20)  # an operation asked of an executor (list, cancel, fork...) -> its answer; under a client's 30 s
 HANDSHAKE_TIMEOUT = timedelta(seconds=10)  # WebSocket accepted -> executor_info answered
+METRICS_INTERVAL = timedelta(seconds=300)  # get_metrics to each application: the length of one bucket (Conductor's 5 min)
+METRICS_RETENTION = timedelta(days=14)  # how long the collected series are kept

@@ -29,7 +29,11 @@ What it does, per executor row (the same fold as the executors table):
 * Back alive before any dispatch (a new incarnation) -> withdraw the recovery.
 * An application with a HEALTHY executor here -> a retention timer (when the
   constructor is given a ``retention_interval``): every interval its plan
-  (:func:`relay_es.protocol.retention.plan`) goes to :meth:`Dispatcher.send_retention`.
+  (:func:`relay_es.protocol.retention.plan`) goes to :meth:`Dispatcher.send_retention`;
+  and a metrics timer (when given a ``metrics_interval``): at the end of every bucket
+  (:func:`relay_es.engine.metric_windows.seconds_until_next`) the dispatcher is asked to
+  collect its metrics (:meth:`Dispatcher.collect_metrics`; what is due is read from the
+  series, so a restart loses no bucket).
 
 Everything it needs is in the event store, so a restart rebuilds it: pending
 deadlines and outstanding dispatches come back from the rows. Deadlines that
@@ -70,6 +74,7 @@ from relay_es.aggregates.executor import Executor, ExecutorStatus as S, Recovery
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
 from relay_es.engine.indexes import Indexes, derive_indexes
+from relay_es.engine.metric_windows import seconds_until_next, spread
 from relay_es.engine.recovery import (
     Answers,
     Dispatcher,
@@ -96,6 +101,7 @@ FOLD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError)
 
 EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
+EARLY = 0.001  # a metrics timer this close to its wall-clock time is on time (the wall clock has microseconds)
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
 
 
@@ -152,6 +158,7 @@ class ProcessManager:
         answers: Answers | None = None,
         wake: Callable[[], None] | None = None,
         retention_interval: float | None = None,
+        metrics_interval: int | None = None,
         crash_point: Callable[[str], None] | None = None,
         on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] | None = None,
         batch_size: int = 500,
@@ -160,7 +167,8 @@ class ProcessManager:
         """``answers``: the inbox the dispatcher puts recovery answers in (a fresh one that
         calls ``wake`` by default). ``wake``: called from any thread when there is work for a
         step. ``retention_interval``: seconds between two retention plans sent to each
-        application with a HEALTHY executor here (None: no retention). ``crash_point``: the
+        application with a HEALTHY executor here (None: no retention). ``metrics_interval``: the
+        length of a metrics bucket, whole seconds (None: no metrics collected). ``crash_point``: the
         fault suite's hook, called with a point's name (a no-op by default). ``on_event``: told
         ``(event, old row, new row)`` of every executor event followed (the metrics). ``tie_key``: the
         secret that orders equally good recovery candidates (random per process unless a test
@@ -176,6 +184,7 @@ class ProcessManager:
         # The default inbox looks ``self.wake`` up on each put.
         self.answers = answers if answers is not None else Answers(lambda: self.wake())
         self.retention_interval = retention_interval
+        self.metrics_interval = metrics_interval
         self._crash_point = crash_point or (lambda name: None)
         self.batch_size = batch_size
         self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
@@ -203,6 +212,7 @@ class ProcessManager:
             "orphan": (self._fire_orphan, False),
             "react": (self._fire_react, False),
             "retention": (self._fire_retention, False),
+            "metrics": (self._fire_metrics, False),
         }
         self._alone: set[tuple[str, Any]] = set()  # timers that hit a bug in a batch: fired one by one
         self.stats = Stats()
@@ -368,18 +378,32 @@ class ProcessManager:
         old = self.rows.get(row.stream_id)
         self._indexes.put(old, row)
         self.rows[row.stream_id] = row
-        self._follow_retention((row.org, row.app))
+        self._follow_schedules((row.org, row.app))
 
-    def _follow_retention(self, app: tuple[str, str]) -> None:
+    def _follow_schedules(self, app: tuple[str, str]) -> None:
         """One retention timer per application with a HEALTHY executor here, first due one
-        interval after the first is seen; dropped when the last one goes."""
-        if self.retention_interval is None:
-            return
-        if app in self._indexes.apps_healthy:
-            if ("retention", app) not in self.timers:
+        interval after the first is seen, and one metrics timer, first due at the end of the
+        current bucket; both dropped when the last one goes."""
+        healthy = app in self._indexes.apps_healthy
+        if self.retention_interval is not None:
+            if not healthy:
+                self.timers.cancel(("retention", app))
+            elif ("retention", app) not in self.timers:
                 self.timers.arm(("retention", app), self.clock.monotonic() + self.retention_interval)
-        else:
-            self.timers.cancel(("retention", app))
+        if self.metrics_interval is not None:
+            if not healthy:
+                self.timers.cancel(("metrics", app))
+            elif ("metrics", app) not in self.timers:
+                self._arm_metrics(app)
+
+    def _arm_metrics(self, app: tuple[str, str], due: float | None = None) -> None:
+        """At ``due`` (epoch seconds; by default the end of the current bucket plus its lag and
+        the application's offset), on the monotonic clock; the timer carries ``due``."""
+        assert self.metrics_interval is not None
+        now = self.clock.now().timestamp()
+        if due is None:
+            due = now + seconds_until_next(now - spread(app, self.metrics_interval), self.metrics_interval)
+        self.timers.arm(("metrics", app), self.clock.monotonic() + max(EARLY, due - now), due)
 
     def _apply(self, nid: int, event: Any) -> None:
         if isinstance(event, Unreadable):  # skipped, as the read models skip it (ADR 16), with its own error
@@ -572,6 +596,20 @@ class ProcessManager:
         if p is not None:
             self.dispatcher.send_retention(org, name, p)
         self.timers.arm(("retention", app), self.clock.monotonic() + self.retention_interval)
+
+    def _fire_metrics(self, app: tuple[str, str], due: float | None) -> None:
+        """Asks for the application's metrics that are due; re-arms one bucket later. A timer
+        that fired before its wall-clock time (the wall clock was stepped back, or drifted from the
+        monotonic one) waits for it, so no bucket is asked for before it is complete."""
+        if app not in self._indexes.apps_healthy or self.metrics_interval is None:
+            return
+        now = self.clock.now().timestamp()
+        if due is not None and now < due - EARLY:
+            self._arm_metrics(app, due)
+            return
+        self.dispatcher.collect_metrics(*app)
+        nxt = None if due is None else due + self.metrics_interval
+        self._arm_metrics(app, nxt if nxt is not None and nxt > now else None)
 
     def _fire_deadlines(self, items: list[tuple[str, datetime]]) -> None:
         live = []

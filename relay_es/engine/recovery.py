@@ -67,6 +67,11 @@ class Dispatcher(Protocol):
         """Send ``plan`` to one connected executor of the application (the newest), recording
         it; never block. Called only when the process manager has a ``retention_interval``."""
 
+    def collect_metrics(self, org: str, app: str) -> None:
+        """Collect the application's metrics that are due (``get_metrics`` to one of its
+        executors, the answers stored); never block. Called only when the process manager has a
+        ``metrics_interval``."""
+
 
 class Answers:
     """The inbox of recovery answers: the dispatcher puts, the process manager drains.

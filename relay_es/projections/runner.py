@@ -184,8 +184,12 @@ class ProjectionRunner:
         # Called with each :class:`Poison` skipped (the runtime counts them on /metrics).
         self.on_poison: list[Callable[[Poison], None]] = []
         self.poisoned = 0
+        # Each projection's position as this process last knew it (read at start, moved by
+        # every batch committed here): the lag on /metrics, without a query per scrape.
+        self.reached: dict[str, int] = {}
         if schema:
             self.create_schema()
+            self.reached.update(self.positions())
 
     # ---------------------------------------------------------------- schema
     def create_schema(self) -> None:
@@ -293,6 +297,7 @@ class ProjectionRunner:
             raise
         for p in projections:
             self._cached_at[p.name] = last
+            self.reached[p.name] = max(self.reached.get(p.name, 0), last)
             p.committed()
 
     def _check_positions(self, cur: Any, work: list[tuple[Projection, int, Any]]) -> None:

@@ -91,3 +91,185 @@ def test_each_runtime_has_a_registry_of_its_own() -> None:
     a.open_connections.set(3)
     assert ("relay_open_connections", {}, 0.0) in exposed(b)["relay_open_connections"]
     assert CONTENT_TYPE.startswith("text/plain; version=0.0.4")
+
+
+# --- the executors' metrics, collected per application; executor calls; projections and workers ----------------
+
+
+def sample(metric_type: str, metric_name: str, value: int) -> Any:
+    return SimpleNamespace(metric_type=metric_type, metric_name=metric_name, value=value)
+
+
+def values(m: Metrics, family: str, suffix: str = "") -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of one family as a scraper reads them: sorted labels -> value."""
+    return {tuple(sorted(labels.items())): value for name, labels, value in exposed(m).get(family, [])
+            if name == family + suffix}
+
+
+def key(**labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def test_collected_buckets_are_added_up_per_application_and_name() -> None:
+    m = Metrics()
+    m.app_collected("acme", "orders", 1_800_000_300, [sample("workflow_count", "checkout", 3),
+                                                       sample("step_count", "charge", 5),
+                                                       sample("workflow_count", "refund", 1)])
+    m.app_collected("acme", "orders", 1_800_000_600, [sample("workflow_count", "checkout", 4),
+                                                       sample("step_count", "charge", 0),  # nothing to add
+                                                       sample("queue_depth", "q", 9)])  # a type not exposed
+    m.app_collected("other", "orders", 1_800_000_300, [sample("workflow_count", "checkout", 2)])
+    assert values(m, "relay_app_workflows", "_total") == {
+        key(org="acme", app="orders", workflow="checkout"): 7.0,
+        key(org="acme", app="orders", workflow="refund"): 1.0,
+        key(org="other", app="orders", workflow="checkout"): 2.0}
+    assert values(m, "relay_app_steps", "_total") == {key(org="acme", app="orders", step="charge"): 5.0}
+    assert values(m, "relay_metrics_collected_until_timestamp_seconds") == {
+        key(org="acme", app="orders"): 1_800_000_600.0, key(org="other", app="orders"): 1_800_000_300.0}
+    assert not any("q" in dict(labels).values() for family in ("relay_app_workflows", "relay_app_steps")
+                   for labels in values(m, family, "_total"))
+
+
+def test_a_bucket_without_samples_still_moves_collected_until() -> None:
+    m = Metrics()
+    m.app_collected("acme", "orders", 1_800_000_300, [])
+    assert values(m, "relay_metrics_collected_until_timestamp_seconds") == {key(org="acme", app="orders"):
+                                                                            1_800_000_300.0}
+    assert values(m, "relay_app_workflows", "_total") == {}
+
+
+def test_collection_outcomes_are_counted() -> None:
+    m = Metrics()
+    m.app_outcome("acme", "orders", "ok")
+    m.app_outcome("acme", "orders", "ok")
+    m.app_outcome("acme", "orders", "failed")
+    m.app_outcome("acme", "billing", "failed")
+    assert values(m, "relay_metrics_collections", "_total") == {
+        key(org="acme", app="orders", outcome="ok"): 2.0, key(org="acme", app="orders", outcome="failed"): 1.0,
+        key(org="acme", app="billing", outcome="failed"): 1.0}
+
+
+def test_names_beyond_the_cap_are_counted_under_other() -> None:
+    from relay_es.adapters.metrics import MAX_APP_NAMES, OTHER
+
+    m = Metrics()
+    first = [sample("workflow_count", f"w{i:04d}", 1) for i in range(MAX_APP_NAMES - 1)]
+    m.app_collected("acme", "orders", 1.0, first)
+    # later buckets: the known names keep their own series, new ones go under (other)
+    m.app_collected("acme", "orders", 2.0, [sample("workflow_count", "w0000", 2),
+                                             sample("workflow_count", "late-1", 5),
+                                             sample("workflow_count", "late-2", 7),
+                                             sample("step_count", "s", 1)])  # another family has its own cap
+    m.app_collected("acme", "orders", 3.0, [sample("workflow_count", "late-1", 1),
+                                             sample("workflow_count", OTHER, 10)])  # an executor's own "(other)"
+    m.app_collected("acme", "billing", 3.0, [sample("workflow_count", "late-1", 4)])  # each application its own
+    got = values(m, "relay_app_workflows", "_total")
+    orders = {dict(k)["workflow"]: v for k, v in got.items() if dict(k)["app"] == "orders"}
+    assert len(orders) == MAX_APP_NAMES
+    assert orders[OTHER] == 5 + 7 + 1 + 10
+    assert orders["w0000"] == 3.0 and orders[f"w{MAX_APP_NAMES - 2:04d}"] == 1.0
+    assert "late-1" not in orders and "late-2" not in orders
+    assert sum(orders.values()) == (MAX_APP_NAMES - 1) + 2 + 5 + 7 + 1 + 10  # the totals stay right
+    assert {dict(k)["workflow"]: v for k, v in got.items() if dict(k)["app"] == "billing"} == {"late-1": 4.0}
+    assert values(m, "relay_app_steps", "_total") == {key(org="acme", app="orders", step="s"): 1.0}
+
+
+def test_an_executor_other_is_never_refused_by_the_cap() -> None:
+    from relay_es.adapters.metrics import MAX_APP_NAMES, OTHER
+
+    m = Metrics()
+    m.app_collected("acme", "orders", 1.0, [sample("step_count", f"s{i:04d}", 1) for i in range(MAX_APP_NAMES + 50)]
+                    + [sample("step_count", OTHER, 3)])
+    steps = {dict(k)["step"]: v for k, v in values(m, "relay_app_steps", "_total").items()}
+    assert len(steps) == MAX_APP_NAMES
+    assert steps[OTHER] == 51 + 3
+    assert sum(steps.values()) == MAX_APP_NAMES + 50 + 3
+
+
+def test_forgetting_an_application_removes_its_series_only() -> None:
+    from relay_es.adapters.metrics import MAX_APP_NAMES, OTHER
+
+    m = Metrics()
+    for app in ("orders", "billing"):
+        m.app_collected("acme", app, 1.0, [sample("workflow_count", "w", 1), sample("step_count", "s", 2)])
+        m.app_outcome("acme", app, "ok")
+        m.app_outcome("acme", app, "failed")
+    m.forget_app("acme", "orders")
+    for family, suffix in (("relay_app_workflows", "_total"), ("relay_app_steps", "_total"),
+                           ("relay_metrics_collections", "_total"),
+                           ("relay_metrics_collected_until_timestamp_seconds", "")):
+        apps = {dict(k)["app"] for k in values(m, family, suffix)}
+        assert apps == {"billing"}, family
+    m.forget_app("acme", "orders")  # twice is fine
+    m.forget_app("acme", "never-seen")
+    m.app_outcome("acme", "fresh", "ok")
+    m.forget_app("acme", "fresh")  # only an outcome, never collected
+    assert {dict(k)["app"] for k in values(m, "relay_metrics_collections", "_total")} == {"billing"}
+    # a new application of that name starts afresh, with the whole cap of names again
+    m.app_collected("acme", "orders", 2.0, [sample("workflow_count", "w", 5)])
+    assert values(m, "relay_app_workflows", "_total")[key(org="acme", app="orders", workflow="w")] == 5.0
+    m.forget_app("acme", "orders")
+    m.app_collected("acme", "orders", 3.0, [sample("workflow_count", f"w{i:04d}", 1) for i in range(MAX_APP_NAMES)])
+    m.forget_app("acme", "orders")
+    m.app_collected("acme", "orders", 4.0, [sample("workflow_count", f"n{i:04d}", 1)
+                                             for i in range(MAX_APP_NAMES - 1)])
+    names = {dict(k)["workflow"] for k in values(m, "relay_app_workflows", "_total") if dict(k)["app"] == "orders"}
+    assert len(names) == MAX_APP_NAMES - 1 and OTHER not in names
+
+
+def test_executor_calls_are_counted_and_timed_unless_nothing_was_sent() -> None:
+    m = Metrics()
+    m.executor_call("get_metrics", "ok", 0.02)
+    m.executor_call("get_metrics", "ok", 0.2)
+    m.executor_call("get_metrics", "timeout", 30.0)
+    m.executor_call("cancel", "unavailable", 0.0)
+    assert values(m, "relay_executor_calls", "_total") == {
+        key(type="get_metrics", outcome="ok"): 2.0, key(type="get_metrics", outcome="timeout"): 1.0,
+        key(type="cancel", outcome="unavailable"): 1.0}
+    assert values(m, "relay_executor_call_seconds", "_count") == {key(type="get_metrics"): 3.0}
+    assert values(m, "relay_executor_call_seconds", "_sum")[key(type="get_metrics")] == 30.22
+    buckets = values(m, "relay_executor_call_seconds", "_bucket")
+    assert buckets[key(type="get_metrics", le="0.025")] == 1.0
+    assert buckets[key(type="get_metrics", le="0.25")] == 2.0
+    assert buckets[key(type="get_metrics", le="+Inf")] == 3.0
+
+
+def test_projection_lag_and_worker_failures_are_read_at_each_scrape() -> None:
+    lag = {"executors": 3, "apps": 0}
+    failures = {"projections": 0}
+    m = Metrics()
+    m.watch_projections(lambda: dict(lag))
+    m.watch_workers(lambda: dict(failures))
+    assert values(m, "relay_projection_lag_events") == {key(projection="apps"): 0.0,
+                                                        key(projection="executors"): 3.0}
+    assert values(m, "relay_worker_failures", "_total") == {key(worker="projections"): 0.0}
+    lag["executors"] = 0
+    lag["audit"] = 12
+    failures["lease"] = 2
+    assert values(m, "relay_projection_lag_events") == {key(projection="apps"): 0.0,
+                                                        key(projection="executors"): 0.0,
+                                                        key(projection="audit"): 12.0}
+    assert values(m, "relay_worker_failures", "_total") == {key(worker="projections"): 0.0,
+                                                           key(worker="lease"): 2.0}
+    families = {f.name: f.type for f in text_string_to_metric_families(m.render().decode())}
+    assert families["relay_projection_lag_events"] == "gauge"
+    assert families["relay_worker_failures"] == "counter"
+
+
+def test_nothing_watched_nothing_exposed_for_projections_and_workers() -> None:
+    got = exposed(Metrics())
+    assert "relay_projection_lag_events" not in got and "relay_worker_failures" not in got
+    m = Metrics()
+    m.watch_projections(dict)
+    m.watch_workers(dict)
+    assert values(m, "relay_projection_lag_events") == {} and values(m, "relay_worker_failures", "_total") == {}
+
+
+def test_long_names_are_cut_on_metrics_to_a_label_s_length() -> None:
+    from relay_es.adapters.metrics import MAX_LABEL
+
+    m = Metrics()
+    m.app_collected("acme", "orders", 1.0, [SimpleNamespace(metric_type="workflow_count", metric_name="w" * 600,
+                                                            value=2)])
+    [name] = [s[1]["workflow"] for s in exposed(m)["relay_app_workflows"] if s[0] == "relay_app_workflows_total"]
+    assert len(name) == MAX_LABEL and name.endswith("...")

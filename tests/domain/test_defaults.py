@@ -19,13 +19,15 @@ EXPECTED = {
     "restart_settle": defaults.RESTART_SETTLE,
     "http_request_timeout": defaults.HTTP_REQUEST_TIMEOUT,
     "call_timeout": defaults.CALL_TIMEOUT,
+    "metrics_interval": defaults.METRICS_INTERVAL,
+    "metrics_retention": defaults.METRICS_RETENTION,
 }
 
 ALL = [v for k, v in vars(defaults).items() if k.isupper()]
 
 
 def test_every_default_is_a_positive_duration() -> None:
-    assert len(ALL) >= len(EXPECTED) + 1  # the settings' eight, and the handshake's
+    assert len(ALL) >= len(EXPECTED) + 1  # the settings' ten, and the handshake's
     for value in ALL:
         assert isinstance(value, timedelta)
         assert value > timedelta(0)

@@ -7,11 +7,12 @@ No sockets, no sleeps: time moves only when a test says so.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from relay_es.aggregates import SettingsPatch
+from relay_es.engine.metric_windows import spread
 from relay_es.engine.process_manager import RecoveryOutcome
 from tests.support import World
 
@@ -850,3 +851,110 @@ def test_the_observer_of_events_is_given_to_the_constructor(clock) -> None:
         assert seen == [("Registered", "A"), ("Connected", "A")]
     finally:
         world.close()
+
+
+# ------------------------------------------------------------------ metrics
+
+
+class MetricsDispatcher(RetentionDispatcher):
+    """The in-memory dispatcher plus ``collect_metrics``, noting each with the wall clock."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world)
+        self.metrics: list[tuple[str, str, datetime]] = []
+
+    def collect_metrics(self, org: str, app: str) -> None:
+        self.metrics.append((org, app, self.world.clock.now()))
+
+
+def _metrics_world(clock, interval: int = 60):  # type: ignore[no-untyped-def]
+    from relay_es.engine.process_manager import ProcessManager, replay_bootstrap
+
+    world = World(clock, None, grace=10)
+    d = MetricsDispatcher(world)
+    world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(hours=1)))  # nobody dies
+    world.pm = ProcessManager(world.relay, clock, d, owner=world.owner, timing=world.timing,
+                              bootstrap=replay_bootstrap(world.relay), metrics_interval=interval)
+    world.pm.start()
+    return world, d
+
+
+def _next_fire(now: datetime, period: int, lag: int) -> datetime:
+    """The end of the bucket holding ``now - lag - offset``, plus the lag and the application's offset."""
+    offset = spread(("local", "app"), period)
+    s = now.timestamp() - lag - offset
+    return datetime.fromtimestamp((int(s // period) + 1) * period + lag + offset, timezone.utc)
+
+
+def test_metrics_are_asked_for_at_the_end_of_every_bucket_of_an_application_with_a_healthy_executor(clock) -> None:
+    world, d = _metrics_world(clock)
+    try:
+        world.advance(130)
+        assert d.metrics == []  # no HEALTHY executor: nobody to ask
+        world.connect("A")
+        world.connect("B")  # a second executor does not add a timer
+        first = _next_fire(clock.now(), 60, 5)
+        world.advance((first - clock.now()).total_seconds() - 0.05)
+        assert d.metrics == []
+        world.advance(0.051)  # (epoch seconds as floats: the timer may be due a few ns after ``first``)
+        assert [(o, a) for o, a, _ in d.metrics] == [("local", "app")]
+        assert abs((d.metrics[0][2] - first).total_seconds()) < 1e-3  # at the bucket's end plus the lag
+        for n in (2, 3):
+            world.advance(60)
+            assert len(d.metrics) == n  # once a bucket, not twice
+            assert abs((d.metrics[-1][2] - first).total_seconds() - 60 * (n - 1)) < 1e-3
+        world.drop("A")
+        world.drop("B")  # no HEALTHY executor left: the timer is dropped
+        world.advance(600)
+        assert len(d.metrics) == 3
+        world.connect("A")  # back: at the end of the current bucket
+        world.advance(65)
+        assert len(d.metrics) == 4
+    finally:
+        world.close()
+
+
+def test_a_timer_that_fires_early_on_the_wall_clock_waits_for_the_bucket_s_end(clock) -> None:
+    world, d = _metrics_world(clock, interval=10)
+    try:
+        world.advance(10)  # past the settle window after start
+        world.connect("A")
+        world.advance(15)
+        assert len(d.metrics) == 1
+        first = d.metrics[0][2]
+        clock.step_wall(-0.2)  # the wall clock is stepped back: the monotonic timer comes 0.2 s early on it
+        world.advance(world.pm.timers._by_key[("metrics", ("local", "app"))].at - clock.monotonic())
+        assert len(d.metrics) == 1  # not before the bucket's end (on the wall clock)
+        world.advance(0.25)
+        assert len(d.metrics) == 2 and abs((d.metrics[1][2] - first).total_seconds() - 10) < 1e-3
+        world.advance(9.9)  # to 0.05 s before the next bucket's time
+        assert len(d.metrics) == 2  # once a bucket
+        world.advance(0.1)
+        assert len(d.metrics) == 3
+    finally:
+        world.close()
+
+
+def test_applications_are_collected_at_different_offsets_within_a_bucket(clock) -> None:
+    offsets = {spread(("local", f"app-{i}"), 300) for i in range(50)}
+    assert len(offsets) == 50 and all(0 <= o < 60 for o in offsets)
+    assert spread(("local", "app"), 1) < 0.5  # a fraction of a short period
+    assert spread(("local", "app"), 300) == spread(("local", "app"), 300)  # the same in every process
+
+
+def test_a_one_second_bucket_is_collected_every_second(clock) -> None:
+    world, d = _metrics_world(clock, interval=1)
+    try:
+        world.advance(10)  # past the settle window after start
+        world.connect("A")
+        world.advance(3)
+        n = len(d.metrics)
+        world.advance(10)
+        assert len(d.metrics) == n + 10
+    finally:
+        world.close()
+
+
+def test_no_metrics_timer_without_an_interval(world: World) -> None:
+    world.connect("A")
+    assert not [k for k in world.pm.timers._by_key if k[0] == "metrics"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import time
 from collections.abc import Callable
 
 from relay_es.adapters.hub.connection import Connection, ConnectionLost
@@ -34,6 +35,7 @@ from relay_es.engine.calls import (
     ExecutorFailed,
     ExecutorGone,
     ExecutorTimedOut,
+    NoHealthyExecutor,
     ReplyRefused,
 )
 from relay_es.engine.routing import Candidate, choose
@@ -45,13 +47,18 @@ THREAD_MARGIN = 5.0  # seconds a thread waits beyond a call's own timeout before
 
 class Calls:
     def __init__(self, registry: Registry, *,
-                 first_seen: Callable[[Connection], float | None] | None = None) -> None:
+                 first_seen: Callable[[Connection], float | None] | None = None,
+                 observe: Callable[[str, str, float], None] | None = None) -> None:
         """``registry``: the hub's open connections. ``first_seen``: when Relay first registered
         a connection's executor, on one clock for all (the process manager's record of it; None
         when not yet recorded), which ranks versions (:mod:`relay_es.engine.routing`); without
-        it, when the connection was accepted here."""
+        it, when the connection was accepted here. ``observe(type, outcome, seconds)`` is told of
+        every call once it ended (the metrics): the request's type; ``ok``, ``failed`` (the
+        executor's error), ``timeout``, ``gone``, ``refused``, ``cancelled`` or ``unavailable``
+        (no executor; its type is ``none``: the request was never built)."""
         self.registry = registry
         self.first_seen = first_seen or (lambda conn: conn.connected_at)
+        self.observe = observe or (lambda kind, outcome, seconds: None)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._turn = itertools.count()
 
@@ -81,22 +88,43 @@ class Calls:
         goes to, before it is sent. ``only_version``: an executor of that application version or
         none (a recovery must run on the dead executor's version). Raises a
         :class:`~relay_es.engine.calls.CallFailed`."""
-        conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
-                           only_version=only_version)
+        began = time.perf_counter()
+        kind = ["?"]
+
+        def made(request_id: str) -> m.Request:
+            request = make_request(request_id)
+            kind[0] = request.type
+            return request
+
+        outcome = "cancelled"  # unless the call ends otherwise
+        try:
+            conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
+                               only_version=only_version)
+        except NoHealthyExecutor:
+            self.observe("none", "unavailable", 0.0)  # nothing was built: no type to tell
+            raise
         executor_id = conn.executor_id or ""
         if chosen is not None:
             chosen(executor_id)
         try:
-            answer = await conn.call(make_request, timeout)
-        except TimeoutError:
-            raise ExecutorTimedOut(executor_id, timeout) from None
-        except ConnectionLost as e:
-            raise ExecutorGone(executor_id, str(e)) from None
-        if isinstance(answer, RefusedReply):
-            raise ReplyRefused(executor_id, answer.error_message or "unusable reply")
-        if answer.failed:
-            raise ExecutorFailed(answer.error_message or f"{answer.type} did not succeed", answer)
-        return answer
+            try:
+                answer = await conn.call(made, timeout)
+            except TimeoutError:
+                outcome = "timeout"
+                raise ExecutorTimedOut(executor_id, timeout) from None
+            except ConnectionLost as e:
+                outcome = "gone"
+                raise ExecutorGone(executor_id, str(e)) from None
+            if isinstance(answer, RefusedReply):
+                outcome = "refused"
+                raise ReplyRefused(executor_id, answer.error_message or "unusable reply")
+            if answer.failed:
+                outcome = "failed"
+                raise ExecutorFailed(answer.error_message or f"{answer.type} did not succeed", answer)
+            outcome = "ok"
+            return answer
+        finally:
+            self.observe(kind[0], outcome, time.perf_counter() - began)
 
     def call_threadsafe(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
                         prefer_latest: bool = False, latest_version: str | None = None) -> m.Response:

@@ -12,6 +12,8 @@ event loop, with the executor's :class:`~relay_es.adapters.hub.connection.Connec
 * **retention**: the process manager's timer hands over an application's plan; it is sent to
   the application's newest registered connection, recorded before it is sent and its answer
   (or the lack of one) recorded after.
+* **metrics**: the process manager's timer names an application; its
+  :class:`~relay_es.adapters.hub.harvest.Harvest` collects what is due.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
+from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.hub.outbox import Outbox
 from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.uvicorn_ws import Withdrawn
@@ -48,11 +51,13 @@ class Dispatcher:
         response_timeout: float,
         monotonic: Callable[[], float],
         crash_point: Callable[[str], None] = lambda name: None,
+        harvest: Harvest | None = None,
     ) -> None:
         """``run``: how a store command is run off the loop. ``answers``: where recovery
         outcomes go. ``response_timeout``: an attempt without a deadline of its own, and a
         retention answer. ``monotonic``: the process manager's clock (deadlines are on it).
-        ``crash_point``: the fault suite's hook (``relay_es.adapters.faults.crash_point``)."""
+        ``crash_point``: the fault suite's hook (``relay_es.adapters.faults.crash_point``).
+        ``harvest``: collects the metrics (None: :meth:`collect_metrics` does nothing)."""
         self.relay = relay
         self.registry = registry
         self.outbox = outbox
@@ -61,6 +66,7 @@ class Dispatcher:
         self.response_timeout = response_timeout
         self.monotonic = monotonic
         self.crash_point = crash_point
+        self.harvest = harvest
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         # Recovery attempts the process manager expired (see Guard); guarded by _dispatch_lock.
@@ -158,6 +164,12 @@ class Dispatcher:
             with self._dispatch_lock:
                 self._recovering.discard(req.request_id)
                 self._expired.discard(req.request_id)
+
+    # -------------------------------------------------------------- metrics
+    def collect_metrics(self, org: str, app: str) -> None:
+        """From the process manager's thread: the collection runs on the loop."""
+        if self.harvest is not None:
+            self._submit(self.harvest.collect(org, app))
 
     # ------------------------------------------------------------ retention
     def send_retention(self, org: str, app: str, plan: retention.RetentionPlan) -> None:

@@ -34,6 +34,8 @@ DDL = [
     """,
     "CREATE INDEX IF NOT EXISTS relay_audit_org ON relay_audit (org, seq)",
     "CREATE INDEX IF NOT EXISTS relay_audit_app ON relay_audit (org, app, executor_id, seq)",
+    # listMetrics' recovery_count: an application's entries of one action, by time
+    "CREATE INDEX IF NOT EXISTS relay_audit_action ON relay_audit (org, app, action, at)",
     # stream id -> (org, app, name): lets the audit projection resume mid-stream
     """
     CREATE TABLE IF NOT EXISTS relay_audit_streams (
@@ -120,3 +122,17 @@ def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None 
         cur.execute(sql, params)
         rows = cur.fetchall()
     return [AuditEntry(r[0], from_epoch_us(r[1]), r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+
+def counts(db: Any, *, org: str, app: str, action: str, start_us: int, end_us: int,
+           width_us: int) -> list[tuple[int, int]]:
+    """How many entries of ``action`` of ``org``/``app`` fell in each ``width_us``-long bucket
+    (aligned on the epoch) of ``[start_us, end_us)``: ``[(bucket start in microseconds, n)]``,
+    oldest first."""
+    with db.read() as cur:
+        cur.execute(
+            "SELECT (at / CAST(%(w)s AS BIGINT)) * CAST(%(w)s AS BIGINT) AS b, COUNT(*) FROM relay_audit "
+            "WHERE org = %(org)s AND app = %(app)s AND action = %(action)s AND at >= %(s)s AND at < %(e)s "
+            "GROUP BY b ORDER BY b",
+            {"w": width_us, "org": org, "app": app, "action": action, "s": start_us, "e": end_us})
+        return [(int(r[0]), int(r[1])) for r in cur.fetchall()]

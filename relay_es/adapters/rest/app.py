@@ -14,6 +14,7 @@ from litestar import Litestar
 from litestar.di import Provide
 
 from relay_es.adapters.rest import (
+    app_metrics,
     applications,
     audit,
     calling,
@@ -46,6 +47,7 @@ ROUTES = [
     queues.QueuesController,
     schedules.SchedulesController,
     versions.VersionsController,
+    app_metrics.MetricsController,
     stranded.StrandedController,
     tokens.TokensController,
     audit.AuditController,

@@ -1,8 +1,8 @@
 """What the REST API is given: :class:`RestContext`, built by the composition root.
 
 The routes never see the runtime. They see the command service, the read
-models, the credential checker, the hub's two callbacks, the metrics and the
-few settings they use, each named here; a handler asks for the whole context
+models, the credential checker, the hub's two callbacks, the metrics (Relay's,
+and the executors' series) and the few settings they use, each named here; a handler asks for the whole context
 by declaring ``ctx: Context``.
 """
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from relay_es.adapters.authz import Credentials
     from relay_es.adapters.hub.calls import Calls
     from relay_es.adapters.metrics import Metrics
+    from relay_es.adapters.series import MetricSeries
     from relay_es.engine.service import Relay
 
 
@@ -62,6 +63,10 @@ class RestContext:
     the routes alone)."""
     call_timeout: timedelta = timedelta(seconds=20)
     """How long an executor has to answer one operation (``RELAY_CALL_TIMEOUT_SECS``)."""
+    series: MetricSeries | None = None
+    """The executors' metrics as collected (``listMetrics``), or None where nothing collects."""
+    metrics_interval: int = 300
+    """The length of one metrics bucket, seconds (``RELAY_METRICS_INTERVAL_SECS``)."""
 
 
 # How a handler asks for the context: injected by name (``ctx``), passed as is

@@ -38,7 +38,7 @@ async def healthz(request: Request[Any, Any, Any], ctx: Context) -> Response[dic
     return Response(content=body, status_code=503 if faults else 200)
 
 
-@get("/metrics", operation_id="getRelayMetrics", sync_to_thread=False, media_type="text/plain",
+@get("/metrics", operation_id="getRelayMetrics", sync_to_thread=True, media_type="text/plain",
      summary="Prometheus metrics",
      description="Every org's series. In auth mode an org-wide token (metric.read) is required.")
 def metrics(ctx: Context) -> Response[bytes]:

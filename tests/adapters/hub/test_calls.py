@@ -381,3 +381,29 @@ def test_many_calls_across_many_apps_while_a_recovery_deadline_fires(tmp_path: P
                     await ex.close()
 
     run(main())
+
+
+def test_every_call_is_observed_with_its_type_outcome_and_time(tmp_path: Path) -> None:
+    """What ``relay_executor_calls_total`` and ``relay_executor_call_seconds`` are fed."""
+    async def main() -> None:
+        async with serving(tmp_path) as s:
+            seen: list[tuple[str, str, float]] = []
+            calls = s.runtime.calls
+            calls.observe = lambda kind, outcome, took: seen.append((kind, outcome, took))
+            with pytest.raises(NoHealthyExecutor):
+                await calls.call("local", "app", list_workflows, timeout=5)
+            ex = await join(s, replies={"list_workflows": lambda msg: dict(output=[]),
+                                        "get_workflow": lambda msg: dict(error_message="no such workflow"),
+                                        "cancel": lambda msg: None})
+            await calls.call("local", "app", list_workflows, timeout=5)
+            with pytest.raises(ExecutorFailed):
+                await calls.call("local", "app", get_workflow("w1"), timeout=5)
+            with pytest.raises(ExecutorTimedOut):
+                await calls.call("local", "app", lambda rid: c.CancelRequest(request_id=rid, workflow_id="w"),
+                                 timeout=0.2)
+            assert [(k, o) for k, o, _ in seen] == [("none", "unavailable"), ("list_workflows", "ok"),
+                                                    ("get_workflow", "failed"), ("cancel", "timeout")]
+            assert seen[0][2] == 0.0 and all(t > 0 for _, _, t in seen[1:]) and seen[3][2] >= 0.2
+            await ex.close()
+
+    run(main())

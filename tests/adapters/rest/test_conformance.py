@@ -51,6 +51,7 @@ CHECKED_IN = {
                           "backfillSchedule"},
     "test_versions.py": {"listAppVersions", "setLatestAppVersion"},
     "test_audit.py": {"listAuditLogs"},
+    "test_app_metrics.py": {"listMetrics"},
 }
 
 # Relay's fields that ?relay=extended adds, by operation.

@@ -1,0 +1,155 @@
+"""Collecting the executors' metrics: ``get_metrics``, window by window, into the series.
+
+The process manager's ``metrics`` timer (one per application with a HEALTHY executor,
+every period) asks the :class:`~relay_es.adapters.hub.dispatcher.Dispatcher` to collect an
+application; :meth:`Harvest.collect` does it on the event loop (store calls and the
+summing of an answer on worker threads): reads the application's
+cursor, asks one executor (the latest version's, through :class:`Calls`) for each window
+:func:`relay_es.engine.metric_windows.due` names, oldest first, and stores each answer with
+the cursor moved (:class:`~relay_es.adapters.series.MetricSeries`). The executors of one
+application share its system database, so one of them answers for all.
+
+A call that fails (no executor, no answer in time, the executor's error, an SDK without
+``get_metrics``) stops the collection there: the cursor stays, and the next one asks
+again from it (an application's first collection sets its cursor before it asks, so
+its backfill does not move while its executors fail). Once a period, samples older than the retention are pruned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from relay_es.adapters.hub.calls import Calls
+from relay_es.adapters.series import MetricSeries
+from relay_es.engine.calls import CallFailed
+from relay_es.engine.metric_windows import CATCHUP, Window, due
+from relay_es.protocol import metrics as wire
+from relay_es.protocol.limits import printable
+
+log = logging.getLogger(__name__)
+
+
+class Harvest:
+    def __init__(self, calls: Calls, series: MetricSeries, run: Callable[..., Awaitable[Any]], *,
+                 period: int, retention: float, timeout: float, now: Callable[[], float] = time.time,
+                 collected: Callable[[str, str, Window, wire.Samples], None] = lambda org, app, w, s: None,
+                 outcome: Callable[[str, str, str], None] = lambda org, app, outcome: None) -> None:
+        """``run``: how a store call is run off the loop. ``period``: the buckets' length,
+        seconds. ``retention``: seconds samples are kept. ``timeout``: one call. ``now``: the
+        wall clock, epoch seconds. ``collected(org, app, window, samples)`` is told of every
+        window stored and ``outcome(org, app, "ok" | "failed")`` of every collection (the
+        metrics)."""
+        self.calls = calls
+        self.series = series
+        self.run = run
+        self.period = period
+        self.retention = retention
+        self.timeout = timeout
+        self.now = now
+        self.collected = collected
+        self.outcome = outcome
+        self._running: set[tuple[str, str]] = set()
+        self._generation: dict[tuple[str, str], int] = {}  # moved on by forget(): a collection under way stops
+        self._failing: dict[tuple[str, str], str] = {}  # the last failure logged, per application
+        self._pruned_at = float("-inf")
+        # missed buckets asked for at most: a day's worth at the default period, never more than kept
+        self.catchup = max(1, min(CATCHUP, int(retention // period)))
+
+    async def collect(self, org: str, app: str) -> int:
+        """Collects what is due of ``org``/``app``; returns how many windows were stored.
+        One collection per application at a time (a second is a no-op)."""
+        key = (org, app)
+        if key in self._running:
+            return 0
+        self._running.add(key)
+        try:
+            stored = await self._collect(org, app)
+        finally:
+            self._running.discard(key)
+        await self._prune()
+        return stored
+
+    def forget(self, org: str, app: str) -> None:
+        """The application was deleted: a collection of it under way stores and tells nothing more."""
+        key = (org, app)
+        self._generation[key] = self._generation.get(key, 0) + 1
+
+    async def _collect(self, org: str, app: str) -> int:
+        key = (org, app)
+        generation = self._generation.get(key, 0)
+
+        def gone() -> bool:
+            return self._generation.get(key, 0) != generation
+
+        try:
+            cursor = await self.run(self.series.cursor, org, app)
+        except Exception:
+            log.exception("could not read the metrics cursor of %s/%s", org, app)
+            self.outcome(org, app, "failed")
+            return 0
+        windows = due(cursor, self.now(), self.period, catchup=self.catchup)
+        if cursor is None and windows:  # its first collection: from here on, whatever happens
+            if gone():
+                return 0
+            try:
+                cursor = await self.run(self.series.begin, org, app, windows[0].start)
+            except Exception:
+                log.exception("could not start the metrics cursor of %s/%s", org, app)
+                self.outcome(org, app, "failed")
+                return 0
+            windows = due(cursor, self.now(), self.period, catchup=self.catchup)
+        stored = 0
+        for window in windows:
+            try:
+                answer = await self.calls.call(org, app, lambda rid, w=window: wire.request(rid, w.start, w.end),
+                                               timeout=self.timeout, prefer_latest=True)
+            except CallFailed as e:
+                if not gone():
+                    self._failed(org, app, f"get_metrics failed: {printable(e, 200)}")
+                return stored
+            got = await self.run(wire.samples, answer)  # off the loop: up to MAX_ENTRIES entries to add up
+            if gone():
+                return stored
+            if got.dropped or got.folded:
+                log.warning("metrics of %s/%s [%d, %d): %d samples refused, %d names folded into %r", org, app,
+                            window.start, window.end, got.dropped, got.folded, wire.OTHER)
+            try:
+                moved = await self.run(self.series.record, org, app, cursor, window, got.kept)
+            except Exception:
+                log.exception("could not store the metrics of %s/%s", org, app)
+                self.outcome(org, app, "failed")
+                return stored
+            if not moved:  # another collector stored it (and what follows): start again next time
+                log.info("metrics of %s/%s were collected elsewhere meanwhile", org, app)
+                return stored
+            cursor = window.end
+            stored += 1
+            self.collected(org, app, window, got)
+        if gone():
+            return stored
+        if self._failing.pop((org, app), None) is not None:
+            log.info("metrics of %s/%s are collected again", org, app)
+        self.outcome(org, app, "ok")
+        return stored
+
+    def _failed(self, org: str, app: str, why: str) -> None:
+        self.outcome(org, app, "failed")
+        if self._failing.get((org, app)) != why:  # once per new reason, not every period
+            self._failing[(org, app)] = why
+            log.warning("metrics of %s/%s not collected (asked again next period): %s", org, app, why)
+
+    async def _prune(self) -> None:
+        now = self.now()
+        if now - self._pruned_at < self.period:
+            return
+        self._pruned_at = now
+        try:
+            n = await self.run(self.series.prune, int(now - self.retention))
+        except Exception:
+            log.exception("could not prune the metrics series")
+            return
+        if n:
+            log.info("pruned %d metric samples older than %gs", n, self.retention)

@@ -1,0 +1,236 @@
+"""Collecting the executors' metrics (``relay_es/adapters/hub/harvest.py``): what is asked,
+what is stored, and that nothing is lost when a call fails or Relay restarts. The series is
+a real SQLite store; the executor is a fake :class:`Calls` that answers from a table of
+workflows, as an executor's system database would."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from relay_es.adapters.hub.harvest import Harvest
+from relay_es.adapters.series import MetricSeries
+from relay_es.adapters.stores import open_database, parse_database_url
+from relay_es.engine.calls import ExecutorFailed, ExecutorTimedOut, NoHealthyExecutor
+from relay_es.engine.metric_windows import BACKFILL, Window
+from relay_es.protocol.catalogue import GetMetricsRequest, GetMetricsResponse, MetricOutput
+
+T0 = 1_796_040_000  # 2026-11-30T12:00:00Z, a multiple of 60
+
+
+class FakeCalls:
+    """One application's executor: ``created`` holds (epoch second, workflow name)."""
+
+    def __init__(self) -> None:
+        self.created: list[tuple[int, str]] = []
+        self.asked: list[tuple[str, str, str, str]] = []
+        self.fail: Exception | None = None
+
+    async def call(self, org: str, app: str, make_request: Callable[[str], Any], *, timeout: float,
+                   prefer_latest: bool = False, **_: Any) -> GetMetricsResponse:
+        req = make_request("rid-1")
+        assert isinstance(req, GetMetricsRequest) and req.metric_class == "workflow_step_count"
+        assert req.application_name is None and prefer_latest
+        self.asked.append((org, app, req.start_time, req.end_time))
+        if self.fail is not None:
+            raise self.fail
+        from datetime import datetime
+        start = datetime.fromisoformat(req.start_time).timestamp()
+        end = datetime.fromisoformat(req.end_time).timestamp()
+        counts: dict[str, int] = {}
+        for at, name in self.created:
+            if start <= at < end:
+                counts[name] = counts.get(name, 0) + 1
+        return GetMetricsResponse(type="get_metrics", request_id="rid-1", metrics=[
+            MetricOutput(metric_type="workflow_count", metric_name=n, value=v) for n, v in sorted(counts.items())])
+
+
+class Now:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def series(tmp_path) -> Any:
+    db = open_database(parse_database_url(f"sqlite:///{tmp_path}/relay.db"))
+    s = MetricSeries(db)
+    s.create()
+    yield s
+    db.close()
+
+
+async def _run(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+def harvest(calls: FakeCalls, series: MetricSeries, now: Now, **kw: Any) -> tuple[Harvest, list[Any], list[str]]:
+    stored: list[Any] = []
+    outcomes: list[str] = []
+    h = Harvest(calls, series, _run, period=60, retention=3600, timeout=5, now=now,  # type: ignore[arg-type]
+                collected=lambda org, app, w, got: stored.append((w, got.kept)),
+                outcome=lambda org, app, o: outcomes.append(o), **kw)
+    return h, stored, outcomes
+
+
+def values(series: MetricSeries, start: int = 0, end: int = 2**40) -> dict[tuple[int, str], int]:
+    return {(p.bucket, p.metric_name): p.value for p in series.query("local", "orders", start, end, limit=10_000)}
+
+
+def test_a_first_collection_backfills_then_each_bucket_is_asked_once(series: MetricSeries) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)  # the bucket ending at T0 is complete, and its lag over
+    calls.created = [(T0 - 90, "a"), (T0 - 30, "a"), (T0 - 29, "b"), (T0 + 10, "a")]
+    h, stored, outcomes = harvest(calls, series, now)
+    assert asyncio.run(h.collect("local", "orders")) == BACKFILL
+    assert [w for w, _ in stored][-2:] == [Window(T0 - 120, T0 - 60), Window(T0 - 60, T0)]
+    assert values(series) == {(T0 - 120, "a"): 1, (T0 - 60, "a"): 1, (T0 - 60, "b"): 1}
+    assert series.cursor("local", "orders") == T0
+    assert outcomes == ["ok"]
+    assert asyncio.run(h.collect("local", "orders")) == 0  # nothing new is due: nothing asked
+    assert len(calls.asked) == BACKFILL
+    now.t = T0 + 64.9  # the next bucket ended, its lag not yet over
+    assert asyncio.run(h.collect("local", "orders")) == 0
+    now.t = T0 + 65
+    assert asyncio.run(h.collect("local", "orders")) == 1
+    assert calls.asked[-1][2:] == ("2026-11-30T12:00:00+00:00", "2026-11-30T12:01:00+00:00")
+    assert values(series, T0) == {(T0, "a"): 1}
+    p = series.query("local", "orders", T0, T0 + 60, limit=10)[0]
+    assert (p.metric_type, p.granularity) == ("workflow_count", 60)
+
+
+@pytest.mark.parametrize("failure", [NoHealthyExecutor("local", "orders"), ExecutorTimedOut("e1", 5),
+                                     ExecutorFailed("unknown message type: get_metrics")])
+def test_a_failed_call_keeps_the_cursor_and_the_buckets_are_asked_again(series: MetricSeries, failure,
+                                                                        caplog) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    calls.created = [(T0 - 30, "a"), (T0 + 30, "a"), (T0 + 90, "a")]
+    h, _, outcomes = harvest(calls, series, now)
+    asyncio.run(h.collect("local", "orders"))
+    calls.fail = failure
+    now.t = T0 + 125
+    for _ in range(3):
+        assert asyncio.run(h.collect("local", "orders")) == 0
+    assert series.cursor("local", "orders") == T0
+    assert outcomes == ["ok", "failed", "failed", "failed"]
+    warned = [r for r in caplog.records if "not collected" in r.getMessage()]
+    assert len(warned) == 1  # once per reason, not once a period
+    calls.fail = None
+    assert asyncio.run(h.collect("local", "orders")) == 2
+    assert values(series, T0) == {(T0, "a"): 1, (T0 + 60, "a"): 1}
+
+
+def test_after_a_restart_the_missed_buckets_are_collected_from_the_stored_cursor(series: MetricSeries) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    calls.created = [(T0 + 60 * k + 1, "w") for k in range(10)]
+    h, _, _ = harvest(calls, series, now)
+    asyncio.run(h.collect("local", "orders"))
+    now.t = T0 + 6 * 60 + 5  # Relay was down for six buckets
+    again, _, _ = harvest(calls, series, now)  # a new process: nothing in memory
+    assert asyncio.run(again.collect("local", "orders")) == 6
+    assert values(series, T0) == {(T0 + 60 * k, "w"): 1 for k in range(6)}
+
+
+def test_a_window_stored_by_another_collector_meanwhile_is_not_stored_twice(series: MetricSeries) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    calls.created = [(T0 + 1, "w")]
+    h, _, _ = harvest(calls, series, now)
+    asyncio.run(h.collect("local", "orders"))
+    now.t = T0 + 65
+    other, _, _ = harvest(calls, series, now)
+    real_cursor = series.cursor
+    series.cursor = lambda org, app: T0  # type: ignore[method-assign]  # both read the cursor at T0
+    try:
+        assert asyncio.run(other.collect("local", "orders")) == 1
+        assert asyncio.run(h.collect("local", "orders")) == 0  # the compare-and-set refuses it
+    finally:
+        series.cursor = real_cursor  # type: ignore[method-assign]
+    assert values(series, T0) == {(T0, "w"): 1}
+
+
+def test_hostile_samples_are_bounded_before_they_are_stored(series: MetricSeries) -> None:
+    class Hostile(FakeCalls):
+        async def call(self, org: str, app: str, make_request: Callable[[str], Any], **kw: Any) -> Any:
+            await super().call(org, app, make_request, **kw)
+            return GetMetricsResponse(type="get_metrics", request_id="r", metrics=[
+                MetricOutput(metric_type="workflow_count", metric_name="evil\x1b[31m" + "x" * 5000, value=3),
+                MetricOutput(metric_type="DROP TABLE", metric_name="a", value=1),
+                MetricOutput(metric_type="step_count", metric_name="s", value=-1)])
+
+    h, stored, _ = harvest(Hostile(), series, Now(T0 + 5))
+    asyncio.run(h.collect("local", "orders"))
+    names = {p.metric_name for p in series.query("local", "orders", 0, 2**40, limit=100)}
+    assert len(names) == 1
+    name = names.pop()
+    assert name.startswith("evil\\u001b[31m") and len(name) <= 515
+
+
+def test_old_samples_are_pruned_once_a_period(series: MetricSeries) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    calls.created = [(T0 - 30, "a")]
+    h, _, _ = harvest(calls, series, now)
+    asyncio.run(h.collect("local", "orders"))
+    assert values(series)
+    now.t = T0 + 3600 + 65  # an hour later (the retention): the sample's bucket is older than it
+    calls.fail = ExecutorTimedOut("e1", 5)
+    asyncio.run(h.collect("local", "orders"))
+    assert values(series) == {}
+
+
+def test_one_collection_of_an_application_at_a_time(series: MetricSeries) -> None:
+    gate = asyncio.Event
+
+    class Slow(FakeCalls):
+        async def call(self, *a: Any, **kw: Any) -> Any:
+            await self.release.wait()
+            return await super().call(*a, **kw)
+
+    async def scenario() -> tuple[int, int]:
+        calls = Slow()
+        calls.release = gate()
+        h, _, _ = harvest(calls, series, Now(T0 + 5))
+        first = asyncio.ensure_future(h.collect("local", "orders"))
+        await asyncio.sleep(0)
+        second = await h.collect("local", "orders")  # while the first waits on its executor
+        calls.release.set()
+        return await first, second
+
+    assert asyncio.run(scenario()) == (BACKFILL, 0)
+
+
+def test_an_application_deleted_during_a_collection_gets_nothing_stored_or_told(series: MetricSeries) -> None:
+    class Deleting(FakeCalls):
+        harvest: Harvest
+
+        async def call(self, *a: Any, **kw: Any) -> Any:
+            answer = await super().call(*a, **kw)
+            self.harvest.forget("local", "orders")  # the application is deleted while its executor answers
+            series.forget("local", "orders")
+            return answer
+
+    calls = Deleting()
+    calls.created = [(T0 - 30, "a")]
+    h, stored, outcomes = harvest(calls, series, Now(T0 + 5))
+    calls.harvest = h
+    assert asyncio.run(h.collect("local", "orders")) == 0
+    assert stored == [] and outcomes == [] and values(series) == {}
+    assert series.cursor("local", "orders") is None  # the cursor it wrote before asking went with the delete
+    plain = FakeCalls()
+    again, stored, outcomes = harvest(plain, series, Now(T0 + 5))
+    series.forget("local", "orders")
+    assert asyncio.run(again.collect("local", "orders")) == BACKFILL  # a new application of that name starts afresh
+    assert outcomes == ["ok"]
+
+
+def test_missed_buckets_are_asked_for_no_further_back_than_they_are_kept(series: MetricSeries) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    h, _, _ = harvest(calls, series, now)  # retention 3600 s: 60 buckets of 60 s
+    asyncio.run(h.collect("local", "orders"))
+    now.t = T0 + 5 + 86400  # a day later
+    asked = len(calls.asked)
+    assert asyncio.run(h.collect("local", "orders")) == 60
+    assert len(calls.asked) - asked == 60
