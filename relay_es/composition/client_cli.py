@@ -31,6 +31,7 @@ import os
 import sys
 import time
 import unicodedata
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -52,6 +53,8 @@ COLUMNS = {
     # GET .../audit-logs: Conductor's AuditLogEntry, its subject, target and outcome flattened
     "audit": ["emitTime", "operation", "status", "outcome", "subject", "sourceIp", "target", "message"],
     "history": ["version", "at", "type", "data"],
+    "metrics": ["timeBucket", "metricType", "metricName", "value", "granularity"],
+    "metric totals": ["metricType", "metricName", "value"],
     "workflows": ["workflowId", "status", "workflowName", "queueName", "executorId", "appVersion", "createdAt",
                   "updatedAt"],
     "steps": ["stepId", "stepName", "startedAt", "completedAt", "childWorkflowId", "error", "output"],
@@ -80,7 +83,7 @@ SEARCH_LISTS = {  # ``workflows list``'s repeatable filters: WorkflowSearchBody'
     "scheduleName": ("--schedule", "only workflows started by this schedule"),
 }
 COMMANDS = ("apps", "tokens", "executors", "events", "audit", "history", "workflows", "queues", "schedules",
-            "versions")
+            "versions", "metrics")
 """The subcommands :func:`add_parsers` adds and :func:`run` runs."""
 
 
@@ -154,6 +157,14 @@ def add_parsers(sub: Any) -> None:
     au.add_argument("--limit", type=int, default=100)
     au.add_argument("--offset", type=int, default=0)
     add_common(au)
+
+    me = sub.add_parser("metrics", help="an application's metrics: workflows started, steps completed and "
+                                        "recoveries, per bucket")
+    me.add_argument("app")
+    me.add_argument("--since", help="RFC 3339: buckets starting at or after this instant (default: an hour ago)")
+    me.add_argument("--until", help="RFC 3339: buckets starting before this instant (default: now)")
+    me.add_argument("--total", action="store_true", help="one line per series: its sum over the window")
+    add_common(me)
 
     hi = sub.add_parser("history", help="an executor's events, also after deletion")
     hi.add_argument("executor")
@@ -463,6 +474,8 @@ def _run(args: argparse.Namespace) -> int:
         return _events(args, c, base)
     elif cmd == "audit":
         _audit(args, c, base)
+    elif cmd == "metrics":
+        _metrics(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd == "workflows":
         _workflows(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd in ("queues", "schedules", "versions"):
@@ -689,6 +702,22 @@ def _audit(args: argparse.Namespace, c: Client, base: str) -> None:
         emit(args, entries, "audit entries")
         return
     emit(args, [_audit_row(e) for e in entries], "audit entries", COLUMNS["audit"])
+
+
+def _metrics(args: argparse.Namespace, c: Client, base: str) -> None:
+    now = datetime.now(UTC)
+    params = {"startTime": args.since or (now - timedelta(hours=1)).isoformat().replace("+00:00", "Z"),
+              "endTime": args.until or now.isoformat().replace("+00:00", "Z")}
+    rows = c.call("GET", f"{base}/metrics", params=params)
+    if not args.total or not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        emit(args, rows, "metrics", COLUMNS["metrics"])
+        return
+    sums: dict[tuple[Any, Any], Any] = {}
+    for r in rows:
+        key = (r.get("metricType"), r.get("metricName"))
+        sums[key] = sums.get(key, 0) + (r.get("value") if isinstance(r.get("value"), int) else 0)
+    emit(args, [{"metricType": t, "metricName": n, "value": v} for (t, n), v in sorted(sums.items(), key=str)],
+         "metrics", COLUMNS["metric totals"])
 
 
 def _audit_row(e: dict[str, Any]) -> dict[str, Any]:

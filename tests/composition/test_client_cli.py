@@ -10,7 +10,9 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
@@ -691,3 +693,36 @@ def test_events_follow_asks_for_what_came_after_the_last_entry_until_interrupted
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and lines[0].startswith("seq") and "executor.connected" in lines[1]
     assert "executor.disconnected" in lines[2]  # no second header
+
+
+def test_metrics_asks_for_the_last_hour_by_default_and_totals_each_series(monkeypatch, capsys) -> None:
+    rows = [{"appId": "x", "metricType": "workflow_count", "metricName": "checkout", "granularity": 300,
+             "timeBucket": "2026-11-30T12:00:00.000Z", "value": 3},
+            {"appId": "x", "metricType": "workflow_count", "metricName": "checkout", "granularity": 300,
+             "timeBucket": "2026-11-30T12:05:00.000Z", "value": 4},
+            {"appId": "x", "metricType": "step_count", "metricName": HOSTILE, "granularity": 300,
+             "timeBucket": "2026-11-30T12:05:00.000Z", "value": 1}]
+    asked: list[httpx.Request] = []
+
+    def metrics(r: httpx.Request) -> httpx.Response:
+        asked.append(r)
+        return httpx.Response(200, json=rows)
+
+    assert run(monkeypatch, metrics, "metrics", "orders") == 0
+    r = asked[0]
+    assert r.url.path == "/v2/orgs/local/apps/orders/metrics"
+    start = datetime.fromisoformat(r.url.params["startTime"].replace("Z", "+00:00"))
+    end = datetime.fromisoformat(r.url.params["endTime"].replace("Z", "+00:00"))
+    assert abs((end - start).total_seconds() - 3600) < 1 and abs(end.timestamp() - time.time()) < 60
+    out = capsys.readouterr().out
+    clean(out)
+    assert len(out.splitlines()) == 4  # header and one line per bucket
+
+    assert run(monkeypatch, metrics, "metrics", "orders", "--since", "2026-11-30T12:00:00Z", "--until",
+               "2026-11-30T13:00:00Z", "--total") == 0
+    assert asked[1].url.params["startTime"] == "2026-11-30T12:00:00Z"
+    assert asked[1].url.params["endTime"] == "2026-11-30T13:00:00Z"
+    out = capsys.readouterr().out
+    clean(out)
+    lines = out.splitlines()
+    assert len(lines) == 3 and any("checkout" in line and " 7" in line for line in lines), out
