@@ -122,6 +122,13 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("POST", "/v2/orgs/{org}/apps/{app}/schedules/{schedule_name}/backfill"):
         Rule("schedules.backfill", Scope.APP, APPLICATION_WRITE),
     ("GET", "/v2/orgs/{org}/apps/{app}/metrics"): Rule("metrics.list", Scope.ORG, METRIC_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/autoscaling-policy"): Rule("autoscaling.get_policy", Scope.APP,
+                                                                  APPLICATION_READ),
+    ("PUT", "/v2/orgs/{org}/apps/{app}/autoscaling-policy"): Rule("autoscaling.set_policy", Scope.APP,
+                                                                  APPLICATION_WRITE),
+    ("DELETE", "/v2/orgs/{org}/apps/{app}/autoscaling-policy"): Rule("autoscaling.delete_policy", Scope.APP,
+                                                                     APPLICATION_WRITE),
+    ("GET", "/v2/orgs/{org}/apps/{app}/autoscale"): Rule("autoscaling.recommend", Scope.APP, APPLICATION_READ),
     ("GET", "/v2/orgs/{org}/apps/{app}/versions"): Rule("versions.list", Scope.APP, APPLICATION_READ),
     ("PATCH", "/v2/orgs/{org}/apps/{app}/versions/latest"): Rule("versions.set_latest", Scope.APP, APPLICATION_WRITE),
     # Relay's own: stranded work (PENDING workflows whose executor is not alive) and its fixes.

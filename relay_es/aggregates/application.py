@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from eventsourcing.domain import Aggregate, event
 
+from relay_es.domain.autoscaling import AutoscalingPolicy, Rollout
 from relay_es.domain.errors import IllegalTransition, InvalidSetting
 
 NAMESPACE = uuid.UUID("0c8e7d2a-5b4f-4f6e-8a1d-7e3c9b2f1a64")
@@ -83,6 +84,10 @@ class SettingsPatch:
 
 
 class Application(Aggregate):
+    # The autoscaling policy as primitives (snapshots), None when there is none; a stream or a
+    # snapshot recorded before policies existed has none.
+    _autoscaling: dict[str, object] | None = None
+
     @staticmethod
     def create_id(org: str, name: str) -> uuid.UUID:
         return app_stream_id(org, name)
@@ -93,6 +98,11 @@ class Application(Aggregate):
         self.name = name
         self.settings = AppSettings(private_mode=private_mode)
         self.deleted = False
+        self._autoscaling = None
+
+    @property
+    def autoscaling(self) -> AutoscalingPolicy | None:
+        return None if self._autoscaling is None else AutoscalingPolicy.from_dict(self._autoscaling)
 
     def _refuse(self, command: str, why: str) -> None:
         raise IllegalTransition(f"application {self.name!r}", "deleted" if self.deleted else "registered", command, why)
@@ -111,6 +121,7 @@ class Application(Aggregate):
     def _restored(self, private_mode: bool, timestamp: datetime) -> None:
         self.deleted = False
         self.settings = AppSettings(private_mode=private_mode)
+        self._autoscaling = None
 
     def change_settings(self, patch: SettingsPatch, *, at: datetime) -> bool:
         if self.deleted:
@@ -159,6 +170,40 @@ class Application(Aggregate):
     @event("Deleted")
     def _deleted(self, timestamp: datetime) -> None:
         self.deleted = True
+        self._autoscaling = None
+
+    # ------------------------------------------------------------ autoscaling
+    def set_autoscaling_policy(self, policy: AutoscalingPolicy, *, at: datetime) -> bool:
+        """Stores ``policy`` (Conductor's ``setAutoscalingPolicy``); False when it is the one stored."""
+        if self.deleted:
+            self._refuse("set an autoscaling policy", "it was deleted")
+        policy.check()
+        if policy == self.autoscaling:
+            return False
+        r = policy.rollout
+        self._autoscaling_policy_set(queue=policy.queue, rollout=r is not None,
+                                     max_old_versions=None if r is None else r.max_old_versions,
+                                     max_old_executors=None if r is None else r.max_old_executors, timestamp=at)
+        return True
+
+    @event("AutoscalingPolicySet")
+    def _autoscaling_policy_set(self, queue: str, rollout: bool, max_old_versions: int | None,
+                                max_old_executors: int | None, timestamp: datetime) -> None:
+        self._autoscaling = AutoscalingPolicy(
+            queue, Rollout(max_old_versions, max_old_executors) if rollout else None).as_dict()  # not checked again
+
+    def clear_autoscaling_policy(self, *, at: datetime) -> bool:
+        """Clears the policy (``deleteAutoscalingPolicy``); False when there was none."""
+        if self.deleted:
+            self._refuse("delete an autoscaling policy", "it was deleted")
+        if self.autoscaling is None:
+            return False
+        self._autoscaling_policy_cleared(timestamp=at)
+        return True
+
+    @event("AutoscalingPolicyCleared")
+    def _autoscaling_policy_cleared(self, timestamp: datetime) -> None:
+        self._autoscaling = None
 
     # ----------------------------------------------------- retention, hygiene
     def record_retention_dispatched(

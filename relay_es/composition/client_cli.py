@@ -55,6 +55,7 @@ COLUMNS = {
     "history": ["version", "at", "type", "data"],
     "metrics": ["timeBucket", "metricType", "metricName", "value", "granularity"],
     "metric totals": ["metricType", "metricName", "value"],
+    "recommendations": ["applicationVersion", "isLatest", "desiredExecutors", "queueDepth", "queueName", "observedAt"],
     "workflows": ["workflowId", "status", "workflowName", "queueName", "executorId", "appVersion", "createdAt",
                   "updatedAt"],
     "steps": ["stepId", "stepName", "startedAt", "completedAt", "childWorkflowId", "error", "output"],
@@ -83,7 +84,7 @@ SEARCH_LISTS = {  # ``workflows list``'s repeatable filters: WorkflowSearchBody'
     "scheduleName": ("--schedule", "only workflows started by this schedule"),
 }
 COMMANDS = ("apps", "tokens", "executors", "events", "audit", "history", "workflows", "queues", "schedules",
-            "versions", "metrics")
+            "versions", "metrics", "autoscaling")
 """The subcommands :func:`add_parsers` adds and :func:`run` runs."""
 
 
@@ -257,6 +258,15 @@ def _add_queues_schedules_versions(sub: Any) -> None:
     vsub = ve.add_subparsers(dest="action", required=True)
     _app_parser(vsub, "list", "list application versions")
     _app_parser(vsub, "set-latest", "make this version the latest (resume and fork prefer it)", "version")
+
+    au = sub.add_parser("autoscaling", help="an application's autoscaling policy and recommendation (docs/autoscaling.md)")
+    asub = au.add_subparsers(dest="action", required=True)
+    _app_parser(asub, "show", "executors each version needs now")
+    _app_parser(asub, "policy", "the stored policy")
+    st = _app_parser(asub, "set", "store a policy: the queue whose backlog drives it (checked by an executor)", "queue")
+    st.add_argument("--max-old-versions", type=_natural_int, help="old versions reported, newest first (a rollout)")
+    st.add_argument("--max-old-executors", type=_natural_int, help="cap of every old version (a rollout)")
+    _app_parser(asub, "clear", "delete the policy")
 
 
 def _positive_int(text: str) -> int:
@@ -478,6 +488,8 @@ def _run(args: argparse.Namespace) -> int:
         _metrics(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd == "workflows":
         _workflows(args, c, f"{base}/apps/{seg(args.app)}")
+    elif cmd == "autoscaling":
+        _autoscaling(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd in ("queues", "schedules", "versions"):
         _queues_schedules_versions(args, c, f"{base}/apps/{seg(args.app)}")
     return 0
@@ -646,6 +658,23 @@ def _field(answer: Any, key: str) -> Any:
     if not isinstance(answer, dict) or key not in answer:
         raise CliError(f"the server's answer has no {key}")
     return answer[key]
+
+
+def _autoscaling(args: argparse.Namespace, c: Client, app: str) -> None:
+    if args.action == "show":
+        emit(args, c.call("GET", f"{app}/autoscale"), "recommendations")
+    elif args.action == "policy":
+        emit(args, c.call("GET", f"{app}/autoscaling-policy"), "policy")
+    elif args.action == "set":
+        body: dict[str, Any] = {"queue": args.queue}
+        rollout = {k: v for k, v in (("maxOldApplicationVersions", args.max_old_versions),
+                                     ("maxExecutorsForOldApplicationVersions", args.max_old_executors)) if v is not None}
+        if rollout:
+            body["rollout"] = rollout
+        emit(args, c.call("PUT", f"{app}/autoscaling-policy", json=body), "policy")
+    else:
+        c.call("DELETE", f"{app}/autoscaling-policy")
+        _done(args, f"autoscaling policy of {printable(args.app)} deleted")
 
 
 def _queues_schedules_versions(args: argparse.Namespace, c: Client, app: str) -> None:

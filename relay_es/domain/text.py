@@ -49,6 +49,11 @@ def _check(field: str, value: object, limit: int, *, optional: bool, empty: bool
     return value
 
 
+def has_controls(text: str) -> bool:
+    """Whether ``text`` holds a control, separator, bidirectional or zero-width character."""
+    return _CONTROLS.search(text) is not None
+
+
 def escape_controls(text: str) -> str:
     """``text`` with every control character (see ``_CONTROLS``) written as a
     visible escape (``\\n``, ``\\x1b``, ``\\u202e``): one line, no terminal escape

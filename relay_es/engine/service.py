@@ -39,6 +39,7 @@ from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate, gate_stream_id
 from relay_es.aggregates.skip import ProjectionSkip, skip_stream_id
 from relay_es.aggregates.token import Token, hash_secret, new_secret, token_stream_id
+from relay_es.domain.autoscaling import AutoscalingPolicy
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import EXECUTOR_TIMEOUT
 from relay_es.domain.errors import InvalidSetting, UnknownApplication, UnknownToken
@@ -105,6 +106,30 @@ class Relay(ActionCommands, ExecutorCommands, RelayStore):
         def run() -> bool:
             app = self.get_app(org, name)
             if not app.change_settings(patch, at=self.now()):
+                return False
+            self.save(app)
+            return True
+
+        return self.retrying(run)
+
+    def autoscaling_policy(self, org: str, name: str) -> AutoscalingPolicy | None:
+        """The application's autoscaling policy, or None; :class:`UnknownApplication` when it is not registered."""
+        return self.get_app(org, name).autoscaling
+
+    def set_autoscaling_policy(self, org: str, name: str, policy: AutoscalingPolicy) -> bool:
+        def run() -> bool:
+            app = self.get_app(org, name)
+            if not app.set_autoscaling_policy(policy, at=self.now()):
+                return False
+            self.save(app)
+            return True
+
+        return self.retrying(run)
+
+    def clear_autoscaling_policy(self, org: str, name: str) -> bool:
+        def run() -> bool:
+            app = self.get_app(org, name)
+            if not app.clear_autoscaling_policy(at=self.now()):
                 return False
             self.save(app)
             return True

@@ -276,3 +276,52 @@ def test_invalid_org_names(name: Any) -> None:
 def test_valid_org_names() -> None:
     assert check_org_name("local") == "local"
     assert check_org_name("O" * 128) == "O" * 128
+
+
+# ------------------------------------------------------------------ autoscaling
+
+
+def test_an_autoscaling_policy_is_set_changed_cleared_and_replayed() -> None:
+    from relay_es.domain.autoscaling import AutoscalingPolicy, Rollout
+
+    app = new_app()
+    assert app.autoscaling is None
+    p = AutoscalingPolicy("orders", Rollout(max_old_versions=1, max_old_executors=None))
+    assert app.set_autoscaling_policy(p, at=at(1)) is True
+    assert app.set_autoscaling_policy(p, at=at(2)) is False  # the same policy: nothing recorded
+    assert app.set_autoscaling_policy(AutoscalingPolicy("orders"), at=at(3)) is True
+    assert app.autoscaling == AutoscalingPolicy("orders") and app.autoscaling.rollout is None
+    events = app.collect_events()
+    assert [type(e).__name__ for e in events] == ["Registered", "AutoscalingPolicySet", "AutoscalingPolicySet"]
+    assert replay(events).autoscaling == AutoscalingPolicy("orders")
+    assert replay(events[:2]).autoscaling == p
+    assert app.clear_autoscaling_policy(at=at(4)) is True
+    assert app.clear_autoscaling_policy(at=at(5)) is False  # none: nothing recorded
+    assert app.autoscaling is None
+
+
+def test_a_policy_goes_with_the_application_and_a_deleted_one_takes_none() -> None:
+    from relay_es.domain.autoscaling import AutoscalingPolicy
+
+    app = new_app()
+    app.set_autoscaling_policy(AutoscalingPolicy("orders"), at=at(1))
+    app.delete(at=at(2))
+    assert app.autoscaling is None
+    with pytest.raises(IllegalTransition):
+        app.set_autoscaling_policy(AutoscalingPolicy("orders"), at=at(3))
+    with pytest.raises(IllegalTransition):
+        app.clear_autoscaling_policy(at=at(3))
+    app.register_again(private_mode=None, at=at(4))
+    assert app.autoscaling is None
+    assert replay(app.collect_events()).autoscaling is None
+
+
+def test_a_refused_policy_records_nothing_and_a_snapshot_holds_only_primitives() -> None:
+    from relay_es.domain.autoscaling import AutoscalingPolicy, Rollout
+
+    app = new_app()
+    with pytest.raises(InvalidSetting):
+        app.set_autoscaling_policy(AutoscalingPolicy("bad\nqueue"), at=at(1))
+    assert [type(e).__name__ for e in app.collect_events()] == ["Registered"]
+    app.set_autoscaling_policy(AutoscalingPolicy("orders", Rollout(1, None)), at=at(2))
+    assert app._autoscaling == {"queue": "orders", "rollout": {"max_old_versions": 1, "max_old_executors": None}}

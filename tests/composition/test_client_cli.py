@@ -726,3 +726,29 @@ def test_metrics_asks_for_the_last_hour_by_default_and_totals_each_series(monkey
     clean(out)
     lines = out.splitlines()
     assert len(lines) == 3 and any("checkout" in line and " 7" in line for line in lines), out
+
+
+def test_autoscaling_sets_shows_and_clears_a_policy(monkeypatch, capsys) -> None:
+    asked: list[httpx.Request] = []
+    recs = [{"applicationVersion": "v2\x1b[2J", "isLatest": True, "desiredExecutors": 3, "queueDepth": 9,
+             "observedAt": 1796040658569, "queueName": "orders_queue"}]
+
+    def server(r: httpx.Request) -> httpx.Response:
+        asked.append(r)
+        if r.method == "DELETE":
+            return httpx.Response(204)
+        if r.url.path.endswith("/autoscale"):
+            return httpx.Response(200, json=recs)
+        return httpx.Response(200, json={"policy": json.loads(r.content) if r.content else {"queue": "orders_queue"}})
+
+    assert run(monkeypatch, server, "autoscaling", "set", "orders_queue", "--app", "orders",
+               "--max-old-versions", "1") == 0
+    assert asked[-1].method == "PUT" and asked[-1].url.path == "/v2/orgs/local/apps/orders/autoscaling-policy"
+    assert json.loads(asked[-1].content) == {"queue": "orders_queue", "rollout": {"maxOldApplicationVersions": 1}}
+    assert run(monkeypatch, server, "autoscaling", "show", "--app", "orders") == 0
+    out = capsys.readouterr().out
+    clean(out)
+    assert "desiredExecutors" in out and "v2\\x1b[2J" in out
+    assert run(monkeypatch, server, "autoscaling", "clear", "--app", "orders") == 0
+    assert asked[-1].method == "DELETE"
+    assert "deleted" in capsys.readouterr().out

@@ -151,7 +151,8 @@ def long_workflow(n_steps: int, step_secs: float) -> int:
 # ---- the ground: one workflow of every kind (the same names and shapes in ts_app/app.js) --------
 
 # Registered by `ground` (database-backed, so only executors that build a ground write it), global
-# concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED.
+# concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED; worker
+# concurrency 1, so that it can drive an autoscaling policy (tests/e2e/test_autoscale_api.py).
 GROUND_QUEUE = "ground_queue"
 _flaky_attempts: dict[str, int] = {}
 
@@ -247,7 +248,7 @@ def ground(prefix: str) -> dict[str, Any]:
                            "queued": [f"{prefix}-queued-{i}" for i in range(3)]}
     with SetWorkflowID(ids["running"]):
         DBOS.start_workflow(blocked_workflow, "running")
-    queue = DBOS.register_queue(GROUND_QUEUE, global_concurrency=1)
+    queue = DBOS.register_queue(GROUND_QUEUE, global_concurrency=1, worker_concurrency=1)
     for wf in ids["queued"]:
         with SetWorkflowID(wf):
             queue.enqueue(blocked_workflow, wf)

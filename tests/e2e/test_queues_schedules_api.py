@@ -1,11 +1,13 @@
-"""End to end: the queue, schedule and version operations of the Conductor API through a real
+"""End to end: the queue, schedule, version and autoscaling operations of the Conductor API through a real
 ``relay serve`` to real ``dbos==3.2.0`` and ``@dbos-inc/dbos-sdk@5.2.11`` executors (the workflow
 ground, ``tests/e2e/ground.py``), Relay's store on SQLite and on Postgres.
 
 Every answer validates against the reference and matches the executor's own system database;
 every action really happens there: a paused schedule stops firing, a resumed one fires again, a
 trigger enqueues a workflow, a backfill enqueues the window's workflows, setting the latest version
-retimes it. Each action is in Relay's audit log. One test function: the ground is expensive.
+retimes it; an autoscaling policy on the ground's queue gives the system database's backlog over
+its worker concurrency. Each action is in Relay's audit log. One test function: the ground is
+expensive.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def check_reads(g: Ground) -> None:
     assert one == by_name[QUEUE]
     assert (one["concurrency"], one["workerConcurrency"], one["rateLimitMax"], one["rateLimitPeriodSecs"]) == \
         (row["concurrency"], row["worker_concurrency"], row["rate_limit_max"], row["rate_limit_period_sec"]) == \
-        (1, None, None, None), (one, row)
+        (1, 1, None, None), (one, row)
     assert one["pollingIntervalSecs"] == row["polling_interval_sec"]
     answer(g, "getQueue", "GET", "/queues/no_such_queue", 404)
 
@@ -99,10 +101,38 @@ def versions(g: Ground) -> dict[str, dict[str, Any]]:
     return {v["versionName"]: v for v in listed}
 
 
+def check_autoscale(g: Ground) -> None:
+    """A policy on ``ground_queue`` (worker concurrency 1; one workflow PENDING and two ENQUEUED) is
+    accepted, one on an unknown queue refused; the recommendation's backlog is what the system
+    database holds for the latest version, and the executors needed that backlog over the
+    worker concurrency."""
+    refused = answer(g, "setAutoscalingPolicy", "PUT", "/autoscaling-policy", 422,
+                        json={"queue": "no_such_queue"})[0]
+    assert "no_such_queue" in refused["detail"]
+    policy = {"queue": QUEUE, "rollout": {"maxOldApplicationVersions": 0}}
+    assert answer(g, "setAutoscalingPolicy", "PUT", "/autoscaling-policy", 200, json=policy)[0] == {"policy": policy}
+
+    rows = g.db._rows("SELECT application_version, count(*) AS n FROM {s}.workflow_status WHERE queue_name = %s "
+                      "AND status IN ('ENQUEUED', 'PENDING') GROUP BY application_version", (QUEUE,))
+    backlog = {r["application_version"]: int(r["n"]) for r in rows}
+    versions = g.db._rows("SELECT version_name FROM {s}.application_versions ORDER BY version_timestamp DESC")
+    latest = versions[0]["version_name"]
+    assert backlog.get(latest) == 3, (backlog, latest)  # the ground: one PENDING, two ENQUEUED
+    before = int(time.time() * 1000)
+    [rec] = answer(g, "getAutoscale", "GET", "/autoscale", 200)[0]
+    assert rec == {"applicationVersion": latest, "isLatest": True, "desiredExecutors": 3, "queueDepth": 3,
+                   "observedAt": rec["observedAt"], "queueName": QUEUE}
+    assert before <= rec["observedAt"] <= int(time.time() * 1000)
+
+    answer(g, "deleteAutoscalingPolicy", "DELETE", "/autoscaling-policy", 204)
+    answer(g, "getAutoscale", "GET", "/autoscale", 404)
+
+
 def test_queues_schedules_and_versions_through_relay(grounds: dict[str, Ground]) -> None:
     gs = list(grounds.values())
     for g in gs:
         check_reads(g)
+        check_autoscale(g)
 
     # pause: the row says PAUSED, and once the SDK has noticed, no tick comes for a while
     for g in gs:

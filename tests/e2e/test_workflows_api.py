@@ -5,18 +5,21 @@ of every kind); Relay's own store on SQLite and on Postgres.
 
 Every operation answers what the executor's own system database holds (read directly with
 ``tests/e2e/sysdb.py``), in the reference's shape (``tests/conductor_schema.py``): the list and
-its filters, pagination and order, one workflow, its steps, events, messages and stream, and the
-aggregates.
+its filters, pagination and order, one workflow, its steps, events, messages and stream, the
+aggregates, and the metrics Relay collected (``listMetrics``).
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conductor_schema import check_response
 from tests.e2e.ground import QUEUE, Ground
@@ -185,9 +188,72 @@ def check_reads(g: Ground) -> None:
     assert [(a["group"]["status"], a["count"]) for a in by_status] == [("ERROR", 1)]
 
 
+# --- listMetrics: collected every second (the grounds' RELAY_METRICS_INTERVAL_SECS) ---------------
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def bucket(t: int) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def truth(g: Ground, start: int, end: int) -> Counter[tuple[str, str, str]]:
+    """What the system database holds for the buckets of ``[start, end)``, counted as the SDKs count."""
+    counted: Counter[tuple[str, str, str]] = Counter()
+    for r in g.db._rows("SELECT name, created_at FROM {s}.workflow_status WHERE created_at >= %s AND "
+                        "created_at < %s AND application_name = %s", (start * 1000, end * 1000, g.scene.app)):
+        counted[(bucket(int(r["created_at"]) // 1000), "workflow_count", r["name"])] += 1
+    for r in g.db._rows("SELECT function_name, completed_at_epoch_ms FROM {s}.operation_outputs WHERE "
+                        "completed_at_epoch_ms >= %s AND completed_at_epoch_ms < %s AND application_name = %s",
+                        (start * 1000, end * 1000, g.scene.app)):
+        counted[(bucket(int(r["completed_at_epoch_ms"]) // 1000), "step_count", r["function_name"])] += 1
+    return counted
+
+
+def answered(g: Ground, start: int, end: int) -> tuple[Counter[tuple[str, str, str]], list[dict[str, Any]]]:
+    r = g.scene.api("GET", f"/v2/orgs/local/apps/{g.scene.app}/metrics",
+                    params={"startTime": iso(start), "endTime": iso(end)})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    check_response("listMetrics", 200, body)
+    return Counter({(m["timeBucket"], m["metricType"], m["metricName"]): m["value"] for m in body
+                    if m["metricType"] != "recovery_count"}), body
+
+
+def check_metrics(g: Ground) -> None:
+    """For a window Relay has collected, ``listMetrics`` holds exactly what the system database
+    holds (workflows created per name, steps completed per function, per one-second bucket,
+    counted as the SDKs count), and ``/metrics`` has the application's workflows by name."""
+    first = min(int(w["created_at"]) for w in g.db.workflows()) // 1000
+    # the scheduled tick goes on creating workflows: compare a window that ended a little ago
+    end = int(time.time()) - 2
+    want = truth(g, first, end)
+    assert any(k[1] == "workflow_count" for k in want) and any(k[1] == "step_count" for k in want), want
+    deadline = time.monotonic() + 30
+    while True:
+        got, body = answered(g, first, end)
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert got == want, {"missing": want - got, "extra": got - want}
+    app_id = g.scene.api("GET", f"/v2/orgs/local/apps/{g.scene.app}").json()["id"]
+    assert {m["appId"] for m in body} == {app_id} and {m["granularity"] for m in body} == {1}
+
+    text = g.scene.api("GET", "/metrics").text
+    fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    by_name = {s.labels["workflow"]: s.value for s in fams["relay_app_workflows"]
+               if s.name == "relay_app_workflows_total" and s.labels["app"] == g.scene.app}
+    for (_, kind, name), n in want.items():
+        if kind == "workflow_count":
+            assert by_name.get(name, 0) >= n, (name, by_name)
+
+
 def test_every_workflow_read_answers_what_the_system_database_holds(grounds: dict[str, Ground]) -> None:
     for sdk, g in grounds.items():
         try:
             check_reads(g)
+            check_metrics(g)
         except AssertionError as e:
             raise AssertionError(f"{sdk}: {e}") from e

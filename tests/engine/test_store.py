@@ -69,3 +69,23 @@ def test_load_many_mixes_cached_and_stored_streams(relay: Relay) -> None:
 def test_is_store_error_comes_from_the_store(relay: Relay) -> None:
     assert relay.is_store_error(TimeoutError())
     assert not relay.is_store_error(AttributeError("a bug"))
+
+
+def test_an_application_with_an_autoscaling_policy_is_snapshotted_and_loads_from_it(relay: Relay, caplog) -> None:
+    from relay_es.aggregates.application import app_stream_id
+    from relay_es.domain.autoscaling import AutoscalingPolicy, Rollout
+
+    relay.register_app("local", "shop")  # version 1
+    for i in range(SNAPSHOT_EVERY - 2):  # set and cleared in turn: one event each
+        if i % 2:
+            assert relay.clear_autoscaling_policy("local", "shop")
+        else:
+            assert relay.set_autoscaling_policy("local", "shop", AutoscalingPolicy(f"q{i}", Rollout(i % 3, None)))
+    final = AutoscalingPolicy("orders", Rollout(2, 0))
+    with caplog.at_level(logging.WARNING):
+        assert relay.set_autoscaling_policy("local", "shop", final)  # version SNAPSHOT_EVERY: a snapshot
+    sid = app_stream_id("local", "shop")
+    assert "snapshot not taken" not in caplog.text
+    assert [s.originator_version for s in relay.snapshots.recorder.select_events(sid)] == [SNAPSHOT_EVERY]
+    assert relay.get_app("local", "shop").version == SNAPSHOT_EVERY
+    assert relay.autoscaling_policy("local", "shop") == final

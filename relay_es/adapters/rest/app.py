@@ -16,6 +16,7 @@ from litestar.di import Provide
 from relay_es.adapters.rest import (
     app_metrics,
     applications,
+    autoscaling,
     audit,
     calling,
     executor_events,
@@ -48,6 +49,7 @@ ROUTES = [
     schedules.SchedulesController,
     versions.VersionsController,
     app_metrics.MetricsController,
+    autoscaling.AutoscalingController,
     stranded.StrandedController,
     tokens.TokensController,
     audit.AuditController,

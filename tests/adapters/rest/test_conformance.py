@@ -52,6 +52,7 @@ CHECKED_IN = {
     "test_versions.py": {"listAppVersions", "setLatestAppVersion"},
     "test_audit.py": {"listAuditLogs"},
     "test_app_metrics.py": {"listMetrics"},
+    "test_autoscaling.py": {"getAutoscale", "getAutoscalingPolicy", "setAutoscalingPolicy", "deleteAutoscalingPolicy"},
 }
 
 # Relay's fields that ?relay=extended adds, by operation.

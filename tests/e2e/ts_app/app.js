@@ -133,7 +133,8 @@ const longWorkflow = DBOS.registerWorkflow(longWorkflowBody, { name: 'long_workf
 // ---- the ground: one workflow of every kind (the same names and shapes as in dbos_app.py) ------
 
 // Registered by `ground` (database-backed, so only executors that build a ground write it),
-// global concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED.
+// global concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED;
+// worker concurrency 1, so that it can drive an autoscaling policy (tests/e2e/test_autoscale_api.py).
 const GROUND_QUEUE = 'ground_queue';
 const flakyAttempts = new Map();
 
@@ -216,7 +217,7 @@ async function ground(prefix) {
     parent: `${prefix}-parent`, queued: [0, 1, 2].map((i) => `${prefix}-queued-${i}`),
   };
   await DBOS.startWorkflow(blockedWorkflow, { workflowID: ids.running })('running');
-  await DBOS.registerQueue(GROUND_QUEUE, { globalConcurrency: 1 });
+  await DBOS.registerQueue(GROUND_QUEUE, { globalConcurrency: 1, workerConcurrency: 1 });
   for (const wf of ids.queued) {
     await DBOS.startWorkflow(blockedWorkflow, { workflowID: wf, queueName: GROUND_QUEUE })(wf);
   }

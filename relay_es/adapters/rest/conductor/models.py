@@ -338,6 +338,36 @@ class PatchLatestVersionInputBody(_Body, kw_only=True):
     version_name: Text
 
 
+# --- autoscaling -------------------------------------------------------------
+
+RolloutCount = Annotated[int, Meta(ge=0, le=1_000_000)]
+
+
+class RolloutPolicy(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    """Inside an ``AutoscalePolicy`` (both ways): closed, without the ``$schema`` link."""
+
+    max_old_application_versions: RolloutCount | UnsetType = UNSET
+    max_executors_for_old_application_versions: RolloutCount | UnsetType = UNSET
+
+
+class AutoscalePolicy(_Body, kw_only=True):
+    queue: Annotated[str, Meta(min_length=1, max_length=256)]
+    rollout: RolloutPolicy | UnsetType = UNSET
+
+
+class PolicyOutputBody(_Answer, kw_only=True):
+    policy: AutoscalePolicy
+
+
+class QueueAutoscale(_Answer, kw_only=True):
+    application_version: str
+    is_latest: bool
+    desired_executors: int
+    queue_depth: int
+    observed_at: int
+    queue_name: str | UnsetType = UNSET
+
+
 # Component schema name -> class, for every body this module defines.
 SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     Workflow, WorkflowSearchBody, Step, Event, Notification, StreamEntry,
@@ -348,4 +378,5 @@ SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     ExportWorkflowOutputBody, ImportWorkflowInputBody,
     Queue, Schedule, BackfillInputBody, BackfillOutputBody, TriggerOutputBody,
     ApplicationVersion, PatchLatestVersionInputBody,
+    RolloutPolicy, AutoscalePolicy, PolicyOutputBody, QueueAutoscale,
 )}

@@ -78,6 +78,10 @@ FULL: dict[str, msgspec.Struct] = {
     "BackfillOutputBody": m.BackfillOutputBody(workflow_ids=[]),
     "TriggerOutputBody": m.TriggerOutputBody(workflow_id="w3"),
     "ApplicationVersion": m.ApplicationVersion(version_id="v", version_name="1d6c", version_timestamp=NOW, created_at=NOW),
+    "PolicyOutputBody": m.PolicyOutputBody(policy=m.AutoscalePolicy(queue="q", rollout=m.RolloutPolicy(
+        max_old_application_versions=1, max_executors_for_old_application_versions=0))),
+    "QueueAutoscale": m.QueueAutoscale(application_version="v2", is_latest=True, desired_executors=3, queue_depth=9,
+                                       observed_at=1796040658569, queue_name="q"),
 }
 
 
@@ -155,6 +159,8 @@ FULL_REQUESTS: dict[str, dict[str, Any]] = {
     "ImportWorkflowInputBody": {"serializedWorkflow": "H4sIAAAAAAAA/6tWKkktLlGyUlAqS8wpTVWqBQBvzGcWEgAAAA=="},
     "BackfillInputBody": {"startTime": "2026-11-30T00:00:00Z", "endTime": "2026-11-30T01:00:00Z"},
     "PatchLatestVersionInputBody": {"versionName": "1d6ccc5e"},
+    "AutoscalePolicy": {"queue": "orders_queue", "rollout": {"maxOldApplicationVersions": 1,
+                                                             "maxExecutorsForOldApplicationVersions": 2}},
 }
 
 MINIMAL: dict[str, dict[str, Any]] = {
@@ -163,6 +169,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "ImportWorkflowInputBody": {"serializedWorkflow": ""},
     "BackfillInputBody": {"startTime": "2026-11-30T00:00:00Z", "endTime": "2026-11-30T00:00:00Z"},
     "PatchLatestVersionInputBody": {"versionName": "v"},
+    "AutoscalePolicy": {"queue": "q"},
 }
 
 

@@ -1,0 +1,159 @@
+"""Autoscaling recommendations, Conductor's ``getAutoscale``, ``getAutoscalingPolicy``,
+``setAutoscalingPolicy`` and ``deleteAutoscalingPolicy`` (``docs/autoscaling.md``).
+
+The policy is the application's (an event of its stream, :class:`~relay_es.aggregates.application.Application`):
+it survives a restart and goes with the application. Setting it asks a healthy executor for the
+queues first: the queue must be registered, not partitioned and have a worker concurrency
+(:func:`relay_es.engine.autoscale.unusable`), else 422 and nothing is stored; no executor is a 503.
+Setting and deleting are in the audit log (target: the application). Deleting an absent policy
+is a 204, as Conductor's.
+
+``getAutoscale`` (404 without a policy) asks executors of the application, at once, for its
+queues, its registered versions and its backlog on the policy's queue per version
+(``get_workflow_aggregates``: ENQUEUED and PENDING, grouped by application version), and answers
+:func:`relay_es.engine.autoscale.recommend`'s ``QueueAutoscale`` per version; ``observedAt`` is
+when the answers were in. Relay recommends; it scales nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from litestar import Controller, Request, Response, delete, get, put
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath
+from litestar.status_codes import HTTP_204_NO_CONTENT
+from msgspec import UNSET
+
+from relay_es.adapters.rest import calling
+from relay_es.adapters.rest.conductor import mapping
+from relay_es.adapters.rest.conductor import models as m
+from relay_es.adapters.rest.context import Context, RestContext
+from relay_es.adapters.rest.paths import APP
+from relay_es.adapters.rest.queues import sent_as
+from relay_es.adapters.rest.recording import recorded
+from relay_es.domain.autoscaling import AutoscalingPolicy, Rollout
+from relay_es.domain.errors import InvalidSetting
+from relay_es.engine import autoscale
+from relay_es.protocol import catalogue as c
+
+
+def policy_of(b: m.AutoscalePolicy) -> AutoscalingPolicy:
+    """The body as Relay's policy (:class:`InvalidSetting`, a 422, for a value out of bounds)."""
+    r = b.rollout
+    rollout = None if r is UNSET else Rollout(
+        None if r.max_old_application_versions is UNSET else r.max_old_application_versions,
+        None if r.max_executors_for_old_application_versions is UNSET else r.max_executors_for_old_application_versions)
+    return AutoscalingPolicy(b.queue, rollout).check()
+
+
+def policy_out(p: AutoscalingPolicy) -> m.AutoscalePolicy:
+    r = p.rollout
+    rollout = UNSET if r is None else m.RolloutPolicy(
+        max_old_application_versions=UNSET if r.max_old_versions is None else r.max_old_versions,
+        max_executors_for_old_application_versions=UNSET if r.max_old_executors is None else r.max_old_executors)
+    return m.AutoscalePolicy(queue=p.queue, rollout=rollout)
+
+
+def parameters_of(p: AutoscalingPolicy) -> dict[str, Any]:
+    """The policy as the audit log records it (scalars, Conductor's field names; ``rollout`` says
+    whether one was given)."""
+    out: dict[str, Any] = {"queue": p.queue, "rollout": p.rollout is not None}
+    if p.rollout is not None:
+        out |= {k: v for k, v in (("maxOldApplicationVersions", p.rollout.max_old_versions),
+                                  ("maxExecutorsForOldApplicationVersions", p.rollout.max_old_executors))
+                if v is not None}
+    return out
+
+
+def queue_of(answer: c.ListQueuesResponse, name: str) -> autoscale.Queue | None:
+    for q in answer.output or ():
+        if q.name == name:
+            return autoscale.Queue(q.name, q.worker_concurrency, bool(q.partition_queue))
+    return None
+
+
+async def _policy(ctx: RestContext, org: str, app: str) -> AutoscalingPolicy | None:
+    return await asyncio.to_thread(ctx.relay.autoscaling_policy, org, app)  # UnknownApplication: 404
+
+
+async def _ask(ctx: RestContext, org: str, app: str, request: Any) -> Any:
+    # An executor's error is a 500, whatever it says: a 404 here means "no policy" or "no application".
+    return await calling.ask(ctx, org, app, sent_as(request), failed_status=500)
+
+
+class AutoscalingController(Controller):
+    path = APP
+
+    @get("/autoscaling-policy", operation_id="getAutoscalingPolicy", summary="Get autoscaling policy",
+         description="The application's stored autoscaling policy; 404 when none is set.")
+    async def get_autoscaling_policy(self, org: FromPath[str], app: FromPath[str],
+                                     ctx: Context) -> Response[m.PolicyOutputBody]:
+        policy = await _policy(ctx, org, app)
+        if policy is None:
+            raise NotFoundException(detail=f"application {app!r} has no autoscaling policy")
+        return calling.answer(m.PolicyOutputBody(policy=policy_out(policy)))
+
+    @put("/autoscaling-policy", operation_id="setAutoscalingPolicy", summary="Set autoscaling policy",
+         description="Checks the queue with a healthy executor (registered, not partitioned, with a worker "
+                     "concurrency) and stores the policy, echoing it.")
+    async def set_autoscaling_policy(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                                     ctx: Context) -> Response[m.PolicyOutputBody]:
+        b = await calling.body(request, m.AutoscalePolicy)
+        assert b is not None
+        policy = policy_of(b)
+        await _policy(ctx, org, app)  # 404 before an executor is asked
+        queues = await _ask(ctx, org, app, mapping.list_queues_request(request_id=""))
+        why = autoscale.unusable(queue_of(queues, policy.queue))
+        if why is not None:
+            raise InvalidSetting("queue", f"queue {policy.queue!r} {why}: it cannot drive autoscaling (a queue "
+                                          "registered in the system database, e.g. DBOS.register_queue(name, "
+                                          "worker_concurrency=N), not partitioned)")
+
+        def store() -> None:
+            with recorded(ctx, request, org, app, operation="setAutoscalingPolicy", target_type="application",
+                          target_ids=[app], parameters=parameters_of(policy)):
+                ctx.relay.set_autoscaling_policy(org, app, policy)
+
+        await asyncio.to_thread(store)
+        return calling.answer(m.PolicyOutputBody(policy=policy_out(policy)))
+
+    @delete("/autoscaling-policy", operation_id="deleteAutoscalingPolicy", status_code=HTTP_204_NO_CONTENT,
+            sync_to_thread=True, summary="Delete autoscaling policy",
+            description="Clears the stored policy; deleting an absent one succeeds.")
+    def delete_autoscaling_policy(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                                  ctx: Context) -> None:
+        with recorded(ctx, request, org, app, operation="deleteAutoscalingPolicy", target_type="application",
+                      target_ids=[app]) as result:
+            result["cleared"] = ctx.relay.clear_autoscaling_policy(org, app)
+
+    @get("/autoscale", operation_id="getAutoscale", summary="Get autoscaling recommendation",
+         description="Executors each version of the application needs now, from its backlog on the policy's queue; "
+                     "404 when no policy is set.")
+    async def get_autoscale(self, org: FromPath[str], app: FromPath[str],
+                            ctx: Context) -> Response[list[m.QueueAutoscale]]:
+        policy = await _policy(ctx, org, app)
+        if policy is None:
+            raise NotFoundException(detail=f"application {app!r} has no autoscaling policy")
+        backlog_request = c.GetWorkflowAggregatesRequest(request_id="", body=c.WorkflowAggregatesBody(
+            group_by_application_version=True, select_count=True, status=list(autoscale.BACKLOG),
+            queue_name=[policy.queue]))
+        queues, versions, backlog = await asyncio.gather(
+            _ask(ctx, org, app, mapping.list_queues_request(request_id="")),
+            _ask(ctx, org, app, mapping.list_versions_request(request_id="")),
+            _ask(ctx, org, app, backlog_request))
+        observed_at = int(time.time() * 1000)
+        depth: dict[str | None, int] = {}
+        for row in backlog.output or ():
+            version = (row.group or {}).get("application_version")  # None: enqueued without a version
+            if isinstance(row.count, int):
+                depth[version] = depth.get(version, 0) + max(0, row.count)
+        known = [autoscale.Version(v.version_name, v.created_at or 0, v.version_timestamp or 0)
+                 for v in versions.output or ()]
+        recs = autoscale.recommend(policy, known, queue_of(queues, policy.queue), depth)
+        return calling.answer([m.QueueAutoscale(
+            application_version=r.version, is_latest=r.is_latest, desired_executors=r.desired,
+            queue_depth=r.backlog, observed_at=observed_at, queue_name=UNSET if r.queue is None else r.queue)
+            for r in recs])
