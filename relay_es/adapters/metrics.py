@@ -130,8 +130,8 @@ class Metrics:
             "relay_metrics_collected_until_timestamp_seconds", "End of the last metrics bucket collected of an "
             "application, epoch seconds", ["org", "app"], registry=r)
         self.executor_call_seconds = Histogram(
-            "relay_executor_call_seconds", "Requests Relay forwarded to an executor (the API's operations, "
-            "get_metrics): from sending to the answer", ["type"],
+            "relay_executor_call_seconds", "Requests Relay sent an executor and waited for (the API's operations, "
+            "get_metrics, the recovery conversation, retention): from sending to the answer", ["type"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
         self.executor_calls = Counter(
             "relay_executor_calls", "Requests Relay forwarded to an executor, by outcome (ok, failed, timeout, gone, "
@@ -175,7 +175,8 @@ class Metrics:
                     pass
 
     def executor_call(self, kind: str, outcome: str, seconds: float) -> None:
-        """One request forwarded to an executor ended (:class:`~relay_es.adapters.hub.calls.Calls`)."""
+        """One request to an executor ended (:class:`~relay_es.adapters.hub.calls.Calls`, the dispatcher's
+        recovery and retention conversations)."""
         self.executor_calls.labels(kind, outcome).inc()
         if outcome != "unavailable":  # nothing was sent
             self.executor_call_seconds.labels(kind).observe(seconds)

@@ -142,6 +142,7 @@ class Runtime:
                 monotonic=self.clock.monotonic,  # recovery deadlines are on the process manager's clock
                 crash_point=faults.crash_point,
                 harvest=self.harvest,
+                observe=self.metrics.executor_call,
             )
             self.pm = ProcessManager(
                 self.relay,

@@ -65,7 +65,8 @@ class Scene:
     def executor(self, executor_id: str) -> dict[str, Any] | None:
         return self.executors_now().get(executor_id)
 
-    def audit(self, executor_id: str) -> list[dict[str, Any]]:
+    def events(self, executor_id: str) -> list[dict[str, Any]]:
+        """The executor's entries of the lifecycle feed (``/executor-events``), in order."""
         r = self.api("GET", "/v2/orgs/local/executor-events", params={"executorId": executor_id, "limit": 1000})
         assert r.status_code == 200, r.text
         return r.json()

@@ -72,7 +72,7 @@ def test_killed_executor_is_recovered_by_its_peer(any_sdk_scene: Scene) -> None:
             {b.executor_id}, (wf, runs)
     assert {r["executor_id"] for r in harness.workflow_rows(scene.sys_db, ids).values()} == {b.executor_id}
     # the story, in order, and the timing of the death
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     assert [e["action"] for e in entries] == ["executor.connected", "executor.disconnected", "executor.declared_dead",
                                               "recovery.dispatched", "recovery.confirmed", "executor.deleted"]
     late = (at(entries[2]) - at(entries[1])).total_seconds() - grace
@@ -95,7 +95,7 @@ def test_executor_that_comes_back_within_grace_is_not_recovered(scene: Scene) ->
     a.cont()  # thawed: the SDK notices and reconnects with the same executor id
     scene.wait(lambda: scene.executor(a.executor_id)["status"] == "HEALTHY", "A to be HEALTHY again", timeout=30)
     # the audit is written with the executors table (one transaction): the reconnect is in it already
-    actions = [e["action"] for e in scene.audit(a.executor_id)]
+    actions = [e["action"] for e in scene.events(a.executor_id)]
     assert actions[:3] == ["executor.connected", "executor.disconnected", "executor.reconnected"]
     assert not any(x.startswith("recovery.") or x == "executor.declared_dead" for x in actions)
     assert scene.executor(b.executor_id)["status"] == "HEALTHY"
@@ -110,13 +110,13 @@ def test_no_executor_of_the_version_means_waiting_until_one_connects(scene: Scen
                "every workflow to start")
     a.kill()
     scene.wait(lambda: (scene.executor(a.executor_id) or {}).get("status") == "DEAD", "A to be DEAD", timeout=30)
-    scene.wait(lambda: "recovery.deferred" in [e["action"] for e in scene.audit(a.executor_id)], "the wait to be audited")
+    scene.wait(lambda: "recovery.deferred" in [e["action"] for e in scene.events(a.executor_id)], "the wait to be audited")
     time.sleep(2)
-    assert "recovery.dispatched" not in [e["action"] for e in scene.audit(a.executor_id)]
+    assert "recovery.dispatched" not in [e["action"] for e in scene.events(a.executor_id)]
     assert set(harness.workflow_statuses(scene.sys_db, ids).values()) == {"PENDING"}
     c = scene.spawn("C", "v1")
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered by C", timeout=60)
-    dispatched = [e for e in scene.audit(a.executor_id) if e["action"] == "recovery.dispatched"]
+    dispatched = [e for e in scene.events(a.executor_id) if e["action"] == "recovery.dispatched"]
     assert [d["detail"]["targetExecutorId"] for d in dispatched] == [c.executor_id]
     scene.wait(lambda: {r["executor_id"] for r in harness.workflow_rows(scene.sys_db, ids).values()} == {c.executor_id},
                "the workflows to run on C", timeout=30)

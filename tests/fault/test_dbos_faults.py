@@ -223,7 +223,7 @@ def test_killed_executor_is_recovered_once_by_a_peer_of_its_version(stage: Stage
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered and deleted", timeout=30)
     scene.wait(lambda: all_success(scene, ids), "every workflow to end SUCCESS", timeout=30)
 
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     assert actions(entries)[:3] == ["executor.connected", "executor.disconnected", "executor.declared_dead"]
     assert actions(entries)[-1] == "executor.deleted"
     assert entries[1]["detail"]["reason"] == "socket_closed"
@@ -236,7 +236,7 @@ def test_killed_executor_is_recovered_once_by_a_peer_of_its_version(stage: Stage
 
     # the executor of the other version was never asked, and never ran anything of A's
     assert not [e for e in app_audit(scene) if e["detail"].get("targetExecutorId") == d.executor_id]
-    assert actions(scene.audit(d.executor_id)) == ["executor.connected"]
+    assert actions(scene.events(d.executor_id)) == ["executor.connected"]
     assert not [r for r in harness.step_runs(scene.steps_db) if r["executor_id"] == d.executor_id]
 
     rows = harness.workflow_rows(scene.sys_db, ids)
@@ -269,11 +269,11 @@ def test_executor_frozen_past_the_ping_wait_but_thawed_inside_grace_is_not_recov
     scene.wait(lambda: status_of(scene, a.executor_id) == "HEALTHY", "A to be HEALTHY again", timeout=10)
     scene.wait(lambda: all_success(scene, ids), "A's workflows to end SUCCESS on A", timeout=20)
 
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     deadline = parse_time(entries[1]["detail"]["deadline"])
     sleep_until(deadline)
     time.sleep(1.0)  # past the old deadline: still nothing
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     assert actions(entries) == ["executor.connected", "executor.disconnected", "executor.reconnected"]
     assert entries[1]["detail"]["reason"] == "ping_timeout"
     assert entries[2]["detail"]["incarnation"] == 1
@@ -281,7 +281,7 @@ def test_executor_frozen_past_the_ping_wait_but_thawed_inside_grace_is_not_recov
     hist = history(scene, a.executor_id)
     assert [h["type"] for h in hist] == ["Registered", "Connected", "Disconnected", "Connected"]
     assert [h["data"]["incarnation"] for h in hist if h["type"] == "Connected"] == [1, 1]
-    assert actions(scene.audit(b.executor_id)) == ["executor.connected"]
+    assert actions(scene.events(b.executor_id)) == ["executor.connected"]
     assert {r["executor_id"] for r in harness.workflow_rows(scene.sys_db, ids).values()} == {a.executor_id}
     assert_steps_once(scene, ids, 5, interrupted=[])  # nothing ran twice: nobody took over
     assert not [r for r in harness.step_runs(scene.steps_db) if r["executor_id"] != a.executor_id]
@@ -305,7 +305,7 @@ def test_executor_frozen_past_grace_is_recovered_once_and_returns_as_a_new_incar
     ids = a.start_workflows(count=2, steps=6, step_secs=0.4)
     scene.wait(lambda: reached(scene, ids, 2), "every workflow of A to reach step 2")
     a.stop()
-    scene.wait(lambda: "recovery.confirmed" in actions(scene.audit(a.executor_id)),
+    scene.wait(lambda: "recovery.confirmed" in actions(scene.events(a.executor_id)),
                "A's recovery to be confirmed while A is frozen", timeout=20)
     # B owns every workflow now (dequeued from the recovery queue), some still running
     scene.wait(lambda: {(r["executor_id"], r["status"]) for r in harness.workflow_rows(scene.sys_db, ids).values()}
@@ -315,7 +315,7 @@ def test_executor_frozen_past_grace_is_recovered_once_and_returns_as_a_new_incar
     scene.wait(lambda: all_success(scene, ids), "every workflow to end SUCCESS", timeout=20)
     time.sleep(grace + 0.5)  # long enough for any (wrong) second recovery to have begun
 
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     assert actions(entries)[:3] == ["executor.connected", "executor.disconnected", "executor.declared_dead"]
     assert entries[1]["detail"]["reason"] == "ping_timeout"
     assert_one_recovery(entries, targets={b.executor_id})
@@ -328,7 +328,7 @@ def test_executor_frozen_past_grace_is_recovered_once_and_returns_as_a_new_incar
     assert status_of(scene, a.executor_id) == "HEALTHY" and status_of(scene, b.executor_id) == "HEALTHY"
     assert not [e for e in app_audit(scene) if e["action"].startswith("recovery.")
                 and e["detail"].get("targetExecutorId") == a.executor_id], "the new incarnation was asked to recover"
-    assert actions(scene.audit(b.executor_id)) == ["executor.connected"]
+    assert actions(scene.events(b.executor_id)) == ["executor.connected"]
 
     rows = harness.workflow_rows(scene.sys_db, ids)
     assert {r["executor_id"] for r in rows.values()} == {b.executor_id}
@@ -394,7 +394,7 @@ def assert_crashed_dispatch_failed(scene: Scene, entries: list[dict[str, Any]], 
     if "no answer" in failure["detail"]["reason"]:
         assert (at(failure) - at(dispatched[0])).total_seconds() >= response_timeout, failure
     else:  # the target was seen gone first: its old socket's disconnect is audited, no later than the failure
-        gone = [e for e in of(scene.audit(target.executor_id), "executor.disconnected") if at(e) <= at(failure)]
+        gone = [e for e in of(scene.events(target.executor_id), "executor.disconnected") if at(e) <= at(failure)]
         assert gone and gone[-1]["detail"]["reason"] == "relay_restarted", (failure, gone)
         assert target.executor_id in failure["detail"]["reason"], failure
     return failure
@@ -411,7 +411,7 @@ def test_relay_crash_after_recording_a_dispatch_recovers_after_restart(stage: St
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered after the restart", timeout=30)
     scene.wait(lambda: all_success(scene, ids), "every workflow to end SUCCESS", timeout=20)
 
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     dispatched = assert_one_recovery(entries, targets={b.executor_id})
     assert len(dispatched) >= 2, actions(entries)
     assert_crashed_dispatch_failed(scene, entries, b, restarted_at, response_timeout=3.0)
@@ -437,7 +437,7 @@ def test_relay_crash_before_recording_the_answer_confirms_once_after_restart(sta
                timeout=30)
     scene.wait(lambda: all_success(scene, ids), "every workflow to end SUCCESS", timeout=20)
 
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     dispatched = assert_one_recovery(entries, targets={b.executor_id})
     assert len(dispatched) >= 2, actions(entries)
     assert_crashed_dispatch_failed(scene, entries, b, restarted_at, response_timeout=3.0)
@@ -465,8 +465,8 @@ def _freeze_target_at_deadline(scene: Scene, dead: harness.Executor, target: har
     RELAY_PING_INTERVAL_SECS`` after the freeze (its pong wait), which the scenarios set
     to 3 s or more: the dispatch may come up to 2 s late and still find the target
     HEALTHY, and this (test) process may wake up to 1 s late and still freeze it first."""
-    scene.wait(lambda: of(scene.audit(dead.executor_id), "executor.disconnected"), "the disconnect to be audited")
-    deadline = parse_time(of(scene.audit(dead.executor_id), "executor.disconnected")[0]["detail"]["deadline"])
+    scene.wait(lambda: of(scene.events(dead.executor_id), "executor.disconnected"), "the disconnect to be audited")
+    deadline = parse_time(of(scene.events(dead.executor_id), "executor.disconnected")[0]["detail"]["deadline"])
     sleep_until(deadline - timedelta(seconds=FREEZE_LEAD))
     target.stop()
     assert datetime.now(timezone.utc) < deadline, "the target was frozen too late: Relay may have sent it the dispatch"
@@ -474,7 +474,7 @@ def _freeze_target_at_deadline(scene: Scene, dead: harness.Executor, target: har
 
 def _dispatched_to(scene: Scene, dead: harness.Executor, target: harness.Executor) -> bool:
     return any(d["detail"]["targetExecutorId"] == target.executor_id
-               for d in of(scene.audit(dead.executor_id), "recovery.dispatched"))
+               for d in of(scene.events(dead.executor_id), "recovery.dispatched"))
 
 
 def _start_work(scene: Scene, a: harness.Executor, b: harness.Executor) -> tuple[list[str], list[str]]:
@@ -492,14 +492,14 @@ def _check_handover(scene: Scene, a: harness.Executor, b: harness.Executor, c: h
     scene.wait(lambda: scene.executor(b.executor_id) is None, "B to be recovered by C", timeout=30)
     scene.wait(lambda: all_success(scene, a_ids + b_ids), "every workflow to end SUCCESS", timeout=30)
 
-    a_entries = scene.audit(a.executor_id)
+    a_entries = scene.events(a.executor_id)
     dispatched = assert_one_recovery(a_entries, targets={b.executor_id, c.executor_id})
     assert dispatched[0]["detail"]["targetExecutorId"] == b.executor_id, a_entries
     assert dispatched[-1]["detail"]["targetExecutorId"] == c.executor_id, a_entries
     assert of(a_entries, "recovery.confirmed")[0]["detail"]["pendingFound"] is True
     assert actions(a_entries)[-1] == "executor.deleted"
 
-    b_entries = scene.audit(b.executor_id)
+    b_entries = scene.events(b.executor_id)
     assert actions(b_entries)[:3] == ["executor.connected", "executor.disconnected", "executor.declared_dead"]
     assert_one_recovery(b_entries, targets={c.executor_id})
     assert of(b_entries, "recovery.confirmed")[0]["detail"]["pendingFound"] is True
@@ -565,7 +565,7 @@ def test_recovering_executor_that_never_answers_is_timed_out_and_a_newcomer_reco
     first_failure = _check_handover(scene, a, b, c, a_ids, b_ids)
     assert first_failure["detail"]["targetExecutorId"] == b.executor_id
     assert f"no answer within {timeout}s" in first_failure["detail"]["reason"], first_failure
-    first_dispatch = of(scene.audit(a.executor_id), "recovery.dispatched")[0]
+    first_dispatch = of(scene.events(a.executor_id), "recovery.dispatched")[0]
     waited = (at(first_failure) - at(first_dispatch)).total_seconds()
     assert timeout <= waited < timeout + 1.0, f"the dispatch failed {waited:.3f}s after it went out"
     stage.finish(deaths=2, recoveries=2)

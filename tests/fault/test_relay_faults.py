@@ -90,7 +90,7 @@ def test_relay_killed_mid_grace_honours_the_original_deadline(scene: Scene, tmp_
                        down_until=time.time() + 1.0)
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered after the restart", timeout=60)
     scene.wait(lambda: set(harness.workflow_statuses(scene.sys_db, ids).values()) == {"SUCCESS"}, "workflows", 60)
-    entries = scene.audit(a.executor_id)
+    entries = scene.events(a.executor_id)
     disconnected, dead_at = first(entries, "executor.disconnected"), at(first(entries, "executor.declared_dead"))
     deadline = deadline_of(disconnected)
     assert abs(deadline - (at(disconnected) + grace)) < 0.002  # armed by the Relay that was killed
@@ -100,7 +100,7 @@ def test_relay_killed_mid_grace_honours_the_original_deadline(scene: Scene, tmp_
         f"declared dead {late:.3f}s after the original deadline (the new Relay was ready {ready - deadline:.3f}s after it)"
     assert [e["action"] for e in entries].count("recovery.confirmed") == 1
     assert scene.executor(b.executor_id)["status"] == "HEALTHY"
-    assert "executor.declared_dead" not in [e["action"] for e in scene.audit(b.executor_id)]
+    assert "executor.declared_dead" not in [e["action"] for e in scene.events(b.executor_id)]
     scene.server.stop()
     check_store(store_url).assert_ok()
 
@@ -114,16 +114,16 @@ def test_deadline_that_passed_while_relay_was_down_fires_after_the_settle_window
     a, b = scene.spawn("A"), scene.spawn("B")
     a.kill()
     scene.wait(lambda: scene.executor(a.executor_id)["status"] == "DISCONNECTED", "A to be DISCONNECTED")
-    deadline = deadline_of(first(scene.audit(a.executor_id), "executor.disconnected"))
+    deadline = deadline_of(first(scene.events(a.executor_id), "executor.disconnected"))
     # the deadline passes while Relay is down
     started, ready = restart(scene, tmp_path, store_url, {**FAST, "RELAY_RESTART_SETTLE_SECS": "3"},
                              down_until=deadline + 0.5)
     scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered", timeout=30)
-    dead_at = at(first(scene.audit(a.executor_id), "executor.declared_dead"))
+    dead_at = at(first(scene.events(a.executor_id), "executor.declared_dead"))
     # the settle window starts between the process's start and its first answer to /healthz
     assert started + 3 <= dead_at < ready + 3 + 2.0, (dead_at - started, ready - started)
     assert scene.executor(b.executor_id)["status"] == "HEALTHY"
-    assert "executor.declared_dead" not in [e["action"] for e in scene.audit(b.executor_id)]
+    assert "executor.declared_dead" not in [e["action"] for e in scene.events(b.executor_id)]
     scene.server.stop()
     check_store(store_url).assert_ok()
 

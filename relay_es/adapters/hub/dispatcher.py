@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,6 +36,7 @@ from relay_es.engine.service import Relay
 from relay_es.protocol import messages as m
 from relay_es.protocol import retention
 from relay_es.protocol.limits import printable
+from relay_es.protocol.session import RefusedReply
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +54,16 @@ class Dispatcher:
         monotonic: Callable[[], float],
         crash_point: Callable[[str], None] = lambda name: None,
         harvest: Harvest | None = None,
+        observe: Callable[[str, str, float], None] | None = None,
     ) -> None:
         """``run``: how a store command is run off the loop. ``answers``: where recovery
         outcomes go. ``response_timeout``: an attempt without a deadline of its own, and a
         retention answer. ``monotonic``: the process manager's clock (deadlines are on it).
         ``crash_point``: the fault suite's hook (``relay_es.adapters.faults.crash_point``).
-        ``harvest``: collects the metrics (None: :meth:`collect_metrics` does nothing)."""
+        ``harvest``: collects the metrics (None: :meth:`collect_metrics` does nothing).
+        ``observe(type, outcome, seconds)``: told of every request of a recovery or retention
+        conversation once it ended, as :class:`~relay_es.adapters.hub.calls.Calls` tells of the
+        API's (the metrics)."""
         self.relay = relay
         self.registry = registry
         self.outbox = outbox
@@ -67,6 +73,7 @@ class Dispatcher:
         self.monotonic = monotonic
         self.crash_point = crash_point
         self.harvest = harvest
+        self.observe = observe or (lambda kind, outcome, seconds: None)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         # Recovery attempts the process manager expired (see Guard); guarded by _dispatch_lock.
@@ -134,8 +141,8 @@ class Dispatcher:
                 answer(RecoveryOutcome(req.request_id, False, reason=f"target {req.target_executor_id} is not connected"))
                 return
             version = req.app_version or ""
-            exist = await conn.call(
-                lambda rid: m.ExistPendingWorkflowsRequest(request_id=rid, executor_id=req.dead_executor_id,
+            exist = await self._call(
+                conn, lambda rid: m.ExistPendingWorkflowsRequest(request_id=rid, executor_id=req.dead_executor_id,
                                                            application_version=version),
                 deadline - self.monotonic(), guard,
             )
@@ -146,8 +153,8 @@ class Dispatcher:
             if not getattr(exist, "exist", False):
                 answer(RecoveryOutcome(req.request_id, True, pending_found=False))
                 return
-            recovered = await conn.call(
-                lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=[req.dead_executor_id]),
+            recovered = await self._call(
+                conn, lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=[req.dead_executor_id]),
                 deadline - self.monotonic(), guard,
             )
             self.crash_point("before_answer_recorded")
@@ -164,6 +171,32 @@ class Dispatcher:
             with self._dispatch_lock:
                 self._recovering.discard(req.request_id)
                 self._expired.discard(req.request_id)
+
+    async def _call(self, conn: Connection, make: Callable[[str], m.Request], timeout: float,
+                    guard: Guard | None = None) -> m.Response:
+        """``conn.call``, observed: its type, how it ended (``ok``, ``failed``, ``refused``,
+        ``timeout``, ``gone``, ``cancelled``) and how long it took."""
+        began = time.perf_counter()
+        kind = ["?"]
+
+        def made(request_id: str) -> m.Request:
+            request = make(request_id)
+            kind[0] = request.type
+            return request
+
+        outcome = "cancelled"
+        try:
+            answer = await (conn.call(made, timeout) if guard is None else conn.call(made, timeout, guard))
+            outcome = "refused" if isinstance(answer, RefusedReply) else "failed" if answer.failed else "ok"
+            return answer
+        except (asyncio.TimeoutError, Withdrawn):
+            outcome = "timeout"
+            raise
+        except ConnectionLost:
+            outcome = "gone"
+            raise
+        finally:
+            self.observe(kind[0], outcome, time.perf_counter() - began)
 
     # -------------------------------------------------------------- metrics
     def collect_metrics(self, org: str, app: str) -> None:
@@ -195,7 +228,8 @@ class Dispatcher:
             log.exception("could not record a retention round for %s/%s; not sending it", conn.org, conn.app)
             return
         try:
-            answer = await conn.call(lambda _: m.RetentionRequest(request_id=rid, body=p.body()), self.response_timeout)
+            answer = await self._call(conn, lambda _: m.RetentionRequest(request_id=rid, body=p.body()),
+                                      self.response_timeout)
             # the executor's own text, on its way to the store: escaped and bounded like any other
             success, error = not answer.failed, None if answer.error_message is None else printable(answer.error_message)
         except asyncio.TimeoutError:

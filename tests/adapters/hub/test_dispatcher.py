@@ -222,10 +222,12 @@ def test_no_recovery_is_sent_after_the_attempts_deadline(how: str) -> None:
     (Before: each call had its own response timeout, so a recovery could go out
     after the process manager had recorded the attempt as failed.)"""
     clock = _Clock()
+    observed: list[tuple[str, str]] = []
 
     async def main() -> tuple[list[dict[str, Any]], list[Any]]:
         parts, conn, frames, outcomes = _hub_with_target(clock)
         hub, dispatcher = parts.hub, parts.dispatcher
+        dispatcher.observe = lambda kind, outcome, took: observed.append((kind, outcome))
         try:
             def late() -> None:
                 if how == "deadline_passed":
@@ -243,14 +245,17 @@ def test_no_recovery_is_sent_after_the_attempts_deadline(how: str) -> None:
     frames, outcomes = asyncio.run(main())
     assert [f["type"] for f in frames] == ["exist_pending_workflows"]
     assert len(outcomes) == 1 and not outcomes[0].ok and "no answer within" in (outcomes[0].reason or "")
+    assert observed[-1][1] == "timeout" and ("recovery", "ok") not in observed
 
 
 def test_an_answer_in_time_sends_the_recovery() -> None:
     clock = _Clock()
+    observed: list[tuple[str, str]] = []
 
     async def main() -> tuple[list[dict[str, Any]], list[Any]]:
         parts, conn, frames, outcomes = _hub_with_target(clock)
         hub, dispatcher = parts.hub, parts.dispatcher
+        dispatcher.observe = lambda kind, outcome, took: observed.append((kind, outcome))
         try:
             async def target() -> None:
                 await _answer_exist_when_asked(hub, conn, frames, lambda: None)
@@ -270,6 +275,7 @@ def test_an_answer_in_time_sends_the_recovery() -> None:
     frames, outcomes = asyncio.run(main())
     assert [f["type"] for f in frames] == ["exist_pending_workflows", "recovery"]
     assert len(outcomes) == 1 and outcomes[0].ok and outcomes[0].pending_found
+    assert observed == [("exist_pending_workflows", "ok"), ("recovery", "ok")]  # the dispatch latency
 
 
 def test_retention_goes_to_the_newest_registered_connection_and_is_recorded() -> None:
