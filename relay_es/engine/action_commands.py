@@ -176,7 +176,6 @@ class ActionCommands:
 
         return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
 
-
     def record_action_refused(
         self,
         org: str,

@@ -20,7 +20,7 @@ Where the rest lives:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -103,9 +103,14 @@ class Relay(ActionCommands, ExecutorCommands, RelayStore):
         return app.settings if app is not None and not app.deleted else AppSettings()
 
     def update_app(self, org: str, name: str, patch: SettingsPatch) -> bool:
+        return self._change_app(org, name, lambda app: app.change_settings(patch, at=self.now()))
+
+    def _change_app(self, org: str, name: str, change: Callable[[Application], bool]) -> bool:
+        """Runs ``change`` on the registered application and saves it if it recorded anything
+        (``change`` says so); retried on a conflict. Returns whether anything was recorded."""
         def run() -> bool:
             app = self.get_app(org, name)
-            if not app.change_settings(patch, at=self.now()):
+            if not change(app):
                 return False
             self.save(app)
             return True
@@ -117,24 +122,10 @@ class Relay(ActionCommands, ExecutorCommands, RelayStore):
         return self.get_app(org, name).autoscaling
 
     def set_autoscaling_policy(self, org: str, name: str, policy: AutoscalingPolicy) -> bool:
-        def run() -> bool:
-            app = self.get_app(org, name)
-            if not app.set_autoscaling_policy(policy, at=self.now()):
-                return False
-            self.save(app)
-            return True
-
-        return self.retrying(run)
+        return self._change_app(org, name, lambda app: app.set_autoscaling_policy(policy, at=self.now()))
 
     def clear_autoscaling_policy(self, org: str, name: str) -> bool:
-        def run() -> bool:
-            app = self.get_app(org, name)
-            if not app.clear_autoscaling_policy(at=self.now()):
-                return False
-            self.save(app)
-            return True
-
-        return self.retrying(run)
+        return self._change_app(org, name, lambda app: app.clear_autoscaling_policy(at=self.now()))
 
     def delete_app(self, org: str, name: str) -> None:
         def run() -> None:

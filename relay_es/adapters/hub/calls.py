@@ -29,8 +29,9 @@ import itertools
 import time
 from collections.abc import Callable
 
-from relay_es.adapters.hub.connection import Connection, ConnectionLost
+from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
 from relay_es.adapters.hub.registry import Registry
+from relay_es.adapters.uvicorn_ws import Withdrawn
 from relay_es.engine.calls import (
     ExecutorFailed,
     ExecutorGone,
@@ -88,15 +89,6 @@ class Calls:
         goes to, before it is sent. ``only_version``: an executor of that application version or
         none (a recovery must run on the dead executor's version). Raises a
         :class:`~relay_es.engine.calls.CallFailed`."""
-        began = time.perf_counter()
-        kind = ["?"]
-
-        def made(request_id: str) -> m.Request:
-            request = make_request(request_id)
-            kind[0] = request.type
-            return request
-
-        outcome = "cancelled"  # unless the call ends otherwise
         try:
             conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
                                only_version=only_version)
@@ -107,24 +99,16 @@ class Calls:
         if chosen is not None:
             chosen(executor_id)
         try:
-            try:
-                answer = await conn.call(made, timeout)
-            except TimeoutError:
-                outcome = "timeout"
-                raise ExecutorTimedOut(executor_id, timeout) from None
-            except ConnectionLost as e:
-                outcome = "gone"
-                raise ExecutorGone(executor_id, str(e)) from None
-            if isinstance(answer, RefusedReply):
-                outcome = "refused"
-                raise ReplyRefused(executor_id, answer.error_message or "unusable reply")
-            if answer.failed:
-                outcome = "failed"
-                raise ExecutorFailed(answer.error_message or f"{answer.type} did not succeed", answer)
-            outcome = "ok"
-            return answer
-        finally:
-            self.observe(kind[0], outcome, time.perf_counter() - began)
+            answer = await observed_call(conn, make_request, timeout, self.observe)
+        except TimeoutError:
+            raise ExecutorTimedOut(executor_id, timeout) from None
+        except ConnectionLost as e:
+            raise ExecutorGone(executor_id, str(e)) from None
+        if isinstance(answer, RefusedReply):
+            raise ReplyRefused(executor_id, answer.error_message or "unusable reply")
+        if answer.failed:
+            raise ExecutorFailed(answer.error_message or f"{answer.type} did not succeed", answer)
+        return answer
 
     def call_threadsafe(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
                         prefer_latest: bool = False, latest_version: str | None = None) -> m.Response:
@@ -138,3 +122,32 @@ class Calls:
         except concurrent.futures.TimeoutError:  # the loop is stuck: give up, and tell the call
             fut.cancel()
             raise ExecutorTimedOut("?", timeout) from None
+
+
+async def observed_call(conn: Connection, make_request: Callable[[str], m.Request], timeout: float,
+                        observe: Callable[[str, str, float], None], guard: Guard | None = None) -> m.Response:
+    """``conn.call``, and ``observe(type, outcome, seconds)`` once it ended: the request's type;
+    ``ok``, ``failed`` (the executor's error), ``refused`` (its reply), ``timeout`` (no answer in
+    time, or the guard withdrew the request), ``gone`` (the socket closed) or ``cancelled``. What
+    :class:`Calls` and the dispatcher's conversations both time (the metrics)."""
+    began = time.perf_counter()
+    kind = ["?"]
+
+    def made(request_id: str) -> m.Request:
+        request = make_request(request_id)
+        kind[0] = request.type
+        return request
+
+    outcome = "cancelled"  # unless the call ends otherwise
+    try:
+        answer = await (conn.call(made, timeout) if guard is None else conn.call(made, timeout, guard))
+        outcome = "refused" if isinstance(answer, RefusedReply) else "failed" if answer.failed else "ok"
+        return answer
+    except (TimeoutError, Withdrawn):
+        outcome = "timeout"
+        raise
+    except ConnectionLost:
+        outcome = "gone"
+        raise
+    finally:
+        observe(kind[0], outcome, time.perf_counter() - began)

@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from relay_es.adapters.hub.calls import observed_call
 from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
 from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.hub.outbox import Outbox
@@ -36,7 +36,6 @@ from relay_es.engine.service import Relay
 from relay_es.protocol import messages as m
 from relay_es.protocol import retention
 from relay_es.protocol.limits import printable
-from relay_es.protocol.session import RefusedReply
 
 log = logging.getLogger(__name__)
 
@@ -174,29 +173,8 @@ class Dispatcher:
 
     async def _call(self, conn: Connection, make: Callable[[str], m.Request], timeout: float,
                     guard: Guard | None = None) -> m.Response:
-        """``conn.call``, observed: its type, how it ended (``ok``, ``failed``, ``refused``,
-        ``timeout``, ``gone``, ``cancelled``) and how long it took."""
-        began = time.perf_counter()
-        kind = ["?"]
-
-        def made(request_id: str) -> m.Request:
-            request = make(request_id)
-            kind[0] = request.type
-            return request
-
-        outcome = "cancelled"
-        try:
-            answer = await (conn.call(made, timeout) if guard is None else conn.call(made, timeout, guard))
-            outcome = "refused" if isinstance(answer, RefusedReply) else "failed" if answer.failed else "ok"
-            return answer
-        except (asyncio.TimeoutError, Withdrawn):
-            outcome = "timeout"
-            raise
-        except ConnectionLost:
-            outcome = "gone"
-            raise
-        finally:
-            self.observe(kind[0], outcome, time.perf_counter() - began)
+        """``conn.call``, observed as the API's calls are (:func:`~relay_es.adapters.hub.calls.observed_call`)."""
+        return await observed_call(conn, make, timeout, self.observe, guard)
 
     # -------------------------------------------------------------- metrics
     def collect_metrics(self, org: str, app: str) -> None:
