@@ -165,9 +165,9 @@ class ScriptedExecutor(FakeExecutor):
         try:
             async for raw in self.ws:
                 msg = json.loads(raw)
-                self.requests.append(msg)
+                background = self._note(msg)  # a metrics collection is not the handler's business
                 t = msg.get("type")
-                if t == "executor_info" or self.handler is None:
+                if background or t == "executor_info" or self.handler is None:
                     await self._answer_like_sdk(msg)
                 else:
                     await self.handler(self, msg)

@@ -51,7 +51,7 @@ class Scripted(FakeExecutor):
         try:
             async for raw in self.ws:
                 msg = json.loads(raw)
-                self.requests.append(msg)
+                self._note(msg)
                 t = asyncio.ensure_future(self._answer(msg))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
