@@ -129,6 +129,10 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("DELETE", "/v2/orgs/{org}/apps/{app}/autoscaling-policy"): Rule("autoscaling.delete_policy", Scope.APP,
                                                                      APPLICATION_WRITE),
     ("GET", "/v2/orgs/{org}/apps/{app}/autoscale"): Rule("autoscaling.recommend", Scope.APP, APPLICATION_READ),
+    ("GET", "/v2/orgs/{org}/apps/{app}/alerting-rules"): Rule("alerting.list", Scope.APP, APPLICATION_READ),
+    ("POST", "/v2/orgs/{org}/apps/{app}/alerting-rules"): Rule("alerting.create", Scope.APP, APPLICATION_WRITE),
+    ("DELETE", "/v2/orgs/{org}/apps/{app}/alerting-rules/{rule_id}"): Rule("alerting.delete", Scope.APP,
+                                                                          APPLICATION_WRITE),
     ("GET", "/v2/orgs/{org}/apps/{app}/versions"): Rule("versions.list", Scope.APP, APPLICATION_READ),
     ("PATCH", "/v2/orgs/{org}/apps/{app}/versions/latest"): Rule("versions.set_latest", Scope.APP, APPLICATION_WRITE),
     # Relay's own: stranded work (PENDING workflows whose executor is not alive) and its fixes.

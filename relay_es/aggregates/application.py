@@ -11,9 +11,11 @@ import re
 import uuid
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
+from relay_es.domain.alerting import MAX_RULES, AlertingRule
 from relay_es.domain.autoscaling import AutoscalingPolicy, Rollout
 from relay_es.domain.errors import IllegalTransition, InvalidSetting
 
@@ -87,6 +89,8 @@ class Application(Aggregate):
     # The autoscaling policy as primitives (snapshots), None when there is none; a stream or a
     # snapshot recorded before policies existed has none.
     _autoscaling: dict[str, object] | None = None
+    # The alerting rules as primitives, by id, in the order made (None: a stream from before rules).
+    _alert_rules: dict[str, dict[str, Any]] | None = None
 
     @staticmethod
     def create_id(org: str, name: str) -> uuid.UUID:
@@ -99,6 +103,7 @@ class Application(Aggregate):
         self.settings = AppSettings(private_mode=private_mode)
         self.deleted = False
         self._autoscaling = None
+        self._alert_rules = None
 
     @property
     def autoscaling(self) -> AutoscalingPolicy | None:
@@ -122,6 +127,7 @@ class Application(Aggregate):
         self.deleted = False
         self.settings = AppSettings(private_mode=private_mode)
         self._autoscaling = None
+        self._alert_rules = None
 
     def change_settings(self, patch: SettingsPatch, *, at: datetime) -> bool:
         if self.deleted:
@@ -171,6 +177,7 @@ class Application(Aggregate):
     def _deleted(self, timestamp: datetime) -> None:
         self.deleted = True
         self._autoscaling = None
+        self._alert_rules = None
 
     # ------------------------------------------------------------ autoscaling
     def set_autoscaling_policy(self, policy: AutoscalingPolicy, *, at: datetime) -> bool:
@@ -204,6 +211,46 @@ class Application(Aggregate):
     @event("AutoscalingPolicyCleared")
     def _autoscaling_policy_cleared(self, timestamp: datetime) -> None:
         self._autoscaling = None
+
+    # ---------------------------------------------------------- alerting rules
+    @property
+    def alerting_rules(self) -> list[AlertingRule]:
+        """The application's alerting rules, oldest first."""
+        return [AlertingRule.from_dict(d) for d in (self._alert_rules or {}).values()]
+
+    def alerting_rule(self, rule_id: str) -> AlertingRule | None:
+        d = (self._alert_rules or {}).get(rule_id)
+        return None if d is None else AlertingRule.from_dict(d)
+
+    def create_alerting_rule(self, rule: AlertingRule, *, at: datetime) -> None:
+        """Adds ``rule`` (Conductor's ``createAlertingRule``), at most :data:`MAX_RULES` of them."""
+        if self.deleted:
+            self._refuse("create an alerting rule", "it was deleted")
+        rule.check()
+        if rule.org != self.org or rule.app != self.name:
+            raise InvalidSetting("rule", "belongs to another application")
+        if rule.id in (self._alert_rules or {}):
+            raise InvalidSetting("id", "a rule of that id exists")
+        if len(self._alert_rules or {}) >= MAX_RULES:
+            raise InvalidSetting("ruleType", f"an application has at most {MAX_RULES} alerting rules; delete one first")
+        self._alerting_rule_created(rule=rule.as_dict(), timestamp=at)
+
+    @event("AlertingRuleCreated")
+    def _alerting_rule_created(self, rule: dict[str, Any], timestamp: datetime) -> None:
+        self._alert_rules = {**(self._alert_rules or {}), rule["id"]: rule}  # not checked again
+
+    def delete_alerting_rule(self, rule_id: str, *, at: datetime) -> bool:
+        """Removes the rule; False when there is none of that id."""
+        if self.deleted:
+            self._refuse("delete an alerting rule", "it was deleted")
+        if rule_id not in (self._alert_rules or {}):
+            return False
+        self._alerting_rule_deleted(rule_id=rule_id, timestamp=at)
+        return True
+
+    @event("AlertingRuleDeleted")
+    def _alerting_rule_deleted(self, rule_id: str, timestamp: datetime) -> None:
+        self._alert_rules = {k: v for k, v in (self._alert_rules or {}).items() if k != rule_id}
 
     # ----------------------------------------------------- retention, hygiene
     def record_retention_dispatched(

@@ -5,9 +5,10 @@ Threads:
 * the **projection worker** follows the notification log into the read
   models; woken after every save in this process, and polling once a second
   for writers elsewhere;
-* the **process-manager worker** runs :meth:`ProcessManager.step`, sleeping on
-  the monotonic clock until the next timer (deadlines, recovery attempts,
-  retention rounds), woken by new events and recovery answers;
+* the **process-manager worker** runs :meth:`ProcessManager.step` and then the alert
+  manager's :meth:`~relay_es.engine.alerting.AlertManager.step`, sleeping on the monotonic
+  clock until the next timer of either (deadlines, recovery attempts, retention rounds,
+  alert checks and delivery retries), woken by new events and answers;
 * the asyncio loop (uvicorn) runs the hub's endpoint, its recovery and
   retention conversations and the REST API; store commands go to the hub's
   small thread pool, never onto the loop;
@@ -30,6 +31,7 @@ from relay_es.adapters import faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
+from relay_es.adapters.hub.alerts import AlertSender
 from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
@@ -39,6 +41,7 @@ from relay_es.adapters.stores import Database, event_store_env, open_database, p
 from relay_es.aggregates.executor import Executor
 from relay_es.domain import defaults
 from relay_es.domain.clock import Clock
+from relay_es.engine.alerting import AlertManager, AlertTiming
 from relay_es.engine.process_manager import Answers, ProcessManager, Timing
 from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
@@ -158,6 +161,15 @@ class Runtime:
                 crash_point=faults.crash_point,
                 on_event=self._executor_changed,
             )
+            self.alert_sender = AlertSender(self.calls, timeout=settings.call_timeout.total_seconds())
+            self.alerts = AlertManager(
+                self.relay, self.clock, self.alert_sender,
+                healthy=self.pm.has_healthy,
+                timing=AlertTiming(check_interval=settings.alert_check_interval.total_seconds(),
+                                   retry_base=settings.alert_retry.total_seconds()),
+                wake=self.pm_worker.wake,
+            )
+            self.alert_sender.manager = self.alerts
             self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
             self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)
             self.hub = Hub(
@@ -212,7 +224,9 @@ class Runtime:
         return None if row is None or row.created_at is None else row.created_at.timestamp()
 
     def _executor_changed(self, e: Any, old: Any, new: Any) -> None:
-        """The process manager folded an executor event: the recovery metrics."""
+        """The process manager folded an executor event: the alerting rules, the recovery metrics."""
+        if self.alerts.started:
+            self.alerts.executor_event(e, old, new)
         m = self.metrics
         if isinstance(e, Executor.RecoveryDispatched):
             m.recoveries_dispatched.inc()
@@ -262,11 +276,16 @@ class Runtime:
         self.hub.begin_shutdown()
 
     def _pm_tick(self) -> None:
+        """The process manager, then the alert manager (one thread: the alert manager is told of
+        executor events as the process manager folds them)."""
         if not self._pm_started:
             self.pm.start()  # rebuilds timers and dispatches from the store
             self._pm_started = True
         else:
             self.pm.step()
+        if not self.alerts.started:
+            self.alerts.start()  # rebuilds the rules and the unfinished deliveries from the store
+        self.alerts.step()
 
     def _check_lease(self) -> None:
         if self.lease_lost:
@@ -302,7 +321,7 @@ class Runtime:
             time.sleep(0.002)
 
     def _pm_sleep(self) -> float:
-        nxt = self.pm.next_wakeup()
+        nxt = min((t for t in (self.pm.next_wakeup(), self.alerts.next_wakeup()) if t is not None), default=None)
         if nxt is None:
             return 1.0
         return min(1.0, max(0.0, nxt - self.clock.monotonic()))
@@ -311,6 +330,7 @@ class Runtime:
         """Called on the server's event loop once it runs."""
         self.dispatcher.start(loop)
         self.calls.start(loop)
+        self.alert_sender.start(loop)
         self.hub.start(loop)
         self.projection_worker.start()
         self.pm_worker.start()
@@ -324,6 +344,7 @@ class Runtime:
     async def stop(self) -> None:
         await self.hub.stop()
         self.dispatcher.stop()
+        await self.alert_sender.stop()
         self.pm_worker.stop()
         self.projection_worker.stop()
         self.collector_worker.stop()

@@ -60,6 +60,14 @@ TIMINGS = {
         "--metrics-retention-secs", "RELAY_METRICS_RETENTION_SECS", defaults.METRICS_RETENTION,
         "how long the collected metrics are kept", most=3650 * 86400.0,
     ),
+    "alert_check_interval": TimingSetting(
+        "--alert-check-secs", "RELAY_ALERT_CHECK_SECS", defaults.ALERT_CHECK_INTERVAL,
+        "how often each WorkflowFailure, SlowQueue and UnresponsiveApplication alerting rule is checked",
+    ),
+    "alert_retry": TimingSetting(
+        "--alert-retry-secs", "RELAY_ALERT_RETRY_SECS", defaults.ALERT_RETRY,
+        "the wait before an alert's second delivery attempt; doubled for each next one, at most 300 s",
+    ),
     "restart_settle": TimingSetting(
         "--restart-settle-secs", "RELAY_RESTART_SETTLE_SECS", defaults.RESTART_SETTLE,
         "after a restart, how long executors get to reconnect before overdue deadlines are enforced",
@@ -204,6 +212,8 @@ class Settings:
     retention_interval: timedelta = defaults.RETENTION_INTERVAL
     metrics_interval: timedelta = defaults.METRICS_INTERVAL
     metrics_retention: timedelta = defaults.METRICS_RETENTION
+    alert_check_interval: timedelta = defaults.ALERT_CHECK_INTERVAL
+    alert_retry: timedelta = defaults.ALERT_RETRY
     restart_settle: timedelta = defaults.RESTART_SETTLE
     http_request_timeout: timedelta = defaults.HTTP_REQUEST_TIMEOUT
     call_timeout: timedelta = defaults.CALL_TIMEOUT

@@ -20,3 +20,5 @@ CALL_TIMEOUT = timedelta(seconds=20)  # an operation asked of an executor (list,
 HANDSHAKE_TIMEOUT = timedelta(seconds=10)  # WebSocket accepted -> executor_info answered
 METRICS_INTERVAL = timedelta(seconds=300)  # get_metrics to each application: the length of one bucket (Conductor's 5 min)
 METRICS_RETENTION = timedelta(days=14)  # how long the collected series are kept
+ALERT_CHECK_INTERVAL = timedelta(seconds=60)  # how often a WorkflowFailure, SlowQueue or UnresponsiveApplication rule is checked
+ALERT_RETRY = timedelta(seconds=5)  # the first retry of a failed alert delivery (doubled each time, at most 300 s)

@@ -61,6 +61,11 @@ class UnknownToken(DomainError):
         super().__init__(f"token {name!r} does not exist in org {org!r}")
 
 
+class UnknownAlertingRule(DomainError):
+    def __init__(self, org: str, app: str, rule_id: str) -> None:
+        super().__init__(f"application {app!r} in org {org!r} has no alerting rule {rule_id!r}")
+
+
 class InvalidSetting(RelayError, ValueError):
     """A value refused at the boundary. ``field`` is the name the user typed."""
 

@@ -338,6 +338,11 @@ class ProcessManager:
         from another thread (the hub's limit on executor ids per application)."""
         return self._indexes.listed.get((org, app), 0)
 
+    def has_healthy(self, org: str, app: str) -> bool:
+        """Whether the application has a HEALTHY executor on a live Relay, as far as this process
+        manager has followed the log (the alert manager's ``UnresponsiveApplication``)."""
+        return bool(self._indexes.apps_healthy.get((org, app)))
+
     def is_listed(self, stream_id: str) -> bool:
         """Whether this executor stream exists and is not deleted. Thread-safe, like :meth:`listed`."""
         row = self.rows.get(stream_id)

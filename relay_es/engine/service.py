@@ -15,6 +15,7 @@ Where the rest lives:
 * :mod:`relay_es.engine.commands` -- the command bus (``Op``, ``Batch``, ``execute``);
 * :mod:`relay_es.engine.executor_commands` -- the executor commands, each written once;
 * :mod:`relay_es.engine.action_commands` -- the operators' actions (who asked, what, the outcome);
+* :mod:`relay_es.engine.alert_commands` -- alerting rules, their alerts and deliveries;
 * this module -- applications, tokens, refusals and projection skips.
 """
 
@@ -45,11 +46,12 @@ from relay_es.domain.defaults import EXECUTOR_TIMEOUT
 from relay_es.domain.errors import InvalidSetting, UnknownApplication, UnknownToken
 from relay_es.domain.text import sanitized
 from relay_es.engine.action_commands import ActionCommands
+from relay_es.engine.alert_commands import AlertCommands
 from relay_es.engine.executor_commands import ExecutorCommands
 from relay_es.engine.store import RelayStore
 
 
-class Relay(ActionCommands, ExecutorCommands, RelayStore):
+class Relay(ActionCommands, AlertCommands, ExecutorCommands, RelayStore):
     """Every command of Relay, on one event store.
 
     ``default_grace``: how long a DISCONNECTED executor of an application that

@@ -3,7 +3,7 @@ the store's order, served at ``GET /v2/orgs/{org}/executor-events``.
 
 Executors connected, disconnected, declared dead, their recoveries, retention rounds,
 protocol violations, refused handshakes, skipped events, applications and tokens made and
-changed. Operator actions are not here: they are the audit log
+changed, alerting rules made and deleted, alerts fired and every attempt to deliver one. Operator actions are not here: they are the audit log
 (:mod:`relay_es.projections.actions`; version 2 of this table had their two halves too).
 
 ``seq`` is the event's notification id: the store's total order, so entries are
@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
+from relay_es.aggregates.alert import AlertFirings
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.gate import Gate
@@ -114,6 +115,17 @@ _OTHER_ENTRIES: dict[type, Callable[[str, Any, Any, Any], tuple[Any, Any, str, d
         "kind": e.kind, "detail": e.detail, "peer": e.peer, "suppressed": e.suppressed}),
     Gate.Refused: lambda org, app, name, e: (e.app, None, "auth.refused", {
         "peer": e.peer, "status": e.status, "reason": e.reason, "suppressed": e.suppressed}),
+    Application.AlertingRuleCreated: lambda org, app, name, e: (app, None, "alerting.rule_created", {
+        "ruleId": e.rule["id"], "ruleType": e.rule["rule_type"], "receivingApp": e.rule["receiving_app"],
+        "minIntervalSecs": e.rule["min_interval_secs"], "webhooks": len(e.rule["webhooks"])}),  # no URL, no secret
+    Application.AlertingRuleDeleted: lambda org, app, name, e: (app, None, "alerting.rule_deleted",
+                                                                {"ruleId": e.rule_id}),
+    AlertFirings.Fired: lambda org, app, name, e: (app, None, "alert.fired", {
+        "ruleId": name, "alertId": e.alert_id, "ruleType": e.rule_type, "receivingApp": e.receiving_app,
+        "message": e.message, "metadata": e.metadata, "channels": e.channels, "cause": e.cause}),
+    AlertFirings.DeliveryAttempted: lambda org, app, name, e: (app, None, "alert.delivery", {
+        "ruleId": name, "alertId": e.alert_id, "channel": e.channel, "attempt": e.attempt, "ok": e.ok,
+        "final": e.final, "detail": e.detail}),
     Token.Reissued: lambda org, app, name, e: (None, None, "token.created",
                                                {"tokenName": name, "appNames": e.app_names, "reissued": True}),
     Token.Revoked: lambda org, app, name, e: (None, None, "token.revoked", {"tokenName": name}),
@@ -144,6 +156,9 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = No
     if kind is Gate.Opened:
         context[sid] = (e.org, None, None)
         return None
+    if kind is AlertFirings.Opened:
+        context[sid] = (e.org, e.app, e.rule_id)
+        return None
     if kind is ProjectionSkip.Recorded:
         return AuditEntry(seq, e.timestamp, e.org, e.app, None, "projection.skipped", {
             "projection": e.projection, "notificationId": e.notification_id, "streamId": e.stream_id,
@@ -162,7 +177,8 @@ def entry_for(e: Any, seq: int, *, context: dict[str, Any], sid: str | None = No
 
 # Events of other aggregates the audit log reads: those that say where a stream belongs, and
 # those with an entry (derived from the table above, so the two cannot drift apart).
-AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, ProjectionSkip.Recorded, *_OTHER_ENTRIES)
+AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, ProjectionSkip.Recorded, AlertFirings.Opened,
+                  *_OTHER_ENTRIES)
 
 Where = tuple[str, str | None, str | None]  # (org, app, name) of a stream
 

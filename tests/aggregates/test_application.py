@@ -325,3 +325,204 @@ def test_a_refused_policy_records_nothing_and_a_snapshot_holds_only_primitives()
     assert [type(e).__name__ for e in app.collect_events()] == ["Registered"]
     app.set_autoscaling_policy(AutoscalingPolicy("orders", Rollout(1, None)), at=at(2))
     assert app._autoscaling == {"queue": "orders", "rollout": {"max_old_versions": 1, "max_old_executors": None}}
+
+
+# ------------------------------------------------------------------ alerting rules
+
+
+def alert_rule(rule_id: str = "r1", **overrides: Any) -> Any:
+    from relay_es.domain.alerting import AlertingRule, parse_metadata
+
+    rule_type = overrides.pop("rule_type", "WorkflowFailure")
+    params, webhooks = parse_metadata(rule_type, overrides.pop("metadata", {
+        "workflowName": "checkout", "webhooks": [{"url": "https://example.com/hook?k=v", "secret": "s" * 16}]}))
+    fields: dict[str, Any] = dict(id=rule_id, org="o", app="shop", receiving_app="ops", rule_type=rule_type,
+                                  parameters=params, webhooks=webhooks, min_interval_secs=60)
+    fields.update(overrides)
+    return AlertingRule(**fields)
+
+
+def test_an_alerting_rule_is_created_and_read_back() -> None:
+    app = new_app()
+    app.collect_events()
+    assert app.alerting_rules == [] and app.alerting_rule("r1") is None
+    rule = alert_rule()
+    assert app.create_alerting_rule(rule, at=at(1)) is None
+    (e,) = app.collect_events()
+    assert isinstance(e, Application.AlertingRuleCreated)
+    assert e.rule == rule.as_dict() and e.timestamp == at(1)
+    assert app.alerting_rules == [rule]
+    assert app.alerting_rule("r1") == rule and app.alerting_rule("r2") is None
+    # what is read back is a copy: changing it changes nothing held
+    app.alerting_rules[0].parameters["threshold"] = 99
+    assert app.alerting_rule("r1") == rule
+
+
+def test_alerting_rules_are_listed_oldest_first() -> None:
+    app = new_app()
+    for i, rid in enumerate(["c", "a", "b", "d"]):
+        app.create_alerting_rule(alert_rule(rid), at=at(i))
+    assert [r.id for r in app.alerting_rules] == ["c", "a", "b", "d"]
+    assert app.delete_alerting_rule("a", at=at(10)) is True
+    app.create_alerting_rule(alert_rule("a"), at=at(11))  # made again: now the newest
+    assert [r.id for r in app.alerting_rules] == ["c", "b", "d", "a"]
+    assert [r.id for r in replay(app.collect_events()).alerting_rules] == ["c", "b", "d", "a"]
+
+
+def test_a_rule_of_an_existing_id_is_refused() -> None:
+    app = new_app()
+    app.create_alerting_rule(alert_rule("r1"), at=at(1))
+    app.collect_events()
+    with pytest.raises(InvalidSetting) as info:
+        app.create_alerting_rule(alert_rule("r1", rule_type="ExecutorDead", metadata={}), at=at(2))
+    assert info.value.field == "id"
+    assert app.collect_events() == []
+    assert app.alerting_rules == [alert_rule("r1")]
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"org": "p"}, "rule"),
+    ({"app": "other"}, "rule"),
+    ({"min_interval_secs": -1}, "minIntervalSecs"),
+    ({"min_interval_secs": True}, "minIntervalSecs"),
+    ({"rule_type": "UnresponsiveApplication", "metadata": {}, "receiving_app": "shop"}, "receivingAppName"),
+])
+def test_a_rule_that_is_not_the_applications_or_not_valid_is_refused(overrides: dict[str, Any], field: str) -> None:
+    app = new_app()
+    app.collect_events()
+    with pytest.raises(InvalidSetting) as info:
+        app.create_alerting_rule(alert_rule(**overrides), at=at(1))
+    assert info.value.field == field
+    assert app.collect_events() == [] and app.alerting_rules == []
+
+
+def test_an_application_holds_at_most_max_rules() -> None:
+    from relay_es.domain.alerting import MAX_RULES
+
+    app = new_app()
+    for i in range(MAX_RULES):
+        app.create_alerting_rule(alert_rule(f"r{i}"), at=at(i))
+    app.collect_events()
+    with pytest.raises(InvalidSetting) as info:
+        app.create_alerting_rule(alert_rule("one-too-many"), at=at(MAX_RULES))
+    assert str(MAX_RULES) in info.value.message
+    assert app.collect_events() == [] and len(app.alerting_rules) == MAX_RULES
+    assert app.delete_alerting_rule("r0", at=at(MAX_RULES + 1))
+    app.create_alerting_rule(alert_rule("one-too-many"), at=at(MAX_RULES + 2))  # room again
+    assert len(app.alerting_rules) == MAX_RULES and app.alerting_rules[-1].id == "one-too-many"
+
+
+def test_deleting_a_rule() -> None:
+    app = new_app()
+    app.create_alerting_rule(alert_rule("r1"), at=at(1))
+    app.create_alerting_rule(alert_rule("r2"), at=at(2))
+    app.collect_events()
+    assert app.delete_alerting_rule("nope", at=at(3)) is False
+    assert app.collect_events() == []
+    assert app.delete_alerting_rule("r1", at=at(4)) is True
+    (e,) = app.collect_events()
+    assert isinstance(e, Application.AlertingRuleDeleted)
+    assert e.rule_id == "r1" and e.timestamp == at(4)
+    assert [r.id for r in app.alerting_rules] == ["r2"] and app.alerting_rule("r1") is None
+    assert app.delete_alerting_rule("r1", at=at(5)) is False  # deleted already: nothing recorded
+    assert app.collect_events() == []
+
+
+def test_a_deleted_application_refuses_rule_commands() -> None:
+    app = new_app()
+    app.create_alerting_rule(alert_rule("r1"), at=at(1))
+    app.delete(at=at(2))
+    app.collect_events()
+    err = refused(app, "create_alerting_rule", rule=alert_rule("r2"), at=at(3))
+    assert "cannot create an alerting rule while deleted" in str(err)
+    err = refused(app, "delete_alerting_rule", rule_id="r1", at=at(3))
+    assert "cannot delete an alerting rule while deleted" in str(err)
+    assert app.collect_events() == []
+
+
+def test_deleting_the_application_clears_its_rules_and_restoring_it_brings_none_back() -> None:
+    app = new_app()
+    app.create_alerting_rule(alert_rule("r1"), at=at(1))
+    app.delete(at=at(2))
+    assert app.alerting_rules == [] and app.alerting_rule("r1") is None
+    assert app.register_again(private_mode=None, at=at(3)) is True
+    assert app.alerting_rules == []
+    app.create_alerting_rule(alert_rule("r1"), at=at(4))  # the old id is free again
+    events = app.collect_events()
+    assert [type(e).__name__ for e in events] == ["Registered", "AlertingRuleCreated", "Deleted", "Restored",
+                                                  "AlertingRuleCreated"]
+    assert replay(events[:3]).alerting_rules == []
+    assert replay(events[:4]).alerting_rules == []
+    assert replay(events).alerting_rules == [alert_rule("r1")]
+
+
+def test_the_restored_event_clears_rules_on_its_own() -> None:
+    # Deleted clears them first today; Restored must not depend on it (a stream's Deleted may
+    # predate rules, or a snapshot hold them).
+    app = new_app()
+    app.create_alerting_rule(alert_rule("r1"), at=at(1))
+    app._restored(private_mode=False, timestamp=at(2))
+    assert app.alerting_rules == []
+    assert replay(app.collect_events()).alerting_rules == []
+
+
+def test_alerting_rules_survive_replay() -> None:
+    app = new_app()
+    app.create_alerting_rule(alert_rule("r1"), at=at(1))
+    app.create_alerting_rule(alert_rule("r2", rule_type="SlowQueue", metadata={"queueName": "q"}), at=at(2))
+    app.create_alerting_rule(alert_rule("r3", rule_type="ExecutorFlapping", metadata=None), at=at(3))
+    app.delete_alerting_rule("r2", at=at(4))
+    events = app.collect_events()
+    rebuilt = replay(events)
+    assert vars(rebuilt) == vars(app)
+    assert rebuilt.alerting_rules == [alert_rule("r1"), alert_rule("r3", rule_type="ExecutorFlapping", metadata=None)]
+
+
+def _primitives_only(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _primitives_only(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_primitives_only(v) for v in value)
+    return value is None or type(value) in (str, int, bool)
+
+
+def test_a_snapshot_of_an_application_with_rules_round_trips() -> None:
+    from eventsourcing.domain import Snapshot
+
+    from relay_es.domain.autoscaling import AutoscalingPolicy
+    from relay_es.domain.clock import FakeClock
+    from relay_es.engine.service import Relay
+    from tests.support import POPO
+
+    app = new_app(private_mode=True)
+    app.set_autoscaling_policy(AutoscalingPolicy("orders"), at=at(1))
+    app.create_alerting_rule(alert_rule("r1"), at=at(2))
+    app.create_alerting_rule(alert_rule("r2", rule_type="RecoveryFailed", metadata={"attempts": 2}), at=at(3))
+    app.collect_events()
+    assert _primitives_only(app._alert_rules)  # a snapshot holds only what the transcoder knows
+    assert list(app._alert_rules) == ["r1", "r2"]
+
+    mapper = Relay(POPO, clock=FakeClock(T0)).mapper
+    stored = mapper.to_stored_event(Snapshot.take(app))
+    loaded = mapper.to_domain_event(stored).mutate(None)
+    assert isinstance(loaded, Application)
+    assert vars(loaded) == vars(app)
+    assert loaded.alerting_rules == app.alerting_rules
+    assert loaded.alerting_rule("r1").webhooks[0].secret == "s" * 16  # kept; never answered back
+    # and it goes on from there
+    assert loaded.delete_alerting_rule("r1", at=at(4)) is True
+    assert [r.id for r in loaded.alerting_rules] == ["r2"]
+
+
+def test_a_snapshot_from_before_rules_has_none() -> None:
+    from eventsourcing.domain import Snapshot
+
+    app = new_app()
+    snapshot = Snapshot.take(app)
+    state = {k: v for k, v in snapshot.state.items() if k != "_alert_rules"}
+    old = Snapshot(originator_id=snapshot.originator_id, originator_version=snapshot.originator_version,
+                   timestamp=snapshot.timestamp, topic=snapshot.topic, state=state)
+    loaded = old.mutate(None)
+    assert loaded.alerting_rules == [] and loaded.alerting_rule("r1") is None
+    loaded.create_alerting_rule(alert_rule("r1"), at=at(1))
+    assert [r.id for r in loaded.alerting_rules] == ["r1"]

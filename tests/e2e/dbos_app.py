@@ -30,6 +30,8 @@ stdin takes one JSON command per line:
         -> {"event": "released", "workflow_id": W}
     {"cmd": "exit"}            (optional "timeout": seconds to let active workflows finish)
         -> DBOS.destroy(), then {"event": "exited"} and the process exits with code 0.
+    An alert from the control plane (the app's alert handler) -> {"event": "alert", "name": ...,
+        "message": ..., "metadata": {...}}, whenever it comes.
     A malformed or unknown command -> {"event": "error", "message": ...}.
 End of stdin behaves like {"cmd": "exit"}, so an executor never outlives its driver.
 
@@ -231,6 +233,12 @@ def parent_workflow(n_children: int) -> int:
 @DBOS.workflow()
 def tick_workflow(scheduled_at: _dt.datetime, context: Any) -> None:
     plain_step(0)
+
+
+@DBOS.alert_handler
+def on_alert(name: str, message: str, metadata: dict[str, str]) -> None:
+    """Conductor's (here Relay's) alerts: each is reported on stdout."""
+    emit("alert", name=name, message=message, metadata=metadata)
 
 
 def ground(prefix: str) -> dict[str, Any]:

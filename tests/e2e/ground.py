@@ -96,9 +96,9 @@ def start_ground(scene: Scene, sdk: str, prefix: str) -> Ground:
 def grounds(tmp_path, store_url) -> Iterator[dict[str, Ground]]:
     """A Relay on ``store_url`` with a settled Python and a settled TypeScript ground."""
     admin = postgres_admin_url()
-    # metrics collected every second: tests/e2e/test_metrics_api.py reads them
+    # metrics collected and alerting rules checked every second: the e2e tests read them
     server = RelayServer(tmp_path, args=["--database-url", store_url],
-                         env=FAST | {"RELAY_METRICS_INTERVAL_SECS": "1"}).start()
+                         env=FAST | {"RELAY_METRICS_INTERVAL_SECS": "1", "RELAY_ALERT_CHECK_SECS": "1"}).start()
     scenes: list[Scene] = []
     try:
         scenes.append(Scene(server, admin))

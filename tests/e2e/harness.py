@@ -92,6 +92,7 @@ class Executor:
         self.system_database_url = system_database_url
         self.steps_db_url = steps_db_url
         self._events: "queue.Queue[dict[str, Any] | None]" = queue.Queue()
+        self.alerts: list[dict[str, Any]] = []  # {"event": "alert", "name", "message", "metadata"}, as they came
         self._launched: dict[str, Any] | None = None
         self._stderr_file = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".stderr",
                                                         delete=False)
@@ -139,6 +140,9 @@ class Executor:
                 event = json.loads(line)
             except ValueError:
                 event = {"event": "garbage", "line": line}
+            if event.get("event") == "alert":  # whenever it comes: kept apart from the replies
+                self.alerts.append(event)
+                continue
             self._events.put(event)
         self._events.put(None)  # EOF
 

@@ -22,6 +22,7 @@ from tests.conductor_schema import check_response
 from tests.e2e.ground import QUEUE, Ground
 from tests.e2e.sysdb import SystemDb
 from tests.rest_client import as_records
+from tests.webhook_receiver import Receiver, verify
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -30,6 +31,7 @@ QUIET_SECS = 3 * TICK_SECS  # no new tick for this long: the schedule does not f
 # The SDKs poll their schedules every second for a minute after startup, then every 30 s: a pause
 # or resume takes effect within that.
 TAKES_EFFECT_SECS = 45
+HOOK_SECRET = "an-end-to-end-webhook-secret"
 BACKFILL = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2020-01-01T00:00:06Z"}  # before any tick
 
 
@@ -128,11 +130,43 @@ def check_autoscale(g: Ground) -> None:
     answer(g, "getAutoscale", "GET", "/autoscale", 404)
 
 
+def check_alerts(gs: list[Ground]) -> None:
+    """Each ground's failed workflow fires a ``WorkflowFailure`` rule of its application whose
+    receiving application is the other ground's: the real executor answers the check, and the
+    other SDK's real alert handler gets the alert (Python's from TypeScript's and back), as does
+    a signed webhook, once."""
+    with Receiver() as hook:
+        rules = {}
+        for g, other in ((gs[0], gs[1]), (gs[1], gs[0])):
+            made, _ = answer(g, "createAlertingRule", "POST", "/alerting-rules", 201, json={
+                "ruleType": "WorkflowFailure", "receivingAppName": other.app, "minIntervalSecs": 3600,
+                "ruleMetadata": {"threshold": 1, "windowSecs": 3600,
+                                 "webhooks": [{"url": f"{hook.url}/{g.sdk}", "secret": HOOK_SECRET}]}})
+            rules[g.sdk] = made
+        for g, other in ((gs[0], gs[1]), (gs[1], gs[0])):
+            [alert] = g.scene.wait(lambda o=other: o.executor.alerts, f"{other.sdk}'s alert handler called",
+                                   timeout=30)  # the executor of the *receiving* application
+            assert alert["name"] == "WorkflowFailure", alert
+            failed = g.ids["failed"]
+            assert failed in alert["metadata"]["workflowIds"].split(","), (alert, failed)
+            assert alert["metadata"]["ruleId"] == rules[g.sdk]["id"] and alert["metadata"]["app"] == g.app
+            assert g.app in alert["message"], alert
+        posts = {r["path"]: r for r in hook.wait(2)}
+        assert sorted(posts) == sorted(f"/{g.sdk}" for g in gs)
+        assert all(verify(HOOK_SECRET, r) for r in posts.values())
+        for g in gs:
+            [listed], _ = answer(g, "listAlertingRules", "GET", "/alerting-rules", 200)
+            assert listed["lastFiredAt"] is not None and listed["id"] == rules[g.sdk]["id"]
+            answer(g, "deleteAlertingRule", "DELETE", f"/alerting-rules/{listed['id']}", 204)
+        assert all(len(g.executor.alerts) == 1 for g in gs)  # once: the interval is an hour
+
+
 def test_queues_schedules_and_versions_through_relay(grounds: dict[str, Ground]) -> None:
     gs = list(grounds.values())
     for g in gs:
         check_reads(g)
         check_autoscale(g)
+    check_alerts(gs)
 
     # pause: the row says PAUSED, and once the SDK has noticed, no tick comes for a while
     for g in gs:

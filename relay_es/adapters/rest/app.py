@@ -14,6 +14,7 @@ from litestar import Litestar
 from litestar.di import Provide
 
 from relay_es.adapters.rest import (
+    alerting,
     app_metrics,
     applications,
     autoscaling,
@@ -50,6 +51,7 @@ ROUTES = [
     versions.VersionsController,
     app_metrics.MetricsController,
     autoscaling.AutoscalingController,
+    alerting.AlertingController,
     stranded.StrandedController,
     tokens.TokensController,
     audit.AuditController,

@@ -17,7 +17,15 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 
-from relay_es.domain.errors import DomainError, IllegalTransition, InvalidSetting, UnknownApplication, UnknownExecutor, UnknownToken
+from relay_es.domain.errors import (
+    DomainError,
+    IllegalTransition,
+    InvalidSetting,
+    UnknownAlertingRule,
+    UnknownApplication,
+    UnknownExecutor,
+    UnknownToken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,7 @@ EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     UnknownApplication: _not_found,
     UnknownExecutor: _not_found,
     UnknownToken: _not_found,
+    UnknownAlertingRule: _not_found,
     NotFoundException: _not_found,
     IllegalTransition: _conflict,
     DomainError: _conflict,

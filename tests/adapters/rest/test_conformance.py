@@ -52,6 +52,7 @@ CHECKED_IN = {
     "test_versions.py": {"listAppVersions", "setLatestAppVersion"},
     "test_audit.py": {"listAuditLogs"},
     "test_app_metrics.py": {"listMetrics"},
+    "test_alerting.py": {"listAlertingRules", "createAlertingRule", "deleteAlertingRule"},
     "test_autoscaling.py": {"getAutoscale", "getAutoscalingPolicy", "setAutoscalingPolicy", "deleteAutoscalingPolicy"},
 }
 

@@ -292,6 +292,10 @@ async function handleLine(raw) {
 
 async function main() {
   await ensureStepRunsTable();
+  // Conductor's (here Relay's) alerts: each is reported on stdout.
+  DBOS.setAlertHandler(async (name, message, metadata) => {
+    emit('alert', { name, message, metadata });
+  });
   DBOS.setConfig({
     name: APP_NAME,
     systemDatabaseUrl: SYSTEM_DATABASE_URL,

@@ -31,7 +31,7 @@ Hostile input is bounded here, before any executor sees it (the refusal names th
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -368,6 +368,27 @@ class QueueAutoscale(_Answer, kw_only=True):
     queue_name: str | UnsetType = UNSET
 
 
+RULE_TYPE = Literal["WorkflowFailure", "SlowQueue", "UnresponsiveApplication", "ExecutorDead", "RecoveryDeferred",
+                    "RecoveryFailed", "ExecutorFlapping"]  # Conductor's three, then Relay's own
+
+
+class CreateAlertInputBody(_Body, kw_only=True):
+    rule_type: RULE_TYPE
+    rule_metadata: Any
+    min_interval_secs: Annotated[int, Meta(ge=0, le=2**31 - 1)] | UnsetType = UNSET
+    receiving_app_name: Annotated[str, Meta(min_length=1, max_length=256)] | UnsetType = UNSET
+
+
+class AlertingRule(_Answer, kw_only=True):
+    id: str
+    app_id: str
+    receiving_app_id: str
+    rule_type: str
+    rule_metadata: Any
+    min_interval_secs: int | None
+    last_fired_at: str | None
+
+
 # Component schema name -> class, for every body this module defines.
 SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     Workflow, WorkflowSearchBody, Step, Event, Notification, StreamEntry,
@@ -379,4 +400,5 @@ SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     Queue, Schedule, BackfillInputBody, BackfillOutputBody, TriggerOutputBody,
     ApplicationVersion, PatchLatestVersionInputBody,
     RolloutPolicy, AutoscalePolicy, PolicyOutputBody, QueueAutoscale,
+    CreateAlertInputBody, AlertingRule,
 )}

@@ -82,6 +82,9 @@ FULL: dict[str, msgspec.Struct] = {
         max_old_application_versions=1, max_executors_for_old_application_versions=0))),
     "QueueAutoscale": m.QueueAutoscale(application_version="v2", is_latest=True, desired_executors=3, queue_depth=9,
                                        observed_at=1796040658569, queue_name="q"),
+    "AlertingRule": m.AlertingRule(id="5b1e", app_id="a", receiving_app_id="b", rule_type="WorkflowFailure",
+                                   rule_metadata={"threshold": 2, "windowSecs": 300}, min_interval_secs=300,
+                                   last_fired_at="2026-11-30T12:00:05.123Z"),
 }
 
 
@@ -161,6 +164,8 @@ FULL_REQUESTS: dict[str, dict[str, Any]] = {
     "PatchLatestVersionInputBody": {"versionName": "1d6ccc5e"},
     "AutoscalePolicy": {"queue": "orders_queue", "rollout": {"maxOldApplicationVersions": 1,
                                                              "maxExecutorsForOldApplicationVersions": 2}},
+    "CreateAlertInputBody": {"ruleType": "SlowQueue", "ruleMetadata": {"queueName": "q", "thresholdSecs": 60},
+                             "minIntervalSecs": 600, "receivingAppName": "ops"},
 }
 
 MINIMAL: dict[str, dict[str, Any]] = {
@@ -170,6 +175,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "BackfillInputBody": {"startTime": "2026-11-30T00:00:00Z", "endTime": "2026-11-30T00:00:00Z"},
     "PatchLatestVersionInputBody": {"versionName": "v"},
     "AutoscalePolicy": {"queue": "q"},
+    "CreateAlertInputBody": {"ruleType": "WorkflowFailure", "ruleMetadata": {}},
 }
 
 

@@ -1,0 +1,163 @@
+"""The alert manager's window on the sockets and the network (its
+:class:`~relay_es.engine.alerting.AlertSender`).
+
+Everything runs on the event loop; the alert manager calls from its own thread and is answered
+through :meth:`~relay_es.engine.alerting.AlertManager.probed` and
+:meth:`~relay_es.engine.alerting.AlertManager.delivered`, always, whatever happens:
+
+* **probes** ask one executor of the watched application (through :class:`Calls`, observed like
+  the API's calls): ``WorkflowFailure``, ``list_workflows`` of ``ERROR`` workflows completed in
+  the window (of the rule's workflow, at most ``threshold``, no inputs or outputs);
+  ``SlowQueue``, ``list_queued_workflows`` of the oldest ``ENQUEUED`` workflow created before the
+  threshold (on the rule's queue);
+* **deliveries** send the ``alert`` message to one executor of the receiving application (the
+  SDK calls its alert handler; an error it answers is a failed attempt), or POST to a webhook
+  (:mod:`relay_es.adapters.webhooks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+
+from relay_es.adapters import webhooks
+from relay_es.adapters.hub.calls import Calls
+from relay_es.domain.alerting import AlertingRule
+from relay_es.engine.alerting import AlertManager, Delivered, Delivery, Probed
+from relay_es.engine.calls import CallFailed, NoHealthyExecutor
+from relay_es.protocol import catalogue as c
+from relay_es.protocol.limits import printable
+
+log = logging.getLogger(__name__)
+
+IDS_IN_ALERT = 10  # workflow ids an alert's metadata names
+
+
+class AlertSender:
+    def __init__(self, calls: Calls, *, timeout: float) -> None:
+        """``timeout``: one executor call. :attr:`manager` is set before the first call."""
+        self.calls = calls
+        self.timeout = timeout
+        self.manager: AlertManager | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+
+    def _submit(self, coro: Awaitable[Any]) -> None:
+        assert self.loop is not None, "alert sender not started"
+        self.loop.call_soon_threadsafe(self._spawn, coro)
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --------------------------------------------------------------- probes
+    def probe(self, rule: AlertingRule, now: datetime) -> None:
+        self._submit(self._probe(rule, now))
+
+    async def _probe(self, rule: AlertingRule, now: datetime) -> None:
+        assert self.manager is not None
+        try:
+            answer = await self._ask(rule, now)
+        except CallFailed as e:
+            answer = Probed(rule.id, error=printable(str(e)))
+        except Exception as e:  # noqa: BLE001  # the manager must hear back, whatever happened
+            log.exception("probe of alerting rule %s failed", rule.id)
+            answer = Probed(rule.id, error=f"relay: {type(e).__name__}")
+        self.manager.probed(answer)
+
+    async def _ask(self, rule: AlertingRule, now: datetime) -> Probed:
+        p = rule.parameters
+        if rule.rule_type == "WorkflowFailure":
+            window = p["windowSecs"]
+            body = c.ListWorkflowsBody(status="ERROR", completed_after=(now - timedelta(seconds=window)).isoformat(),
+                                       workflow_name=p.get("workflowName"), limit=p["threshold"], sort_desc=True,
+                                       load_input=False, load_output=False)
+            got = await self.calls.call(rule.org, rule.app, lambda rid: c.ListWorkflowsRequest(request_id=rid, body=body),
+                                        timeout=self.timeout)
+            rows = got.output or []
+            if len(rows) < p["threshold"]:
+                return Probed(rule.id)
+            which = f" of {p['workflowName']}" if p.get("workflowName") else ""
+            return Probed(rule.id, True, f"{len(rows)} workflow(s){which} of {rule.app} failed in the last {window} s",
+                          {"failedWorkflows": str(len(rows)), "windowSecs": str(window),
+                           "workflowName": p.get("workflowName") or "",
+                           "workflowIds": ",".join(printable(w.WorkflowUUID) for w in rows[:IDS_IN_ALERT])})
+        if rule.rule_type == "SlowQueue":
+            threshold = p["thresholdSecs"]
+            body = c.ListWorkflowsBody(status="ENQUEUED", end_time=(now - timedelta(seconds=threshold)).isoformat(),
+                                       queue_name=p.get("queueName"), limit=1, sort_desc=False,
+                                       load_input=False, load_output=False)
+            got = await self.calls.call(rule.org, rule.app,
+                                        lambda rid: c.ListQueuedWorkflowsRequest(request_id=rid, body=body),
+                                        timeout=self.timeout)
+            rows = got.output or []
+            if not rows:
+                return Probed(rule.id)
+            w = rows[0]
+            waited = _age(w.CreatedAt, now)
+            queue = printable(w.QueueName or p.get("queueName") or "")
+            return Probed(rule.id, True, f"workflow {printable(w.WorkflowUUID)} has been ENQUEUED on queue {queue!r} "
+                                         f"of {rule.app} for {waited} (threshold {threshold} s)",
+                          {"queueName": queue, "workflowId": printable(w.WorkflowUUID), "thresholdSecs": str(threshold),
+                           "enqueuedFor": waited})
+        return Probed(rule.id, error=f"{rule.rule_type} is not a checked rule")
+
+    # ----------------------------------------------------------- deliveries
+    def deliver(self, delivery: Delivery) -> None:
+        self._submit(self._deliver(delivery))
+
+    async def _deliver(self, d: Delivery) -> None:
+        assert self.manager is not None
+        try:
+            if d.webhook is None:
+                answer = await self._to_app(d)
+            else:
+                if self._client is None:
+                    self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+                posted = await webhooks.post(self._client, d, d.webhook)
+                answer = Delivered(d, posted.ok, posted.detail, posted.retry)
+        except Exception as e:  # noqa: BLE001  # the manager must hear back, whatever happened
+            log.exception("delivery of alert %s on %s failed", d.alert_id, d.channel)
+            answer = Delivered(d, False, f"relay: {type(e).__name__}")
+        self.manager.delivered(answer)
+
+    async def _to_app(self, d: Delivery) -> Delivered:
+        executor = ""
+
+        def chosen(executor_id: str) -> None:
+            nonlocal executor
+            executor = executor_id
+
+        try:
+            await self.calls.call(d.org, d.receiving_app, lambda rid: c.AlertRequest(
+                request_id=rid, name=d.rule_type, message=d.message, metadata=dict(d.metadata)),
+                timeout=self.timeout, chosen=chosen)
+        except NoHealthyExecutor:
+            return Delivered(d, False, f"application {d.receiving_app} has no HEALTHY executor")
+        except CallFailed as e:
+            return Delivered(d, False, printable(f"executor {executor}: {e}"))
+        return Delivered(d, True, f"executor {executor} handled it")
+
+
+def _age(created_ms: str | None, now: datetime) -> str:
+    try:
+        seconds = now.timestamp() - int(created_ms or "") / 1000
+    except ValueError:
+        return "longer than the threshold"
+    return f"{max(0, seconds):.0f} s"

@@ -1,0 +1,84 @@
+"""Alert webhooks: the request each format sends, its signature, and one POST.
+
+``json``: the alert as a JSON object (:func:`payload`), ``Content-Type: application/json``, with
+``X-Relay-Alert-Id`` (the same on every attempt: a receiver drops repeats by it),
+``X-Relay-Delivery-Attempt`` and, when the webhook has a secret, ``X-Relay-Signature:
+t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`` (:func:`signature`; a receiver
+recomputes it over the raw body and refuses a stale ``t``). ``slack``: Slack's incoming-webhook
+body, ``{"text": ...}``, with Slack's three characters escaped.
+
+:func:`post` sends one attempt and says how it went: 2xx is delivered; 408, 429, 5xx and a
+network failure or timeout (:data:`TIMEOUT` for the whole attempt, however slowly the receiver
+answers) are worth retrying; any other status is final. Redirects are not followed and the
+receiver's body is never read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from relay_es import __version__
+from relay_es.domain.alerting import Webhook
+from relay_es.domain.units import rfc3339
+from relay_es.engine.alerting import Delivery
+
+TIMEOUT = 10.0  # seconds, one attempt
+
+
+@dataclass(frozen=True)
+class Posted:
+    ok: bool
+    retry: bool
+    detail: str
+
+
+def payload(d: Delivery) -> dict[str, Any]:
+    return {"alertId": d.alert_id, "ruleId": d.rule_id, "ruleType": d.rule_type, "org": d.org, "app": d.app,
+            "receivingApp": d.receiving_app, "message": d.message, "metadata": d.metadata,
+            "firedAt": rfc3339(d.fired_at), "attempt": d.attempt}
+
+
+def signature(secret: str, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def request_for(d: Delivery, hook: Webhook, *, now: float | None = None) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one attempt of ``d`` to ``hook``."""
+    headers = {"Content-Type": "application/json", "User-Agent": f"relay/{__version__}",
+               "X-Relay-Alert-Id": d.alert_id, "X-Relay-Delivery-Attempt": str(d.attempt)}
+    if hook.format == "slack":
+        text = f"*{d.rule_type}* on `{d.org}/{d.app}`: {d.message}"
+        return json.dumps({"text": _slack_escape(text)}).encode(), headers
+    body = json.dumps(payload(d), separators=(",", ":")).encode()
+    if hook.secret is not None:
+        headers["X-Relay-Signature"] = signature(hook.secret, int(time.time() if now is None else now), body)
+    return body, headers
+
+
+async def post(client: httpx.AsyncClient, d: Delivery, hook: Webhook) -> Posted:
+    body, headers = request_for(d, hook)
+    try:
+        async with asyncio.timeout(TIMEOUT):  # the whole attempt: httpx's own timeout is per read
+            async with client.stream("POST", hook.url, content=body, headers=headers, timeout=TIMEOUT,
+                                     follow_redirects=False) as r:
+                status = r.status_code
+    except (TimeoutError, httpx.TimeoutException):
+        return Posted(False, True, f"no answer within {TIMEOUT:g}s")
+    except httpx.HTTPError as e:
+        return Posted(False, True, f"{type(e).__name__}: {e}"[:300])
+    if 200 <= status < 300:
+        return Posted(True, False, f"HTTP {status}")
+    return Posted(False, status in (408, 429) or status >= 500, f"HTTP {status}")

@@ -1,0 +1,99 @@
+"""The alerting commands: rules (on the application's stream) and their alerts and deliveries
+(on each rule's :class:`~relay_es.aggregates.alert.AlertFirings` stream).
+
+A mixin of :class:`~relay_es.engine.service.Relay`, like the action commands.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from relay_es.aggregates.alert import AlertFirings, firings_stream_id
+from relay_es.aggregates.application import Application
+from relay_es.domain.alerting import AlertingRule, parse_metadata
+from relay_es.domain.errors import UnknownAlertingRule
+from relay_es.domain.text import sanitized
+
+
+class AlertCommands:
+    """Needs the store's ``_maybe``, ``save``, ``retrying``, ``now``, ``load_many``, and the
+    service's ``get_app`` and ``_change_app``."""
+
+    _maybe: Callable[[uuid.UUID], Any]
+    save: Callable[..., Any]
+    retrying: Callable[[Callable[[], Any]], Any]
+    now: Callable[[], datetime]
+    load_many: Callable[[list[uuid.UUID]], dict[uuid.UUID, Any]]
+    get_app: Callable[[str, str], Application]
+    _change_app: Callable[[str, str, Callable[[Application], bool]], bool]
+
+    def alerting_rules(self, org: str, app: str) -> list[tuple[AlertingRule, datetime | None]]:
+        """The application's rules, oldest first, each with when it last fired
+        (:class:`~relay_es.domain.errors.UnknownApplication` for an application not registered)."""
+        rules = self.get_app(org, app).alerting_rules
+        firings = self.load_many([firings_stream_id(org, app, r.id) for r in rules])
+        out = []
+        for r in rules:
+            f = firings.get(firings_stream_id(org, app, r.id))
+            out.append((r, None if f is None else f.last_fired_at))
+        return out
+
+    def create_alerting_rule(self, org: str, app: str, *, rule_type: str, metadata: Any,
+                             min_interval_secs: int, receiving_app: str | None) -> AlertingRule:
+        """Makes a rule (ids are Relay's). The receiving application must be registered."""
+        parameters, webhooks = parse_metadata(rule_type, metadata)
+        receiver = app if receiving_app is None else receiving_app
+        self.get_app(org, receiver)  # UnknownApplication: 404
+        rule = AlertingRule(id=str(uuid.uuid4()), org=org, app=app, receiving_app=receiver, rule_type=rule_type,
+                            parameters=parameters, webhooks=webhooks, min_interval_secs=min_interval_secs).check()
+
+        def create(a: Application) -> bool:
+            a.create_alerting_rule(rule, at=self.now())
+            return True
+
+        self._change_app(org, app, create)
+        return rule
+
+    def delete_alerting_rule(self, org: str, app: str, rule_id: str) -> None:
+        """:class:`UnknownAlertingRule` when the application has no rule of that id."""
+        if not self._change_app(org, app, lambda a: a.delete_alerting_rule(rule_id, at=self.now())):
+            raise UnknownAlertingRule(org, app, rule_id)
+
+    def fire_alert(self, rule: AlertingRule, *, alert_id: str, message: str, metadata: dict[str, str],
+                   channels: list[str], cause: str | None = None, at: datetime | None = None) -> bool:
+        """Records an alert of ``rule`` unless its last one is less than its ``minIntervalSecs``
+        old. Returns whether it was recorded (its delivery follows from the event)."""
+        sid = firings_stream_id(rule.org, rule.app, rule.id)
+        clean = {str(sanitized(str(k), 128)): str(sanitized(str(v), 1024)) for k, v in list(metadata.items())[:32]}
+
+        def run() -> bool:
+            when = at or self.now()
+            f = self._maybe(sid)
+            if f is None:
+                f = AlertFirings(org=rule.org, app=rule.app, rule_id=rule.id, timestamp=when)
+            if not f.fire(alert_id=alert_id, rule_type=rule.rule_type, receiving_app=rule.receiving_app,
+                          message=str(sanitized(message, 4096)), metadata=clean, channels=channels, cause=cause,
+                          min_interval=timedelta(seconds=rule.min_interval_secs), at=when):
+                return False
+            self.save(f)
+            return True
+
+        return bool(self.retrying(run))
+
+    def record_alert_delivery(self, org: str, app: str, rule_id: str, *, alert_id: str, channel: str, attempt: int,
+                              ok: bool, detail: str | None, final: bool) -> None:
+        sid = firings_stream_id(org, app, rule_id)
+
+        def run() -> None:
+            f = self._maybe(sid)
+            if f is None:
+                raise UnknownAlertingRule(org, app, rule_id)
+            f.record_delivery(alert_id=alert_id, channel=channel, attempt=attempt, ok=ok,
+                              detail=sanitized(detail, 499), final=final, at=self.now())
+            self.save(f)
+
+        self.retrying(run)
+

@@ -1,0 +1,481 @@
+"""The alert manager: evaluates the alerting rules and drives the delivery of their alerts.
+
+It decides; it does no I/O of its own, like the process manager beside it (and on the same
+thread: the runtime steps both). Everything outside its memory goes through the
+:class:`~relay_es.engine.service.Relay` service (the log, and two commands: an alert fired,
+a delivery attempted), an :class:`AlertSender` (the sockets and the webhooks; never blocks)
+and a :class:`~relay_es.domain.clock.Clock`. Tests drive it with a fake clock and a fake sender.
+
+What fires a rule (:mod:`relay_es.domain.alerting` has the types and their parameters):
+
+* **Executor events**, told by the process manager as it folds them
+  (:meth:`AlertManager.executor_event`): ``ExecutorDead``, ``RecoveryDeferred``,
+  ``RecoveryFailed``, ``ExecutorFlapping``. Only events folded after this process started are
+  told, so a restart never fires for an old event.
+* **Checks**, every ``check_interval`` per rule: ``WorkflowFailure`` and ``SlowQueue`` ask one
+  executor of the watched application (:meth:`AlertSender.probe`; the answer comes back through
+  :meth:`AlertManager.probed`); ``UnresponsiveApplication`` needs no executor: the application
+  has had no HEALTHY executor (the process manager's index) for ``thresholdSecs``.
+
+Firing is the conditional command :meth:`Relay.fire_alert`: it records the alert only when the
+rule's ``minIntervalSecs`` has passed since its last one, on the rule's own stream, so a rule
+fires at most once per interval through a restart and with two writers. Delivery follows from
+the recorded ``Fired`` event, never from the decision, so an alert fired before a crash is
+delivered after it: each channel (``app``: the receiving application's executors;
+``webhook:<i>``) gets attempt 1 at once, and each failed attempt that may be retried another
+after an exponential backoff (:class:`AlertTiming`), up to ``max_attempts``. Every attempt is
+recorded (:meth:`Relay.record_alert_delivery`) with its outcome, before the next is armed.
+Delivery is at least once: an attempt under way when Relay stopped is made again, with the
+same alert id for the receiver to drop the repeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from eventsourcing.utils import get_topic
+
+from relay_es.aggregates.alert import AlertFirings
+from relay_es.aggregates.application import Application
+from relay_es.aggregates.executor import Executor, ExecutorStatus as S
+from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
+from relay_es.domain.clock import Clock
+from relay_es.engine.service import Relay
+from relay_es.engine.timers import TimerHeap
+from relay_es.projections.unreadable import Unreadable
+
+log = logging.getLogger(__name__)
+
+ALERT_EVENTS = (
+    Application.AlertingRuleCreated,
+    Application.AlertingRuleDeleted,
+    Application.Deleted,
+    Application.Restored,
+    AlertFirings.Opened,
+    AlertFirings.Fired,
+    AlertFirings.DeliveryAttempted,
+)
+ALERT_TOPICS = tuple(get_topic(c) for c in ALERT_EVENTS)
+RETRY_SECS = 1.0  # a command that failed on the store is tried again this soon
+MAX_FLAPS = 1000  # disconnects remembered per executor
+CHECKED = (*POLLED, "UnresponsiveApplication")
+
+
+@dataclass(frozen=True)
+class AlertTiming:
+    check_interval: float = 60.0  # seconds between two checks of a rule
+    retry_base: float = 5.0  # the first retry of a failed delivery, seconds; doubled each time
+    retry_max: float = 300.0
+    max_attempts: int = 6  # per channel
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds between attempt ``attempt`` (failed) and the next."""
+        return min(self.retry_base * 2 ** max(0, attempt - 1), self.retry_max)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One attempt to deliver an alert on one channel, handed to the sender."""
+
+    org: str
+    app: str
+    rule_id: str
+    alert_id: str
+    channel: str  # "app" or "webhook:<i>"
+    attempt: int
+    rule_type: str
+    receiving_app: str
+    message: str
+    metadata: dict[str, str]
+    fired_at: datetime
+    webhook: Webhook | None = None
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The sender's answer to a :class:`Delivery`. ``retry``: a failure worth another attempt
+    (no executor, a timeout, a 5xx, 408 or 429), not one that will fail the same way again."""
+
+    delivery: Delivery
+    ok: bool
+    detail: str | None = None
+    retry: bool = True
+
+
+@dataclass(frozen=True)
+class Probed:
+    """The sender's answer to a probe: whether the condition holds now (``message`` and
+    ``metadata`` say how), or why it could not be asked (``error``)."""
+
+    rule_id: str
+    holds: bool = False
+    message: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+class AlertSender(Protocol):
+    def probe(self, rule: AlertingRule, now: datetime) -> None:
+        """Asks an executor of ``rule.app`` whether a polled rule's condition holds; answers
+        :meth:`AlertManager.probed` (from any thread), always, within a bounded time."""
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Makes one delivery attempt; answers :meth:`AlertManager.delivered` (from any thread),
+        always, within a bounded time."""
+
+
+@dataclass
+class AlertStats:
+    fired: int = 0
+    suppressed: int = 0  # conditions that held inside a rule's minimum interval
+    delivered: int = 0
+    delivery_failures: int = 0  # attempts that failed (retried or not)
+    probe_failures: int = 0
+    errors: int = 0
+
+
+@dataclass
+class _Pending:
+    """A channel of a fired alert not delivered yet, as the log has it."""
+
+    org: str
+    app: str
+    rule_id: str
+    alert_id: str
+    channel: str
+    rule_type: str
+    receiving_app: str
+    message: str
+    metadata: dict[str, str]
+    fired_at: datetime
+    attempts: int = 0
+    last_at: datetime | None = None
+
+
+class AlertManager:
+    """See the module docstring. One thread calls :meth:`start` once, then :meth:`step` and
+    :meth:`executor_event`; :meth:`probed` and :meth:`delivered` may be called from any thread."""
+
+    def __init__(self, relay: Relay, clock: Clock, sender: AlertSender, *,
+                 healthy: Callable[[str, str], bool], timing: AlertTiming = AlertTiming(),
+                 wake: Callable[[], None] = lambda: None, batch_size: int = 500) -> None:
+        """``healthy(org, app)``: whether the application has a HEALTHY executor (the process
+        manager's index). ``wake``: called from any thread when an answer came in."""
+        self.relay = relay
+        self.clock = clock
+        self.sender = sender
+        self.healthy = healthy
+        self.timing = timing
+        self.wake = wake
+        self.batch_size = batch_size
+        self.position = 0
+        self.rules: dict[str, AlertingRule] = {}
+        self.by_app: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._app_of_stream: dict[Any, tuple[str, str]] = {}
+        self._firing_streams: dict[Any, tuple[str, str, str]] = {}  # AlertFirings id -> org, app, rule id
+        self.pending: dict[tuple[str, str], _Pending] = {}  # (alert id, channel) -> what is left to deliver
+        self._inflight: set[tuple[str, str]] = set()
+        self._probing: set[str] = set()
+        self._unhealthy_since: dict[tuple[str, str], datetime] = {}
+        self._flaps: dict[tuple[str, str, str], deque[datetime]] = {}
+        self.timers = TimerHeap()
+        self._inbox: deque[Probed | Delivered] = deque()
+        self._lock = threading.Lock()
+        self.stats = AlertStats()
+        self.started = False
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Folds every rule and alert in the log: rules are checked from now on, and every
+        delivery left unfinished is resumed."""
+        self.catch_up()
+        self.started = True
+        for rule in self.rules.values():
+            self._watch(rule)
+        for key, p in self.pending.items():
+            self._arm_delivery(key, p)
+
+    def step(self) -> int:
+        """Does everything due now; returns how much. A store error propagates (retried by the
+        owner)."""
+        total = 0
+        while True:
+            n = self._run_due() + self.catch_up() + self._drain()
+            if n == 0:
+                return total
+            total += n
+
+    def next_wakeup(self) -> float | None:
+        return self.timers.next_at()
+
+    def probed(self, answer: Probed) -> None:
+        """From any thread: a probe's answer."""
+        with self._lock:
+            self._inbox.append(answer)
+        self.wake()
+
+    def delivered(self, answer: Delivered) -> None:
+        """From any thread: a delivery attempt's outcome."""
+        with self._lock:
+            self._inbox.append(answer)
+        self.wake()
+
+    # ------------------------------------------------------------ following
+    def catch_up(self) -> int:
+        n = 0
+        while True:
+            batch = self.relay.notifications(self.position, self.batch_size, ALERT_TOPICS, unreadable=True)
+            if not batch:
+                return n
+            for nid, _sid, e in batch:
+                if isinstance(e, Unreadable):
+                    log.error("alert manager skipped event %d: %r", nid, e)
+                else:
+                    try:
+                        self._apply(e)
+                    except (ValueError, TypeError, KeyError, AttributeError) as error:
+                        self.stats.errors += 1
+                        log.error("alert manager skipped event %d (%s): %s", nid, type(e).__qualname__, error)
+                self.position = nid
+                n += 1
+
+    def _apply(self, e: Any) -> None:
+        if isinstance(e, Application.AlertingRuleCreated):
+            rule = AlertingRule.from_dict(e.rule)
+            self.rules[rule.id] = rule
+            self.by_app[(rule.org, rule.app)].add(rule.id)
+            self._app_of_stream[e.originator_id] = (rule.org, rule.app)
+            if self.started:
+                self._watch(rule)
+        elif isinstance(e, Application.AlertingRuleDeleted):
+            self._forget(e.rule_id)
+        elif isinstance(e, (Application.Deleted, Application.Restored)):
+            app = self._app_of_stream.get(e.originator_id)
+            for rule_id in list(self.by_app.get(app, ())) if app else ():
+                self._forget(rule_id)
+        elif isinstance(e, AlertFirings.Opened):
+            self._firing_streams[e.originator_id] = (e.org, e.app, e.rule_id)
+        elif isinstance(e, AlertFirings.Fired):
+            org, app, rule_id = self._firing_streams[e.originator_id]
+            for channel in e.channels:
+                key = (e.alert_id, channel)
+                p = _Pending(org, app, rule_id, e.alert_id, channel, e.rule_type, e.receiving_app, e.message,
+                             dict(e.metadata), e.timestamp)
+                self.pending[key] = p
+                if self.started:
+                    self._arm_delivery(key, p)
+        elif isinstance(e, AlertFirings.DeliveryAttempted):
+            key = (e.alert_id, e.channel)
+            p = self.pending.get(key)
+            if p is None:
+                return
+            if e.final:
+                del self.pending[key]
+                self.timers.cancel(("deliver", key))
+                return
+            p.attempts, p.last_at = max(p.attempts, e.attempt), e.timestamp
+            if self.started:
+                self._arm_delivery(key, p)
+
+    def _forget(self, rule_id: str) -> None:
+        rule = self.rules.pop(rule_id, None)
+        if rule is None:
+            return
+        ids = self.by_app.get((rule.org, rule.app))
+        if ids is not None:
+            ids.discard(rule_id)
+            if not ids:
+                del self.by_app[(rule.org, rule.app)]
+        self.timers.cancel(("check", rule_id))
+
+    def _watch(self, rule: AlertingRule) -> None:
+        """A checked rule is checked every interval from now on."""
+        if rule.rule_type in CHECKED and ("check", rule.id) not in self.timers:
+            self.timers.arm(("check", rule.id), self.clock.monotonic() + self.timing.check_interval)
+        if rule.rule_type == "UnresponsiveApplication" and not self.healthy(rule.org, rule.app):
+            self._unhealthy_since.setdefault((rule.org, rule.app), self.clock.now())
+
+    # -------------------------------------------------------- executor events
+    def executor_event(self, e: Any, old: Any, row: Any) -> None:
+        """An executor event the process manager folded (``row``: the executor after it)."""
+        app = (row.org, row.app)
+        if app not in self.by_app:
+            return
+        now = self.clock.now()
+        if self.healthy(*app):
+            self._unhealthy_since.pop(app, None)
+        else:
+            self._unhealthy_since.setdefault(app, now)
+        who = {"executorId": row.executor_id, "appVersion": row.app_version or "", "hostname": row.hostname or ""}
+        cause = f"{e.originator_id}@{e.originator_version}"
+        if isinstance(e, Executor.DeclaredDead):
+            self._fire_all(app, "ExecutorDead", lambda r: (
+                f"executor {row.executor_id} of {row.app} (version {row.app_version}) was declared DEAD: "
+                "it did not come back within its grace period", who), cause)
+        elif isinstance(e, Executor.RecoveryDeferred):
+            self._fire_all(app, "RecoveryDeferred", lambda r: (
+                f"the recovery of dead executor {row.executor_id} of {row.app} waits: no HEALTHY executor of "
+                f"version {row.recovery_version} is left to run it ({e.reason}); operator intervention needed",
+                {**who, "reason": e.reason}), cause)
+        elif isinstance(e, Executor.RecoveryFailed):
+            self._fire_all(app, "RecoveryFailed", lambda r: None if row.recovery_attempt < r.parameters["attempts"]
+                           else (f"recovery attempt {row.recovery_attempt} of dead executor {row.executor_id} of "
+                                 f"{row.app} failed: {e.reason}",
+                                 {**who, "attempt": str(row.recovery_attempt), "reason": e.reason}), cause)
+        elif isinstance(e, Executor.Disconnected) and row.status == S.DISCONNECTED:
+            times = self._flaps.setdefault((*app, row.executor_id), deque(maxlen=MAX_FLAPS))
+            times.append(e.timestamp)
+
+            def flapping(r: AlertingRule) -> tuple[str, dict[str, str]] | None:
+                window = timedelta(seconds=r.parameters["windowSecs"])
+                n = sum(1 for t in times if t > e.timestamp - window)
+                if n < r.parameters["disconnects"]:
+                    return None
+                return (f"executor {row.executor_id} of {row.app} disconnected {n} times in the last "
+                        f"{r.parameters['windowSecs']} s", {**who, "disconnects": str(n)})
+
+            self._fire_all(app, "ExecutorFlapping", flapping, cause)
+        elif isinstance(e, Executor.Deleted):
+            self._flaps.pop((*app, row.executor_id), None)
+
+    def _fire_all(self, app: tuple[str, str], rule_type: str,
+                  what: Callable[[AlertingRule], tuple[str, dict[str, str]] | None], cause: str) -> None:
+        for rule_id in list(self.by_app.get(app, ())):
+            rule = self.rules[rule_id]
+            if rule.rule_type != rule_type:
+                continue
+            said = what(rule)
+            if said is not None:
+                self._guard(lambda: self._fire(rule, said[0], said[1], cause), f"firing rule {rule_id}")
+
+    # ------------------------------------------------------------- deciding
+    def _fire(self, rule: AlertingRule, message: str, metadata: dict[str, str], cause: str | None) -> bool:
+        channels = ["app", *(f"webhook:{i}" for i in range(len(rule.webhooks)))]
+        meta = {"ruleId": rule.id, "app": rule.app, **metadata}
+        fired = self.relay.fire_alert(rule, alert_id=str(uuid.uuid4()), message=message, metadata=meta,
+                                      channels=channels, cause=cause, at=self.clock.now())
+        if fired:
+            self.stats.fired += 1
+        else:
+            self.stats.suppressed += 1
+        return fired
+
+    def _guard(self, work: Callable[[], Any], where: str) -> None:
+        try:
+            work()
+        except Exception as e:
+            self.stats.errors += 1
+            if self.relay.is_store_error(e):
+                log.warning("alert manager: %s failed on the store (%s); not retried", where, e)
+            else:
+                log.exception("alert manager: %s failed", where)
+
+    # ---------------------------------------------------------------- timers
+    def _run_due(self) -> int:
+        due = self.timers.pop_due(self.clock.monotonic())
+        for (kind, key), _payload in due:
+            try:
+                if kind == "check":
+                    self._check(key)
+                else:
+                    self._deliver(key)
+            except Exception as e:
+                self.stats.errors += 1
+                if not self.relay.is_store_error(e):
+                    log.exception("alert manager: %s timer %s failed", kind, key)
+                self.timers.arm((kind, key), self.clock.monotonic() + RETRY_SECS)
+        return len(due)
+
+    def _check(self, rule_id: str) -> None:
+        rule = self.rules.get(rule_id)
+        if rule is None:
+            return
+        self.timers.arm(("check", rule_id), self.clock.monotonic() + self.timing.check_interval)
+        now = self.clock.now()
+        if rule.rule_type == "UnresponsiveApplication":
+            app = (rule.org, rule.app)
+            if self.healthy(*app):
+                self._unhealthy_since.pop(app, None)
+                return
+            since = self._unhealthy_since.setdefault(app, now)
+            gone = (now - since).total_seconds()
+            if gone >= rule.parameters["thresholdSecs"]:
+                self._fire(rule, f"application {rule.app} has had no HEALTHY executor for {gone:.0f} s",
+                           {"unresponsiveSecs": f"{gone:.0f}", "since": since.isoformat()}, None)
+            return
+        if rule_id in self._probing or not self.healthy(rule.org, rule.app):
+            return  # nobody to ask (UnresponsiveApplication is the rule for that)
+        self._probing.add(rule_id)
+        self.sender.probe(rule, now)
+
+    def _arm_delivery(self, key: tuple[str, str], p: _Pending) -> None:
+        now = self.clock.now()
+        at = now if p.last_at is None or p.attempts == 0 else p.last_at + timedelta(
+            seconds=self.timing.backoff(p.attempts))
+        self.timers.arm(("deliver", key), self.clock.monotonic() + max(0.0, (at - now).total_seconds()))
+
+    def _deliver(self, key: tuple[str, str]) -> None:
+        p = self.pending.get(key)
+        if p is None or key in self._inflight:
+            return
+        webhook = None
+        if p.channel.startswith("webhook:"):
+            rule = self.rules.get(p.rule_id)
+            i = int(p.channel.partition(":")[2])
+            if rule is None or i >= len(rule.webhooks):
+                self.relay.record_alert_delivery(p.org, p.app, p.rule_id, alert_id=p.alert_id, channel=p.channel,
+                                                 attempt=p.attempts + 1, ok=False, final=True,
+                                                 detail="not sent: the rule was deleted")
+                return
+            webhook = rule.webhooks[i]
+        self._inflight.add(key)
+        self.sender.deliver(Delivery(p.org, p.app, p.rule_id, p.alert_id, p.channel, p.attempts + 1, p.rule_type,
+                                     p.receiving_app, p.message, p.metadata, p.fired_at, webhook))
+
+    # --------------------------------------------------------------- answers
+    def _drain(self) -> int:
+        with self._lock:
+            taken = list(self._inbox)
+            self._inbox.clear()
+        for i, answer in enumerate(taken):
+            try:
+                if isinstance(answer, Probed):
+                    self._on_probed(answer)
+                else:
+                    self._on_delivered(answer)
+            except Exception:
+                with self._lock:  # the store is away: the answers wait for the next step
+                    self._inbox.extendleft(reversed(taken[i:]))
+                raise
+        return len(taken)
+
+    def _on_probed(self, a: Probed) -> None:
+        self._probing.discard(a.rule_id)
+        rule = self.rules.get(a.rule_id)
+        if a.error is not None:
+            self.stats.probe_failures += 1
+            log.info("alert rule %s could not be checked: %s", a.rule_id, a.error)
+        elif rule is not None and a.holds:
+            self._fire(rule, a.message, a.metadata, None)
+
+    def _on_delivered(self, a: Delivered) -> None:
+        d = a.delivery
+        key = (d.alert_id, d.channel)
+        final = a.ok or not a.retry or d.attempt >= self.timing.max_attempts
+        detail = a.detail
+        if not a.ok and a.retry and final:
+            detail = f"{detail or 'failed'}; gave up after {d.attempt} attempts"
+        self.relay.record_alert_delivery(d.org, d.app, d.rule_id, alert_id=d.alert_id, channel=d.channel,
+                                         attempt=d.attempt, ok=a.ok, detail=detail, final=final)
+        self._inflight.discard(key)  # after the record: a crash before it makes the attempt again
+        if a.ok:
+            self.stats.delivered += 1
+        else:
+            self.stats.delivery_failures += 1

@@ -1,0 +1,446 @@
+"""The alert manager's sender (:class:`relay_es.adapters.hub.alerts.AlertSender`): probes and
+deliveries run on an event loop in a thread of their own, asked from the test's thread as the
+alert manager asks; executor calls go to a fake ``Calls`` that records the request it would
+send, webhooks to a real HTTP server on 127.0.0.1. Whatever happens, the manager hears back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import msgspec
+import pytest
+
+from relay_es.adapters.hub.alerts import IDS_IN_ALERT, AlertSender
+from relay_es.adapters.webhooks import payload
+from relay_es.domain.alerting import AlertingRule, Webhook
+from relay_es.engine.alerting import Delivered, Delivery, Probed
+from relay_es.engine.calls import ExecutorFailed, ExecutorGone, ExecutorTimedOut, NoHealthyExecutor
+from relay_es.protocol import catalogue as c
+from tests.adapters.test_webhooks import Receiver, verify
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, 123457, tzinfo=timezone.utc)
+CALL_TIMEOUT = 7.5
+SECRET = "s3cret-of-sixteen-chars-or-more"
+WAIT = 3.0  # seconds an answer may take at most (they come in milliseconds)
+
+
+# ------------------------------------------------------------------ fakes
+
+
+@dataclass
+class Call:
+    org: str
+    app: str
+    request: Any  # what make_request("rid") built
+    timeout: float
+    chosen: Any
+    kw: dict[str, Any]
+
+
+@dataclass
+class FakeCalls:
+    """Stands for the hub's ``Calls``: records the request ``make_request`` builds, tells
+    ``chosen`` its executor (before "sending", as the real one does, and not when there is no
+    executor), then answers ``answer``, or raises it when it is an exception."""
+
+    answer: Any = None
+    executor_id: str = "exec-1"
+    calls: list[Call] = field(default_factory=list)
+
+    async def call(self, org, app, make_request, *, timeout, chosen=None, **kw):
+        self.calls.append(Call(org, app, make_request("rid"), timeout, chosen, kw))
+        await asyncio.sleep(0)
+        if isinstance(self.answer, NoHealthyExecutor):
+            raise self.answer
+        if chosen is not None:
+            chosen(self.executor_id)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+class FakeManager:
+    """Records the sender's answers, from whichever thread they come."""
+
+    def __init__(self) -> None:
+        self.answers: queue.Queue[tuple[str, Probed | Delivered, str]] = queue.Queue()
+
+    def probed(self, answer: Probed) -> None:
+        self.answers.put(("probed", answer, threading.current_thread().name))
+
+    def delivered(self, answer: Delivered) -> None:
+        self.answers.put(("delivered", answer, threading.current_thread().name))
+
+
+class Harness:
+    """An :class:`AlertSender` started on a loop running in a thread named ``alert-loop``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.calls = FakeCalls()
+        self.manager = FakeManager()
+        self.sender = AlertSender(self.calls, timeout=CALL_TIMEOUT)  # type: ignore[arg-type]
+        self.sender.manager = self.manager  # type: ignore[assignment]
+        self.sender.start(loop)
+
+    def answer(self, kind: str) -> Any:
+        got, answer, thread = self.manager.answers.get(timeout=WAIT)
+        assert got == kind
+        assert thread == "alert-loop"  # answered from the loop, not from the asking thread
+        return answer
+
+    def probe(self, rule: AlertingRule, answer: Any, now: datetime = NOW) -> Probed:
+        self.calls.answer = answer
+        self.sender.probe(rule, now)
+        return self.answer("probed")
+
+    def deliver(self, d: Delivery, answer: Any = None) -> Delivered:
+        self.calls.answer = answer
+        self.sender.deliver(d)
+        return self.answer("delivered")
+
+    def nothing_more(self) -> None:
+        assert self.manager.answers.empty()
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=loop.run_forever, name="alert-loop", daemon=True)
+    t.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(WAIT)
+    loop.close()
+
+
+@pytest.fixture
+def h(loop) -> Iterator[Harness]:
+    harness = Harness(loop)
+    yield harness
+    asyncio.run_coroutine_threadsafe(harness.sender.stop(), loop).result(WAIT)
+    harness.nothing_more()  # one answer per question, never two
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver().start()
+    yield r
+    r.close()
+
+
+# ------------------------------------------------------------------ builders
+
+
+def failure_rule(threshold: int = 3, window: int = 600, workflow: str | None = None) -> AlertingRule:
+    return AlertingRule(id="rule-wf", org="acme", app="shop", receiving_app="ops", rule_type="WorkflowFailure",
+                        parameters={"workflowName": workflow, "threshold": threshold, "windowSecs": window})
+
+
+def queue_rule(threshold: int = 300, queue_name: str | None = "emails") -> AlertingRule:
+    return AlertingRule(id="rule-q", org="acme", app="shop", receiving_app="ops", rule_type="SlowQueue",
+                        parameters={"queueName": queue_name, "thresholdSecs": threshold})
+
+
+def workflows(n: int, **kw: Any) -> c.ListWorkflowsResponse:
+    return c.ListWorkflowsResponse(type="list_workflows", request_id="rid",
+                                   output=[c.WorkflowsOutput(WorkflowUUID=f"wf-{i}", Status="ERROR", **kw)
+                                           for i in range(n)])
+
+
+def queued(*rows: c.WorkflowsOutput) -> c.ListWorkflowsResponse:
+    return c.ListWorkflowsResponse(type="list_queued_workflows", request_id="rid", output=list(rows))
+
+
+def ms(t: datetime) -> str:
+    return str(int(t.timestamp() * 1000))
+
+
+def delivery(**kw: Any) -> Delivery:
+    base = Delivery(org="acme", app="shop", rule_id="rule-wf", alert_id="alert-1", channel="app", attempt=1,
+                    rule_type="WorkflowFailure", receiving_app="ops", message="3 workflow(s) of shop failed",
+                    metadata={"failedWorkflows": "3", "workflowIds": "wf-0,wf-1,wf-2"},
+                    fired_at=NOW, webhook=None)
+    return replace(base, **kw)
+
+
+def alert_ok() -> c.SuccessResponse:
+    return c.SuccessResponse(type="alert", request_id="rid", success=True)
+
+
+# ------------------------------------------------------------------ WorkflowFailure probes
+
+
+def test_workflow_failure_asks_for_errored_workflows_completed_in_the_window(h):
+    h.probe(failure_rule(threshold=3, window=600), workflows(0))
+    [call] = h.calls.calls
+    assert (call.org, call.app, call.timeout) == ("acme", "shop", CALL_TIMEOUT)
+    r = call.request
+    assert isinstance(r, c.ListWorkflowsRequest) and r.type == "list_workflows" and r.request_id == "rid"
+    b = r.body
+    assert b.status == "ERROR"
+    assert b.completed_after == "2026-11-30T11:50:00.123457+00:00"
+    assert datetime.fromisoformat(b.completed_after) == NOW - timedelta(seconds=600)
+    assert b.limit == 3
+    assert b.load_input is False and b.load_output is False
+    assert b.workflow_name is None
+    assert b.sort_desc is True
+    # on the wire, as the SDKs read it: every key there, the timestamp with +00:00 (never Z)
+    wire = json.loads(msgspec.json.encode(r))
+    assert wire["type"] == "list_workflows"
+    assert wire["body"]["completed_after"].endswith("+00:00")
+    assert wire["body"]["status"] == "ERROR" and wire["body"]["limit"] == 3
+    assert wire["body"]["load_input"] is False and wire["body"]["load_output"] is False
+
+
+def test_workflow_failure_names_the_rules_workflow(h):
+    h.probe(failure_rule(workflow="checkout"), workflows(0))
+    assert h.calls.calls[0].request.body.workflow_name == "checkout"
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2])
+def test_fewer_failures_than_the_threshold_do_not_hold(h, rows):
+    assert h.probe(failure_rule(threshold=3), workflows(rows)) == Probed("rule-wf")
+
+
+def test_no_output_at_all_does_not_hold(h):
+    """Go answers an empty list as null."""
+    got = h.probe(failure_rule(threshold=1), c.ListWorkflowsResponse(type="list_workflows", request_id="rid"))
+    assert got == Probed("rule-wf")
+
+
+def test_threshold_failures_hold_with_their_count_and_ids(h):
+    got = h.probe(failure_rule(threshold=3, window=600), workflows(3))
+    assert got.rule_id == "rule-wf" and got.holds and got.error is None
+    assert got.message == "3 workflow(s) of shop failed in the last 600 s"
+    assert got.metadata == {"failedWorkflows": "3", "windowSecs": "600", "workflowName": "",
+                            "workflowIds": "wf-0,wf-1,wf-2"}
+    assert all(isinstance(v, str) for v in got.metadata.values())
+
+
+def test_the_message_names_the_rules_workflow(h):
+    got = h.probe(failure_rule(threshold=1, window=60, workflow="checkout"), workflows(2))
+    assert got.holds
+    assert got.message == "2 workflow(s) of checkout of shop failed in the last 60 s"
+    assert got.metadata["workflowName"] == "checkout"
+
+
+def test_at_most_ten_ids_are_named(h):
+    got = h.probe(failure_rule(threshold=3), workflows(15))
+    assert got.holds
+    assert got.metadata["failedWorkflows"] == "15"
+    ids = got.metadata["workflowIds"].split(",")
+    assert ids == [f"wf-{i}" for i in range(IDS_IN_ALERT)] and IDS_IN_ALERT == 10
+
+
+def test_executor_text_in_ids_is_escaped(h):
+    resp = c.ListWorkflowsResponse(type="list_workflows", request_id="rid",
+                                   output=[c.WorkflowsOutput(WorkflowUUID="evil\x1b[31m\nid")])
+    got = h.probe(failure_rule(threshold=1), resp)
+    assert got.holds
+    assert "\x1b" not in got.metadata["workflowIds"] and "\n" not in got.metadata["workflowIds"]
+
+
+# ------------------------------------------------------------------ SlowQueue probes
+
+
+def test_slow_queue_asks_for_the_oldest_enqueued_workflow_created_before_the_threshold(h):
+    h.probe(queue_rule(threshold=300, queue_name="emails"), queued())
+    [call] = h.calls.calls
+    assert (call.org, call.app, call.timeout) == ("acme", "shop", CALL_TIMEOUT)
+    r = call.request
+    assert isinstance(r, c.ListQueuedWorkflowsRequest) and r.type == "list_queued_workflows"
+    b = r.body
+    assert b.status == "ENQUEUED"
+    assert b.end_time == "2026-11-30T11:55:00.123457+00:00"
+    assert datetime.fromisoformat(b.end_time) == NOW - timedelta(seconds=300)
+    assert b.limit == 1
+    assert b.sort_desc is False  # the oldest first
+    assert b.queue_name == "emails"
+    assert b.load_input is False and b.load_output is False
+    assert json.loads(msgspec.json.encode(r))["body"]["end_time"].endswith("+00:00")
+
+
+def test_slow_queue_on_any_queue(h):
+    h.probe(queue_rule(queue_name=None), queued())
+    assert h.calls.calls[0].request.body.queue_name is None
+
+
+def test_an_empty_queue_does_not_hold(h):
+    assert h.probe(queue_rule(), queued()) == Probed("rule-q")
+    assert h.probe(queue_rule(), c.ListWorkflowsResponse(type="list_queued_workflows", request_id="rid")) \
+        == Probed("rule-q")
+
+
+def test_a_workflow_waiting_too_long_holds_and_is_named(h):
+    row = c.WorkflowsOutput(WorkflowUUID="wf-old", Status="ENQUEUED", QueueName="emails",
+                            CreatedAt=ms(NOW - timedelta(seconds=1000)))
+    got = h.probe(queue_rule(threshold=300), queued(row))
+    assert got.holds and got.error is None
+    assert "wf-old" in got.message and "'emails'" in got.message and "shop" in got.message
+    assert got.message == "workflow wf-old has been ENQUEUED on queue 'emails' of shop for 1000 s (threshold 300 s)"
+    assert got.metadata == {"queueName": "emails", "workflowId": "wf-old", "thresholdSecs": "300",
+                            "enqueuedFor": "1000 s"}
+
+
+def test_the_queue_is_the_rules_when_the_row_does_not_say(h):
+    row = c.WorkflowsOutput(WorkflowUUID="wf-old", CreatedAt="not a number")
+    got = h.probe(queue_rule(queue_name="emails"), queued(row))
+    assert got.holds
+    assert got.metadata["queueName"] == "emails"
+    assert got.metadata["enqueuedFor"] == "longer than the threshold"
+
+
+# ------------------------------------------------------------------ probes that fail
+
+
+@pytest.mark.parametrize("error", [
+    NoHealthyExecutor("acme", "shop"),
+    ExecutorTimedOut("exec-1", CALL_TIMEOUT),
+    ExecutorFailed("Traceback: boom"),
+    ExecutorGone("exec-1", "closed"),
+], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("rule", [failure_rule(), queue_rule()], ids=["WorkflowFailure", "SlowQueue"])
+def test_a_failed_call_is_a_probe_error(h, rule, error):
+    got = h.probe(rule, error)
+    assert got == Probed(rule.id, error=str(error))
+    assert not got.holds
+
+
+def test_an_unexpected_exception_in_a_probe_still_answers(h, caplog):
+    got = h.probe(failure_rule(), RuntimeError("boom"))
+    assert got == Probed("rule-wf", error="relay: RuntimeError")
+    assert "rule-wf" in caplog.text
+
+
+def test_a_malformed_rule_still_answers(h):
+    broken = replace(failure_rule(), parameters={})  # no threshold: KeyError before any call
+    assert h.probe(broken, workflows(1)) == Probed("rule-wf", error="relay: KeyError")
+    assert h.calls.calls == []
+
+
+def test_a_rule_type_that_is_not_polled_is_an_error(h):
+    rule = AlertingRule(id="rule-d", org="acme", app="shop", receiving_app="ops", rule_type="ExecutorDead")
+    got = h.probe(rule, workflows(1))
+    assert got == Probed("rule-d", error="ExecutorDead is not a checked rule")
+    assert h.calls.calls == []
+
+
+def test_probes_run_concurrently_each_answered_once(h):
+    h.calls.answer = workflows(3)
+    rules = [replace(failure_rule(), id=f"rule-{i}") for i in range(5)]
+    for r in rules:
+        h.sender.probe(r, NOW)
+    got = sorted((h.answer("probed") for _ in rules), key=lambda p: p.rule_id)
+    assert [p.rule_id for p in got] == [r.id for r in rules]
+    assert all(p.holds for p in got)
+
+
+# ------------------------------------------------------------------ deliveries to the receiving app
+
+
+def test_delivery_to_the_app_sends_the_alert_message(h):
+    d = delivery()
+    got = h.deliver(d, alert_ok())
+    assert got == Delivered(d, True, "executor exec-1 handled it", True) and got.ok
+    [call] = h.calls.calls
+    assert (call.org, call.app, call.timeout) == ("acme", "ops", CALL_TIMEOUT)  # the receiving app
+    r = call.request
+    assert isinstance(r, c.AlertRequest)
+    assert r.type == "alert" and r.request_id == "rid"
+    assert r.name == "WorkflowFailure"
+    assert r.message == "3 workflow(s) of shop failed"
+    assert r.metadata == {"failedWorkflows": "3", "workflowIds": "wf-0,wf-1,wf-2"}
+    assert type(r.metadata) is dict and all(isinstance(v, str) for v in r.metadata.values())
+    assert r.metadata is not d.metadata  # a copy: the request never shares the manager's dict
+    assert json.loads(msgspec.json.encode(r)) == {
+        "type": "alert", "request_id": "rid", "name": "WorkflowFailure", "message": "3 workflow(s) of shop failed",
+        "metadata": {"failedWorkflows": "3", "workflowIds": "wf-0,wf-1,wf-2"}}
+    assert call.chosen is not None  # it learns which executor took it
+
+
+def test_no_healthy_executor_is_a_failure_worth_retrying(h):
+    d = delivery()
+    got = h.deliver(d, NoHealthyExecutor("acme", "ops"))
+    assert not got.ok and got.retry
+    assert got.delivery == d
+    assert got.detail == "application ops has no HEALTHY executor"
+
+
+def test_an_executor_error_is_a_failure_worth_retrying_naming_the_executor(h):
+    got = h.deliver(delivery(), ExecutorFailed("alert handler raised ValueError"))
+    assert not got.ok and got.retry
+    assert got.detail == "executor exec-1: alert handler raised ValueError"
+
+
+def test_an_executor_timeout_is_a_failure_worth_retrying(h):
+    got = h.deliver(delivery(), ExecutorTimedOut("exec-1", CALL_TIMEOUT))
+    assert not got.ok and got.retry
+    assert got.detail.startswith("executor exec-1: ")
+
+
+def test_an_unexpected_exception_in_a_delivery_still_answers(h, caplog):
+    d = delivery()
+    got = h.deliver(d, RuntimeError("boom"))
+    assert got.delivery == d
+    assert not got.ok
+    assert got.detail == "relay: RuntimeError"
+    assert "alert-1" in caplog.text
+
+
+# ------------------------------------------------------------------ deliveries to a webhook
+
+
+def test_delivery_to_a_webhook_posts_the_signed_alert(h, receiver):
+    d = delivery(channel="webhook:0", attempt=2, webhook=Webhook(receiver.url("/status/204"), "json", SECRET))
+    got = h.deliver(d)
+    assert got == Delivered(d, True, "HTTP 204", False)
+    assert h.calls.calls == []  # no executor involved
+    [r] = receiver.requests
+    assert r.method == "POST" and r.path == "/status/204"
+    assert json.loads(r.body) == payload(d)
+    assert r.headers["x-relay-alert-id"] == "alert-1"
+    assert r.headers["x-relay-delivery-attempt"] == "2"
+    assert verify(SECRET, r.headers["x-relay-signature"], r.body)
+
+
+def test_a_webhook_answering_500_is_a_failure_worth_retrying(h, receiver):
+    d = delivery(channel="webhook:0", webhook=Webhook(receiver.url("/status/500"), "json", SECRET))
+    got = h.deliver(d)
+    assert got == Delivered(d, False, "HTTP 500", True)
+    assert len(receiver.requests) == 1
+
+
+def test_a_webhook_answering_404_is_a_final_failure(h, receiver):
+    d = delivery(channel="webhook:0", webhook=Webhook(receiver.url("/status/404")))
+    assert h.deliver(d) == Delivered(d, False, "HTTP 404", False)
+
+
+def test_a_webhook_redirect_is_not_followed(h, receiver):
+    d = delivery(channel="webhook:0", webhook=Webhook(receiver.url("/redirect")))
+    assert h.deliver(d) == Delivered(d, False, "HTTP 302", False)
+    assert receiver.to("/target") == []
+
+
+def test_a_slack_webhook_gets_slacks_body(h, receiver):
+    d = delivery(channel="webhook:1", message="a < b", webhook=Webhook(receiver.url("/status/200"), "slack"))
+    assert h.deliver(d).ok
+    [r] = receiver.requests
+    assert json.loads(r.body) == {"text": "*WorkflowFailure* on `acme/shop`: a &lt; b"}
+
+
+def test_the_webhook_client_is_shared_across_deliveries(h, receiver):
+    hook = Webhook(receiver.url("/status/200"), "json", SECRET)
+    for i in range(3):
+        assert h.deliver(delivery(channel="webhook:0", attempt=i + 1, webhook=hook)).ok
+    client = h.sender._client
+    assert client is not None and not client.is_closed
+    assert client.follow_redirects is False and client.trust_env is False
+    assert [r.headers["x-relay-delivery-attempt"] for r in receiver.requests] == ["1", "2", "3"]

@@ -1,0 +1,337 @@
+"""The alert manager (``relay_es/engine/alerting.py``) on a fake clock with a fake sender, beside
+a real process manager (the executor events it is told of come from real commands), on the
+in-memory, SQLite and Postgres stores. No sockets, no sleeps.
+
+What is shown: each rule type fires from what it watches and only then; a rule fires at most
+once per ``minIntervalSecs``, also through a restart; delivery follows the recorded alert on
+every channel, retried with backoff up to the attempt limit, every attempt recorded; a final
+refusal is not retried; an unfinished delivery is resumed by the next Relay; a deleted rule
+stops being checked and its webhooks are not posted to.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from relay_es.aggregates.alert import AlertFirings, firings_stream_id
+from relay_es.domain.alerting import AlertingRule
+from relay_es.engine.alerting import AlertManager, AlertTiming, Delivered, Delivery, Probed
+from tests.support import World
+
+TIMING = AlertTiming(check_interval=10.0, retry_base=2.0, retry_max=8.0, max_attempts=4)
+
+
+class FakeSender:
+    def __init__(self) -> None:
+        self.probes: list[tuple[AlertingRule, Any]] = []
+        self.deliveries: list[Delivery] = []
+
+    def probe(self, rule: AlertingRule, now: Any) -> None:
+        self.probes.append((rule, now))
+
+    def deliver(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+
+    def take(self) -> list[Delivery]:
+        out, self.deliveries = self.deliveries, []
+        return out
+
+
+class AlertWorld:
+    """A :class:`World` with an alert manager stepped after its process manager, as the runtime does."""
+
+    def __init__(self, world: World) -> None:
+        self.w = world
+        self.clock = world.clock
+        self.relay = world.relay
+        world.relay.register_app("local", "ops")
+        self._new_manager()
+
+    def _new_manager(self) -> None:
+        self.sender = FakeSender()
+        self.alerts = AlertManager(self.w.relay, self.clock, self.sender, healthy=self.w.pm.has_healthy,
+                                   timing=TIMING)
+        self.w.pm.on_event = self.alerts.executor_event
+        self.alerts.start()
+        self.sync()
+
+    def sync(self) -> None:
+        self.w.sync()
+        self.alerts.step()
+        self.w.sync()
+
+    def advance(self, seconds: float) -> None:
+        end = self.clock.monotonic() + seconds
+        while True:
+            nxt = min((t for t in (self.w.pm.next_wakeup(), self.alerts.next_wakeup()) if t is not None),
+                      default=None)
+            if nxt is None or nxt > end:
+                break
+            if nxt > self.clock.monotonic():
+                self.clock.advance(nxt - self.clock.monotonic())
+            self.sync()
+        if end > self.clock.monotonic():
+            self.clock.advance(end - self.clock.monotonic())
+        self.sync()
+
+    def restart(self, down_for: float = 0.0) -> None:
+        self.w.restart(down_for=down_for)
+        self.relay = self.w.relay
+        self._new_manager()
+
+    def rule(self, rule_type: str, metadata: dict[str, Any] | None = None, *, interval: int = 60,
+             receiver: str | None = "ops") -> AlertingRule:
+        rule = self.relay.create_alerting_rule("local", "app", rule_type=rule_type, metadata=metadata or {},
+                                               min_interval_secs=interval, receiving_app=receiver)
+        self.sync()
+        return rule
+
+    def fired(self, rule: AlertingRule) -> list[Any]:
+        return [e for e in self.relay.stream(firings_stream_id("local", "app", rule.id))
+                if isinstance(e, AlertFirings.Fired)]
+
+    def attempts(self, rule: AlertingRule) -> list[tuple[str, int, bool, bool]]:
+        return [(e.channel, e.attempt, e.ok, e.final) for e in self.relay.stream(firings_stream_id("local", "app", rule.id))
+                if isinstance(e, AlertFirings.DeliveryAttempted)]
+
+    def answer(self, d: Delivery, ok: bool = True, *, retry: bool = True, detail: str = "done") -> None:
+        self.alerts.delivered(Delivered(d, ok, detail, retry))
+        self.sync()
+
+
+def _world(request: pytest.FixtureRequest, clock: Any, tmp_path: Any) -> World:
+    if request.param == "memory":
+        url = None
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/relay.db"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    return World(clock, url, grace=10)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def aw(request: pytest.FixtureRequest, clock, tmp_path):
+    w = _world(request, clock, tmp_path)
+    yield AlertWorld(w)
+    w.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stored(request: pytest.FixtureRequest, clock, tmp_path):
+    """On a store that outlives its Relay (a restart)."""
+    w = _world(request, clock, tmp_path)
+    yield AlertWorld(w)
+    w.close()
+
+
+def test_executor_dead_fires_once_and_is_delivered_to_the_receiving_app(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead")
+    aw.w.connect("A")
+    aw.w.connect("B")
+    aw.w.drop("A")
+    aw.advance(9.9)
+    assert aw.fired(rule) == []
+    aw.advance(0.2)  # A is declared dead
+    (alert,) = aw.fired(rule)
+    assert alert.rule_type == "ExecutorDead" and alert.receiving_app == "ops" and alert.channels == ["app"]
+    assert "A" in alert.message and alert.metadata["executorId"] == "A" and alert.metadata["ruleId"] == rule.id
+    (d,) = aw.sender.take()
+    assert (d.channel, d.attempt, d.receiving_app, d.alert_id) == ("app", 1, "ops", alert.alert_id)
+    aw.answer(d)
+    assert aw.attempts(rule) == [("app", 1, True, True)]
+    assert aw.relay.alerting_rules("local", "app")[0][1] == alert.timestamp  # lastFiredAt
+
+
+def test_a_rule_fires_at_most_once_per_interval_and_again_after_it(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead", interval=60)
+    for name in "ABC":
+        aw.w.connect(name)
+    aw.w.drop("A")
+    aw.advance(10.1)
+    aw.w.drop("B")
+    aw.advance(10.1)  # B dead 20 s after the first alert: inside the interval
+    assert len(aw.fired(rule)) == 1
+    assert aw.alerts.stats.suppressed == 1
+    aw.advance(40)
+    aw.w.drop("C")
+    aw.advance(10.1)  # 60.3 s after the first: fires again
+    assert len(aw.fired(rule)) == 2
+
+
+def test_the_interval_holds_through_a_restart(stored: AlertWorld) -> None:
+    aw = stored
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 5}, interval=300)
+    aw.advance(10)  # first check: no executor since the rule was made, 10 s >= 5 s
+    assert len(aw.fired(rule)) == 1
+    aw.restart(down_for=30)
+    aw.advance(100)  # checks every 10 s: all inside the interval
+    assert len(aw.fired(rule)) == 1
+    aw.advance(200)
+    assert len(aw.fired(rule)) == 2
+
+
+def test_unresponsive_application_needs_the_threshold_without_a_healthy_executor(aw: AlertWorld) -> None:
+    aw.w.connect("A")
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 25}, interval=0)
+    aw.advance(30)
+    assert aw.fired(rule) == []  # A is healthy
+    aw.w.drop("A")
+    aw.advance(20)  # checks at 10 s steps; gone 20 s < 25 s
+    assert aw.fired(rule) == []
+    aw.advance(10)
+    (alert,) = aw.fired(rule)
+    assert "no HEALTHY executor" in alert.message
+    aw.w.connect("A")
+    aw.advance(30)
+    assert len(aw.fired(rule)) == 1  # healthy again: nothing more, even with no interval
+
+
+def test_polled_rules_ask_an_executor_and_fire_on_its_answer(aw: AlertWorld) -> None:
+    rule = aw.rule("WorkflowFailure", {"threshold": 2, "windowSecs": 60}, interval=0)
+    aw.advance(10)
+    assert aw.sender.probes == []  # nobody to ask: no executor
+    aw.w.connect("A")
+    aw.advance(10)
+    ((asked, now),) = aw.sender.probes
+    assert asked.id == rule.id and now == aw.clock.now()
+    aw.advance(10)
+    assert len(aw.sender.probes) == 1  # not asked again while a probe is out
+    aw.alerts.probed(Probed(rule.id, holds=False))
+    aw.sync()
+    assert aw.fired(rule) == []
+    aw.advance(10)
+    aw.alerts.probed(Probed(rule.id, error="no answer within 1s"))
+    aw.advance(10)
+    aw.alerts.probed(Probed(rule.id, holds=True, message="3 workflow(s) failed", metadata={"failedWorkflows": "3"}))
+    aw.sync()
+    (alert,) = aw.fired(rule)
+    assert alert.message == "3 workflow(s) failed" and alert.metadata["failedWorkflows"] == "3"
+    assert aw.alerts.stats.probe_failures == 1
+
+
+def test_recovery_deferred_and_failed_and_flapping(aw: AlertWorld) -> None:
+    deferred = aw.rule("RecoveryDeferred")
+    failed = aw.rule("RecoveryFailed", {"attempts": 2})
+    flapping = aw.rule("ExecutorFlapping", {"disconnects": 3, "windowSecs": 60})
+    aw.w.connect("A", "v1")
+    aw.w.connect("B", "v2")
+    aw.w.drop("A")
+    aw.advance(10.1)  # A dead; no executor of v1
+    (alert,) = aw.fired(deferred)
+    assert "v1" in alert.message and "operator intervention" in alert.message
+    aw.w.connect("C", "v1")  # a candidate: dispatched
+    req = aw.w.dispatcher.last()
+    aw.w.answer(req, ok=False, reason="boom")  # attempt 1 failed: below the rule's 2
+    aw.sync()
+    assert aw.fired(failed) == []
+    aw.advance(1.1)  # the backoff, then attempt 2: to C again (tried candidates come last, not never)
+    second = aw.w.dispatcher.last()
+    assert second.request_id != req.request_id and second.target_executor_id == "C"
+    aw.w.answer(second, ok=False, reason="boom again")
+    aw.sync()
+    (f,) = aw.fired(failed)
+    assert f.metadata["attempt"] == "2" and "boom again" in f.message
+    for _ in range(2):
+        aw.w.connect("D")
+        aw.w.drop("D")
+    assert aw.fired(flapping) == []
+    aw.w.connect("D")
+    aw.w.drop("D")  # the third disconnect within 60 s
+    (flap,) = aw.fired(flapping)
+    assert flap.metadata["disconnects"] == "3" and flap.metadata["executorId"] == "D"
+
+
+def test_deliveries_are_retried_with_backoff_until_the_limit(aw: AlertWorld) -> None:
+    rule = aw.relay.create_alerting_rule(
+        "local", "app", rule_type="ExecutorDead", min_interval_secs=0, receiving_app="ops",
+        metadata={"webhooks": [{"url": "https://hooks.example/a", "secret": "s" * 16},
+                               {"url": "https://hooks.slack.example/b", "format": "slack"}]})
+    aw.sync()
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    first = {d.channel: d for d in aw.sender.take()}
+    assert sorted(first) == ["app", "webhook:0", "webhook:1"]
+    assert first["webhook:0"].webhook.secret == "s" * 16 and first["app"].webhook is None
+    aw.answer(first["app"])  # delivered
+    aw.answer(first["webhook:1"], ok=False, retry=False, detail="HTTP 404")  # final: not retried
+    aw.answer(first["webhook:0"], ok=False, detail="HTTP 503")
+    times = []
+    for attempt in (2, 3, 4):
+        start = aw.clock.monotonic()
+        while not aw.sender.deliveries:
+            aw.advance(0.5)
+        (d,) = aw.sender.take()
+        times.append(aw.clock.monotonic() - start)
+        assert (d.channel, d.attempt) == ("webhook:0", attempt)
+        aw.answer(d, ok=False, detail="HTTP 503")
+    assert [round(t) for t in times] == [2, 4, 8]
+    aw.advance(60)
+    assert aw.sender.deliveries == []  # 4 attempts: the limit
+    assert aw.attempts(rule) == [("app", 1, True, True), ("webhook:1", 1, False, True),
+                                 ("webhook:0", 1, False, False), ("webhook:0", 2, False, False),
+                                 ("webhook:0", 3, False, False), ("webhook:0", 4, False, True)]
+    assert aw.alerts.pending == {}
+
+
+def test_an_unfinished_delivery_is_resumed_after_a_restart(stored: AlertWorld) -> None:
+    aw = stored
+    rule = aw.rule("ExecutorDead", interval=0)
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    (d,) = aw.sender.take()  # sent, never answered: Relay stops
+    aw.restart(down_for=5)
+    (again,) = aw.sender.take()
+    assert (again.alert_id, again.channel, again.attempt) == (d.alert_id, "app", 1)  # at least once
+    aw.answer(again, ok=False, detail="no executor")
+    aw.restart(down_for=0.5)
+    assert aw.sender.take() == []  # the backoff (2 s after the failed attempt) is kept
+    aw.advance(2)
+    (third,) = aw.sender.take()
+    assert third.attempt == 2
+    aw.answer(third)
+    assert aw.attempts(rule)[-1] == ("app", 2, True, True)
+
+
+def test_a_deleted_rule_is_no_longer_checked_and_its_webhooks_are_not_posted(aw: AlertWorld) -> None:
+    rule = aw.relay.create_alerting_rule(
+        "local", "app", rule_type="ExecutorDead", min_interval_secs=0, receiving_app="ops",
+        metadata={"webhooks": [{"url": "https://hooks.example/a"}]})
+    polled = aw.rule("SlowQueue", {"thresholdSecs": 30})
+    aw.w.connect("A")
+    aw.w.connect("B")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    sent = {d.channel: d for d in aw.sender.take()}
+    aw.answer(sent["webhook:0"], ok=False, detail="HTTP 500")
+    aw.relay.delete_alerting_rule("local", "app", rule.id)
+    aw.relay.delete_alerting_rule("local", "app", polled.id)
+    aw.sync()
+    probes = len(aw.sender.probes)
+    aw.advance(30)
+    assert len(aw.sender.probes) == probes
+    assert aw.sender.take() == []  # the webhook's retry is not posted
+    assert aw.attempts(rule)[-1] == ("webhook:0", 2, False, True)
+    aw.answer(sent["app"])  # the application still gets the alert it was fired for
+    assert aw.attempts(rule)[-1] == ("app", 1, True, True)
+
+
+def test_deleting_the_application_forgets_its_rules(aw: AlertWorld) -> None:
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 1})
+    assert rule.id in aw.alerts.rules
+    aw.relay.delete_app("local", "app")
+    aw.sync()
+    assert rule.id not in aw.alerts.rules and ("local", "app") not in aw.alerts.by_app
+    aw.advance(60)
+    assert aw.fired(rule) == []
+
+
+def test_timing_backoff_is_capped() -> None:
+    t = AlertTiming(retry_base=5, retry_max=300)
+    assert [t.backoff(n) for n in (1, 2, 3, 7, 8, 20)] == [5, 10, 20, 300, 300, 300]
+    assert t.backoff(0) == 5
+    assert timedelta(seconds=t.backoff(6)) == timedelta(seconds=160)
