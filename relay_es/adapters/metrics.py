@@ -82,6 +82,28 @@ class _ProcessManagerFailures:
                                   "errors: bugs, logged with their traceback", value=self.stats.bugs)
 
 
+class _AlertCounters:
+    """The alert manager's counters (:class:`~relay_es.engine.alerting.AlertStats`), read at scrape time."""
+
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        st = self.stats
+        yield CounterMetricFamily("relay_alerts_fired", "Alerts recorded (a rule's condition held outside its "
+                                  "minimum interval)", value=st.fired)
+        yield CounterMetricFamily("relay_alerts_suppressed", "Conditions that held inside a rule's minimum interval: "
+                                  "no alert", value=st.suppressed)
+        f = CounterMetricFamily("relay_alert_deliveries", "Alert delivery attempts, by outcome", labels=["outcome"])
+        f.add_metric(["delivered"], st.delivered)
+        f.add_metric(["failed"], st.delivery_failures)
+        yield f
+        yield CounterMetricFamily("relay_alert_check_failures", "Checks of WorkflowFailure and SlowQueue rules that "
+                                  "could not ask an executor", value=st.probe_failures)
+        yield CounterMetricFamily("relay_alert_errors", "Alert manager failures (the store away, or a bug: logged)",
+                                  value=st.errors)
+
+
 class _ByLabel:
     """A family of one label computed at scrape time from ``values()`` (a dict label -> value)."""
 
@@ -207,6 +229,10 @@ class Metrics:
         ``relay_process_manager_store_errors_total`` (retried) and ``relay_process_manager_bugs_total``
         (anything else; the first one makes ``/healthz`` answer 503)."""
         self.registry.register(_ProcessManagerFailures(stats))
+
+    def watch_alerts(self, stats: Any) -> None:
+        """Exposes the alert manager's counters, read from ``stats`` (its ``AlertStats``) at each scrape."""
+        self.registry.register(_AlertCounters(stats))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -55,6 +55,7 @@ COLUMNS = {
     "history": ["version", "at", "type", "data"],
     "metrics": ["timeBucket", "metricType", "metricName", "value", "granularity"],
     "metric totals": ["metricType", "metricName", "value"],
+    "alerting rules": ["id", "ruleType", "receivingAppId", "minIntervalSecs", "lastFiredAt", "ruleMetadata"],
     "recommendations": ["applicationVersion", "isLatest", "desiredExecutors", "queueDepth", "queueName", "observedAt"],
     "workflows": ["workflowId", "status", "workflowName", "queueName", "executorId", "appVersion", "createdAt",
                   "updatedAt"],
@@ -84,7 +85,7 @@ SEARCH_LISTS = {  # ``workflows list``'s repeatable filters: WorkflowSearchBody'
     "scheduleName": ("--schedule", "only workflows started by this schedule"),
 }
 COMMANDS = ("apps", "tokens", "executors", "events", "audit", "history", "workflows", "queues", "schedules",
-            "versions", "metrics", "autoscaling")
+            "versions", "metrics", "autoscaling", "alerts")
 """The subcommands :func:`add_parsers` adds and :func:`run` runs."""
 
 
@@ -267,6 +268,18 @@ def _add_queues_schedules_versions(sub: Any) -> None:
     st.add_argument("--max-old-versions", type=_natural_int, help="old versions reported, newest first (a rollout)")
     st.add_argument("--max-old-executors", type=_natural_int, help="cap of every old version (a rollout)")
     _app_parser(asub, "clear", "delete the policy")
+
+    al = sub.add_parser("alerts", help="an application's alerting rules (docs/alerting.md)")
+    alsub = al.add_subparsers(dest="action", required=True)
+    _app_parser(alsub, "list", "the rules, with when each last fired")
+    mk = _app_parser(alsub, "create", "make a rule: WorkflowFailure, SlowQueue, UnresponsiveApplication, "
+                                      "ExecutorDead, RecoveryDeferred, RecoveryFailed or ExecutorFlapping", "rule_type")
+    mk.add_argument("--metadata", default="{}", help="the rule's ruleMetadata, a JSON object (its parameters and "
+                                                     "webhooks; docs/alerting.md)")
+    mk.add_argument("--min-interval", type=_natural_int, help="seconds between two alerts of the rule (default 300)")
+    mk.add_argument("--to", dest="receiving_app", help="the application whose executors receive the alert "
+                                                       "(default: the watched one)")
+    _app_parser(alsub, "delete", "delete a rule", "rule_id")
 
 
 def _positive_int(text: str) -> int:
@@ -490,6 +503,8 @@ def _run(args: argparse.Namespace) -> int:
         _workflows(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd == "autoscaling":
         _autoscaling(args, c, f"{base}/apps/{seg(args.app)}")
+    elif cmd == "alerts":
+        _alerts(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd in ("queues", "schedules", "versions"):
         _queues_schedules_versions(args, c, f"{base}/apps/{seg(args.app)}")
     return 0
@@ -675,6 +690,25 @@ def _autoscaling(args: argparse.Namespace, c: Client, app: str) -> None:
     else:
         c.call("DELETE", f"{app}/autoscaling-policy")
         _done(args, f"autoscaling policy of {printable(args.app)} deleted")
+
+
+def _alerts(args: argparse.Namespace, c: Client, app: str) -> None:
+    if args.action == "list":
+        emit(args, c.call("GET", f"{app}/alerting-rules"), "alerting rules")
+    elif args.action == "create":
+        try:
+            metadata = json.loads(args.metadata)
+        except ValueError as e:
+            raise CliError(f"--metadata is not JSON: {e}", 2) from None
+        body: dict[str, Any] = {"ruleType": args.rule_type, "ruleMetadata": metadata}
+        if args.min_interval is not None:
+            body["minIntervalSecs"] = args.min_interval
+        if args.receiving_app is not None:
+            body["receivingAppName"] = args.receiving_app
+        emit(args, c.call("POST", f"{app}/alerting-rules", json=body), "alerting rule")
+    else:
+        c.call("DELETE", f"{app}/alerting-rules/{seg(args.rule_id)}")
+        _done(args, f"alerting rule {printable(args.rule_id)} of {printable(args.app)} deleted")
 
 
 def _queues_schedules_versions(args: argparse.Namespace, c: Client, app: str) -> None:

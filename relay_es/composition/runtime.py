@@ -242,6 +242,7 @@ class Runtime:
         m.watch_executors(lambda: list(self.pm.rows.values()))
         m.watch_outbox(self.outbox)
         m.watch_process_manager(self.pm.stats)
+        m.watch_alerts(self.alerts.stats)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
         m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in self.runner.reached.items()})
         m.watch_workers(lambda: {w.name.removeprefix("relay-"): w.errors for w in (

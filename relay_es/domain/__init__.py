@@ -5,5 +5,7 @@ package, does no I/O, reads no clock.
 * :mod:`~relay_es.domain.units` -- seconds, milliseconds, rows and timestamps at the boundary;
 * :mod:`~relay_es.domain.text` -- strings the stores can hold, bounded; escaping for terminals and logs;
 * :mod:`~relay_es.domain.clock` -- the ``Clock`` interface, and ``FakeClock`` for tests;
-* :mod:`~relay_es.domain.defaults` -- the timing defaults, each stated once.
+* :mod:`~relay_es.domain.defaults` -- the timing defaults, each stated once;
+* :mod:`~relay_es.domain.autoscaling` -- an autoscaling policy and its bounds;
+* :mod:`~relay_es.domain.alerting` -- alerting rules: their types, parameters and webhooks.
 """

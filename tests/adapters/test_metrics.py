@@ -273,3 +273,20 @@ def test_long_names_are_cut_on_metrics_to_a_label_s_length() -> None:
                                                             value=2)])
     [name] = [s[1]["workflow"] for s in exposed(m)["relay_app_workflows"] if s[0] == "relay_app_workflows_total"]
     assert len(name) == MAX_LABEL and name.endswith("...")
+
+
+def test_the_alert_managers_counters_are_read_at_scrape_time() -> None:
+    from relay_es.engine.alerting import AlertStats
+
+    stats = AlertStats(fired=3, suppressed=2, delivered=5, delivery_failures=1, probe_failures=4, errors=0)
+    m = Metrics()
+    m.watch_alerts(stats)
+    got = exposed(m)
+    assert got["relay_alerts_fired"] == [("relay_alerts_fired_total", {}, 3.0)]
+    assert got["relay_alerts_suppressed"] == [("relay_alerts_suppressed_total", {}, 2.0)]
+    assert got["relay_alert_deliveries"] == [
+        ("relay_alert_deliveries_total", {"outcome": "delivered"}, 5.0),
+        ("relay_alert_deliveries_total", {"outcome": "failed"}, 1.0)]
+    assert got["relay_alert_check_failures"] == [("relay_alert_check_failures_total", {}, 4.0)]
+    stats.fired += 1  # read again at the next scrape, not copied
+    assert exposed(m)["relay_alerts_fired"] == [("relay_alerts_fired_total", {}, 4.0)]

@@ -752,3 +752,35 @@ def test_autoscaling_sets_shows_and_clears_a_policy(monkeypatch, capsys) -> None
     assert run(monkeypatch, server, "autoscaling", "clear", "--app", "orders") == 0
     assert asked[-1].method == "DELETE"
     assert "deleted" in capsys.readouterr().out
+
+
+def test_alerts_lists_creates_and_deletes_rules(monkeypatch, capsys) -> None:
+    asked: list[httpx.Request] = []
+    rule = {"id": "r1", "appId": "a", "receivingAppId": "b", "ruleType": "WorkflowFailure",
+            "ruleMetadata": {"threshold": 2, "windowSecs": 300}, "minIntervalSecs": 600,
+            "lastFiredAt": "2026-11-30T12:00:00.000Z\x1b[2J"}
+
+    def server(r: httpx.Request) -> httpx.Response:
+        asked.append(r)
+        if r.method == "DELETE":
+            return httpx.Response(204)
+        if r.method == "POST":
+            return httpx.Response(201, json=rule)
+        return httpx.Response(200, json=[rule])
+
+    assert run(monkeypatch, server, "alerts", "create", "WorkflowFailure", "--app", "orders", "--metadata",
+               '{"threshold": 2}', "--min-interval", "600", "--to", "ops") == 0
+    assert asked[-1].method == "POST" and asked[-1].url.path == "/v2/orgs/local/apps/orders/alerting-rules"
+    assert json.loads(asked[-1].content) == {"ruleType": "WorkflowFailure", "ruleMetadata": {"threshold": 2},
+                                             "minIntervalSecs": 600, "receivingAppName": "ops"}
+    assert run(monkeypatch, server, "alerts", "list", "--app", "orders") == 0
+    out = capsys.readouterr().out
+    clean(out)
+    assert "lastFiredAt" in out and "\\x1b[2J" in out
+    assert run(monkeypatch, server, "alerts", "delete", "r1", "--app", "orders") == 0
+    assert asked[-1].method == "DELETE" and asked[-1].url.path.endswith("/alerting-rules/r1")
+    assert "deleted" in capsys.readouterr().out
+    n = len(asked)
+    assert run(monkeypatch, server, "alerts", "create", "SlowQueue", "--app", "orders", "--metadata", "{x") == 2
+    assert len(asked) == n  # nothing sent
+    assert "--metadata is not JSON" in capsys.readouterr().err

@@ -18,6 +18,9 @@ One module per job:
   executor of an application, its answer (or the reason there is none) back.
 * :mod:`~relay_es.adapters.hub.dispatcher` -- the process manager's
   :class:`~relay_es.engine.process_manager.Dispatcher`: recovery and retention conversations.
+* :mod:`~relay_es.adapters.hub.harvest` -- the metrics collection (``get_metrics``, window by window).
+* :mod:`~relay_es.adapters.hub.alerts` -- the alert manager's sender: rule checks asked of an
+  executor, alerts delivered to an executor or a webhook.
 * :mod:`~relay_es.adapters.hub.throttle` -- the one pruned throttle of audits, warnings and
   refusal slow-downs.
 * :mod:`~relay_es.adapters.hub.pool` -- the thread pool that runs store commands off the loop.

@@ -14,6 +14,8 @@ One module per resource, each a Litestar controller or handlers:
 * ``tokens`` -- ``/v2/orgs/{org}/tokens[/{token_name}]``
 * ``workflows``, ``workflow_actions``, ``queues``, ``schedules``, ``versions``, ``stranded`` --
   ``/v2/orgs/{org}/apps/{app}/...``, each carried to an executor through ``calling``
+* ``app_metrics``, ``autoscaling``, ``alerting`` -- ``/v2/orgs/{org}/apps/{app}/metrics``, the autoscaling
+  policy and recommendation, the alerting rules
 * ``audit`` -- ``/v2/orgs/{org}/audit-logs`` (who did what through the API, Conductor's shape)
 * ``executor_events`` -- ``/v2/orgs/{org}/executor-events`` (the lifecycle feed)
 * ``health`` -- ``/healthz``, ``/metrics``, ``/openapi.json``
