@@ -97,3 +97,6 @@ def configure(level: str = "INFO") -> None:
         lg = logging.getLogger(name)
         lg.handlers[:] = []
         lg.propagate = True
+    # httpx logs every request's full URL at INFO; an alert webhook's URL can be its credential (Slack's).
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)

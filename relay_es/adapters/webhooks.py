@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -68,17 +70,62 @@ def request_for(d: Delivery, hook: Webhook, *, now: float | None = None) -> tupl
     return body, headers
 
 
-async def post(client: httpx.AsyncClient, d: Delivery, hook: Webhook) -> Posted:
+@dataclass(frozen=True)
+class Egress:
+    """Where webhooks may go: addresses on the public internet, and the networks an operator
+    allows besides (``RELAY_ALERT_WEBHOOK_ALLOW``: e.g. an internal receiver). Anything else
+    (loopback, private, link-local such as a cloud's metadata address) is refused, so whoever may
+    make rules cannot point Relay at what only Relay can reach."""
+
+    allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Egress:
+        """``text``: networks or addresses, comma-separated (:class:`ValueError` for a bad one)."""
+        return cls(tuple(ipaddress.ip_network(part.strip(), strict=False) for part in text.split(",") if part.strip()))
+
+    def permits(self, address: str) -> bool:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        return ip.is_global or any(ip in net for net in self.allowed)
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def post(client: httpx.AsyncClient, d: Delivery, hook: Webhook, egress: Egress = Egress()) -> Posted:
+    """One attempt. The host is resolved here and the request sent to an address :class:`Egress`
+    permits (the ``Host`` header and TLS name stay the URL's), so a name that resolves elsewhere
+    between a check and the connection cannot slip through. What it says of a failure is coarse
+    (``HTTP 503``, ``no answer``, ``connection failed``): the lifecycle feed is no port scanner."""
     body, headers = request_for(d, hook)
+    url = httpx.URL(hook.url)
+    port = url.port or (443 if url.scheme == "https" else 80)
     try:
         async with asyncio.timeout(TIMEOUT):  # the whole attempt: httpx's own timeout is per read
-            async with client.stream("POST", hook.url, content=body, headers=headers, timeout=TIMEOUT,
-                                     follow_redirects=False) as r:
+            try:
+                addresses = await _resolve(url.host, port)
+            except OSError:
+                return Posted(False, True, "could not resolve the webhook's host")
+            permitted = [a for a in addresses if egress.permits(a)]
+            if not permitted:
+                return Posted(False, False, "not sent: the webhook's address is not public and not in "
+                                            "RELAY_ALERT_WEBHOOK_ALLOW")
+            headers["Host"] = url.netloc.decode("ascii")
+            target = url.copy_with(host=permitted[0])
+            extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+            async with client.stream("POST", target, content=body, headers=headers, timeout=TIMEOUT,
+                                     follow_redirects=False, extensions=extensions) as r:
                 status = r.status_code
     except (TimeoutError, httpx.TimeoutException):
         return Posted(False, True, f"no answer within {TIMEOUT:g}s")
-    except httpx.HTTPError as e:
-        return Posted(False, True, f"{type(e).__name__}: {e}"[:300])
+    except httpx.HTTPError:
+        return Posted(False, True, "connection failed")
     if 200 <= status < 300:
         return Posted(True, False, f"HTTP {status}")
     return Posted(False, status in (408, 429) or status >= 500, f"HTTP {status}")

@@ -48,6 +48,9 @@ def _add_serve(sub: Any) -> None:
                    help="reverse proxies whose X-Forwarded-For gives the client's address: comma-separated addresses "
                         f"or networks (RELAY_FORWARDED_ALLOW_IPS, default {','.join(DEFAULT_TRUSTED_PROXIES)}; "
                         "empty trusts none)")
+    p.add_argument("--alert-webhook-allow",
+                   help="networks alert webhooks may reach besides public addresses: comma-separated addresses or "
+                        "networks, e.g. 10.1.2.0/24 for an internal receiver (RELAY_ALERT_WEBHOOK_ALLOW, default none)")
     p.add_argument("--max-open-connections", type=int,
                    help="open sockets (HTTP and WebSocket) at once; more get 503 and are closed "
                         f"(RELAY_MAX_OPEN_CONNECTIONS, default: the open-file limit less {FD_RESERVE})")

@@ -32,6 +32,7 @@ from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.adapters.hub.alerts import AlertSender
+from relay_es.adapters.webhooks import Egress
 from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
@@ -161,12 +162,16 @@ class Runtime:
                 crash_point=faults.crash_point,
                 on_event=self._executor_changed,
             )
-            self.alert_sender = AlertSender(self.calls, timeout=settings.call_timeout.total_seconds())
+            self.alert_sender = AlertSender(self.calls, timeout=settings.call_timeout.total_seconds(),
+                                            egress=Egress.parse(",".join(settings.alert_webhook_allow)))
             self.alerts = AlertManager(
                 self.relay, self.clock, self.alert_sender,
                 healthy=self.pm.has_healthy,
+                ready=lambda: self.pm.settle.closed,
+                untried=self.pm.untried_candidates,
                 timing=AlertTiming(check_interval=settings.alert_check_interval.total_seconds(),
-                                   retry_base=settings.alert_retry.total_seconds()),
+                                   retry_base=settings.alert_retry.total_seconds(),
+                                   lost_after=settings.call_timeout.total_seconds() + 30),
                 wake=self.pm_worker.wake,
             )
             self.alert_sender.manager = self.alerts
@@ -284,9 +289,15 @@ class Runtime:
             self._pm_started = True
         else:
             self.pm.step()
-        if not self.alerts.started:
-            self.alerts.start()  # rebuilds the rules and the unfinished deliveries from the store
-        self.alerts.step()
+        try:  # its own failures never hold the process manager up
+            if not self.alerts.started:
+                self.alerts.start()  # rebuilds the rules and the unfinished deliveries from the store
+            self.alerts.step()
+        except Exception as e:
+            self.alerts.stats.errors += 1  # relay_alert_errors_total
+            level = logging.WARNING if self.relay.is_store_error(e) else logging.ERROR
+            log.log(level, "the alert manager failed (%s: %s); retrying at the next step", type(e).__name__, e,
+                    exc_info=level == logging.ERROR)
 
     def _check_lease(self) -> None:
         if self.lease_lost:
@@ -345,7 +356,6 @@ class Runtime:
     async def stop(self) -> None:
         await self.hub.stop()
         self.dispatcher.stop()
-        await self.alert_sender.stop()
         self.pm_worker.stop()
         self.projection_worker.stop()
         self.collector_worker.stop()
@@ -356,6 +366,7 @@ class Runtime:
             self.projection_worker.join(timeout=5)
             if self.collector_worker.is_alive():
                 self.collector_worker.join(timeout=5)
+        await self.alert_sender.stop()  # after the alert manager stopped: nothing is handed to it any more
         self.close()
 
     def close(self) -> None:

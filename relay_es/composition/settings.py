@@ -220,6 +220,8 @@ class Settings:
     limits: ResourceLimits = ResourceLimits()
     # Proxies whose X-Forwarded-For is believed (the client's address); docs/behind-a-proxy.md.
     forwarded_allow_ips: tuple[str, ...] = DEFAULT_TRUSTED_PROXIES
+    # Networks alert webhooks may reach besides public addresses (docs/alerting.md); none by default.
+    alert_webhook_allow: tuple[str, ...] = ()
     # Open sockets (HTTP and WebSocket) at once; over it a new connection gets 503 and is closed.
     max_open_connections: int = field(default_factory=default_max_connections)
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
@@ -266,6 +268,8 @@ class Settings:
         limits = ResourceLimits(**{k: _count(t.env, pick(k, t.env, limit_default(k))) for k, t in LIMITS.items()})
         proxies = _trusted_proxies("RELAY_FORWARDED_ALLOW_IPS", pick("forwarded_allow_ips", "RELAY_FORWARDED_ALLOW_IPS",
                                                                      ",".join(DEFAULT_TRUSTED_PROXIES)))
+        webhook_allow = _trusted_proxies("RELAY_ALERT_WEBHOOK_ALLOW",
+                                         pick("alert_webhook_allow", "RELAY_ALERT_WEBHOOK_ALLOW", ""))
         files = fd_limit()
         raw_cap = pick("max_open_connections", "RELAY_MAX_OPEN_CONNECTIONS", None)
         cap = default_max_connections(files) if raw_cap is None else _count("RELAY_MAX_OPEN_CONNECTIONS", raw_cap)
@@ -275,6 +279,7 @@ class Settings:
                                  "for the store and the log): raise the limit or lower the setting")
         return cls(
             forwarded_allow_ips=proxies,
+            alert_webhook_allow=webhook_allow,
             max_open_connections=cap,
             host=host,
             limits=limits,

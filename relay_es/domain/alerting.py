@@ -67,9 +67,9 @@ _PARAMETERS: dict[str, dict[str, tuple[Any, int, int] | None]] = {
 
 @dataclass(frozen=True)
 class Webhook:
-    url: str
+    url: str = field(repr=False)  # a Slack webhook's URL is its credential: never in a repr
     format: str = "json"
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
         """As answered: the URL without its path and query (a Slack webhook's URL is its

@@ -14,7 +14,7 @@ from typing import Any
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application
 from relay_es.domain.alerting import AlertingRule, parse_metadata
-from relay_es.domain.errors import UnknownAlertingRule
+from relay_es.domain.errors import InvalidSetting, UnknownAlertingRule
 from relay_es.domain.text import sanitized
 
 
@@ -28,6 +28,7 @@ class AlertCommands:
     now: Callable[[], datetime]
     load_many: Callable[[list[uuid.UUID]], dict[uuid.UUID, Any]]
     get_app: Callable[[str, str], Application]
+    app_exists: Callable[[str, str], bool]
     _change_app: Callable[[str, str, Callable[[Application], bool]], bool]
 
     def alerting_rules(self, org: str, app: str) -> list[tuple[AlertingRule, datetime | None]]:
@@ -43,10 +44,12 @@ class AlertCommands:
 
     def create_alerting_rule(self, org: str, app: str, *, rule_type: str, metadata: Any,
                              min_interval_secs: int, receiving_app: str | None) -> AlertingRule:
-        """Makes a rule (ids are Relay's). The receiving application must be registered."""
+        """Makes a rule (ids are Relay's). The receiving application must be registered
+        (:class:`InvalidSetting` naming ``receivingAppName``)."""
         parameters, webhooks = parse_metadata(rule_type, metadata)
         receiver = app if receiving_app is None else receiving_app
-        self.get_app(org, receiver)  # UnknownApplication: 404
+        if receiver != app and not self.app_exists(org, receiver):  # the watched one: 404 when the rule is saved
+            raise InvalidSetting("receivingAppName", f"no application {receiver[:256]!r} is registered in org {org!r}")
         rule = AlertingRule(id=str(uuid.uuid4()), org=org, app=app, receiving_app=receiver, rule_type=rule_type,
                             parameters=parameters, webhooks=webhooks, min_interval_secs=min_interval_secs).check()
 

@@ -44,7 +44,7 @@ from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.alert import AlertFirings
 from relay_es.aggregates.application import Application
-from relay_es.aggregates.executor import Executor, ExecutorStatus as S
+from relay_es.aggregates.executor import DisconnectReason, Executor, ExecutorStatus as S
 from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
 from relay_es.domain.clock import Clock
 from relay_es.engine.service import Relay
@@ -73,7 +73,8 @@ class AlertTiming:
     check_interval: float = 60.0  # seconds between two checks of a rule
     retry_base: float = 5.0  # the first retry of a failed delivery, seconds; doubled each time
     retry_max: float = 300.0
-    max_attempts: int = 6  # per channel
+    max_attempts: int = 10  # per channel: about 25 minutes of retries with the defaults
+    lost_after: float = 60.0  # an attempt or a check the sender has not answered by then is given up for lost
 
     def backoff(self, attempt: int) -> float:
         """Seconds between attempt ``attempt`` (failed) and the next."""
@@ -165,13 +166,20 @@ class AlertManager:
 
     def __init__(self, relay: Relay, clock: Clock, sender: AlertSender, *,
                  healthy: Callable[[str, str], bool], timing: AlertTiming = AlertTiming(),
+                 ready: Callable[[], bool] = lambda: True, untried: Callable[[str], int] = lambda sid: 1,
                  wake: Callable[[], None] = lambda: None, batch_size: int = 500) -> None:
         """``healthy(org, app)``: whether the application has a HEALTHY executor (the process
-        manager's index). ``wake``: called from any thread when an answer came in."""
+        manager's index). ``ready()``: whether the executors have had their chance to come back
+        after a restart (the process manager's settle window is closed): an application's time
+        without one is not counted before. ``untried(stream id)``: how many HEALTHY candidates have
+        not failed that dead executor's recovery yet. ``wake``: called from any thread when an
+        answer came in."""
         self.relay = relay
         self.clock = clock
         self.sender = sender
         self.healthy = healthy
+        self.ready = ready
+        self.untried = untried
         self.timing = timing
         self.wake = wake
         self.batch_size = batch_size
@@ -181,8 +189,11 @@ class AlertManager:
         self._app_of_stream: dict[Any, tuple[str, str]] = {}
         self._firing_streams: dict[Any, tuple[str, str, str]] = {}  # AlertFirings id -> org, app, rule id
         self.pending: dict[tuple[str, str], _Pending] = {}  # (alert id, channel) -> what is left to deliver
-        self._inflight: set[tuple[str, str]] = set()
-        self._probing: set[str] = set()
+        self.last_fired: dict[str, datetime] = {}  # rule id -> its last alert, as the log has it
+        # Handed to the sender and not answered yet -> monotonic time after which it is given up for lost.
+        self._inflight: dict[tuple[str, str], float] = {}
+        self._probing: dict[str, float] = {}
+        self._to_fire: deque[tuple[str, str, dict[str, str], str | None]] = deque()  # decided, not recorded yet
         self._unhealthy_since: dict[tuple[str, str], datetime] = {}
         self._flaps: dict[tuple[str, str, str], deque[datetime]] = {}
         self.timers = TimerHeap()
@@ -207,7 +218,7 @@ class AlertManager:
         owner)."""
         total = 0
         while True:
-            n = self._run_due() + self.catch_up() + self._drain()
+            n = self._run_due() + self.catch_up() + self._drain() + self._fire_queued()
             if n == 0:
                 return total
             total += n
@@ -240,7 +251,9 @@ class AlertManager:
                 else:
                     try:
                         self._apply(e)
-                    except (ValueError, TypeError, KeyError, AttributeError) as error:
+                    except Exception as error:
+                        if self.relay.is_store_error(error):
+                            raise
                         self.stats.errors += 1
                         log.error("alert manager skipped event %d (%s): %s", nid, type(e).__qualname__, error)
                 self.position = nid
@@ -264,6 +277,7 @@ class AlertManager:
             self._firing_streams[e.originator_id] = (e.org, e.app, e.rule_id)
         elif isinstance(e, AlertFirings.Fired):
             org, app, rule_id = self._firing_streams[e.originator_id]
+            self.last_fired[rule_id] = e.timestamp
             for channel in e.channels:
                 key = (e.alert_id, channel)
                 p = _Pending(org, app, rule_id, e.alert_id, channel, e.rule_type, e.receiving_app, e.message,
@@ -286,6 +300,7 @@ class AlertManager:
 
     def _forget(self, rule_id: str) -> None:
         rule = self.rules.pop(rule_id, None)
+        self.last_fired.pop(rule_id, None)
         if rule is None:
             return
         ids = self.by_app.get((rule.org, rule.app))
@@ -294,46 +309,67 @@ class AlertManager:
             if not ids:
                 del self.by_app[(rule.org, rule.app)]
         self.timers.cancel(("check", rule_id))
+        self._probing.pop(rule_id, None)
+        if not any(r.rule_type == "ExecutorFlapping" for r in self.rules.values()
+                   if (r.org, r.app) == (rule.org, rule.app)):
+            for key in [k for k in self._flaps if k[:2] == (rule.org, rule.app)]:
+                del self._flaps[key]
 
     def _watch(self, rule: AlertingRule) -> None:
         """A checked rule is checked every interval from now on."""
         if rule.rule_type in CHECKED and ("check", rule.id) not in self.timers:
             self.timers.arm(("check", rule.id), self.clock.monotonic() + self.timing.check_interval)
-        if rule.rule_type == "UnresponsiveApplication" and not self.healthy(rule.org, rule.app):
+        if rule.rule_type == "UnresponsiveApplication" and not self.healthy(rule.org, rule.app) and self.ready():
             self._unhealthy_since.setdefault((rule.org, rule.app), self.clock.now())
 
     # -------------------------------------------------------- executor events
     def executor_event(self, e: Any, old: Any, row: Any) -> None:
-        """An executor event the process manager folded (``row``: the executor after it)."""
+        """An executor event the process manager folded (``row``: the executor after it). Decides
+        only: what fires is queued and recorded at the next :meth:`step` (no store I/O here, on the
+        process manager's fold path), retried there while the store is away."""
         app = (row.org, row.app)
         if app not in self.by_app:
             return
         now = self.clock.now()
         if self.healthy(*app):
             self._unhealthy_since.pop(app, None)
-        else:
+        elif self.ready():
             self._unhealthy_since.setdefault(app, now)
         who = {"executorId": row.executor_id, "appVersion": row.app_version or "", "hostname": row.hostname or ""}
         cause = f"{e.originator_id}@{e.originator_version}"
         if isinstance(e, Executor.DeclaredDead):
-            self._fire_all(app, "ExecutorDead", lambda r: (
+            self._decide(app, "ExecutorDead", lambda r: (
                 f"executor {row.executor_id} of {row.app} (version {row.app_version}) was declared DEAD: "
                 "it did not come back within its grace period", who), cause)
         elif isinstance(e, Executor.RecoveryDeferred):
-            self._fire_all(app, "RecoveryDeferred", lambda r: (
+            self._decide(app, "RecoveryDeferred", lambda r: (
                 f"the recovery of dead executor {row.executor_id} of {row.app} waits: no HEALTHY executor of "
                 f"version {row.recovery_version} is left to run it ({e.reason}); operator intervention needed",
                 {**who, "reason": e.reason}), cause)
         elif isinstance(e, Executor.RecoveryFailed):
-            self._fire_all(app, "RecoveryFailed", lambda r: None if row.recovery_attempt < r.parameters["attempts"]
-                           else (f"recovery attempt {row.recovery_attempt} of dead executor {row.executor_id} of "
-                                 f"{row.app} failed: {e.reason}",
-                                 {**who, "attempt": str(row.recovery_attempt), "reason": e.reason}), cause)
+            untried = self.untried(row.stream_id)
+
+            def failed(r: AlertingRule) -> tuple[str, dict[str, str]] | None:
+                if row.recovery_attempt < r.parameters["attempts"] and untried > 0:
+                    return None
+                every = " (every HEALTHY executor of its version has failed it)" if untried == 0 else ""
+                return (f"recovery attempt {row.recovery_attempt} of dead executor {row.executor_id} of {row.app} "
+                        f"failed{every}: {e.reason}",
+                        {**who, "attempt": str(row.recovery_attempt), "reason": e.reason,
+                         "untriedCandidates": str(untried)})
+
+            self._decide(app, "RecoveryFailed", failed, cause)
         elif isinstance(e, Executor.Disconnected) and row.status == S.DISCONNECTED:
+            flapping = [self.rules[i] for i in self.by_app.get(app, ()) if self.rules[i].rule_type == "ExecutorFlapping"]
+            if not flapping or e.reason in (DisconnectReason.RELAY_RESTARTED, DisconnectReason.SUPERSEDED):
+                return  # Relay's own restart, or the executor's own new socket: not the executor flapping
+            horizon = e.timestamp - timedelta(seconds=max(r.parameters["windowSecs"] for r in flapping))
             times = self._flaps.setdefault((*app, row.executor_id), deque(maxlen=MAX_FLAPS))
             times.append(e.timestamp)
+            while times and times[0] <= horizon:
+                times.popleft()
 
-            def flapping(r: AlertingRule) -> tuple[str, dict[str, str]] | None:
+            def flaps(r: AlertingRule) -> tuple[str, dict[str, str]] | None:
                 window = timedelta(seconds=r.parameters["windowSecs"])
                 n = sum(1 for t in times if t > e.timestamp - window)
                 if n < r.parameters["disconnects"]:
@@ -341,41 +377,57 @@ class AlertManager:
                 return (f"executor {row.executor_id} of {row.app} disconnected {n} times in the last "
                         f"{r.parameters['windowSecs']} s", {**who, "disconnects": str(n)})
 
-            self._fire_all(app, "ExecutorFlapping", flapping, cause)
-        elif isinstance(e, Executor.Deleted):
+            self._decide(app, "ExecutorFlapping", flaps, cause)
+        elif isinstance(e, (Executor.Deleted, Executor.DeclaredDead)):
             self._flaps.pop((*app, row.executor_id), None)
 
-    def _fire_all(self, app: tuple[str, str], rule_type: str,
-                  what: Callable[[AlertingRule], tuple[str, dict[str, str]] | None], cause: str) -> None:
+    def _decide(self, app: tuple[str, str], rule_type: str,
+                what: Callable[[AlertingRule], tuple[str, dict[str, str]] | None], cause: str) -> None:
         for rule_id in list(self.by_app.get(app, ())):
             rule = self.rules[rule_id]
             if rule.rule_type != rule_type:
                 continue
             said = what(rule)
             if said is not None:
-                self._guard(lambda: self._fire(rule, said[0], said[1], cause), f"firing rule {rule_id}")
+                self._to_fire.append((rule_id, said[0], said[1], cause))
+
+    def _fire_queued(self) -> int:
+        """Records what executor events decided, oldest first; a store error leaves the rest queued."""
+        n = 0
+        while self._to_fire:
+            rule_id, message, metadata, cause = self._to_fire[0]
+            rule = self.rules.get(rule_id)
+            if rule is not None:
+                try:
+                    self._fire(rule, message, metadata, cause)
+                except Exception as e:
+                    if self.relay.is_store_error(e):
+                        raise  # still queued: the next step tries again
+                    self.stats.errors += 1
+                    log.exception("alert manager: firing rule %s failed", rule_id)
+            self._to_fire.popleft()
+            n += 1
+        return n
 
     # ------------------------------------------------------------- deciding
     def _fire(self, rule: AlertingRule, message: str, metadata: dict[str, str], cause: str | None) -> bool:
+        """Records an alert of ``rule`` unless its interval has not passed: known from the log
+        already (no store read), or found so by the conditional command."""
+        now = self.clock.now()
+        last = self.last_fired.get(rule.id)
+        if last is not None and now < last + timedelta(seconds=rule.min_interval_secs):
+            self.stats.suppressed += 1
+            return False
         channels = ["app", *(f"webhook:{i}" for i in range(len(rule.webhooks)))]
         meta = {"ruleId": rule.id, "app": rule.app, **metadata}
         fired = self.relay.fire_alert(rule, alert_id=str(uuid.uuid4()), message=message, metadata=meta,
-                                      channels=channels, cause=cause, at=self.clock.now())
+                                      channels=channels, cause=cause, at=now)
         if fired:
             self.stats.fired += 1
+            self.last_fired[rule.id] = now
         else:
             self.stats.suppressed += 1
         return fired
-
-    def _guard(self, work: Callable[[], Any], where: str) -> None:
-        try:
-            work()
-        except Exception as e:
-            self.stats.errors += 1
-            if self.relay.is_store_error(e):
-                log.warning("alert manager: %s failed on the store (%s); not retried", where, e)
-            else:
-                log.exception("alert manager: %s failed", where)
 
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
@@ -401,8 +453,8 @@ class AlertManager:
         now = self.clock.now()
         if rule.rule_type == "UnresponsiveApplication":
             app = (rule.org, rule.app)
-            if self.healthy(*app):
-                self._unhealthy_since.pop(app, None)
+            if self.healthy(*app) or not self.ready():
+                self._unhealthy_since.pop(app, None)  # after a restart, counted once executors had their chance
                 return
             since = self._unhealthy_since.setdefault(app, now)
             gone = (now - since).total_seconds()
@@ -410,10 +462,13 @@ class AlertManager:
                 self._fire(rule, f"application {rule.app} has had no HEALTHY executor for {gone:.0f} s",
                            {"unresponsiveSecs": f"{gone:.0f}", "since": since.isoformat()}, None)
             return
-        if rule_id in self._probing or not self.healthy(rule.org, rule.app):
+        if not self.healthy(rule.org, rule.app):
             return  # nobody to ask (UnresponsiveApplication is the rule for that)
-        self._probing.add(rule_id)
+        mono = self.clock.monotonic()
+        if self._probing.get(rule_id, mono) > mono:
+            return  # the last check is still out
         self.sender.probe(rule, now)
+        self._probing[rule_id] = mono + self.timing.lost_after  # after the hand-over: a failed one is not out
 
     def _arm_delivery(self, key: tuple[str, str], p: _Pending) -> None:
         now = self.clock.now()
@@ -423,8 +478,16 @@ class AlertManager:
 
     def _deliver(self, key: tuple[str, str]) -> None:
         p = self.pending.get(key)
-        if p is None or key in self._inflight:
+        if p is None:
             return
+        mono = self.clock.monotonic()
+        lost_at = self._inflight.get(key)
+        if lost_at is not None and mono < lost_at:
+            self.timers.arm(("deliver", key), lost_at)  # its answer is awaited; this fires again if it never comes
+            return
+        if lost_at is not None:
+            log.warning("alert %s on %s: no outcome from attempt %d within %gs; attempting again", p.alert_id,
+                        p.channel, p.attempts + 1, self.timing.lost_after)
         webhook = None
         if p.channel.startswith("webhook:"):
             rule = self.rules.get(p.rule_id)
@@ -435,9 +498,10 @@ class AlertManager:
                                                  detail="not sent: the rule was deleted")
                 return
             webhook = rule.webhooks[i]
-        self._inflight.add(key)
         self.sender.deliver(Delivery(p.org, p.app, p.rule_id, p.alert_id, p.channel, p.attempts + 1, p.rule_type,
                                      p.receiving_app, p.message, p.metadata, p.fired_at, webhook))
+        self._inflight[key] = mono + self.timing.lost_after  # after the hand-over: a failed one is not in flight
+        self.timers.arm(("deliver", key), mono + self.timing.lost_after)  # the watchdog; the outcome re-arms it
 
     # --------------------------------------------------------------- answers
     def _drain(self) -> int:
@@ -450,14 +514,17 @@ class AlertManager:
                     self._on_probed(answer)
                 else:
                     self._on_delivered(answer)
-            except Exception:
-                with self._lock:  # the store is away: the answers wait for the next step
-                    self._inbox.extendleft(reversed(taken[i:]))
-                raise
+            except Exception as e:
+                if self.relay.is_store_error(e):
+                    with self._lock:  # the store is away: the answers wait for the next step
+                        self._inbox.extendleft(reversed(taken[i:]))
+                    raise
+                self.stats.errors += 1  # a bug: this answer is dropped (its watchdog makes the attempt again)
+                log.exception("alert manager: an answer could not be handled")
         return len(taken)
 
     def _on_probed(self, a: Probed) -> None:
-        self._probing.discard(a.rule_id)
+        self._probing.pop(a.rule_id, None)
         rule = self.rules.get(a.rule_id)
         if a.error is not None:
             self.stats.probe_failures += 1
@@ -468,13 +535,16 @@ class AlertManager:
     def _on_delivered(self, a: Delivered) -> None:
         d = a.delivery
         key = (d.alert_id, d.channel)
+        if key not in self.pending:
+            self._inflight.pop(key, None)
+            return  # an answer to an attempt already given up for lost and ended since
         final = a.ok or not a.retry or d.attempt >= self.timing.max_attempts
         detail = a.detail
         if not a.ok and a.retry and final:
             detail = f"{detail or 'failed'}; gave up after {d.attempt} attempts"
         self.relay.record_alert_delivery(d.org, d.app, d.rule_id, alert_id=d.alert_id, channel=d.channel,
                                          attempt=d.attempt, ok=a.ok, detail=detail, final=final)
-        self._inflight.discard(key)  # after the record: a crash before it makes the attempt again
+        self._inflight.pop(key, None)  # after the record: a crash before it makes the attempt again
         if a.ok:
             self.stats.delivered += 1
         else:

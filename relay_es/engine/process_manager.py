@@ -343,6 +343,17 @@ class ProcessManager:
         manager has followed the log (the alert manager's ``UnresponsiveApplication``)."""
         return bool(self._indexes.apps_healthy.get((org, app)))
 
+    def untried_candidates(self, stream_id: str) -> int:
+        """How many HEALTHY executors of a dead executor's version (on a live Relay) have not failed
+        its recovery yet (the alert manager's ``RecoveryFailed``: 0 means every one has)."""
+        row = self.rows.get(stream_id)
+        if row is None:
+            return 0
+        tried = self._tried.get(stream_id, set())
+        return sum(1 for s in self._indexes.healthy.get((row.org, row.app, row.recovery_version), ())
+                   if (r := self.rows.get(s)) is not None and r.executor_id != row.executor_id
+                   and r.executor_id not in tried)
+
     def is_listed(self, stream_id: str) -> bool:
         """Whether this executor stream exists and is not deleted. Thread-safe, like :meth:`listed`."""
         row = self.rows.get(stream_id)
@@ -424,10 +435,6 @@ class ProcessManager:
             log.error("process manager skipped event %d (%s): %s", nid, type(event).__qualname__, e)
             return
         self._put(row)
-        try:
-            self.on_event(event, old, row)
-        except Exception:
-            log.exception("process-manager observer failed")
         if isinstance(event, Executor.RecoveryDispatched):
             self._requests[event.request_id] = sid
         elif isinstance(event, Executor.RecoveryFailed):
@@ -444,6 +451,10 @@ class ProcessManager:
         elif isinstance(event, Executor.Deleted):
             self._tried.pop(sid, None)
             self._backoff_until.pop(sid, None)
+        try:  # after the bookkeeping above: an observer sees the failed target among those tried
+            self.on_event(event, old, row)
+        except Exception:
+            log.exception("process-manager observer failed")
         if isinstance(event, (Executor.Disconnected, Executor.DeclaredDead)):
             self._target_lost(row)
         if isinstance(event, Executor.Connected) and row.owner in self.live_owners:

@@ -34,6 +34,7 @@ from eventsourcing.application import AggregateNotFoundError, Application as ESA
 from eventsourcing.persistence import IntegrityError, PersistenceError, Transcoder, Transcoding
 from eventsourcing.utils import Environment
 
+from relay_es.aggregates.alert import AlertFirings
 from relay_es.aggregates.application import Application, AppSettings
 from relay_es.aggregates.executor import Executor, OpaqueJSON
 from relay_es.aggregates.gate import Gate
@@ -52,7 +53,8 @@ MAX_ATTEMPTS = 8
 # reconnect. Loading one replays the latest snapshot and at most this many events after it
 # (ADR 16); most executor streams never reach one.
 SNAPSHOT_EVERY = 100
-SNAPSHOTTED: dict[type, int] = {Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY, Executor: SNAPSHOT_EVERY}
+SNAPSHOTTED: dict[type, int] = {Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY, Executor: SNAPSHOT_EVERY,
+                                AlertFirings: SNAPSHOT_EVERY}
 
 
 class TimedeltaAsMicroseconds(Transcoding):

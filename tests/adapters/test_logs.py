@@ -154,3 +154,17 @@ def test_the_servers_loggers_go_through_the_scrubbing_handler() -> None:
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
+
+
+def test_http_clients_request_lines_are_not_logged_at_info() -> None:
+    """httpx logs each request's full URL at INFO; an alert webhook's URL can be its credential."""
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    try:
+        logs.configure("INFO")
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+        assert not logging.getLogger("httpcore").isEnabledFor(logging.INFO)
+        assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)

@@ -98,7 +98,8 @@ def grounds(tmp_path, store_url) -> Iterator[dict[str, Ground]]:
     admin = postgres_admin_url()
     # metrics collected and alerting rules checked every second: the e2e tests read them
     server = RelayServer(tmp_path, args=["--database-url", store_url],
-                         env=FAST | {"RELAY_METRICS_INTERVAL_SECS": "1", "RELAY_ALERT_CHECK_SECS": "1"}).start()
+                         env=FAST | {"RELAY_METRICS_INTERVAL_SECS": "1", "RELAY_ALERT_CHECK_SECS": "1",
+                                         "RELAY_ALERT_WEBHOOK_ALLOW": "127.0.0.0/8"}).start()
     scenes: list[Scene] = []
     try:
         scenes.append(Scene(server, admin))

@@ -100,11 +100,11 @@ def test_the_receiving_application_is_the_watched_one_by_default(relay: Relay) -
 
 def test_the_receiving_application_must_be_registered(relay: Relay) -> None:
     before = kinds(relay, app_stream_id(ORG, APP))
-    with pytest.raises(UnknownApplication) as info:
+    with pytest.raises(InvalidSetting) as info:  # a field of the request: a 422, not the path's 404
         create(relay, receiving_app="nowhere")
-    assert info.value.app == "nowhere"
+    assert info.value.field == "receivingAppName" and "nowhere" in info.value.message
     relay.delete_app(ORG, OPS)
-    with pytest.raises(UnknownApplication):
+    with pytest.raises(InvalidSetting):
         create(relay, receiving_app=OPS)
     assert kinds(relay, app_stream_id(ORG, APP)) == before
     assert relay.alerting_rules(ORG, APP) == []

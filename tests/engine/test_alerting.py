@@ -11,6 +11,7 @@ stops being checked and its webhooks are not posted to.
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,7 @@ from relay_es.domain.alerting import AlertingRule
 from relay_es.engine.alerting import AlertManager, AlertTiming, Delivered, Delivery, Probed
 from tests.support import World
 
-TIMING = AlertTiming(check_interval=10.0, retry_base=2.0, retry_max=8.0, max_attempts=4)
+TIMING = AlertTiming(check_interval=10.0, retry_base=2.0, retry_max=8.0, max_attempts=4, lost_after=30.0)
 
 
 class FakeSender:
@@ -48,20 +49,22 @@ class AlertWorld:
         self.clock = world.clock
         self.relay = world.relay
         world.relay.register_app("local", "ops")
+        self._world_sync = world.sync
         self._new_manager()
+        world.sync = self.sync  # type: ignore[method-assign]  # the world's own actions step both, as the runtime does
 
     def _new_manager(self) -> None:
         self.sender = FakeSender()
         self.alerts = AlertManager(self.w.relay, self.clock, self.sender, healthy=self.w.pm.has_healthy,
-                                   timing=TIMING)
+                                   untried=self.w.pm.untried_candidates, timing=TIMING)
         self.w.pm.on_event = self.alerts.executor_event
         self.alerts.start()
         self.sync()
 
     def sync(self) -> None:
-        self.w.sync()
+        self._world_sync()
         self.alerts.step()
-        self.w.sync()
+        self._world_sync()
 
     def advance(self, seconds: float) -> None:
         end = self.clock.monotonic() + seconds
@@ -78,9 +81,11 @@ class AlertWorld:
         self.sync()
 
     def restart(self, down_for: float = 0.0) -> None:
+        self.w.sync = self._world_sync  # type: ignore[method-assign]  # the old alert manager is gone with its Relay
         self.w.restart(down_for=down_for)
         self.relay = self.w.relay
         self._new_manager()
+        self.w.sync = self.sync  # type: ignore[method-assign]
 
     def rule(self, rule_type: str, metadata: dict[str, Any] | None = None, *, interval: int = 60,
              receiver: str | None = "ops") -> AlertingRule:
@@ -223,17 +228,17 @@ def test_recovery_deferred_and_failed_and_flapping(aw: AlertWorld) -> None:
     (alert,) = aw.fired(deferred)
     assert "v1" in alert.message and "operator intervention" in alert.message
     aw.w.connect("C", "v1")  # a candidate: dispatched
-    req = aw.w.dispatcher.last()
-    aw.w.answer(req, ok=False, reason="boom")  # attempt 1 failed: below the rule's 2
-    aw.sync()
+    aw.w.connect("E", "v1")  # and another
+    aw.w.connect("F", "v1")  # and a third
+    first = aw.w.dispatcher.last()
+    aw.w.answer(first, ok=False, reason="boom")  # attempt 1 failed: below the rule's 2, two untried left
     assert aw.fired(failed) == []
-    aw.advance(1.1)  # the backoff, then attempt 2: to C again (tried candidates come last, not never)
+    aw.advance(1.1)  # the backoff, then attempt 2 to an untried one
     second = aw.w.dispatcher.last()
-    assert second.request_id != req.request_id and second.target_executor_id == "C"
-    aw.w.answer(second, ok=False, reason="boom again")
-    aw.sync()
+    assert second.target_executor_id not in (first.target_executor_id, "A")
+    aw.w.answer(second, ok=False, reason="boom again")  # the rule's 2nd: fires though one is untried
     (f,) = aw.fired(failed)
-    assert f.metadata["attempt"] == "2" and "boom again" in f.message
+    assert f.metadata["attempt"] == "2" and f.metadata["untriedCandidates"] == "1" and "boom again" in f.message
     for _ in range(2):
         aw.w.connect("D")
         aw.w.drop("D")
@@ -311,13 +316,13 @@ def test_a_deleted_rule_is_no_longer_checked_and_its_webhooks_are_not_posted(aw:
     aw.relay.delete_alerting_rule("local", "app", rule.id)
     aw.relay.delete_alerting_rule("local", "app", polled.id)
     aw.sync()
+    aw.answer(sent["app"])  # the application still gets the alert it was fired for
+    assert aw.attempts(rule)[-1] == ("app", 1, True, True)
     probes = len(aw.sender.probes)
     aw.advance(30)
     assert len(aw.sender.probes) == probes
     assert aw.sender.take() == []  # the webhook's retry is not posted
     assert aw.attempts(rule)[-1] == ("webhook:0", 2, False, True)
-    aw.answer(sent["app"])  # the application still gets the alert it was fired for
-    assert aw.attempts(rule)[-1] == ("app", 1, True, True)
 
 
 def test_deleting_the_application_forgets_its_rules(aw: AlertWorld) -> None:
@@ -335,3 +340,137 @@ def test_timing_backoff_is_capped() -> None:
     assert [t.backoff(n) for n in (1, 2, 3, 7, 8, 20)] == [5, 10, 20, 300, 300, 300]
     assert t.backoff(0) == 5
     assert timedelta(seconds=t.backoff(6)) == timedelta(seconds=160)
+
+
+def test_an_attempt_the_sender_never_answers_is_made_again(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead", interval=0)
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    (d,) = aw.sender.take()  # lost: never answered
+    aw.advance(TIMING.lost_after - 1)
+    assert aw.sender.take() == []
+    aw.advance(1.1)
+    (again,) = aw.sender.take()
+    assert (again.alert_id, again.attempt) == (d.alert_id, 1)  # attempt 1 was never recorded
+    aw.answer(d, ok=False, detail="late")  # the lost one's answer comes after all: recorded
+    aw.answer(again)
+    assert aw.attempts(rule) == [("app", 1, False, False), ("app", 1, True, True)]
+    assert aw.alerts.pending == {}
+
+
+def test_a_sender_that_fails_to_take_an_attempt_does_not_leave_it_stuck(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead", interval=0)
+    calls = {"n": 0}
+    real = aw.sender.deliver
+
+    def broken(d: Delivery) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the loop is closed")
+        real(d)
+
+    aw.sender.deliver = broken  # type: ignore[method-assign]
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    assert aw.sender.take() == []
+    aw.advance(1.1)  # retried a second later
+    (d,) = aw.sender.take()
+    aw.answer(d)
+    assert aw.attempts(rule) == [("app", 1, True, True)]
+
+
+def test_a_check_the_sender_never_answers_is_asked_again(aw: AlertWorld) -> None:
+    aw.w.connect("A")
+    aw.rule("SlowQueue", {"thresholdSecs": 30})
+    aw.advance(10)
+    assert len(aw.sender.probes) == 1
+    aw.advance(TIMING.lost_after - 10)
+    assert len(aw.sender.probes) == 1  # still out
+    aw.advance(10)
+    assert len(aw.sender.probes) == 2
+
+
+def test_recovery_failed_fires_once_every_candidate_has_failed_it(aw: AlertWorld) -> None:
+    failed = aw.rule("RecoveryFailed", {"attempts": 5}, interval=0)
+    aw.w.connect("A")
+    aw.w.connect("B")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    req = aw.w.dispatcher.last()
+    assert req.target_executor_id == "B"
+    aw.w.answer(req, ok=False, reason="boom")  # attempt 1 of 5, but B was the only candidate
+    aw.sync()
+    (f,) = aw.fired(failed)
+    assert "every HEALTHY executor of its version has failed it" in f.message
+    assert f.metadata["untriedCandidates"] == "0"
+
+
+def test_unresponsive_is_not_counted_until_executors_had_their_chance(aw: AlertWorld) -> None:
+    ready = {"now": False}
+    aw.alerts.ready = lambda: ready["now"]
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 5}, interval=0)
+    aw.advance(30)  # the settle window after a restart: executors still coming back
+    assert aw.fired(rule) == []
+    ready["now"] = True
+    aw.advance(10)  # counted from the first check after it: 0 s
+    assert aw.fired(rule) == []
+    aw.advance(10)
+    assert len(aw.fired(rule)) == 1
+
+
+def test_relays_own_restart_is_not_flapping_and_only_watched_apps_are_tracked(aw: AlertWorld) -> None:
+    aw.rule("ExecutorDead")
+    aw.w.connect("A")
+    aw.w.drop("A")
+    assert aw.alerts._flaps == {}  # no flapping rule: nothing kept
+    flapping = aw.rule("ExecutorFlapping", {"disconnects": 2, "windowSecs": 60})
+    aw.w.connect("A")
+    aw.w.drop("A", reason="relay_restarted")
+    aw.w.connect("A")
+    aw.w.drop("A", reason="relay_restarted")
+    assert aw.fired(flapping) == []
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(61)  # the first real one leaves the window
+    aw.w.connect("A")
+    aw.w.drop("A")
+    assert aw.fired(flapping) == []
+    aw.w.connect("A")
+    aw.w.drop("A")
+    assert len(aw.fired(flapping)) == 1
+    assert len(aw.alerts._flaps[("local", "app", "A")]) == 2  # pruned to the window
+
+
+def test_a_condition_inside_the_interval_is_suppressed_without_a_store_read(aw: AlertWorld) -> None:
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 1}, interval=3600)
+    aw.advance(10)
+    assert len(aw.fired(rule)) == 1
+    reads = {"n": 0}
+    real = aw.relay.fire_alert
+
+    def counted(*a: Any, **kw: Any) -> bool:
+        reads["n"] += 1
+        return real(*a, **kw)
+
+    aw.relay.fire_alert = counted  # type: ignore[method-assign]
+    aw.advance(100)
+    assert reads["n"] == 0 and aw.alerts.stats.suppressed == 10
+
+
+def test_an_answer_that_hits_a_bug_is_dropped_and_the_attempt_made_again(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead", interval=0)
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    (d,) = aw.sender.take()
+    real = aw.relay.record_alert_delivery
+    aw.relay.record_alert_delivery = lambda *a, **kw: (_ for _ in ()).throw(KeyError("bug"))  # type: ignore[method-assign]
+    aw.answer(d)
+    assert aw.alerts.stats.errors == 1 and aw.alerts._inbox == deque()
+    aw.relay.record_alert_delivery = real  # type: ignore[method-assign]
+    aw.advance(TIMING.lost_after + 1)
+    (again,) = aw.sender.take()
+    aw.answer(again)
+    assert aw.attempts(rule) == [("app", 1, True, True)]

@@ -7,7 +7,8 @@ through :meth:`~relay_es.engine.alerting.AlertManager.probed` and
 
 * **probes** ask one executor of the watched application (through :class:`Calls`, observed like
   the API's calls): ``WorkflowFailure``, ``list_workflows`` of ``ERROR`` workflows completed in
-  the window (of the rule's workflow, at most ``threshold``, no inputs or outputs);
+  the window (or gave up after too many recovery attempts; of the rule's workflow, at most
+  ``threshold``, no inputs or outputs);
   ``SlowQueue``, ``list_queued_workflows`` of the oldest ``ENQUEUED`` workflow created before the
   threshold (on the rule's queue);
 * **deliveries** send the ``alert`` message to one executor of the receiving application (the
@@ -36,13 +37,16 @@ from relay_es.protocol.limits import printable
 log = logging.getLogger(__name__)
 
 IDS_IN_ALERT = 10  # workflow ids an alert's metadata names
+FAILED = ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")  # a workflow that ended without its result
 
 
 class AlertSender:
-    def __init__(self, calls: Calls, *, timeout: float) -> None:
-        """``timeout``: one executor call. :attr:`manager` is set before the first call."""
+    def __init__(self, calls: Calls, *, timeout: float, egress: webhooks.Egress = webhooks.Egress()) -> None:
+        """``timeout``: one executor call. ``egress``: where webhooks may go. :attr:`manager` is set
+        before the first call."""
         self.calls = calls
         self.timeout = timeout
+        self.egress = egress
         self.manager: AlertManager | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
@@ -85,7 +89,7 @@ class AlertSender:
         p = rule.parameters
         if rule.rule_type == "WorkflowFailure":
             window = p["windowSecs"]
-            body = c.ListWorkflowsBody(status="ERROR", completed_after=(now - timedelta(seconds=window)).isoformat(),
+            body = c.ListWorkflowsBody(status=list(FAILED), completed_after=(now - timedelta(seconds=window)).isoformat(),
                                        workflow_name=p.get("workflowName"), limit=p["threshold"], sort_desc=True,
                                        load_input=False, load_output=False)
             got = await self.calls.call(rule.org, rule.app, lambda rid: c.ListWorkflowsRequest(request_id=rid, body=body),
@@ -130,7 +134,7 @@ class AlertSender:
             else:
                 if self._client is None:
                     self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
-                posted = await webhooks.post(self._client, d, d.webhook)
+                posted = await webhooks.post(self._client, d, d.webhook, self.egress)
                 answer = Delivered(d, posted.ok, posted.detail, posted.retry)
         except Exception as e:  # noqa: BLE001  # the manager must hear back, whatever happened
             log.exception("delivery of alert %s on %s failed", d.alert_id, d.channel)
@@ -157,7 +161,7 @@ class AlertSender:
 
 def _age(created_ms: str | None, now: datetime) -> str:
     try:
-        seconds = now.timestamp() - int(created_ms or "") / 1000
-    except ValueError:
+        seconds = now.timestamp() - int((created_ms or "")[:20]) / 1000
+    except (ValueError, OverflowError):
         return "longer than the threshold"
     return f"{max(0, seconds):.0f} s"

@@ -4,7 +4,8 @@
 A rule is the watched application's (an event of its stream): it survives a restart and goes
 with the application. ``ruleMetadata`` is checked when the rule is made
 (:func:`relay_es.domain.alerting.parse_metadata`: 422 naming the key), the receiving
-application must be registered (404), and it is answered back without webhook secrets or URL
+application must be registered (422) and, for a token limited to applications, one of them (403);
+it is answered back without webhook secrets or URL
 paths. ``appId`` and ``receivingAppId`` are the applications' ids (as ``Executor.appId``);
 ``lastFiredAt`` is read from the rule's alerts. Making and deleting a rule are in the audit log
 (target: the rule). The rules are evaluated by the alert manager
@@ -18,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from litestar import Controller, Request, Response, delete, get, post
+from litestar.exceptions import PermissionDeniedException
 from litestar.params import FromPath
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET
@@ -66,6 +68,11 @@ class AlertingController(Controller):
                                    ctx: Context) -> Response[m.AlertingRule]:
         b = await calling.body(request, m.CreateAlertInputBody)
         assert b is not None
+        who = getattr(request.state, "principal", None)
+        if b.receiving_app_name is not UNSET and who is not None and not who.covers(b.receiving_app_name):
+            # a token limited to applications sends alerts only to those: not into another's alert handler
+            raise PermissionDeniedException(detail=f"this token is limited to applications that do not include "
+                                                   f"receivingAppName {b.receiving_app_name[:256]!r}")
 
         def create() -> AlertingRule:
             with recorded(ctx, request, org, app, operation="createAlertingRule", target_type="alerting_rule",
