@@ -8,12 +8,12 @@ The REST API enforces it in one guard (``rest/guard.py``); executor admission
 and the table's :data:`WEBSOCKET` row. A new REST route needs a row here
 (``tests/adapters/test_authz.py`` checks every route has one).
 
-Permissions are Conductor's eight (``organization.read`` ... ``websocket.connect``).
-Today a token is either **org-wide** (every permission, every application of
-its org) or **limited to applications** (reading those applications and
-connecting their executors; it changes nothing: it is the key that sits on
-every executor host). Roles and per-token permissions (issue 14) will only
-change :func:`permissions_for`.
+Permissions are Conductor's eight (``organization.read`` ... ``websocket.connect``,
+:mod:`relay_es.domain.roles`). A token is either **org-wide** (every application of its org) or
+**limited to applications**, and carries the permissions it was made with; one made without a
+choice has those of its scope (every permission org-wide; reading and connecting executors when
+limited to applications: it is the key that sits on every executor host, so it changes nothing).
+:func:`permissions_for` says which.
 """
 
 from __future__ import annotations
@@ -28,25 +28,26 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from relay_es.domain.roles import (  # Conductor's eight, defined once
+    APPLICATION_READ,
+    APPLICATION_WRITE,
+    METRIC_READ,
+    ORGANIZATION_READ,
+    ORGANIZATION_WRITE,
+    PERMISSIONS,
+    TOKEN_READ,
+    TOKEN_WRITE,
+    WEBSOCKET_CONNECT,
+)
+
 log = logging.getLogger(__name__)
 
-ORGANIZATION_READ = "organization.read"
-ORGANIZATION_WRITE = "organization.write"
-APPLICATION_READ = "application.read"
-APPLICATION_WRITE = "application.write"
-METRIC_READ = "metric.read"
-TOKEN_READ = "token.read"
-TOKEN_WRITE = "token.write"
-WEBSOCKET_CONNECT = "websocket.connect"
-
-PERMISSIONS = (ORGANIZATION_READ, ORGANIZATION_WRITE, APPLICATION_READ, APPLICATION_WRITE, METRIC_READ,
-               TOKEN_READ, TOKEN_WRITE, WEBSOCKET_CONNECT)
-
-# What a token limited to applications may do, on those applications only. It
+# What a token limited to applications may do by default, on those applications only. It
 # is the conductor key copied to every executor host of those applications, so
 # it writes nothing: with application.write it could set globalTimeoutMs and
 # gcTimeThresholdMs to 1 ms and have the executors cancel every pending
-# workflow and delete their history at the next retention round.
+# workflow and delete their history at the next retention round. (Its maker may
+# choose otherwise, explicitly.)
 APP_TOKEN_PERMISSIONS = frozenset({APPLICATION_READ, WEBSOCKET_CONNECT})
 
 
@@ -141,6 +142,10 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("GET", "/v2/orgs/{org}/tokens"): Rule("tokens.list", Scope.ORG, TOKEN_READ),
     ("POST", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.create", Scope.ORG, TOKEN_WRITE),
     ("DELETE", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.revoke", Scope.ORG, TOKEN_WRITE),
+    ("GET", "/v2/orgs/{org}/roles"): Rule("roles.list", Scope.ORG, ORGANIZATION_READ),
+    ("POST", "/v2/orgs/{org}/roles"): Rule("roles.create", Scope.ORG, ORGANIZATION_WRITE),
+    ("DELETE", "/v2/orgs/{org}/roles/{role_name}"): Rule("roles.delete", Scope.ORG, ORGANIZATION_WRITE),
+    ("GET", "/v2/orgs/{org}/permissions"): Rule("permissions.list", Scope.ORG, ORGANIZATION_READ),
     ("GET", "/v2/orgs/{org}/audit-logs"): Rule("audit.list", Scope.ORG, ORGANIZATION_READ),
     ("GET", "/v2/orgs/{org}/executor-events"): Rule("executor_events.list", Scope.ORG, ORGANIZATION_READ),
     ("GET", "/metrics"): Rule("metrics", Scope.ORG, METRIC_READ),
@@ -197,8 +202,11 @@ class Principal:
         return self.app_names is None or app in self.app_names
 
 
-def permissions_for(app_names: Iterable[str] | None) -> frozenset[str]:
-    """A token's permissions. Issue 14 (roles) will store them on the token."""
+def permissions_for(app_names: Iterable[str] | None, chosen: Iterable[str] | None = None) -> frozenset[str]:
+    """A token's permissions: those it was made with (``chosen``), else those of its scope (every
+    one for an org-wide token; reading and connecting for one limited to applications)."""
+    if chosen is not None:
+        return frozenset(chosen) & frozenset(PERMISSIONS)
     return frozenset(PERMISSIONS) if app_names is None else APP_TOKEN_PERMISSIONS
 
 
@@ -323,7 +331,8 @@ class Credentials:
                 self._seen.pop(digest, None)
             return UNKNOWN if token is None else Checked(None, org)
         apps = tuple(token.app_names) if token.app_names else None
-        who = Principal(org=token.org, token=token.name, app_names=apps, permissions=permissions_for(apps))
+        who = Principal(org=token.org, token=token.name, app_names=apps,
+                        permissions=permissions_for(apps, token.permissions))
         with self._lock:
             if self._epoch == epoch:
                 self._seen[digest] = _Seen(who, digest)

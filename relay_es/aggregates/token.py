@@ -38,6 +38,10 @@ def secret_matches(secret: str, stored_hash: str) -> bool:
 
 
 class Token(Aggregate):
+    # The permissions it was made with (PermissionsSet); None: those of its scope
+    # (``relay_es.adapters.authz.permissions_for``), as every token made before they could be chosen.
+    permissions: list[str] | None = None
+
     @staticmethod
     def create_id(org: str, name: str) -> uuid.UUID:
         return token_stream_id(org, name)
@@ -63,6 +67,17 @@ class Token(Aggregate):
         self.secret_hash = secret_hash
         self.app_names = app_names
         self.revoked = False
+        self.permissions = None
+
+    def set_permissions(self, permissions: list[str], *, at: datetime) -> None:
+        """The permissions it carries, chosen when it is made (recorded with its Created or Reissued)."""
+        if self.revoked:
+            raise IllegalTransition(f"token {self.name!r}", "revoked", "set permissions", "it is revoked")
+        self._permissions_set(permissions=list(permissions), timestamp=at)
+
+    @event("PermissionsSet")
+    def _permissions_set(self, permissions: list[str], timestamp: datetime) -> None:
+        self.permissions = permissions
 
     def revoke(self, *, at: datetime) -> None:
         if self.revoked:

@@ -76,6 +76,9 @@ def _add_admin(sub: Any) -> None:
     c.add_argument("name")
     c.add_argument("--org", required=True)
     c.add_argument("--app", action="append", dest="apps", help="limit to this application (repeatable)")
+    c.add_argument("--permission", action="append", dest="permissions",
+                   help="a permission it carries (repeatable; default: every one org-wide, reading and connecting "
+                        "executors when limited to applications)")
     c.add_argument("--database-url", help="as for serve (RELAY_DATABASE_URL)")
 
 
@@ -94,7 +97,8 @@ def admin(args: argparse.Namespace) -> int:
         print(f"relay: {e}", file=sys.stderr)
         return 2
     try:
-        secret = relay.create_token(args.org, args.name, app_names=args.apps)
+        secret = relay.create_token(args.org, args.name, app_names=args.apps,
+                                    permissions=getattr(args, "permissions", None))
     except RelayError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 1

@@ -48,7 +48,8 @@ COLUMNS = {
     "apps": ["name", "status", "language", "executorTimeoutSecs", "gcTimeThresholdMs", "gcRowsThreshold",
              "globalTimeoutMs", "privateMode"],
     "executors": ["executorId", "status", "appVersion", "hostname", "language", "dbosVersion", "updatedAt", "deadline"],
-    "tokens": ["tokenName", "createdAt", "appNames"],
+    "tokens": ["tokenName", "createdAt", "appNames", "permissions"],
+    "roles": ["name", "isGlobal", "permissions"],
     "events": ["seq", "at", "app", "executorId", "action", "detail"],
     # GET .../audit-logs: Conductor's AuditLogEntry, its subject, target and outcome flattened
     "audit": ["emitTime", "operation", "status", "outcome", "subject", "sourceIp", "target", "message"],
@@ -85,7 +86,7 @@ SEARCH_LISTS = {  # ``workflows list``'s repeatable filters: WorkflowSearchBody'
     "scheduleName": ("--schedule", "only workflows started by this schedule"),
 }
 COMMANDS = ("apps", "tokens", "executors", "events", "audit", "history", "workflows", "queues", "schedules",
-            "versions", "metrics", "autoscaling", "alerts")
+            "versions", "metrics", "autoscaling", "alerts", "roles")
 """The subcommands :func:`add_parsers` adds and :func:`run` runs."""
 
 
@@ -129,6 +130,8 @@ def add_parsers(sub: Any) -> None:
     c = tsub.add_parser("create", help="create a token; the secret is printed once")
     c.add_argument("name")
     c.add_argument("--app", action="append", dest="apps", help="limit to this application (repeatable)")
+    c.add_argument("--permission", action="append", dest="permissions",
+                   help="a permission it carries (repeatable; at most yours; default: those of its scope)")
     add_common(c)
     r = tsub.add_parser("revoke", help="revoke a token (its executors are disconnected)")
     r.add_argument("name")
@@ -268,6 +271,18 @@ def _add_queues_schedules_versions(sub: Any) -> None:
     st.add_argument("--max-old-versions", type=_natural_int, help="old versions reported, newest first (a rollout)")
     st.add_argument("--max-old-executors", type=_natural_int, help="cap of every old version (a rollout)")
     _app_parser(asub, "clear", "delete the policy")
+
+    ro = sub.add_parser("roles", help="the org's roles: built-in and its own (docs/identity.md)")
+    rsub = ro.add_subparsers(dest="action", required=True)
+    add_common(rsub.add_parser("list", help="every role and its permissions"))
+    rc = rsub.add_parser("create", help="make a role of the org")
+    rc.add_argument("name")
+    rc.add_argument("--permission", action="append", dest="permissions", default=[],
+                    help="a permission it carries (repeatable)")
+    add_common(rc)
+    rd = rsub.add_parser("delete", help="delete one of the org's own roles")
+    rd.add_argument("name")
+    add_common(rd)
 
     al = sub.add_parser("alerts", help="an application's alerting rules (docs/alerting.md)")
     alsub = al.add_subparsers(dest="action", required=True)
@@ -470,7 +485,9 @@ def _run(args: argparse.Namespace) -> int:
         if action == "list":
             emit(args, c.call("GET", f"{base}/tokens", params=EXTENDED), "tokens")
         elif action == "create":
-            body = {"appNames": args.apps} if args.apps else {}
+            body: dict[str, Any] = {"appNames": args.apps} if args.apps else {}
+            if args.permissions:
+                body["permissions"] = args.permissions
             created = c.call("POST", f"{base}/tokens/{seg(args.name)}", json=body)
             if args.json:
                 print(json.dumps(created, indent=2))
@@ -505,6 +522,15 @@ def _run(args: argparse.Namespace) -> int:
         _autoscaling(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd == "alerts":
         _alerts(args, c, f"{base}/apps/{seg(args.app)}")
+    elif cmd == "roles":
+        if action == "list":
+            emit(args, c.call("GET", f"{base}/roles"), "roles")
+        elif action == "create":
+            emit(args, c.call("POST", f"{base}/roles", json={"name": args.name, "permissions": args.permissions}),
+                 "role")
+        else:
+            c.call("DELETE", f"{base}/roles/{seg(args.name)}")
+            _done(args, f"role {printable(args.name)} deleted")
     elif cmd in ("queues", "schedules", "versions"):
         _queues_schedules_versions(args, c, f"{base}/apps/{seg(args.app)}")
     return 0

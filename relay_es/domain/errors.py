@@ -66,6 +66,11 @@ class UnknownAlertingRule(DomainError):
         super().__init__(f"application {app!r} in org {org!r} has no alerting rule {rule_id!r}")
 
 
+class UnknownRole(DomainError):
+    def __init__(self, org: str, name: str) -> None:
+        super().__init__(f"org {org!r} has no role {name!r}")
+
+
 class InvalidSetting(RelayError, ValueError):
     """A value refused at the boundary. ``field`` is the name the user typed."""
 

@@ -16,6 +16,7 @@ Where the rest lives:
 * :mod:`relay_es.engine.executor_commands` -- the executor commands, each written once;
 * :mod:`relay_es.engine.action_commands` -- the operators' actions (who asked, what, the outcome);
 * :mod:`relay_es.engine.alert_commands` -- alerting rules, their alerts and deliveries;
+* :mod:`relay_es.engine.role_commands` -- an org's own roles;
 * this module -- applications, tokens, refusals and projection skips.
 """
 
@@ -44,14 +45,16 @@ from relay_es.domain.autoscaling import AutoscalingPolicy
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import EXECUTOR_TIMEOUT
 from relay_es.domain.errors import InvalidSetting, UnknownApplication, UnknownToken
+from relay_es.domain.roles import check_permissions, ordered
 from relay_es.domain.text import sanitized
 from relay_es.engine.action_commands import ActionCommands
 from relay_es.engine.alert_commands import AlertCommands
+from relay_es.engine.role_commands import RoleCommands
 from relay_es.engine.executor_commands import ExecutorCommands
 from relay_es.engine.store import RelayStore
 
 
-class Relay(ActionCommands, AlertCommands, ExecutorCommands, RelayStore):
+class Relay(ActionCommands, AlertCommands, RoleCommands, ExecutorCommands, RelayStore):
     """Every command of Relay, on one event store.
 
     ``default_grace``: how long a DISCONNECTED executor of an application that
@@ -235,12 +238,15 @@ class Relay(ActionCommands, AlertCommands, ExecutorCommands, RelayStore):
         return org, app
 
     # --------------------------------------------------------------- tokens
-    def create_token(self, org: str, name: str, *, app_names: list[str] | None = None) -> str:
+    def create_token(self, org: str, name: str, *, app_names: list[str] | None = None,
+                     permissions: list[str] | None = None) -> str:
         """Makes a token and returns its secret: the only time it is ever seen.
 
         ``app_names``: the applications it is limited to, at least one; ``None`` (and
         only ``None``) makes an org-wide token. An empty list was read as "no limit":
-        a caller that filtered every application out of its list got an org-wide key."""
+        a caller that filtered every application out of its list got an org-wide key.
+        ``permissions``: what it may do, at least one of the eight; ``None``: those of its scope.
+        Whether the caller may grant them is the caller's check (the REST API's)."""
         check_org_name(org)
         check_app_name(name)  # same URL-safe alphabet
         if app_names is not None:
@@ -251,6 +257,12 @@ class Relay(ActionCommands, AlertCommands, ExecutorCommands, RelayStore):
                                                  "org-wide token")
             for a in app_names:
                 check_app_name(a)
+        chosen = None
+        if permissions is not None:
+            chosen = ordered(check_permissions("permissions", permissions))
+            if not chosen:
+                raise InvalidSetting("permissions", "must name at least one permission; omit it (null) for those of "
+                                                    "the token's scope")
         secret = new_secret()
 
         def run() -> str:
@@ -260,6 +272,8 @@ class Relay(ActionCommands, AlertCommands, ExecutorCommands, RelayStore):
                 tok = Token(org=org, name=name, secret_hash=hash_secret(secret), app_names=apps, timestamp=self.now())
             else:
                 tok.reissue(secret_hash=hash_secret(secret), app_names=apps, at=self.now())
+            if chosen is not None:
+                tok.set_permissions(chosen, at=self.now())
             self.save(tok)
             return secret
 

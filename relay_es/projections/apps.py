@@ -41,6 +41,7 @@ class TokenRow:
     app_names: list[str] | None
     created_at: datetime
     revoked: bool
+    permissions: list[str] | None = None  # chosen when it was made; None: those of its scope
 
 
 def reduce_app(row: AppRow | None, e: Any) -> AppRow:
@@ -68,14 +69,17 @@ def reduce_token(row: TokenRow | None, e: Any) -> TokenRow:
     assert row is not None
     base = replace(row, version=e.originator_version)
     if isinstance(e, Token.Reissued):
-        return replace(base, secret_hash=e.secret_hash, app_names=e.app_names, created_at=e.timestamp, revoked=False)
+        return replace(base, secret_hash=e.secret_hash, app_names=e.app_names, created_at=e.timestamp, revoked=False,
+                       permissions=None)
+    if isinstance(e, Token.PermissionsSet):
+        return replace(base, permissions=list(e.permissions))
     if isinstance(e, Token.Revoked):
         return replace(base, revoked=True)
     return base
 
 
 APP_EVENTS = (Application.Registered, Application.Restored, Application.SettingsChanged, Application.Deleted)
-TOKEN_EVENTS = (Token.Created, Token.Reissued, Token.Revoked)
+TOKEN_EVENTS = (Token.Created, Token.Reissued, Token.PermissionsSet, Token.Revoked)
 
 
 class AppsProjection:

@@ -784,3 +784,28 @@ def test_alerts_lists_creates_and_deletes_rules(monkeypatch, capsys) -> None:
     assert run(monkeypatch, server, "alerts", "create", "SlowQueue", "--app", "orders", "--metadata", "{x") == 2
     assert len(asked) == n  # nothing sent
     assert "--metadata is not JSON" in capsys.readouterr().err
+
+
+def test_roles_and_token_permissions(monkeypatch, capsys) -> None:
+    asked: list[httpx.Request] = []
+
+    def server(r: httpx.Request) -> httpx.Response:
+        asked.append(r)
+        if r.method == "DELETE":
+            return httpx.Response(204)
+        if r.url.path.endswith("/tokens/ci"):
+            return httpx.Response(201, json={"token": "relay_secret", "tokenName": "ci"})
+        if r.method == "POST":
+            return httpx.Response(201, json=json.loads(r.content))
+        return httpx.Response(200, json=[{"name": "admin", "isGlobal": True, "permissions": ["token.read"]}])
+
+    assert run(monkeypatch, server, "tokens", "create", "ci", "--permission", "application.read",
+               "--permission", "metric.read") == 0
+    assert json.loads(asked[-1].content) == {"permissions": ["application.read", "metric.read"]}
+    assert run(monkeypatch, server, "roles", "create", "deployer", "--permission", "application.write") == 0
+    assert asked[-1].url.path == "/v2/orgs/local/roles"
+    assert json.loads(asked[-1].content) == {"name": "deployer", "permissions": ["application.write"]}
+    assert run(monkeypatch, server, "roles", "list") == 0
+    assert "isGlobal" in capsys.readouterr().out
+    assert run(monkeypatch, server, "roles", "delete", "deployer") == 0
+    assert asked[-1].method == "DELETE" and asked[-1].url.path == "/v2/orgs/local/roles/deployer"

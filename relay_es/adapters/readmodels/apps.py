@@ -2,7 +2,8 @@
 
 Rows are folded by :mod:`relay_es.projections.apps`; this module stores and
 reads them. Durations are whole microseconds, timestamps epoch microseconds
-(version 2; version 1 stored timestamps in milliseconds).
+(version 2; version 1 stored timestamps in milliseconds); a token's chosen permissions are a JSON
+list (version 3).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ DDL = [
         secret_hash TEXT NOT NULL,
         app_names TEXT,
         created_at BIGINT NOT NULL,
-        revoked INTEGER NOT NULL
+        revoked INTEGER NOT NULL,
+        permissions TEXT  -- a JSON list; NULL: those of its scope
     )
     """,
     "CREATE INDEX IF NOT EXISTS relay_tokens_hash ON relay_tokens (secret_hash)",
@@ -53,7 +55,8 @@ DDL = [
 
 APP_COLUMNS = ("stream_id", "org", "name", "version", "private_mode", "executor_timeout_us", "gc_time_threshold_us",
                "gc_rows_threshold", "global_timeout_us", "created_at", "updated_at", "deleted")
-TOKEN_COLUMNS = ("stream_id", "org", "name", "version", "secret_hash", "app_names", "created_at", "revoked")
+TOKEN_COLUMNS = ("stream_id", "org", "name", "version", "secret_hash", "app_names", "created_at", "revoked",
+                 "permissions")
 _APP_COLS = ", ".join(APP_COLUMNS)
 _TOKEN_COLS = ", ".join(TOKEN_COLUMNS)
 _UPSERT_APP = upsert_sql("relay_apps", APP_COLUMNS)
@@ -81,12 +84,13 @@ def app_from_db(v: Any) -> AppRow:
 
 def token_to_db(r: TokenRow) -> tuple[Any, ...]:
     return (r.stream_id, r.org, r.name, r.version, r.secret_hash,
-            json.dumps(r.app_names) if r.app_names is not None else None, to_epoch_us(r.created_at), int(r.revoked))
+            json.dumps(r.app_names) if r.app_names is not None else None, to_epoch_us(r.created_at), int(r.revoked),
+            json.dumps(r.permissions) if r.permissions is not None else None)
 
 
 def token_from_db(v: Any) -> TokenRow:
     return TokenRow(v[0], v[1], v[2], v[3], v[4], json.loads(v[5]) if v[5] is not None else None,
-                    from_epoch_us(v[6]), bool(v[7]))
+                    from_epoch_us(v[6]), bool(v[7]), json.loads(v[8]) if v[8] is not None else None)
 
 
 class AppsTable:
@@ -94,7 +98,7 @@ class AppsTable:
 
     name = NAME
     tables = ("relay_apps", "relay_tokens")
-    version = 2
+    version = 3
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
         for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:

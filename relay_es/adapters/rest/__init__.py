@@ -12,6 +12,7 @@ One module per resource, each a Litestar controller or handlers:
 * ``applications`` -- ``/v2/orgs/{org}/apps[/{app}]``
 * ``executors`` -- ``/v2/orgs/{org}/apps/{app}/executors[/{executor_id}/history]``
 * ``tokens`` -- ``/v2/orgs/{org}/tokens[/{token_name}]``
+* ``roles`` -- ``/v2/orgs/{org}/roles[/{role_name}]``, ``/v2/orgs/{org}/permissions``
 * ``workflows``, ``workflow_actions``, ``queues``, ``schedules``, ``versions``, ``stranded`` --
   ``/v2/orgs/{org}/apps/{app}/...``, each carried to an executor through ``calling``
 * ``app_metrics``, ``autoscaling``, ``alerting`` -- ``/v2/orgs/{org}/apps/{app}/metrics``, the autoscaling

@@ -24,6 +24,7 @@ from relay_es.domain.errors import (
     UnknownAlertingRule,
     UnknownApplication,
     UnknownExecutor,
+    UnknownRole,
     UnknownToken,
 )
 
@@ -87,6 +88,7 @@ EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     UnknownExecutor: _not_found,
     UnknownToken: _not_found,
     UnknownAlertingRule: _not_found,
+    UnknownRole: _not_found,
     NotFoundException: _not_found,
     IllegalTransition: _conflict,
     DomainError: _conflict,

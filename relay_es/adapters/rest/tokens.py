@@ -6,15 +6,16 @@ answer) and revoke one: executors connected with it are disconnected and the
 key is refused at once, before the read models follow.
 
 A listed token is Conductor's ``Token``, exactly its fields: its
-``permissions`` are what ``relay_es.adapters.authz.permissions_for`` grants it
-(all eight for an org-wide token), its ``appIds`` the ids of the applications
+``permissions`` (those it was made with, else those of its scope:
+``relay_es.adapters.authz.permissions_for``), its ``appIds`` the ids of the applications
 it is limited to (an application's id follows from its org and name, so a
 token limited to an application not registered yet lists that id too; empty
 for an org-wide token). With ``?relay=extended`` (a query parameter no
 Conductor client sends) each also carries Relay's ``appNames`` (null for an
-org-wide token). A creation may send Conductor's ``permissions``: null, or
-exactly the permissions the token gets (a token's permissions follow from
-its scope until roles come, issue 14); any other set is refused (422).
+org-wide token). A creation may send Conductor's ``permissions``: null (those
+of its scope), or the ones it is to carry: known (422 otherwise), at least
+one, and all held by its maker (403 otherwise: a key that makes keys cannot
+make a stronger one; the same holds for a scope's own).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, delete, get, post
+from litestar.exceptions import PermissionDeniedException
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
@@ -32,7 +34,7 @@ from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
 from relay_es.aggregates.application import app_stream_id
-from relay_es.domain import units
+from relay_es.domain import roles, units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.projections import apps as apps_view
 
@@ -86,20 +88,24 @@ def check_app_names(names: list[str]) -> None:
                                              ". _ ~ -), starting with a letter or digit")
 
 
-def check_permissions(asked: list[str], names: list[str] | None) -> None:
-    """A token's permissions follow from its scope (``authz.permissions_for``):
-    a creation may state them, not choose them."""
-    granted = authz.permissions_for(names)
-    if set(asked) != granted or len(set(asked)) != len(asked):
-        scope = "an org-wide token" if names is None else "a token limited to applications"
-        raise InvalidSetting("permissions", f"{scope} has exactly these permissions: {', '.join(sorted(granted))}; "
-                                            "omit permissions (or null) to get them")
+def check_permissions(asked: list[str], caller: frozenset[str]) -> list[str]:
+    """The permissions a new token is asked to carry: known ones, at least one, and none its maker
+    does not hold (403): a key that may make keys must not make a stronger one."""
+    chosen = roles.ordered(roles.check_permissions("permissions", asked))
+    if not chosen:
+        raise InvalidSetting("permissions", "must name at least one permission; omit it (or null) for those of the "
+                                            "token's scope")
+    beyond = [p for p in chosen if p not in caller]
+    if beyond:
+        raise PermissionDeniedException(detail=f"a token cannot be given permissions its maker does not hold: "
+                                               f"{', '.join(beyond)}")
+    return chosen
 
 
 def token_out(org: str, row: apps_view.TokenRow, *, extended: bool = False) -> Token:
     """A live token in Conductor's shape, or with Relay's fields."""
     out = Token(token_name=row.name, created_at=units.rfc3339(row.created_at) or "",
-                permissions=sorted(authz.permissions_for(row.app_names)),
+                permissions=roles.ordered(authz.permissions_for(row.app_names, row.permissions)),
                 app_ids=[str(app_stream_id(org, a)) for a in row.app_names or []])
     if not extended:
         return out
@@ -119,14 +125,20 @@ class TokensController(Controller):
     def create(self, org: FromPath[str], token_name: FromPath[str], ctx: Context, request: Request[Any, Any, Any],
                data: JSONBody[CreateTokenBody | None] = None) -> TokenCreated:
         names = None if data is None or data.app_names is UNSET else data.app_names
-        # on record: how many applications it is limited to (their names: up to 100, not a summary)
+        asked = data.permissions if data is not None and isinstance(data.permissions, list) else None
+        who = getattr(request.state, "principal", None)
+        caller = who.permissions if who is not None else frozenset(authz.PERMISSIONS)
+        # on record: how many applications it is limited to (their names: up to 100, not a summary), and what it may do
         with recorded(ctx, request, org, None, operation="createToken", target_type="token", target_ids=[token_name],
-                      parameters={"appCount": None if names is None else len(names)}):
+                      parameters={"appCount": None if names is None else len(names),
+                                  "permissions": None if asked is None else ",".join(map(str, asked))[:400]}):
             if names is not None:
                 check_app_names(names)
-            if data is not None and isinstance(data.permissions, list):
-                check_permissions(data.permissions, names)
-            secret = ctx.relay.create_token(org, token_name, app_names=names)  # never on record
+            chosen = None if asked is None else check_permissions(asked, caller)
+            if chosen is None and not authz.permissions_for(names) <= caller:
+                raise PermissionDeniedException(detail="this token's scope carries permissions its maker does not "
+                                                       "hold: name the permissions it is to have")
+            secret = ctx.relay.create_token(org, token_name, app_names=names, permissions=chosen)  # never on record
         ctx.read_your_writes()
         return TokenCreated(token=secret, token_name=token_name)
 

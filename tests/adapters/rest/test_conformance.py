@@ -52,6 +52,7 @@ CHECKED_IN = {
     "test_versions.py": {"listAppVersions", "setLatestAppVersion"},
     "test_audit.py": {"listAuditLogs"},
     "test_app_metrics.py": {"listMetrics"},
+    "test_roles.py": {"listRoles", "createRole", "deleteRole", "listPermissions"},
     "test_alerting.py": {"listAlertingRules", "createAlertingRule", "deleteAlertingRule"},
     "test_autoscaling.py": {"getAutoscale", "getAutoscalingPolicy", "setAutoscalingPolicy", "deleteAutoscalingPolicy"},
 }
@@ -242,14 +243,19 @@ def test_tokens_answer_as_conductor_does_and_relay_s_app_names_are_extended(serv
     conforms("createToken", call(server, "POST", L + "/tokens/exe",
                                  json={"appNames": ["orders"], "permissions": ["websocket.connect", "application.read"],
                                        "$schema": "x"}), 201)
+    # permissions of its own: any of the eight its maker holds (repeats are one)
+    conforms("createToken", call(server, "POST", L + "/tokens/reader", json={"permissions": ["token.read"] * 2}), 201)
+    conforms("createToken", call(server, "POST", L + "/tokens/strong", json={"appNames": ["orders"],
+                                                                            "permissions": every}), 201)
     for name, body in (("admin", {}), ("bad", {"appNames": []}), ("bad", {"appNames": "orders"}),
-                       ("bad", {"permissions": ["token.read"]}), ("bad", {"appNames": ["orders"], "permissions": every}),
-                       ("bad", {"permissions": every * 2}), ("bad", {"tokenName": "x"}), ("-lead", {})):
+                       ("bad", {"permissions": ["token.read", "root"]}), ("bad", {"permissions": []}),
+                       ("bad", {"permissions": "token.read"}), ("bad", {"tokenName": "x"}), ("-lead", {})):
         conforms("createToken", call(server, "POST", f"{L}/tokens/{name}", json=body), 409 if name == "admin" else 422)
     conforms("createToken", call(server, "POST", "/v2/orgs/acme/tokens/x"), 404)
 
     tokens = {t["tokenName"]: t for t in conforms("listTokens", call(server, "GET", L + "/tokens"), 200)}
-    assert set(tokens) == {"admin", "ci", "stated", "exe"}
+    assert set(tokens) == {"admin", "ci", "stated", "exe", "reader", "strong"}
+    assert tokens["reader"]["permissions"] == ["token.read"] and tokens["strong"]["permissions"] == every
     later_id = tokens["ci"]["appIds"][0]  # in the order of the names, which a token keeps sorted
     assert tokens["admin"] == {**tokens["admin"], "permissions": every, "appIds": []}
     assert tokens["stated"]["permissions"] == every

@@ -389,6 +389,22 @@ class AlertingRule(_Answer, kw_only=True):
     last_fired_at: str | None
 
 
+class RoleOutput(_Answer, kw_only=True):
+    name: str
+    is_global: bool  # a built-in role: the same in every org
+    permissions: list[str]
+
+
+class CreateRoleInputBody(_Body, kw_only=True):
+    name: str
+    permissions: list[str] | None | UnsetType = UNSET
+
+
+class CreateRoleOutputBody(_Answer, kw_only=True):
+    name: str
+    permissions: list[str]
+
+
 # Component schema name -> class, for every body this module defines.
 SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     Workflow, WorkflowSearchBody, Step, Event, Notification, StreamEntry,
@@ -400,5 +416,5 @@ SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     Queue, Schedule, BackfillInputBody, BackfillOutputBody, TriggerOutputBody,
     ApplicationVersion, PatchLatestVersionInputBody,
     RolloutPolicy, AutoscalePolicy, PolicyOutputBody, QueueAutoscale,
-    CreateAlertInputBody, AlertingRule,
+    CreateAlertInputBody, AlertingRule, RoleOutput, CreateRoleInputBody, CreateRoleOutputBody,
 )}

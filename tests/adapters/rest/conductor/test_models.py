@@ -85,6 +85,8 @@ FULL: dict[str, msgspec.Struct] = {
     "AlertingRule": m.AlertingRule(id="5b1e", app_id="a", receiving_app_id="b", rule_type="WorkflowFailure",
                                    rule_metadata={"threshold": 2, "windowSecs": 300}, min_interval_secs=300,
                                    last_fired_at="2026-11-30T12:00:05.123Z"),
+    "RoleOutput": m.RoleOutput(name="operator", is_global=True, permissions=["application.read", "metric.read"]),
+    "CreateRoleOutputBody": m.CreateRoleOutputBody(name="deployer", permissions=["application.write"]),
 }
 
 
@@ -166,6 +168,7 @@ FULL_REQUESTS: dict[str, dict[str, Any]] = {
                                                              "maxExecutorsForOldApplicationVersions": 2}},
     "CreateAlertInputBody": {"ruleType": "SlowQueue", "ruleMetadata": {"queueName": "q", "thresholdSecs": 60},
                              "minIntervalSecs": 600, "receivingAppName": "ops"},
+    "CreateRoleInputBody": {"name": "deployer", "permissions": ["application.read", "application.write"]},
 }
 
 MINIMAL: dict[str, dict[str, Any]] = {
@@ -176,6 +179,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "PatchLatestVersionInputBody": {"versionName": "v"},
     "AutoscalePolicy": {"queue": "q"},
     "CreateAlertInputBody": {"ruleType": "WorkflowFailure", "ruleMetadata": {}},
+    "CreateRoleInputBody": {"name": "nobody"},
 }
 
 
