@@ -55,13 +55,15 @@ class Scope(enum.Enum):
     PUBLIC = "public"  # no token, in any mode
     ORG = "org"        # an org-wide token (of the path's org, where the path has one)
     APP = "app"        # a token of the path's org that covers the path's {app}
+    SELF = "self"      # any caller with valid credentials, about themselves
 
 
 @dataclass(frozen=True)
 class Rule:
     operation: str
     scope: Scope
-    permission: str | None  # None only for PUBLIC
+    permission: str | None  # None only for PUBLIC and SELF
+    oauth: bool = False  # served only with OIDC configured (Conductor serves it only with OAuth); else a 404
 
 
 # The table. Keys are (method, path template) exactly as the router matched them.
@@ -146,6 +148,16 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("POST", "/v2/orgs/{org}/roles"): Rule("roles.create", Scope.ORG, ORGANIZATION_WRITE),
     ("DELETE", "/v2/orgs/{org}/roles/{role_name}"): Rule("roles.delete", Scope.ORG, ORGANIZATION_WRITE),
     ("GET", "/v2/orgs/{org}/permissions"): Rule("permissions.list", Scope.ORG, ORGANIZATION_READ),
+    # Conductor's OAuth-only operations: with --oidc-issuer only (docs/identity.md); a 404 otherwise.
+    ("GET", "/v2/orgs/{org}"): Rule("org.get", Scope.ORG, ORGANIZATION_READ, oauth=True),
+    ("PATCH", "/v2/orgs/{org}"): Rule("org.update", Scope.ORG, ORGANIZATION_WRITE, oauth=True),
+    ("GET", "/v2/orgs/{org}/members"): Rule("members.list", Scope.ORG, ORGANIZATION_READ, oauth=True),
+    ("PUT", "/v2/orgs/{org}/members/{username}/roles/{role_name}"): Rule("members.grant_role", Scope.ORG,
+                                                                         ORGANIZATION_WRITE, oauth=True),
+    ("DELETE", "/v2/orgs/{org}/members/{username}"): Rule("members.remove", Scope.ORG, ORGANIZATION_WRITE,
+                                                          oauth=True),
+    ("POST", "/v2/orgs/{org}/secrets"): Rule("secrets.generate", Scope.ORG, TOKEN_WRITE, oauth=True),
+    ("GET", "/v2/users/me"): Rule("users.me", Scope.SELF, None, oauth=True),
     ("GET", "/v2/orgs/{org}/audit-logs"): Rule("audit.list", Scope.ORG, ORGANIZATION_READ),
     ("GET", "/v2/orgs/{org}/executor-events"): Rule("executor_events.list", Scope.ORG, ORGANIZATION_READ),
     ("GET", "/metrics"): Rule("metrics", Scope.ORG, METRIC_READ),
@@ -178,9 +190,11 @@ def rule_for(method: str, template: str) -> Rule | None:
 def table_markdown() -> str:
     """The table as Markdown, for the README (and a test that keeps them equal)."""
     lines = ["| method | path | operation | token needed | permission |", "| --- | --- | --- | --- | --- |"]
-    need = {Scope.PUBLIC: "none", Scope.ORG: "org-wide", Scope.APP: "org-wide, or limited to apps including `{app}`"}
+    need = {Scope.PUBLIC: "none", Scope.ORG: "org-wide", Scope.APP: "org-wide, or limited to apps including `{app}`",
+            Scope.SELF: "any (an OIDC user)"}
     for (method, path), r in TABLE.items():
-        lines.append(f"| {method} | `{path}` | {r.operation} | {need[r.scope]} | {r.permission or '-'} |")
+        oauth = " (OIDC only)" if r.oauth else ""
+        lines.append(f"| {method} | `{path}` | {r.operation}{oauth} | {need[r.scope]} | {r.permission or '-'} |")
     lines.append(f"| WebSocket | `/websocket/{{app}}/{{key}}` | {WEBSOCKET.operation} | {need[WEBSOCKET.scope]} "
                  f"| {WEBSOCKET.permission} |")
     return "\n".join(lines)
@@ -194,9 +208,11 @@ class Principal:
     """Who a request or a handshake acts as."""
 
     org: str
-    token: str | None  # None: development mode
+    token: str | None  # None: development mode, or a user signed in with OIDC
     app_names: tuple[str, ...] | None  # None: org-wide
     permissions: frozenset[str]
+    user: str | None = None  # a user signed in with OIDC (relay_es.adapters.oidc): their username
+    role: str | None = None  # and the role their permissions are
 
     def covers(self, app: str) -> bool:
         return self.app_names is None or app in self.app_names
@@ -223,7 +239,7 @@ class Denied(Exception):
 def decide(rule: Rule, who: Principal, org: str | None, app: str | None) -> None:
     """Raises :class:`Denied` (403) unless ``who`` may apply ``rule`` to the
     path's ``org`` and ``app``. Pure: the table, the caller and the path only."""
-    if rule.scope is Scope.PUBLIC:
+    if rule.scope is Scope.PUBLIC or rule.scope is Scope.SELF:
         return
     if org is not None and org != who.org:
         raise Denied(403, f"this token belongs to another org, not {org!r}")

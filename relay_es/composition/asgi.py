@@ -76,4 +76,5 @@ def rest_context(runtime: Runtime) -> RestContext:
         call_timeout=settings.call_timeout,
         series=runtime.series,
         metrics_interval=int(settings.metrics_interval.total_seconds()),
+        oidc=runtime.oidc,
     )

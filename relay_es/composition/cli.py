@@ -48,6 +48,14 @@ def _add_serve(sub: Any) -> None:
                    help="reverse proxies whose X-Forwarded-For gives the client's address: comma-separated addresses "
                         f"or networks (RELAY_FORWARDED_ALLOW_IPS, default {','.join(DEFAULT_TRUSTED_PROXIES)}; "
                         "empty trusts none)")
+    p.add_argument("--oidc-issuer", help="accept OIDC bearer JWTs from this issuer (its URL; needs --auth; "
+                                         "RELAY_OIDC_ISSUER; docs/identity.md)")
+    p.add_argument("--oidc-audience", help="the audience those tokens must name (RELAY_OIDC_AUDIENCE)")
+    p.add_argument("--oidc-org", help="the org OIDC users belong to (RELAY_OIDC_ORG)")
+    p.add_argument("--oidc-groups-claim", help="the claim listing a user's groups (RELAY_OIDC_GROUPS_CLAIM, "
+                                               "default groups)")
+    p.add_argument("--oidc-group-roles", help="which group gets which role: group=role pairs, comma-separated, the "
+                                              "first that matches wins (RELAY_OIDC_GROUP_ROLES)")
     p.add_argument("--alert-webhook-allow",
                    help="networks alert webhooks may reach besides public addresses: comma-separated addresses or "
                         "networks, e.g. 10.1.2.0/24 for an internal receiver (RELAY_ALERT_WEBHOOK_ALLOW, default none)")

@@ -32,6 +32,7 @@ from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.adapters.hub.alerts import AlertSender
+from relay_es.adapters.oidc import OidcSettings, OidcUsers, parse_group_roles
 from relay_es.adapters.webhooks import Egress
 from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.lease import Lease, LeaseLost
@@ -175,6 +176,10 @@ class Runtime:
                 wake=self.pm_worker.wake,
             )
             self.alert_sender.manager = self.alerts
+            self.oidc = None if not settings.oidc_issuer else OidcUsers(OidcSettings(
+                issuer=settings.oidc_issuer, audience=settings.oidc_audience or "", org=settings.oidc_org or "",
+                groups_claim=settings.oidc_groups_claim, group_roles=parse_group_roles(settings.oidc_group_roles)),
+                self.relay)
             self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
             self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)
             self.hub = Hub(

@@ -222,6 +222,13 @@ class Settings:
     forwarded_allow_ips: tuple[str, ...] = DEFAULT_TRUSTED_PROXIES
     # Networks alert webhooks may reach besides public addresses (docs/alerting.md); none by default.
     alert_webhook_allow: tuple[str, ...] = ()
+    # OIDC sign-in (docs/identity.md): the issuer, the audience, the org its users belong to, the claim
+    # holding their groups, and which group gets which role; None: tokens only.
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_org: str | None = None
+    oidc_groups_claim: str = "groups"
+    oidc_group_roles: str = ""
     # Open sockets (HTTP and WebSocket) at once; over it a new connection gets 503 and is closed.
     max_open_connections: int = field(default_factory=default_max_connections)
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
@@ -270,6 +277,21 @@ class Settings:
                                                                      ",".join(DEFAULT_TRUSTED_PROXIES)))
         webhook_allow = _trusted_proxies("RELAY_ALERT_WEBHOOK_ALLOW",
                                          pick("alert_webhook_allow", "RELAY_ALERT_WEBHOOK_ALLOW", ""))
+        oidc = {k: pick(k, f"RELAY_{k.upper()}", None) for k in ("oidc_issuer", "oidc_audience", "oidc_org",
+                                                                  "oidc_groups_claim", "oidc_group_roles")}
+        if oidc["oidc_issuer"]:
+            if not auth:
+                raise InvalidSetting("RELAY_OIDC_ISSUER", "OIDC sign-in needs auth mode (--auth)")
+            if not str(oidc["oidc_issuer"]).startswith(("https://", "http://")):
+                raise InvalidSetting("RELAY_OIDC_ISSUER", "must be the issuer's http(s) URL")
+            for key in ("oidc_audience", "oidc_org"):
+                if not oidc[key]:
+                    raise InvalidSetting(f"RELAY_{key.upper()}", "is needed with RELAY_OIDC_ISSUER")
+            try:
+                from relay_es.adapters.oidc import parse_group_roles
+                parse_group_roles(str(oidc["oidc_group_roles"] or ""))
+            except ValueError as e:
+                raise InvalidSetting("RELAY_OIDC_GROUP_ROLES", f"must be group=role pairs, comma-separated: {e}") from None
         files = fd_limit()
         raw_cap = pick("max_open_connections", "RELAY_MAX_OPEN_CONNECTIONS", None)
         cap = default_max_connections(files) if raw_cap is None else _count("RELAY_MAX_OPEN_CONNECTIONS", raw_cap)
@@ -280,6 +302,11 @@ class Settings:
         return cls(
             forwarded_allow_ips=proxies,
             alert_webhook_allow=webhook_allow,
+            oidc_issuer=oidc["oidc_issuer"] or None,
+            oidc_audience=oidc["oidc_audience"] or None,
+            oidc_org=oidc["oidc_org"] or None,
+            oidc_groups_claim=oidc["oidc_groups_claim"] or "groups",
+            oidc_group_roles=oidc["oidc_group_roles"] or "",
             max_open_connections=cap,
             host=host,
             limits=limits,

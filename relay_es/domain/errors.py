@@ -71,6 +71,11 @@ class UnknownRole(DomainError):
         super().__init__(f"org {org!r} has no role {name!r}")
 
 
+class UnknownMember(DomainError):
+    def __init__(self, org: str, username: str) -> None:
+        super().__init__(f"org {org!r} has no member {username[:256]!r}")
+
+
 class InvalidSetting(RelayError, ValueError):
     """A value refused at the boundary. ``field`` is the name the user typed."""
 

@@ -17,6 +17,7 @@ Where the rest lives:
 * :mod:`relay_es.engine.action_commands` -- the operators' actions (who asked, what, the outcome);
 * :mod:`relay_es.engine.alert_commands` -- alerting rules, their alerts and deliveries;
 * :mod:`relay_es.engine.role_commands` -- an org's own roles;
+* :mod:`relay_es.engine.member_commands` -- OIDC members and the roles granted them;
 * this module -- applications, tokens, refusals and projection skips.
 """
 
@@ -49,12 +50,13 @@ from relay_es.domain.roles import check_permissions, ordered
 from relay_es.domain.text import sanitized
 from relay_es.engine.action_commands import ActionCommands
 from relay_es.engine.alert_commands import AlertCommands
+from relay_es.engine.member_commands import MemberCommands
 from relay_es.engine.role_commands import RoleCommands
 from relay_es.engine.executor_commands import ExecutorCommands
 from relay_es.engine.store import RelayStore
 
 
-class Relay(ActionCommands, AlertCommands, RoleCommands, ExecutorCommands, RelayStore):
+class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, ExecutorCommands, RelayStore):
     """Every command of Relay, on one event store.
 
     ``default_grace``: how long a DISCONNECTED executor of an application that

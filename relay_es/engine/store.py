@@ -38,6 +38,8 @@ from relay_es.aggregates.alert import AlertFirings
 from relay_es.aggregates.application import Application, AppSettings
 from relay_es.aggregates.executor import Executor, OpaqueJSON
 from relay_es.aggregates.gate import Gate
+from relay_es.aggregates.members import OrgMembers
+from relay_es.aggregates.roles import OrgRoles
 from relay_es.domain.clock import Clock
 from relay_es.projections.unreadable import Unreadable
 
@@ -54,7 +56,7 @@ MAX_ATTEMPTS = 8
 # (ADR 16); most executor streams never reach one.
 SNAPSHOT_EVERY = 100
 SNAPSHOTTED: dict[type, int] = {Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY, Executor: SNAPSHOT_EVERY,
-                                AlertFirings: SNAPSHOT_EVERY}
+                                AlertFirings: SNAPSHOT_EVERY, OrgRoles: SNAPSHOT_EVERY, OrgMembers: SNAPSHOT_EVERY}
 
 
 class TimedeltaAsMicroseconds(Transcoding):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from relay_es.adapters.authz import Credentials
     from relay_es.adapters.hub.calls import Calls
     from relay_es.adapters.metrics import Metrics
+    from relay_es.adapters.oidc import OidcUsers
     from relay_es.adapters.series import MetricSeries
     from relay_es.engine.service import Relay
 
@@ -67,6 +68,9 @@ class RestContext:
     """The executors' metrics as collected (``listMetrics``), or None where nothing collects."""
     metrics_interval: int = 300
     """The length of one metrics bucket, seconds (``RELAY_METRICS_INTERVAL_SECS``)."""
+    oidc: OidcUsers | None = None
+    """Users signing in with OIDC bearer JWTs (``--oidc-issuer``), or None: tokens only, and the
+    operations Conductor serves only with OAuth answer 404."""
 
 
 # How a handler asks for the context: injected by name (``ctx``), passed as is

@@ -24,6 +24,7 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.handlers.base import BaseRouteHandler
 
 from relay_es.adapters import authz
+from relay_es.adapters.oidc import OidcError, looks_like_jwt
 from relay_es.adapters.rest.conductor.models import MAX_TEXT
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.recording import Refusals, source_of
@@ -40,18 +41,21 @@ CREATES = {"apps.register": ("app", "appName"), "tokens.create": ("token_name", 
 # Path parameters that name what an executor's application chose, not Relay: any printable text
 # up to the Conductor bodies' bound (a scheduled workflow's id holds ':' and '+'; a queue or
 # schedule name may hold spaces). Relay's own names (org, app, token) keep the names' alphabet.
-FREE_TEXT = frozenset({"workflow_id", "queue_name", "schedule_name"})
+FREE_TEXT = frozenset({"workflow_id", "queue_name", "schedule_name", "username"})
 
 
 def valid_text(value: str) -> bool:
     return 0 < len(value) <= MAX_TEXT and value.isprintable()
 
 
+MAX_BEARER = 16 * 1024  # an OIDC JWT can be a few kilobytes; Relay's own tokens are 49 characters
+
+
 def bearer(header: str) -> str:
     """The secret of an ``Authorization: Bearer <secret>`` header, or a 401."""
     scheme, _, secret = header.partition(" ")
     secret = secret.strip()
-    if scheme.lower() != "bearer" or not secret or " " in secret or len(secret) > 512:
+    if scheme.lower() != "bearer" or not secret or " " in secret or len(secret) > MAX_BEARER:
         raise HTTPException(status_code=401, detail="malformed Authorization header: expected 'Bearer <token>'",
                             headers={"WWW-Authenticate": "Bearer"})
     return secret
@@ -133,7 +137,8 @@ class Authorize:
             app = None
         target = next(((kind, params[key]) for key, kind in TARGETS.items()
                        if isinstance(params.get(key), str) and valid_text(params[key])), None)
-        actor = Actor.of(who.token) if who is not None else Actor.anonymous(why)
+        actor = (Actor("user", who.user) if who is not None and who.user is not None
+                 else Actor.of(who.token) if who is not None else Actor.anonymous(why))
         await asyncio.to_thread(self.refusals.record, org=org, app=app, operation=operation, actor=actor,
                                 source=source, status=refusal.status_code,
                                 detail=str(refusal.detail), target=target, suppressed=suppressed)
@@ -145,6 +150,12 @@ class Authorize:
                                headers={"WWW-Authenticate": "Bearer"})
         secret = bearer(header)
         assert self.ctx.credentials is not None  # auth mode has a checker (build_app requires it)
+        if self.ctx.oidc is not None and looks_like_jwt(secret):
+            try:
+                return await asyncio.to_thread(self.ctx.oidc.principal, secret)
+            except OidcError as e:
+                raise self.refused(401, f"the OIDC token is refused: {e}",
+                                   headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
         try:
             who = await asyncio.to_thread(self.ctx.credentials.check, secret)
         except authz.StoreUnavailable as e:
@@ -181,6 +192,9 @@ class Authorize:
             log.error("route %s %s is not in the authorization table; refused", scope["method"],
                       scope.get("path_template"))
             raise HTTPException(status_code=403, detail="this operation is not in Relay's authorization table")
+        if rule.oauth and self.ctx.oidc is None:  # as Conductor without OAuth: the operation is not there
+            raise NotFoundException("this operation needs OIDC sign-in, which this Relay is not configured for "
+                                    "(--oidc-issuer)")
         if not self.ctx.auth:
             connection.state.refused_why = "not this machine"
             self.development_only_here(connection)

@@ -24,6 +24,7 @@ from relay_es.domain.errors import (
     UnknownAlertingRule,
     UnknownApplication,
     UnknownExecutor,
+    UnknownMember,
     UnknownRole,
     UnknownToken,
 )
@@ -89,6 +90,7 @@ EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     UnknownToken: _not_found,
     UnknownAlertingRule: _not_found,
     UnknownRole: _not_found,
+    UnknownMember: _not_found,
     NotFoundException: _not_found,
     IllegalTransition: _conflict,
     DomainError: _conflict,

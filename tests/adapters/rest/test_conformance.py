@@ -53,6 +53,8 @@ CHECKED_IN = {
     "test_audit.py": {"listAuditLogs"},
     "test_app_metrics.py": {"listMetrics"},
     "test_roles.py": {"listRoles", "createRole", "deleteRole", "listPermissions"},
+    "test_org.py": {"getOrg", "updateOrg", "listMembers", "grantRole", "removeMember", "getCurrentUser",
+                    "generateSecret"},
     "test_alerting.py": {"listAlertingRules", "createAlertingRule", "deleteAlertingRule"},
     "test_autoscaling.py": {"getAutoscale", "getAutoscalingPolicy", "setAutoscalingPolicy", "deleteAutoscalingPolicy"},
 }

@@ -405,6 +405,55 @@ class CreateRoleOutputBody(_Answer, kw_only=True):
     permissions: list[str]
 
 
+class Organization(_Answer, kw_only=True):
+    id: str
+    name: str
+    created_at: str
+    subscription_plan: str
+    max_database_instances: int
+    max_apps: int
+    max_vms: int
+    default_rds_instance_class_type: str
+    max_team_members: int
+    max_conductor_apps: int
+    audit_log_retention_days: int
+
+
+class UpdateOrgInputBody(_Body, kw_only=True):
+    new_name: Annotated[str, Meta(min_length=3, max_length=30, pattern="^[a-z0-9_]+$")] | UnsetType = UNSET
+    audit_log_retention_days: Annotated[int, Meta(ge=7, le=3650)] | UnsetType = UNSET
+
+
+class OrgMembers(_Answer, kw_only=True):
+    org_name: str
+    users: dict[str, RoleOutput]
+
+
+class Member(_Answer, kw_only=True):
+    id: str
+    org_id: str
+    email: str
+    name: str
+    given_name: str
+    family_name: str
+    company: str
+
+
+class UserProfile(_Answer, kw_only=True):
+    name: str
+    email: str
+    org_name: str
+    org_id: str
+    subscription_plan: str
+    created_at: str
+    role: RoleOutput | UnsetType = UNSET
+    is_dbos_admin: bool | UnsetType = UNSET  # DBOS's own staff: never in Relay
+
+
+class GenerateSecretOutputBody(_Answer, kw_only=True):
+    secret: str
+
+
 # Component schema name -> class, for every body this module defines.
 SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     Workflow, WorkflowSearchBody, Step, Event, Notification, StreamEntry,
@@ -417,4 +466,5 @@ SCHEMAS: dict[str, type[msgspec.Struct]] = {cls.__name__: cls for cls in (
     ApplicationVersion, PatchLatestVersionInputBody,
     RolloutPolicy, AutoscalePolicy, PolicyOutputBody, QueueAutoscale,
     CreateAlertInputBody, AlertingRule, RoleOutput, CreateRoleInputBody, CreateRoleOutputBody,
+    Organization, UpdateOrgInputBody, OrgMembers, Member, UserProfile, GenerateSecretOutputBody,
 )}

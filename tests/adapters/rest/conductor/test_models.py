@@ -87,6 +87,18 @@ FULL: dict[str, msgspec.Struct] = {
                                    last_fired_at="2026-11-30T12:00:05.123Z"),
     "RoleOutput": m.RoleOutput(name="operator", is_global=True, permissions=["application.read", "metric.read"]),
     "CreateRoleOutputBody": m.CreateRoleOutputBody(name="deployer", permissions=["application.write"]),
+    "Organization": m.Organization(id="o", name="acme", created_at="2026-11-30T12:00:05.123Z", subscription_plan="team",
+                                   max_database_instances=0, max_apps=2**31 - 1, max_vms=0,
+                                   default_rds_instance_class_type="", max_team_members=2**31 - 1,
+                                   max_conductor_apps=2**31 - 1, audit_log_retention_days=3650),
+    "OrgMembers": m.OrgMembers(org_name="acme", users={"ann@example.com": m.RoleOutput(
+        name="admin", is_global=True, permissions=["token.read"])}),
+    "Member": m.Member(id="bob@example.com", org_id="o", email="bob@example.com", name="Bob", given_name="Bob",
+                       family_name="B", company=""),
+    "UserProfile": m.UserProfile(name="Ann", email="ann@example.com", org_name="acme", org_id="o",
+                                 subscription_plan="team", created_at="2026-11-30T12:00:05.123Z",
+                                 role=m.RoleOutput(name="viewer", is_global=True, permissions=[]), is_dbos_admin=False),
+    "GenerateSecretOutputBody": m.GenerateSecretOutputBody(secret="relay_x"),
 }
 
 
@@ -169,6 +181,7 @@ FULL_REQUESTS: dict[str, dict[str, Any]] = {
     "CreateAlertInputBody": {"ruleType": "SlowQueue", "ruleMetadata": {"queueName": "q", "thresholdSecs": 60},
                              "minIntervalSecs": 600, "receivingAppName": "ops"},
     "CreateRoleInputBody": {"name": "deployer", "permissions": ["application.read", "application.write"]},
+    "UpdateOrgInputBody": {"newName": "acme_two", "auditLogRetentionDays": 30},
 }
 
 MINIMAL: dict[str, dict[str, Any]] = {
@@ -180,6 +193,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "AutoscalePolicy": {"queue": "q"},
     "CreateAlertInputBody": {"ruleType": "WorkflowFailure", "ruleMetadata": {}},
     "CreateRoleInputBody": {"name": "nobody"},
+    "UpdateOrgInputBody": {},
 }
 
 

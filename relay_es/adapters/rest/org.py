@@ -1,0 +1,133 @@
+"""The operations Conductor serves only with OAuth, served with OIDC sign-in (``--oidc-issuer``):
+``getOrg``, ``updateOrg``, ``listMembers``, ``grantRole``, ``removeMember``, ``getCurrentUser`` and
+``generateSecret`` (``docs/identity.md``). Without OIDC the guard answers 404 before any of these
+runs, as Conductor does.
+
+- ``getOrg``: the org as Conductor's ``Organization``. Relay has no plans or quotas: the plan is
+  ``team``, the counts Relay does not limit are the largest int32, the hosted-only ones 0, and the
+  audit log is kept as long as the store keeps events (``auditLogRetentionDays`` 3650).
+- ``updateOrg``: an org's name is part of every stream of it and the audit log is never pruned, so
+  either change is a 422 saying so; an empty body changes nothing (204).
+- ``listMembers``: everyone who signed in or was granted a role, with the role granted them; a
+  member without a grant (whose role, if any, comes from their groups at each sign-in) shows a
+  role with an empty name and no permissions.
+- ``grantRole``: gives a member (signed in or not yet) a role of the org (404 for an unknown role).
+- ``removeMember``: forgets a member and their grant (404 for an unknown one); their groups may
+  still give them a role at their next sign-in.
+- ``getCurrentUser``: the OIDC user calling (404 for a token: no user).
+- ``generateSecret``: a new org-wide token for the caller, with the caller's permissions (never more),
+  named ``secret-<8 hex digits>``; the secret is shown once.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from litestar import Controller, Request, Response, delete, get, patch, post, put
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from msgspec import UNSET
+
+from relay_es.adapters.rest import calling
+from relay_es.adapters.rest.conductor import models as m
+from relay_es.adapters.rest.context import Context
+from relay_es.adapters.rest.paths import ORG
+from relay_es.adapters.rest.recording import recorded
+from relay_es.aggregates.members import members_stream_id
+from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.roles import ordered
+
+INT32_MAX = 2**31 - 1
+RETENTION_DAYS = 3650
+
+
+def _org_id(org: str) -> str:
+    return str(members_stream_id(org))
+
+
+def _role(ctx: Any, org: str, name: str | None) -> m.RoleOutput | None:
+    if not name:
+        return None
+    perms = ctx.relay.role(org, name)
+    if perms is None:
+        return None
+    return m.RoleOutput(name=name, is_global=any(n == name and g for n, g, _ in ctx.relay.roles(org)),
+                        permissions=ordered(perms))
+
+
+class OrgController(Controller):
+    path = ORG
+
+    @get("/", operation_id="getOrg", summary="Get org (OIDC)", sync_to_thread=True)
+    def get_org(self, org: FromPath[str], ctx: Context) -> Response[m.Organization]:
+        since = min((v.get("since") or "" for v in ctx.relay.members(org).values()), default="") or "1970-01-01T00:00:00Z"
+        return calling.answer(m.Organization(
+            id=_org_id(org), name=org, created_at=since.replace("+00:00", "Z"), subscription_plan="team",
+            max_database_instances=0, max_apps=INT32_MAX, max_vms=0, default_rds_instance_class_type="",
+            max_team_members=INT32_MAX, max_conductor_apps=INT32_MAX, audit_log_retention_days=RETENTION_DAYS))
+
+    @patch("/", operation_id="updateOrg", summary="Update org (OIDC)", status_code=HTTP_204_NO_CONTENT)
+    async def update_org(self, org: FromPath[str], request: Request[Any, Any, Any], ctx: Context) -> None:
+        b = await calling.body(request, m.UpdateOrgInputBody)
+        assert b is not None
+        if b.new_name is not UNSET:
+            raise InvalidSetting("newName", "an org cannot be renamed in Relay: its name is part of every record of it")
+        if b.audit_log_retention_days is not UNSET:
+            raise InvalidSetting("auditLogRetentionDays", "Relay keeps the audit log as long as the store keeps its "
+                                                          "events; it is not pruned by age")
+
+    @get("/members", operation_id="listMembers", summary="List members (OIDC)", sync_to_thread=True)
+    def list_members(self, org: FromPath[str], ctx: Context) -> Response[m.OrgMembers]:
+        users = {}
+        for username, info in sorted(ctx.relay.members(org).items()):
+            role = _role(ctx, org, info.get("role"))
+            users[username] = role or m.RoleOutput(name="", is_global=False, permissions=[])
+        return calling.answer(m.OrgMembers(org_name=org, users=users))
+
+    @put("/members/{username:str}/roles/{role_name:str}", operation_id="grantRole", summary="Grant role (OIDC)",
+         status_code=HTTP_204_NO_CONTENT, sync_to_thread=True)
+    def grant_role(self, org: FromPath[str], username: FromPath[str], role_name: FromPath[str],
+                   request: Request[Any, Any, Any], ctx: Context) -> None:
+        with recorded(ctx, request, org, None, operation="grantRole", target_type="user", target_ids=[username],
+                      parameters={"role": role_name}) as result:
+            result["changed"] = ctx.relay.grant_role(org, username, role_name)
+
+    @delete("/members/{username:str}", operation_id="removeMember", summary="Remove member (OIDC)",
+            status_code=200, sync_to_thread=True)
+    def remove_member(self, org: FromPath[str], username: FromPath[str], request: Request[Any, Any, Any],
+                      ctx: Context) -> Response[m.Member]:
+        with recorded(ctx, request, org, None, operation="removeMember", target_type="user", target_ids=[username]):
+            known = ctx.relay.remove_member(org, username)
+        return calling.answer(m.Member(id=username, org_id=_org_id(org), email=known.get("email", ""),
+                                       name=known.get("name", ""), given_name=known.get("given_name", ""),
+                                       family_name=known.get("family_name", ""), company=""))
+
+    @post("/secrets", operation_id="generateSecret", summary="Generate secret (OIDC)", status_code=HTTP_201_CREATED,
+          sync_to_thread=True)
+    def generate_secret(self, org: FromPath[str], request: Request[Any, Any, Any],
+                        ctx: Context) -> Response[m.GenerateSecretOutputBody]:
+        who = request.state.principal
+        name = f"secret-{secrets.token_hex(4)}"
+        with recorded(ctx, request, org, None, operation="generateSecret", target_type="token", target_ids=[name]):
+            secret = ctx.relay.create_token(org, name, permissions=sorted(who.permissions))  # never on record
+        ctx.read_your_writes()
+        return calling.answer(m.GenerateSecretOutputBody(secret=secret), HTTP_201_CREATED)
+
+
+class UsersController(Controller):
+    path = "/v2/users"
+
+    @get("/me", operation_id="getCurrentUser", summary="Current user (OIDC)", sync_to_thread=True)
+    def me(self, request: Request[Any, Any, Any], ctx: Context) -> Response[m.UserProfile]:
+        who = request.state.principal
+        if who.user is None:
+            raise NotFoundException("a token is not a user: getCurrentUser answers for OIDC sign-ins")
+        info = ctx.relay.member(who.org, who.user) or {}
+        role = _role(ctx, who.org, who.role)
+        return calling.answer(m.UserProfile(
+            name=info.get("name") or who.user, email=info.get("email") or "", org_name=who.org,
+            org_id=_org_id(who.org), subscription_plan="team",
+            created_at=(info.get("since") or "1970-01-01T00:00:00Z").replace("+00:00", "Z"),
+            role=UNSET if role is None else role))

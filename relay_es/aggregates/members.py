@@ -1,0 +1,84 @@
+"""The OrgMembers aggregate: the people of an org who sign in with OIDC, and the roles granted them.
+
+One stream per org, made with its first member. A member is seen (``MemberSeen``) the first time
+they sign in, or when a role is granted to them before that; ``RoleGranted`` gives them a role
+(replacing any other); ``MemberRemoved`` forgets them and their grant. A member without a grant
+gets the role their groups map to (Relay's settings), or none.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from eventsourcing.domain import Aggregate, event
+
+from relay_es.domain.errors import InvalidSetting
+
+NAMESPACE = uuid.UUID("c41e7b92-5a3d-4f16-8e0c-9b2d7a6f1e58")
+MAX_MEMBERS = 10_000
+MAX_FIELD = 256
+
+
+def members_stream_id(org: str) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, f"members/{org}")
+
+
+class OrgMembers(Aggregate):
+    @staticmethod
+    def create_id(org: str) -> uuid.UUID:
+        return members_stream_id(org)
+
+    @event("Opened")
+    def __init__(self, org: str, timestamp: datetime) -> None:
+        self.org = org
+        # username -> {"email", "name", "given_name", "family_name", "role" (granted, or None), "since" (ISO)}
+        self.members: dict[str, dict[str, Any]] = {}
+
+    def see(self, username: str, *, email: str, name: str, given_name: str, family_name: str, at: datetime) -> bool:
+        """Records a member's first sign-in (or their profile, when a grant came first and it was
+        empty). Returns whether anything was recorded."""
+        known = self.members.get(username)
+        if known is not None and (known["email"] or not email):
+            return False
+        if known is None and len(self.members) >= MAX_MEMBERS:
+            raise InvalidSetting("username", f"an org has at most {MAX_MEMBERS} members")
+        self._seen(username=username, email=email[:MAX_FIELD], name=name[:MAX_FIELD],
+                   given_name=given_name[:MAX_FIELD], family_name=family_name[:MAX_FIELD], timestamp=at)
+        return True
+
+    @event("MemberSeen")
+    def _seen(self, username: str, email: str, name: str, given_name: str, family_name: str,
+              timestamp: datetime) -> None:
+        old = self.members.get(username) or {"role": None, "since": timestamp.isoformat()}
+        self.members = {**self.members, username: {**old, "email": email, "name": name, "given_name": given_name,
+                                                   "family_name": family_name}}
+
+    def grant(self, username: str, role: str, *, at: datetime) -> bool:
+        """Gives ``username`` the role ``role`` (checked by the caller); False when they have it."""
+        known = self.members.get(username)
+        if known is not None and known["role"] == role:
+            return False
+        if known is None and len(self.members) >= MAX_MEMBERS:
+            raise InvalidSetting("username", f"an org has at most {MAX_MEMBERS} members")
+        self._granted(username=username, role=role, timestamp=at)
+        return True
+
+    @event("RoleGranted")
+    def _granted(self, username: str, role: str, timestamp: datetime) -> None:
+        old = self.members.get(username) or {"email": "", "name": "", "given_name": "", "family_name": "",
+                                             "since": timestamp.isoformat()}
+        self.members = {**self.members, username: {**old, "role": role}}
+
+    def remove(self, username: str, *, at: datetime) -> dict[str, Any] | None:
+        """Forgets ``username``; returns what was known of them, None when nothing was."""
+        known = self.members.get(username)
+        if known is None:
+            return None
+        self._removed(username=username, timestamp=at)
+        return known
+
+    @event("MemberRemoved")
+    def _removed(self, username: str, timestamp: datetime) -> None:
+        self.members = {k: v for k, v in self.members.items() if k != username}

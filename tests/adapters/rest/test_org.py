@@ -1,0 +1,171 @@
+"""OIDC sign-in and the operations Conductor serves only with OAuth (``relay_es/adapters/rest/org.py``,
+``relay_es/adapters/oidc.py``) on a real ``relay serve --auth --oidc-issuer``, both stores, against
+a real OpenID Connect issuer on loopback (discovery and JWKS over HTTP, keys made here).
+
+A user's permissions are their role's: the one granted them, else their groups'; none without
+either. Refused: an expired token, another audience, another issuer, ``alg: none``, an HMAC token
+keyed with the issuer's public key, a key the issuer does not publish. Without OIDC the seven
+operations answer 404, as Conductor's do. Every answer is checked against the reference.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.adapters.rest.servers import server_admin_token
+from tests.adapters.rest.test_queues import actions
+from tests.conductor_schema import check_response
+from tests.oidc_issuer import Issuer
+from tests.rest_client import rest as call
+from tests.server import RelayServer
+
+O = "/v2/orgs/acme"
+OAUTH_ONLY = [("GET", O, "getOrg"), ("PATCH", O, "updateOrg"), ("GET", O + "/members", "listMembers"),
+              ("PUT", O + "/members/bob@example.com/roles/viewer", "grantRole"),
+              ("DELETE", O + "/members/bob@example.com", "removeMember"), ("GET", "/v2/users/me", "getCurrentUser"),
+              ("POST", O + "/secrets", "generateSecret")]
+
+
+def conforms(operation: str, r: Any, status: int) -> Any:  # noqa: D103
+    assert r.status_code == status, r.text
+    body = r.json() if r.content else None
+    check_response(operation, status, body)
+    return body
+
+
+@pytest.fixture
+def oidc(tmp_path, store_url):
+    with Issuer() as issuer:
+        admin = server_admin_token(tmp_path, store_url, "acme", "admin")
+        s = RelayServer(tmp_path, args=["--database-url", store_url, "--auth", "--oidc-issuer", issuer.url,
+                                        "--oidc-audience", "relay", "--oidc-org", "acme",
+                                        "--oidc-group-roles", "admins=admin,ops=operator,watchers=viewer"]).start()
+        assert call(s, "PUT", O + "/apps/orders", admin).status_code == 204
+        yield s, issuer, admin
+        s.stop()
+
+
+def test_without_oidc_the_oauth_only_operations_are_not_there(tmp_path, store_url) -> None:
+    admin = server_admin_token(tmp_path, store_url, "acme", "admin")
+    s = RelayServer(tmp_path, args=["--database-url", store_url, "--auth"]).start()
+    try:
+        for method, path, operation in OAUTH_ONLY:
+            r = conforms(operation, call(s, method, path, admin, **({"json": {}} if method in ("PATCH", "POST") else {})),
+                         404)
+            assert "OIDC" in r["detail"]
+        assert call(s, "GET", O + "/apps", "eyJhbGciOiJSUzI1NiJ9.e30.x").status_code == 401  # a JWT is no token here
+    finally:
+        s.stop()
+
+
+def test_a_users_permissions_are_their_groups_role(oidc: tuple[RelayServer, Issuer, str]) -> None:
+    s, issuer, admin = oidc
+    ops = issuer.token("olga", email="olga@example.com", groups=["staff", "ops"])
+    viewer = issuer.token("vic", email="vic@example.com", groups=["watchers"])
+    nobody = issuer.token("nemo", email="nemo@example.com", groups=["staff"])
+    assert call(s, "GET", O + "/apps", ops).status_code == 200
+    assert call(s, "PATCH", O + "/apps/orders", ops, json={"executorTimeoutSecs": 30}).status_code == 204
+    r = call(s, "POST", O + "/roles", ops, json={"name": "x_role"})
+    assert r.status_code == 403 and "organization.write" in r.json()["detail"]
+    assert call(s, "GET", O + "/apps", viewer).status_code == 200
+    assert call(s, "PATCH", O + "/apps/orders", viewer, json={"executorTimeoutSecs": 5}).status_code == 403
+    assert call(s, "GET", O + "/apps", nobody).status_code == 403  # no role: no permission
+
+    me = conforms("getCurrentUser", call(s, "GET", "/v2/users/me", ops), 200)
+    assert me["email"] == "olga@example.com" and me["orgName"] == "acme" and me["name"] == "Olga"
+    assert me["role"] == {"name": "operator", "isGlobal": True, "permissions": [
+        "application.read", "application.write", "metric.read", "organization.read", "token.read"]}
+    assert "role" not in conforms("getCurrentUser", call(s, "GET", "/v2/users/me", nobody), 200)
+    conforms("getCurrentUser", call(s, "GET", "/v2/users/me", admin), 404)  # a token is not a user
+
+    # who did it, in the audit log: the user
+    ((req, done),) = [a for a in actions(s, "orders", "updateApp", org="acme", token=admin)
+                      if a[1] is not None and a[1]["outcome"] == "succeeded"]
+    assert req["actor"] == {"kind": "user", "id": "olga@example.com"}
+
+
+def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
+        oidc: tuple[RelayServer, Issuer, str]) -> None:
+    s, issuer, admin = oidc
+    boss = issuer.token("ann", email="ann@example.com", groups=["admins"])
+    bob = issuer.token("bob", email="bob@example.com", groups=["ops"])
+    assert call(s, "PATCH", O + "/apps/orders", bob, json={"executorTimeoutSecs": 30}).status_code == 204
+    conforms("grantRole", call(s, "PUT", O + "/members/bob@example.com/roles/viewer", boss), 204)
+    conforms("grantRole", call(s, "PUT", O + "/members/bob@example.com/roles/no_such_role", boss), 404)
+    conforms("grantRole", call(s, "PUT", O + "/members/bob@example.com/roles/viewer", bob), 403)  # not his to grant
+    assert call(s, "PATCH", O + "/apps/orders", bob, json={"executorTimeoutSecs": 5}).status_code == 403
+    members = conforms("listMembers", call(s, "GET", O + "/members", boss), 200)
+    assert members["orgName"] == "acme"
+    assert members["users"]["bob@example.com"]["name"] == "viewer"
+    assert set(members["users"]) == {"ann@example.com", "bob@example.com"}
+    gone = conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", boss), 200)
+    assert gone["email"] == "bob@example.com" and gone["name"] == "Bob"
+    conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", boss), 404)
+    assert call(s, "PATCH", O + "/apps/orders", bob, json={"executorTimeoutSecs": 5}).status_code == 204  # groups again
+
+    org = conforms("getOrg", call(s, "GET", O, boss), 200)
+    assert org["name"] == "acme" and org["subscriptionPlan"] == "team"
+    conforms("updateOrg", call(s, "PATCH", O, boss, json={}), 204)
+    assert "renamed" in conforms("updateOrg", call(s, "PATCH", O, boss, json={"newName": "acme_two"}), 422)["detail"]
+    conforms("updateOrg", call(s, "PATCH", O, boss, json={"auditLogRetentionDays": 30}), 422)
+
+    conforms("generateSecret", call(s, "POST", O + "/secrets", bob), 403)  # an operator makes no keys
+    conforms("createRole", call(s, "POST", O + "/roles", boss, json={
+        "name": "minter", "permissions": ["token.write", "application.read"]}), 201)
+    conforms("grantRole", call(s, "PUT", O + "/members/bob@example.com/roles/minter", boss), 204)
+    secret = conforms("generateSecret", call(s, "POST", O + "/secrets", bob), 201)["secret"]
+    tokens = {t["tokenName"]: t for t in call(s, "GET", O + "/tokens", admin).json()}
+    (made,) = [t for name, t in tokens.items() if name.startswith("secret-")]
+    assert made["permissions"] == ["application.read", "token.write"]  # bob's: never more
+    assert call(s, "GET", O + "/apps", secret).status_code == 200
+    assert call(s, "PATCH", O + "/apps/orders", secret, json={"executorTimeoutSecs": 9}).status_code == 403
+
+
+@pytest.mark.parametrize("case", ["expired", "audience", "issuer", "none", "hmac", "unpublished", "garbage"])
+def test_bad_tokens_are_refused(oidc: tuple[RelayServer, Issuer, str], case: str) -> None:
+    s, issuer, _ = oidc
+    good = issuer.token("ada", groups=["admins"])
+    assert call(s, "GET", O + "/apps", good).status_code == 200
+    if case == "expired":
+        bad = issuer.token("ada", groups=["admins"], ttl=-120)
+    elif case == "audience":
+        bad = issuer.token("ada", groups=["admins"], aud="someone-else")
+    elif case == "issuer":
+        bad = issuer.token("ada", groups=["admins"], iss="https://evil.example.com")
+    elif case == "none":
+        head = _b64({"alg": "none", "typ": "JWT", "kid": issuer.kid})
+        body = _b64(json.loads(_payload(good)))
+        bad = f"{head}.{body}."
+    elif case == "hmac":  # the classic confusion: HS256 keyed with the issuer's public key
+        public = issuer.keys[issuer.kid].public_key().public_bytes(serialization.Encoding.PEM,
+                                                                    serialization.PublicFormat.SubjectPublicKeyInfo)
+        head = _b64({"alg": "HS256", "typ": "JWT", "kid": issuer.kid})
+        body = _b64(json.loads(_payload(good)))
+        import hashlib
+        import hmac as hm
+        sig = base64.urlsafe_b64encode(hm.new(public, f"{head}.{body}".encode(), hashlib.sha256).digest())
+        bad = f"{head}.{body}.{sig.decode().rstrip('=')}"
+    elif case == "unpublished":
+        bad = issuer.token("ada", groups=["admins"], key=rsa.generate_private_key(65537, 2048))
+    else:
+        bad = "eyJ" + "x" * 40 + ".e30.abc"
+    r = call(s, "GET", O + "/apps", bad)
+    assert r.status_code == 401, r.text
+    assert r.json()["detail"].startswith("the OIDC token is refused")
+    assert r.headers["www-authenticate"].startswith("Bearer")
+    assert bad not in s.log()
+
+
+def _b64(obj: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+
+def _payload(token: str) -> str:
+    part = token.split(".")[1]
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)).decode()

@@ -1,0 +1,156 @@
+"""OIDC verification (``relay_es/adapters/oidc.py``) against a real issuer on loopback (discovery
+and JWKS over HTTP, keys made here), with a fake clock for the key cache.
+
+What is shown: a token of a published key is accepted with its claims; a rotated key is fetched
+when a token names it, and a dropped key stops working once the set is fetched again; unknown key
+ids cannot make Relay fetch more than once per :data:`MIN_REFRESH`; the held keys outlive an
+issuer that is down; algorithms outside the asymmetric list are refused whatever the token says;
+groups map to roles, a grant wins, and the first sign-in is recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jwt
+import pytest
+
+from relay_es.adapters import oidc
+from relay_es.adapters.oidc import OidcError, OidcSettings, OidcUsers, Verifier, looks_like_jwt, parse_group_roles
+from relay_es.domain.clock import FakeClock
+from relay_es.engine.service import Relay
+from tests.oidc_issuer import Issuer
+from tests.support import POPO
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def issuer():
+    with Issuer() as i:
+        yield i
+
+
+def fetches(i: Issuer) -> int:
+    return i.requests.count("/jwks")
+
+
+def test_a_token_of_a_published_key_is_accepted(issuer: Issuer) -> None:
+    v = Verifier(issuer.url, "relay")
+    claims = v.verify(issuer.token("ada", groups=["ops"]))
+    assert claims["sub"] == "ada" and claims["groups"] == ["ops"] and claims["iss"] == issuer.url
+    assert issuer.requests == ["/.well-known/openid-configuration", "/jwks"]
+    v.verify(issuer.token("bob"))
+    assert fetches(issuer) == 1  # the keys are held
+
+
+def test_an_ec_key_works_too(issuer: Issuer) -> None:
+    issuer.rotate(ec_key=True)
+    assert Verifier(issuer.url, "relay").verify(issuer.token("ada"))["sub"] == "ada"
+
+
+def test_a_rotated_key_is_fetched_and_a_dropped_one_stops_working(issuer: Issuer) -> None:
+    clock = Clock()
+    v = Verifier(issuer.url, "relay", clock=clock)
+    old_kid = issuer.kid
+    old = issuer.token("ada")
+    v.verify(old)
+    clock.t += oidc.MIN_REFRESH  # a new key appears; the first token naming it fetches the set again
+    issuer.rotate(drop_old=True)
+    assert v.verify(issuer.token("ada"))["sub"] == "ada"
+    assert fetches(issuer) == 2
+    with pytest.raises(OidcError, match="no key"):
+        v.verify(old)  # the old key is gone from the set just fetched
+    assert old_kid not in v._keys
+
+
+def test_unknown_key_ids_cannot_make_relay_hammer_the_issuer(issuer: Issuer) -> None:
+    clock = Clock()
+    v = Verifier(issuer.url, "relay", clock=clock)
+    v.verify(issuer.token("ada"))
+    for i in range(50):
+        with pytest.raises(OidcError):
+            v.verify(issuer.token("ada", kid=f"made-up-{i}", key=issuer.keys[issuer.kid]))
+    assert fetches(issuer) == 1
+    clock.t += oidc.MIN_REFRESH
+    with pytest.raises(OidcError):
+        v.verify(issuer.token("ada", kid="made-up-again", key=issuer.keys[issuer.kid]))
+    assert fetches(issuer) == 2
+    clock.t += oidc.KEYS_LIFESPAN  # and the set is fetched again when it is old, token or not
+    v.verify(issuer.token("ada"))
+    assert fetches(issuer) == 3
+
+
+def test_the_held_keys_outlive_an_issuer_that_is_down() -> None:
+    with Issuer() as issuer:
+        clock = Clock()
+        v = Verifier(issuer.url, "relay", clock=clock)
+        token = issuer.token("ada")
+        v.verify(token)
+    clock.t += oidc.KEYS_LIFESPAN + 1  # stale, and the issuer is gone: the held keys still answer
+    assert v.verify(token)["sub"] == "ada"
+    with pytest.raises(OidcError, match="cannot be fetched"):
+        Verifier(issuer.url, "relay").verify(token)  # a verifier that never had keys cannot
+
+
+@pytest.mark.parametrize("alg", ["HS256", "none", "RS1", ""])
+def test_algorithms_outside_the_list_are_refused(issuer: Issuer, alg: str) -> None:
+    good = issuer.token("ada")
+    head, body, _ = good.split(".")
+    forged_head = jwt.utils.base64url_encode(
+        jwt.utils.force_bytes(f'{{"alg":"{alg}","kid":"{issuer.kid}","typ":"JWT"}}')).decode()
+    with pytest.raises(OidcError, match="not accepted|not a JWT"):
+        Verifier(issuer.url, "relay").verify(f"{forged_head}.{body}.x")
+
+
+def test_the_discovery_document_must_name_the_issuer() -> None:
+    def get(url: str) -> Any:
+        return {"issuer": "https://elsewhere.example.com", "jwks_uri": "https://elsewhere.example.com/jwks"}
+
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    token = jwt.encode({"sub": "x"}, rsa.generate_private_key(65537, 2048), algorithm="RS256", headers={"kid": "k"})
+    with pytest.raises(OidcError, match="another issuer"):
+        Verifier("https://id.example.com", "relay", get=get).verify(token)
+
+
+@pytest.mark.parametrize("claims, match", [({"exp": None}, "exp"), ({"sub": None}, "sub"), ({"iat": None}, "iat")])
+def test_required_claims(issuer: Issuer, claims: dict[str, Any], match: str) -> None:
+    import time
+
+    now = int(time.time())
+    full = {"sub": "ada", "aud": "relay", "iss": issuer.url, "iat": now, "exp": now + 60}
+    for k, v in claims.items():
+        full.pop(k) if v is None else full.__setitem__(k, v)
+    token = jwt.encode(full, issuer.keys[issuer.kid], algorithm="RS256", headers={"kid": issuer.kid})
+    with pytest.raises(OidcError, match=match):
+        Verifier(issuer.url, "relay").verify(token)
+
+
+def test_group_roles_grants_and_first_sign_in(issuer: Issuer) -> None:
+    relay = Relay(POPO, clock=FakeClock())
+    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme", group_roles=parse_group_roles(
+        "admins=admin, ops=operator,watchers=viewer")), relay)
+    p = users.principal(issuer.token("ada", email="ada@example.com", groups=["ops", "watchers"]))
+    assert (p.org, p.user, p.role, p.token, p.app_names) == ("acme", "ada@example.com", "operator", None, None)
+    assert "application.write" in p.permissions and "token.write" not in p.permissions
+    assert relay.member("acme", "ada@example.com")["name"] == "Ada"
+    relay.grant_role("acme", "ada@example.com", "viewer")
+    p = users.principal(issuer.token("ada", email="ada@example.com", groups=["ops"]))
+    assert p.role == "viewer" and "application.write" not in p.permissions
+    nobody = users.principal(issuer.token("nemo", email=None, groups="staff"))
+    assert (nobody.user, nobody.role, nobody.permissions) == ("nemo", None, frozenset())
+    assert set(relay.members("acme")) == {"ada@example.com", "nemo"}
+
+
+def test_helpers() -> None:
+    assert looks_like_jwt("eyJa.eyJb.sig") and not looks_like_jwt("relay_abc") and not looks_like_jwt("eyJa.b")
+    assert parse_group_roles("a=b, c = d ,") == (("a", "b"), ("c", "d"))
+    with pytest.raises(ValueError):
+        parse_group_roles("a")
