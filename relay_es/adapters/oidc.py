@@ -29,6 +29,7 @@ import httpx
 import jwt
 
 from relay_es.adapters.authz import Principal
+from relay_es.domain.text import has_controls
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,8 @@ class OidcUsers:
         username = _claim(claims, "email") or _claim(claims, "preferred_username") or _claim(claims, "sub")
         if not username:
             raise OidcError("the token names nobody (no email, preferred_username or sub)")
+        if has_controls(username):  # control, bidirectional, zero-width characters and lone surrogates
+            raise OidcError("the token's username holds control characters or is not text")
         org = self.settings.org
         member = self.relay.member(org, username)
         if member is None or not member.get("email"):

@@ -9,6 +9,9 @@
     * UnknownApplication -- never registered, or deleted
     * UnknownExecutor -- no such executor stream
     * UnknownToken -- no token of that name was ever created
+    * UnknownAlertingRule -- the application has no alerting rule of that id
+    * UnknownRole -- the org has no role of that name (built in or its own)
+    * UnknownMember -- the org has no member of that username
   * InvalidSetting -- a value refused at the boundary (also a ``ValueError``;
     names the field, and the unit where there is one)
 """

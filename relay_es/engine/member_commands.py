@@ -8,9 +8,17 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from relay_es.aggregates.members import OrgMembers, members_stream_id
-from relay_es.domain.errors import UnknownMember, UnknownRole
+from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
+from relay_es.domain.errors import InvalidSetting, UnknownMember, UnknownRole
 from relay_es.domain.text import check_id, sanitized
+
+
+def _check_username(username: str) -> None:
+    check_id("username", username)
+    try:
+        username.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSetting("username", "must be text: it holds a lone surrogate") from None
 
 
 class MemberCommands:
@@ -32,12 +40,13 @@ class MemberCommands:
     def member_seen(self, org: str, username: str, *, email: str, name: str, given_name: str,
                     family_name: str) -> None:
         """A member signed in: recorded the first time (one event per person, ever)."""
-        check_id("username", username)
+        _check_username(username)
+        cut = MAX_FIELD - 1  # sanitized() adds its "…" past the limit
 
         def run() -> None:
             m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
-            if m.see(username, email=str(sanitized(email, 256)), name=str(sanitized(name, 256)),
-                     given_name=str(sanitized(given_name, 256)), family_name=str(sanitized(family_name, 256)),
+            if m.see(username, email=str(sanitized(email, cut)), name=str(sanitized(name, cut)),
+                     given_name=str(sanitized(given_name, cut)), family_name=str(sanitized(family_name, cut)),
                      at=self.now()):
                 self.save(m)
 
@@ -45,11 +54,11 @@ class MemberCommands:
 
     def grant_role(self, org: str, username: str, role: str) -> bool:
         """:class:`UnknownRole` for a role the org does not have."""
-        check_id("username", username)
-        if self.role(org, role) is None:
-            raise UnknownRole(org, role)
+        _check_username(username)
 
         def run() -> bool:
+            if self.role(org, role) is None:  # read again on a retry: a role deleted meanwhile is not granted
+                raise UnknownRole(org, role)
             m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
             if not m.grant(username, role, at=self.now()):
                 return False

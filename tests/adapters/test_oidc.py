@@ -154,3 +154,16 @@ def test_helpers() -> None:
     assert parse_group_roles("a=b, c = d ,") == (("a", "b"), ("c", "d"))
     with pytest.raises(ValueError):
         parse_group_roles("a")
+
+
+@pytest.mark.parametrize("name", ["bad\udc80name@example.com", "evil\u202e@example.com", "new\nline"])
+def test_a_username_that_is_not_plain_text_is_refused(issuer: Issuer, name: str) -> None:
+    relay = Relay(POPO, clock=FakeClock())
+    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme"), relay)
+    claims_email = name if "@" in name else None
+    token = jwt.encode({"sub": name, "aud": "relay", "iss": issuer.url, "iat": 1, "exp": 2**40,
+                        **({"email": claims_email} if claims_email else {})},
+                       issuer.keys[issuer.kid], algorithm="RS256", headers={"kid": issuer.kid})
+    with pytest.raises(OidcError, match="control characters"):
+        users.principal(token)
+    assert relay.members("acme") == {}

@@ -21,6 +21,8 @@ EXPECTED = {
     "call_timeout": defaults.CALL_TIMEOUT,
     "metrics_interval": defaults.METRICS_INTERVAL,
     "metrics_retention": defaults.METRICS_RETENTION,
+    "alert_check_interval": defaults.ALERT_CHECK_INTERVAL,
+    "alert_retry": defaults.ALERT_RETRY,
 }
 
 ALL = [v for k, v in vars(defaults).items() if k.isupper()]

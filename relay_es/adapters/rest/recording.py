@@ -50,7 +50,7 @@ MAX_REFUSALS_PER_WINDOW = 60  # refusals recorded per window in all, whatever th
 def actor_of(request: Request[Any, Any, Any]) -> Actor:
     """Who a request acts as: its token's name, or the development user."""
     who = getattr(request.state, "principal", None)
-    if who is not None and who.user is not None:
+    if who is not None and getattr(who, "user", None) is not None:
         return Actor("user", who.user)  # signed in with OIDC
     return Actor.of(who.token if who is not None else None)
 

@@ -131,7 +131,7 @@ class TokensController(Controller):
         # on record: how many applications it is limited to (their names: up to 100, not a summary), and what it may do
         with recorded(ctx, request, org, None, operation="createToken", target_type="token", target_ids=[token_name],
                       parameters={"appCount": None if names is None else len(names),
-                                  "permissions": None if asked is None else ",".join(map(str, asked))[:400]}):
+                                  **({} if asked is None else {"permissions": ",".join(map(str, asked))[:400]})}):
             if names is not None:
                 check_app_names(names)
             chosen = None if asked is None else check_permissions(asked, caller)

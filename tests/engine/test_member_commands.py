@@ -1,0 +1,410 @@
+"""The members commands (``relay_es/engine/member_commands.py``) on every store: in memory, a SQLite
+file and a Postgres database. Who signs in (recorded once), hostile profiles kept escaped and cut, the
+roles granted (built-in and an org's own), removal, two writers on one store, and a long stream loaded
+from its snapshots."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from relay_es.adapters.stores import event_store_env, parse_database_url
+from relay_es.aggregates import members as members_module
+from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
+from relay_es.domain.errors import DomainError, InvalidSetting, UnknownMember, UnknownRole
+from relay_es.engine.service import Relay
+from relay_es.engine.store import SNAPSHOT_EVERY, SNAPSHOTTED
+from tests.support import POPO
+
+ORG, OTHER = "acme", "globex"
+BOB = {"email": "bob@acme.test", "name": "Bob Smith", "given_name": "Bob", "family_name": "Smith"}
+ALICE = {"email": "alice@acme.test", "name": "Alice Jones", "given_name": "Alice", "family_name": "Jones"}
+EMPTY = {"email": "", "name": "", "given_name": "", "family_name": ""}
+
+
+@pytest.fixture(params=["popo", "sqlite", "postgres"])
+def relay(request: pytest.FixtureRequest, clock, tmp_path) -> Iterator[Relay]:
+    """One Relay on each store: in memory, a SQLite file, a Postgres database (as tests/engine/test_store.py)."""
+    if request.param == "popo":
+        r = Relay(POPO, clock=clock)
+    else:
+        url = f"sqlite:///{tmp_path}/relay.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+        r = Relay(event_store_env(parse_database_url(url)), clock=clock)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def store_env(store_url: str) -> dict[str, str]:
+    """One real store (a SQLite file, a Postgres database), for more than one Relay."""
+    return event_store_env(parse_database_url(store_url))
+
+
+@pytest.fixture
+def two_relays(store_env: dict[str, str], clock) -> Iterator[tuple[Relay, Relay]]:
+    """Two Relays on one real store: two writers, or one after the other's restart."""
+    mine, other = Relay(store_env, clock=clock), Relay(store_env, clock=clock)
+    yield mine, other
+    mine.close()
+    other.close()
+
+
+def kinds(relay: Relay, stream_id: uuid.UUID) -> list[str]:
+    return [type(e).__name__ for e in relay.stream(stream_id)]
+
+
+def since(clock) -> str:
+    return clock.now().isoformat()
+
+
+def stale_once(relay: Relay, monkeypatch: pytest.MonkeyPatch, stream_id: uuid.UUID, stale: Any) -> list[int]:
+    """The next read of ``stream_id`` answers ``stale`` (what another writer had not yet changed), as if
+    the read had happened just before that writer's save; every later read is the store's."""
+    real = relay._maybe
+    reads: list[int] = []
+
+    def maybe(aggregate_id: uuid.UUID) -> Any:
+        if aggregate_id == stream_id:
+            reads.append(1)
+            if len(reads) == 1:
+                return stale
+        return real(aggregate_id)
+
+    monkeypatch.setattr(relay, "_maybe", maybe)
+    return reads
+
+
+# ---------------------------------------------------------------- listing
+
+
+def test_an_org_nobody_signed_in_to_has_no_members_and_no_stream(relay: Relay) -> None:
+    assert relay.members(ORG) == {}
+    assert relay.member(ORG, "bob") is None
+    assert relay._maybe(members_stream_id(ORG)) is None
+
+
+def test_members_are_listed_by_username_with_what_is_known(relay: Relay, clock) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    bob_since = since(clock)
+    clock.advance(60)
+    relay.member_seen(ORG, "alice", **ALICE)
+    assert relay.members(ORG) == {
+        "bob": {**BOB, "role": None, "since": bob_since},
+        "alice": {**ALICE, "role": None, "since": since(clock)},
+    }
+    assert relay.member(ORG, "alice") == {**ALICE, "role": None, "since": since(clock)}
+    assert relay.member(ORG, "carol") is None
+
+
+def test_an_answer_is_the_callers_to_change(relay: Relay) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    listed = relay.members(ORG)
+    listed["mallory"] = {}
+    listed.pop("bob")
+    assert list(relay.members(ORG)) == ["bob"]
+
+
+# ------------------------------------------------------------ member_seen
+
+
+def test_a_first_sign_in_is_recorded_once(relay: Relay, clock) -> None:
+    sid = members_stream_id(ORG)
+    relay.member_seen(ORG, "bob", **BOB)
+    first = since(clock)
+    assert kinds(relay, sid) == ["Opened", "MemberSeen"]
+    (seen,) = [e for e in relay.stream(sid) if isinstance(e, OrgMembers.MemberSeen)]
+    assert (seen.username, seen.email, seen.name, seen.given_name, seen.family_name, seen.timestamp) == (
+        "bob", *BOB.values(), clock.now())
+    for _ in range(3):
+        clock.advance(3600)
+        relay.member_seen(ORG, "bob", **{**BOB, "name": "Robert Smith"})
+    assert kinds(relay, sid) == ["Opened", "MemberSeen"]  # one event per person, ever
+    assert relay.member(ORG, "bob") == {**BOB, "role": None, "since": first}
+
+
+def test_a_sign_in_without_an_email_is_recorded_and_filled_later(relay: Relay) -> None:
+    sid = members_stream_id(ORG)
+    relay.member_seen(ORG, "bob", **EMPTY)
+    relay.member_seen(ORG, "bob", **EMPTY)
+    assert kinds(relay, sid) == ["Opened", "MemberSeen"]
+    relay.member_seen(ORG, "bob", **BOB)
+    assert kinds(relay, sid) == ["Opened", "MemberSeen", "MemberSeen"]
+    assert relay.member(ORG, "bob")["email"] == BOB["email"]
+
+
+def test_hostile_profile_strings_are_kept_escaped_and_cut(relay: Relay) -> None:
+    relay.member_seen(ORG, "mallory", email="evil\x1b[31m@acme.test\r\nX-Injected: 1",
+                      name="nul\x00byte\u202egnp.exe", given_name="\ud800lone" + "\x07" * 1000,
+                      family_name="z" * 100_000)
+    got = relay.member(ORG, "mallory")
+    assert got["email"] == "evil\\x1b[31m@acme.test\\r\\nX-Injected: 1"
+    assert got["name"] == "nul\\x00byte\\u202egnp.exe"  # a NUL Postgres could not hold; an RTL override
+    assert got["given_name"].startswith("\\ud800lone\\x07\\x07")
+    assert len(got["given_name"]) == MAX_FIELD
+    assert got["family_name"] == "z" * (MAX_FIELD - 1) + "…"  # cut, and says so
+    assert all(len(v) <= MAX_FIELD for k, v in got.items() if k in EMPTY)
+    assert not any(c in v for k, v in got.items() if k in EMPTY for c in "\x00\x1b\r\n\x07\u202e\ud800")
+    # the event holds the same as the state: nothing raw was recorded
+    (seen,) = [e for e in relay.stream(members_stream_id(ORG)) if isinstance(e, OrgMembers.MemberSeen)]
+    assert (seen.email, seen.name, seen.given_name, seen.family_name) == (
+        got["email"], got["name"], got["given_name"], got["family_name"])
+
+
+def test_a_long_string_whose_escapes_cross_the_cut_is_still_cut(relay: Relay) -> None:
+    relay.member_seen(ORG, "bob", email="a" * 250 + "\n" * 10, name="\x1b" * 300, given_name="", family_name="")
+    got = relay.member(ORG, "bob")
+    assert got["email"].startswith("a" * 250 + "\\n") and len(got["email"]) == MAX_FIELD
+    assert got["name"].startswith("\\x1b\\x1b") and len(got["name"]) == MAX_FIELD
+
+
+@pytest.mark.parametrize("username", ["", "nul\x00", "x" * 1025, 7, None])
+def test_a_bad_username_is_refused_and_records_nothing(relay: Relay, username: Any) -> None:
+    with pytest.raises(InvalidSetting) as info:
+        relay.member_seen(ORG, username, **BOB)
+    assert info.value.field == "username"
+    with pytest.raises(InvalidSetting):
+        relay.grant_role(ORG, username, "admin")
+    assert relay._maybe(members_stream_id(ORG)) is None
+
+
+def test_the_cap_on_members_is_kept_through_the_service(relay: Relay, monkeypatch) -> None:
+    monkeypatch.setattr(members_module, "MAX_MEMBERS", 2)
+    relay.member_seen(ORG, "a", **EMPTY)
+    relay.grant_role(ORG, "b", "viewer")
+    before = kinds(relay, members_stream_id(ORG))
+    with pytest.raises(InvalidSetting) as info:
+        relay.member_seen(ORG, "c", **BOB)
+    assert info.value.field == "username"
+    with pytest.raises(InvalidSetting):
+        relay.grant_role(ORG, "c", "admin")
+    relay.member_seen(ORG, "b", **BOB)  # one granted before signing in still fills their profile
+    assert kinds(relay, members_stream_id(ORG)) == before + ["MemberSeen"]
+    assert sorted(relay.members(ORG)) == ["a", "b"]
+
+
+# ------------------------------------------------------------- grant_role
+
+
+@pytest.mark.parametrize("role", ["admin", "operator", "viewer"])
+def test_a_built_in_role_is_granted_in_any_org(relay: Relay, clock, role: str) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    assert relay.grant_role(ORG, "bob", role) is True
+    assert relay.member(ORG, "bob") == {**BOB, "role": role, "since": since(clock)}
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "MemberSeen", "RoleGranted"]
+    granted = list(relay.stream(members_stream_id(ORG)))[-1]
+    assert (granted.username, granted.role, granted.timestamp) == ("bob", role, clock.now())
+
+
+def test_a_grant_of_the_role_held_records_nothing(relay: Relay) -> None:
+    assert relay.grant_role(ORG, "bob", "viewer") is True
+    assert relay.grant_role(ORG, "bob", "viewer") is False
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "RoleGranted"]
+    assert relay.grant_role(ORG, "bob", "admin") is True  # another role replaces it
+    assert relay.member(ORG, "bob")["role"] == "admin"
+
+
+def test_an_orgs_own_role_is_granted_once_made(relay: Relay) -> None:
+    with pytest.raises(UnknownRole):
+        relay.grant_role(ORG, "bob", "ops")
+    relay.create_role(ORG, "ops", ["metric.read"])
+    assert relay.grant_role(ORG, "bob", "ops") is True
+    assert relay.member(ORG, "bob")["role"] == "ops"
+    with pytest.raises(UnknownRole):  # another org's role
+        relay.grant_role(OTHER, "bob", "ops")
+    relay.delete_role(ORG, "ops")
+    with pytest.raises(UnknownRole):  # a deleted role
+        relay.grant_role(ORG, "alice", "ops")
+
+
+@pytest.mark.parametrize("role", ["nope", "Admin", "ADMIN", "", "admin ", "viewer\x00"])
+def test_a_role_the_org_does_not_have_is_unknown_role_and_records_nothing(relay: Relay, role: str) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    before = kinds(relay, members_stream_id(ORG))
+    with pytest.raises(UnknownRole) as info:
+        relay.grant_role(ORG, "bob", role)
+    assert isinstance(info.value, DomainError) and ORG in str(info.value)
+    with pytest.raises(UnknownRole):
+        relay.grant_role(OTHER, "bob", role)
+    assert kinds(relay, members_stream_id(ORG)) == before
+    assert relay._maybe(members_stream_id(OTHER)) is None  # no stream made for nothing
+    assert relay.member(ORG, "bob")["role"] is None
+
+
+def test_a_grant_before_the_first_sign_in_then_the_sign_in_fills_the_profile(relay: Relay, clock) -> None:
+    granted_at = since(clock)
+    assert relay.grant_role(ORG, "bob", "operator") is True
+    assert relay.member(ORG, "bob") == {**EMPTY, "role": "operator", "since": granted_at}
+    clock.advance(30)
+    relay.member_seen(ORG, "bob", **BOB)
+    assert relay.member(ORG, "bob") == {**BOB, "role": "operator", "since": granted_at}
+    relay.member_seen(ORG, "bob", **BOB)
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "RoleGranted", "MemberSeen"]
+
+
+def test_two_orgs_are_independent(relay: Relay) -> None:
+    relay.create_role(OTHER, "ops", ["metric.read"])
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.member_seen(OTHER, "bob", **{**BOB, "email": "bob@globex.test"})
+    relay.grant_role(ORG, "bob", "admin")
+    relay.grant_role(OTHER, "bob", "ops")
+    relay.grant_role(OTHER, "alice", "viewer")
+    assert members_stream_id(ORG) != members_stream_id(OTHER)
+    assert {u: (v["email"], v["role"]) for u, v in relay.members(ORG).items()} == {"bob": ("bob@acme.test", "admin")}
+    assert {u: (v["email"], v["role"]) for u, v in relay.members(OTHER).items()} == {
+        "bob": ("bob@globex.test", "ops"), "alice": ("", "viewer")}
+    relay.remove_member(OTHER, "bob")
+    assert relay.member(ORG, "bob")["role"] == "admin"
+    with pytest.raises(UnknownMember):
+        relay.remove_member(ORG, "alice")
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "MemberSeen", "RoleGranted"]
+
+
+# ---------------------------------------------------------- remove_member
+
+
+def test_remove_member_returns_what_was_known_and_forgets_the_grant(relay: Relay, clock) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    first = since(clock)
+    relay.grant_role(ORG, "bob", "admin")
+    relay.member_seen(ORG, "alice", **ALICE)
+    clock.advance(10)
+    assert relay.remove_member(ORG, "bob") == {**BOB, "role": "admin", "since": first}
+    assert kinds(relay, members_stream_id(ORG))[-1] == "MemberRemoved"
+    removed = list(relay.stream(members_stream_id(ORG)))[-1]
+    assert (removed.username, removed.timestamp) == ("bob", clock.now())
+    assert list(relay.members(ORG)) == ["alice"]
+    relay.member_seen(ORG, "bob", **BOB)  # back: a new member, no grant, since now
+    assert relay.member(ORG, "bob") == {**BOB, "role": None, "since": since(clock)}
+    assert relay.grant_role(ORG, "bob", "admin") is True  # the old grant is gone: recorded again
+
+
+def test_removing_an_unknown_member_is_unknown_member(relay: Relay) -> None:
+    with pytest.raises(UnknownMember) as info:  # an org without a stream
+        relay.remove_member(ORG, "bob")
+    assert isinstance(info.value, DomainError) and "bob" in str(info.value) and ORG in str(info.value)
+    assert relay._maybe(members_stream_id(ORG)) is None
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.remove_member(ORG, "bob")
+    with pytest.raises(UnknownMember):  # removed already
+        relay.remove_member(ORG, "bob")
+    with pytest.raises(UnknownMember) as info:  # never known; a huge name is cut in the message
+        relay.remove_member(ORG, "x" * 100_000)
+    assert len(str(info.value)) < 400
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "MemberSeen", "MemberRemoved"]
+
+
+def test_removing_a_member_only_granted_returns_an_empty_profile(relay: Relay, clock) -> None:
+    relay.grant_role(ORG, "bob", "viewer")
+    assert relay.remove_member(ORG, "bob") == {**EMPTY, "role": "viewer", "since": since(clock)}
+    assert relay.members(ORG) == {}
+
+
+# --------------------------------------------------------- two writers
+
+
+def test_two_writers_on_a_first_sign_in_record_it_once(relay: Relay, monkeypatch) -> None:
+    sid = members_stream_id(ORG)
+    relay.member_seen(ORG, "bob", **BOB)  # the other writer, first
+    reads = stale_once(relay, monkeypatch, sid, None)  # this one read the org before it had members
+    relay.member_seen(ORG, "bob", **BOB)
+    assert len(reads) == 2  # its save conflicted; run again, it finds bob seen
+    assert kinds(relay, sid) == ["Opened", "MemberSeen"]
+
+
+def test_two_writers_granting_the_same_role_record_it_once(relay: Relay, monkeypatch) -> None:
+    sid = members_stream_id(ORG)
+    relay.member_seen(ORG, "bob", **BOB)
+    before = relay._maybe(sid)
+    relay.grant_role(ORG, "bob", "admin")  # the other writer, first
+    reads = stale_once(relay, monkeypatch, sid, before)
+    assert relay.grant_role(ORG, "bob", "admin") is False
+    assert len(reads) == 2
+    assert kinds(relay, sid) == ["Opened", "MemberSeen", "RoleGranted"]
+
+
+def test_a_remove_on_a_stale_read_is_run_again_and_finds_none(relay: Relay, monkeypatch) -> None:
+    sid = members_stream_id(ORG)
+    relay.member_seen(ORG, "bob", **BOB)
+    before = relay._maybe(sid)
+    relay.remove_member(ORG, "bob")  # the other writer, first
+    reads = stale_once(relay, monkeypatch, sid, before)
+    with pytest.raises(UnknownMember):
+        relay.remove_member(ORG, "bob")
+    assert len(reads) == 2
+    assert kinds(relay, sid) == ["Opened", "MemberSeen", "MemberRemoved"]
+
+
+def test_members_are_read_from_the_store_by_every_relay_and_after_a_restart(
+        two_relays: tuple[Relay, Relay], store_env: dict[str, str], clock) -> None:
+    mine, other = two_relays
+    mine.create_role(ORG, "ops", ["metric.read"])
+    mine.member_seen(ORG, "bob", **BOB)
+    bob_since = since(clock)
+    assert other.members(ORG) == {"bob": {**BOB, "role": None, "since": bob_since}}
+    assert other.grant_role(ORG, "bob", "ops") is True  # the other sees mine's own role too
+    assert mine.grant_role(ORG, "bob", "ops") is False  # and mine sees the other's grant
+    clock.advance(5)
+    other.member_seen(ORG, "alice", **ALICE)
+    mine.member_seen(ORG, "alice", **ALICE)  # seen by the other already: nothing recorded
+    mine.remove_member(ORG, "alice")
+    with pytest.raises(UnknownMember):
+        other.remove_member(ORG, "alice")
+    mine.close()  # a restart: nothing of the first Relay is left in memory
+    restarted = Relay(store_env, clock=clock)
+    try:
+        assert restarted.members(ORG) == {"bob": {**BOB, "role": "ops", "since": bob_since}}
+        assert kinds(restarted, members_stream_id(ORG)) == ["Opened", "MemberSeen", "RoleGranted", "MemberSeen",
+                                                            "MemberRemoved"]
+        loaded = restarted._maybe(members_stream_id(ORG))
+        assert isinstance(loaded, OrgMembers) and loaded.version == 5
+    finally:
+        restarted.close()
+
+
+# --------------------------------------------------------------- snapshots
+
+
+def test_a_long_members_stream_loads_from_its_snapshots(relay: Relay, clock) -> None:
+    assert SNAPSHOTTED[OrgMembers] == SNAPSHOT_EVERY == 100
+    sid = members_stream_id(ORG)
+    relay.member_seen(ORG, "bob", **BOB)  # versions 1, 2
+    bob_since = since(clock)
+    for i in range(250):  # versions 3 .. 252: each a change of role
+        clock.advance(1)
+        assert relay.grant_role(ORG, "bob", "viewer" if i % 2 else "operator") is True
+    relay.member_seen(ORG, "alice", **ALICE)  # version 253
+    assert relay.grant_role(ORG, "bob", "viewer") is False  # the last of the 250
+    assert [s.originator_version for s in relay.snapshots.recorder.select_events(sid)] == [100, 200]
+    assert len(list(relay.stream(sid))) == 253  # every event still there
+
+    replayed = None
+    for e in relay.stream(sid):
+        replayed = e.mutate(replayed)
+    recorder, counts = relay.recorder, []
+    real_select = recorder.select_events
+
+    def select_events(*args: Any, **kwargs: Any) -> Any:
+        found = list(real_select(*args, **kwargs))
+        counts.append(len(found))
+        return found
+
+    recorder.select_events = select_events  # type: ignore[method-assign]
+    try:
+        loaded = relay._maybe(sid)  # the latest snapshot and the events after it
+    finally:
+        recorder.select_events = real_select  # type: ignore[method-assign]
+    assert counts == [53]  # not the whole stream: the events after the snapshot of version 200
+    assert isinstance(loaded, OrgMembers)
+    assert loaded.version == 253
+    assert vars(loaded) == vars(replayed)
+    assert relay.members(ORG) == {"bob": {**BOB, "role": "viewer", "since": bob_since},
+                                  "alice": {**ALICE, "role": None, "since": since(clock)}}
+    # and it still moves on from the snapshot
+    assert relay.grant_role(ORG, "bob", "admin") is True
+    assert relay.member(ORG, "bob")["role"] == "admin"
+    assert relay.remove_member(ORG, "alice")["email"] == ALICE["email"]
+    assert list(relay.members(ORG)) == ["bob"]
+    assert relay._maybe(sid).version == 255
