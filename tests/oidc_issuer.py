@@ -84,6 +84,7 @@ class Issuer:
                                   "name": sub.title(), **extra}
         if email is not None:
             claims["email"] = email
+            claims.setdefault("email_verified", True)
         if groups is not None:
             claims["groups"] = groups
         if alg is None:

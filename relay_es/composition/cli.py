@@ -54,6 +54,8 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--oidc-org", help="the org OIDC users belong to (RELAY_OIDC_ORG)")
     p.add_argument("--oidc-groups-claim", help="the claim listing a user's groups (RELAY_OIDC_GROUPS_CLAIM, "
                                                "default groups)")
+    p.add_argument("--oidc-username-claim", help="the claim naming a user (RELAY_OIDC_USERNAME_CLAIM, default sub; "
+                                                 "email is used only when email_verified)")
     p.add_argument("--oidc-group-roles", help="which group gets which role: group=role pairs, comma-separated, the "
                                               "first that matches wins (RELAY_OIDC_GROUP_ROLES)")
     p.add_argument("--alert-webhook-allow",

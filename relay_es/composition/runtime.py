@@ -178,7 +178,8 @@ class Runtime:
             self.alert_sender.manager = self.alerts
             self.oidc = None if not settings.oidc_issuer else OidcUsers(OidcSettings(
                 issuer=settings.oidc_issuer, audience=settings.oidc_audience or "", org=settings.oidc_org or "",
-                groups_claim=settings.oidc_groups_claim, group_roles=parse_group_roles(settings.oidc_group_roles)),
+                groups_claim=settings.oidc_groups_claim, group_roles=parse_group_roles(settings.oidc_group_roles),
+                username_claim=settings.oidc_username_claim),
                 self.relay)
             self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
             self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)

@@ -229,6 +229,7 @@ class Settings:
     oidc_org: str | None = None
     oidc_groups_claim: str = "groups"
     oidc_group_roles: str = ""
+    oidc_username_claim: str = "sub"
     # Open sockets (HTTP and WebSocket) at once; over it a new connection gets 503 and is closed.
     max_open_connections: int = field(default_factory=default_max_connections)
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
@@ -278,12 +279,15 @@ class Settings:
         webhook_allow = _trusted_proxies("RELAY_ALERT_WEBHOOK_ALLOW",
                                          pick("alert_webhook_allow", "RELAY_ALERT_WEBHOOK_ALLOW", ""))
         oidc = {k: pick(k, f"RELAY_{k.upper()}", None) for k in ("oidc_issuer", "oidc_audience", "oidc_org",
-                                                                  "oidc_groups_claim", "oidc_group_roles")}
+                                                                  "oidc_groups_claim", "oidc_group_roles",
+                                                                  "oidc_username_claim")}
         if oidc["oidc_issuer"]:
             if not auth:
                 raise InvalidSetting("RELAY_OIDC_ISSUER", "OIDC sign-in needs auth mode (--auth)")
-            if not str(oidc["oidc_issuer"]).startswith(("https://", "http://")):
-                raise InvalidSetting("RELAY_OIDC_ISSUER", "must be the issuer's http(s) URL")
+            from relay_es.adapters.oidc import secure_url
+            if not secure_url(str(oidc["oidc_issuer"]), loopback_http=True):
+                raise InvalidSetting("RELAY_OIDC_ISSUER", "must be the issuer's https URL (http only on loopback: "
+                                                          "anyone on the path could swap its keys)")
             for key in ("oidc_audience", "oidc_org"):
                 if not oidc[key]:
                     raise InvalidSetting(f"RELAY_{key.upper()}", "is needed with RELAY_OIDC_ISSUER")
@@ -307,6 +311,7 @@ class Settings:
             oidc_org=oidc["oidc_org"] or None,
             oidc_groups_claim=oidc["oidc_groups_claim"] or "groups",
             oidc_group_roles=oidc["oidc_group_roles"] or "",
+            oidc_username_claim=oidc["oidc_username_claim"] or "sub",
             max_open_connections=cap,
             host=host,
             limits=limits,

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from relay_es.aggregates.roles import OrgRoles, roles_stream_id
-from relay_es.domain.errors import UnknownRole
+from relay_es.domain.errors import IllegalTransition, UnknownRole
 from relay_es.domain.roles import BUILT_IN, ordered
 
 
@@ -18,6 +18,7 @@ class RoleCommands:
     save: Callable[..., Any]
     retrying: Callable[[Callable[[], Any]], Any]
     now: Callable[[], datetime]
+    members: Callable[[str], dict[str, dict[str, Any]]]
 
     def roles(self, org: str) -> list[tuple[str, bool, list[str]]]:
         """``(name, built in, permissions)``: the built-in roles, then the org's own by name."""
@@ -45,6 +46,11 @@ class RoleCommands:
 
     def delete_role(self, org: str, name: str) -> None:
         """:class:`UnknownRole` when the org has no role of that name."""
+        granted = [u for u, m in self.members(org).items() if m.get("role") == name]
+        if granted:
+            raise IllegalTransition(f"role {name!r}", "granted", "delete",
+                                    f"it is granted to {len(granted)} member(s); grant them another role first")
+
         def run() -> None:
             roles = self._maybe(roles_stream_id(org))
             if roles is None or not roles.delete(name, at=self.now()):

@@ -135,7 +135,7 @@ def test_required_claims(issuer: Issuer, claims: dict[str, Any], match: str) -> 
 
 def test_group_roles_grants_and_first_sign_in(issuer: Issuer) -> None:
     relay = Relay(POPO, clock=FakeClock())
-    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme", group_roles=parse_group_roles(
+    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme", username_claim="email", group_roles=parse_group_roles(
         "admins=admin, ops=operator,watchers=viewer")), relay)
     p = users.principal(issuer.token("ada", email="ada@example.com", groups=["ops", "watchers"]))
     assert (p.org, p.user, p.role, p.token, p.app_names) == ("acme", "ada@example.com", "operator", None, None)
@@ -144,9 +144,15 @@ def test_group_roles_grants_and_first_sign_in(issuer: Issuer) -> None:
     relay.grant_role("acme", "ada@example.com", "viewer")
     p = users.principal(issuer.token("ada", email="ada@example.com", groups=["ops"]))
     assert p.role == "viewer" and "application.write" not in p.permissions
-    nobody = users.principal(issuer.token("nemo", email=None, groups="staff"))
-    assert (nobody.user, nobody.role, nobody.permissions) == ("nemo", None, frozenset())
-    assert set(relay.members("acme")) == {"ada@example.com", "nemo"}
+    nobody = users.principal(issuer.token("nemo", email="nemo@example.com", groups="staff"))
+    assert (nobody.user, nobody.role, nobody.permissions) == ("nemo@example.com", None, frozenset())
+    assert set(relay.members("acme")) == {"ada@example.com"}  # no role: not kept
+    with pytest.raises(OidcError, match="not verified"):
+        users.principal(issuer.token("eve", email="ada@example.com", email_verified=False))
+    with pytest.raises(OidcError, match="no email claim"):
+        users.principal(issuer.token("sam", email=None))
+    by_sub = OidcUsers(OidcSettings(issuer.url, "relay", "acme", group_roles=(("ops", "operator"),)), relay)
+    assert by_sub.principal(issuer.token("ada-sub-1", email="ada@example.com", groups=["ops"])).user == "ada-sub-1"
 
 
 def test_helpers() -> None:
@@ -159,7 +165,7 @@ def test_helpers() -> None:
 @pytest.mark.parametrize("name", ["bad\udc80name@example.com", "evil\u202e@example.com", "new\nline"])
 def test_a_username_that_is_not_plain_text_is_refused(issuer: Issuer, name: str) -> None:
     relay = Relay(POPO, clock=FakeClock())
-    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme"), relay)
+    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme"), relay)  # named by sub
     claims_email = name if "@" in name else None
     token = jwt.encode({"sub": name, "aud": "relay", "iss": issuer.url, "iat": 1, "exp": 2**40,
                         **({"email": claims_email} if claims_email else {})},
@@ -167,3 +173,62 @@ def test_a_username_that_is_not_plain_text_is_refused(issuer: Issuer, name: str)
     with pytest.raises(OidcError, match="control characters"):
         users.principal(token)
     assert relay.members("acme") == {}
+
+
+def test_keys_for_encryption_or_another_algorithm_and_several_audiences(issuer: Issuer) -> None:
+    real = Issuer.public_jwk
+
+    def marked(kid: str, key: Any) -> dict[str, Any]:
+        return {**real(kid, key), "use": "enc"}
+
+    Issuer.public_jwk = staticmethod(marked)  # type: ignore[method-assign]
+    try:
+        with pytest.raises(OidcError):
+            Verifier(issuer.url, "relay").verify(issuer.token("ada"))  # an encryption key verifies nothing
+    finally:
+        Issuer.public_jwk = staticmethod(real)  # type: ignore[method-assign]
+    with pytest.raises(OidcError, match="not its key's"):
+        Verifier(issuer.url, "relay").verify(issuer.token("ada", alg="PS256"))  # the key says RS256
+    v = Verifier(issuer.url, "relay")
+    with pytest.raises(OidcError, match="azp"):
+        v.verify(issuer.token("ada", aud=["relay", "other"]))
+    assert v.verify(issuer.token("ada", aud=["relay", "other"], azp="relay"))["sub"] == "ada"
+
+
+def test_a_plain_http_issuer_elsewhere_than_loopback_is_not_trusted() -> None:
+    from relay_es.adapters.oidc import secure_url
+
+    assert secure_url("https://id.example.com") and secure_url("http://127.0.0.1:9/x", loopback_http=True)
+    assert not secure_url("http://id.example.com", loopback_http=True) and not secure_url("http://127.0.0.1/")
+    docs = {"https://id.example.com/.well-known/openid-configuration":
+            {"issuer": "https://id.example.com", "jwks_uri": "http://keys.example.com/jwks"}}
+    with pytest.raises(OidcError, match="jwks_uri"):
+        Verifier("https://id.example.com", "relay", get=docs.__getitem__).verify(
+            jwt.encode({"sub": "x"}, _rsa(), algorithm="RS256", headers={"kid": "k"}))
+
+
+def test_a_failing_issuer_is_asked_at_most_once_per_min_refresh(issuer: Issuer) -> None:
+    asked: list[str] = []
+
+    def broken(url: str) -> Any:
+        asked.append(url)
+        raise ValueError("not json")
+
+    clock = Clock()
+    v = Verifier(issuer.url, "relay", get=broken, clock=clock)
+    with pytest.raises(OidcError, match="cannot be fetched"):
+        v.verify(issuer.token("ada"))
+    for _ in range(5):
+        with pytest.raises(OidcError):
+            v.verify(issuer.token("ada"))
+    assert len(asked) == 1
+    clock.t += oidc.MIN_REFRESH
+    with pytest.raises(OidcError):
+        v.verify(issuer.token("ada"))
+    assert len(asked) == 2
+
+
+def _rsa() -> Any:
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    return rsa.generate_private_key(65537, 2048)

@@ -3,7 +3,7 @@
 Rows are folded by :mod:`relay_es.projections.apps`; this module stores and
 reads them. Durations are whole microseconds, timestamps epoch microseconds
 (version 2; version 1 stored timestamps in milliseconds); a token's chosen permissions are a JSON
-list (version 3).
+list, a column added in place to a table made before them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from relay_es.adapters.readmodels.bulk import chunks, marks, upsert_sql
+from relay_es.adapters.readmodels.bulk import chunks, is_sqlite, marks, upsert_sql
 from relay_es.domain.units import from_epoch_us, to_epoch_us
 from relay_es.projections.apps import AppRow, AppsProjection, TokenRow
 
@@ -98,11 +98,24 @@ class AppsTable:
 
     name = NAME
     tables = ("relay_apps", "relay_tokens")
-    version = 3
+    version = 2
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
         for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:
             cur.execute(stmt)
+        self._add_permissions(cur)
+
+    @staticmethod
+    def _add_permissions(cur: Any) -> None:
+        """A table from before tokens carried permissions gains the column, in place: NULL is right
+        for every row it holds (no token had chosen any), and a rebuild would leave every key
+        unknown until the log was read again."""
+        if is_sqlite(cur):
+            cur.execute("SELECT name FROM pragma_table_info('relay_tokens')")
+            if "permissions" not in {r[0] for r in cur.fetchall()}:
+                cur.execute("ALTER TABLE relay_tokens ADD COLUMN permissions TEXT")
+        else:
+            cur.execute("ALTER TABLE relay_tokens ADD COLUMN IF NOT EXISTS permissions TEXT")
 
     def drop(self, cur: Any) -> None:
         for t in self.tables:

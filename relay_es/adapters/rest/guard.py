@@ -156,6 +156,8 @@ class Authorize:
             except OidcError as e:
                 raise self.refused(401, f"the OIDC token is refused: {e}",
                                    headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
+            except authz.StoreUnavailable as e:
+                raise HTTPException(status_code=503, detail=str(e)) from None
         try:
             who = await asyncio.to_thread(self.ctx.credentials.check, secret)
         except authz.StoreUnavailable as e:
@@ -195,6 +197,9 @@ class Authorize:
         if rule.oauth and self.ctx.oidc is None:  # as Conductor without OAuth: the operation is not there
             raise NotFoundException("this operation needs OIDC sign-in, which this Relay is not configured for "
                                     "(--oidc-issuer)")
+        org_in_path = connection.path_params.get("org")
+        if rule.oauth and org_in_path is not None and org_in_path != self.ctx.oidc.settings.org:  # type: ignore[union-attr]
+            raise NotFoundException(f"org {str(org_in_path)[:128]!r} has no OIDC members: only the OIDC org does")
         if not self.ctx.auth:
             connection.state.refused_why = "not this machine"
             self.development_only_here(connection)

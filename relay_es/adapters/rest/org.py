@@ -35,6 +35,7 @@ from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
+from relay_es.adapters.rest.roles import within
 from relay_es.aggregates.members import members_stream_id
 from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.roles import ordered
@@ -55,6 +56,14 @@ def _role(ctx: Any, org: str, name: str | None) -> m.RoleOutput | None:
         return None
     return m.RoleOutput(name=name, is_global=any(n == name and g for n, g, _ in ctx.relay.roles(org)),
                         permissions=ordered(perms))
+
+
+def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, username: str) -> None:
+    """403 unless the caller holds everything the member's granted role holds: nobody demotes or
+    removes a stronger member."""
+    granted = (ctx.relay.member(org, username) or {}).get("role")
+    if granted:
+        within(request, ctx.relay.role(org, granted) or [], "a member whose role")
 
 
 class OrgController(Controller):
@@ -92,6 +101,10 @@ class OrgController(Controller):
                    request: Request[Any, Any, Any], ctx: Context) -> None:
         with recorded(ctx, request, org, None, operation="grantRole", target_type="user", target_ids=[username],
                       parameters={"role": role_name}) as result:
+            perms = ctx.relay.role(org, role_name)
+            if perms is not None:
+                within(request, perms, "the role granted")
+            _may_change(ctx, request, org, username)
             result["changed"] = ctx.relay.grant_role(org, username, role_name)
 
     @delete("/members/{username:str}", operation_id="removeMember", summary="Remove member (OIDC)",
@@ -99,6 +112,7 @@ class OrgController(Controller):
     def remove_member(self, org: FromPath[str], username: FromPath[str], request: Request[Any, Any, Any],
                       ctx: Context) -> Response[m.Member]:
         with recorded(ctx, request, org, None, operation="removeMember", target_type="user", target_ids=[username]):
+            _may_change(ctx, request, org, username)
             known = ctx.relay.remove_member(org, username)
         return calling.answer(m.Member(id=username, org_id=_org_id(org), email=known.get("email", ""),
                                        name=known.get("name", ""), given_name=known.get("given_name", ""),

@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from litestar import Controller, Request, Response, delete, get, post
+from litestar.exceptions import PermissionDeniedException
 from litestar.params import FromPath
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET
@@ -25,6 +26,16 @@ from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
 from relay_es.domain.roles import PERMISSIONS
+
+
+def within(request: Request[Any, Any, Any], permissions: list[str], what: str) -> None:
+    """403 unless the caller holds every one of ``permissions``: whoever makes or hands out roles can
+    hand out no more than they have (``organization.write`` alone is not every permission)."""
+    who = getattr(request.state, "principal", None)
+    held = who.permissions if who is not None else frozenset(PERMISSIONS)
+    beyond = sorted({p for p in permissions if isinstance(p, str) and p in PERMISSIONS} - held)
+    if beyond:
+        raise PermissionDeniedException(detail=f"{what} cannot carry permissions you do not hold: {', '.join(beyond)}")
 
 
 class RolesController(Controller):
@@ -42,6 +53,7 @@ class RolesController(Controller):
         b = await calling.body(request, m.CreateRoleInputBody)
         assert b is not None
         asked = [] if b.permissions is UNSET or b.permissions is None else list(b.permissions)
+        within(request, asked, "a role")
 
         def create() -> list[str]:
             with recorded(ctx, request, org, None, operation="createRole", target_type="role",

@@ -25,3 +25,24 @@ def test_apps_and_tokens_round_trip_and_list(db: Any) -> None:
     assert db.list_apps("acme", include_deleted=True) == [gone, orders]
     assert db.list_tokens("acme") == [ci]
     assert db.token_by_hash("hash-old") == old and db.token_by_hash("nope") is None
+
+
+def test_a_tokens_table_from_before_permissions_gains_the_column_in_place(db: Any) -> None:
+    """Made by a Relay from before tokens carried permissions: its rows stay (NULL: the scope's),
+    nothing is rebuilt, and every key keeps working through the upgrade."""
+    table = TABLES["apps"]
+    with db.transaction() as cur:
+        cur.execute("DROP TABLE relay_tokens")
+        cur.execute("""CREATE TABLE relay_tokens (stream_id TEXT PRIMARY KEY, org TEXT NOT NULL, name TEXT NOT NULL,
+                       version BIGINT NOT NULL, secret_hash TEXT NOT NULL, app_names TEXT, created_at BIGINT NOT NULL,
+                       revoked INTEGER NOT NULL)""")
+        cur.execute("INSERT INTO relay_tokens VALUES ('t1', 'acme', 'ci', 1, 'hash-ci', NULL, 1, 0)")
+    with db.transaction() as cur:
+        table.create(cur)
+        table.create(cur)  # and again: nothing to add
+    row = db.token_by_hash("hash-ci")
+    assert row is not None and row.name == "ci" and row.permissions is None
+    chosen = TokenRow("t2", "acme", "reader", 1, "hash-r", None, T0, False, ["metric.read"])
+    with db.transaction() as cur:
+        table.write(cur, ([], [chosen]))
+    assert db.token_by_hash("hash-r") == chosen

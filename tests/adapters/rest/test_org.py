@@ -45,6 +45,7 @@ def oidc(tmp_path, store_url):
         admin = server_admin_token(tmp_path, store_url, "acme", "admin")
         s = RelayServer(tmp_path, args=["--database-url", store_url, "--auth", "--oidc-issuer", issuer.url,
                                         "--oidc-audience", "relay", "--oidc-org", "acme",
+                                        "--oidc-username-claim", "email",
                                         "--oidc-group-roles", "admins=admin,ops=operator,watchers=viewer"]).start()
         assert call(s, "PUT", O + "/apps/orders", admin).status_code == 204
         yield s, issuer, admin
@@ -83,6 +84,11 @@ def test_a_users_permissions_are_their_groups_role(oidc: tuple[RelayServer, Issu
         "application.read", "application.write", "metric.read", "organization.read", "token.read"]}
     assert "role" not in conforms("getCurrentUser", call(s, "GET", "/v2/users/me", nobody), 200)
     conforms("getCurrentUser", call(s, "GET", "/v2/users/me", admin), 404)  # a token is not a user
+    unverified = issuer.token("eve", email="olga@example.com", groups=["admins"], email_verified=False)
+    r = call(s, "GET", O + "/apps", unverified)  # an email the issuer did not verify names nobody
+    assert r.status_code == 401 and "verified" in r.json()["detail"]
+    assert "nemo@example.com" not in call(s, "GET", O + "/members", issuer.token(
+        "ann", email="ann@example.com", groups=["admins"])).json()["users"]  # no role: not kept
 
     # who did it, in the audit log: the user
     ((req, done),) = [a for a in actions(s, "orders", "updateApp", org="acme", token=admin)
@@ -109,6 +115,17 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", boss), 404)
     assert call(s, "PATCH", O + "/apps/orders", bob, json={"executorTimeoutSecs": 5}).status_code == 204  # groups again
 
+    # organization.write alone is not every permission: it hands out no more than it holds
+    org_writer = call(s, "POST", O + "/tokens/org-writer", admin,
+                      json={"permissions": ["organization.write", "organization.read"]}).json()["token"]
+    conforms("grantRole", call(s, "PUT", O + "/members/mallory@example.com/roles/admin", org_writer), 403)
+    conforms("createRole", call(s, "POST", O + "/roles", org_writer, json={"name": "sneaky",
+                                                                         "permissions": ["token.write"]}), 403)
+    conforms("grantRole", call(s, "PUT", O + "/members/mallory@example.com/roles/viewer", org_writer), 403)
+    conforms("grantRole", call(s, "PUT", O + "/members/carl@example.com/roles/viewer", boss), 204)
+    conforms("removeMember", call(s, "DELETE", O + "/members/carl@example.com", org_writer), 403)  # a stronger one
+    conforms("getOrg", call(s, "GET", "/v2/orgs/other", admin), 404)  # only the OIDC org has members
+
     org = conforms("getOrg", call(s, "GET", O, boss), 200)
     assert org["name"] == "acme" and org["subscriptionPlan"] == "team"
     conforms("updateOrg", call(s, "PATCH", O, boss, json={}), 204)
@@ -119,6 +136,7 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     conforms("createRole", call(s, "POST", O + "/roles", boss, json={
         "name": "minter", "permissions": ["token.write", "application.read"]}), 201)
     conforms("grantRole", call(s, "PUT", O + "/members/bob@example.com/roles/minter", boss), 204)
+    conforms("deleteRole", call(s, "DELETE", O + "/roles/minter", boss), 409)  # granted to bob
     secret = conforms("generateSecret", call(s, "POST", O + "/secrets", bob), 201)["secret"]
     tokens = {t["tokenName"]: t for t in call(s, "GET", O + "/tokens", admin).json()}
     (made,) = [t for name, t in tokens.items() if name.startswith("secret-")]
