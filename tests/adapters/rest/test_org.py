@@ -145,11 +145,15 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     assert call(s, "PATCH", O + "/apps/orders", secret, json={"executorTimeoutSecs": 9}).status_code == 403
 
 
-@pytest.mark.parametrize("case", ["expired", "audience", "issuer", "none", "hmac", "unpublished", "garbage"])
-def test_bad_tokens_are_refused(oidc: tuple[RelayServer, Issuer, str], case: str) -> None:
+def test_bad_tokens_are_refused(oidc: tuple[RelayServer, Issuer, str]) -> None:
     s, issuer, _ = oidc
     good = issuer.token("ada", groups=["admins"])
     assert call(s, "GET", O + "/apps", good).status_code == 200
+    for case in ("expired", "audience", "issuer", "none", "hmac", "unpublished", "garbage"):  # one server for all
+        refused(s, issuer, good, case)
+
+
+def refused(s: RelayServer, issuer: Issuer, good: str, case: str) -> None:
     if case == "expired":
         bad = issuer.token("ada", groups=["admins"], ttl=-120)
     elif case == "audience":
@@ -174,7 +178,7 @@ def test_bad_tokens_are_refused(oidc: tuple[RelayServer, Issuer, str], case: str
     else:
         bad = "eyJ" + "x" * 40 + ".e30.abc"
     r = call(s, "GET", O + "/apps", bad)
-    assert r.status_code == 401, r.text
+    assert r.status_code == 401, (case, r.text)
     assert r.json()["detail"].startswith("the OIDC token is refused")
     assert r.headers["www-authenticate"].startswith("Bearer")
     assert bad not in s.log()

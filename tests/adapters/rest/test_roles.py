@@ -78,8 +78,21 @@ def test_roles_are_listed_made_and_deleted_in_conductors_shapes(acme: tuple[Rela
             ] == ["succeeded", "failed", "failed"]
 
 
-def test_every_route_lets_in_exactly_its_permission(acme: tuple[RelayServer, str]) -> None:
-    s, admin = acme
+@pytest.fixture
+def acme_sqlite(tmp_path):
+    """The matrix is the guard's (the table, the caller, the path): one store is enough for it; the
+    token lookups it rests on run on both stores everywhere else."""
+    url = f"sqlite:///{tmp_path}/relay.db"
+    admin = server_admin_token(tmp_path, url, "acme", "admin")
+    s = RelayServer(tmp_path, args=["--database-url", url, "--auth"]).start()
+    assert call(s, "PUT", O + "/apps/orders", admin).status_code == 204
+    assert call(s, "PUT", O + "/apps/billing", admin).status_code == 204
+    yield s, admin
+    s.stop()
+
+
+def test_every_route_lets_in_exactly_its_permission(acme_sqlite: tuple[RelayServer, str]) -> None:
+    s, admin = acme_sqlite
     one = {}
     for p in PERMISSIONS:
         r = call(s, "POST", f"{O}/tokens/only-{p.replace('.', '-')}", admin, json={"permissions": [p]})
