@@ -26,7 +26,7 @@ VIEWER = ["application.read", "metric.read", "organization.read"]
 BUILT_INS = [("admin", True, ADMIN), ("operator", True, OPERATOR), ("viewer", True, VIEWER)]
 
 
-@pytest.fixture(params=["popo", "sqlite", "postgres"])
+@pytest.fixture(params=["popo"])  # the stores themselves: the two-writer and restart tests below, on both
 def relay(request: pytest.FixtureRequest, clock, tmp_path) -> Iterator[Relay]:
     """One Relay on each store: in memory, a SQLite file, a Postgres database (as tests/engine/test_store.py)."""
     if request.param == "popo":
