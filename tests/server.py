@@ -20,7 +20,8 @@ RELAY = [sys.executable, "-m", "relay_es"]
 
 def _ephemeral_range() -> tuple[int, int]:
     try:
-        lo, hi = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = f.read().split()
         return int(lo), int(hi)
     except (OSError, ValueError):
         return 32768, 60999

@@ -5,6 +5,15 @@ per connection, lean deflate, a peer's disconnect reported at once, and a
 silent socket (no pong within the ping timeout) failed with 1011 so that it
 reaches the application within ``RELAY_PING_WAIT_SECS``.
 
+Compression: permessage-deflate is negotiated with *no context takeover in
+both directions* (RFC 7692 7.1.1: the server may require it of the client even
+if the offer did not ask), so no zlib state outlives a message: an idle socket
+holds none (it held about 50 KiB with context takeover). A message Relay sends
+is compressed only from ``COMPRESS_MIN_BYTES`` on; smaller ones go as they
+are (RFC 7692 6: a message without RSV1 is not compressed), which spares the
+per-message compressor for the many small requests. What executors send is
+decompressed whatever its size.
+
 Frame cap: a socket accepts a first message of at most ``handshake_frame_cap``
 bytes and later ones of at most ``pending_frame_cap`` until the application
 raises the cap (the hub does once the executor is registered), so an
@@ -17,9 +26,121 @@ fails the connection with 1009.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
+from websockets.frames import CONT, CTRL_OPCODES, Frame
+
 from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
+
+COMPRESS_MIN_BYTES = 1024
+
+
+class _PerMessageDeflate(PerMessageDeflate):
+    """websockets' permessage-deflate, sending a message under
+    ``COMPRESS_MIN_BYTES`` (and its continuation frames) uncompressed."""
+
+    _plain = False
+
+    def encode(self, frame: Frame) -> Frame:
+        if frame.opcode in CTRL_OPCODES:
+            return frame
+        if frame.opcode is not CONT:
+            self._plain = frame.fin and len(frame.data) < COMPRESS_MIN_BYTES
+        return frame if self._plain else super().encode(frame)
+
+
+class DeflateFactory(ServerPerMessageDeflateFactory):
+    """Accepts a client's permessage-deflate offer with no context takeover in
+    both directions, whatever the offer said of it; zlib's default window and
+    memory level for the messages that are compressed (the state lives only
+    while one message is encoded or decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__(server_no_context_takeover=True, client_no_context_takeover=True)
+
+    def process_request_params(self, params: Any, accepted_extensions: Any) -> Any:
+        response, extension = super().process_request_params(params, accepted_extensions)
+        extension.__class__ = _PerMessageDeflate
+        return response, extension
+
+
+DEFLATE = DeflateFactory()
+
+
+class _Inbox:
+    """What uvicorn's protocol uses of ``asyncio.Queue`` (``put_nowait``, ``get``,
+    ``empty``, ``qsize``) for its one reader, the application: a list and at most
+    one future, where a Queue holds three deques and an Event (about 3 KiB per
+    socket)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+        return self._items.pop(0)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+
+class _Flag:
+    """``asyncio.Event`` (``set``, ``clear``, ``is_set``, ``wait``) holding no
+    deque until somebody waits: the socket's "writable" flag, which is set
+    nearly always."""
+
+    __slots__ = ("_value", "_waiters")
+
+    def __init__(self, value: bool = False) -> None:
+        self._value = value
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        self._value = True
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._value = False
+
+    async def wait(self) -> bool:
+        if self._value:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if self._waiters is not None and waiter in self._waiters:
+                self._waiters.remove(waiter)
+        return True
 
 
 class Withdrawn(Exception):
@@ -38,9 +159,12 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                    pending_frame_cap: int | None = MAX_PENDING_FRAME) -> type:
     """uvicorn's Sans-I/O ``websockets`` protocol (``websockets-sansio``), as Relay needs it.
 
-    * It keeps no task per connection (the legacy protocol kept three), already
-      negotiates websockets' memory-lean deflate settings, and on a peer's EOF
-      or reset tells the application at once.
+    * It keeps no task per connection (the legacy protocol kept three), and on a
+      peer's EOF or reset tells the application at once.
+    * Deflate, when enabled, is :data:`DEFLATE`'s: no state between messages.
+    * Per socket it holds what it needs and no more: an :class:`_Inbox` for
+      the queue, a :class:`_Flag` for "writable", and the handshake's request
+      and response only until the response is written.
     * A keepalive ping that is not answered fails the connection with 1011 and
       closes the transport; the application would hear 1005. Relay reports it
       as the 1011 it is, so the executor is recorded ``ping_timeout``.
@@ -60,6 +184,10 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
             self.frame_cap_set = False
+            if self.conn.available_extensions:  # uvicorn's factory keeps a compressor per socket
+                self.conn.available_extensions = [DEFLATE]
+            self.queue = _Inbox()  # type: ignore[assignment]
+            self.writable = _Flag(True)  # type: ignore[assignment]
             if handshake_frame_cap is not None:
                 self.conn.max_message_size = handshake_frame_cap
                 parsed = self.conn.recv_frame  # called by the parser after each frame, before the next is read
@@ -107,7 +235,9 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                     await super().send(message)
                 return
             await super().send(message)
-            if message.get("type") == "websocket.http.response.body" and not message.get("more_body", False):
+            if message.get("type") == "websocket.accept" and self.handshake_complete:
+                self.request = self.response = None  # written: the headers are the scope's now
+            elif message.get("type") == "websocket.http.response.body" and not message.get("more_body", False):
                 # A handshake refused with an HTTP response is complete: uvicorn would log
                 # "ASGI callable returned without completing handshake" for every refusal.
                 self.handshake_complete = True
@@ -183,6 +313,15 @@ def http_protocol_class(first_request_timeout: float, request_timeout: float | N
             super().data_received(data)
             if self._request_deadline is not None and self.conn.their_state in received:
                 self._request_deadline.cancel()  # the request is in: the next one gets its own deadline
+                self._request_deadline = None
+
+        def handle_websocket_upgrade(self, event: Any) -> None:
+            super().handle_websocket_upgrade(event)
+            # The socket is the WebSocket protocol's now: without this the timers would
+            # keep this protocol (its parser, its flow control) alive until they fire.
+            self._first_request_deadline.cancel()
+            if self._request_deadline is not None:
+                self._request_deadline.cancel()
                 self._request_deadline = None
 
         def _drop_if_idle(self) -> None:

@@ -46,7 +46,7 @@ class Guard:
         self.lock.release()
 
 
-@dataclass
+@dataclass(slots=True)
 class Connection:
     id: str
     org: str
