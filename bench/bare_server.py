@@ -2,20 +2,18 @@
 
 Variants (``--variant``):
 
-``websockets``   the baseline: a minimal asyncio ``websockets`` server with
-                 the library defaults (permessage-deflate negotiated with its
-                 memory-saving defaults: 12-bit window, memLevel 5).
-``ws-uvdeflate`` the same server with uvicorn's permessage-deflate settings
-                 (``ServerPerMessageDeflateFactory()``: 15-bit window, zlib's
-                 default memLevel 8), to isolate what that setting costs.
-``ws-nodeflate`` the same server without compression.
+``ws-nodeflate`` the baseline: a minimal asyncio ``websockets`` server
+                 without compression.
+``websockets``   the same server with the library's default permessage-deflate
+                 (context takeover, 12-bit window, memLevel 5): a compressor
+                 and a decompressor kept per socket.
 ``uvicorn``      uvicorn configured exactly as ``relay serve`` configures it
-                 (its ``websockets`` protocol with Relay's bounded closing
-                 handshake, deflate on, 128 MiB frames) around an ASGI app
-                 that accepts and holds: Relay minus Relay.
-``uvicorn-lowmem`` the same, with the protocol's deflate extension replaced by
-                 the ``websockets`` defaults (12-bit window, memLevel 5): what
-                 the change proposed in docs/benchmarks.md would give.
+                 (Relay's protocol classes: lean deflate with no context
+                 takeover, bounded closing handshake, 128 MiB frames) around an
+                 ASGI app that accepts and holds: Relay minus Relay.
+``uvicorn-nodeflate`` the same without compression.
+``uvicorn-echo`` the ``uvicorn`` server whose app sends every message back (the
+                 bandwidth measurement of section 1).
 
 Ping settings are Relay's defaults everywhere: a ping every 20 s, the pong due
 within 4 s, a 1 s closing handshake (``split_ping_wait(20, 25)``).
@@ -45,28 +43,22 @@ async def hold(ws: Any) -> None:
 
 async def websockets_server(port: int, variant: str) -> None:
     from websockets.asyncio.server import serve
-    from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 
     kw: dict[str, Any] = {}
     if variant == "ws-nodeflate":
         kw["compression"] = None
-    elif variant == "ws-uvdeflate":
-        kw["compression"] = None
-        kw["extensions"] = [ServerPerMessageDeflateFactory()]
     async with serve(hold, "127.0.0.1", port, ping_interval=20, ping_timeout=4, close_timeout=1, max_size=MAX_FRAME,
                      backlog=2048, **kw):
         print("ready", flush=True)
         await asyncio.Future()
 
 
-def uvicorn_server(port: int, lowmem: bool) -> None:
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*websockets.* implementation is deprecated")
+def uvicorn_server(port: int, variant: str) -> None:
     import uvicorn
-    from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 
-    from relay_es.adapters.uvicorn_ws import protocol_class, split_ping_wait
+    from relay_es.adapters.uvicorn_ws import http_protocol_class, protocol_class, split_ping_wait
+
+    echo = variant == "uvicorn-echo"
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -82,35 +74,28 @@ def uvicorn_server(port: int, lowmem: bool) -> None:
             return
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})
+        if echo:
+            scope["extensions"]["relay.frame_cap"](MAX_FRAME)  # as the hub does once the executor is registered
         while True:
             m = await receive()
             if m["type"] == "websocket.disconnect":
                 return
+            if echo:
+                await send({"type": "websocket.send", "text": m.get("text"), "bytes": m.get("bytes")})
 
     ping_timeout, close_timeout = split_ping_wait(20.0, 25.0)
-    proto = protocol_class(close_timeout)
-    if lowmem:
-        base = proto
-
-        class LowMem(base):  # type: ignore[misc, valid-type]
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **kwargs)
-                # (uvicorn's Sans-I/O protocol, which Relay uses, negotiates these settings already)
-                if getattr(self, "available_extensions", None):
-                    self.available_extensions = [ServerPerMessageDeflateFactory(
-                        server_max_window_bits=12, compress_settings={"memLevel": 5})]
-
-        proto = LowMem
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, ws=proto, ws_max_size=MAX_FRAME,
-                            ws_ping_interval=20.0, ws_ping_timeout=ping_timeout, ws_per_message_deflate=True,
-                            access_log=False, log_config=None, lifespan="on", timeout_keep_alive=5)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, ws=protocol_class(close_timeout),
+                            http=http_protocol_class(first_request_timeout=10.0, request_timeout=10.0),
+                            ws_max_size=MAX_FRAME, ws_ping_interval=20.0, ws_ping_timeout=ping_timeout,
+                            ws_per_message_deflate=variant != "uvicorn-nodeflate", access_log=False, log_config=None,
+                            lifespan="on", timeout_keep_alive=5)
     uvicorn.Server(config).run()
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--variant", default="websockets", choices=["websockets", "ws-uvdeflate", "ws-nodeflate", "uvicorn", "uvicorn-lowmem"])
+    p.add_argument("--variant", default="ws-nodeflate", choices=["websockets", "ws-nodeflate", "uvicorn", "uvicorn-nodeflate", "uvicorn-echo"])
     a = p.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
@@ -119,7 +104,7 @@ if __name__ == "__main__":
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         if a.variant.startswith("uvicorn"):
-            uvicorn_server(a.port, a.variant == "uvicorn-lowmem")
+            uvicorn_server(a.port, a.variant)
         else:
             asyncio.run(websockets_server(a.port, a.variant))
     except KeyboardInterrupt:

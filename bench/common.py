@@ -46,6 +46,23 @@ def raise_fd_limit(n: int = 200_000) -> int:
 
 
 # ------------------------------------------------------------------ /proc
+def calibrate() -> float:
+    """Seconds a fixed CPU-only Python loop takes (best of 3): the machine's own
+    speed beside its figures, so runs on different machines (or one machine
+    slowed by a neighbour) can be told apart. Lower is faster."""
+    def once() -> float:
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(1_000_000):
+            acc = (acc + i * i) % 1_000_003
+        doc = {"executor_id": "calibration", "status": "HEALTHY", "n": 12345, "tags": ["a", "b", "c"]}
+        for _ in range(50_000):
+            json.loads(json.dumps(doc))
+        return time.perf_counter() - t0
+
+    return min(once() for _ in range(3))
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of a process, in bytes."""
     with open(f"/proc/{pid}/status") as f:

@@ -35,6 +35,59 @@ def yes(ok: bool | None) -> str:
     return "**met**" if ok else ("n/a" if ok is None else "**missed**")
 
 
+def goal(label: str, figure: str, baseline: str, ratio_s: str, target: str, ok: bool | None, value: float | None,
+         unit: str, miss: str = "") -> list[Any]:
+    """A row of the goals table: what is shown, then what repeats are merged on
+    (``value``, the figure the goal is judged on, in ``unit``: x, %, ms, s, n)."""
+    return [label, figure, baseline, ratio_s, target, yes(ok) + ("" if ok or ok is None else miss), value, ok, unit]
+
+
+def fmt_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    return {"x": f"{v:.2f}x", "%": f"{100 * v:.0f}%", "ms": f"{v:,.0f} ms", "s": f"{v:.3f} s"}.get(unit, f"{v:,.0f}")
+
+
+def median(values: list[float]) -> float | None:
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def merge_goals(per_run: list[list[list[Any]]]) -> list[list[Any]]:
+    """One row per goal over a section's runs: the median run's figures, the
+    median and spread (min-max) of the judged value, and met only if met in
+    every run (a goal must hold on the slow run, not on the best one)."""
+    out = []
+    labels = list(dict.fromkeys(r[0] for run in per_run for r in run))
+    for label in labels:
+        rows = [r for run in per_run for r in run if r[0] == label]
+        values = [r[6] for r in rows if r[6] is not None]
+        unit = rows[0][8]
+        med = median(values)
+        # the run whose value is nearest the median shows its figures
+        shown = min(rows, key=lambda r: abs(r[6] - med) if r[6] is not None and med is not None else 0)
+        if len(rows) == 1:
+            spread = "1 run"
+        else:
+            spread = f"{fmt_value(med, unit)} ({fmt_value(min(values), unit)} - {fmt_value(max(values), unit)}, {len(rows)} runs)" \
+                if values else f"{len(rows)} runs"
+        oks = [r[7] for r in rows]
+        met = sum(1 for o in oks if o)
+        if all(oks):
+            result = "**met**" + (f" in all {len(rows)} runs" if len(rows) > 1 else "")
+        elif any(o is None for o in oks):
+            result = "n/a"
+        else:
+            worst = [r for r in rows if not r[7]][0]
+            result = ("**missed**" if len(rows) == 1 else f"**missed** in {len(rows) - met} of {len(rows)} runs") + \
+                (worst[5][len("**missed**"):] if worst[5].startswith("**missed**") else "")
+        out.append([label, shown[1], shown[2], shown[3], spread, shown[4], result])
+    return out
+
+
 def table(head: list[str], rows: list[list[Any]]) -> str:
     out = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -68,9 +121,10 @@ def s1(d: dict[str, Any], goals: list[list[Any]]) -> str:
            f"{r['window_s']:g} s window with everyone connected. Per connection = (VmRSS at the end of the window "
            "- VmRSS idle) / N. CPU = the server process's utime+stime over the window (`/proc/<pid>/stat`). "
            "Clients run in 1-2 separate processes, ping every 20 s and offer permessage-deflate like the SDK.", ""]
+    base_kind = r.get("baseline", "websockets")
     t = []
     for n in r["sizes"]:
-        b, x = by.get(("websockets", n)), by.get(("relay", n))
+        b, x = by.get((base_kind, n)), by.get(("relay", n))
         if not b or not x:
             continue
         rt = ratio(x["per_conn_bytes"], b["per_conn_bytes"])
@@ -79,23 +133,24 @@ def s1(d: dict[str, Any], goals: list[list[Any]]) -> str:
                   f1(b["rss_idle"] / 2**20), f1(x["rss_idle"] / 2**20), f1(x["rss_end"] / 2**20),
                   f"{f2(b['cpu_s'])} / {f2(x['cpu_s'])}", f"{f2(b['idle_cpu_s'])} / {f2(x['idle_cpu_s'])}",
                   f"{x['registered']}/{n}, {x['open_at_end']} open"])
-        goals.append([f"1. memory per connection, N={n:,}", f"{f1(x['per_conn_bytes'] / KIB)} KiB",
-                      f"bare websockets {f1(b['per_conn_bytes'] / KIB)} KiB", f"{rt:.2f}x" if rt else "-", "<= 2x",
-                      yes(ok) + ("" if ok or rt is None else f" by {(rt - 2) / 2 * 100:.0f}% (needs {f1(2 * b['per_conn_bytes'] / KIB)} KiB)")])
+        goals.append(goal(f"1. memory per connection, N={n:,}", f"{f1(x['per_conn_bytes'] / KIB)} KiB",
+                          f"bare websockets{', no compression' if base_kind == 'ws-nodeflate' else ''} "
+                          f"{f1(b['per_conn_bytes'] / KIB)} KiB", f"{rt:.2f}x" if rt else "-", "<= 2x",
+                          ok if rt is not None else None, rt, "x",
+                          f" by {(rt - 2) / 2 * 100:.0f}% (needs {f1(2 * b['per_conn_bytes'] / KIB)} KiB)" if rt else ""))
     out.append(table(["N", "bare KiB/conn", "Relay KiB/conn", "Relay / bare", "bare idle MiB", "Relay idle MiB",
                       "Relay MiB with N", f"CPU s in {r['window_s']:g} s (bare / Relay)",
                       "CPU s idle, no clients (bare / Relay)", "Relay registered"], t))
     dec = r.get("decomposition") or []
     if dec:
         n = r["decomposition_n"]
-        base = by.get(("websockets", n))
+        base = by.get((base_kind, n))
         rel = by.get(("relay", n))
         names = {
-            "websockets": "bare `websockets` (baseline): deflate with the library's low-memory defaults",
-            "ws-nodeflate": "bare `websockets`, no compression",
-            "ws-uvdeflate": "bare `websockets` with uvicorn's deflate settings (15-bit window, memLevel 8)",
-            "uvicorn": "uvicorn exactly as `relay serve` sets it up, around an app that only accepts",
-            "uvicorn-lowmem": "the same uvicorn, deflate forced to a 12-bit server window and memLevel 5",
+            "ws-nodeflate": "bare `websockets`, no compression (baseline)",
+            "websockets": "bare `websockets`, its default deflate (context takeover: zlib state kept per socket)",
+            "uvicorn-nodeflate": "uvicorn with Relay's protocol classes, no compression, around an app that only accepts",
+            "uvicorn": "the same with deflate as `relay serve` negotiates it (no context takeover)",
             "relay": "Relay",
         }
         drows = []
@@ -105,26 +160,31 @@ def s1(d: dict[str, Any], goals: list[list[Any]]) -> str:
         out += ["", f"**Where Relay's memory per connection goes** (N = {n:,}, same clients, same run):", "",
                 table(["server", "KiB/conn", "vs baseline"], drows)]
         dk = {x["kind"]: x["per_conn_bytes"] / KIB for x in dec}
-        if base and rel and "uvicorn" in dk and "ws-uvdeflate" in dk and "uvicorn-lowmem" in dk:
-            b0 = base["per_conn_bytes"] / KIB
-            rl = rel["per_conn_bytes"] / KIB
-            if dk["uvicorn"] - dk["uvicorn-lowmem"] > 10:
-                out += ["", "Reading it: of Relay's "
-                        f"{rl:.0f} KiB, about {dk['ws-uvdeflate'] - b0:.0f} KiB come from uvicorn negotiating "
-                        "permessage-deflate with zlib's default 15-bit window and memLevel 8 "
-                        "(`ServerPerMessageDeflateFactory()`, not configurable through uvicorn) where `websockets` "
-                        f"uses a 12-bit window and memLevel 5; about {dk['uvicorn'] - dk['ws-uvdeflate']:.0f} KiB "
-                        "are uvicorn's `websockets` protocol itself; about "
-                        f"{rl - dk['uvicorn']:.0f} KiB are Relay's own (hub `Connection`, `Session`, the ASGI "
-                        "task and its handshake timer, the process manager's row). With the deflate settings changed, "
-                        f"the uvicorn stack alone holds {dk['uvicorn-lowmem']:.0f} KiB, so Relay would be near "
-                        f"{rl - dk['uvicorn'] + dk['uvicorn-lowmem']:.0f} KiB = "
-                        f"{(rl - dk['uvicorn'] + dk['uvicorn-lowmem']) / b0:.2f}x the baseline."]
-            else:
-                out += ["", f"Reading it: Relay's stack already negotiates lean deflate settings (uvicorn as Relay "
-                        f"sets it up holds {dk['uvicorn']:.0f} KiB, {dk['uvicorn'] - b0:+.0f} KiB against the "
-                        f"baseline); about {rl - dk['uvicorn']:.0f} KiB per connection are Relay's own (hub "
-                        "`Connection`, `Session`, the ASGI task and its handshake timer, the process manager's row)."]
+        if base and rel and "uvicorn" in dk and "uvicorn-nodeflate" in dk:
+            b0, rl = base["per_conn_bytes"] / KIB, rel["per_conn_bytes"] / KIB
+            out += ["", f"Reading it: the WebSocket stack Relay runs on (uvicorn's Sans-I/O protocol with Relay's "
+                    f"classes) holds {dk['uvicorn-nodeflate']:.0f} KiB per socket without compression and "
+                    f"{dk['uvicorn']:.0f} KiB with deflate as negotiated (no context takeover: nothing kept between "
+                    f"messages), against the bare server's {b0:.0f}; the rest, about {rl - dk['uvicorn']:.0f} KiB, "
+                    "is Relay's own (hub `Connection`, `Session`, the ASGI task and the handshake's frames, the "
+                    "process manager's and read models' rows)."
+                    + (f" A bare server with deflate and context takeover holds {dk['websockets']:.0f} KiB."
+                       if "websockets" in dk else "")]
+    bw = r.get("bandwidth")
+    if bw:
+        d0, n0 = bw["deflate"], bw["none"]
+        out += ["", f"**Bandwidth of a {d0['payload_bytes'] / 2**20:.2f} MiB workflow list** (a `list_workflows` reply "
+                "as dbos 3.2.0 sends it, inputs and outputs of JSON with random ids), sent by a `websockets` client "
+                "offering deflate as the SDKs do, through Relay's stack and back; bytes on the wire counted by the "
+                f"client. Negotiated: `{d0['negotiated']}`.", "",
+                table(["", "executor to Relay, bytes", "Relay to executor, bytes", "round trip ms"], [
+                    ["deflate", f0(d0["executor_to_relay_bytes"]), f0(d0["relay_to_executor_bytes"]),
+                     f1(1000 * d0["round_trip_s"])],
+                    ["no compression", f0(n0["executor_to_relay_bytes"]), f0(n0["relay_to_executor_bytes"]),
+                     f1(1000 * n0["round_trip_s"])],
+                    ["ratio", f"{d0['executor_to_relay_bytes'] / n0['executor_to_relay_bytes']:.1%}",
+                     f"{d0['relay_to_executor_bytes'] / n0['relay_to_executor_bytes']:.1%}",
+                     f"{d0['round_trip_s'] / n0['round_trip_s']:.1f}x"]])]
     return "\n".join(out)
 
 
@@ -156,10 +216,10 @@ def s2(d: dict[str, Any], goals: list[list[Any]]) -> str:
                          f2(st["clients_cores"])])
             for what, v in (("appended", a), ("projected", p)):
                 rt = ratio(v, raw)
-                goals.append([f"2. events {what}/s, {s['store']}, {st['storm']}", f0(v),
-                              f"raw single-row inserts {f0(raw)}/s", f"{100 * rt:.0f}%" if rt else "-", ">= 50%",
-                              yes(rt is not None and rt >= 0.5) + ("" if rt is None or rt >= 0.5 else
-                                                                  f" by {50 - 100 * rt:.0f} points")])
+                goals.append(goal(f"2. events {what}/s, {s['store']}, {st['storm']}", f0(v),
+                                  f"raw single-row inserts {f0(raw)}/s", f"{100 * rt:.0f}%" if rt else "-", ">= 100%",
+                                  rt is not None and rt >= 1.0, rt, "%",
+                                  f" by {100 - 100 * rt:.0f} points" if rt is not None else ""))
         out += [f"**{s['store']}** (raw single-row inserts: {f0(raw)} rows/s over {f0(s['raw']['rows'])} rows, "
                 f"{s['raw']['state_bytes']} B state)", "",
                 table(["storm", "events", "executors registered/s (client side)", "appended/s", "vs raw",
@@ -182,7 +242,9 @@ def s2(d: dict[str, Any], goals: list[list[Any]]) -> str:
 
 def s3(d: dict[str, Any], goals: list[list[Any]]) -> str:
     r = d["result"]
-    out = [f"{r['n']:,} executors and one survivor (same app and version) connected; `executorTimeoutSecs` = "
+    out = [f"{r['n']:,} executors and one survivor (same app and version) connected"
+           + (f", and {r['others']:,} executors of another application that stay connected and keep pinging (every "
+              "20 s, as the SDK)" if r.get("others") else "") + "; `executorTimeoutSecs` = "
            f"{r['stores'][0]['grace_s'] if r['stores'] else '?'} s; the {r['n']:,} dropped at once (no close frame). "
            "Figures from the lifecycle feed (REST, millisecond timestamps) and the survivor's receive times.", ""]
     rows = []
@@ -198,10 +260,12 @@ def s3(d: dict[str, Any], goals: list[list[Any]]) -> str:
                  line("RecoveryConfirmed `at` - DeclaredDead `at`", "confirm_after_death_ms"),
                  line("survivor got the frame - (drop + grace)", "frame_after_drop_plus_grace_ms")]
         p99 = s["lateness_ms"]["p99"]
-        goals.append([f"3. DeclaredDead lateness p99, {s['store']}, {s['n']:,} at once", f"{f0(p99)} ms",
-                      f"p50 {f0(s['lateness_ms']['p50'])} ms, max {f0(s['lateness_ms']['max'])} ms", "-",
-                      "< 250 ms", yes(p99 is not None and p99 < 250) +
-                      ("" if p99 is None or p99 < 250 else f" by {p99 - 250:.0f} ms")])
+        enough = s["n"] >= 10_000
+        goals.append(goal(f"3. DeclaredDead lateness p99, {s['store']}, {s['n']:,} at once", f"{f0(p99)} ms",
+                          f"p50 {f0(s['lateness_ms']['p50'])} ms, max {f0(s['lateness_ms']['max'])} ms", "-",
+                          "< 100 ms with 10,000 at once", p99 is not None and p99 < 100 and enough, p99, "ms",
+                          (f" by {p99 - 100:.0f} ms" if p99 is not None and p99 >= 100 else "")
+                          + ("" if enough else f" (measured with {s['n']:,}, not 10,000)")))
     out.append(table(["store", "interval", "n", "p50 ms", "p99 ms", "max ms"], rows))
     for s in r["stores"]:
         if s.get("death_batches") is not None:
@@ -227,9 +291,16 @@ def s4(d: dict[str, Any], goals: list[list[Any]]) -> str:
                      f"{f2((s.get('server_threads_after_healthz') or {}).get('other_threads_cores'))})",
                      f2(s.get("clients_cores_until_all_healthy")),
                      f"{s['healthy_after_grace']:,}", s["false_deaths"], s["relay_restarted_disconnects"]])
-        goals.append([f"4. false deaths after SIGKILL + restart, {s['store']}, {s['n']:,} clients",
-                      str(s["false_deaths"]), f"all HEALTHY {f2(s['kill_to_all_healthy_s'])} s after the kill", "-",
-                      "none", yes(s["false_deaths"] == 0 and s["kill_to_all_healthy_s"] is not None)])
+        bare_s = s.get("bare_accept_s")
+        rt4 = ratio(s.get("restart_to_all_healthy_s"), bare_s)
+        ok4 = s["false_deaths"] == 0 and rt4 is not None and rt4 <= 1.5 and s["n"] >= 20_000
+        goals.append(goal(f"4. reconnect storm after SIGKILL + restart, {s['store']}, {s['n']:,} clients",
+                          f"{s['false_deaths']} false deaths, all HEALTHY {f2(s['restart_to_all_healthy_s'])} s "
+                          "after the restart",
+                          f"bare websockets accepts them in {f2(bare_s)} s" if bare_s else "no bare baseline measured",
+                          f"{rt4:.2f}x" if rt4 else "-", "no false deaths; 20,000 clients HEALTHY within 1.5x bare",
+                          ok4, rt4, "x", "" if s["n"] >= 20_000 and bare_s else
+                          f" (measured with {s['n']:,} clients{'' if bare_s else ', no bare baseline'})"))
     grace = r["stores"][0]["grace_s"] if r["stores"] else "?"
     settle = r["stores"][0]["settle_s"] if r["stores"] else "?"
     return "\n".join([
@@ -256,10 +327,10 @@ def s5(d: dict[str, Any], goals: list[list[Any]]) -> str:
         rows.append([s["store"], f0(g["events"]), f"{f1(g['seconds'])} s ({f0(g['per_s'])}/s, {g['saves']} saves)",
                      f"{f1(reb['seconds'])} s", f0(reb["per_s"]), f0(net), f0(raw["per_s"]), f0(s["raw_again"]["per_s"]),
                      f"{100 * rt:.1f}%" if rt else "-"])
-        goals.append([f"5. projections rebuild, {s['store']}, {f0(g['events'])} events", f"{f0(reb['per_s'])} events/s",
-                      f"raw scan + json.loads {f0(raw['per_s'])}/s", f"{100 * rt:.1f}%" if rt else "-", ">= 25%",
-                      yes(rt is not None and rt >= 0.25) + ("" if rt is None or rt >= 0.25 else
-                                                           f" by {25 - 100 * rt:.1f} points (needs {f0(raw['per_s'] / 4)}/s)")])
+        goals.append(goal(f"5. projections rebuild, {s['store']}, {f0(g['events'])} events", f"{f0(reb['per_s'])} events/s",
+                          f"raw scan + json.loads {f0(raw['per_s'])}/s", f"{100 * rt:.1f}%" if rt else "-", ">= 50%",
+                          rt is not None and rt >= 0.5, rt, "%",
+                          f" by {50 - 100 * rt:.1f} points (needs {f0(raw['per_s'] / 2)}/s)" if rt else ""))
         pr = s["profile"]
         prof += [f"<details><summary>profile of the rebuild's first {f0(pr['events'])} events ({s['store']}, "
                  f"{f0(pr['events'] / pr['seconds_profiled'])} events/s under the profiler)</summary>", "",
@@ -281,10 +352,12 @@ def s6(d: dict[str, Any], goals: list[list[Any]]) -> str:
              f3(x["kill_to_dispatched_s"]), f3(x["kill_to_confirmed_s"]), f3(x["kill_to_peer_step_s"]),
              f3(x["minus_grace_s"])] for x in r["rows"]]
     med, mx = r["median_s"], r["max_s"]
-    goals.append([f"6. kill to workflows running on the peer, minus grace ({r['repeats']} runs)",
-                  f"median {f3(med)} s, max {f3(mx)} s", f"grace {r['grace_s']} s", "-", "< 1 s",
-                  yes(mx is not None and mx < 1.0) if mx is not None and (mx < 1.0 or med >= 1.0) else
-                  "**met by the median, missed by the max**"])
+    enough6 = r["repeats"] >= 10
+    goals.append(goal(f"6. kill to workflows running on the peer, minus grace ({r['repeats']} runs)",
+                      f"median {f3(med)} s, max {f3(mx)} s", f"grace {r['grace_s']} s", "-", "max < 0.5 s over 10 runs",
+                      mx is not None and mx < 0.5 and enough6, mx, "s",
+                      (f" by {1000 * (mx - 0.5):.0f} ms" if mx is not None and mx >= 0.5 else "")
+                      + ("" if enough6 else f" ({r['repeats']} runs, not 10)")))
     return "\n".join([
         f"Real `dbos==3.2.0` executors (`tests/e2e/harness.py`, `scene.py`), Relay on SQLite, DBOS system database "
         f"on the bench's Postgres, grace {r['grace_s']} s. Per run a fresh executor A starts 3 workflows (40 steps "
@@ -313,9 +386,9 @@ def s7(d: dict[str, Any], goals: list[list[Any]]) -> str:
                          f0(ph["healthz_ms"]["p99"]), "yes" if ph["all_recovered"] else "NO"])
         p99, base = ld["lateness_ms"]["p99"], b["lateness_ms"]["p99"]
         ok = p99 is not None and p99 < 250
-        goals.append([f"7. DeclaredDead lateness p99 under {r['callers']} as-of calls, {s['store']}", f"{f0(p99)} ms",
-                      f"{f0(base)} ms without them", f2(ratio(p99, base)), "< 250 ms (section 3's)",
-                      yes(ok) + ("" if ok or p99 is None else f" by {p99 - 250:.0f} ms")])
+        goals.append(goal(f"7. DeclaredDead lateness p99 under {r['callers']} as-of calls, {s['store']}", f"{f0(p99)} ms",
+                          f"{f0(base)} ms without them", f2(ratio(p99, base)), "< 250 ms (round 1's section 3 goal)",
+                          ok, p99, "ms", f" by {p99 - 250:.0f} ms" if p99 is not None else ""))
         out.append(f"{s['store']}: {s['streams']} streams of {s['events_per_stream']:,} events; one as-of call alone "
                  f"{f0(s['one_call_alone_ms'])} ms; under load {f0(q.get('calls'))} calls answered, p50 "
                  f"{f0((q.get('latency_ms') or {}).get('p50'))} ms, p99 {f0((q.get('latency_ms') or {}).get('p99'))} ms"
@@ -357,11 +430,31 @@ def render(results_dir: Path, sections: list[str]) -> str:
         body += [f"## {title}", "", f"_Measured {d['measured_at']} ({d['mode']} mode, {d['took_s']:.0f} s; Relay at "
                                      f"{d.get('code', '?')}; load average before: {d.get('loadavg_before', '?')}, "
                                      f"after: {d.get('loadavg_after', '?')})._", ""]
-        if "error" in d["result"]:
-            body += ["The section failed:", "", "```", d["result"]["error"][-3000:], "```", ""]
+        runs = d.get("runs") or [d["result"]]
+        cal = d.get("calibration_s") or []
+        if len(runs) > 1 or cal:
+            body += [f"_{len(runs)} run{'s' if len(runs) > 1 else ''}"
+                     + (f"; calibration loop before each: {', '.join(f'{c:.2f}' for c in cal)} s" if cal else "")
+                     + (". The tables show the run nearest the median of the section's first goal; the goals table "
+                        "gives every goal's median and spread over the runs._" if len(runs) > 1 else "._"), ""]
+        failed = [x for x in runs if "error" in x]
+        if failed:
+            body += [f"{len(failed)} of {len(runs)} runs failed; the last failure:", "", "```",
+                     failed[-1]["error"][-3000:], "```", ""]
+        runs = [x for x in runs if "error" not in x]
+        if not runs:
             continue
         try:
-            body += [fn(d, goals), ""]
+            texts, per_run = [], []
+            for x in runs:
+                g: list[list[Any]] = []
+                texts.append(fn({**d, "result": x}, g))
+                per_run.append(g)
+            first = [g[0][6] if g and g[0][6] is not None else 0.0 for g in per_run]
+            mid = median(first)
+            shown = min(range(len(runs)), key=lambda i: abs(first[i] - mid) if mid is not None else 0)
+            body += [texts[shown], ""]
+            goals += merge_goals(per_run)
         except Exception as e:  # a report must still come out
             body += [f"(could not render: {type(e).__name__}: {e})", ""]
     pk = m.get("packages", {})
@@ -370,7 +463,8 @@ def render(results_dir: Path, sections: list[str]) -> str:
         "",
         "Written by `bench/run` (" + ", ".join(sorted(modes) or ["?"]) + " mode): every figure below was "
         "measured on this machine by that command, and every ratio is against a baseline measured in the same "
-        "run. Nothing here is a test assertion. Re-run everything with `bench/run` (about 15 minutes), one "
+        "run. Nothing here is a test assertion. Re-run everything with `bench/run` (each section 3 times: "
+        "`--repeat N` to change it), one "
         "section with `bench/run --only NAME` (connections, throughput, detection, reconnect, replay, e2e, queries, api), a "
         "smoke run with `bench/run --quick` (writes `bench/results/quick/benchmarks.md`). Raw figures: "
         "`bench/results/<mode>/*.json`.",
@@ -388,6 +482,9 @@ def render(results_dir: Path, sections: list[str]) -> str:
             ["SQLite", m.get("sqlite", "?")],
             ["packages", ", ".join(f"{k} {v}" for k, v in pk.items())],
             ["Relay", f"commit {m.get('commit', '?')} at the start of the run (each section says its own)"],
+            ["speed", (f"calibration loop {m['calibration_s']:.2f} s at the start of the run (a fixed CPU-only "
+                       "Python loop, `bench.common.calibrate`: lower is faster; each section gives its own "
+                       "readings)") if m.get("calibration_s") else "not measured"],
         ]),
         "",
         "Servers, client fleets and databases all share the 2 cores: the clients run in their own processes, "
@@ -395,7 +492,12 @@ def render(results_dir: Path, sections: list[str]) -> str:
         "",
         "## Goals",
         "",
-        table(["goal", "figure", "baseline (same run)", "ratio", "target", "result"], goals),
+        "Targets are round 2's (issue 15). Each goal is judged on every run of its section: met only if met in "
+        "all of them. Figure, baseline and ratio are the run nearest the median's; the spread column gives the "
+        "median and the range of the judged value over the runs.",
+        "",
+        table(["goal", "figure", "baseline (same run)", "ratio", "median (spread) over runs", "target", "result"],
+              goals),
         "",
     ]
     return "\n".join(head + body + [analysis(results_dir)])
@@ -415,48 +517,36 @@ def analysis(results_dir: Path) -> str:
     c = _get(results_dir, "connections")
     if c:
         by = {(x["kind"], x["n"]): x for x in c["rows"]}
-        dk = {x["kind"]: x["per_conn_bytes"] / KIB for x in c.get("decomposition", [])}
-        n = c.get("decomposition_n")
-        b, r = by.get(("websockets", n)), by.get(("relay", n))
-        worst = max((ratio(by[("relay", m)]["per_conn_bytes"], by[("websockets", m)]["per_conn_bytes"]) or 0)
-                    for m in c["sizes"] if ("relay", m) in by and ("websockets", m) in by) if c["sizes"] else 0
+        bk = c.get("baseline", "websockets")
+        worst = max(((ratio(by[("relay", m)]["per_conn_bytes"], by[(bk, m)]["per_conn_bytes"]) or 0)
+                     for m in c["sizes"] if ("relay", m) in by and (bk, m) in by), default=0.0)
+        done = ("Done for round 2: permessage-deflate is negotiated with no context takeover in both directions "
+                "(RFC 7692 lets the server require it of the client), so no zlib state outlives a message, and "
+                "messages Relay sends under 1 KiB go uncompressed; uvicorn's per-socket `asyncio.Queue` and "
+                "`Event` (four deques) are replaced by a list and a flag; the handshake's request and response are "
+                "dropped once written; the HTTP protocol object an upgraded socket came through is no longer kept "
+                "alive by its request timers; the hub's `Connection` has slots. Measured with tracemalloc at "
+                "1,000 executors: 79 KiB allocated per connection before, 22 KiB after.")
         if worst <= 2.0:
-            out += [f"**1. Memory per connection:** met (at most {worst:.2f}x the baseline).", ""]
-        elif b and r and "uvicorn" in dk and "uvicorn-lowmem" in dk and dk["uvicorn"] - dk["uvicorn-lowmem"] <= 10:
-            b0, rl = b["per_conn_bytes"] / KIB, r["per_conn_bytes"] / KIB
-            out += [f"**1. Memory per connection** (missed: up to {worst:.2f}x). The deflate settings are already "
-                    f"lean; the stack (uvicorn's protocol) holds {dk['uvicorn']:.0f} KiB against the "
-                    f"baseline's {b0:.0f}, and Relay's own per-connection state about {rl - dk['uvicorn']:.0f} KiB "
-                    "(hub `Connection` and `Session`, the ASGI task and its handshake timer, the process manager's "
-                    "row): that state is what to slim next.", ""]
-        elif b and r and "uvicorn" in dk and "uvicorn-lowmem" in dk:
-            b0, rl = b["per_conn_bytes"] / KIB, r["per_conn_bytes"] / KIB
-            est = rl - dk["uvicorn"] + dk["uvicorn-lowmem"]
-            out += ["**1. Memory per connection.** Bounded by the WebSocket stack, not by Relay's state: uvicorn "
-                    "offers permessage-deflate through `ServerPerMessageDeflateFactory()` with zlib's defaults "
-                    "(15-bit window, memLevel 8), and each connection's compressor is allocated at the handshake. "
-                    f"That setting alone is {dk.get('ws-uvdeflate', 0) - b0:.0f} of the {rl - b0:.0f} KiB per "
-                    "connection between Relay and the baseline. **Change** (relay_es/adapters/uvicorn_ws.py, "
-                    "`RelayWebSocketProtocol.__init__`, after `super().__init__`): when `self.available_extensions` "
-                    "is not empty, replace it with `[ServerPerMessageDeflateFactory(server_max_window_bits=12, "
-                    "compress_settings={\"memLevel\": 5})]`, the values `websockets` itself uses by default. "
-                    f"Measured on the same stack without Relay (`uvicorn-lowmem`): {dk['uvicorn-lowmem']:.0f} KiB "
-                    f"instead of {dk['uvicorn']:.0f}, so Relay would be about {est:.0f} KiB = {est / b0:.2f}x the "
-                    "baseline: the goal met with a small margin. Only the server-to-executor direction compresses "
-                    "a little less well (4 KiB window instead of 32 KiB). What remains above the stack, about "
-                    f"{rl - dk['uvicorn']:.0f} KiB, is Relay's own per-connection state.", ""]
+            out += [f"**1. Memory per connection:** met (at most {worst:.2f}x the baseline). " + done, ""]
+        else:
+            out += [f"**1. Memory per connection** (missed: up to {worst:.2f}x). " + done + " What is left per "
+                    "socket: uvicorn's protocol object (a dict of about 40 attributes), the scope with its headers, "
+                    "the request headers that websockets' handshake parser keeps in its generator frame, the ASGI "
+                    "task and the keepalive timer; Relay's `Session` and the rows of the process manager and read "
+                    "models.", ""]
     t = _get(results_dir, "throughput")
     if t:
         missed = [f"{s['store']} {x['storm'].split()[0]} ({what}, {100 * x[k]['per_s'] / s['raw']['per_s']:.0f}%)"
                   for s in t["stores"] for x in s["storms"]
                   for what, k in (("appended", "append"), ("projected", "project"))
-                  if (x[k]["per_s"] or 0) < 0.5 * s["raw"]["per_s"]]
+                  if (x[k]["per_s"] or 0) < 1.0 * s["raw"]["per_s"]]
         handshakes = ""
         if c:
             res = c.get("result", c)
             rows5 = {(x["kind"], x["n"]): x for x in res["rows"]}
             n5 = res.get("decomposition_n")
-            bare, rel = rows5.get(("websockets", n5)), rows5.get(("relay", n5))
+            bare, rel = rows5.get((res.get("baseline", "websockets"), n5)), rows5.get(("relay", n5))
             if bare and rel and bare.get("connect_s") and rel.get("connect_s"):
                 handshakes = (f"Section 1 has the bound: {n5:,} clients connecting at once are taken in by a bare "
                               f"`websockets` server in {f2(bare['connect_s'])} s ({f0(n5 / bare['connect_s'])} "
@@ -495,7 +585,7 @@ def analysis(results_dir: Path) -> str:
                 "the table).", ""]
     d = _get(results_dir, "detection")
     if d:
-        bad = [s for s in d["stores"] if (s["lateness_ms"]["p99"] or 0) >= 250]
+        bad = [s for s in d["stores"] if (s["lateness_ms"]["p99"] or 0) >= 100 or s["n"] < 10_000]
         what = ("Done since the first full run (Postgres p99 609 ms, then 295 ms): answers are confirmed in one "
                 "transaction per step; due deadlines are fired before anything else and again while more come due, "
                 "so recording the dispatches of earlier deaths never delays a death; executors are cached in memory "
@@ -525,7 +615,9 @@ def analysis(results_dir: Path) -> str:
                         f"kill, the read model showed all HEALTHY at {f2(s['kill_to_all_healthy_s'])} s, and "
                         f"{s['relay_restarted_disconnects']:,} executors were recorded Disconnected "
                         "(relay_restarted) because they were not back within the settle window")
-        out += ["**4. Reconnect storm** (goal met: no false deaths). " + "; ".join(rows) + ". "
+        out += ["**4. Reconnect storm** (round 1's goal, no false deaths, met with "
+                f"{r['n']:,} clients; round 2's 20,000 clients within 1.5x a bare server's accept time is not "
+                "measured yet: the section has no bare baseline). " + "; ".join(rows) + ". "
                 f"Re-admitting {r['n']:,} sockets took up to "
                 f"{f2(max((s.get('client_registered_after_kill_s') or {}).get('max') or 0 for s in r['stores']))} s "
                 f"of the {r['stores'][0]['grace_s']} s grace, at the same rate of handshakes as the connect storm "
@@ -536,7 +628,7 @@ def analysis(results_dir: Path) -> str:
                 "The Disconnected (relay_restarted) entries left are executors not back when the window closed.",
                 ""]
     p = _get(results_dir, "replay")
-    if p and all((s["rebuild"]["per_s"] or 0) >= 0.25 * s["raw"]["per_s"] for s in p["stores"]):
+    if p and all((s["rebuild"]["per_s"] or 0) >= 0.5 * s["raw"]["per_s"] for s in p["stores"]):
         out += ["**5. Replay:** met (ADR 11). Done since the first full run (7,050 events/s on Postgres, 13,100 on "
                 "SQLite, then 19,000 on both): the projections read the log themselves (one query per batch, "
                 "msgspec decoding, the library's domain events equal field for field), fold without "

@@ -105,12 +105,85 @@ def measure(kind: str, n: int, window: float, idle_window: float, pause: float =
         wd.remove()
 
 
-BASELINE = "websockets"
-VARIANTS = ("ws-nodeflate", "ws-uvdeflate", "uvicorn", "uvicorn-lowmem")
+BASELINE = "ws-nodeflate"
+VARIANTS = ("websockets", "uvicorn-nodeflate", "uvicorn")
+
+
+def workflow_list(size: int) -> str:
+    """A ``list_workflows`` reply of about ``size`` bytes as dbos 3.2.0 sends it,
+    inputs and outputs made of JSON with random ids and numbers (neither
+    all-padding nor incompressible)."""
+    import json
+    import random
+
+    from bench.api_executors import make_workflows
+
+    rnd = random.Random(7)
+    rows = []
+    out = {"type": "list_workflows", "request_id": "bench", "output": rows, "error_message": None}
+    i = 0
+    while True:
+        w = make_workflows(1, 0, "bench")[0]
+        w["WorkflowUUID"] = f"{rnd.getrandbits(128):032x}"
+        w["Input"] = json.dumps({"args": [{"order": f"{rnd.getrandbits(64):016x}", "sku": f"SKU-{rnd.randrange(10**6):06d}",
+                                           "qty": rnd.randrange(1, 50), "price": round(rnd.uniform(1, 500), 2)}
+                                          for _ in range(rnd.randrange(1, 4))], "kwargs": {}})
+        w["Output"] = json.dumps({"receipt": f"{rnd.getrandbits(96):024x}", "total": round(rnd.uniform(1, 5000), 2),
+                                  "ok": rnd.random() < 0.9})
+        w["CreatedAt"] = str(1796040658645 + i * 997)
+        rows.append(w)
+        i += 1
+        if i % 100 == 0 and len(json.dumps(out)) >= size:
+            return json.dumps(out)
+
+
+async def _echo(port: int, payload: str, compression: str | None) -> dict[str, Any]:
+    from websockets.asyncio.client import connect
+
+    async with connect(f"ws://127.0.0.1:{port}/websocket/bench/k", compression=compression, max_size=None,
+                       open_timeout=30) as ws:
+        counts = {"sent": 0, "received": 0}
+        proto = ws.protocol
+        to_send, receive_data = proto.data_to_send, proto.receive_data
+
+        def counted_send() -> list[bytes]:
+            out = to_send()
+            counts["sent"] += sum(len(b) for b in out)
+            return out
+
+        def counted_receive(data: bytes) -> None:
+            counts["received"] += len(data)
+            receive_data(data)
+
+        proto.data_to_send = counted_send  # type: ignore[method-assign]
+        proto.receive_data = counted_receive  # type: ignore[method-assign]
+        t0 = time.perf_counter()
+        await ws.send(payload)
+        back = await ws.recv()
+        took = time.perf_counter() - t0
+        assert back == payload
+        return {"negotiated": ws.response.headers.get("Sec-WebSocket-Extensions"), "payload_bytes": len(payload.encode()),
+                "executor_to_relay_bytes": counts["sent"], "relay_to_executor_bytes": counts["received"],
+                "round_trip_s": took}
+
+
+def bandwidth(size: int = 1 << 20) -> dict[str, Any]:
+    """A 1 MiB workflow list through Relay's WebSocket stack (uvicorn with
+    Relay's protocol, an app that sends it back), offered deflate as the SDKs
+    offer it, and without: bytes on the wire each way, counted by the client."""
+    import asyncio
+
+    payload = workflow_list(size)
+    port = free_port()
+    proc = start_bare(port, "uvicorn-echo")
+    try:
+        return {"deflate": asyncio.run(_echo(port, payload, "deflate")), "none": asyncio.run(_echo(port, payload, None))}
+    finally:
+        stop_proc(proc)
 
 
 def run(ctx: Any) -> dict[str, Any]:
-    sizes = ctx.sizes("connections", quick=[500], full=[1000, 5000, 10000])
+    sizes = ctx.sizes("connections", quick=[500], full=[1000, 10000, 20000])
     window = 4.0 if ctx.quick else 20.0
     idle_window = 1.0 if ctx.quick else 5.0
     rows = []
@@ -120,4 +193,5 @@ def run(ctx: Any) -> dict[str, Any]:
     # where the difference comes from: the same clients against servers in between
     n_dec = sizes[len(sizes) // 2]
     decomposition = [measure(v, n_dec, 2.0 if ctx.quick else 5.0, 1.0 if ctx.quick else 2.0) for v in VARIANTS]
-    return {"sizes": sizes, "window_s": window, "rows": rows, "decomposition": decomposition, "decomposition_n": n_dec}
+    return {"sizes": sizes, "baseline": BASELINE, "window_s": window, "rows": rows, "decomposition": decomposition, "decomposition_n": n_dec,
+            "bandwidth": bandwidth()}

@@ -1,8 +1,9 @@
 """Section 3: detection accuracy.
 
-N executors and one survivor (same application and version) connect; the
-application's grace is set to 5 s (PATCH executorTimeoutSecs); the N drop at
-once (no close frame, like SIGKILL). From the lifecycle feed (REST, paged):
+N executors and one survivor (same application and version) connect, and as
+many others of another application, which stay connected and keep pinging;
+the application's grace is set to 5 s (PATCH executorTimeoutSecs); the N drop
+at once (no close frame, like SIGKILL), so N deadlines come due together. From the lifecycle feed (REST, paged):
 DeclaredDead's ``at`` against the deadline its Disconnected carried, and the
 recovery dispatch against the death; from the survivor's fleet: when the
 ``exist_pending_workflows`` frame for each dead executor arrived.
@@ -43,10 +44,14 @@ def stats_ms(values: list[float]) -> dict[str, Any]:
             "max": max(ms) if ms else None}
 
 
-def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
+OTHERS = "detect-others"
+
+
+def one_store(ctx: Any, kind: str, n: int, grace: int, others: int) -> dict[str, Any]:
     wd = Workdir.make(f"s3-{kind}")
     store = f"sqlite:///{wd.path}/relay.db" if kind == "sqlite" else ctx.pg.create_db("s3")
     fleets: list[Fleet] = []
+    fleets_keep: list[Fleet] = []
     survivor = None
     srv = None
     try:
@@ -60,6 +65,13 @@ def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
         answers = fleets_call(fleets, "connect", [{"n": k} for k in split(n, 2)], url=srv.ws, app=APP,
                               open_timeout=120, timeout=600)
         registered = sum(a["registered"] for a in answers)
+        if others:
+            bystanders = Fleet("s3-others")
+            fleets_keep.append(bystanders)
+            others_registered = bystanders.call("connect", url=srv.ws, app=OTHERS, n=others, open_timeout=120,
+                                                timeout=600)["registered"]
+        else:
+            others_registered = 0
         reader = StoreReader(store)
         wait_until(lambda: reader.count_status(APP, "HEALTHY") >= registered + 1, timeout=120, interval=0.2)
         time.sleep(1.0)
@@ -109,7 +121,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
         out = {
             "deadline_spread_ms": 1000 * (timeline[-1][0] - t_first) if timeline else None,
             "death_batches": sorted(batches.items())[:40],
-            "store": kind, "n": n, "registered": registered, "grace_s": grace, "all_recovered": bool(done),
+            "store": kind, "n": n, "registered": registered, "others": others_registered, "grace_s": grace, "all_recovered": bool(done),
             "deaths_seen": len(late), "frames_seen": len(frame), "drop_to_all_deleted_s": t_done - t_drop,
             "detect_ms": stats_ms(detect),                 # Disconnected.at - the drop
             "lateness_ms": stats_ms(late),                 # DeclaredDead.at - deadline
@@ -123,7 +135,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
             f"frame p99 {out['frame_after_death_ms']['p99']} ms")
         return out
     finally:
-        for f in fleets:
+        for f in fleets + fleets_keep:
             f.close()
         if survivor is not None:
             survivor.close()
@@ -133,5 +145,5 @@ def one_store(ctx: Any, kind: str, n: int, grace: int) -> dict[str, Any]:
 
 
 def run(ctx: Any) -> dict[str, Any]:
-    n = ctx.n(quick=200, full=1000)
-    return {"n": n, "stores": [one_store(ctx, kind, n, 5) for kind in ctx.stores]}
+    n = ctx.n(quick=200, full=10_000)
+    return {"n": n, "others": n, "stores": [one_store(ctx, kind, n, 5, n) for kind in ctx.stores]}
