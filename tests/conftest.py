@@ -54,9 +54,17 @@ def postgres_url() -> Iterator[str]:
     drop_database(admin, name)
 
 
+def url_of(kind: str, request: pytest.FixtureRequest, tmp_path) -> str:
+    """A store of this kind for one test: a SQLite file in its tmp dir, or a fresh Postgres database."""
+    return f"sqlite:///{tmp_path}/relay.db" if kind == "sqlite" else request.getfixturevalue("postgres_url")
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/relay.db"
-    else:
-        yield request.getfixturevalue("postgres_url")
+    yield url_of(request.param, request, tmp_path)
+
+
+WIRE_ONLY = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+"""For a scenario whose subject is the wire -- frames, sockets, keys, flapping -- and not the
+store: it runs on SQLite only. The stores' contract tests, and every crash, restart, deadline
+and recovery scenario, run on both."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import postgres_admin_url
+from tests.conftest import postgres_admin_url, url_of
 from tests.e2e import harness
 from tests.e2e.scene import FAST, Scene, TsScene
 from tests.server import RelayServer
@@ -30,10 +30,13 @@ def scene(tmp_path, store_url) -> Iterator[Scene]:
         server.stop()
 
 
-@pytest.fixture(params=["python", "typescript"])
-def any_sdk_scene(request: pytest.FixtureRequest, tmp_path, store_url) -> Iterator[Scene]:
-    server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
-    s = (Scene if request.param == "python" else TsScene)(server, postgres_admin_url())
+# Each SDK on one store here and on the other in test_stranded_api.py, whose kill-and-recover
+# scenarios pair them the other way round: every SDK meets every store, at half the runs.
+@pytest.fixture(params=[("python", "postgres"), ("typescript", "sqlite")], ids=["python-postgres", "typescript-sqlite"])
+def any_sdk_scene(request: pytest.FixtureRequest, tmp_path) -> Iterator[Scene]:
+    sdk, kind = request.param
+    server = RelayServer(tmp_path, args=["--database-url", url_of(kind, request, tmp_path)], env=FAST).start()
+    s = (Scene if sdk == "python" else TsScene)(server, postgres_admin_url())
     try:
         yield s
     finally:

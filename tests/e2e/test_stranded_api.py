@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import postgres_admin_url
+from tests.conftest import postgres_admin_url, url_of
 from tests.e2e import harness
 from tests.e2e.scene import FAST, Scene, TsScene
 from tests.rest_client import as_records
@@ -41,9 +41,11 @@ def staged(kind: type[Scene], tmp_path: Any, store_url: str) -> Iterator[Scene]:
         server.stop()
 
 
-@pytest.fixture(params=["python", "typescript"])
-def any_sdk_scene(request: pytest.FixtureRequest, tmp_path: Any, store_url: str) -> Iterator[Scene]:
-    yield from staged(Scene if request.param == "python" else TsScene, tmp_path, store_url)
+# Each SDK on one store here and on the other in test_relay_e2e.py (pairs, not the full product).
+@pytest.fixture(params=[("python", "sqlite"), ("typescript", "postgres")], ids=["python-sqlite", "typescript-postgres"])
+def any_sdk_scene(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Scene]:
+    sdk, kind = request.param
+    yield from staged(Scene if sdk == "python" else TsScene, tmp_path, url_of(kind, request, tmp_path))
 
 
 def stranded(s: Scene, **params: Any) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import postgres_admin_url
+from tests.conftest import WIRE_ONLY, postgres_admin_url
 from tests.e2e import harness
 from tests.e2e.scene import APP, FAST, Scene
 from tests.fault.invariants import check_store
@@ -251,6 +251,7 @@ def test_killed_executor_is_recovered_once_by_a_peer_of_its_version(stage: Stage
 # ---------------------------------------------------------------------------- 2. SIGSTOP
 
 
+@WIRE_ONLY
 def test_executor_frozen_past_the_ping_wait_but_thawed_inside_grace_is_not_recovered(stage: Stage) -> None:
     """Invariant: an executor that goes silent (SIGSTOP) is DISCONNECTED within the ping
     wait; if it comes back before its deadline it is HEALTHY again in the same incarnation,

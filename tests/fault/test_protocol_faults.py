@@ -38,6 +38,7 @@ import websockets
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.stores import event_store_env, parse_database_url
 from relay_es.engine.service import Relay
+from tests.conftest import WIRE_ONLY
 from tests.fake_executor import FakeExecutor
 from tests.fault.clients import (RawWebSocket, ReconnectingExecutor, ScriptedExecutor, assert_invariants,
                                  dribble, flap)
@@ -56,7 +57,7 @@ BASE_ENV = {
 }
 
 SOAK = os.environ.get("RELAY_SOAK") == "1"
-FLAP_SECS = float(os.environ.get("RELAY_SOAK_SECS", "300")) if SOAK else 20.0
+FLAP_SECS = float(os.environ.get("RELAY_SOAK_SECS", "300")) if SOAK else 10.0
 FLAPPERS = 100
 STORM = 1000
 
@@ -133,10 +134,11 @@ def assert_clean_log(server: RelayServer) -> None:
 # ------------------------------------------------------------------ flapping
 
 
+@WIRE_ONLY
 @pytest.mark.timeout(int(FLAP_SECS) + 240)
 def test_flapping_executors_cost_transitions_only(make_server: Callable[..., RelayServer], store_url: str) -> None:
     """100 executors drop and reconnect every 1-2 s (SDK-style retry after 1 s)
-    for FLAP_SECS (20 s; RELAY_SOAK=1: RELAY_SOAK_SECS, default 300).
+    for FLAP_SECS (10 s; RELAY_SOAK=1: RELAY_SOAK_SECS, default 300).
 
     Invariant: with a 10 s grace nothing dies and nothing is recovered; each
     executor's stream is exactly 1 Registered + one Connected per session +
@@ -251,6 +253,7 @@ def test_flapping_executors_cost_transitions_only(make_server: Callable[..., Rel
 # ----------------------------------------------------------- two live sockets
 
 
+@WIRE_ONLY
 def test_two_live_sockets_with_one_executor_id_newest_wins(make_server: Callable[..., RelayServer],
                                                             store_url: str) -> None:
     """Invariant: when a second socket registers an executor id whose socket is
@@ -480,6 +483,7 @@ async def _ws_refusal(url: str) -> tuple[int, dict[str, Any]]:
     return resp.status_code, body
 
 
+@WIRE_ONLY
 def test_hostile_frames_are_refused_audited_and_disturb_no_one(make_server: Callable[..., RelayServer],
                                                                  store_url: str) -> None:
     """Invariant: garbage from one connection (invalid JSON, binary and
@@ -642,6 +646,7 @@ def auth_setup(tmp_path: Path, store_url: str, make_server: Callable[..., RelayS
     return s, tokens
 
 
+@WIRE_ONLY
 def test_bad_and_revoked_keys_are_refused_and_disturb_no_one(auth_setup: tuple[RelayServer, dict[str, str]],
                                                               store_url: str) -> None:
     """Invariant (auth mode): an unknown, revoked, over-long or garbage key is
@@ -790,6 +795,7 @@ def test_unfinished_handshakes_are_dropped(tmp_path: Path) -> None:
         f"handshakes never finished are held open by Relay: {Counter(outcomes)}")
 
 
+@WIRE_ONLY
 def test_deeply_nested_json_frame_is_a_violation_not_a_dropped_connection(
         make_server: Callable[..., RelayServer], store_url: str) -> None:
     """Invariant: a frame Relay cannot use is a ``protocol.violation``

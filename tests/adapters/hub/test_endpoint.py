@@ -14,6 +14,7 @@ import pytest
 import websockets
 
 from tests.adapters.hub.support import actions, at, build, set_grace
+from tests.conftest import WIRE_ONLY
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import events, listing as executors, rest as api
 from tests.server import RelayServer
@@ -98,6 +99,7 @@ def test_second_live_connection_supersedes_the_first(server: RelayServer) -> Non
     asyncio.run(main())
 
 
+@WIRE_ONLY
 def test_hostile_input_is_refused_audited_and_disturbs_no_one(server: RelayServer) -> None:
     async def main() -> None:
         bystander = await FakeExecutor(server.ws, executor_id="B").connect()
