@@ -10,9 +10,13 @@ mode a client whose socket goes away tries again every second, like the SDK.
 
 Driven over stdin/stdout, one JSON command per line, one JSON answer per line:
 
-``connect``  {url, app, n, version?, retry?, hold?, open_timeout?, timeout?, record?, exist?}
+``connect``  {url, app, n, version?, retry?, hold?, open_timeout?, timeout?, record?, exist?, sources?}
              starts ``n`` new clients at once; answers when all registered (or
              gave up). ``hold``: do not expect ``executor_info`` (bare server).
+             ``sources``: loopback addresses to connect from, 127.0.0.2 and
+             up, in turn (default 16; 0: the kernel's choice): one address's
+             ephemeral ports (about 28,000) and Relay's per-address
+             handshake cap are not what a storm measures.
 ``reconnect`` {timeout?}: the clients that are not running start again (same ids).
 ``mark``     remembers now; ``wait`` {timeout} answers when every client has
              registered after the mark.
@@ -35,13 +39,14 @@ import time
 import uuid
 from typing import Any
 
-import websockets
 from websockets.asyncio.client import connect
+
+SOURCES = 16
 
 
 class Client:
     def __init__(self, fleet: "FleetState", url: str, executor_id: str, version: str, retry: bool, hold: bool,
-                 open_timeout: float) -> None:
+                 open_timeout: float, source: str | None = None) -> None:
         self.fleet = fleet
         self.url = url
         self.executor_id = executor_id
@@ -49,6 +54,7 @@ class Client:
         self.retry = retry
         self.hold = hold
         self.open_timeout = open_timeout
+        self.source = source  # the loopback address it connects from (127.0.0.2 and up), or the kernel's choice
         self.ws: Any = None
         self.task: asyncio.Task[Any] | None = None
         self.registered_at: float | None = None  # wall time of the latest registration
@@ -65,6 +71,7 @@ class Client:
         while not self.stopped:
             try:
                 async with connect(self.url, ping_interval=20, ping_timeout=20, max_size=None,
+                                   **({"local_addr": (self.source, 0)} if self.source else {}),
                                    open_timeout=self.open_timeout, close_timeout=5) as ws:
                     self.ws = ws
                     self.fleet.open += 1
@@ -125,6 +132,7 @@ class FleetState:
         self.record = False
         self.exist = True
         self.mark = 0.0
+        self.made = 0  # clients made so far: the next one's source address
 
     def registered_since(self, since: float) -> list[Client]:
         return [c for c in self.clients if c.registered_at is not None and c.registered_at >= since]
@@ -163,8 +171,13 @@ async def main() -> None:
                 st.record = bool(cmd.get("record", st.record))
                 st.exist = bool(cmd.get("exist", st.exist))
                 url = f"{cmd['url']}/websocket/{cmd['app']}/{cmd.get('key', 'dev-key')}"
-                new = [Client(st, url, str(uuid.uuid4()), cmd.get("version", "v1"), bool(cmd.get("retry")),
-                              bool(cmd.get("hold")), float(cmd.get("open_timeout", 60))) for _ in range(int(cmd["n"]))]
+                sources = int(cmd.get("sources", SOURCES))
+                new = []
+                for _ in range(int(cmd["n"])):
+                    source = f"127.0.0.{2 + st.made % sources}" if sources else None
+                    st.made += 1
+                    new.append(Client(st, url, str(uuid.uuid4()), cmd.get("version", "v1"), bool(cmd.get("retry")),
+                                      bool(cmd.get("hold")), float(cmd.get("open_timeout", 60)), source))
                 st.clients.extend(new)
                 t0 = time.time()
                 for c in new:

@@ -120,7 +120,14 @@ def s1(d: dict[str, Any], goals: list[list[Any]]) -> str:
            "connect (Relay: every executor registered and projected); after 2 s a "
            f"{r['window_s']:g} s window with everyone connected. Per connection = (VmRSS at the end of the window "
            "- VmRSS idle) / N. CPU = the server process's utime+stime over the window (`/proc/<pid>/stat`). "
-           "Clients run in 1-2 separate processes, ping every 20 s and offer permessage-deflate like the SDK.", ""]
+           "Clients run in 1-2 separate processes, ping every 20 s, offer permessage-deflate as the SDKs do "
+           "(`permessage-deflate; client_max_window_bits`) and connect from 16 loopback addresses in turn "
+           "(127.0.0.2 and up)."
+           + (f" The largest N is {max(r['sizes']):,}, not 20,000: a process here may open at most "
+              f"{r['fd_hard_limit']:,} files (the hard limit, which a process without CAP_SYS_RESOURCE cannot raise), "
+              "and the server needs some for itself. That limit, not memory or CPU, bounds the largest fleet one "
+              "instance holds on this machine; 100,000 executors would need the limit raised by the machine's owner."
+              if r.get("fd_hard_limit") and max(r["sizes"]) < 20_000 else ""), ""]
     base_kind = r.get("baseline", "websockets")
     t = []
     for n in r["sizes"]:
@@ -306,7 +313,10 @@ def s4(d: dict[str, Any], goals: list[list[Any]]) -> str:
     return "\n".join([
         f"{r['n']:,} clients that retry every second; `executorTimeoutSecs` = {grace} s, "
         f"`RELAY_RESTART_SETTLE_SECS` = {settle} s. Relay SIGKILLed, started again at once on the same port and "
-        "store. HEALTHY = a read-model row owned by the new instance. Deaths counted after settle + grace + 3 s.", "",
+        "store. HEALTHY = a read-model row owned by the new instance. Deaths counted after settle + grace + 3 s."
+        + (f" Baseline, same run: a bare `websockets` server (no compression) holding the same {r['n']:,} retrying "
+           f"clients, SIGKILLed and started again, had them all connected {f2(r['bare']['restart_to_all_connected_s'])} s "
+           "after its restart." if r.get("bare") else ""), "",
         table(["store", "clients", "restart to /healthz s", "clients re-registered, s after kill (p50 / p99 / max)",
                "kill to all HEALTHY in the read model s", "restart to all HEALTHY s",
                "Relay CPU, cores (after /healthz: event-loop thread + other threads)",

@@ -13,7 +13,7 @@ import subprocess
 import time
 from typing import Any
 
-from bench.common import (PY, ROOT, CpuMeter, Fleet, StoreReader, Workdir, fleets_call, log, relay_server, rss_bytes,
+from bench.common import (PY, largest_fleet, ROOT, CpuMeter, Fleet, StoreReader, Workdir, fleets_call, log, relay_server, rss_bytes,
                           split, stop_proc, threads_of, wait_until)
 from tests.server import free_port
 
@@ -183,7 +183,7 @@ def bandwidth(size: int = 1 << 20) -> dict[str, Any]:
 
 
 def run(ctx: Any) -> dict[str, Any]:
-    sizes = ctx.sizes("connections", quick=[500], full=[1000, 10000, 20000])
+    sizes = ctx.sizes("connections", quick=[500], full=[1000, 10000, largest_fleet(20_000)])
     window = 4.0 if ctx.quick else 20.0
     idle_window = 1.0 if ctx.quick else 5.0
     rows = []
@@ -193,5 +193,7 @@ def run(ctx: Any) -> dict[str, Any]:
     # where the difference comes from: the same clients against servers in between
     n_dec = sizes[len(sizes) // 2]
     decomposition = [measure(v, n_dec, 2.0 if ctx.quick else 5.0, 1.0 if ctx.quick else 2.0) for v in VARIANTS]
-    return {"sizes": sizes, "baseline": BASELINE, "window_s": window, "rows": rows, "decomposition": decomposition, "decomposition_n": n_dec,
+    import resource
+
+    return {"sizes": sizes, "baseline": BASELINE, "fd_hard_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[1], "window_s": window, "rows": rows, "decomposition": decomposition, "decomposition_n": n_dec,
             "bandwidth": bandwidth()}

@@ -8,6 +8,11 @@ from the restart; and, after the settle window plus the grace plus a margin,
 the false deaths: DeclaredDead recorded for executors that were alive all
 along (every one of them is), and how many got a Disconnected
 (``relay_restarted``) because they were not back by the end of the settle window.
+
+Baseline (same run, same clients): a bare ``websockets`` server without
+compression holding the same N retrying clients is SIGKILLed and started again
+on its port; the time from the restart until every client is connected again.
+The goal compares Relay's restart-to-all-HEALTHY with it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import CpuMeter, ThreadMeter, Fleet, StoreReader, Workdir, fleets_call, log, pct, relay_server, split, wait_until
+from bench.common import BENCH_LIMITS, CpuMeter, largest_fleet, ThreadMeter, Fleet, StoreReader, Workdir, fleets_call, log, pct, relay_server, split, wait_until
 from bench.s3_detection import audit
 
 APP = "storm"
@@ -51,7 +56,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[st
         t_restart = time.monotonic()
         from tests.server import RelayServer
 
-        srv2 = RelayServer(wd.path, port=srv.port, args=["--database-url", store, "--log-level", "WARNING"], env=env)
+        srv2 = RelayServer(wd.path, port=srv.port, args=["--database-url", store, "--log-level", "WARNING", *BENCH_LIMITS], env=env)
         srv2.start(wait=False)
         assert srv2.proc is not None
         meter = CpuMeter({"server": srv2.proc.pid, **{f"clients{i}": f.pid for i, f in enumerate(fleets)}}).start()
@@ -115,8 +120,45 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[st
         wd.remove()
 
 
+def bare_baseline(n: int) -> dict[str, Any]:
+    """The same N retrying clients against a bare ``websockets`` server (no
+    compression) that is SIGKILLed and started again on its port: seconds from
+    the restart until every client is connected again."""
+    from bench.common import stop_proc
+    from bench.s1_connections import start_bare
+    from tests.server import free_port
+
+    port = free_port()
+    proc = start_bare(port, "ws-nodeflate")
+    fleets = [Fleet(f"s4-bare-{i}") for i in range(2)]
+    try:
+        first = fleets_call(fleets, "connect", [{"n": k} for k in split(n, 2)], url=f"ws://127.0.0.1:{port}", app=APP,
+                            retry=True, hold=True, open_timeout=60, timeout=600)
+        time.sleep(1.0)
+        fleets_call(fleets, "mark")
+        proc.kill()
+        proc.wait(10)
+        t_restart = time.time()
+        proc = start_bare(port, "ws-nodeflate")
+        answers = fleets_call(fleets, "wait", timeout=300)
+        back = sum(a["registered"] for a in answers)
+        last = max((a["t_last"] for a in answers if a["t_last"]), default=None)
+        out = {"n": n, "connected_first": sum(a["registered"] for a in first), "reconnected": back,
+               "restart_to_all_connected_s": (last - t_restart) if last and back >= n else None}
+        log(f"s4 bare: {back}/{n} reconnected {out['restart_to_all_connected_s']}s after the restart")
+        return out
+    finally:
+        for f in fleets:
+            f.close()
+        stop_proc(proc)
+
+
 def run(ctx: Any) -> dict[str, Any]:
-    n = ctx.n(quick=400, full=5000)
+    n = ctx.n(quick=400, full=largest_fleet(20_000))
     stores = ctx.stores if not ctx.quick else ctx.stores[:1]
     grace, settle = (5, 2.0) if ctx.quick else (10, 5.0)
-    return {"n": n, "stores": [one_store(ctx, kind, n, grace=grace, settle=settle) for kind in stores]}
+    bare = bare_baseline(n)
+    rows = [one_store(ctx, kind, n, grace=grace, settle=settle) for kind in stores]
+    for row in rows:
+        row["bare_accept_s"] = bare["restart_to_all_connected_s"]
+    return {"n": n, "bare": bare, "stores": rows}

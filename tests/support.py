@@ -69,6 +69,10 @@ class World:
         self.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=grace)))
         self.dispatcher = InMemoryDispatcher()
         self.pm = self._new_pm()
+        # Others stepped on the process manager's thread, as the runtime steps them (the alert
+        # manager): each has step() and next_wakeup(); sync steps them after the PM, and advance
+        # wakes at the earliest of all their timers.
+        self.steppers: list[Any] = []
 
     def _open(self) -> None:
         if self.store_url is None:
@@ -103,9 +107,20 @@ class World:
             self.relay.close()
 
     def sync(self) -> None:
+        self._step_pm()
+        if self.steppers:
+            for stepper in self.steppers:
+                stepper.step()
+            self._step_pm()  # what they recorded, folded
+
+    def _step_pm(self) -> None:
         self.pm.step()
         if self.runner is not None:
             self.runner.catch_up()
+
+    def next_wakeup(self) -> float | None:
+        return min((t for t in (self.pm.next_wakeup(), *(s.next_wakeup() for s in self.steppers)) if t is not None),
+                   default=None)
 
     # -------------------------------------------------------------- actions
     def connect(self, executor_id: str, version: str = "v1", *, app: str = "app", org: str = "local",
@@ -123,10 +138,10 @@ class World:
         return ok
 
     def advance(self, seconds: float) -> None:
-        """Moves time forward, letting the PM act at each timer, as its driver would."""
+        """Moves time forward, letting the PM (and the steppers) act at each timer, as its driver would."""
         end = self.clock.monotonic() + seconds
         while True:
-            nxt = self.pm.next_wakeup()
+            nxt = self.next_wakeup()
             if nxt is None or nxt > end:
                 break
             if nxt > self.clock.monotonic():

@@ -236,7 +236,10 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                 return
             await super().send(message)
             if message.get("type") == "websocket.accept" and self.handshake_complete:
-                self.request = self.response = None  # written: the headers are the scope's now
+                # Written: the headers are the scope's now. websockets' parser keeps the request in
+                # its generator's frame for the socket's life, so its headers are emptied in place.
+                self.request.headers.clear()
+                self.request = self.response = None
             elif message.get("type") == "websocket.http.response.body" and not message.get("more_body", False):
                 # A handshake refused with an HTTP response is complete: uvicorn would log
                 # "ASGI callable returned without completing handshake" for every refusal.

@@ -82,6 +82,8 @@ def _new_id() -> str:
 
 
 class Session:
+    __slots__ = ("state", "_new_id", "_responses", "pending", "info", "_info_request", "_expired")  # one per socket
+
     def __init__(
         self,
         *,

@@ -1,56 +1,39 @@
-"""The alerting commands (``relay_es/engine/alert_commands.py``) on every store: rules on the
+"""The alerting commands (``relay_es/engine/alert_commands.py``), their logic on the in-memory store
+and two writers and a restart on SQLite and Postgres: rules on the
 application's stream, alerts and deliveries on each rule's own, the interval held across writers
 and restarts."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from relay_es.adapters.stores import event_store_env, parse_database_url
 from relay_es.aggregates.alert import MAX_DETAIL, AlertFirings, firings_stream_id
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain.alerting import DEFAULT_MIN_INTERVAL, AlertingRule, Webhook
 from relay_es.domain.errors import InvalidSetting, UnknownAlertingRule, UnknownApplication
 from relay_es.engine.service import Relay
-from tests.support import POPO
+from tests.engine.support import kinds
 
 ORG, APP, OPS = "acme", "shop", "ops"
 
 
-@pytest.fixture(params=["popo"])  # the stores themselves: the two-writer and restart tests below, on both
-def relay(request: pytest.FixtureRequest, clock, tmp_path) -> Iterator[Relay]:
-    """One Relay on each store: in memory, a SQLite file, a Postgres database (as tests/engine/test_store.py)."""
-    if request.param == "popo":
-        r = Relay(POPO, clock=clock)
-    else:
-        url = f"sqlite:///{tmp_path}/relay.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-        r = Relay(event_store_env(parse_database_url(url)), clock=clock)
-    r.register_app(ORG, APP)
-    r.register_app(ORG, OPS)
-    yield r
-    r.close()
+@pytest.fixture
+def relay(relay: Relay) -> Relay:
+    """The in-memory Relay (conftest), with the watched and the receiving application registered."""
+    relay.register_app(ORG, APP)
+    relay.register_app(ORG, OPS)
+    return relay
 
 
 @pytest.fixture
-def store_env(store_url: str) -> dict[str, str]:
-    """One real store (a SQLite file, a Postgres database), for more than one Relay."""
-    return event_store_env(parse_database_url(store_url))
-
-
-@pytest.fixture
-def two_relays(store_env: dict[str, str], clock) -> Iterator[tuple[Relay, Relay]]:
-    """Two Relays on one store: two writers, or one after the other's restart."""
-    env = store_env
-    mine, other = Relay(env, clock=clock), Relay(env, clock=clock)
-    mine.register_app(ORG, APP)
-    yield mine, other
-    mine.close()
-    other.close()
+def writers(two_relays: tuple[Relay, Relay]) -> tuple[Relay, Relay]:
+    """Two Relays on one store (conftest's ``two_relays``), the watched application registered."""
+    two_relays[0].register_app(ORG, APP)
+    return two_relays
 
 
 def create(relay: Relay, rule_type: str = "ExecutorDead", metadata: Any = None, *, app: str = APP,
@@ -63,10 +46,6 @@ def fire(relay: Relay, rule: AlertingRule, alert_id: str = "a1", **kw: Any) -> b
     fields: dict[str, Any] = dict(message="executor A is dead", metadata={"executorId": "A"}, channels=["app"])
     fields.update(kw)
     return relay.fire_alert(rule, alert_id=alert_id, **fields)
-
-
-def kinds(relay: Relay, stream_id: uuid.UUID) -> list[str]:
-    return [type(e).__name__ for e in relay.stream(stream_id)]
 
 
 def fired(relay: Relay, rule: AlertingRule) -> list[Any]:
@@ -224,8 +203,8 @@ def test_each_rule_has_its_own_interval(relay: Relay) -> None:
     assert not fire(relay, one) and not fire(relay, two)
 
 
-def test_the_interval_holds_across_two_writers_and_a_restart(two_relays: tuple[Relay, Relay], store_env, clock) -> None:
-    mine, other = two_relays
+def test_the_interval_holds_across_two_writers_and_a_restart(writers: tuple[Relay, Relay], store_env, clock) -> None:
+    mine, other = writers
     rule = create(mine, min_interval_secs=300)
     assert other.alerting_rules(ORG, APP) == [(rule, None)]  # the rule is in the store, not in memory
     assert fire(mine, rule, "a1")
@@ -248,8 +227,8 @@ def test_the_interval_holds_across_two_writers_and_a_restart(two_relays: tuple[R
         restarted.close()
 
 
-def test_two_writers_racing_on_a_first_alert_record_one(two_relays: tuple[Relay, Relay]) -> None:
-    mine, other = two_relays
+def test_two_writers_racing_on_a_first_alert_record_one(writers: tuple[Relay, Relay]) -> None:
+    mine, other = writers
     rule = create(mine, min_interval_secs=60)
     sid = firings_stream_id(ORG, APP, rule.id)
     # mine read the stream (none yet) just before the other recorded the first alert: its save

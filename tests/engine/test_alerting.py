@@ -49,9 +49,7 @@ class AlertWorld:
         self.clock = world.clock
         self.relay = world.relay
         world.relay.register_app("local", "ops")
-        self._world_sync = world.sync
         self._new_manager()
-        world.sync = self.sync  # type: ignore[method-assign]  # the world's own actions step both, as the runtime does
 
     def _new_manager(self) -> None:
         self.sender = FakeSender()
@@ -59,33 +57,20 @@ class AlertWorld:
                                    untried=self.w.pm.untried_candidates, timing=TIMING)
         self.w.pm.on_event = self.alerts.executor_event
         self.alerts.start()
+        self.w.steppers.append(self.alerts)  # the world's own actions step it too, as the runtime does
         self.sync()
 
     def sync(self) -> None:
-        self._world_sync()
-        self.alerts.step()
-        self._world_sync()
+        self.w.sync()
 
     def advance(self, seconds: float) -> None:
-        end = self.clock.monotonic() + seconds
-        while True:
-            nxt = min((t for t in (self.w.pm.next_wakeup(), self.alerts.next_wakeup()) if t is not None),
-                      default=None)
-            if nxt is None or nxt > end:
-                break
-            if nxt > self.clock.monotonic():
-                self.clock.advance(nxt - self.clock.monotonic())
-            self.sync()
-        if end > self.clock.monotonic():
-            self.clock.advance(end - self.clock.monotonic())
-        self.sync()
+        self.w.advance(seconds)
 
     def restart(self, down_for: float = 0.0) -> None:
-        self.w.sync = self._world_sync  # type: ignore[method-assign]  # the old alert manager is gone with its Relay
+        self.w.steppers.remove(self.alerts)  # the old alert manager is gone with its Relay
         self.w.restart(down_for=down_for)
         self.relay = self.w.relay
         self._new_manager()
-        self.w.sync = self.sync  # type: ignore[method-assign]
 
     def rule(self, rule_type: str, metadata: dict[str, Any] | None = None, *, interval: int = 60,
              receiver: str | None = "ops") -> AlertingRule:

@@ -1,23 +1,20 @@
-"""The members commands (``relay_es/engine/member_commands.py``) on every store: in memory, a SQLite
-file and a Postgres database. Who signs in (recorded once), hostile profiles kept escaped and cut, the
+"""The members commands (``relay_es/engine/member_commands.py``): their logic on the in-memory store,
+two writers and a restart on a SQLite file and a Postgres database. Who signs in (recorded once), hostile profiles kept escaped and cut, the
 roles granted (built-in and an org's own), removal, two writers on one store, and a long stream loaded
 from its snapshots."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from relay_es.adapters.stores import event_store_env, parse_database_url
 from relay_es.aggregates import members as members_module
 from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
 from relay_es.domain.errors import IllegalTransition, DomainError, InvalidSetting, UnknownMember, UnknownRole
 from relay_es.engine.service import Relay
 from relay_es.engine.store import SNAPSHOT_EVERY, SNAPSHOTTED
-from tests.support import POPO
+from tests.engine.support import kinds, stale_once
 
 ORG, OTHER = "acme", "globex"
 BOB = {"email": "bob@acme.test", "name": "Bob Smith", "given_name": "Bob", "family_name": "Smith"}
@@ -25,56 +22,8 @@ ALICE = {"email": "alice@acme.test", "name": "Alice Jones", "given_name": "Alice
 EMPTY = {"email": "", "name": "", "given_name": "", "family_name": ""}
 
 
-@pytest.fixture(params=["popo"])  # the stores themselves: the two-writer and restart tests below, on both
-def relay(request: pytest.FixtureRequest, clock, tmp_path) -> Iterator[Relay]:
-    """One Relay on each store: in memory, a SQLite file, a Postgres database (as tests/engine/test_store.py)."""
-    if request.param == "popo":
-        r = Relay(POPO, clock=clock)
-    else:
-        url = f"sqlite:///{tmp_path}/relay.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-        r = Relay(event_store_env(parse_database_url(url)), clock=clock)
-    yield r
-    r.close()
-
-
-@pytest.fixture
-def store_env(store_url: str) -> dict[str, str]:
-    """One real store (a SQLite file, a Postgres database), for more than one Relay."""
-    return event_store_env(parse_database_url(store_url))
-
-
-@pytest.fixture
-def two_relays(store_env: dict[str, str], clock) -> Iterator[tuple[Relay, Relay]]:
-    """Two Relays on one real store: two writers, or one after the other's restart."""
-    mine, other = Relay(store_env, clock=clock), Relay(store_env, clock=clock)
-    yield mine, other
-    mine.close()
-    other.close()
-
-
-def kinds(relay: Relay, stream_id: uuid.UUID) -> list[str]:
-    return [type(e).__name__ for e in relay.stream(stream_id)]
-
-
 def since(clock) -> str:
     return clock.now().isoformat()
-
-
-def stale_once(relay: Relay, monkeypatch: pytest.MonkeyPatch, stream_id: uuid.UUID, stale: Any) -> list[int]:
-    """The next read of ``stream_id`` answers ``stale`` (what another writer had not yet changed), as if
-    the read had happened just before that writer's save; every later read is the store's."""
-    real = relay._maybe
-    reads: list[int] = []
-
-    def maybe(aggregate_id: uuid.UUID) -> Any:
-        if aggregate_id == stream_id:
-            reads.append(1)
-            if len(reads) == 1:
-                return stale
-        return real(aggregate_id)
-
-    monkeypatch.setattr(relay, "_maybe", maybe)
-    return reads
 
 
 # ---------------------------------------------------------------- listing

@@ -1,23 +1,20 @@
 """The roles commands (``relay_es/engine/role_commands.py``) and a token's chosen permissions
-(``Relay.create_token(..., permissions=...)``, ``authz.permissions_for``) on every store: in memory,
-a SQLite file and a Postgres database."""
+(``Relay.create_token(..., permissions=...)``, ``authz.permissions_for``): their logic on the
+in-memory store, two writers and a restart on a SQLite file and a Postgres database."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from relay_es.adapters import authz
-from relay_es.adapters.stores import event_store_env, parse_database_url
 from relay_es.aggregates.roles import OrgRoles, roles_stream_id
 from relay_es.aggregates.token import Token, hash_secret, token_stream_id
 from relay_es.domain.errors import DomainError, IllegalTransition, InvalidSetting, UnknownRole
 from relay_es.domain.roles import BUILT_IN, PERMISSIONS
 from relay_es.engine.service import Relay
-from tests.support import POPO
+from tests.engine.support import kinds, stale_once
 
 ORG, OTHER = "acme", "globex"
 ADMIN = sorted(PERMISSIONS)
@@ -26,53 +23,10 @@ VIEWER = ["application.read", "metric.read", "organization.read"]
 BUILT_INS = [("admin", True, ADMIN), ("operator", True, OPERATOR), ("viewer", True, VIEWER)]
 
 
-@pytest.fixture(params=["popo"])  # the stores themselves: the two-writer and restart tests below, on both
-def relay(request: pytest.FixtureRequest, clock, tmp_path) -> Iterator[Relay]:
-    """One Relay on each store: in memory, a SQLite file, a Postgres database (as tests/engine/test_store.py)."""
-    if request.param == "popo":
-        r = Relay(POPO, clock=clock)
-    else:
-        url = f"sqlite:///{tmp_path}/relay.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-        r = Relay(event_store_env(parse_database_url(url)), clock=clock)
-    yield r
-    r.close()
-
-
-@pytest.fixture
-def two_relays(store_url: str, clock) -> Iterator[tuple[Relay, Relay]]:
-    """Two Relays on one real store: two writers, or one after the other's restart."""
-    env = event_store_env(parse_database_url(store_url))
-    mine, other = Relay(env, clock=clock), Relay(env, clock=clock)
-    yield mine, other
-    mine.close()
-    other.close()
-
-
-def kinds(relay: Relay, stream_id: uuid.UUID) -> list[str]:
-    return [type(e).__name__ for e in relay.stream(stream_id)]
-
-
 def token(relay: Relay, name: str, org: str = ORG) -> Token:
     tok = relay._maybe(token_stream_id(org, name))
     assert isinstance(tok, Token)
     return tok
-
-
-def stale_once(relay: Relay, monkeypatch: pytest.MonkeyPatch, stream_id: uuid.UUID, stale: Any) -> list[int]:
-    """The next read of ``stream_id`` answers ``stale`` (what another writer had not yet changed), as if
-    the read had happened just before that writer's save; every later read is the store's."""
-    real = relay._maybe
-    reads: list[int] = []
-
-    def maybe(aggregate_id: uuid.UUID) -> Any:
-        if aggregate_id == stream_id:
-            reads.append(1)
-            if len(reads) == 1:
-                return stale
-        return real(aggregate_id)
-
-    monkeypatch.setattr(relay, "_maybe", maybe)
-    return reads
 
 
 # ---------------------------------------------------------------- listing
