@@ -59,7 +59,7 @@ def run(ctx: Any) -> dict[str, Any]:
             got = harness.wait_until(lambda: first_peer_step(scene.steps_db, ids, b.executor_id), timeout=60,
                                      interval=0.02, message="B to run a step of A's workflows")
             scene.wait(lambda: scene.executor(a.executor_id) is None, "A to be recovered and deleted", timeout=60)
-            acts = {e["action"]: e for e in scene.audit(a.executor_id)}
+            acts = {e["action"]: e for e in scene.events(a.executor_id)}
             stage = {k: ts(v["at"]) - t_kill for k, v in acts.items()}
             row = {
                 "repeat": i + 1,
