@@ -172,7 +172,9 @@ class ResourceLimits:
       beyond it is closed with 4005 at registration and nothing is recorded.
     * ``handshakes_per_address``: sockets from one address that have not
       answered ``executor_info`` yet; more are refused with HTTP 429. Behind a
-      reverse proxy every executor has the proxy's address.
+      reverse proxy that ``--forwarded-allow-ips`` trusts, an executor's address
+      is the one the proxy forwards; behind any other, every executor has the
+      proxy's address and shares this cap.
     * ``queued_transitions``: executor transitions waiting in the hub's outbox
       for the store (while it is away); above it new handshakes are refused
       with HTTP 503 instead of queueing more. Closes are still queued (a
