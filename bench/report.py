@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +32,29 @@ def ratio(a: Any, b: Any) -> float | None:
     return a / b
 
 
-def yes(ok: bool | None) -> str:
-    return "**met**" if ok else ("n/a" if ok is None else "**missed**")
+@dataclass(frozen=True)
+class Goal:
+    """One goal as one run of a section judged it. ``label`` to ``target`` are
+    shown in the goals table; the repeats are merged on the rest: ``ok`` (met,
+    missed, or None when it could not be judged), ``value`` (the figure the goal
+    is judged on, in ``unit``: x, %, ms, s, n) and ``miss`` (what follows
+    "**missed**" in the result column: by how much, or why)."""
+
+    label: str
+    figure: str
+    baseline: str
+    ratio: str
+    target: str
+    ok: bool | None
+    value: float | None
+    unit: str
+    miss: str = ""
 
 
 def goal(label: str, figure: str, baseline: str, ratio_s: str, target: str, ok: bool | None, value: float | None,
-         unit: str, miss: str = "") -> list[Any]:
-    """A row of the goals table: what is shown, then what repeats are merged on
-    (``value``, the figure the goal is judged on, in ``unit``: x, %, ms, s, n)."""
-    return [label, figure, baseline, ratio_s, target, yes(ok) + ("" if ok or ok is None else miss), value, ok, unit]
+         unit: str, miss: str = "") -> Goal:
+    """A goal judged in one run (see :class:`Goal`); ``merge_goals`` makes the table's rows."""
+    return Goal(label, figure, baseline, ratio_s, target, ok, value, unit, miss)
 
 
 def fmt_value(v: float | None, unit: str) -> str:
@@ -56,35 +71,37 @@ def median(values: list[float]) -> float | None:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def merge_goals(per_run: list[list[list[Any]]]) -> list[list[Any]]:
-    """One row per goal over a section's runs: the median run's figures, the
-    median and spread (min-max) of the judged value, and met only if met in
-    every run (a goal must hold on the slow run, not on the best one)."""
+def merge_goals(per_run: list[list[Goal]]) -> list[list[str]]:
+    """One row of the goals table per goal over a section's runs: the median
+    run's figures, the median and spread (min-max) of the judged value, and met
+    only if met in every run (a goal must hold on the slow run, not on the best
+    one)."""
     out = []
-    labels = list(dict.fromkeys(r[0] for run in per_run for r in run))
+    labels = list(dict.fromkeys(r.label for run in per_run for r in run))
     for label in labels:
-        rows = [r for run in per_run for r in run if r[0] == label]
-        values = [r[6] for r in rows if r[6] is not None]
-        unit = rows[0][8]
+        rows = [r for run in per_run for r in run if r.label == label]
+        values = [r.value for r in rows if r.value is not None]
+        unit = rows[0].unit
         med = median(values)
         # the run whose value is nearest the median shows its figures
-        shown = min(rows, key=lambda r: abs(r[6] - med) if r[6] is not None and med is not None else 0)
+        shown = min(rows, key=lambda r: abs(r.value - med) if r.value is not None and med is not None else 0)
         if len(rows) == 1:
             spread = "1 run"
         else:
             spread = f"{fmt_value(med, unit)} ({fmt_value(min(values), unit)} - {fmt_value(max(values), unit)}, {len(rows)} runs)" \
                 if values else f"{len(rows)} runs"
-        oks = [r[7] for r in rows]
+        oks = [r.ok for r in rows]
         met = sum(1 for o in oks if o)
         if all(oks):
             result = "**met**" + (f" in all {len(rows)} runs" if len(rows) > 1 else "")
         elif any(o is None for o in oks):
             result = "n/a"
         else:
-            worst = shown if not shown[7] else [r for r in rows if not r[7]][0]
+            # the shown run's reason if it missed, else the first run that missed
+            worst = shown if not shown.ok else [r for r in rows if not r.ok][0]
             result = ("**missed**" if len(rows) == 1 else f"**missed** in {len(rows) - met} of {len(rows)} runs") + \
-                (worst[5][len("**missed**"):] if worst[5].startswith("**missed**") else "")
-        out.append([label, shown[1], shown[2], shown[3], spread, shown[4], result])
+                worst.miss
+        out.append([label, shown.figure, shown.baseline, shown.ratio, spread, shown.target, result])
     return out
 
 
@@ -112,7 +129,7 @@ def profile_lines(top: list[dict[str, Any]], n: int = 10) -> str:
 
 
 # ------------------------------------------------------------------ sections
-def s1(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s1(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     rows = r["rows"]
     by = {(x["kind"], x["n"]): x for x in rows}
@@ -195,7 +212,7 @@ def s1(d: dict[str, Any], goals: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def s2(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s2(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     out = [f"{r['n']:,} simulated executors per storm, in two client processes. Storms: all connect at once (new "
            "executors: Registered + Connected), all drop at once with no close frame (Disconnected), all "
@@ -247,7 +264,7 @@ def s2(d: dict[str, Any], goals: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def s3(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s3(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     out = [f"{r['n']:,} executors and one survivor (same app and version) connected"
            + (f", and {r['others']:,} executors of another application that stay connected and keep pinging (every "
@@ -285,7 +302,7 @@ def s3(d: dict[str, Any], goals: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def s4(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s4(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     rows = []
     for s in r["stores"]:
@@ -324,7 +341,7 @@ def s4(d: dict[str, Any], goals: list[list[Any]]) -> str:
               rows)])
 
 
-def s5(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s5(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     rows = []
     prof = []
@@ -356,7 +373,7 @@ def s5(d: dict[str, Any], goals: list[list[Any]]) -> str:
                    "raw scan events/s", "raw, second time", "rebuild / raw"], rows), "", *prof])
 
 
-def s6(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s6(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     rows = [[x["repeat"], f3(x["kill_to_disconnected_s"]), f3(x["kill_to_declared_dead_s"]),
              f3(x["kill_to_dispatched_s"]), f3(x["kill_to_confirmed_s"]), f3(x["kill_to_peer_step_s"]),
@@ -379,7 +396,7 @@ def s6(d: dict[str, Any], goals: list[list[Any]]) -> str:
         f"Median {f3(med)} s, max {f3(mx)} s after the grace."])
 
 
-def s7(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s7(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     out = [f"{r['n']:,} executors and one survivor connected, grace {r['grace_s']} s, the {r['n']:,} dropped at once "
            f"(as in section 3), twice on one server: alone (**baseline**), then while {r['callers']} clients call "
@@ -409,7 +426,7 @@ def s7(d: dict[str, Any], goals: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def s8(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def s8(d: dict[str, Any], goals: list[Goal]) -> str:
     from bench.s8_api import render  # the section renders itself
 
     return render(d, goals)
@@ -425,7 +442,7 @@ RENDER = {"connections": ("1. Connections held", s1), "throughput": ("2. Transit
 def render(results_dir: Path, sections: list[str]) -> str:
     mpath = results_dir / "machine.json"
     m = json.loads(mpath.read_text()) if mpath.exists() else {}
-    goals: list[list[Any]] = []
+    goals: list[list[str]] = []  # the goals table's rows, merged over each section's runs
     body: list[str] = []
     measured: list[str] = []
     modes = set()
@@ -460,10 +477,10 @@ def render(results_dir: Path, sections: list[str]) -> str:
         try:
             texts, per_run = [], []
             for x in runs:
-                g: list[list[Any]] = []
+                g: list[Goal] = []
                 texts.append(fn({**d, "result": x}, g))
                 per_run.append(g)
-            first = [g[0][6] if g and g[0][6] is not None else 0.0 for g in per_run]
+            first = [g[0].value if g and g[0].value is not None else 0.0 for g in per_run]
             mid = median(first)
             shown = min(range(len(runs)), key=lambda i: abs(first[i] - mid) if mid is not None else 0)
             body += [texts[shown], ""]

@@ -118,12 +118,13 @@ def workflow_list(size: int) -> str:
 
     from bench.api_executors import make_workflows
 
+    template = make_workflows(1, 0, "bench")[0]  # every field a str, None or bool: a shallow copy is a fresh row
     rnd = random.Random(7)
     rows = []
     out = {"type": "list_workflows", "request_id": "bench", "output": rows, "error_message": None}
     i = 0
     while True:
-        w = make_workflows(1, 0, "bench")[0]
+        w = dict(template)
         w["WorkflowUUID"] = f"{rnd.getrandbits(128):032x}"
         w["Input"] = json.dumps({"args": [{"order": f"{rnd.getrandbits(64):016x}", "sku": f"SKU-{rnd.randrange(10**6):06d}",
                                            "qty": rnd.randrange(1, 50), "price": round(rnd.uniform(1, 500), 2)}

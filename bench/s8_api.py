@@ -27,7 +27,7 @@ import json
 import subprocess
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -46,6 +46,9 @@ from bench.common import (
 )
 from bench.s3_detection import audit, stats_ms, ts
 from bench.s7_queries import Healthz
+
+if TYPE_CHECKING:
+    from bench.report import Goal
 
 PAGERS = 50
 PAGE = 50
@@ -320,7 +323,7 @@ def run(ctx: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ report
-def render(d: dict[str, Any], goals: list[list[Any]]) -> str:
+def render(d: dict[str, Any], goals: list["Goal"]) -> str:
     from bench.report import f0, f1, f2, goal, ratio, table
 
     r = d["result"]

@@ -47,6 +47,7 @@ from relay_es.adapters.uvicorn_ws import (
     protocol_class,
 )
 from relay_es.protocol.limits import MAX_FRAME
+from tests.adapters.test_uvicorn_ws import Transport as PlainTransport
 from tests.server import free_port
 
 SMALL = ("relay " * 20)[:100]  # 100 bytes: under COMPRESS_MIN_BYTES
@@ -129,38 +130,20 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "websocket.send", "text": reply})
 
 
-class Transport:
-    """What uvicorn's protocols use of an asyncio transport; it holds its protocol
-    as a real one does (``set_protocol`` / ``get_protocol``)."""
+class Transport(PlainTransport):
+    """What uvicorn's protocols use of an asyncio transport (test_uvicorn_ws's fake);
+    this one also holds its protocol as a real one does (``set_protocol`` /
+    ``get_protocol``)."""
 
     def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closed = False
+        super().__init__()
         self.protocol: Any = None
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
     def set_protocol(self, protocol: Any) -> None:
         self.protocol = protocol
 
     def get_protocol(self) -> Any:
         return self.protocol
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8090)}.get(name, default)
 
 
 def ws_config(app: Any, *, compression: bool) -> uvicorn.Config:
