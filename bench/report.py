@@ -373,27 +373,44 @@ def s5(d: dict[str, Any], goals: list[Goal]) -> str:
                    "raw scan events/s", "raw, second time", "rebuild / raw"], rows), "", *prof])
 
 
+def e2e_sdks(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Section 6's runs per SDK (a result from before it ran both SDKs: the Python one's)."""
+    if "sdks" in r:
+        return r["sdks"]
+    return [{"sdk": "python", "package": "dbos==3.2.0", "rows": r["rows"], "median_s": r["median_s"], "max_s": r["max_s"]}]
+
+
 def s6(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
-    rows = [[x["repeat"], f3(x["kill_to_disconnected_s"]), f3(x["kill_to_declared_dead_s"]),
-             f3(x["kill_to_dispatched_s"]), f3(x["kill_to_confirmed_s"]), f3(x["kill_to_peer_step_s"]),
-             f3(x["minus_grace_s"])] for x in r["rows"]]
-    med, mx = r["median_s"], r["max_s"]
     enough6 = r["repeats"] >= 10
-    goals.append(goal(f"6. kill to workflows running on the peer, minus grace ({r['repeats']} runs)",
-                      f"median {f3(med)} s, max {f3(mx)} s", f"grace {r['grace_s']} s", "-", "max < 0.5 s over 10 runs",
-                      mx is not None and mx < 0.5 and enough6, mx, "s",
-                      (f" by {1000 * (mx - 0.5):.0f} ms" if mx is not None and mx >= 0.5 else "")
-                      + ("" if enough6 else f" ({r['repeats']} runs, not 10)")))
-    return "\n".join([
-        f"Real `dbos==3.2.0` executors (`tests/e2e/harness.py`, `scene.py`), Relay on SQLite, DBOS system database "
-        f"on the bench's Postgres, grace {r['grace_s']} s. Per run a fresh executor A starts 3 workflows (40 steps "
-        "of 0.25 s) and is SIGKILLed once each has run step 2; B is the peer. 'First peer step' = the earliest "
-        "`step_runs.ran_at` written by B for one of A's workflows. Stages from A's lifecycle entries (ms resolution), "
-        "all in seconds after the kill.", "",
-        table(["run", "Disconnected", "DeclaredDead", "RecoveryDispatched", "RecoveryConfirmed", "first peer step",
-               "minus grace"], rows), "",
-        f"Median {f3(med)} s, max {f3(mx)} s after the grace."])
+    out = [
+        f"Real DBOS executors (`tests/e2e/harness.py`, `ts_harness.py`, `scene.py`), one Relay on SQLite per SDK, DBOS "
+        f"system database on the bench's Postgres, grace {r['grace_s']} s. Per run a fresh executor A starts 3 workflows "
+        f"({r.get('steps', 40)} steps of 0.25 s) and is SIGKILLed once each has run step 2; B is the peer"
+        + (", idle at each kill (the next A starts once B has finished the workflows it recovered from the last)"
+           if r.get("idle_peer") else ", still running what it recovered from the earlier kills") +
+        ". 'First peer step' = the earliest `step_runs.ran_at` written by B for one of A's workflows (the row is "
+        "written as the step starts). Stages from A's lifecycle entries (ms resolution), all in seconds after the kill; "
+        "'Relay's part' is the kill to RecoveryConfirmed less the grace, the 'SDK's part' RecoveryConfirmed to the "
+        "first peer step.", ""]
+    for e in e2e_sdks(r):
+        rows = [[x["repeat"], f3(x["kill_to_disconnected_s"]), f3(x["kill_to_declared_dead_s"]),
+                 f3(x["kill_to_dispatched_s"]), f3(x["kill_to_confirmed_s"]), f3(x["kill_to_peer_step_s"]),
+                 f3(x["minus_grace_s"]),
+                 f3(x["kill_to_confirmed_s"] - r["grace_s"]) if x["kill_to_confirmed_s"] is not None else "-",
+                 f3(x["kill_to_peer_step_s"] - x["kill_to_confirmed_s"]) if x["kill_to_confirmed_s"] is not None
+                 else "-"] for x in e["rows"]]
+        med, mx = e["median_s"], e["max_s"]
+        goals.append(goal(f"6. kill to workflows running on the peer, minus grace, {e['package']} ({r['repeats']} runs)",
+                          f"median {f3(med)} s, max {f3(mx)} s", f"grace {r['grace_s']} s", "-",
+                          "max < 0.5 s over 10 runs", mx is not None and mx < 0.5 and enough6, mx, "s",
+                          (f" by {1000 * (mx - 0.5):.0f} ms" if mx is not None and mx >= 0.5 else "")
+                          + ("" if enough6 else f" ({r['repeats']} runs, not 10)")))
+        out += [f"**{e['package']}**", "",
+                table(["run", "Disconnected", "DeclaredDead", "RecoveryDispatched", "RecoveryConfirmed",
+                       "first peer step", "minus grace", "Relay's part", "SDK's part"], rows), "",
+                f"Median {f3(med)} s, max {f3(mx)} s after the grace.", ""]
+    return "\n".join(out)
 
 
 def s7(d: dict[str, Any], goals: list[Goal]) -> str:
@@ -716,15 +733,32 @@ def analysis(results_dir: Path) -> str:
                 "during a rebuild skip reading rows back (the tables were just emptied); decode events with a "
                 "msgspec mapper (ADR 5 keeps the library's JSON transcoder for now).", ""]
     e = _get(results_dir, "e2e")
-    if e and e.get("max_s") is not None:
-        relay_share = [x["kill_to_confirmed_s"] - e["grace_s"] for x in e["rows"] if x["kill_to_confirmed_s"]]
-        sdk_share = [x["kill_to_peer_step_s"] - x["kill_to_confirmed_s"] for x in e["rows"] if x["kill_to_confirmed_s"]]
-        out += [f"**6. End to end.** Relay's part (kill to RecoveryConfirmed, minus the grace) was "
-                f"{f3(min(relay_share))}-{f3(max(relay_share))} s; the rest, RecoveryConfirmed to the peer's first "
-                f"step ({f3(min(sdk_share))}-{f3(max(sdk_share))} s), is the DBOS SDK starting the recovered "
-                "workflows and replaying their recorded steps. In the last full runs the first repeat's SDK part "
-                "was near 0.9 s, the others 0.1-0.3 s; the section run alone, and after the replay section, gave "
-                "at most 0.36 s over 15 repeats, so that first repeat pays for something of the full run's "
-                "aftermath on the shared machine (not pinned down), not for Relay, whose part stays in the tens "
-                "of milliseconds.", ""]
+    for run in (e2e_sdks(e) if e else []):
+        if run.get("max_s") is None:
+            continue
+        relay_share = [x["kill_to_confirmed_s"] - e["grace_s"] for x in run["rows"] if x["kill_to_confirmed_s"]]
+        sdk_share = [x["kill_to_peer_step_s"] - x["kill_to_confirmed_s"] for x in run["rows"] if x["kill_to_confirmed_s"]]
+        line = (f"**6. End to end, {run['package']}.** Relay's part (kill to RecoveryConfirmed, minus the grace) was "
+                f"{f3(min(relay_share))}-{f3(max(relay_share))} s; the SDK's, RecoveryConfirmed to the peer's first "
+                f"step, {f3(min(sdk_share))}-{f3(max(sdk_share))} s.")
+        if run["sdk"] == "python":
+            line += (" That part is the SDK's own queue: dbos 3.2.0 answers `recovery` once it has *re-enqueued* "
+                     "each pending workflow on its internal queue (`dbos/_recovery.py`, `_recover_workflow`: "
+                     "`reenqueue_for_recovery(..., INTERNAL_QUEUE_NAME)`), and that queue's worker thread polls "
+                     "every `DEFAULT_QUEUE_POLLING_INTERVAL_SEC` = 1.0 s times a jitter of 0.95-1.05 "
+                     "(`dbos/_queue.py`, `queue_worker_thread`), an interval no configuration reaches for the "
+                     "internal queue. So a recovered workflow starts 0-1.05 s after the peer answered, whatever "
+                     "Relay does; over 10 independent runs the largest such wait is about 0.95 s on average, which "
+                     "alone breaks 'max < 0.5 s'.")
+        else:
+            line += (" The TypeScript SDK does the same: `recoverPendingWorkflows` (`dist/src/dbos-executor.js`) "
+                     "calls `reenqueueWorkflowsForRecovery(..., INTERNAL_QUEUE_NAME)`, and the queue runner "
+                     "(`dist/src/wfqueue.js`) polls each queue every `defaultMinPollingIntervalMs` = 1,000 ms with "
+                     "jitter. The first run of a fresh Node process also pays its warm-up.")
+        out += [line, ""]
+    if e and "sdks" in e:
+        out += ["So goal 6's 'max < 0.5 s' is bounded by both SDKs' recovery queue (a poll every second), not by "
+                "Relay, whose part (the kill to the peer's answer, less the grace) stays in the tens of "
+                "milliseconds; meeting it needs the SDKs to start a recovered workflow without waiting for the "
+                "next poll.", ""]
     return "\n".join(out)
