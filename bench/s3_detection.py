@@ -73,7 +73,11 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int) -> dict[str,
         else:
             others_registered = 0
         reader = StoreReader(store)
-        wait_until(lambda: reader.count_status(APP, "HEALTHY") >= registered + 1, timeout=120, interval=0.2)
+        # Everyone HEALTHY and the store quiet: the drop meets a Relay whose connect storms are over
+        # (on a slow machine the bystanders' 20,000 events were still being written and followed).
+        wait_until(lambda: reader.count_status(APP, "HEALTHY") >= registered + 1
+                   and reader.count_status(OTHERS, "HEALTHY") >= others_registered, timeout=300, interval=0.2)
+        wait_until(lambda: reader.projected() >= reader.head(), timeout=120, interval=0.2)
         time.sleep(1.0)
         past_settle(srv)
         t_drop = time.time()

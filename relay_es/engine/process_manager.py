@@ -80,7 +80,7 @@ from relay_es.engine.recovery import (
     Dispatcher,
     RecoveryOutcome,
     RecoveryRequest,
-    rank_candidates,
+    best_candidate,
     tie_rank,
 )
 from relay_es.engine.service import Relay
@@ -693,8 +693,8 @@ class ProcessManager:
             if row is None or row.status != S.DEAD or row.recovery_phase not in (P.PENDING, P.DEFERRED):
                 continue
             key = (row.org, row.app, row.recovery_version)
-            candidates = self._candidates(row, assigned)
-            if not candidates:
+            target = self._best_candidate(row, assigned)
+            if target is None:
                 self._waiting[key].add(sid)
                 if row.recovery_phase == P.PENDING:
                     ops.append(self.relay.op_defer(
@@ -702,7 +702,6 @@ class ProcessManager:
                     sends.append((sid, None))
                 continue
             self._unwait(sid)
-            target = candidates[0]
             assigned[(target.org, target.app, target.executor_id)] += 1
             request_id = str(uuid.uuid4())
             # Taken before the dispatch is recorded, so the response timer (armed from
@@ -740,8 +739,9 @@ class ProcessManager:
             self._requests[req.request_id] = sid
             self.dispatcher.send_recovery(req)
 
-    def _candidates(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None) -> list[ExecutorRow]:
-        """The dead executor's candidates, best first (:func:`~relay_es.engine.recovery.rank_candidates`):
+    def _best_candidate(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None
+                        ) -> ExecutorRow | None:
+        """The dead executor's best candidate (:func:`~relay_es.engine.recovery.best_candidate`), or None:
         HEALTHY here, same org/app/version; ``assigned``: given out in this batch."""
         sids = self._indexes.healthy.get((dead.org, dead.app, dead.recovery_version), ())
         extra = assigned or {}
@@ -750,8 +750,8 @@ class ProcessManager:
             key = (r.org, r.app, r.executor_id)
             return len(self._indexes.outstanding.get(key, ())) + extra.get(key, 0)
 
-        return rank_candidates(dead, [self.rows[s] for s in sids], tried=self._tried.get(dead.stream_id, set()),
-                               load=load, tie_key=self._tie_key)
+        return best_candidate(dead, (self.rows[s] for s in sids), tried=self._tried.get(dead.stream_id, set()),
+                              load=load, tie_key=self._tie_key)
 
     def tie_rank(self, dead_stream_id: str, attempt: int, candidate_id: str) -> bytes:
         """:func:`~relay_es.engine.recovery.tie_rank` with this process's secret."""

@@ -121,3 +121,25 @@ def rank_candidates(dead: ExecutorRow, healthy: Iterable[ExecutorRow], *, tried:
     found = [r for r in healthy if r.executor_id != dead.executor_id]
     return sorted(found, key=lambda r: (r.executor_id in tried, load(r),
                                         tie_rank(tie_key, dead.stream_id, attempt, r.executor_id), r.executor_id))
+
+
+def best_candidate(dead: ExecutorRow, healthy: Iterable[ExecutorRow], *, tried: AbstractSet[str],
+                   load: Callable[[ExecutorRow], int], tie_key: bytes) -> ExecutorRow | None:
+    """The first of :func:`rank_candidates` (None if there is none), hashing only the
+    candidates tied for first on (untried, load): a batch of deaths among many HEALTHY
+    peers asks for one target per death, and a keyed hash per peer per death was most
+    of deciding them."""
+    best: list[ExecutorRow] = []
+    best_key: tuple[bool, int] | None = None
+    for r in healthy:
+        if r.executor_id == dead.executor_id:
+            continue
+        key = (r.executor_id in tried, load(r))
+        if best_key is None or key < best_key:
+            best_key, best = key, [r]
+        elif key == best_key:
+            best.append(r)
+    if len(best) < 2:
+        return best[0] if best else None
+    attempt = dead.recovery_attempt
+    return min(best, key=lambda r: (tie_rank(tie_key, dead.stream_id, attempt, r.executor_id), r.executor_id))
