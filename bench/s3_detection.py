@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import Fleet, StoreReader, Workdir, fleets_call, log, past_settle, pct, relay_server, split, wait_until
+from bench.common import (Fleet, StoreReader, Workdir, fleets_call, largest_fleet, log, past_settle, pct, relay_server, split,
+                          wait_until)
 
 APP = "detect"
 
@@ -150,4 +151,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int) -> dict[str,
 
 def run(ctx: Any) -> dict[str, Any]:
     n = ctx.n(quick=200, full=10_000)
-    return {"n": n, "others": n, "stores": [one_store(ctx, kind, n, 5, n) for kind in ctx.stores]}
+    # As many pinging bystanders as dying executors, within what one process may open (the
+    # hard open-file limit, 20,000 here): beyond it Relay refuses connections (RELAY_MAX_OPEN_CONNECTIONS).
+    others = max(0, min(n, largest_fleet() - n - 1))
+    return {"n": n, "others": others, "stores": [one_store(ctx, kind, n, 5, others) for kind in ctx.stores]}

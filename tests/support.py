@@ -29,6 +29,7 @@ class InMemoryDispatcher:
     sent: list[RecoveryRequest] = field(default_factory=list)
     connected: set[str] = field(default_factory=set)  # executors with a socket the store does not know of yet
     expired: list[str] = field(default_factory=list)  # request ids the process manager expired, in order
+    gone: set[str] = field(default_factory=set)  # executors whose socket closed before the store heard of it
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         self.sent.append(request)
@@ -38,6 +39,9 @@ class InMemoryDispatcher:
 
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         return executor_id in self.connected
+
+    def is_gone(self, org: str, app: str, executor_id: str) -> bool:
+        return executor_id in self.gone
 
     def last(self) -> RecoveryRequest:
         return self.sent[-1]

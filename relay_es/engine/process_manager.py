@@ -745,12 +745,19 @@ class ProcessManager:
         HEALTHY here, same org/app/version; ``assigned``: given out in this batch."""
         sids = self._indexes.healthy.get((dead.org, dead.app, dead.recovery_version), ())
         extra = assigned or {}
+        gone = getattr(self.dispatcher, "is_gone", None)
+        rows = (self.rows[s] for s in sids)
+        if gone is not None:
+            # HEALTHY as far as the log is followed, but its socket here has closed (its Disconnected
+            # is recorded or on its way): in a storm of drops the process manager follows the log
+            # behind the hub, and such a peer only fails the attempt.
+            rows = (r for r in rows if r.owner != self.owner or not gone(r.org, r.app, r.executor_id))
 
         def load(r: ExecutorRow) -> int:
             key = (r.org, r.app, r.executor_id)
             return len(self._indexes.outstanding.get(key, ())) + extra.get(key, 0)
 
-        return best_candidate(dead, (self.rows[s] for s in sids), tried=self._tried.get(dead.stream_id, set()),
+        return best_candidate(dead, rows, tried=self._tried.get(dead.stream_id, set()),
                               load=load, tie_key=self._tie_key)
 
     def tie_rank(self, dead_stream_id: str, attempt: int, candidate_id: str) -> bytes:

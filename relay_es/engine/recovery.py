@@ -58,6 +58,11 @@ class Dispatcher(Protocol):
         """Is the executor connected right now, or is news of it not yet in the
         store (its Connected still on the way)? Such an executor is never declared dead."""
 
+    def is_gone(self, org: str, app: str, executor_id: str) -> bool:
+        """Has the executor no registered, open socket here (it dropped, whatever the log
+        says yet)? Such an executor, if this process manager's owner holds it, is no recovery
+        target. Optional: without it every HEALTHY peer is a candidate."""
+
     def expire(self, request_id: str) -> None:
         """The attempt's deadline has come and its failure is about to be
         recorded: send nothing more for it. Returns once that is certain.

@@ -346,6 +346,22 @@ def test_executor_whose_socket_is_back_is_not_declared_dead_before_its_connect_i
     assert world.dispatcher.sent == []
 
 
+def test_a_peer_whose_socket_closed_is_no_target_before_its_disconnect_is_followed(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.connect("C")
+    world.drop("A")
+    world.dispatcher.gone.add("B")  # B's socket closed; the store has not heard of it yet
+    world.advance(11)
+    assert world.status("A") == "DEAD"
+    assert [r.target_executor_id for r in world.dispatcher.sent] == ["C"]
+    world.dispatcher.gone.add("C")  # every peer gone: the death waits for a candidate
+    world.answer(world.dispatcher.last(), ok=False)
+    world.advance(30)
+    assert [r.target_executor_id for r in world.dispatcher.sent] == ["C"]
+    assert world.history("A")[-2:] == ["RecoveryFailed", "RecoveryDeferred"]
+
+
 def test_urgent_work_is_due_deadlines_and_waiting_answers_not_following_the_log(world: World) -> None:
     """The read models give way to ``urgent()`` work (runtime._timers_first)."""
     world.connect("A")

@@ -110,6 +110,12 @@ class Dispatcher:
         conn = self.registry.executor(key)
         return conn is not None and conn.registered
 
+    def is_gone(self, org: str, app: str, executor_id: str) -> bool:
+        """No registered, open socket of this executor here (it dropped; its Disconnected may
+        not have been followed by the process manager yet): not a recovery target."""
+        conn = self.registry.executor((org, app, executor_id))
+        return conn is None or conn.closed or not conn.registered
+
     def send_recovery(self, request: RecoveryRequest) -> None:
         """From the process manager's thread: the attempt starts on the loop."""
         assert self.loop is not None, "dispatcher not started"

@@ -368,3 +368,30 @@ def test_an_executor_is_connected_while_its_socket_is_registered_or_its_transiti
             parts.close()
 
     assert asyncio.run(main()) == [False, True, False, True]
+
+
+def test_an_executor_is_gone_without_a_registered_open_socket_whatever_waits_in_the_outbox() -> None:
+    """``is_gone``: no registered, open socket here. A peer whose socket closed is no recovery
+    target even while its Disconnected waits in the outbox or in the log (unlike ``is_connected``,
+    which keeps a deadline from firing while the store's view is stale)."""
+
+    async def main() -> list[bool]:
+        parts = build()
+        try:
+            seen = [parts.dispatcher.is_gone("local", "app", "T")]
+
+            async def send(message: dict[str, Any]) -> None:
+                pass
+
+            conn = registered(send)
+            parts.registry.add(conn)
+            parts.registry.claim(("local", "app", "T"), conn)
+            seen.append(parts.dispatcher.is_gone("local", "app", "T"))
+            conn.closed = True
+            parts.outbox._queues[("local", "app", "T")] = __import__("collections").deque(["op"])
+            seen.append(parts.dispatcher.is_gone("local", "app", "T"))
+            return seen
+        finally:
+            parts.close()
+
+    assert asyncio.run(main()) == [True, False, True]
