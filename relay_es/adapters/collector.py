@@ -21,8 +21,13 @@ So :class:`Collector`:
   old, and hold reference cycles through the WebSocket stack, so only a full
   collection frees them, their compression buffers included; or
   ``interval`` has passed) and the moment is right: no connection opened or
-  closed for ``quiet`` seconds and no timer of the process manager due within
-  ``margin`` seconds. A storm that never goes quiet is collected after
+  closed for ``quiet`` seconds and no timer of the process manager due before the
+  collection would be over: within ``margin`` seconds, or 1.5 x the time it is
+  expected to take (:meth:`Collector.expected_took`: the seconds per socket the
+  last collection took, over the sockets open or closed since), if longer. At
+  20,000 sockets a full collection took 2 s on the 2-core benchmark machine, and
+  one started a second before 10,000 deadlines made every death late.
+  A storm that never goes quiet is collected after
   ``max_wait`` seconds anyway, so memory cannot grow without bound.
 
 The decision (:meth:`Collector.due`) is pure, driven by a clock the tests own;
@@ -44,6 +49,9 @@ log = logging.getLogger(__name__)
 YOUNG_THRESHOLD = 50_000  # net new container objects between young collections (CPython's default: 700)
 MIDDLE_THRESHOLD = 20     # young collections per middle one (default: 10)
 OLD_THRESHOLD = 10        # middle collections before a full one is considered (default: 10)
+# Seconds a full collection takes per socket open or closed since the last, until one with sockets
+# was measured: about 2 s at 19,500 sockets on the 2-core benchmark machine (docs/benchmarks.md, 3).
+PER_SOCKET_GUESS = 100e-6
 
 
 class Collector:
@@ -57,7 +65,9 @@ class Collector:
         max_wait: float = 60.0,
         interval: float = 600.0,
         gc_module: Any = gc,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """``timer``: times a collection (its seconds are a metric, and what the next is expected to take)."""
         self.monotonic = monotonic
         self.next_deadline = next_deadline
         self.quiet = quiet
@@ -65,6 +75,7 @@ class Collector:
         self.max_wait = max_wait
         self.interval = interval
         self.gc: ModuleType = gc_module
+        self.timer = timer
         self._lock = threading.Lock()
         self._open = 0
         self._closed = 0                     # sockets closed since the last full collection
@@ -75,6 +86,7 @@ class Collector:
         self.collected = 0
         self.seconds = 0.0                   # spent in full collections run here
         self.last_took = 0.0
+        self._per_socket: float | None = None  # seconds per socket the last collection with sockets took
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -112,11 +124,19 @@ class Collector:
         if waited >= self.max_wait + 10 * self.margin:
             return True  # a deadline that is always near must not hold memory back for ever
         nxt = self.next_deadline()
-        if nxt is not None and nxt - now < self.margin:
+        if nxt is not None and nxt - now < max(self.margin, 1.5 * self.expected_took()):
             return False  # a collection holds the GIL: never just before a death is due
         if waited >= self.max_wait:
             return True
         return now - last_activity >= self.quiet
+
+    def expected_took(self) -> float:
+        """Seconds a full collection would hold the GIL now: the last one's seconds per socket
+        (:data:`PER_SOCKET_GUESS` until one was measured) times the sockets open or closed since."""
+        with self._lock:
+            sockets = self._open + self._closed
+        per = self._per_socket if self._per_socket is not None else PER_SOCKET_GUESS
+        return per * sockets
 
     def tick(self) -> bool:
         """Runs a full collection if :meth:`due`. Returns whether it did."""
@@ -125,11 +145,14 @@ class Collector:
             return False
         with self._lock:
             closed, self._closed = self._closed, 0
+            sockets = self._open + closed
             self._wanted_since = None
-        t0 = time.perf_counter()
+        t0 = self.timer()
         found = self.gc.collect()
-        took = time.perf_counter() - t0
+        took = self.timer() - t0
         self._last_full = self.monotonic()
+        if sockets >= 100:  # fewer: the heap's other objects, not the sockets, make the time
+            self._per_socket = took / sockets
         self.collections += 1
         self.collected += found
         self.seconds += took

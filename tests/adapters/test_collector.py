@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from relay_es.adapters.collector import OLD_THRESHOLD, YOUNG_THRESHOLD, Collector
+from relay_es.adapters.collector import OLD_THRESHOLD, PER_SOCKET_GUESS, YOUNG_THRESHOLD, Collector
 from relay_es.domain.clock import FakeClock
 
 
@@ -100,6 +100,37 @@ def test_never_just_before_a_deadline(world: Any) -> None:
     deadline[0] = clock.monotonic() + 30  # fired; the next one is far
     assert c.tick()
     assert fake.full() == 1
+
+
+def test_a_collection_expected_to_outlast_the_time_to_the_next_deadline_waits(world: Any) -> None:
+    """At 20,000 sockets a full collection takes seconds: it must not start 1.5 s before a deadline.
+    The time per socket is guessed until a collection with sockets has been measured."""
+    clock, fake, deadline, _ = world
+    c = Collector(clock.monotonic, next_deadline=lambda: deadline[0], quiet=2.0, margin=1.0, gc_module=fake,
+                  timer=clock.monotonic)
+    c.start()
+    c.connections(20_000)
+    c.connections(10_000)  # a storm of drops: 10,000 closed, 10,000 open
+    assert c.expected_took() == pytest.approx(20_000 * PER_SOCKET_GUESS)  # 2 s
+    clock.advance(2.5)
+    deadline[0] = clock.monotonic() + 1.5  # beyond the 1 s margin, within the collection
+    assert not c.tick()
+    deadline[0] = clock.monotonic() + 3.1  # beyond 1.5 x 2 s
+    took = 0.5
+    real_collect = fake.collect
+
+    def collect(generation: int = 2) -> int:
+        clock.advance(took)  # the collection's own time, on the collector's clock
+        return real_collect(generation)
+
+    fake.collect = collect
+    assert c.tick() and c.last_took == pytest.approx(0.5)
+    # measured: 0.5 s for 20,000 sockets, 25 us each; 10,000 open now
+    assert c.expected_took() == pytest.approx(10_000 * 0.5 / 20_000)
+    c.connections(0)
+    clock.advance(2.1)
+    deadline[0] = clock.monotonic() + 1.01  # the 1 s margin, not the (shorter) expected time, applies
+    assert c.tick()
 
 
 def test_a_storm_that_never_goes_quiet_is_collected_after_max_wait(world: Any) -> None:
