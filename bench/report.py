@@ -614,7 +614,7 @@ def analysis(results_dir: Path) -> str:
                 "objects and 3.8 million references at 5,000 connections), holding the GIL and finding almost "
                 "nothing -- about half of the storm's time. `relay serve` now freezes what exists at start, raises "
                 "the young generation's threshold and runs the full collections itself once sockets have closed "
-                "and nothing has happened for 2 s, never within 1 s of a deadline (ADR 13). With that gone the "
+                "and nothing has happened for 2 s, never within 1 s (or 1.5 x its expected time) of a deadline (ADR 13). With that gone the "
                 "event loop was most of the rest, and `relay serve` now runs on uvloop (ADR 2); the read models give "
                 "way to the process manager only for urgent work (deadlines due, answers to record), not while it "
                 "merely follows the log. The previous report (commit a4a67d4) had Postgres drop 4,348/s (33%), "
@@ -641,7 +641,7 @@ def analysis(results_dir: Path) -> str:
                 "as last saved, so a burst of deaths reads no stream back; the projection runner waits while the "
                 "process manager has urgent work (at most 0.25 s per batch); the process manager follows the log "
                 "through the fast reader (ADR 11); and the garbage collector's full collections, which could stop "
-                "the whole process for up to 390 ms at any moment, run only at quiet moments and never within 1 s "
+                "the whole process for up to 390 ms at any moment, run only at quiet moments and never within 1 s (or 1.5 x their expected time) "
                 "of a deadline (ADR 13).")
         if bad:
             s = bad[0]
@@ -650,15 +650,23 @@ def analysis(results_dir: Path) -> str:
             out += [f"**3. Detection lateness** (missed on {', '.join(x['store'] for x in bad)}, with "
                     f"{d['n']:,} deadlines at once while {d.get('others') or 0:,} other executors keep pinging). "
                     f"The first deadlines fire on time (min lateness {f0(s['lateness_ms']['min'])} ms on "
-                    f"{s['store']}); the deaths are then recorded in groups of a few hundred, each group in one "
-                    "transaction, with gaps of 100-250 ms between groups (the instants under the table) in which "
-                    "the process does the rest of the storm's work: the recovery dispatches of the deaths already "
-                    "recorded, the survivor's answers, the read models, the other executors' pings. The drops "
-                    f"themselves took as long to record (Disconnected - drop: {detect}), which spreads the "
-                    f"deadlines over {spread}. What would move it: recording a due batch of deaths before any "
-                    "recovery work of earlier ones (the dispatches are not urgent; the deaths are), and a larger "
-                    "group per transaction when more are due; then one process sharing one GIL between the "
-                    "sockets and the store is the bound (see 2). " + what, ""]
+                    f"{s['store']}); the deaths are then recorded in groups of tens to a few hundred, each group in "
+                    "one transaction (the instants under the table). The drops themselves took as long to record "
+                    f"(Disconnected - drop: {detect}), which spreads the deadlines over {spread}. What bounds it, "
+                    "profiled on 2026-12-02 (py-spy, all threads, SQLite, the 25 s from the drop): the process "
+                    "manager records deaths, follows them back from the log, dispatches their recoveries and records "
+                    "the answers at 1,500-2,000 deaths a second on this machine, while 10,000 come due within about "
+                    "2 s; it ran in 30% of the samples, against the event loop's 28% (the survivor's 10,000 recovery "
+                    "conversations and the bystanders' pings), the read models' 18% and the collector's 7%: one GIL "
+                    "for all of them. Found and fixed in that profile: recoveries were sent to dropped peers whose "
+                    "Disconnected the process manager had not followed yet (they failed and were retried; "
+                    "`Dispatcher.is_gone`); each death hashed every HEALTHY peer to break ties "
+                    "(`recovery.best_candidate`); and a full garbage collection, 2 s at 20,000 sockets, could start "
+                    "1.15 s before the deadlines (ADR 13: now not within 1.5 x its expected time). That machine was "
+                    "2-2.7x slower than the one of the earlier reports (calibration 0.53-0.67 s against 0.25 s) and "
+                    "uneven: the code before those fixes, run beside them the same hour, gave p99 4.8 s and 14.3 s, "
+                    "after them 5.4 s. What would move it: the process manager folding the events it recorded "
+                    "itself instead of reading them back, and the sockets in a process of their own (ADR 7). " + what, ""]
         else:
             out += ["**3. Detection lateness:** met on every store. " + what + " Before the garbage collector was tamed the figure "
                     "moved from run to run (one run in several showed a late group of a few hundred deaths near "
@@ -707,31 +715,21 @@ def analysis(results_dir: Path) -> str:
                 "(about a third of its time) and the audit process writes a row per event; SQLite's raw scan is "
                 "C-fast, so its margin is the thinner.", ""]
     elif p:
-        lines = []
-        for s in p["stores"]:
-            top = {x["function"].split(":")[-1]: x for x in s["profile"]["top"] if not x.get("self_top")}
-
-            def share(name: str) -> str:
-                for k, x in top.items():
-                    if k.endswith(name):
-                        return f"{100 * x['cum_share']:.0f}%"
-                return "-"
-
-            line = (f"{s['store']}: `row_to_db` (a `dataclasses.asdict`, i.e. a deep copy of every row) "
-                    f"{share('(row_to_db)')}, executors `handle` {share('(handle)')} (one SELECT per "
-                    f"stream not yet in the batch)")
-            if share("(wait)") != "-":
-                line += f", waiting on Postgres round trips {share('(wait)')}"
-            lines.append(line)
-        out += ["**5. Replay.** Done since the first full run (7,050 events/s on Postgres, 13,100 on SQLite): "
-                "rows are read 500 to a query instead of one SELECT per stream, `row_to_db` no longer deep-copies "
-                "every row (`asdict`), and a rebuild commits 5,000 events at a time. What bounds it now is "
-                "per-event Python work: decoding each stored event into a domain event, one `dataclasses.replace` "
-                "per event in the fold, and encoding each row and audit entry; the raw baseline only "
-                "`json.loads` the state. Earlier profile, for reference: " + "; ".join(lines) + ". What would move "
-                "it further: fold a batch into one mutable dict per stream and build each row once per batch; "
-                "during a rebuild skip reading rows back (the tables were just emptied); decode events with a "
-                "msgspec mapper (ADR 5 keeps the library's JSON transcoder for now).", ""]
+        ratios = ", ".join(f"{s['store']} {100 * (s['rebuild']['per_s'] or 0) / s['raw']['per_s']:.1f}%" for s in p["stores"])
+        out += [f"**5. Replay** (missed: {ratios} of the raw scan). Where a rebuild's time goes, measured on 2026-12-02 "
+                "with py-spy on the SQLite store of this section (999,910 events), each rebuild process alone: the "
+                "raw scan took 11.7 s there, the audit process 33.7 s and the process of the other read models "
+                "29.8 s (the machine was slower that day: calibration 0.60 s). In the audit process, reading and "
+                "decoding the log is 39% of its time, about as long as the whole raw scan (fetching the rows 10%, "
+                "msgspec's decode and the domain events built from it 20%); folding the events into entries 19% "
+                "(formatting each Disconnected's deadline as RFC 3339 alone 6%); writing one row per event 21% "
+                "(building and encoding the rows 11%, SQLite's `executemany` 10%); freeing each batch's objects "
+                "5%. So each process reads at about the raw scan's rate and then does as much again to fold and "
+                "write, and the two processes (one per core, ADR 11) each read the whole log. A rebuild at 50% "
+                "needs the fold and the writes to cost half the read: folding from the decoded dicts without "
+                "building domain events, building each audit row without an intermediate entry, and reading the "
+                "log once for both processes. Not built in this round; nor is the start-up with 1,000,000 events in the "
+                "store (time to `/healthz`, time until the deadlines are armed) measured yet.", ""]
     e = _get(results_dir, "e2e")
     for run in (e2e_sdks(e) if e else []):
         if run.get("max_s") is None:
