@@ -620,7 +620,13 @@ def analysis(results_dir: Path) -> str:
                 "merely follows the log. The previous report (commit a4a67d4) had Postgres drop 4,348/s (33%), "
                 "Postgres reconnect 2,421/s (19%) and SQLite reconnect 2,792/s (37%); earlier rounds added the "
                 "executor cache, the cheaper projection path (ADR 11) and uvicorn's Sans-I/O WebSocket protocol. "
-                "What bounds it now is the handshakes. " + handshakes + "In the reconnect storm executors were "
+                "A profile of the Postgres drop storm on 2026-12-02 (py-spy, all threads; no handshakes in it) puts "
+                "each event through three consumers on one GIL: the outbox's command threads that record it (35% "
+                "of the samples, a quarter of them waiting on Postgres), the process manager following it back "
+                "(17%) and the read models folding and writing it (23%), beside the event loop noticing the "
+                "closes (24%); the library's `ProcessingEvent.collect_events`, which checks every saved aggregate "
+                "against runtime-checkable Protocols, is 3-4% on its own. In the storms with sockets, "
+                "what bounds it is the handshakes. " + handshakes + "In the reconnect storm executors were "
                 f"registered again at {regs}, so from the storm's start events cannot reach the store faster than "
                 f"that (rates from the start: {starts}); the window rates the goal is judged on are higher because "
                 "the outbox records what arrives together in one transaction. On Postgres the projected rate trails "
@@ -665,7 +671,7 @@ def analysis(results_dir: Path) -> str:
                     "1.15 s before the deadlines (ADR 13: now not within 1.5 x its expected time). That machine was "
                     "2-2.7x slower than the one of the earlier reports (calibration 0.53-0.67 s against 0.25 s) and "
                     "uneven: the code before those fixes, run beside them the same hour, gave p99 4.8 s and 14.3 s, "
-                    "after them 5.4 s. What would move it: the process manager folding the events it recorded "
+                    "after them 5.4 s and 5.5 s. What would move it: the process manager folding the events it recorded "
                     "itself instead of reading them back, and the sockets in a process of their own (ADR 7). " + what, ""]
         else:
             out += ["**3. Detection lateness:** met on every store. " + what + " Before the garbage collector was tamed the figure "
