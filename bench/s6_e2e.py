@@ -32,6 +32,7 @@ def first_peer_step(steps_db: str, ids: list[str], peer: str) -> float | None:
     return v.timestamp() if v is not None else None
 
 
+GRACE = 2  # the application's executorTimeoutSecs
 STEPS = 12  # per workflow, 0.25 s each: A is killed in step 2, so B has 2.5-2.75 s of work after a recovery
 
 REPEATS_ITSELF = True  # ten kills in one run: bench/run --repeat does not multiply them
@@ -46,8 +47,6 @@ def run(ctx: Any) -> dict[str, Any]:
     return {"grace_s": GRACE, "repeats": repeats, "steps": STEPS, "idle_peer": True, "store": "sqlite",
             "sdks": [one_sdk(ctx, sdk, package, repeats) for sdk, package in SDKS]}
 
-
-GRACE = 2
 
 
 def one_sdk(ctx: Any, sdk: str, package: str, repeats: int) -> dict[str, Any]:

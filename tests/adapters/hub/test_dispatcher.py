@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from typing import Any
 
 import pytest
@@ -343,14 +344,18 @@ def test_retention_goes_to_the_newest_registered_connection_and_is_recorded() ->
     assert recorded == [("dispatched", "local", "app", "B", 5000), ("answered", "local", "app", True, None)]
 
 
-def test_an_executor_is_connected_while_its_socket_is_registered_or_its_transitions_wait() -> None:
-    """``is_connected``: a registered open socket, or transitions still on their way to the
-    store (the store's view is stale): such an executor is never declared dead."""
+def socket_states() -> list[tuple[bool, bool]]:
+    """(``is_connected``, ``is_gone``) of executor T: with no socket, with a registered open one,
+    once it closed, and once it closed with a transition waiting in the outbox."""
 
-    async def main() -> list[bool]:
+    async def main() -> list[tuple[bool, bool]]:
         parts = build()
         try:
-            seen = [parts.dispatcher.is_connected("local", "app", "T")]
+            def ask() -> tuple[bool, bool]:
+                return (parts.dispatcher.is_connected("local", "app", "T"),
+                        parts.dispatcher.is_gone("local", "app", "T"))
+
+            seen = [ask()]
 
             async def send(message: dict[str, Any]) -> None:
                 pass
@@ -358,40 +363,26 @@ def test_an_executor_is_connected_while_its_socket_is_registered_or_its_transiti
             conn = registered(send)
             parts.registry.add(conn)
             parts.registry.claim(("local", "app", "T"), conn)
-            seen.append(parts.dispatcher.is_connected("local", "app", "T"))
+            seen.append(ask())
             conn.closed = True
-            seen.append(parts.dispatcher.is_connected("local", "app", "T"))
-            parts.outbox._queues[("local", "app", "T")] = __import__("collections").deque(["op"])
-            seen.append(parts.dispatcher.is_connected("local", "app", "T"))
+            seen.append(ask())
+            parts.outbox._queues[("local", "app", "T")] = deque(["op"])
+            seen.append(ask())
             return seen
         finally:
             parts.close()
 
-    assert asyncio.run(main()) == [False, True, False, True]
+    return asyncio.run(main())
+
+
+def test_an_executor_is_connected_while_its_socket_is_registered_or_its_transitions_wait() -> None:
+    """``is_connected``: a registered open socket, or transitions still on their way to the
+    store (the store's view is stale): such an executor is never declared dead."""
+    assert [connected for connected, _ in socket_states()] == [False, True, False, True]
 
 
 def test_an_executor_is_gone_without_a_registered_open_socket_whatever_waits_in_the_outbox() -> None:
     """``is_gone``: no registered, open socket here. A peer whose socket closed is no recovery
     target even while its Disconnected waits in the outbox or in the log (unlike ``is_connected``,
     which keeps a deadline from firing while the store's view is stale)."""
-
-    async def main() -> list[bool]:
-        parts = build()
-        try:
-            seen = [parts.dispatcher.is_gone("local", "app", "T")]
-
-            async def send(message: dict[str, Any]) -> None:
-                pass
-
-            conn = registered(send)
-            parts.registry.add(conn)
-            parts.registry.claim(("local", "app", "T"), conn)
-            seen.append(parts.dispatcher.is_gone("local", "app", "T"))
-            conn.closed = True
-            parts.outbox._queues[("local", "app", "T")] = __import__("collections").deque(["op"])
-            seen.append(parts.dispatcher.is_gone("local", "app", "T"))
-            return seen
-        finally:
-            parts.close()
-
-    assert asyncio.run(main()) == [True, False, True]
+    assert [gone for _, gone in socket_states()] == [True, False, True, True]
