@@ -30,9 +30,12 @@ class InMemoryDispatcher:
     connected: set[str] = field(default_factory=set)  # executors with a socket the store does not know of yet
     expired: list[str] = field(default_factory=list)  # request ids the process manager expired, in order
     gone: set[str] = field(default_factory=set)  # executors whose socket closed before the store heard of it
+    on_send: Callable[[RecoveryRequest], None] | None = None  # e.g. a test's clock moving while a send takes time
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         self.sent.append(request)
+        if self.on_send is not None:
+            self.on_send(request)
 
     def expire(self, request_id: str) -> None:
         self.expired.append(request_id)

@@ -57,6 +57,7 @@ logged with its traceback once per place it happens, counted in
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 import traceback
@@ -162,6 +163,7 @@ class ProcessManager:
         crash_point: Callable[[str], None] | None = None,
         on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] | None = None,
         batch_size: int = 500,
+        chunk: int = 250,
         tie_key: bytes | None = None,
     ) -> None:
         """``answers``: the inbox the dispatcher puts recovery answers in (a fresh one that
@@ -170,9 +172,12 @@ class ProcessManager:
         application with a HEALTHY executor here (None: no retention). ``metrics_interval``: the
         length of a metrics bucket, whole seconds (None: no metrics collected). ``crash_point``: the
         fault suite's hook, called with a point's name (a no-op by default). ``on_event``: told
-        ``(event, old row, new row)`` of every executor event followed (the metrics). ``tie_key``: the
-        secret that orders equally good recovery candidates (random per process unless a test
-        gives one; see :meth:`_candidates`)."""
+        ``(event, old row, new row)`` of every executor event followed (the metrics).
+        ``batch_size``: log entries read per query while following. ``chunk``: timers of one kind
+        other than deadlines fired (a batched kind: recorded in one transaction) before due
+        deadlines are looked at again (see :meth:`_run_due`). ``tie_key``: the secret that orders
+        equally good recovery candidates (random per process unless a test gives one; see
+        :meth:`_best_candidate`)."""
         self.relay = relay
         self.clock = clock
         self.dispatcher = dispatcher
@@ -186,7 +191,8 @@ class ProcessManager:
         self.retention_interval = retention_interval
         self.metrics_interval = metrics_interval
         self._crash_point = crash_point or (lambda name: None)
-        self.batch_size = batch_size
+        self.batch_size = batch_size  # log entries read per query while following
+        self.chunk = chunk  # timers of a kind other than deadlines fired before due deadlines are looked at again
         self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
         self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = on_event or (lambda e, old, new: None)
 
@@ -259,8 +265,9 @@ class ProcessManager:
         being fired or due now, answers to record. Safe to ask from another thread;
         the read models give way to it (one process shares one GIL). Following the
         log is not urgent: a death never waits for it."""
-        if self._urgent_running or self.answers:
-            return True
+        return self._urgent_running or bool(self.answers) or self._timer_due()
+
+    def _timer_due(self) -> bool:
         nxt = self.next_wakeup()
         return nxt is not None and nxt <= self.clock.monotonic()
 
@@ -304,10 +311,14 @@ class ProcessManager:
                   where, BUG_RETRY_SECS, exc_info=e)
 
     # ------------------------------------------------------------ following
-    def catch_up(self) -> int:
-        """Folds the executor events appended since :attr:`position`. Returns how many."""
+    def catch_up(self, *, yield_to_timers: bool = False) -> int:
+        """Folds the executor events appended since :attr:`position`, :attr:`batch_size` at a time.
+        Returns how many. ``yield_to_timers``: stops after a batch once a timer is due, so that
+        :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
         n = 0
         while True:
+            if yield_to_timers and n and self._timer_due():
+                return n
             notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
                                                       unreadable=True)
             if not notifications:
@@ -325,7 +336,7 @@ class ProcessManager:
 
     def _follow(self) -> int:
         try:
-            return self.catch_up()
+            return self.catch_up(yield_to_timers=True)
         except Exception as e:
             if self.relay.is_store_error(e):
                 raise
@@ -538,27 +549,33 @@ class ProcessManager:
 
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
-        """Fires every due timer. Deadlines and dispatches that come due
-        together are decided together and recorded in one transaction, so a
-        thousand executors dying at once cost one commit, not a thousand.
-        Deadlines go first, and again while more come due: a death is never
-        late because dispatches of earlier deaths were being recorded."""
+        """Fires every due timer. Deadlines that come due together are decided together and
+        recorded in one transaction, so a thousand executors dying at once cost one commit, not
+        a thousand; the other kinds go :attr:`chunk` at a time (a batched kind's chunk in one
+        transaction too). Deadlines go first, and again between chunks as more come due: a death
+        is never late because the dispatches of earlier deaths were being recorded and sent."""
         if self.settle.is_open(self.clock.monotonic()):
             return 0  # timers armed for the settle window's end wait for its new end
         total = 0
-        pending: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        pending: dict[str, dict[Any, Any]] = {}  # kind -> {key: payload}, earliest due first
         while True:
             due = self.timers.pop_due(self.clock.monotonic())
             total += len(due)
             for (kind, sid), payload in due:
-                pending[kind].append((sid, payload))
+                pending.setdefault(kind, {})[sid] = payload  # fired once, with its latest payload
             deadlines = pending.pop("deadline", None)
-            if not deadlines:
-                break
-            self._fire_kind("deadline", deadlines)
-        for kind, items in pending.items():
-            self._fire_kind(kind, items)
-        return total
+            if deadlines:
+                self._fire_kind("deadline", list(deadlines.items()))
+                continue
+            if not pending:
+                return total
+            kind, items = next(iter(pending.items()))
+            chunk = list(itertools.islice(items.items(), self.chunk))
+            for sid, _ in chunk:
+                del items[sid]
+            if not items:
+                del pending[kind]
+            self._fire_kind(kind, chunk)
 
     def _fire_kind(self, kind: str, items: list[tuple[Any, Any]]) -> None:
         """Fires the due timers of one kind through its handler in :attr:`_fire`: a batched

@@ -14,7 +14,7 @@ import pytest
 from relay_es.aggregates import SettingsPatch
 from relay_es.engine.metric_windows import spread
 from relay_es.engine.process_manager import RecoveryOutcome
-from tests.support import World
+from tests.support import World, info
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -974,3 +974,51 @@ def test_a_one_second_bucket_is_collected_every_second(clock) -> None:
 def test_no_metrics_timer_without_an_interval(world: World) -> None:
     world.connect("A")
     assert not [k for k in world.pm.timers._by_key if k[0] == "metrics"]
+
+
+def declared_dead_lateness(world: World, executor_id: str) -> float:
+    """Seconds between the deadline its last Disconnected carried and its DeclaredDead."""
+    events = list(world.relay.stream(world.executor(executor_id).id))
+    dead = [e for e in events if type(e).__name__ == "DeclaredDead"][-1]
+    return (dead.timestamp - dead.deadline).total_seconds()
+
+
+def test_a_deadline_coming_due_while_earlier_deaths_are_dispatched_waits_for_one_chunk_not_all(world: World) -> None:
+    # 40 executors die together; every send takes 10 ms of the process manager's time. A 41st
+    # deadline comes due 50 ms into those 40 dispatches: it is fired after the chunk being sent
+    # (5 here, 50 ms), not after all 40 (400 ms).
+    world.pm.chunk = 5
+    world.connect("B")
+    first = [f"A{i}" for i in range(40)]
+    for name in first:
+        world.connect(name)
+    world.connect("late")
+    for name in first:
+        world.drop(name)
+    world.clock.advance(0.05)
+    world.drop("late")
+    world.dispatcher.on_send = lambda request: world.clock.advance(0.01)
+    world.advance(10.0)
+    assert world.status("late") == "DEAD"
+    assert declared_dead_lateness(world, "late") <= 0.05
+    assert len(world.dispatcher.sent) == 40 + 1  # and every death was dispatched
+    assert {r.target_executor_id for r in world.dispatcher.sent} == {"B"}
+
+
+def test_a_deadline_coming_due_while_a_backlog_is_followed_waits_for_one_batch_not_all(world: World) -> None:
+    # 100 connects the process manager has not followed yet; folding each takes it 10 ms. A
+    # deadline comes due 200 ms into that backlog: it is fired after the batch being folded (10
+    # here, 100 ms), not after the whole backlog (1 s).
+    world.pm.batch_size = 10
+    world.connect("B")
+    world.connect("A")
+    world.drop("A")
+    world.clock.advance(10.0 - 0.2)
+    for i in range(100):
+        world.relay.executor_connected("local", "app", info(f"C{i}"), connection_id=f"C{i}", owner=world.owner)
+    world.pm.on_event = lambda event, old, new: world.clock.advance(0.01)
+    world.sync()
+    world.pm.on_event = lambda event, old, new: None
+    assert world.status("A") == "DEAD"
+    assert declared_dead_lateness(world, "A") <= 0.1
+    assert world.pm.listed("local", "app") == 2 + 100  # and the whole backlog was followed
