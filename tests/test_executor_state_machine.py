@@ -72,6 +72,9 @@ class Dispatcher:
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         return False  # the store always knows as much as the sockets here
 
+    def is_gone(self, org: str, app: str, executor_id: str) -> bool:
+        return False  # nor does a socket close before the store hears of it
+
     def expire(self, request_id: str) -> None:
         self.expired.add(request_id)
 

@@ -705,12 +705,13 @@ class ProcessManager:
         ops = []
         sends: list[tuple[str, RecoveryRequest | None]] = []
         assigned: dict[tuple[str, str, str], int] = defaultdict(int)
+        peers: dict[tuple[str, str, str | None], list[ExecutorRow]] = {}
         for sid, _ in items:
             row = self.rows.get(sid)
             if row is None or row.status != S.DEAD or row.recovery_phase not in (P.PENDING, P.DEFERRED):
                 continue
             key = (row.org, row.app, row.recovery_version)
-            target = self._best_candidate(row, assigned)
+            target = self._best_candidate(row, assigned, peers)
             if target is None:
                 self._waiting[key].add(sid)
                 if row.recovery_phase == P.PENDING:
@@ -756,26 +757,34 @@ class ProcessManager:
             self._requests[req.request_id] = sid
             self.dispatcher.send_recovery(req)
 
-    def _best_candidate(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None
+    def _best_candidate(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None,
+                        peers: dict[tuple[str, str, str | None], list[ExecutorRow]] | None = None
                         ) -> ExecutorRow | None:
-        """The dead executor's best candidate (:func:`~relay_es.engine.recovery.best_candidate`), or None:
-        HEALTHY here, same org/app/version; ``assigned``: given out in this batch."""
-        sids = self._indexes.healthy.get((dead.org, dead.app, dead.recovery_version), ())
+        """The dead executor's best candidate (:func:`~relay_es.engine.recovery.best_candidate`) among
+        :meth:`_peers`, or None. ``assigned``: given out in this batch; ``peers``: the batch's
+        :meth:`_peers` by (org, app, version), filled as they are asked for."""
+        key = (dead.org, dead.app, dead.recovery_version)
+        if peers is None:
+            rows = self._peers(key)
+        elif (rows := peers.get(key)) is None:
+            rows = peers[key] = self._peers(key)
         extra = assigned or {}
-        gone = getattr(self.dispatcher, "is_gone", None)
-        rows = (self.rows[s] for s in sids)
-        if gone is not None:
-            # HEALTHY as far as the log is followed, but its socket here has closed (its Disconnected
-            # is recorded or on its way): in a storm of drops the process manager follows the log
-            # behind the hub, and such a peer only fails the attempt.
-            rows = (r for r in rows if r.owner != self.owner or not gone(r.org, r.app, r.executor_id))
 
         def load(r: ExecutorRow) -> int:
-            key = (r.org, r.app, r.executor_id)
-            return len(self._indexes.outstanding.get(key, ())) + extra.get(key, 0)
+            k = (r.org, r.app, r.executor_id)
+            return len(self._indexes.outstanding.get(k, ())) + extra.get(k, 0)
 
         return best_candidate(dead, rows, tried=self._tried.get(dead.stream_id, set()),
                               load=load, tie_key=self._tie_key)
+
+    def _peers(self, key: tuple[str, str, str | None]) -> list[ExecutorRow]:
+        """The HEALTHY executors of (org, app, version), as far as the log is followed, without those
+        held here whose socket has closed (their Disconnected is recorded or on its way): in a storm
+        of drops the process manager follows the log behind the hub, and such a peer only fails the
+        attempt. Asked once per batch of dispatches, not once per death."""
+        gone = self.dispatcher.is_gone
+        return [r for s in self._indexes.healthy.get(key, ())
+                if (r := self.rows[s]).owner != self.owner or not gone(r.org, r.app, r.executor_id)]
 
     def tie_rank(self, dead_stream_id: str, attempt: int, candidate_id: str) -> bytes:
         """:func:`~relay_es.engine.recovery.tie_rank` with this process's secret."""

@@ -61,7 +61,7 @@ class Dispatcher(Protocol):
     def is_gone(self, org: str, app: str, executor_id: str) -> bool:
         """Has the executor no registered, open socket here (it dropped, whatever the log
         says yet)? Such an executor, if this process manager's owner holds it, is no recovery
-        target. Optional: without it every HEALTHY peer is a candidate."""
+        target."""
 
     def expire(self, request_id: str) -> None:
         """The attempt's deadline has come and its failure is about to be

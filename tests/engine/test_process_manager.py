@@ -403,6 +403,9 @@ class ExpiringDispatcher:
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         return executor_id in self.connected
 
+    def is_gone(self, org: str, app: str, executor_id: str) -> bool:
+        return False
+
     def expire(self, request_id: str) -> None:
         self.expired.append((request_id, recoveries(self.world, "A")))
 
@@ -603,6 +606,9 @@ class RetentionDispatcher:
 
     def is_connected(self, org: str, app: str, executor_id: str) -> bool:
         return self.inner.is_connected(org, app, executor_id)
+
+    def is_gone(self, org: str, app: str, executor_id: str) -> bool:
+        return self.inner.is_gone(org, app, executor_id)
 
     def expire(self, request_id: str) -> None:
         self.inner.expire(request_id)
@@ -1022,3 +1028,23 @@ def test_a_deadline_coming_due_while_a_backlog_is_followed_waits_for_one_batch_n
     assert world.status("A") == "DEAD"
     assert declared_dead_lateness(world, "A") <= 0.1
     assert world.pm.listed("local", "app") == 2 + 100  # and the whole backlog was followed
+
+
+def test_the_peers_of_a_batch_of_deaths_are_asked_about_once_per_batch_not_once_per_death(world: World) -> None:
+    # 30 executors die together while 20 peers whose sockets closed are still HEALTHY in the log:
+    # whether each peer is gone is asked once for the batch (20 + 1), not once per death (30 x 21).
+    world.connect("B")
+    dying = [f"A{i}" for i in range(30)]
+    closed = [f"G{i}" for i in range(20)]
+    for name in dying + closed:
+        world.connect(name)
+    world.dispatcher.gone.update(closed)
+    asked: list[str] = []
+    is_gone = world.dispatcher.is_gone
+    world.dispatcher.is_gone = lambda org, app, executor_id: asked.append(executor_id) or is_gone(org, app, executor_id)
+    for name in dying:
+        world.drop(name)
+    world.advance(10.0)
+    assert len(world.dispatcher.sent) == 30
+    assert {r.target_executor_id for r in world.dispatcher.sent} == {"B"}
+    assert sorted(asked) == sorted(["B", *closed])
