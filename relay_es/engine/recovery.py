@@ -119,19 +119,18 @@ def rank_candidates(dead: ExecutorRow, healthy: Iterable[ExecutorRow], *, tried:
                     load: Callable[[ExecutorRow], int], tie_key: bytes) -> list[ExecutorRow]:
     """``healthy`` (HEALTHY, same org/app/version, on a live Relay) without the dead executor
     itself, best first: untried (``tried``: executor ids that failed it) first, then the least
-    loaded, then by :func:`tie_rank` -- not the executor id, so that no executor can name
-    itself to win every tie (an executor called "0" was asked every time and could answer
-    ``exist: false``, stranding the dead one's workflows)."""
-    attempt = dead.recovery_attempt
+    loaded (:func:`_standing`), then by :func:`tie_rank` -- not the executor id, so that no
+    executor can name itself to win every tie (an executor called "0" was asked every time and
+    could answer ``exist: false``, stranding the dead one's workflows)."""
+    tie = _tie_break(dead, tie_key)
     found = [r for r in healthy if r.executor_id != dead.executor_id]
-    return sorted(found, key=lambda r: (r.executor_id in tried, load(r),
-                                        tie_rank(tie_key, dead.stream_id, attempt, r.executor_id), r.executor_id))
+    return sorted(found, key=lambda r: (*_standing(r, tried, load), *tie(r)))
 
 
 def best_candidate(dead: ExecutorRow, healthy: Iterable[ExecutorRow], *, tried: AbstractSet[str],
                    load: Callable[[ExecutorRow], int], tie_key: bytes) -> ExecutorRow | None:
     """The first of :func:`rank_candidates` (None if there is none), hashing only the
-    candidates tied for first on (untried, load): a batch of deaths among many HEALTHY
+    candidates tied for first on their standing: a batch of deaths among many HEALTHY
     peers asks for one target per death, and a keyed hash per peer per death was most
     of deciding them."""
     best: list[ExecutorRow] = []
@@ -139,12 +138,22 @@ def best_candidate(dead: ExecutorRow, healthy: Iterable[ExecutorRow], *, tried: 
     for r in healthy:
         if r.executor_id == dead.executor_id:
             continue
-        key = (r.executor_id in tried, load(r))
+        key = _standing(r, tried, load)
         if best_key is None or key < best_key:
             best_key, best = key, [r]
         elif key == best_key:
             best.append(r)
     if len(best) < 2:
         return best[0] if best else None
+    return min(best, key=_tie_break(dead, tie_key))
+
+
+def _standing(r: ExecutorRow, tried: AbstractSet[str], load: Callable[[ExecutorRow], int]) -> tuple[bool, int]:
+    """A candidate's standing, lower is better: whether it already failed this death, then its load."""
+    return r.executor_id in tried, load(r)
+
+
+def _tie_break(dead: ExecutorRow, tie_key: bytes) -> Callable[[ExecutorRow], tuple[bytes, str]]:
+    """The order among candidates of equal standing, for this attempt at ``dead``."""
     attempt = dead.recovery_attempt
-    return min(best, key=lambda r: (tie_rank(tie_key, dead.stream_id, attempt, r.executor_id), r.executor_id))
+    return lambda r: (tie_rank(tie_key, dead.stream_id, attempt, r.executor_id), r.executor_id)
