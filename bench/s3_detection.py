@@ -12,6 +12,7 @@ recovery dispatch against the death; from the survivor's fleet: when the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +49,9 @@ def stats_ms(values: list[float]) -> dict[str, Any]:
 OTHERS = "detect-others"
 
 
-def one_store(ctx: Any, kind: str, n: int, grace: int, others: int) -> dict[str, Any]:
+def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
+              on_drop: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """``on_drop``: called with the server just before the drop (``bench.profile`` attaches there)."""
     wd = Workdir.make(f"s3-{kind}")
     store = f"sqlite:///{wd.path}/relay.db" if kind == "sqlite" else ctx.pg.create_db("s3")
     fleets: list[Fleet] = []
@@ -81,6 +84,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int) -> dict[str,
         wait_until(lambda: reader.projected() >= reader.head(), timeout=120, interval=0.2)
         time.sleep(1.0)
         past_settle(srv)
+        if on_drop is not None:
+            on_drop(srv)
         t_drop = time.time()
         fleets_call(fleets, "abort")
         # every death recovered and deleted, or give up
