@@ -380,6 +380,14 @@ def e2e_sdks(r: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"sdk": "python", "package": "dbos==3.2.0", "rows": r["rows"], "median_s": r["median_s"], "max_s": r["max_s"]}]
 
 
+def e2e_parts(x: dict[str, Any], grace: float) -> tuple[float, float] | None:
+    """One section-6 run split in two: Relay's part (the kill to RecoveryConfirmed, less the grace)
+    and the SDK's (RecoveryConfirmed to the peer's first step); None if it was never confirmed."""
+    if x["kill_to_confirmed_s"] is None or x["kill_to_peer_step_s"] is None:
+        return None
+    return x["kill_to_confirmed_s"] - grace, x["kill_to_peer_step_s"] - x["kill_to_confirmed_s"]
+
+
 def s6(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     enough6 = r["repeats"] >= 10
@@ -397,9 +405,7 @@ def s6(d: dict[str, Any], goals: list[Goal]) -> str:
         rows = [[x["repeat"], f3(x["kill_to_disconnected_s"]), f3(x["kill_to_declared_dead_s"]),
                  f3(x["kill_to_dispatched_s"]), f3(x["kill_to_confirmed_s"]), f3(x["kill_to_peer_step_s"]),
                  f3(x["minus_grace_s"]),
-                 f3(x["kill_to_confirmed_s"] - r["grace_s"]) if x["kill_to_confirmed_s"] is not None else "-",
-                 f3(x["kill_to_peer_step_s"] - x["kill_to_confirmed_s"]) if x["kill_to_confirmed_s"] is not None
-                 else "-"] for x in e["rows"]]
+                 *((f3(p[0]), f3(p[1])) if (p := e2e_parts(x, r["grace_s"])) else ("-", "-"))] for x in e["rows"]]
         med, mx = e["median_s"], e["max_s"]
         goals.append(goal(f"6. kill to workflows running on the peer, minus grace, {e['package']} ({r['repeats']} runs)",
                           f"median {f3(med)} s, max {f3(mx)} s", f"grace {r['grace_s']} s", "-",
@@ -740,8 +746,8 @@ def analysis(results_dir: Path) -> str:
     for run in (e2e_sdks(e) if e else []):
         if run.get("max_s") is None:
             continue
-        relay_share = [x["kill_to_confirmed_s"] - e["grace_s"] for x in run["rows"] if x["kill_to_confirmed_s"]]
-        sdk_share = [x["kill_to_peer_step_s"] - x["kill_to_confirmed_s"] for x in run["rows"] if x["kill_to_confirmed_s"]]
+        parts = [p for x in run["rows"] if (p := e2e_parts(x, e["grace_s"]))]
+        relay_share, sdk_share = [p[0] for p in parts], [p[1] for p in parts]
         line = (f"**6. End to end, {run['package']}.** Relay's part (kill to RecoveryConfirmed, minus the grace) was "
                 f"{f3(min(relay_share))}-{f3(max(relay_share))} s; the SDK's, RecoveryConfirmed to the peer's first "
                 f"step, {f3(min(sdk_share))}-{f3(max(sdk_share))} s.")
