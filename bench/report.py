@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,6 +363,18 @@ def s5(d: dict[str, Any], goals: list[Goal]) -> str:
         prof += [f"<details><summary>profile of the rebuild's first {f0(pr['events'])} events ({s['store']}, "
                  f"{f0(pr['events'] / pr['seconds_profiled'])} events/s under the profiler)</summary>", "",
                  profile_lines(pr["top"], 14), "", "</details>", ""]
+    starts = [[s["store"], f2(s["start_empty"]["healthz_s"]), f2(s["start_empty"]["armed_s"]),
+               f2(statistics.median(w)) if (w := [x["healthz_s"] for x in s["start_current"] if x["healthz_s"]]) else "-",
+               f2(statistics.median(w)) if (w := [x["armed_s"] for x in s["start_current"] if x["armed_s"]]) else "-",
+               f0(s.get("pending"))]
+              for s in r["stores"] if "start_empty" in s]
+    start_lines = ["", f"**Start-up** with these events in the store: `relay serve` spawned, timed to `/healthz` answering "
+                   "200 and to the process manager's timers armed (`relay_process_manager_armed_timestamp_seconds`; "
+                   "it reads the executors table once the read models have caught up). Once before the rebuild, when "
+                   "no read model has folded anything (the server folds the whole log first, in-process), and "
+                   "three times after it (a restart; median).", "",
+                   table(["store", "/healthz, read models empty (s)", "armed, read models empty (s)",
+                          "/healthz, restart (s)", "armed, restart (s)", "deadlines armed"], starts), ""] if starts else []
     return "\n".join([
         "Events generated in-process with `relay_es.engine.service.Relay` and batched saves (500 executors per save): "
         "each executor Registered, Connected, 47 x (Disconnected, Connected), then Disconnected, DeclaredDead, "
@@ -370,7 +383,7 @@ def s5(d: dict[str, Any], goals: list[Goal]) -> str:
         "'without start-up' subtracts the time to import Relay). Raw: one query over the whole table in "
         "notification order, `json.loads` of every state (Postgres: a server-side cursor, 10,000 rows a fetch).",
         "", table(["store", "events", "generated in", "rebuild", "rebuild events/s", "without start-up",
-                   "raw scan events/s", "raw, second time", "rebuild / raw"], rows), "", *prof])
+                   "raw scan events/s", "raw, second time", "rebuild / raw"], rows), *start_lines, "", *prof])
 
 
 def e2e_sdks(r: dict[str, Any]) -> list[dict[str, Any]]:

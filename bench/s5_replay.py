@@ -2,11 +2,13 @@
 
 Events are generated in-process with ``relay_es.engine.service.Relay`` and batched
 saves (many executors per transaction): executors connect, disconnect and
-reconnect many times, and finally die and are recovered and deleted. Then
-``relay projections rebuild --database-url ...`` is timed as a process, and
-compared with a raw scan of the same table in the same run: every row in
-notification order, ``json.loads`` of the state column. A profile of the
-rebuild's first batches says where its time goes.
+reconnect many times, and finally die and are recovered and deleted; 1,000 more are left
+DISCONNECTED with a deadline an hour ahead. Then ``relay projections rebuild --database-url ...``
+is timed as a process, and compared with a raw scan of the same table in the same run: every row
+in notification order, ``json.loads`` of the state column. A profile of the rebuild's first
+batches says where its time goes. Start-up: ``relay serve`` on the store, timed to ``/healthz``
+and to the process manager's timers armed, once before the rebuild (no read model has folded
+anything: the server folds the whole log first) and three times after it (a restart).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bench.common import PY, ROOT, StoreReader, Workdir, log
+from bench.common import PY, ROOT, StoreReader, Workdir, log, relay_server
 from bench.s2_throughput import profile_summary
 
 APPS = 10
 CYCLES = 47  # per executor: Registered, Connected, 47 x (Disconnected, Connected), then 5 for the death = 101 events
 PER_EXECUTOR = 2 + 2 * CYCLES + 5
 SAVE_GROUP = 500  # aggregates per save (one transaction)
+STARTS = 3  # restarts timed on the store once its read models are current
 
 
 def generate(store_url: str, events: int) -> dict[str, Any]:
@@ -77,11 +80,64 @@ def generate(store_url: str, events: int) -> dict[str, Any]:
                 ex.delete(at=t)
             relay.save(*group)
             saves += 1
+        leave_pending(relay, PENDING)
+        saves += 1
         took = time.perf_counter() - t0
         head = relay.recorder.max_notification_id() or 0
     finally:
         relay.close()
     return {"events": head, "executors": n_exec, "saves": saves, "seconds": took, "per_s": head / took}
+
+
+PENDING = 1_000  # executors left DISCONNECTED at the end, their deadlines an hour ahead: timers to arm at start-up
+
+
+def leave_pending(relay: Any, n: int) -> None:
+    """``n`` executors Registered, Connected, Disconnected with a deadline an hour from now."""
+    from relay_es.aggregates.executor import Executor
+
+    now = datetime.now(timezone.utc)
+    group = []
+    for _ in range(n):
+        ex = Executor(org="local", app="replay0", executor_id=str(uuid.uuid4()), timestamp=now)
+        ex.connect(connection_id=uuid.uuid4().hex, owner="bench", app_version="v1", hostname="h",
+                   language="python", dbos_version="3.2.0", executor_metadata={"bench": True}, at=now)
+        ex.disconnect(connection_id=ex.connection_id, reason="socket_closed", deadline=now + timedelta(hours=1), at=now)
+        group.append(ex)
+    relay.save(*group)
+
+
+def startup(store_url: str) -> dict[str, Any]:
+    """``relay serve`` started on the store: seconds from the spawn to ``/healthz`` answering 200,
+    and to the process manager's timers armed (``relay_process_manager_armed_timestamp_seconds``,
+    which it sets once it has read the executors table after the read models caught up)."""
+    import httpx
+
+    wd = Workdir.make("s5-start")
+    t0 = time.time()
+    srv = relay_server(wd.path, store_url, wait=False)
+    try:
+        healthy = armed = None
+        deadline = t0 + 1800
+        while time.time() < deadline and armed is None:
+            try:
+                if healthy is None:
+                    if httpx.get(srv.http + "/healthz", timeout=5).status_code == 200:
+                        healthy = time.time() - t0
+                    else:
+                        time.sleep(0.02)
+                        continue
+                m = re.search(r"^relay_process_manager_armed_timestamp_seconds (\S+)$",
+                              httpx.get(srv.http + "/metrics", timeout=30).text, re.M)
+                if m and float(m.group(1)) > 0:
+                    armed = float(m.group(1)) - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        return {"healthz_s": healthy, "armed_s": armed}
+    finally:
+        srv.stop()
+        wd.remove()
 
 
 def rebuild(store_url: str) -> dict[str, Any]:
@@ -177,12 +233,17 @@ def one_store(ctx: Any, kind: str, events: int, profile_batches: int) -> dict[st
             f"{gen['saves']} saves)")
         raw = raw_scan(store)
         log(f"s5 {kind}: raw scan {raw['per_s']:,.0f} events/s")
+        cold = startup(store)  # no read model has folded anything yet: the server folds the whole log first
+        log(f"s5 {kind}: start-up, read models empty: /healthz {cold['healthz_s']} s, armed {cold['armed_s']} s")
         reb = rebuild(store)
         log(f"s5 {kind}: rebuild {reb['events']} events in {reb['seconds']:.1f}s ({(reb['per_s'] or 0):,.0f}/s)")
+        warm = [startup(store) for _ in range(STARTS)]  # the read models current: a restart
+        log(f"s5 {kind}: start-up, read models current: {warm}")
         raw2 = raw_scan(store)  # again after, to see the cache's part
         prof = profile_rebuild(store, profile_batches)
         return {"store": kind, "generate": gen, "raw": raw, "raw_again": raw2, "rebuild": reb,
-                "startup_s": startup_cost(), "profile": prof}
+                "startup_s": startup_cost(), "profile": prof, "start_empty": cold, "start_current": warm,
+                "pending": PENDING}
     finally:
         wd.remove()
 

@@ -70,7 +70,8 @@ class _OutboxState:
 
 
 class _ProcessManagerFailures:
-    """The process manager's store errors and bugs, read from its counters at scrape time."""
+    """The process manager's store errors and bugs, read from its counters at scrape time, and when it
+    armed its timers."""
 
     def __init__(self, stats: Any) -> None:
         self.stats = stats
@@ -80,6 +81,9 @@ class _ProcessManagerFailures:
                                   "the store and were retried", value=self.stats.store_errors)
         yield CounterMetricFamily("relay_process_manager_bugs", "Process manager failures that were not store "
                                   "errors: bugs, logged with their traceback", value=self.stats.bugs)
+        yield GaugeMetricFamily("relay_process_manager_armed_timestamp_seconds", "When the process manager had "
+                                "rebuilt its timers from the store and armed them (Unix seconds; 0 before)",
+                                value=self.stats.armed_at)
 
 
 class _AlertCounters:
@@ -227,7 +231,9 @@ class Metrics:
     def watch_process_manager(self, stats: Any) -> None:
         """Exposes the process manager's failures, read from ``stats`` (its ``Stats``) at each scrape:
         ``relay_process_manager_store_errors_total`` (retried) and ``relay_process_manager_bugs_total``
-        (anything else; the first one makes ``/healthz`` answer 503)."""
+        (anything else; the first one makes ``/healthz`` answer 503); and
+        ``relay_process_manager_armed_timestamp_seconds``, when it armed the timers rebuilt from the
+        store (0 before: a Relay starting on a large store answers ``/healthz`` before that)."""
         self.registry.register(_ProcessManagerFailures(stats))
 
     def watch_alerts(self, stats: Any) -> None:

@@ -139,6 +139,7 @@ class Stats:
     failed: int = 0
     store_errors: int = 0  # failures retried because the store was away or failing
     bugs: int = 0  # failures that were not store errors (see the module docstring)
+    armed_at: float = 0.0  # Unix time the timers rebuilt from the store were armed (0: not yet started)
 
 
 class ProcessManager:
@@ -239,6 +240,7 @@ class ProcessManager:
                                     if r.status == S.HEALTHY and r.owner not in self.live_owners))
         for row in list(self.rows.values()):
             self._react(row)
+        self.stats.armed_at = self.clock.now().timestamp()
         self.step()
 
     def step(self) -> int:

@@ -1048,3 +1048,14 @@ def test_the_peers_of_a_batch_of_deaths_are_asked_about_once_per_batch_not_once_
     assert len(world.dispatcher.sent) == 30
     assert {r.target_executor_id for r in world.dispatcher.sent} == {"B"}
     assert sorted(asked) == sorted(["B", *closed])
+
+
+def test_the_process_manager_says_when_it_armed_the_timers_rebuilt_from_the_store(world: World) -> None:
+    world.connect("A")
+    world.drop("A")
+    assert world.pm.stats.armed_at == world.clock.now().timestamp()  # the first start, at the world's start
+    world.clock.advance(3.0)
+    before = world.clock.now().timestamp()
+    world.restart()
+    assert world.pm.stats.armed_at == before
+    assert ("deadline", str(world.executor("A").id)) in world.pm.timers
