@@ -4,7 +4,8 @@
 ``/websocket/{app}/{key}``) and everything else -- HTTP and the server's
 lifespan -- to the REST application. :class:`RelayASGI` is that router for a
 :class:`Runtime`: the hub, and the REST API built from :func:`rest_context`,
-the part of the runtime the routes use.
+the part of the runtime the routes use, behind
+:class:`~relay_es.adapters.rest.slashes.EncodedSlashes` (a workflow id may hold ``/``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relay_es.adapters.rest import RestContext, build_app
+from relay_es.adapters.rest.slashes import EncodedSlashes
 from relay_es.composition.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ class RelayASGI(ScopeRouter):
     """The process's ASGI application: the runtime's hub and its REST API."""
 
     def __init__(self, runtime: Runtime) -> None:
-        super().__init__(websocket=runtime.hub, http=build_app(rest_context(runtime)))
+        super().__init__(websocket=runtime.hub, http=EncodedSlashes(build_app(rest_context(runtime))))
 
 
 def rest_context(runtime: Runtime) -> RestContext:

@@ -28,6 +28,7 @@ from relay_es.adapters.oidc import OidcError, looks_like_jwt
 from relay_es.adapters.rest.conductor.models import MAX_TEXT
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.recording import Refusals, source_of
+from relay_es.adapters.rest.slashes import restore
 from relay_es.aggregates.application import APP_NAME, ORG_NAME
 from relay_es.domain.errors import InvalidSetting
 from relay_es.engine.action_commands import Actor
@@ -189,6 +190,7 @@ class Authorize:
 
     async def check(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         scope = connection.scope
+        restore(connection.path_params, FREE_TEXT)  # a workflow id's encoded "/" (relay_es.adapters.rest.slashes)
         rule = authz.rule_for(scope["method"], scope.get("path_template", ""))
         if rule is None:  # fail closed: a route nobody wrote a row for
             log.error("route %s %s is not in the authorization table; refused", scope["method"],

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -300,6 +301,11 @@ def check_every_action(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
     assert by[14]["target"] == {"type": "workflow", "ids": [], "count": 0}
     assert (by[14]["parameters"], by[15]["parameters"]) == ({"serializedChars": len(BLOB)},
                                                             {"serializedChars": len(big)})
+
+    # an id holding "/" (the application chose it), sent encoded: one id, sent and on record as it is
+    conforms("cancelWorkflow", call(srv, "POST", W + "/" + quote("orders/42", safe="") + "/cancel"), 204)
+    assert last(ex)["workflow_id"] == "orders/42"
+    assert actions(srv, ex.app, 17)[-1]["target"] == {"type": "workflow", "ids": ["orders/42"], "count": 1}
 
 
 def test_resume_and_fork_go_to_the_latest_version_first(srv: RelayServer) -> None:

@@ -45,6 +45,7 @@ def rfc(ms: int) -> str:
 
 T0_RFC = rfc(T0)
 SCHEDULED = "sched-nightly-2026-12-01T11:00:00+00:00"
+SLASHED = "orders/42/retry%2F"  # the last three characters are the id's own, encoded again when sent
 
 # --- the executor's side -----------------------------------------------------------------------
 
@@ -279,6 +280,11 @@ def check_every_read(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
     w = conforms("getWorkflow", call(srv, "GET", A + "/workflows/" + quote(SCHEDULED, safe="")), 200)
     assert w["workflowId"] == SCHEDULED and requests_of(ex, "get_workflow")[-1]["workflow_id"] == SCHEDULED
     conforms("listWorkflowSteps", call(srv, "GET", A + "/workflows/" + quote(SCHEDULED, safe="") + "/steps"), 200)
+    # an id holding "/" (the application chose it), sent encoded, is one id and not more of the path
+    w = conforms("getWorkflow", call(srv, "GET", A + "/workflows/" + quote(SLASHED, safe="")), 200)
+    assert w["workflowId"] == SLASHED and requests_of(ex, "get_workflow")[-1]["workflow_id"] == SLASHED
+    conforms("listWorkflowSteps", call(srv, "GET", A + "/workflows/" + quote(SLASHED, safe="") + "/steps"), 200)
+    assert requests_of(ex, "list_steps")[-1]["workflow_id"] == SLASHED
 
     # steps, with limit and offset
     steps = conforms("listWorkflowSteps", call(srv, "GET", A + "/workflows/wf-7/steps",
