@@ -57,7 +57,6 @@ logged with its traceback once per place it happens, counted in
 
 from __future__ import annotations
 
-import itertools
 import logging
 import secrets
 import traceback
@@ -86,7 +85,7 @@ from relay_es.engine.recovery import (
 )
 from relay_es.engine.service import Relay
 from relay_es.engine.settle import SettleWindow
-from relay_es.engine.timers import TimerHeap
+from relay_es.engine.timers import ANY, TimerHeap
 from relay_es.projections.executors import EXECUTOR_EVENTS, ExecutorRow, reduce
 from relay_es.projections.unreadable import Unreadable
 from relay_es.protocol import retention
@@ -174,9 +173,8 @@ class ProcessManager:
         length of a metrics bucket, whole seconds (None: no metrics collected). ``crash_point``: the
         fault suite's hook, called with a point's name (a no-op by default). ``on_event``: told
         ``(event, old row, new row)`` of every executor event followed (the metrics).
-        ``batch_size``: log entries read per query while following. ``chunk``: timers of one kind
-        other than deadlines fired (a batched kind: recorded in one transaction) before due
-        deadlines are looked at again (see :meth:`_run_due`). ``tie_key``: the secret that orders
+        ``batch_size``: log entries read per query while following. ``chunk``: how many timers
+        other than deadlines one round of :meth:`step` fires (see :meth:`_run_due`). ``tie_key``: the secret that orders
         equally good recovery candidates (random per process unless a test gives one; see
         :meth:`_best_candidate`)."""
         self.relay = relay
@@ -193,7 +191,7 @@ class ProcessManager:
         self.metrics_interval = metrics_interval
         self._crash_point = crash_point or (lambda name: None)
         self.batch_size = batch_size  # log entries read per query while following
-        self.chunk = chunk  # timers of a kind other than deadlines fired before due deadlines are looked at again
+        self.chunk = chunk  # timers other than deadlines fired per round of step
         self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
         self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = on_event or (lambda e, old, new: None)
 
@@ -248,7 +246,9 @@ class ProcessManager:
         while reading the log or recording answers propagates (the owner calls again)."""
         total = 0
         while True:
-            # Due timers first: a burst of answers must not make deadlines late.
+            # Rounds of bounded work, due timers first (every deadline, a chunk of the rest), then
+            # the log (until a deadline is due), a batch of answers, timers again: a burst of answers
+            # or dispatches must not make deadlines late, nor keep the log that arms them unread.
             n = (self._urgently(self._run_due) + self._follow() + self._urgently(self._drain_answers)
                  + self._urgently(self._run_due))
             if n == 0:
@@ -269,9 +269,15 @@ class ProcessManager:
         log is not urgent: a death never waits for it."""
         return self._urgent_running or bool(self.answers) or self._timer_due()
 
-    def _timer_due(self) -> bool:
-        nxt = self.next_wakeup()
+    def _timer_due(self, kind: Any = ANY) -> bool:
+        """Whether a timer (of ``kind``) would fire now."""
+        nxt = self.timers.next_at(kind)
+        if nxt is not None and not self.settle.closed:
+            nxt = self.settle.not_before(nxt)
         return nxt is not None and nxt <= self.clock.monotonic()
+
+    def _deadline_due(self) -> bool:
+        return self._timer_due("deadline")
 
     def next_wakeup(self) -> float | None:
         """Monotonic time of the next timer, or None."""
@@ -315,11 +321,11 @@ class ProcessManager:
     # ------------------------------------------------------------ following
     def catch_up(self, *, yield_to_timers: bool = False) -> int:
         """Folds the executor events appended since :attr:`position`, :attr:`batch_size` at a time.
-        Returns how many. ``yield_to_timers``: stops after a batch once a timer is due, so that
+        Returns how many. ``yield_to_timers``: stops after a batch once a deadline is due, so that
         :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
         n = 0
         while True:
-            if yield_to_timers and n and self._timer_due():
+            if yield_to_timers and n and self._deadline_due():
                 return n
             notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
                                                       unreadable=True)
@@ -551,33 +557,28 @@ class ProcessManager:
 
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
-        """Fires every due timer. Deadlines that come due together are decided together and
-        recorded in one transaction, so a thousand executors dying at once cost one commit, not
-        a thousand; the other kinds go :attr:`chunk` at a time (a batched kind's chunk in one
-        transaction too). Deadlines go first, and again between chunks as more come due: a death
-        is never late because the dispatches of earlier deaths were being recorded and sent."""
+        """Fires the due timers: every deadline due, then at most :attr:`chunk` of the others. Deadlines
+        that come due together are decided together and recorded in one transaction, so a thousand
+        executors dying at once cost one commit, not a thousand; a batched kind's due timers in a
+        chunk are recorded in one transaction too. :meth:`step` goes round (following the log,
+        recording answers) before the next chunk: a death is never late because the dispatches of
+        earlier deaths were being recorded and sent, nor is the log, whose Disconnected events arm
+        the deadlines, left unread while they are."""
         if self.settle.is_open(self.clock.monotonic()):
             return 0  # timers armed for the settle window's end wait for its new end
         total = 0
-        pending: dict[str, dict[Any, Any]] = {}  # kind -> {key: payload}, earliest due first
-        while True:
-            due = self.timers.pop_due(self.clock.monotonic())
+        while due := self.timers.pop_due(self.clock.monotonic(), kind="deadline"):
             total += len(due)
-            for (kind, sid), payload in due:
-                pending.setdefault(kind, {})[sid] = payload  # fired once, with its latest payload
-            deadlines = pending.pop("deadline", None)
-            if deadlines:
-                self._fire_kind("deadline", list(deadlines.items()))
-                continue
-            if not pending:
-                return total
-            kind, items = next(iter(pending.items()))
-            chunk = list(itertools.islice(items.items(), self.chunk))
-            for sid, _ in chunk:
-                del items[sid]
-            if not items:
-                del pending[kind]
-            self._fire_kind(kind, chunk)
+            self._fire_kind("deadline", [(sid, payload) for (_, sid), payload in due])
+        chunk: dict[str, list[tuple[Any, Any]]] = {}  # kind -> [(key, payload)], earliest due first
+        for (kind, sid), payload in self.timers.pop_due(self.clock.monotonic(), limit=self.chunk):
+            chunk.setdefault(kind, []).append((sid, payload))
+            total += 1
+        if "deadline" in chunk:  # came due meanwhile: first again
+            self._fire_kind("deadline", chunk.pop("deadline"))
+        for kind, items in chunk.items():
+            self._fire_kind(kind, items)
+        return total
 
     def _fire_kind(self, kind: str, items: list[tuple[Any, Any]]) -> None:
         """Fires the due timers of one kind through its handler in :attr:`_fire`: a batched

@@ -5,6 +5,12 @@ how long it may sleep and calls :meth:`pop_due` when it wakes. Timers are
 keyed: arming a key again replaces its timer, cancelling is O(1) (the stale
 heap entry is skipped when it surfaces). Times are ``monotonic()`` seconds, so
 a wall-clock step never moves a timer.
+
+A key that is a tuple has a *kind*, its first element (the process manager's
+``("deadline", stream id)``): each kind has a heap of its own, so that
+:meth:`next_at` and :meth:`pop_due` can be asked about one kind (are deaths
+due?) without walking the others. Asked about every kind, they take the
+earliest across them.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
+
+ANY: Any = object()  # next_at and pop_due over every kind
 
 
 @dataclass(order=True)
@@ -25,9 +33,14 @@ class _Entry:
     live: bool = field(default=True, compare=False)
 
 
+def kind_of(key: Hashable) -> Hashable:
+    """A tuple key's first element; None for any other key."""
+    return key[0] if isinstance(key, tuple) and key else None
+
+
 class TimerHeap:
     def __init__(self) -> None:
-        self._heap: list[_Entry] = []
+        self._heaps: dict[Hashable, list[_Entry]] = {}  # kind -> its heap
         self._by_key: dict[Hashable, _Entry] = {}
         self._seq = itertools.count()
 
@@ -46,7 +59,11 @@ class TimerHeap:
             old.live = False
         entry = _Entry(at, next(self._seq), key, payload)
         self._by_key[key] = entry
-        heapq.heappush(self._heap, entry)
+        kind = kind_of(key)
+        heap = self._heaps.get(kind)
+        if heap is None:
+            heap = self._heaps[kind] = []
+        heapq.heappush(heap, entry)
 
     def cancel(self, key: Hashable) -> bool:
         """Disarms ``key``; whether it was armed."""
@@ -56,18 +73,32 @@ class TimerHeap:
         entry.live = False
         return True
 
-    def next_at(self) -> float | None:
-        """The earliest live timer's time, or None when none is armed."""
-        while self._heap and not self._heap[0].live:
-            heapq.heappop(self._heap)
-        return self._heap[0].at if self._heap else None
+    def next_at(self, kind: Hashable = ANY) -> float | None:
+        """The earliest live timer's time (of ``kind``, if given), or None when none is armed."""
+        top = self._earliest(kind)
+        return top[0].at if top is not None else None
 
-    def pop_due(self, now: float) -> list[tuple[Hashable, Any]]:
-        """Removes and returns ``(key, payload)`` of every timer due at ``now``, earliest first."""
+    def pop_due(self, now: float, *, kind: Hashable = ANY, limit: int | None = None) -> list[tuple[Hashable, Any]]:
+        """Removes and returns ``(key, payload)`` of every timer due at ``now`` (of ``kind``, if given;
+        at most ``limit``), earliest first."""
         due = []
-        while self._heap and (not self._heap[0].live or self._heap[0].at <= now):
-            e = heapq.heappop(self._heap)
-            if e.live:
-                del self._by_key[e.key]
-                due.append((e.key, e.payload))
+        while limit is None or len(due) < limit:
+            top = self._earliest(kind)
+            if top is None or top[0].at > now:
+                return due
+            entry, heap = top
+            heapq.heappop(heap)
+            del self._by_key[entry.key]
+            due.append((entry.key, entry.payload))
         return due
+
+    def _earliest(self, kind: Hashable) -> tuple[_Entry, list[_Entry]] | None:
+        """The earliest live entry (of ``kind``) and its heap; stale entries on top are dropped."""
+        heaps = self._heaps.values() if kind is ANY else [self._heaps.get(kind, [])]
+        best: tuple[_Entry, list[_Entry]] | None = None
+        for heap in heaps:
+            while heap and not heap[0].live:
+                heapq.heappop(heap)
+            if heap and (best is None or heap[0] < best[0]):
+                best = (heap[0], heap)
+        return best

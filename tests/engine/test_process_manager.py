@@ -8,6 +8,7 @@ No sockets, no sleeps: time moves only when a test says so.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -1059,3 +1060,30 @@ def test_the_process_manager_says_when_it_armed_the_timers_rebuilt_from_the_stor
     world.restart()
     assert world.pm.stats.armed_at == before
     assert ("deadline", str(world.executor("A").id)) in world.pm.timers
+
+
+def test_the_log_is_followed_between_chunks_of_dispatches_so_later_drops_get_their_deadlines(world: World) -> None:
+    # 40 deaths dispatched 5 at a time, 10 ms a send. An executor dropping during the first chunk
+    # has its deadline armed (its Disconnected followed) long before the 40th send, not after it.
+    world.pm.chunk = 5
+    world.connect("B")
+    world.connect("late")
+    late = world.executor("late")
+    first = [f"A{i}" for i in range(40)]
+    for name in first:
+        world.connect(name)
+    for name in first:
+        world.drop(name)
+    armed_at_last_send: list[bool] = []
+
+    def on_send(request: Any) -> None:
+        world.clock.advance(0.01)
+        if len(world.dispatcher.sent) == 1:  # recorded by the hub meanwhile; the process manager follows it
+            world.relay.executor_disconnected(late.id, connection_id=late.connection_id, reason="socket_closed")
+        if len(world.dispatcher.sent) == 40:
+            armed_at_last_send.append(("deadline", str(late.id)) in world.pm.timers)
+
+    world.dispatcher.on_send = on_send
+    world.advance(10.0)
+    assert armed_at_last_send == [True]
+    assert len(world.dispatcher.sent) == 40

@@ -58,3 +58,29 @@ def test_times_are_monotonic_a_wall_clock_step_moves_nothing() -> None:
     assert heap.next_at() - clock.monotonic() == 10
     clock.advance(10)
     assert heap.pop_due(clock.monotonic()) == [("t", None)]
+
+
+def test_one_kind_can_be_asked_about_alone_and_every_kind_merges_in_time_order() -> None:
+    heap = TimerHeap()
+    heap.arm(("dispatch", "a"), 1.0)
+    heap.arm(("deadline", "b"), 2.0)
+    heap.arm(("dispatch", "c"), 3.0)
+    heap.arm("plain", 1.5)  # a key that is no tuple has no kind (None)
+    assert heap.next_at("deadline") == 2.0 and heap.next_at("dispatch") == 1.0 and heap.next_at() == 1.0
+    assert heap.next_at("response") is None and heap.next_at(None) == 1.5
+    assert heap.pop_due(10.0, kind="deadline") == [(("deadline", "b"), None)]
+    assert heap.next_at("deadline") is None and len(heap) == 3
+    heap.arm(("deadline", "d"), 0.5)
+    assert heap.pop_due(10.0, limit=2) == [(("deadline", "d"), None), (("dispatch", "a"), None)]
+    assert heap.pop_due(10.0) == [("plain", None), (("dispatch", "c"), None)]
+    assert len(heap) == 0 and heap.next_at() is None
+
+
+def test_a_cancelled_timer_of_a_kind_is_skipped_when_that_kind_is_asked_about() -> None:
+    heap = TimerHeap()
+    heap.arm(("deadline", "a"), 1.0)
+    heap.arm(("deadline", "b"), 2.0)
+    heap.cancel(("deadline", "a"))
+    assert heap.next_at("deadline") == 2.0
+    assert heap.pop_due(1.5, kind="deadline") == [] and heap.pop_due(2.0, kind="deadline", limit=5) == [
+        (("deadline", "b"), None)]
