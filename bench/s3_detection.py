@@ -6,7 +6,10 @@ the application's grace is set to 5 s (PATCH executorTimeoutSecs); the N drop
 at once (no close frame, like SIGKILL), so N deadlines come due together. From the lifecycle feed (REST, paged):
 DeclaredDead's ``at`` against the deadline its Disconnected carried, and the
 recovery dispatch against the death; from the survivor's fleet: when the
-``exist_pending_workflows`` frame for each dead executor arrived.
+``exist_pending_workflows`` frame for each dead executor arrived. Then the floor: the same
+number of deaths recorded alone (``record_deaths_alone``, one transaction, nothing else running)
+gives a rate, and ``lateness_floor`` the lateness the run's own deadlines would have had if
+recording them at that rate were all there was to do.
 """
 
 from __future__ import annotations
@@ -47,6 +50,51 @@ def stats_ms(values: list[float]) -> dict[str, Any]:
 
 
 OTHERS = "detect-others"
+
+
+def record_deaths_alone(store_url: str, n: int) -> dict[str, Any]:
+    """The floor of recording deaths: ``n`` executors Disconnected with their deadline passed, then
+    declared dead in one ``Relay.execute`` (as the process manager records the deaths due together:
+    one command per executor, one transaction), in this process, with no socket, read model or other
+    thread. Deaths recorded per second."""
+    from datetime import timedelta, timezone
+
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.aggregates.executor import Executor
+    from relay_es.engine.service import Relay
+
+    relay = Relay(event_store_env(parse_database_url(store_url)), clock=SystemClock())
+    try:
+        relay.register_app("local", "floor")
+        now = datetime.now(timezone.utc)
+        executors = []
+        for i in range(n):
+            ex = Executor(org="local", app="floor", executor_id=f"floor-{i}", timestamp=now - timedelta(seconds=3))
+            ex.connect(connection_id=f"c{i}", owner="bench", app_version="v1", hostname="h", language="python",
+                       dbos_version="3.2.0", executor_metadata={}, at=now - timedelta(seconds=3))
+            ex.disconnect(connection_id=f"c{i}", reason="socket_closed", deadline=now - timedelta(seconds=1),
+                          at=now - timedelta(seconds=2))
+            executors.append(ex)
+        for i in range(0, n, 500):
+            relay.save(*executors[i:i + 500])
+        t0 = time.perf_counter()
+        done = relay.execute([relay.op_declare_dead(ex.id, ex.deadline) for ex in executors])
+        took = time.perf_counter() - t0
+    finally:
+        relay.close()
+    return {"n": n, "recorded": sum(done), "seconds": took, "per_s": n / took}
+
+
+def lateness_floor(deadlines: list[float], per_s: float) -> list[float]:
+    """Each death's lateness if deaths were recorded one after another at ``per_s``, each started
+    the moment its deadline came or the death before it was recorded, whichever is later: nothing
+    but the recording's own cost (no time to notice a deadline, no other work)."""
+    late, free_at = [], float("-inf")
+    for d in sorted(deadlines):
+        free_at = max(free_at, d) + 1.0 / per_s
+        late.append(free_at - d)
+    return late
 
 
 def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
@@ -128,7 +176,16 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         batches: dict[float, int] = {}
         for _, at in timeline:
             batches[round(at - t_first, 3)] = batches.get(round(at - t_first, 3), 0) + 1
+        for f in fleets + fleets_keep + [survivor]:  # idempotent: closed again below
+            f.close()
+        srv.kill()
+        srv = None
+        floor_url = f"sqlite:///{wd.path}/floor.db" if kind == "sqlite" else ctx.pg.create_db("s3floor")
+        alone = record_deaths_alone(floor_url, len(timeline) or n)
+        floor = stats_ms(lateness_floor([dl for dl, _ in timeline], alone["per_s"]))
+        log(f"s3 {kind}: deaths recorded alone {alone['per_s']:,.0f}/s; lateness floor p99 {floor['p99']} ms")
         out = {
+            "deaths_alone": alone, "lateness_floor_ms": floor,
             "deadline_spread_ms": 1000 * (timeline[-1][0] - t_first) if timeline else None,
             "death_batches": sorted(batches.items())[:40],
             "store": kind, "n": n, "registered": registered, "others": others_registered, "grace_s": grace, "all_recovered": bool(done),
