@@ -3,7 +3,9 @@
 One stream per org, made with its first member. A member is seen (``MemberSeen``) the first time
 they sign in, or when a role is granted to them before that; ``RoleGranted`` gives them a role
 (replacing any other); ``MemberRemoved`` forgets them and their grant. A member without a grant
-gets the role their groups map to (Relay's settings), or none.
+gets the role their groups map to (Relay's settings), or none. ``SecretGenerated`` notes a token a
+member made for themselves (``generateSecret``), so that removing them revokes it: a key outlives
+nobody's membership.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from relay_es.domain.errors import InvalidSetting
 NAMESPACE = uuid.UUID("c41e7b92-5a3d-4f16-8e0c-9b2d7a6f1e58")
 MAX_MEMBERS = 10_000
 MAX_FIELD = 256
+MAX_SECRETS = 100  # tokens one member may have made for themselves (generateSecret), live or not
 
 
 def members_stream_id(org: str) -> uuid.UUID:
@@ -26,6 +29,11 @@ def members_stream_id(org: str) -> uuid.UUID:
 
 
 class OrgMembers(Aggregate):
+    # username -> names of the tokens they made for themselves, oldest first. A class default, replaced
+    # and never changed in place: a stream recorded before it existed has none. (Not annotated: the
+    # library would make it a dataclass field, and a dict default is refused there.)
+    secrets = {}  # type: dict[str, tuple[str, ...]]
+
     @staticmethod
     def create_id(org: str) -> uuid.UUID:
         return members_stream_id(org)
@@ -82,3 +90,16 @@ class OrgMembers(Aggregate):
     @event("MemberRemoved")
     def _removed(self, username: str, timestamp: datetime) -> None:
         self.members = {k: v for k, v in self.members.items() if k != username}
+        self.secrets = {k: v for k, v in self.secrets.items() if k != username}
+
+    def secret_generated(self, username: str, token_name: str, *, at: datetime) -> None:
+        """``username`` made the token ``token_name`` for themselves; removing them revokes it."""
+        made = self.secrets.get(username, ())
+        if len(made) >= MAX_SECRETS:
+            raise InvalidSetting("secret", f"a member may make at most {MAX_SECRETS} secrets, revoked ones "
+                                           "included; removing the member revokes them and starts again")
+        self._secret_generated(username=username, token_name=token_name, timestamp=at)
+
+    @event("SecretGenerated")
+    def _secret_generated(self, username: str, token_name: str, timestamp: datetime) -> None:
+        self.secrets = {**self.secrets, username: (*self.secrets.get(username, ()), token_name)}

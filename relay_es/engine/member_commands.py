@@ -8,8 +8,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from relay_es.aggregates.application import check_app_name, check_org_name
 from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
+from relay_es.aggregates.token import Token, new_secret, token_stream_id
 from relay_es.domain.errors import InvalidSetting, UnknownMember, UnknownRole
+from relay_es.domain.roles import check_permissions, ordered
 from relay_es.domain.text import check_id, sanitized
 
 
@@ -27,6 +30,7 @@ class MemberCommands:
     retrying: Callable[[Callable[[], Any]], Any]
     now: Callable[[], datetime]
     role: Callable[[str, str], list[str] | None]
+    _token_made: Callable[..., Token]
 
     def members(self, org: str) -> dict[str, dict[str, Any]]:
         """username -> what is known (``email``, ``name``, ``given_name``, ``family_name``, ``role``
@@ -67,14 +71,43 @@ class MemberCommands:
 
         return bool(self.retrying(run))
 
-    def remove_member(self, org: str, username: str) -> dict[str, Any]:
-        """Forgets a member and their grant; :class:`UnknownMember` when there is none."""
-        def run() -> dict[str, Any]:
+    def remove_member(self, org: str, username: str) -> tuple[dict[str, Any], list[str]]:
+        """Forgets a member and their grant, and revokes the tokens they made for themselves
+        (:meth:`generate_secret`), in one transaction. Returns what was known of them and the names of
+        the tokens revoked (the caller closes their sockets); :class:`UnknownMember` when there is none."""
+        def run() -> tuple[dict[str, Any], list[str]]:
             m = self._maybe(members_stream_id(org))
+            made = () if m is None else m.secrets.get(username, ())
             known = None if m is None else m.remove(username, at=self.now())
             if known is None:
                 raise UnknownMember(org, username)
-            self.save(m)
-            return known
+            revoked = []
+            for name in dict.fromkeys(made):
+                tok = self._maybe(token_stream_id(org, name))
+                if tok is not None and not tok.revoked:
+                    tok.revoke(at=self.now())
+                    revoked.append(tok)
+            self.save(m, *revoked)
+            return known, [t.name for t in revoked]
 
-        return dict(self.retrying(run))
+        known, revoked = self.retrying(run)
+        return dict(known), revoked
+
+    def generate_secret(self, org: str, username: str, name: str, *, permissions: list[str]) -> str:
+        """A new org-wide token ``name`` for ``username`` with ``permissions`` (the caller's own, checked
+        by the caller), noted as theirs so that removing them revokes it; one transaction. Returns its
+        secret: the only time it is seen."""
+        _check_username(username)
+        check_org_name(org)
+        check_app_name(name)  # a token's name: the same URL-safe alphabet
+        chosen = ordered(check_permissions("permissions", permissions))
+        secret = new_secret()
+
+        def run() -> str:
+            tok = self._token_made(org, name, secret, None, chosen)
+            m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
+            m.secret_generated(username, name, at=self.now())
+            self.save(tok, m)
+            return secret
+
+        return str(self.retrying(run))

@@ -268,18 +268,24 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
         secret = new_secret()
 
         def run() -> str:
-            tok = self._maybe(token_stream_id(org, name))
-            apps = None if app_names is None else sorted(set(app_names))
-            if tok is None:
-                tok = Token(org=org, name=name, secret_hash=hash_secret(secret), app_names=apps, timestamp=self.now())
-            else:
-                tok.reissue(secret_hash=hash_secret(secret), app_names=apps, at=self.now())
-            if chosen is not None:
-                tok.set_permissions(chosen, at=self.now())
-            self.save(tok)
+            self.save(self._token_made(org, name, secret, app_names, chosen))
             return secret
 
         return self.retrying(run)
+
+    def _token_made(self, org: str, name: str, secret: str, app_names: list[str] | None,
+                    permissions: list[str] | None) -> Token:
+        """The token ``name`` made (or made again, if revoked) with ``secret``, not saved yet; its
+        arguments checked by the caller."""
+        tok = self._maybe(token_stream_id(org, name))
+        apps = None if app_names is None else sorted(set(app_names))
+        if tok is None:
+            tok = Token(org=org, name=name, secret_hash=hash_secret(secret), app_names=apps, timestamp=self.now())
+        else:
+            tok.reissue(secret_hash=hash_secret(secret), app_names=apps, at=self.now())
+        if permissions is not None:
+            tok.set_permissions(permissions, at=self.now())
+        return tok
 
     def revoke_token(self, org: str, name: str) -> None:
         def run() -> None:

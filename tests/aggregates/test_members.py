@@ -329,7 +329,7 @@ def test_a_round_trip_through_a_relay_on_the_in_memory_store() -> None:
     relay.member_seen(ORG, "carol", email="carol@acme.test", name="Carol", given_name="Carol", family_name="King")
     assert relay.grant_role(ORG, "bob", "viewer") is True
     relay.member_seen(ORG, "dave", **EMPTY)
-    assert relay.remove_member(ORG, "dave") == {**EMPTY, "role": None, "since": at(2).isoformat()}
+    assert relay.remove_member(ORG, "dave") == ({**EMPTY, "role": None, "since": at(2).isoformat()}, [])
 
     stored = list(relay.stream(sid))
     assert [type(e).__name__ for e in stored] == ["Opened", "RoleGranted", "MemberSeen", "MemberSeen", "RoleGranted",
@@ -357,3 +357,29 @@ def test_a_round_trip_through_a_relay_on_the_in_memory_store() -> None:
     }
     assert relay.members(ORG) == loaded.members
     relay.close()
+
+
+def test_a_secret_a_member_made_is_noted_as_theirs_until_they_are_removed() -> None:
+    m = OrgMembers(org=ORG, timestamp=at(0))
+    assert m.secrets == {}
+    m.secret_generated("bob", "secret-1", at=at(1))
+    m.secret_generated("bob", "secret-2", at=at(2))
+    m.secret_generated("alice", "secret-3", at=at(3))
+    assert m.secrets == {"bob": ("secret-1", "secret-2"), "alice": ("secret-3",)}
+    assert OrgMembers.secrets == {}  # the class default was replaced, not changed
+    ev = m.collect_events()[-1]
+    assert (type(ev).__name__, ev.username, ev.token_name, ev.timestamp) == ("SecretGenerated", "alice", "secret-3", at(3))
+    m.see("bob", email="b@x", name="", given_name="", family_name="", at=at(4))
+    m.remove("bob", at=at(5))
+    assert m.secrets == {"alice": ("secret-3",)}
+
+
+def test_a_member_makes_at_most_max_secrets(monkeypatch) -> None:
+    monkeypatch.setattr(members_module, "MAX_SECRETS", 2)
+    m = OrgMembers(org=ORG, timestamp=at(0))
+    m.secret_generated("bob", "s1", at=at(1))
+    m.secret_generated("bob", "s2", at=at(1))
+    with pytest.raises(InvalidSetting):
+        m.secret_generated("bob", "s3", at=at(1))
+    m.secret_generated("alice", "s3", at=at(1))  # per member
+    assert m.secrets["bob"] == ("s1", "s2")

@@ -11,6 +11,7 @@ import pytest
 
 from relay_es.aggregates import members as members_module
 from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
+from relay_es.aggregates.token import secret_matches, token_stream_id
 from relay_es.domain.errors import IllegalTransition, DomainError, InvalidSetting, UnknownMember, UnknownRole
 from relay_es.engine.service import Relay
 from relay_es.engine.store import SNAPSHOT_EVERY, SNAPSHOTTED
@@ -223,7 +224,7 @@ def test_remove_member_returns_what_was_known_and_forgets_the_grant(relay: Relay
     relay.grant_role(ORG, "bob", "admin")
     relay.member_seen(ORG, "alice", **ALICE)
     clock.advance(10)
-    assert relay.remove_member(ORG, "bob") == {**BOB, "role": "admin", "since": first}
+    assert relay.remove_member(ORG, "bob") == ({**BOB, "role": "admin", "since": first}, [])
     assert kinds(relay, members_stream_id(ORG))[-1] == "MemberRemoved"
     removed = list(relay.stream(members_stream_id(ORG)))[-1]
     assert (removed.username, removed.timestamp) == ("bob", clock.now())
@@ -250,7 +251,7 @@ def test_removing_an_unknown_member_is_unknown_member(relay: Relay) -> None:
 
 def test_removing_a_member_only_granted_returns_an_empty_profile(relay: Relay, clock) -> None:
     relay.grant_role(ORG, "bob", "viewer")
-    assert relay.remove_member(ORG, "bob") == {**EMPTY, "role": "viewer", "since": since(clock)}
+    assert relay.remove_member(ORG, "bob") == ({**EMPTY, "role": "viewer", "since": since(clock)}, [])
     assert relay.members(ORG) == {}
 
 
@@ -357,6 +358,54 @@ def test_a_long_members_stream_loads_from_its_snapshots(relay: Relay, clock) -> 
     # and it still moves on from the snapshot
     assert relay.grant_role(ORG, "bob", "admin") is True
     assert relay.member(ORG, "bob")["role"] == "admin"
-    assert relay.remove_member(ORG, "alice")["email"] == ALICE["email"]
+    assert relay.remove_member(ORG, "alice")[0]["email"] == ALICE["email"]
     assert list(relay.members(ORG)) == ["bob"]
     assert relay._maybe(sid).version == 255
+
+
+# --------------------------------------------------------- secrets a member made
+
+
+def token(relay: Relay, name: str) -> Any:
+    return relay._maybe(token_stream_id(ORG, name))
+
+
+def test_a_generated_secret_is_a_token_noted_as_the_members_in_one_transaction(relay: Relay) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    secret = relay.generate_secret(ORG, "bob", "secret-0a1b2c3d", permissions=["metric.read", "application.read"])
+    tok = token(relay, "secret-0a1b2c3d")
+    assert (tok.org, tok.name, tok.app_names, tok.permissions, tok.revoked) == (
+        ORG, "secret-0a1b2c3d", None, ["application.read", "metric.read"], False)
+    assert secret_matches(secret, tok.secret_hash)
+    assert relay._maybe(members_stream_id(ORG)).secrets == {"bob": ("secret-0a1b2c3d",)}
+    assert kinds(relay, members_stream_id(ORG))[-1] == "SecretGenerated"
+    with pytest.raises(InvalidSetting):  # a permission that does not exist: nothing recorded
+        relay.generate_secret(ORG, "bob", "secret-ffffffff", permissions=["everything"])
+    with pytest.raises(InvalidSetting):
+        relay.generate_secret(ORG, "bob", "secret/../x", permissions=["metric.read"])
+    assert relay._maybe(members_stream_id(ORG)).secrets == {"bob": ("secret-0a1b2c3d",)}
+
+
+def test_removing_a_member_revokes_the_secrets_they_made_and_no_other_token(relay: Relay) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.member_seen(ORG, "alice", **ALICE)
+    mine = [f"secret-{i:08x}" for i in range(3)]
+    for name in mine:
+        relay.generate_secret(ORG, "bob", name, permissions=["metric.read"])
+    relay.generate_secret(ORG, "alice", "secret-aaaaaaaa", permissions=["metric.read"])
+    relay.create_token(ORG, "ci")
+    relay.revoke_token(ORG, "secret-00000001")  # revoked already: not revoked twice
+    known, revoked = relay.remove_member(ORG, "bob")
+    assert known["email"] == BOB["email"] and revoked == ["secret-00000000", "secret-00000002"]
+    assert [token(relay, n).revoked for n in mine] == [True, True, True]
+    assert not token(relay, "secret-aaaaaaaa").revoked and not token(relay, "ci").revoked
+    assert relay._maybe(members_stream_id(ORG)).secrets == {"alice": ("secret-aaaaaaaa",)}
+
+
+def test_a_member_may_make_a_bounded_number_of_secrets(relay: Relay, monkeypatch) -> None:
+    monkeypatch.setattr(members_module, "MAX_SECRETS", 2)
+    relay.generate_secret(ORG, "bob", "secret-00000000", permissions=["metric.read"])
+    relay.generate_secret(ORG, "bob", "secret-00000001", permissions=["metric.read"])
+    with pytest.raises(InvalidSetting):
+        relay.generate_secret(ORG, "bob", "secret-00000002", permissions=["metric.read"])
+    assert relay._maybe(token_stream_id(ORG, "secret-00000002")) is None  # the token was not made either

@@ -12,11 +12,13 @@ runs, as Conductor does.
   member without a grant (whose role, if any, comes from their groups at each sign-in) shows a
   role with an empty name and no permissions.
 - ``grantRole``: gives a member (signed in or not yet) a role of the org (404 for an unknown role).
-- ``removeMember``: forgets a member and their grant (404 for an unknown one); their groups may
+- ``removeMember``: forgets a member and their grant (404 for an unknown one), and revokes the
+  tokens they made with ``generateSecret`` (their executors' sockets are closed); their groups may
   still give them a role at their next sign-in.
 - ``getCurrentUser``: the OIDC user calling (404 for a token: no user).
-- ``generateSecret``: a new org-wide token for the caller, with the caller's permissions (never more),
-  named ``secret-<8 hex digits>``; the secret is shown once.
+- ``generateSecret``: a new org-wide token for the calling OIDC user (404 for a token: no user), with
+  the caller's permissions (never more), named ``secret-<8 hex digits>``, and noted as theirs: removing
+  them revokes it. The secret is shown once.
 """
 
 from __future__ import annotations
@@ -111,9 +113,13 @@ class OrgController(Controller):
             status_code=200, sync_to_thread=True)
     def remove_member(self, org: FromPath[str], username: FromPath[str], request: Request[Any, Any, Any],
                       ctx: Context) -> Response[m.Member]:
-        with recorded(ctx, request, org, None, operation="removeMember", target_type="user", target_ids=[username]):
+        with recorded(ctx, request, org, None, operation="removeMember", target_type="user",
+                      target_ids=[username]) as result:
             _may_change(ctx, request, org, username)
-            known = ctx.relay.remove_member(org, username)
+            known, revoked = ctx.relay.remove_member(org, username)
+            result["revokedTokens"] = len(revoked)
+        for name in revoked:
+            ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
         return calling.answer(m.Member(id=username, org_id=_org_id(org), email=known.get("email", ""),
                                        name=known.get("name", ""), given_name=known.get("given_name", ""),
                                        family_name=known.get("family_name", ""), company=""))
@@ -123,9 +129,11 @@ class OrgController(Controller):
     def generate_secret(self, org: FromPath[str], request: Request[Any, Any, Any],
                         ctx: Context) -> Response[m.GenerateSecretOutputBody]:
         who = request.state.principal
+        if who.user is None:
+            raise NotFoundException("a token is not a user: generateSecret makes a key for an OIDC sign-in")
         name = f"secret-{secrets.token_hex(4)}"
         with recorded(ctx, request, org, None, operation="generateSecret", target_type="token", target_ids=[name]):
-            secret = ctx.relay.create_token(org, name, permissions=sorted(who.permissions))  # never on record
+            secret = ctx.relay.generate_secret(org, who.user, name, permissions=sorted(who.permissions))  # never on record
         ctx.read_your_writes()
         return calling.answer(m.GenerateSecretOutputBody(secret=secret), HTTP_201_CREATED)
 

@@ -143,6 +143,13 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     assert made["permissions"] == ["application.read", "token.write"]  # bob's: never more
     assert call(s, "GET", O + "/apps", secret).status_code == 200
     assert call(s, "PATCH", O + "/apps/orders", secret, json={"executorTimeoutSecs": 9}).status_code == 403
+    # a key outlives nobody's membership: removing bob revokes the secrets he made, and no other token
+    assert call(s, "POST", O + "/secrets", admin).status_code == 404  # a token is no member: no key of its own
+    conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", boss), 200)
+    assert call(s, "GET", O + "/apps", secret).status_code == 401
+    assert call(s, "GET", O + "/apps", admin).status_code == 200
+    tokens = {t["tokenName"]: t for t in call(s, "GET", O + "/tokens", admin).json()}
+    assert made["tokenName"] not in tokens  # revoked tokens are not listed
 
 
 def test_bad_tokens_are_refused(oidc: tuple[RelayServer, Issuer, str]) -> None:
