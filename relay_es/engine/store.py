@@ -118,6 +118,9 @@ class StoreReads(Protocol):
 
     def is_store_error(self, e: BaseException) -> bool: ...
 
+    def record(self, objs: Sequence[Any], **kwargs: Any) -> list[Any]:
+        """What the library's ``Application.save(*objs, **kwargs)`` does; its recordings."""
+
 
 class LibraryReads:
     """:class:`StoreReads` through the library's public API (the in-memory store)."""
@@ -159,6 +162,9 @@ class LibraryReads:
     @staticmethod
     def is_store_error(e: BaseException) -> bool:
         return isinstance(e, (PersistenceError, OSError, TimeoutError))
+
+    def record(self, objs: Sequence[Any], **kwargs: Any) -> list[Any]:
+        return ESApplication.save(self.app, *objs, **kwargs)  # the library's own, not RelayStore's
 
 
 class RelayStore(ESApplication[UUID]):
@@ -219,7 +225,7 @@ class RelayStore(ESApplication[UUID]):
     def save(self, *objs: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
         started = time.perf_counter()
         try:
-            recordings = super().save(*objs, **kwargs)
+            recordings = self.reads.record(objs, **kwargs)  # the library's save (beneath it: FastReads)
         except IntegrityError:
             self._forget(obj.id for obj in objs if isinstance(obj, Executor))
             raise

@@ -8,7 +8,9 @@ so that a library upgrade that changes one fails here, not in production:
   (the snapshots table's name and layout);
 * an aggregate's attributes are its ``__dict__``, pending events in ``_pending_events``;
 * the Postgres datastore's pool takes connection arguments before it opens (``pool.kwargs``);
-* the transcoder's registered transcodings are in ``JSONTranscoder.names``.
+* the transcoder's registered transcodings are in ``JSONTranscoder.names``;
+* aggregates saved beneath ``Application.save`` (its ``_record``, ``_take_snapshots`` and
+  ``_notify``) are stored as its own save stores them.
 """
 
 from __future__ import annotations
@@ -171,3 +173,38 @@ def test_an_aggregate_is_its_dict_with_its_own_pending_events(world: World) -> N
 def test_the_transcoder_names_its_transcodings(world: World) -> None:
     names = world.relay.mapper.transcoder.names
     assert {"datetime_iso", "timedelta_us", "json_text", "app_settings", "uuid_hex"} <= set(names)
+
+
+def test_aggregates_saved_beneath_the_library_are_recorded_as_its_save_records_them(world: World, clock) -> None:
+    # The same two changes to two executors, one saved by the library's Application.save, the other
+    # by save_aggregates: the same events stored (but for the connection's id), in the log in order.
+    from eventsourcing.application import Application
+
+    from relay_es.adapters.library import save_aggregates
+
+    relay = world.relay
+    for name in ("A", "B"):
+        world.connect(name)
+    a, b = (copy_aggregate(relay.get_executor("local", "app", n)) for n in ("A", "B"))
+    for ex in (a, b):
+        ex.disconnect(connection_id=ex.connection_id, reason="socket_closed", deadline=clock.now(), at=clock.now())
+        ex.declare_dead(now=clock.now())
+    head = relay.recorder.max_notification_id()
+    by_library = Application.save(relay, a)
+    beneath = save_aggregates(relay, [b, None])
+    assert [type(r.domain_event).__name__ for r in by_library] == [type(r.domain_event).__name__ for r in beneath] == [
+        "Disconnected", "DeclaredDead"]
+    assert [r.notification.id for r in by_library + beneath] == list(range(head + 1, head + 5))
+    for r_a, r_b in zip(by_library, beneath):
+        one, two = (json.loads(stored_of(relay, r).state) for r in (r_a, r_b))
+        assert one.pop("connection_id", "A@").startswith("A@") and two.pop("connection_id", "B@").startswith("B@")
+        assert one == two, (one, two)
+    assert a.collect_events() == [] and b.collect_events() == []  # pending events taken, as the library takes them
+    assert [type(e).__name__ for e in relay.stream(b.id)][-2:] == ["Disconnected", "DeclaredDead"]
+
+
+def stored_of(relay: Any, recording: Any) -> Any:
+    e = recording.domain_event
+    (n,) = [n for n in relay.recorder.select_events(e.originator_id, gt=e.originator_version - 1,
+                                                     lte=e.originator_version)]
+    return n
