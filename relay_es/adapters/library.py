@@ -30,7 +30,7 @@ both stores, so a library upgrade that changes one fails there first:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -44,6 +44,9 @@ from eventsourcing.utils import resolve_topic
 
 from relay_es.adapters.failures import is_store_error
 from relay_es.projections.unreadable import Unreadable
+
+
+Skip = Callable[[str, int], bool]  # (stream id, version) -> whether the reader has that event already
 
 
 def store_kind(app: Any) -> str | None:
@@ -103,8 +106,8 @@ class FastReads:
         self.log = EventLog(app)
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False) -> list[tuple[int, str, Any]]:
-        return self.log.read(after, limit, topics, unreadable=unreadable)
+                      unreadable: bool = False, skip: Skip | None = None) -> list[tuple[int, str, Any]]:
+        return self.log.read(after, limit, topics, unreadable=unreadable, skip=skip)
 
     def streams(self, ids: Sequence[Any]) -> dict[Any, tuple[Any, list[Any]]]:
         snapshots = self.app.snapshots.recorder if self.app.snapshots is not None else None
@@ -302,14 +305,18 @@ class EventLog:
 
     # ------------------------------------------------------------- reading
     def read(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-             unreadable: bool = False) -> list[tuple[int, str, Any]]:
+             unreadable: bool = False, skip: Skip | None = None) -> list[tuple[int, str, Any]]:
         """Notifications after ``after`` (only of ``topics``, if given), at most ``limit``.
         ``unreadable``: an event that cannot be decoded comes back as :class:`Unreadable`
-        instead of failing the whole read."""
+        instead of failing the whole read. ``skip(stream id, version)``: true for an event the
+        reader has already (it comes back as ``None``, not decoded)."""
         if self._kind is None or not self._fast:
             out = []
             for n in self.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
                                                         inclusive_of_start=False):
+                if skip is not None and skip(self._stream(n.originator_id)[1], n.originator_version):
+                    out.append((n.id, self._stream(n.originator_id)[1], None))
+                    continue
                 try:
                     e = self.mapper.to_domain_event(n)
                 except Exception as error:
@@ -331,29 +338,32 @@ class EventLog:
                 curs.execute(self._query(topics), (after, *topics, limit))
                 rows = curs.fetchall()
         try:
-            return self._events(rows)
+            return self._events(rows, skip)
         except Exception:
             if not unreadable:
                 raise
         out = []  # one row (at least) cannot be decoded: row by row, that one in its own place
         for row in rows:
             try:
-                out.extend(self._events([row]))
+                out.extend(self._events([row], skip))
             except Exception as error:
                 nid, raw_id, version, topic, _ = row
                 oid, sid = self._stream(raw_id)
                 out.append((nid, sid, Unreadable(oid, version, topic, error)))
         return out
 
-    def _events(self, rows: list[Any]) -> list[tuple[int, str, Any]]:
+    def _events(self, rows: list[Any], skip: Skip | None = None) -> list[tuple[int, str, Any]]:
         """Domain events for stored rows (a rebuild runs this a million times: locals, no per-row calls
-        beyond the decoder and :meth:`_top_level`)."""
+        beyond the decoder and :meth:`_top_level`); ``None`` for a row ``skip`` says is had already."""
         decode, classes, ids, top_level, fix = self._decode, self._classes, self._ids, self._top_level, self._fix
         out = []
         append = out.append
         for nid, raw_id, version, topic, state in rows:
-            cls, plain = classes.get(topic) or self._class(topic)
             oid, sid = ids.get(raw_id) or self._stream(raw_id)
+            if skip is not None and skip(sid, version):
+                append((nid, sid, None))
+                continue
+            cls, plain = classes.get(topic) or self._class(topic)
             if not plain:
                 append((nid, sid, self._library(oid, version, topic, state)))
                 continue

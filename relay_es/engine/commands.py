@@ -56,20 +56,25 @@ class Batch:
         return self._grace[key]
 
 
-def execute(relay: "Relay", ops: list[Op]) -> list[bool]:
-    """Runs ``ops`` and saves all their events in one transaction; per op, whether it recorded anything."""
+Recorded = list[tuple[int, str, Any]]  # (notification id, stream id, domain event) of what was saved
+
+
+def execute(relay: "Relay", ops: list[Op], recorded: Recorded | None = None) -> list[bool]:
+    """Runs ``ops`` and saves all their events in one transaction; per op, whether it recorded anything.
+    ``recorded``: every event saved is appended to it, as the log will give it back (its notification id,
+    its stream id), so that a caller following the log can fold what it recorded at once."""
     if not ops:
         return []
     try:
-        return _execute_once(relay, ops)
+        return _execute_once(relay, ops, recorded)
     except IntegrityError:
         if len(ops) == 1:
-            return relay.retrying(lambda: _execute_once(relay, ops))
+            return relay.retrying(lambda: _execute_once(relay, ops, recorded))
         log.info("conflict in a batch of %d; running its commands one by one", len(ops))
-        return [relay.retrying(lambda op=op: _execute_once(relay, [op])[0]) for op in ops]
+        return [relay.retrying(lambda op=op: _execute_once(relay, [op], recorded)[0]) for op in ops]
 
 
-def _execute_once(relay: "Relay", ops: list[Op]) -> list[bool]:
+def _execute_once(relay: "Relay", ops: list[Op], recorded: Recorded | None = None) -> list[bool]:
     aggregates = relay.load_many(list(dict.fromkeys(op.stream_id for op in ops)))
     batch = Batch(relay)
     results: list[bool] = []
@@ -89,7 +94,10 @@ def _execute_once(relay: "Relay", ops: list[Op]) -> list[bool]:
         touched[op.stream_id] = result
         results.append(True)
     if touched:
-        relay.save(*touched.values())
+        recordings = relay.save(*touched.values())
+        if recorded is not None:
+            recorded.extend((r.notification.id, str(r.domain_event.originator_id), r.domain_event)
+                            for r in recordings)
     return results
 
 

@@ -16,7 +16,7 @@ from relay_es.aggregates.application import check_app_name, check_org_name
 from relay_es.aggregates.executor import Executor, executor_stream_id
 from relay_es.domain.errors import UnknownExecutor
 from relay_es.domain.text import check_id, check_text, sanitized
-from relay_es.engine.commands import Batch, Op, execute, single
+from relay_es.engine.commands import Batch, Op, Recorded, execute, single
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,15 @@ class ExecutorCommands:
     grace_for: Callable[[str, str], timedelta]
     _maybe: Callable[[UUID], Any]
 
-    def execute(self, ops: list[Op]) -> list[bool]:
+    def execute(self, ops: list[Op], recorded: Recorded | None = None) -> list[bool]:
         """Runs many commands and saves all their events in **one** transaction.
 
         Returns, per op, whether it recorded anything. If the save conflicts
         (another writer touched one of the aggregates), every op is run again
-        on its own, each with its own retries.
+        on its own, each with its own retries. ``recorded``: what was saved is
+        appended to it (:func:`~relay_es.engine.commands.execute`).
         """
-        return execute(self, ops)  # type: ignore[arg-type]
+        return execute(self, ops, recorded)  # type: ignore[arg-type]
 
     def op_connected(
         self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str, at: datetime | None = None,

@@ -27,6 +27,9 @@ What it does, per executor row (the same fold as the executors table):
   failure is recorded, so a recovery never goes out for an attempt already
   recorded as failed (ADR 15).
 * Back alive before any dispatch (a new incarnation) -> withdraw the recovery.
+* What it records itself (deaths, dispatches, answers) it folds at once, as it is saved
+  (:meth:`ProcessManager._execute`), and following the log later skips those events without
+  decoding them: a death's dispatch waits for no read of the log.
 * An application with a HEALTHY executor here -> a retention timer (when the
   constructor is given a ``retention_interval``): every interval its plan
   (:func:`relay_es.protocol.retention.plan`) goes to :meth:`Dispatcher.send_retention`;
@@ -328,10 +331,14 @@ class ProcessManager:
             if yield_to_timers and n and self._deadline_due():
                 return n
             notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
-                                                      unreadable=True)
+                                                      unreadable=True, skip=self._has)
             if not notifications:
                 return n
             for nid, _, event in notifications:
+                if event is None:  # folded already: one this process manager recorded (see _execute)
+                    self.position = nid
+                    n += 1
+                    continue
                 try:
                     self._apply(nid, event)
                 except Exception as e:
@@ -341,6 +348,30 @@ class ProcessManager:
                     self.timers.arm(("react", str(event.originator_id)), self.clock.monotonic() + BUG_RETRY_SECS)
                 self.position = nid
                 n += 1
+
+    def _has(self, stream_id: str, version: int) -> bool:
+        """Whether the row of ``stream_id`` has folded its event ``version`` already (the log
+        reader skips decoding such an event)."""
+        row = self.rows.get(stream_id)
+        return row is not None and row.version >= version
+
+    def _execute(self, ops: list[Any]) -> list[bool]:
+        """Runs a batch of this process manager's commands (:meth:`Relay.execute`) and folds the
+        events they recorded at once, in the order they were saved, reacting to them as to any event
+        followed: a death's dispatch is armed without waiting to read the death back from the log,
+        and following the log later skips them without decoding them (:meth:`_has`)."""
+        recorded: list[tuple[int, str, Any]] = []
+        try:
+            return self.relay.execute(ops, recorded)
+        finally:
+            for nid, _, event in recorded:
+                try:
+                    self._apply(nid, event)
+                except Exception as e:
+                    if self.relay.is_store_error(e):
+                        raise
+                    self._bug("folding what it recorded", e)  # the row is folded; its reaction is tried again
+                    self.timers.arm(("react", str(event.originator_id)), self.clock.monotonic() + BUG_RETRY_SECS)
 
     def _follow(self) -> int:
         try:
@@ -667,7 +698,7 @@ class ProcessManager:
         items = live
         if not items:
             return
-        results = self.relay.execute([self.relay.op_declare_dead(UUID(sid), d) for sid, d in items])
+        results = self._execute([self.relay.op_declare_dead(UUID(sid), d) for sid, d in items])
         self.stats.declared_dead += sum(results)
         refused = [(sid, d) for (sid, d), ok in zip(items, results) if not ok]
         if not refused:
@@ -743,7 +774,7 @@ class ProcessManager:
                 deadline=deadline,
             )))
         try:
-            results = self.relay.execute(ops)
+            results = self._execute(ops)
         except Exception:
             for _, req in sends:
                 if req is not None:
@@ -834,7 +865,7 @@ class ProcessManager:
                 ops.append(self.relay.op_fail(UUID(sid), request_id=outcome.request_id,
                                               reason=outcome.reason or "failed"))
             kinds.append(outcome.ok)
-        results = self.relay.execute(ops)
+        results = self._execute(ops)
         self.stats.confirmed += sum(done for done, is_confirm in zip(results, kinds) if is_confirm)
 
 

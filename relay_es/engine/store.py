@@ -105,7 +105,10 @@ class StoreReads(Protocol):
     """What Relay asks of its store beyond the library's public API."""
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False) -> list[tuple[int, str, Any]]: ...
+                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None
+                      ) -> list[tuple[int, str, Any]]:
+        """``(notification id, stream id, event)`` after ``after``; the event ``None``, not decoded,
+        where ``skip(stream id, version)`` says the reader has it already."""
 
     def streams(self, ids: Sequence[UUID]) -> dict[UUID, tuple[Any, list[Any]]]:
         """``{id: (latest snapshot or None, stored events after it)}``."""
@@ -129,10 +132,14 @@ class LibraryReads:
         self.app = app
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False) -> list[tuple[int, str, Any]]:
-        out = []
+                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None
+                      ) -> list[tuple[int, str, Any]]:
+        out: list[tuple[int, str, Any]] = []
         for n in self.app.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
                                                         inclusive_of_start=False):
+            if skip is not None and skip(str(n.originator_id), n.originator_version):
+                out.append((n.id, str(n.originator_id), None))
+                continue
             try:
                 e = self.app.mapper.to_domain_event(n)
             except Exception as error:
@@ -210,12 +217,14 @@ class RelayStore(ESApplication[UUID]):
         return self.reads.is_store_error(e)
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False) -> list[tuple[int, str, Any]]:
+                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None
+                      ) -> list[tuple[int, str, Any]]:
         """``[(notification_id, stream_id, domain_event), ...]`` after ``after``, in
         order: what projections and the process manager follow (ADR 11). ``unreadable``:
         an event that cannot be decoded comes as :class:`Unreadable` rather than
-        failing the read (ADR 16)."""
-        return self.reads.notifications(after, limit, topics, unreadable=unreadable)
+        failing the read (ADR 16). ``skip(stream_id, version)``: true for an event the
+        reader has already; it comes as ``None``, not decoded."""
+        return self.reads.notifications(after, limit, topics, unreadable=unreadable, skip=skip)
 
     def add_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(max_notification_id)`` is called after every save in this process."""

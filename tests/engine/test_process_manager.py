@@ -704,7 +704,7 @@ def test_a_store_error_is_retried_a_second_later_and_is_no_bug(clock, monkeypatc
         real = world.relay.execute
         calls = []
 
-        def away(ops):  # type: ignore[no-untyped-def]
+        def away(ops, recorded=None):  # type: ignore[no-untyped-def]
             calls.append(len(ops))
             raise OperationalError("the store is away")
 
@@ -1087,3 +1087,31 @@ def test_the_log_is_followed_between_chunks_of_dispatches_so_later_drops_get_the
     world.advance(10.0)
     assert armed_at_last_send == [True]
     assert len(world.dispatcher.sent) == 40
+
+
+def test_what_the_process_manager_records_it_folds_at_once_and_never_decodes_again(world: World, monkeypatch) -> None:
+    world.connect("B")
+    dying = [f"A{i}" for i in range(10)]
+    for name in dying:
+        world.connect(name)
+    real = world.relay.notifications
+    decoded: list[str] = []
+
+    def spy(*args: Any, skip: Any = None, **kwargs: Any) -> Any:
+        got = real(*args, skip=skip, **kwargs)
+        if skip is not None:  # the process manager's reads (the read models give no skip)
+            decoded.extend(type(e).__name__ for _, _, e in got if e is not None)
+        return got
+
+    monkeypatch.setattr(world.relay, "notifications", spy)
+    for name in dying:
+        world.drop(name)
+    world.advance(10.0)
+    assert len(world.dispatcher.sent) == 10
+    for request in list(world.dispatcher.sent):
+        world.answer(request)
+    assert {world.status(name) for name in dying} == {"DELETED"}
+    # Disconnected came from the hub; DeclaredDead, RecoveryDispatched, RecoveryConfirmed and Deleted were its own
+    assert set(decoded) == {"Disconnected"} and len(decoded) == 10
+    assert world.pm.position == world.relay.recorder.max_notification_id()  # and the log was followed past them
+    assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()
