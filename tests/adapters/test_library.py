@@ -208,3 +208,19 @@ def stored_of(relay: Any, recording: Any) -> Any:
     (n,) = [n for n in relay.recorder.select_events(e.originator_id, gt=e.originator_version - 1,
                                                      lte=e.originator_version)]
     return n
+
+
+def test_an_event_the_reader_has_comes_back_as_none_in_its_place(world: World) -> None:
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    sid = str(world.relay.get_executor("local", "app", "A").id)
+    whole = world.relay.notifications(0, 1000)
+    got = world.relay.notifications(0, 1000, skip=lambda s, v: s == sid and v <= 2)
+    assert [(n, s) for n, s, _ in got] == [(n, s) for n, s, _ in whole]  # every row, in its place
+    for (_, s, e), (_, _, full) in zip(got, whole):
+        if s == sid and full.originator_version <= 2:
+            assert e is None
+        else:
+            assert same(e, full)
+    assert sum(e is None for _, _, e in got) == 2
