@@ -194,6 +194,8 @@ class ProcessManager:
         self.metrics_interval = metrics_interval
         self._crash_point = crash_point or (lambda name: None)
         self.batch_size = batch_size  # log entries read per query while following
+        if chunk < 1 or batch_size < 1:
+            raise ValueError("chunk and batch_size must be at least 1")
         self.chunk = chunk  # timers other than deadlines fired per round of step
         self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
         self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = on_event or (lambda e, old, new: None)
@@ -359,12 +361,21 @@ class ProcessManager:
         """Runs a batch of this process manager's commands (:meth:`Relay.execute`) and folds the
         events they recorded at once, in the order they were saved, reacting to them as to any event
         followed: a death's dispatch is armed without waiting to read the death back from the log,
-        and following the log later skips them without decoding them (:meth:`_has`)."""
+        and following the log later skips them without decoding them (:meth:`_has`). Only an event
+        that follows on from its row's version is folded: one recorded after another writer's event
+        this process manager has not followed yet waits for the log, with that one."""
         recorded: list[tuple[int, str, Any]] = []
         try:
             return self.relay.execute(ops, recorded)
         finally:
-            for nid, _, event in recorded:
+            behind: set[str] = set()  # streams with an event of another writer not followed yet
+            for nid, sid, event in recorded:
+                row = self.rows.get(sid)
+                if sid in behind or event.originator_version != (row.version if row is not None else 0) + 1:
+                    # Another writer's event comes before it (the hub's Connected, say): folding this one
+                    # would skip that one for good. The log gives them both, in order.
+                    behind.add(sid)
+                    continue
                 try:
                     self._apply(nid, event)
                 except Exception as e:

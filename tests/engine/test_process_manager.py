@@ -1115,3 +1115,26 @@ def test_what_the_process_manager_records_it_folds_at_once_and_never_decodes_aga
     assert set(decoded) == {"Disconnected"} and len(decoded) == 10
     assert world.pm.position == world.relay.recorder.max_notification_id()  # and the log was followed past them
     assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()
+
+
+def test_its_own_event_recorded_after_another_writers_unfollowed_one_waits_for_the_log(world: World) -> None:
+    # A is dead and its recovery dispatched; A reconnects (the hub records Connected) after the process
+    # manager last followed the log, and then the target's answer is recorded. Folding the answer at once
+    # would put the row past the Connected, and the log reader would skip that for good.
+    from relay_es.projections.executors import reduce
+
+    world.connect("A")
+    world.connect("B")
+    world.drop("A")
+    world.advance(10.0)
+    request = world.dispatcher.last()
+    world.relay.executor_connected("local", "app", info("A"), connection_id="A-again", owner=world.owner)
+    world.pm.recovery_answered(RecoveryOutcome(request.request_id, True, True))
+    world.pm._drain_answers()  # before any follow: the race's order
+    sid = str(world.executor("A").id)
+    expected = None
+    for event in world.relay.stream(world.executor("A").id):
+        expected = reduce(expected, event)
+    world.sync()
+    assert world.pm.rows[sid] == expected
+    assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()

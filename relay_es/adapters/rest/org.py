@@ -120,6 +120,8 @@ class OrgController(Controller):
             result["revokedTokens"] = len(revoked)
         for name in revoked:
             ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
+        if revoked:
+            ctx.read_your_writes()  # listTokens no longer shows them, as after deleteToken
         return calling.answer(m.Member(id=username, org_id=_org_id(org), email=known.get("email", ""),
                                        name=known.get("name", ""), given_name=known.get("given_name", ""),
                                        family_name=known.get("family_name", ""), company=""))

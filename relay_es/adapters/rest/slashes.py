@@ -38,15 +38,16 @@ def restore(params: dict[str, Any], keys: Iterable[str]) -> None:
 
 
 class EncodedSlashes:
-    """An HTTP request whose path holds an encoded slash (``%2F``) is routed on :func:`decoded_path`;
-    any other scope passes as it is."""
+    """An HTTP request whose path holds a percent-escape is routed on :func:`decoded_path` (so an
+    encoded slash stays in its segment, and a NUL the client sent can't pass for one); any other
+    scope passes as it is."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         raw = scope.get("raw_path") if scope["type"] == "http" else None
-        if raw and b"%2f" in raw.lower():
+        if raw and b"%" in raw:  # any escape: a %00 must not reach the guard as NUL, which it reads as "/"
             try:
                 scope = {**scope, "path": decoded_path(raw)}
             except UnicodeDecodeError:

@@ -39,11 +39,14 @@ def seen_path(scope: dict[str, Any]) -> str:
     return got["path"]
 
 
-def test_only_an_http_request_with_an_encoded_slash_is_rerouted() -> None:
+def test_only_an_http_request_with_an_escape_in_its_path_is_rerouted() -> None:
+    assert seen_path({"type": "http", "path": "/w/a", "raw_path": b"/w/a"}) == "/w/a"  # no escape: as it is
     http = {"type": "http", "path": "/w/a/b", "raw_path": b"/w/a%2Fb"}
     assert seen_path(http) == f"/w/a{SLASH}b"
     assert http["path"] == "/w/a/b"  # the server's scope is not changed: a copy is
     assert seen_path({"type": "http", "path": "/w/a b", "raw_path": b"/w/a%20b"}) == "/w/a b"
     assert seen_path({"type": "http", "path": "/w/a", "raw_path": None}) == "/w/a"
+    # a NUL the client sent, with no encoded slash beside it, is not left for the guard to read as "/"
+    assert seen_path({"type": "http", "path": "/w/a\x00b", "raw_path": b"/w/a%00b"}) == "/w/a\x01b"
     assert seen_path({"type": "websocket", "path": "/w/a/b", "raw_path": b"/w/a%2Fb"}) == "/w/a/b"
     assert seen_path({"type": "http", "path": "/w/\u00e9/b", "raw_path": "/w/\u00e9%2Fb".encode()}) == "/w/\u00e9/b"
