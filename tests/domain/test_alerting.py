@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -468,5 +469,8 @@ def test_any_json_metadata_parses_or_is_refused_as_invalid(data: st.DataObject, 
     r = AlertingRule(id="r", org="o", app="a", receiving_app="b", rule_type=rule_type, parameters=params,
                      webhooks=webhooks).check()
     assert AlertingRule.from_dict(r.as_dict()) == r
-    public = repr(r.public_metadata())
-    assert all(w.secret not in public for w in webhooks if w.secret)
+    # the answer does not depend on a secret's value (a secret equal to another field, such as the
+    # workflow name, may still appear there: comparing text would fail on that coincidence)
+    other = tuple(replace(w, secret=None if w.secret is None else "\x00" + w.secret) for w in webhooks)
+    assert replace(r, webhooks=other).public_metadata() == r.public_metadata()
+    assert all(set(h) == {"url", "format", "signed"} for h in r.public_metadata().get("webhooks", ()))
