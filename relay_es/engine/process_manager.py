@@ -214,6 +214,9 @@ class ProcessManager:
         self._backoff_until: dict[str, float] = {}  # dead sid -> monotonic time of its next attempt
         self._requests: dict[str, str] = {}  # request id -> stream id
         self._deadlines: dict[str, float] = {}  # request id -> monotonic deadline of a dispatch sent from here
+        # stream id -> notification id of the last event recorded here and folded before the log reached it
+        self._folded_ahead: dict[str, int] = {}
+        self._defer_later: set[str] = set()  # no candidate, but the log was behind: decided again when it isn't
 
         self._fire: dict[str, tuple[Callable[..., None], bool]] = {  # timer kind -> (handler, batched)
             "deadline": (self._fire_deadlines, True),
@@ -274,11 +277,16 @@ class ProcessManager:
         log is not urgent: a death never waits for it."""
         return self._urgent_running or bool(self.answers) or self._timer_due()
 
-    def _timer_due(self, kind: Any = ANY) -> bool:
-        """Whether a timer (of ``kind``) would fire now."""
+    def _next_at(self, kind: Any = ANY) -> float | None:
+        """Monotonic time the next timer (of ``kind``) fires: its own, or the settle window's end."""
         nxt = self.timers.next_at(kind)
         if nxt is not None and not self.settle.closed:
             nxt = self.settle.not_before(nxt)
+        return nxt
+
+    def _timer_due(self, kind: Any = ANY) -> bool:
+        """Whether a timer (of ``kind``) would fire now."""
+        nxt = self._next_at(kind)
         return nxt is not None and nxt <= self.clock.monotonic()
 
     def _deadline_due(self) -> bool:
@@ -286,10 +294,7 @@ class ProcessManager:
 
     def next_wakeup(self) -> float | None:
         """Monotonic time of the next timer, or None."""
-        nxt = self.timers.next_at()
-        if nxt is not None and not self.settle.closed:
-            nxt = self.settle.not_before(nxt)
-        return nxt
+        return self._next_at()
 
     def recovery_answered(self, outcome: RecoveryOutcome) -> None:
         """Thread-safe: a target answered (or can't). Puts it in :attr:`answers`."""
@@ -336,18 +341,11 @@ class ProcessManager:
                                                       unreadable=True, skip=self._has)
             if not notifications:
                 return n
-            for nid, _, event in notifications:
-                if event is None:  # folded already: one this process manager recorded (see _execute)
-                    self.position = nid
-                    n += 1
-                    continue
-                try:
-                    self._apply(nid, event)
-                except Exception as e:
-                    if self.relay.is_store_error(e):
-                        raise
-                    self._bug("following the log", e)  # the row is folded; its reaction is tried again
-                    self.timers.arm(("react", str(event.originator_id)), self.clock.monotonic() + BUG_RETRY_SECS)
+            for nid, sid, event in notifications:
+                if event is not None:  # None: folded already, as this process manager recorded it (_execute)
+                    self._fold(nid, event, "following the log")
+                if self._folded_ahead:
+                    self._caught_up_with(sid, nid)
                 self.position = nid
                 n += 1
 
@@ -376,13 +374,29 @@ class ProcessManager:
                     # would skip that one for good. The log gives them both, in order.
                     behind.add(sid)
                     continue
-                try:
-                    self._apply(nid, event)
-                except Exception as e:
-                    if self.relay.is_store_error(e):
-                        raise
-                    self._bug("folding what it recorded", e)  # the row is folded; its reaction is tried again
-                    self.timers.arm(("react", str(event.originator_id)), self.clock.monotonic() + BUG_RETRY_SECS)
+                self._folded_ahead[sid] = nid
+                self._fold(nid, event, "folding what it recorded")
+
+    def _fold(self, nid: int, event: Any, where: str) -> None:
+        """:meth:`_apply`; a bug in it is counted (:meth:`_bug`) and the stream's reaction tried again
+        :data:`BUG_RETRY_SECS` later. A store error propagates."""
+        try:
+            self._apply(nid, event)
+        except Exception as e:
+            if self.relay.is_store_error(e):
+                raise
+            self._bug(where, e)
+            self.timers.arm(("react", str(event.originator_id)), self.clock.monotonic() + BUG_RETRY_SECS)
+
+    def _caught_up_with(self, sid: str, nid: int) -> None:
+        """The log has reached event ``nid`` of ``sid``, which was folded already as it was recorded:
+        every other writer's event before it has been followed now. A recovery that found no
+        candidate while the log was behind (:meth:`_fire_dispatches`) is decided again."""
+        if self._folded_ahead.get(sid, nid + 1) <= nid:
+            del self._folded_ahead[sid]
+            if sid in self._defer_later:
+                self._defer_later.discard(sid)
+                self._arm_dispatch(sid)
 
     def _follow(self) -> int:
         try:
@@ -572,6 +586,7 @@ class ProcessManager:
         self.timers.arm(("dispatch", sid), self._at(at))
 
     def _unwait(self, sid: str) -> None:
+        self._defer_later.discard(sid)
         row = self.rows.get(sid)
         if row is not None:
             key = (row.org, row.app, row.recovery_version)
@@ -714,7 +729,9 @@ class ProcessManager:
         refused = [(sid, d) for (sid, d), ok in zip(items, results) if not ok]
         if not refused:
             return
-        self.catch_up()
+        # The log says why (a Connected: its reaction cancels the timer). Followed until a deadline is
+        # due, not to the end: a refused deadline's row still stale is armed again and refused again.
+        self.catch_up(yield_to_timers=True)
         for sid, deadline in refused:
             row = self.rows.get(sid)
             if row is not None and row.status == S.DISCONNECTED and row.deadline == deadline:
@@ -759,7 +776,11 @@ class ProcessManager:
             target = self._best_candidate(row, assigned, peers)
             if target is None:
                 self._waiting[key].add(sid)
-                if row.recovery_phase == P.PENDING:
+                if row.recovery_phase == P.PENDING and sid in self._folded_ahead:
+                    # Folded as recorded, ahead of the log: a peer's Connected recorded before it may not be
+                    # followed yet. Deferring now would record (and alert on) a wait that isn't one.
+                    self._defer_later.add(sid)
+                elif row.recovery_phase == P.PENDING:
                     ops.append(self.relay.op_defer(
                         UUID(sid), reason=f"no HEALTHY executor of application version {row.recovery_version!r}"))
                     sends.append((sid, None))

@@ -1115,6 +1115,38 @@ def test_what_the_process_manager_records_it_folds_at_once_and_never_decodes_aga
     assert set(decoded) == {"Disconnected"} and len(decoded) == 10
     assert world.pm.position == world.relay.recorder.max_notification_id()  # and the log was followed past them
     assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()
+    assert world.pm._folded_ahead == {} and world.pm._defer_later == set()  # nothing kept once the log is read
+
+
+def test_a_death_folded_ahead_of_the_log_waits_for_it_before_recording_that_no_candidate_is_left(world: World) -> None:
+    # B connects (the hub records it) after the process manager last followed the log, and A's deadline
+    # comes before it follows again. The death is folded at once, ahead of the log: deciding that A's
+    # recovery has no candidate then would record a RecoveryDeferred (and raise its alert) for a wait
+    # that is not one. It is decided again once the log has reached the death, and goes to B.
+    world.connect("A")
+    world.drop("A")
+    world.advance(9.99)
+    world.relay.executor_connected("local", "app", info("B"), connection_id="B-1", owner=world.owner)
+    world.clock.advance(0.01)
+    world.sync()
+    assert world.status("A") == "DEAD"
+    assert world.dispatcher.last().target_executor_id == "B"
+    assert recoveries(world, "A") == ["RecoveryDispatched"]
+    assert world.pm._folded_ahead == {} and world.pm._defer_later == set()
+
+
+def test_a_death_folded_ahead_of_the_log_with_no_candidate_in_it_either_is_deferred_once(world: World) -> None:
+    world.connect("A")
+    world.connect("B", "v2")
+    world.drop("A")
+    world.advance(9.99)
+    world.relay.executor_connected("local", "app", info("C", "v2"), connection_id="C-1", owner=world.owner)
+    world.advance(0.01)
+    assert recoveries(world, "A") == ["RecoveryDeferred"]
+    world.advance(60)
+    assert recoveries(world, "A") == ["RecoveryDeferred"] and world.dispatcher.sent == []
+    world.connect("D")
+    assert world.dispatcher.last().target_executor_id == "D"
 
 
 def test_its_own_event_recorded_after_another_writers_unfollowed_one_waits_for_the_log(world: World) -> None:
