@@ -354,7 +354,8 @@ class EventLog:
 
     def _events(self, rows: list[Any], skip: Skip | None = None) -> list[tuple[int, str, Any]]:
         """Domain events for stored rows (a rebuild runs this a million times: locals, no per-row calls
-        beyond the decoder and :meth:`_top_level`); ``None`` for a row ``skip`` says is had already."""
+        beyond the decoder and :meth:`_top_level`); ``None`` for a row that ``skip`` says the reader
+        has already."""
         decode, classes, ids, top_level, fix = self._decode, self._classes, self._ids, self._top_level, self._fix
         out = []
         append = out.append

@@ -177,9 +177,9 @@ class ProcessManager:
         fault suite's hook, called with a point's name (a no-op by default). ``on_event``: told
         ``(event, old row, new row)`` of every executor event followed (the metrics).
         ``batch_size``: log entries read per query while following. ``chunk``: how many timers
-        other than deadlines one round of :meth:`step` fires (see :meth:`_run_due`). ``tie_key``: the secret that orders
-        equally good recovery candidates (random per process unless a test gives one; see
-        :meth:`_best_candidate`)."""
+        other than deadlines one round of :meth:`step` fires (see :meth:`_run_due`). ``tie_key``:
+        the secret that orders equally good recovery candidates (random per process unless a test
+        gives one; see :meth:`_best_candidate`)."""
         self.relay = relay
         self.clock = clock
         self.dispatcher = dispatcher
