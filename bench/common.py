@@ -383,6 +383,23 @@ class Poller(threading.Thread):
         return self.samples[-1] if self.samples else (time.monotonic(), 0, 0)
 
 
+def disconnected_executors(n: int, app: str, *, deadline: Any, at: Any, ids: Callable[[int], str] | None = None,
+                           metadata: dict[str, Any] | None = None) -> list[Any]:
+    """``n`` executor aggregates of org ``local``, not saved: Registered and Connected (version v1) at
+    ``at``, then Disconnected (``socket_closed``) with ``deadline`` (datetimes). ``ids``: executor id
+    of the i-th (a random UUID by default)."""
+    from relay_es.aggregates.executor import Executor
+
+    out = []
+    for i in range(n):
+        ex = Executor(org="local", app=app, executor_id=ids(i) if ids else str(uuid.uuid4()), timestamp=at)
+        ex.connect(connection_id=uuid.uuid4().hex, owner="bench", app_version="v1", hostname="h", language="python",
+                   dbos_version="3.2.0", executor_metadata=dict(metadata or {}), at=at)
+        ex.disconnect(connection_id=ex.connection_id, reason="socket_closed", deadline=deadline, at=at)
+        out.append(ex)
+    return out
+
+
 def active_rate(samples: list[tuple[float, int]], base: int, target: int) -> dict[str, Any]:
     """Rate of a counter going from ``base`` to ``target``: over the window
     from the last sample at ``base`` to the first sample at ``target``."""

@@ -33,9 +33,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from bench.common import ROOT, Fleet, StoreReader, Workdir, fleets_call, log, raise_fd_limit, relay_server, split
+from bench.common import ROOT, Fleet, StoreReader, Workdir, log, raise_fd_limit, relay_server
 
 RATE = 200  # samples a second
 
@@ -125,13 +124,8 @@ def throughput(args: argparse.Namespace) -> None:
 
         assert httpx.put(srv.http + "/v2/orgs/local/apps/storm", timeout=10).status_code == 204
         s2.settle(reader)
-        storms = [
-            ("connect", 2, lambda: fleets_call(fleets, "connect", [{"n": k} for k in split(args.n, 2)], url=srv.ws,
-                                               app="storm", open_timeout=120, timeout=600)),
-            ("drop", 1, lambda: fleets_call(fleets, "abort")),
-            ("reconnect", 1, lambda: fleets_call(fleets, "reconnect", timeout=600, open_timeout=120)),
-        ]
-        for name, per, fn in storms:
+        for title, fn, per in s2.storm_plan(fleets, srv.ws, args.n):
+            name = title.split()[0]
             path = Path(f"{out}.{name}")
             p = record(srv.proc.pid, path)
             t0, h0 = time.time(), reader.head()

@@ -377,8 +377,8 @@ def s5(d: dict[str, Any], goals: list[Goal]) -> str:
                  f"{f0(pr['events'] / pr['seconds_profiled'])} events/s under the profiler)</summary>", "",
                  profile_lines(pr["top"], 14), "", "</details>", ""]
     starts = [[s["store"], f2(s["start_empty"]["healthz_s"]), f2(s["start_empty"]["armed_s"]),
-               f2(statistics.median(w)) if (w := [x["healthz_s"] for x in s["start_current"] if x["healthz_s"]]) else "-",
-               f2(statistics.median(w)) if (w := [x["armed_s"] for x in s["start_current"] if x["armed_s"]]) else "-",
+               f2(statistics.median(w)) if (w := restarts(s, "healthz_s")) else "-",
+               f2(statistics.median(w)) if (w := restarts(s, "armed_s")) else "-",
                f0(s.get("pending"))]
               for s in r["stores"] if "start_empty" in s]
     start_lines = ["", f"**Start-up** with these events in the store: `relay serve` spawned, timed to `/healthz` answering "
@@ -589,16 +589,20 @@ def _get(results_dir: Path, name: str) -> dict[str, Any] | None:
     return None if d is None or "error" in d["result"] else d["result"]
 
 
+def restarts(store: dict[str, Any], key: str) -> list[float]:
+    """Section 5's restarts (read models current) of one store: ``key`` (``healthz_s`` or ``armed_s``)
+    of each restart that reached it."""
+    return [x[key] for x in store["start_current"] if x[key]]
+
+
 def startup_text(p: dict[str, Any]) -> str:
     """Goal 5's start-up, from section 5's runs (empty if they did not measure it)."""
     rows = [x for x in p["stores"] if "start_empty" in x]
     if not rows:
         return " Start-up with 1,000,000 events in the store is not measured in these results."
-    current = ", ".join(f"{x['store']} {f1(min(w['healthz_s'] for w in x['start_current']))}-"
-                        f"{f1(max(w['healthz_s'] for w in x['start_current']))} s to `/healthz` and "
-                        f"{f1(min(w['armed_s'] for w in x['start_current']))}-"
-                        f"{f1(max(w['armed_s'] for w in x['start_current']))} s to its {f0(x.get('pending'))} "
-                        "deadlines armed" for x in rows if all(w["armed_s"] for w in x["start_current"]))
+    current = ", ".join(f"{x['store']} {f1(min(h))}-{f1(max(h))} s to `/healthz` and {f1(min(a))}-{f1(max(a))} s "
+                        f"to its {f0(x.get('pending'))} deadlines armed" for x in rows
+                        if (h := restarts(x, "healthz_s")) and len(a := restarts(x, "armed_s")) == len(x["start_current"]))
     empty = ", ".join(f"{x['store']} {f1(x['start_empty']['armed_s'])} s" for x in rows if x["start_empty"]["armed_s"])
     return (f" **Start-up** (the table in section 5): a restart, its read models current, took {current} -- the "
             "interpreter and imports are most of it (2-3 s of a Relay process on this machine). On a store whose read "

@@ -23,10 +23,11 @@ import pstats
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import (CpuMeter, ThreadMeter, Fleet, Poller, StoreReader, Workdir, active_rate, fleets_call, log, relay_server,
-                          split, wait_until)
+                          split)
 
 TOPIC = "relay_es.aggregates.executor:Executor.Connected"
 
@@ -46,6 +47,19 @@ def settle(reader: StoreReader, quiet: float = 1.0, timeout: float = 300, target
             return head
         time.sleep(0.05)
     return last
+
+
+def storm_plan(fleets: list[Fleet], ws_url: str, n: int) -> list[tuple[str, Callable[[], Any], int]]:
+    """The three storms, in order, of ``n`` executors of application ``storm`` split over ``fleets``:
+    (name, what starts it, events each executor's transition records). ``bench.profile throughput``
+    runs the same ones."""
+    return [
+        ("connect (new executors)", lambda: fleets_call(
+            fleets, "connect", [{"n": k} for k in split(n, len(fleets))], url=ws_url, app="storm",
+            open_timeout=120, timeout=600), 2),
+        ("drop all (no close frame)", lambda: fleets_call(fleets, "abort"), 1),
+        ("reconnect within grace", lambda: fleets_call(fleets, "reconnect", timeout=600, open_timeout=120), 1),
+    ]
 
 
 def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[str, int],
@@ -269,14 +283,7 @@ def one_store(ctx: Any, kind: str, n: int, raw_rows: int, single_n: int) -> dict
         settle(reader)
         poller = Poller(store)
         poller.start()
-        storms = [
-            storm("connect (new executors)", lambda: fleets_call(
-                fleets, "connect", [{"n": k} for k in split(n, 2)], url=srv.ws, app="storm", open_timeout=120,
-                timeout=600), poller, reader, pids, 2),
-            storm("drop all (no close frame)", lambda: fleets_call(fleets, "abort"), poller, reader, pids, 1),
-            storm("reconnect within grace", lambda: fleets_call(fleets, "reconnect", timeout=600, open_timeout=120),
-                  poller, reader, pids, 1),
-        ]
+        storms = [storm(name, fn, poller, reader, pids, per) for name, fn, per in storm_plan(fleets, srv.ws, n)]
         poller.stop()
         poller = None
         state_size, topic = state_sample(reader)

@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import (Fleet, StoreReader, Workdir, fleets_call, largest_fleet, log, past_settle, pct, relay_server, split,
-                          wait_until)
+from bench.common import (Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, largest_fleet, log,
+                          past_settle, pct, relay_server, split, wait_until)
 
 APP = "detect"
 
@@ -61,21 +61,14 @@ def record_deaths_alone(store_url: str, n: int) -> dict[str, Any]:
 
     from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.stores import event_store_env, parse_database_url
-    from relay_es.aggregates.executor import Executor
     from relay_es.engine.service import Relay
 
     relay = Relay(event_store_env(parse_database_url(store_url)), clock=SystemClock())
     try:
         relay.register_app("local", "floor")
         now = datetime.now(timezone.utc)
-        executors = []
-        for i in range(n):
-            ex = Executor(org="local", app="floor", executor_id=f"floor-{i}", timestamp=now - timedelta(seconds=3))
-            ex.connect(connection_id=f"c{i}", owner="bench", app_version="v1", hostname="h", language="python",
-                       dbos_version="3.2.0", executor_metadata={}, at=now - timedelta(seconds=3))
-            ex.disconnect(connection_id=f"c{i}", reason="socket_closed", deadline=now - timedelta(seconds=1),
-                          at=now - timedelta(seconds=2))
-            executors.append(ex)
+        executors = disconnected_executors(n, "floor", deadline=now - timedelta(seconds=1),
+                                           at=now - timedelta(seconds=3), ids=lambda i: f"floor-{i}")
         for i in range(0, n, 500):
             relay.save(*executors[i:i + 500])
         t0 = time.perf_counter()

@@ -25,7 +25,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bench.common import PY, ROOT, StoreReader, Workdir, log, relay_server
+from bench.common import PY, ROOT, StoreReader, Workdir, disconnected_executors, log, relay_server
 from bench.s2_throughput import profile_summary
 
 APPS = 10
@@ -94,17 +94,9 @@ PENDING = 1_000  # executors left DISCONNECTED at the end, their deadlines an ho
 
 def leave_pending(relay: Any, n: int) -> None:
     """``n`` executors Registered, Connected, Disconnected with a deadline an hour from now."""
-    from relay_es.aggregates.executor import Executor
-
     now = datetime.now(timezone.utc)
-    group = []
-    for _ in range(n):
-        ex = Executor(org="local", app="replay0", executor_id=str(uuid.uuid4()), timestamp=now)
-        ex.connect(connection_id=uuid.uuid4().hex, owner="bench", app_version="v1", hostname="h",
-                   language="python", dbos_version="3.2.0", executor_metadata={"bench": True}, at=now)
-        ex.disconnect(connection_id=ex.connection_id, reason="socket_closed", deadline=now + timedelta(hours=1), at=now)
-        group.append(ex)
-    relay.save(*group)
+    relay.save(*disconnected_executors(n, "replay0", deadline=now + timedelta(hours=1), at=now,
+                                       metadata={"bench": True}))
 
 
 def startup(store_url: str) -> dict[str, Any]:
