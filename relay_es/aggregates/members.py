@@ -4,8 +4,10 @@ One stream per org, made with its first member. A member is seen (``MemberSeen``
 they sign in, or when a role is granted to them before that; ``RoleGranted`` gives them a role
 (replacing any other); ``MemberRemoved`` forgets them and their grant. A member without a grant
 gets the role their groups map to (Relay's settings), or none. ``SecretGenerated`` notes a token a
-member made for themselves (``generateSecret``), so that removing them revokes it: a key outlives
-nobody's membership.
+member made for themselves (``generateSecret``), by its name and the hash of the secret it was made
+with, so that removing them revokes it, and only it (not a token made again later under that name):
+a key outlives nobody's membership. A user who signed in while the org was full is no member on record,
+but what they made is: removing them revokes it all the same.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ def members_stream_id(org: str) -> uuid.UUID:
 
 
 class OrgMembers(Aggregate):
-    # username -> names of the tokens they made for themselves, oldest first. A class default, replaced
-    # and never changed in place: a stream recorded before it existed has none. (Not annotated: the
-    # library would make it a dataclass field, and a dict default is refused there.)
-    secrets = {}  # type: dict[str, tuple[str, ...]]
+    # username -> (token name, secret hash) of each token they made for themselves, oldest first. A class
+    # default, replaced and never changed in place: a stream recorded before it existed has none. (Not
+    # annotated: the library would make it a dataclass field, and a dict default is refused there.)
+    secrets = {}  # type: dict[str, tuple[tuple[str, str], ...]]
 
     @staticmethod
     def create_id(org: str) -> uuid.UUID:
@@ -80,26 +82,32 @@ class OrgMembers(Aggregate):
         self.members = {**self.members, username: {**old, "role": role}}
 
     def remove(self, username: str, *, at: datetime) -> dict[str, Any] | None:
-        """Forgets ``username``; returns what was known of them, None when nothing was."""
+        """Forgets ``username`` and the tokens they made; returns what was known of them (empty for
+        a user who made tokens but is no member on record), None when nothing was."""
         known = self.members.get(username)
-        if known is None:
+        if known is None and username not in self.secrets:
             return None
         self._removed(username=username, timestamp=at)
-        return known
+        return known or {}
 
     @event("MemberRemoved")
     def _removed(self, username: str, timestamp: datetime) -> None:
         self.members = {k: v for k, v in self.members.items() if k != username}
         self.secrets = {k: v for k, v in self.secrets.items() if k != username}
 
-    def secret_generated(self, username: str, token_name: str, *, at: datetime) -> None:
-        """``username`` made the token ``token_name`` for themselves; removing them revokes it."""
+    def secret_generated(self, username: str, token_name: str, secret_hash: str, *, at: datetime) -> None:
+        """``username`` made the token ``token_name`` for themselves, with the secret whose hash is
+        ``secret_hash``; removing them revokes it while it still has that secret."""
         made = self.secrets.get(username, ())
         if len(made) >= MAX_SECRETS:
             raise InvalidSetting("secret", f"a member may make at most {MAX_SECRETS} secrets, revoked ones "
                                            "included; removing the member revokes them and starts again")
-        self._secret_generated(username=username, token_name=token_name, timestamp=at)
+        self._secret_generated(username=username, token_name=token_name, secret_hash=secret_hash, timestamp=at)
 
     @event("SecretGenerated")
-    def _secret_generated(self, username: str, token_name: str, timestamp: datetime) -> None:
-        self.secrets = {**self.secrets, username: (*self.secrets.get(username, ()), token_name)}
+    def _secret_generated(self, username: str, token_name: str, secret_hash: str, timestamp: datetime) -> None:
+        self.secrets = {**self.secrets, username: (*self.secrets.get(username, ()), (token_name, secret_hash))}
+
+    def made_by(self, username: str) -> list[tuple[str, str]]:
+        """(token name, secret hash) of each token ``username`` made for themselves, oldest first."""
+        return [(str(name), str(h)) for name, h in self.secrets.get(username, ())]

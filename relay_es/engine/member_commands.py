@@ -74,17 +74,19 @@ class MemberCommands:
     def remove_member(self, org: str, username: str) -> tuple[dict[str, Any], list[str]]:
         """Forgets a member and their grant, and revokes the tokens they made for themselves
         (:meth:`generate_secret`), in one transaction. Returns what was known of them and the names of
-        the tokens revoked (the caller closes their sockets); :class:`UnknownMember` when there is none."""
+        the tokens revoked (the caller closes their sockets); :class:`UnknownMember` when there is neither
+        a member on record nor a token they made."""
         def run() -> tuple[dict[str, Any], list[str]]:
             m = self._maybe(members_stream_id(org))
-            made = () if m is None else m.secrets.get(username, ())
+            made = [] if m is None else m.made_by(username)
             known = None if m is None else m.remove(username, at=self.now())
             if known is None:
                 raise UnknownMember(org, username)
             revoked = []
-            for name in dict.fromkeys(made):
+            for name, secret_hash in dict(made).items():
                 tok = self._maybe(token_stream_id(org, name))
-                if tok is not None and not tok.revoked:
+                # still the token they made: one made again under that name since (createToken) is not theirs
+                if tok is not None and not tok.revoked and tok.secret_hash == secret_hash:
                     tok.revoke(at=self.now())
                     revoked.append(tok)
             self.save(m, *revoked)
@@ -106,7 +108,7 @@ class MemberCommands:
         def run() -> str:
             tok = self._token_made(org, name, secret, None, chosen)
             m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
-            m.secret_generated(username, name, at=self.now())
+            m.secret_generated(username, name, tok.secret_hash, at=self.now())
             self.save(tok, m)
             return secret
 

@@ -362,24 +362,35 @@ def test_a_round_trip_through_a_relay_on_the_in_memory_store() -> None:
 def test_a_secret_a_member_made_is_noted_as_theirs_until_they_are_removed() -> None:
     m = OrgMembers(org=ORG, timestamp=at(0))
     assert m.secrets == {}
-    m.secret_generated("bob", "secret-1", at=at(1))
-    m.secret_generated("bob", "secret-2", at=at(2))
-    m.secret_generated("alice", "secret-3", at=at(3))
-    assert m.secrets == {"bob": ("secret-1", "secret-2"), "alice": ("secret-3",)}
+    m.secret_generated("bob", "secret-1", "h1", at=at(1))
+    m.secret_generated("bob", "secret-2", "h2", at=at(2))
+    m.secret_generated("alice", "secret-3", "h3", at=at(3))
+    assert m.made_by("bob") == [("secret-1", "h1"), ("secret-2", "h2")] and m.made_by("carol") == []
     assert OrgMembers.secrets == {}  # the class default was replaced, not changed
     ev = m.collect_events()[-1]
-    assert (type(ev).__name__, ev.username, ev.token_name, ev.timestamp) == ("SecretGenerated", "alice", "secret-3", at(3))
+    assert (type(ev).__name__, ev.username, ev.token_name, ev.secret_hash, ev.timestamp) == (
+        "SecretGenerated", "alice", "secret-3", "h3", at(3))
     m.see("bob", email="b@x", name="", given_name="", family_name="", at=at(4))
-    m.remove("bob", at=at(5))
-    assert m.secrets == {"alice": ("secret-3",)}
+    assert m.remove("bob", at=at(5))["email"] == "b@x"
+    assert m.made_by("bob") == [] and m.made_by("alice") == [("secret-3", "h3")]
+
+
+def test_a_user_who_made_secrets_but_is_no_member_on_record_can_be_removed() -> None:
+    # signed in while the org was full: never seen, but their secrets are noted, and removable
+    m = OrgMembers(org=ORG, timestamp=at(0))
+    assert m.remove("dave", at=at(1)) is None  # nothing known: nothing recorded
+    m.secret_generated("dave", "secret-1", "h1", at=at(1))
+    assert m.remove("dave", at=at(2)) == {}
+    assert m.made_by("dave") == [] and type(m.collect_events()[-1]).__name__ == "MemberRemoved"
+    assert m.remove("dave", at=at(3)) is None
 
 
 def test_a_member_makes_at_most_max_secrets(monkeypatch) -> None:
     monkeypatch.setattr(members_module, "MAX_SECRETS", 2)
     m = OrgMembers(org=ORG, timestamp=at(0))
-    m.secret_generated("bob", "s1", at=at(1))
-    m.secret_generated("bob", "s2", at=at(1))
+    m.secret_generated("bob", "s1", "h", at=at(1))
+    m.secret_generated("bob", "s2", "h", at=at(1))
     with pytest.raises(InvalidSetting):
-        m.secret_generated("bob", "s3", at=at(1))
-    m.secret_generated("alice", "s3", at=at(1))  # per member
-    assert m.secrets["bob"] == ("s1", "s2")
+        m.secret_generated("bob", "s3", "h", at=at(1))
+    m.secret_generated("alice", "s3", "h", at=at(1))  # per member
+    assert [name for name, _ in m.made_by("bob")] == ["s1", "s2"]

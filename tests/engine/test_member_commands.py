@@ -363,6 +363,19 @@ def test_a_long_members_stream_loads_from_its_snapshots(relay: Relay, clock) -> 
     assert relay._maybe(sid).version == 255
 
 
+def test_the_secrets_a_member_made_survive_a_snapshot(relay: Relay) -> None:
+    sid = members_stream_id(ORG)
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.generate_secret(ORG, "bob", "secret-0000000a", permissions=["metric.read"])
+    relay.generate_secret(ORG, "bob", "secret-0000000b", permissions=["metric.read"])
+    for i in range(100):
+        relay.grant_role(ORG, "bob", "viewer" if i % 2 else "operator")
+    assert [s.originator_version for s in relay.snapshots.recorder.select_events(sid)] == [100]
+    hashes = [token(relay, n).secret_hash for n in ("secret-0000000a", "secret-0000000b")]
+    assert relay._maybe(sid).made_by("bob") == list(zip(("secret-0000000a", "secret-0000000b"), hashes))
+    assert relay.remove_member(ORG, "bob")[1] == ["secret-0000000a", "secret-0000000b"]
+
+
 # --------------------------------------------------------- secrets a member made
 
 
@@ -377,13 +390,13 @@ def test_a_generated_secret_is_a_token_noted_as_the_members_in_one_transaction(r
     assert (tok.org, tok.name, tok.app_names, tok.permissions, tok.revoked) == (
         ORG, "secret-0a1b2c3d", None, ["application.read", "metric.read"], False)
     assert secret_matches(secret, tok.secret_hash)
-    assert relay._maybe(members_stream_id(ORG)).secrets == {"bob": ("secret-0a1b2c3d",)}
+    assert relay._maybe(members_stream_id(ORG)).made_by("bob") == [("secret-0a1b2c3d", tok.secret_hash)]
     assert kinds(relay, members_stream_id(ORG))[-1] == "SecretGenerated"
     with pytest.raises(InvalidSetting):  # a permission that does not exist: nothing recorded
         relay.generate_secret(ORG, "bob", "secret-ffffffff", permissions=["everything"])
     with pytest.raises(InvalidSetting):
         relay.generate_secret(ORG, "bob", "secret/../x", permissions=["metric.read"])
-    assert relay._maybe(members_stream_id(ORG)).secrets == {"bob": ("secret-0a1b2c3d",)}
+    assert relay._maybe(members_stream_id(ORG)).made_by("bob") == [("secret-0a1b2c3d", tok.secret_hash)]
 
 
 def test_removing_a_member_revokes_the_secrets_they_made_and_no_other_token(relay: Relay) -> None:
@@ -399,7 +412,34 @@ def test_removing_a_member_revokes_the_secrets_they_made_and_no_other_token(rela
     assert known["email"] == BOB["email"] and revoked == ["secret-00000000", "secret-00000002"]
     assert [token(relay, n).revoked for n in mine] == [True, True, True]
     assert not token(relay, "secret-aaaaaaaa").revoked and not token(relay, "ci").revoked
-    assert relay._maybe(members_stream_id(ORG)).secrets == {"alice": ("secret-aaaaaaaa",)}
+    assert [n for n, _ in relay._maybe(members_stream_id(ORG)).made_by("alice")] == ["secret-aaaaaaaa"]
+    assert relay._maybe(members_stream_id(ORG)).made_by("bob") == []
+
+
+def test_a_token_made_again_under_a_members_secrets_name_is_not_revoked_with_them(relay: Relay) -> None:
+    # bob's secret is revoked; an admin makes a token of that name again (createToken reissues a
+    # revoked name): it is the admin's now, and removing bob leaves it live
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.generate_secret(ORG, "bob", "secret-0000000b", permissions=["metric.read"])
+    relay.revoke_token(ORG, "secret-0000000b")
+    relay.create_token(ORG, "secret-0000000b")
+    known, revoked = relay.remove_member(ORG, "bob")
+    assert known["email"] == BOB["email"] and revoked == []
+    assert not token(relay, "secret-0000000b").revoked
+
+
+def test_a_user_the_full_org_did_not_record_is_removed_with_the_secrets_they_made(relay: Relay, monkeypatch) -> None:
+    monkeypatch.setattr(members_module, "MAX_MEMBERS", 1)
+    relay.member_seen(ORG, "alice", **ALICE)
+    with pytest.raises(InvalidSetting):  # the org is full: bob's sign-in is not recorded
+        relay.member_seen(ORG, "bob", **BOB)
+    relay.generate_secret(ORG, "bob", "secret-0000000b", permissions=["metric.read"])
+    assert relay.member(ORG, "bob") is None
+    known, revoked = relay.remove_member(ORG, "bob")
+    assert known == {} and revoked == ["secret-0000000b"] and token(relay, "secret-0000000b").revoked
+    with pytest.raises(UnknownMember):
+        relay.remove_member(ORG, "bob")
+    assert list(relay.members(ORG)) == ["alice"]
 
 
 def test_a_member_may_make_a_bounded_number_of_secrets(relay: Relay, monkeypatch) -> None:
