@@ -106,6 +106,11 @@ EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 EARLY = 0.001  # a metrics timer this close to its wall-clock time is on time (the wall clock has microseconds)
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
+# Timers fired in full every round, before the others, which go a chunk at a time: a deadline, and an
+# orphan (HEALTHY on a Relay that is gone), whose Disconnected carries a deadline counted from the
+# settle window's end; recorded a chunk at a time, the last ones' deadlines would pass before they
+# were recorded, and executors on their way back would be declared dead.
+URGENT = ("deadline", "orphan")
 
 
 @dataclass(frozen=True)
@@ -222,7 +227,7 @@ class ProcessManager:
             "deadline": (self._fire_deadlines, True),
             "dispatch": (self._fire_dispatches, True),
             "response": (self._fire_response, False),
-            "orphan": (self._fire_orphan, False),
+            "orphan": (self._fire_orphans, True),
             "react": (self._fire_react, False),
             "retention": (self._fire_retention, False),
             "metrics": (self._fire_metrics, False),
@@ -254,7 +259,7 @@ class ProcessManager:
         while reading the log or recording answers propagates (the owner calls again)."""
         total = 0
         while True:
-            # Rounds of bounded work, due timers first (every deadline, a chunk of the rest), then
+            # Rounds of bounded work, due timers first (every deadline and orphan, a chunk of the rest), then
             # the log (until a deadline is due), a batch of answers, timers again: a burst of answers
             # or dispatches must not make deadlines late, nor keep the log that arms them unread.
             n = (self._urgently(self._run_due) + self._follow() + self._urgently(self._drain_answers)
@@ -290,7 +295,8 @@ class ProcessManager:
         return nxt is not None and nxt <= self.clock.monotonic()
 
     def _deadline_due(self) -> bool:
-        return self._timer_due("deadline")
+        """Whether a timer that sets or enforces a deadline (:data:`URGENT`) is due."""
+        return any(self._timer_due(kind) for kind in URGENT)
 
     def next_wakeup(self) -> float | None:
         """Monotonic time of the next timer, or None."""
@@ -614,28 +620,40 @@ class ProcessManager:
 
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
-        """Fires the due timers: every deadline due, then at most :attr:`chunk` of the others. Deadlines
-        that come due together are decided together and recorded in one transaction, so a thousand
-        executors dying at once cost one commit, not a thousand; a batched kind's due timers in a
-        chunk are recorded in one transaction too. :meth:`step` goes round (following the log,
+        """Fires the due timers: every deadline and orphan due (:data:`URGENT`), then at most
+        :attr:`chunk` of the others. Deadlines that come due together are decided together and
+        recorded in one transaction, so a thousand executors dying at once cost one commit, not a
+        thousand; so are orphans; a batched kind's due timers in a chunk are recorded in one
+        transaction too. :meth:`step` goes round (following the log,
         recording answers) before the next chunk: a death is never late because the dispatches of
         earlier deaths were being recorded and sent, nor is the log, whose Disconnected events arm
         the deadlines, left unread while they are."""
         if self.settle.is_open(self.clock.monotonic()):
             return 0  # timers armed for the settle window's end wait for its new end
-        total = 0
-        while due := self.timers.pop_due(self.clock.monotonic(), kind="deadline"):
-            total += len(due)
-            self._fire_kind("deadline", [(sid, payload) for (_, sid), payload in due])
+        total = self._fire_urgent()
         chunk: dict[str, list[tuple[Any, Any]]] = {}  # kind -> [(key, payload)], earliest due first
         for (kind, sid), payload in self.timers.pop_due(self.clock.monotonic(), limit=self.chunk):
             chunk.setdefault(kind, []).append((sid, payload))
             total += 1
-        if "deadline" in chunk:  # came due meanwhile: first again
-            self._fire_kind("deadline", chunk.pop("deadline"))
+        for kind in URGENT:  # came due meanwhile: first again
+            if kind in chunk:
+                self._fire_kind(kind, chunk.pop(kind))
         for kind, items in chunk.items():
             self._fire_kind(kind, items)
         return total
+
+    def _fire_urgent(self) -> int:
+        """Fires every :data:`URGENT` timer due, kind by kind, until none is."""
+        total = 0
+        while True:
+            fired = 0
+            for kind in URGENT:
+                while due := self.timers.pop_due(self.clock.monotonic(), kind=kind):
+                    fired += len(due)
+                    self._fire_kind(kind, [(sid, payload) for (_, sid), payload in due])
+            if not fired:
+                return total
+            total += fired
 
     def _fire_kind(self, kind: str, items: list[tuple[Any, Any]]) -> None:
         """Fires the due timers of one kind through its handler in :attr:`_fire`: a batched
@@ -739,17 +757,21 @@ class ProcessManager:
                 at = max(self._mono_for(deadline), self.clock.monotonic() + 0.01)
                 self.timers.arm(("deadline", sid), at, deadline)
 
-    def _fire_orphan(self, sid: str, connection_id: str | None) -> None:
-        row = self.rows.get(sid)
-        if row is None or row.status != S.HEALTHY or row.connection_id != connection_id:
-            return
-        if row.owner in self.live_owners:
-            return
-        self.relay.executor_disconnected(
-            UUID(sid), connection_id=connection_id or "", reason="relay_restarted",
-            # a full grace from Relay's start, moved by as long as the settle window was kept open
-            grace_from=self.started_at + timedelta(seconds=self.settle.extension) if self.started_at else None,
-        )
+    def _fire_orphans(self, items: list[tuple[str, str | None]]) -> None:
+        """Records every executor still HEALTHY on a Relay that is gone (and not back here since)
+        Disconnected (``relay_restarted``), in one transaction: the deadline each carries is a
+        full grace from Relay's start, moved by as long as the settle window was kept open."""
+        grace_from = self.started_at + timedelta(seconds=self.settle.extension) if self.started_at else None
+        ops = []
+        for sid, connection_id in items:
+            row = self.rows.get(sid)
+            if row is None or row.status != S.HEALTHY or row.connection_id != connection_id:
+                continue
+            if row.owner in self.live_owners:
+                continue
+            ops.append(self.relay.op_disconnected(UUID(sid), connection_id=connection_id or "",
+                                                 reason="relay_restarted", grace_from=grace_from))
+        self._execute(ops)
 
     def _fire_response(self, sid: str, request_id: str | None) -> None:
         if request_id:

@@ -267,6 +267,41 @@ def test_settle_window_does_not_stay_open_forever(world: World) -> None:
     assert e.deadline == start + timedelta(seconds=15) + world.relay.grace_for("local", "app")
 
 
+def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a_chunk_at_a_time(
+        world: World, monkeypatch) -> None:
+    # 80 executors were HEALTHY on the Relay that stopped and are not back when the settle window
+    # closes. Each round of the process manager follows the log, which here takes a second a batch.
+    # Recorded a chunk (5) at a time, with a round between chunks, the last ones would be recorded
+    # Disconnected after their deadline (a grace from Relay's start) and declared dead at once;
+    # all are recorded in the round the window closes, with the deadline still a grace away.
+    names = [f"E{i}" for i in range(80)]
+    for name in names:
+        world.connect(name)
+    world.restart(down_for=30.0)
+    world.pm.chunk = 5
+    real = world.relay.notifications
+
+    def slow(*args: Any, skip: Any = None, **kwargs: Any) -> Any:
+        got = real(*args, skip=skip, **kwargs)
+        if got and skip is not None:  # the process manager's reads (the read models give no skip)
+            world.clock.advance(1.0)
+        return got
+
+    monkeypatch.setattr(world.relay, "notifications", slow)
+    grace = world.relay.grace_for("local", "app")
+    world.advance(5.0)  # the settle window closes
+    monkeypatch.setattr(world.relay, "notifications", real)
+    executors = [world.executor(n) for n in names]
+    assert {e.status.value for e in executors} == {"DISCONNECTED"}
+    assert {e.deadline for e in executors} == {world.pm.started_at + grace}  # a grace from the start
+    assert world.clock.now() < world.pm.started_at + grace
+    for name in names:  # all back within the grace: none dies
+        world.connect(name, conn=f"{name}-back")
+    world.advance(60)
+    assert {world.status(n) for n in names} == {"HEALTHY"}
+    assert world.pm.stats.declared_dead == 0
+
+
 def test_healthy_executors_that_reconnect_after_a_restart_are_never_disconnected(world: World) -> None:
     world.connect("A")
     world.connect("B")
