@@ -13,6 +13,10 @@ Scenarios:
   prints the section's lateness figures beside the summary.
 * ``throughput [--store S] [--n N]``: section 2's connect, drop and reconnect storms of N
   executors (default 5,000), one profile each (``OUT.connect``, ...).
+* ``reconnect [--store S] [--n N]``: section 4's storm (N retrying executors, default as many as
+  the open-file limit allows up to 20,000; the server SIGKILLed and started again), the new
+  server profiled from its ``/healthz`` for ``--seconds`` (40); prints the section's figures beside the
+  summary.
 * ``rebuild --url URL --group G``: one rebuild process of section 5 (``REBUILD_GROUPS[G]``) on a
   store that already holds the events (section 5's ``generate``), reset and filled again.
 * ``summary FILE``: the summary of a raw profile written before.
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import ROOT, Fleet, StoreReader, Workdir, log, raise_fd_limit, relay_server
 
@@ -144,6 +149,30 @@ def throughput(args: argparse.Namespace) -> None:
         ctx.close()
 
 
+def reconnect(args: argparse.Namespace) -> None:
+    from bench.__main__ import Context
+    from bench import s4_reconnect as s4
+    from bench.common import largest_fleet
+
+    ctx = Context(False, 1.0, [args.store])
+    out = args.out or ROOT / "bench" / "results" / "profile" / f"reconnect-{args.store}"
+    spy: list[subprocess.Popen[bytes]] = []
+    try:
+        def attach(srv: Any) -> None:  # once its interpreter is up: the sockets come in after that
+            srv.wait_healthy(timeout=60)
+            spy.append(record(srv.proc.pid, out, args.seconds))
+
+        res = s4.one_store(ctx, args.store, args.n or largest_fleet(20_000), grace=10, settle=5.0, on_restart=attach)
+    finally:
+        for p in spy:
+            p.wait()
+        ctx.close()
+    keys = ("restart_to_healthz_s", "restart_to_all_healthy_s", "client_registered_after_kill_s", "false_deaths",
+            "relay_restarted_disconnects")
+    print(json.dumps({k: res[k] for k in keys}, indent=1))
+    print(summary(out))
+
+
 def rebuild(args: argparse.Namespace) -> None:
     out = args.out or ROOT / "bench" / "results" / "profile" / f"rebuild-{args.group}"
     child = [sys.executable, "-c", REBUILD, args.url, str(args.group)]
@@ -187,6 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     t.add_argument("--n", type=int, default=5_000)
     t.add_argument("--out", type=Path)
+    c = sub.add_parser("reconnect")
+    c.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    c.add_argument("--n", type=int, default=0)
+    c.add_argument("--seconds", type=float, default=40)
+    c.add_argument("--out", type=Path)
     r = sub.add_parser("rebuild")
     r.add_argument("--url", required=True)
     r.add_argument("--group", type=int, required=True)
@@ -198,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         print(summary(args.file))
         return
     raise_fd_limit()
-    {"detection": detection, "throughput": throughput, "rebuild": rebuild}[args.scenario](args)
+    {"detection": detection, "throughput": throughput, "reconnect": reconnect, "rebuild": rebuild}[args.scenario](args)
 
 
 if __name__ == "__main__":

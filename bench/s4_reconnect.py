@@ -18,6 +18,7 @@ The goal compares Relay's restart-to-all-HEALTHY with it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -28,7 +29,9 @@ from bench.s3_detection import audit
 APP = "storm"
 
 
-def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[str, Any]:
+def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float,
+              on_restart: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """``on_restart``: called with the new server as soon as it is spawned (``bench.profile``)."""
     wd = Workdir.make(f"s4-{kind}")
     store = f"sqlite:///{wd.path}/relay.db" if kind == "sqlite" else ctx.pg.create_db("s4")
     fleets: list[Fleet] = []
@@ -59,6 +62,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float) -> dict[st
         srv2 = RelayServer(wd.path, port=srv.port, args=["--database-url", store, "--log-level", "WARNING", *BENCH_LIMITS], env=env)
         srv2.start(wait=False)
         assert srv2.proc is not None
+        if on_restart is not None:
+            on_restart(srv2)
         meter = CpuMeter({"server": srv2.proc.pid, **{f"clients{i}": f.pid for i, f in enumerate(fleets)}}).start()
         threads = None
         srv2.wait_healthy(timeout=60)
