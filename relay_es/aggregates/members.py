@@ -31,9 +31,10 @@ def members_stream_id(org: str) -> uuid.UUID:
 
 
 class OrgMembers(Aggregate):
-    # username -> (token name, secret hash) of each token they made for themselves, oldest first. A class
-    # default, replaced and never changed in place: a stream recorded before it existed has none. (Not
-    # annotated: the library would make it a dataclass field, and a dict default is refused there.)
+    # username -> (token name, secret hash) of each token they made for themselves, oldest first (pairs
+    # come back from a snapshot as lists: read it through made_by). A class default, replaced and never
+    # changed in place: a stream recorded before it existed has none. (Not annotated: the library would
+    # make it a dataclass field, and a dict default is refused there.)
     secrets = {}  # type: dict[str, tuple[tuple[str, str], ...]]
 
     @staticmethod

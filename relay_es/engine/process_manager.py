@@ -107,10 +107,11 @@ RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 EARLY = 0.001  # a metrics timer this close to its wall-clock time is on time (the wall clock has microseconds)
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
 # Timers fired in full every round, before the others, which go a chunk at a time: a deadline, and an
-# orphan (HEALTHY on a Relay that is gone), whose Disconnected carries a deadline counted from the
-# settle window's end; recorded a chunk at a time, the last ones' deadlines would pass before they
-# were recorded, and executors on their way back would be declared dead.
+# orphan (HEALTHY on a Relay that is gone), whose Disconnected carries a deadline a grace from Relay's
+# start (moved by the settle window's extension); recorded a chunk at a time, the last ones would be
+# recorded past their deadline, and executors on their way back declared dead.
 URGENT = ("deadline", "orphan")
+ORPHANS_PER_SAVE = 1000  # orphans recorded per transaction: the hub's reconnects are written between them
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class ProcessManager:
         fault suite's hook, called with a point's name (a no-op by default). ``on_event``: told
         ``(event, old row, new row)`` of every executor event followed (the metrics).
         ``batch_size``: log entries read per query while following. ``chunk``: how many timers
-        other than deadlines one round of :meth:`step` fires (see :meth:`_run_due`). ``tie_key``:
+        other than :data:`URGENT` ones one round of :meth:`step` fires (see :meth:`_run_due`). ``tie_key``:
         the secret that orders equally good recovery candidates (random per process unless a test
         gives one; see :meth:`_best_candidate`)."""
         self.relay = relay
@@ -201,7 +202,7 @@ class ProcessManager:
         self.batch_size = batch_size  # log entries read per query while following
         if chunk < 1 or batch_size < 1:
             raise ValueError("chunk and batch_size must be at least 1")
-        self.chunk = chunk  # timers other than deadlines fired per round of step
+        self.chunk = chunk  # timers other than URGENT ones fired per round of step
         self._tie_key = tie_key if tie_key is not None else secrets.token_bytes(16)
         self.on_event: Callable[[Any, ExecutorRow | None, ExecutorRow], None] = on_event or (lambda e, old, new: None)
 
@@ -337,8 +338,8 @@ class ProcessManager:
     # ------------------------------------------------------------ following
     def catch_up(self, *, yield_to_timers: bool = False) -> int:
         """Folds the executor events appended since :attr:`position`, :attr:`batch_size` at a time.
-        Returns how many. ``yield_to_timers``: stops after a batch once a deadline is due, so that
-        :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
+        Returns how many. ``yield_to_timers``: stops after a batch once an :data:`URGENT` timer is due,
+        so that :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
         n = 0
         while True:
             if yield_to_timers and n and self._deadline_due():
@@ -643,12 +644,15 @@ class ProcessManager:
         return total
 
     def _fire_urgent(self) -> int:
-        """Fires every :data:`URGENT` timer due, kind by kind, until none is."""
+        """Fires every :data:`URGENT` timer due when it starts, kind by kind (an orphan's deadline
+        that is due already, too). A timer armed again meanwhile (a store error retries a second
+        later) waits for the next round: a pass slower than that never keeps the round going."""
+        now = self.clock.monotonic()
         total = 0
         while True:
             fired = 0
             for kind in URGENT:
-                while due := self.timers.pop_due(self.clock.monotonic(), kind=kind):
+                while due := self.timers.pop_due(now, kind=kind):
                     fired += len(due)
                     self._fire_kind(kind, [(sid, payload) for (_, sid), payload in due])
             if not fired:
@@ -759,8 +763,9 @@ class ProcessManager:
 
     def _fire_orphans(self, items: list[tuple[str, str | None]]) -> None:
         """Records every executor still HEALTHY on a Relay that is gone (and not back here since)
-        Disconnected (``relay_restarted``), in one transaction: the deadline each carries is a
-        full grace from Relay's start, moved by as long as the settle window was kept open."""
+        Disconnected (``relay_restarted``), :data:`ORPHANS_PER_SAVE` to a transaction: the deadline
+        each carries is a full grace from Relay's start, moved by as long as the settle window was
+        kept open."""
         grace_from = self.started_at + timedelta(seconds=self.settle.extension) if self.started_at else None
         ops = []
         for sid, connection_id in items:
@@ -771,7 +776,8 @@ class ProcessManager:
                 continue
             ops.append(self.relay.op_disconnected(UUID(sid), connection_id=connection_id or "",
                                                  reason="relay_restarted", grace_from=grace_from))
-        self._execute(ops)
+        for i in range(0, len(ops), ORPHANS_PER_SAVE):
+            self._execute(ops[i:i + ORPHANS_PER_SAVE])
 
     def _fire_response(self, sid: str, request_id: str | None) -> None:
         if request_id:

@@ -1,4 +1,4 @@
-"""The command bus: many ops in one save, a conflict run again op by op, refusals as no-ops."""
+"""The command bus: many ops in one save, a conflict run again in halves, refusals as no-ops."""
 
 from __future__ import annotations
 
@@ -22,6 +22,24 @@ def test_a_batch_is_one_save_and_says_which_ops_recorded(clock) -> None:
     assert results == [True, True, False, False]
     assert saves == [4]  # two Registered, two Connected, in one save
     assert relay.execute([]) == []
+
+
+def test_a_conflicting_batch_runs_again_in_halves_not_op_by_op(clock) -> None:
+    relay = Relay(POPO, clock=clock)
+    names = [f"E{i}" for i in range(8)]
+    for name in names:
+        relay.executor_connected("local", "app", info(name), connection_id=f"{name}-1", owner="o")
+    sid = executor_stream_id("local", "app", "E5")
+    stale = relay.load_many([sid])[sid]
+    relay.executor_disconnected(sid, connection_id="E5-1", reason="socket_closed")  # another writer
+    relay._cache[sid] = stale
+    saves: list[int] = []
+    relay.save_observers.append(lambda took, events: saves.append(len(events)))
+    ops = [relay.op_disconnected(executor_stream_id("local", "app", n), connection_id=f"{n}-1",
+                                 reason="relay_restarted") for n in names]
+    assert relay.execute(ops) == [True] * 5 + [False] + [True] * 2  # E5's connection is gone: a no-op
+    assert saves == [4, 3]  # the batch failed; its halves ran on what the store holds, not 8 saves
+    assert [type(e).__name__ for e in relay.stream(sid)] == ["Registered", "Connected", "Disconnected"]
 
 
 def test_a_conflicting_batch_runs_again_op_by_op(clock) -> None:
