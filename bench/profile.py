@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,25 +93,33 @@ def summary(path: Path, own: int = 25, inclusive: int = 60) -> str:
     return "\n".join(lines)
 
 
-def detection(args: argparse.Namespace) -> None:
+def section(args: argparse.Namespace, scenario: str, run: Callable[[Any, Callable[[Any], None]], dict[str, Any]],
+            keys: tuple[str, ...]) -> None:
+    """One benchmark section's run (``run(ctx, profile)``, which calls ``profile(server)`` when the
+    part to measure starts) with the server profiled from then for ``--seconds``; prints the
+    section's figures ``keys`` and the profile's summary."""
     from bench.__main__ import Context
-    from bench import s3_detection as s3
-    from bench.common import largest_fleet
 
     ctx = Context(False, 1.0, [args.store])
-    out = args.out or ROOT / "bench" / "results" / "profile" / f"detection-{args.store}"
+    out = args.out or ROOT / "bench" / "results" / "profile" / f"{scenario}-{args.store}"
     spy: list[subprocess.Popen[bytes]] = []
     try:
-        others = max(0, min(args.n, largest_fleet() - args.n - 1))
-        res = s3.one_store(ctx, args.store, args.n, 5, others,
-                           on_drop=lambda srv: spy.append(record(srv.proc.pid, out, args.seconds)))
+        res = run(ctx, lambda srv: spy.append(record(srv.proc.pid, out, args.seconds)))
     finally:
         for p in spy:
             p.wait()
         ctx.close()
-    keys = ("lateness_ms", "dispatch_after_death_ms", "deadline_spread_ms", "drop_to_all_deleted_s")
     print(json.dumps({k: res[k] for k in keys}, indent=1))
     print(summary(out))
+
+
+def detection(args: argparse.Namespace) -> None:
+    from bench import s3_detection as s3
+    from bench.common import largest_fleet
+
+    others = max(0, min(args.n, largest_fleet() - args.n - 1))
+    section(args, "detection", lambda ctx, profile: s3.one_store(ctx, args.store, args.n, 5, others, on_drop=profile),
+            ("lateness_ms", "dispatch_after_death_ms", "deadline_spread_ms", "drop_to_all_deleted_s"))
 
 
 def throughput(args: argparse.Namespace) -> None:
@@ -150,27 +159,18 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def reconnect(args: argparse.Namespace) -> None:
-    from bench.__main__ import Context
     from bench import s4_reconnect as s4
     from bench.common import largest_fleet
 
-    ctx = Context(False, 1.0, [args.store])
-    out = args.out or ROOT / "bench" / "results" / "profile" / f"reconnect-{args.store}"
-    spy: list[subprocess.Popen[bytes]] = []
-    try:
+    def run(ctx: Any, profile: Callable[[Any], None]) -> dict[str, Any]:
         def attach(srv: Any) -> None:  # once its interpreter is up: the sockets come in after that
             srv.wait_healthy(timeout=60)
-            spy.append(record(srv.proc.pid, out, args.seconds))
+            profile(srv)
 
-        res = s4.one_store(ctx, args.store, args.n or largest_fleet(20_000), grace=10, settle=5.0, on_restart=attach)
-    finally:
-        for p in spy:
-            p.wait()
-        ctx.close()
-    keys = ("restart_to_healthz_s", "restart_to_all_healthy_s", "client_registered_after_kill_s", "false_deaths",
-            "relay_restarted_disconnects")
-    print(json.dumps({k: res[k] for k in keys}, indent=1))
-    print(summary(out))
+        return s4.one_store(ctx, args.store, args.n or largest_fleet(20_000), grace=10, settle=5.0, on_restart=attach)
+
+    section(args, "reconnect", run, ("restart_to_healthz_s", "restart_to_all_healthy_s",
+                                     "client_registered_after_kill_s", "false_deaths", "relay_restarted_disconnects"))
 
 
 def rebuild(args: argparse.Namespace) -> None:

@@ -248,8 +248,7 @@ class ProcessManager:
             rows, self.position = self._bootstrap()
             for row in rows:
                 self._put(row)
-        self.settle.set_orphans(sum(1 for r in self.rows.values()
-                                    if r.status == S.HEALTHY and r.owner not in self.live_owners))
+        self.settle.set_orphans(sum(1 for r in self.rows.values() if self._is_orphan(r)))
         for row in list(self.rows.values()):
             self._react(row)
         self.stats.armed_at = self.clock.now().timestamp()
@@ -295,7 +294,7 @@ class ProcessManager:
         nxt = self._next_at(kind)
         return nxt is not None and nxt <= self.clock.monotonic()
 
-    def _deadline_due(self) -> bool:
+    def _urgent_due(self) -> bool:
         """Whether a timer that sets or enforces a deadline (:data:`URGENT`) is due."""
         return any(self._timer_due(kind) for kind in URGENT)
 
@@ -342,7 +341,7 @@ class ProcessManager:
         so that :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
         n = 0
         while True:
-            if yield_to_timers and n and self._deadline_due():
+            if yield_to_timers and n and self._urgent_due():
                 return n
             notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
                                                       unreadable=True, skip=self._has)
@@ -546,6 +545,10 @@ class ProcessManager:
         self._react(row)
 
     # ------------------------------------------------------------- reacting
+    def _is_orphan(self, row: ExecutorRow) -> bool:
+        """HEALTHY on a Relay that is gone: its socket went with it."""
+        return row.status == S.HEALTHY and row.owner not in self.live_owners
+
     def _mono_for(self, wall: datetime) -> float:
         return self.clock.monotonic() + (wall - self.clock.now()).total_seconds()
 
@@ -560,7 +563,7 @@ class ProcessManager:
         else:
             self.timers.cancel(("deadline", sid))
 
-        if row.status == S.HEALTHY and row.owner not in self.live_owners:
+        if self._is_orphan(row):
             if ("orphan", sid) not in self.timers:
                 self.timers.arm(("orphan", sid), self._at(self.clock.monotonic()), row.connection_id)
         else:
@@ -770,9 +773,7 @@ class ProcessManager:
         ops = []
         for sid, connection_id in items:
             row = self.rows.get(sid)
-            if row is None or row.status != S.HEALTHY or row.connection_id != connection_id:
-                continue
-            if row.owner in self.live_owners:
+            if row is None or not self._is_orphan(row) or row.connection_id != connection_id:
                 continue
             ops.append(self.relay.op_disconnected(UUID(sid), connection_id=connection_id or "",
                                                  reason="relay_restarted", grace_from=grace_from))
