@@ -47,9 +47,13 @@ from tests.server import admin_token as server_admin_token
 from tests.rest_client import events_all, listing, rest
 from tests.support import until
 
+# Pings every 5 s, a 10 s pong window: the tests call REST synchronously from the loop their clients'
+# sockets run on, which blocks their pongs for as long as a call takes on a loaded machine (with a 1 s
+# window, CI saw executors that never went silent closed with 1011 and declared dead). No test in this
+# file depends on a ping timeout; a test about silence overrides these.
 BASE_ENV = {
-    "RELAY_PING_INTERVAL_SECS": "1",
-    "RELAY_PING_WAIT_SECS": "2",
+    "RELAY_PING_INTERVAL_SECS": "5",
+    "RELAY_PING_WAIT_SECS": "15",
     "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "2",
     "RELAY_RESTART_SETTLE_SECS": "0.5",
     "RELAY_RETENTION_INTERVAL_SECS": "3600",
@@ -370,13 +374,14 @@ def test_no_eligible_executor_then_version_skew(make_server: Callable[..., Relay
                                           "recovery.deferred", "recovery.dispatched", "recovery.confirmed",
                                           "executor.deleted"]
         assert types_of(v2) == ["executor_info"] and types_of(v2b) == ["executor_info"]
+        # checked while the others are still connected: once they close, each dies a 1 s grace later
+        report = await asyncio.to_thread(assert_invariants, store_url)
+        assert report.deaths == 2 and report.recoveries == 2, report
         for fx in (v1, v2, v2b):
             await fx.close()
 
     asyncio.run(main())
     assert_clean_log(server)
-    report = assert_invariants(store_url)
-    assert report.deaths == 2 and report.recoveries == 2
 
 
 # ---------------------------------------------------------- reconnect storm
@@ -497,7 +502,8 @@ def test_hostile_frames_are_refused_audited_and_disturb_no_one(make_server: Call
     reply is used, and a bystander stays connected throughout and still gets
     the recovery of a dead peer."""
     # Default pings: this test's own process is busy for a while (20 MiB frames, a 129 MiB deflate).
-    server = make_server(env={"RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "8", "RELAY_PING_INTERVAL_SECS": "20",
+    # A 20 s reply timeout: on a loaded machine the 20 MiB reply has taken more than 8 s (a 4th attempt).
+    server = make_server(env={"RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "20", "RELAY_PING_INTERVAL_SECS": "20",
                               "RELAY_PING_WAIT_SECS": "25"})
     set_grace(server, 1)
     host, port = "127.0.0.1", server.port
@@ -554,7 +560,7 @@ def test_hostile_frames_are_refused_audited_and_disturb_no_one(make_server: Call
         dead = await FakeExecutor(server.ws, executor_id="D", version="h").connect()
         await until(lambda: "D" in listing(server))
         dead.abort()
-        await until(lambda: "D" not in listing(server), 30, 0.1, "D recovered by the hostile target")
+        await until(lambda: "D" not in listing(server), 60, 0.1, "D recovered by the hostile target")
         assert len(attempts) == 3
         d_actions = actions(server, "D")
         assert d_actions.count("recovery.failed") == 2 and d_actions[-2:] == ["recovery.confirmed", "executor.deleted"]

@@ -27,9 +27,10 @@ from tests.server import RelayServer
 from tests.rest_client import events, listing, rest
 from tests.support import until
 
+# A 10 s pong window, as in test_protocol_faults: the tests' synchronous REST calls block their clients' pongs.
 BASE_ENV = {
-    "RELAY_PING_INTERVAL_SECS": "1",
-    "RELAY_PING_WAIT_SECS": "2",
+    "RELAY_PING_INTERVAL_SECS": "5",
+    "RELAY_PING_WAIT_SECS": "15",
     "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "4",
     "RELAY_RESTART_SETTLE_SECS": "0.5",
     "RELAY_RETENTION_INTERVAL_SECS": "3600",
