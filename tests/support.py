@@ -31,6 +31,7 @@ class InMemoryDispatcher:
     expired: list[str] = field(default_factory=list)  # request ids the process manager expired, in order
     gone: set[str] = field(default_factory=set)  # executors whose socket closed before the store heard of it
     on_send: Callable[[RecoveryRequest], None] | None = None  # e.g. a test's clock moving while a send takes time
+    registered: int = 0  # registrations at the hub since start (the settle window's pace)
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         self.sent.append(request)
@@ -45,6 +46,14 @@ class InMemoryDispatcher:
 
     def is_gone(self, org: str, app: str, executor_id: str) -> bool:
         return executor_id in self.gone
+
+    def registrations(self) -> int:
+        return self.registered
+
+    def let_in(self, *executor_ids: str) -> None:
+        """The hub registered these executors; the store has not heard of it yet."""
+        self.connected.update(executor_ids)
+        self.registered += len(executor_ids)
 
     def last(self) -> RecoveryRequest:
         return self.sent[-1]

@@ -121,7 +121,8 @@ class Timing:
     settle: timedelta = RESTART_SETTLE
     # The settle window stays open past ``settle`` while executors are still being
     # re-admitted at least this fast (per second; or 1 % of the executors that were
-    # HEALTHY on the Relay that stopped, if more), up to ``settle_max_factor`` x ``settle``.
+    # HEALTHY on the Relay that stopped, if more), up to the time every one of those would
+    # be back at that pace, and at least ``settle_max_factor`` x ``settle`` (relay_es.engine.settle).
     settle_busy_per_s: int = 10
     settle_max_factor: float = 4.0
     response_timeout: timedelta = RECOVERY_RESPONSE_TIMEOUT
@@ -244,6 +245,7 @@ class ProcessManager:
         """Rebuilds pending deadlines and outstanding dispatches from the store."""
         self.started_at = self.clock.now()
         self.settle.start(self.clock.monotonic())
+        self._sample_registrations()
         if self._bootstrap is not None:
             rows, self.position = self._bootstrap()
             for row in rows:
@@ -549,6 +551,12 @@ class ProcessManager:
         """HEALTHY on a Relay that is gone: its socket went with it."""
         return row.status == S.HEALTHY and row.owner not in self.live_owners
 
+    def _sample_registrations(self) -> None:
+        """Tells the settle window how many executors the hub has let in so far (ahead of the log)."""
+        registrations = getattr(self.dispatcher, "registrations", None)
+        if registrations is not None:
+            self.settle.registered(self.clock.monotonic(), registrations())
+
     def _mono_for(self, wall: datetime) -> float:
         return self.clock.monotonic() + (wall - self.clock.now()).total_seconds()
 
@@ -632,8 +640,10 @@ class ProcessManager:
         recording answers) before the next chunk: a death is never late because the dispatches of
         earlier deaths were being recorded and sent, nor is the log, whose Disconnected events arm
         the deadlines, left unread while they are."""
-        if self.settle.is_open(self.clock.monotonic()):
-            return 0  # timers armed for the settle window's end wait for its new end
+        if not self.settle.closed:
+            self._sample_registrations()
+            if self.settle.is_open(self.clock.monotonic()):
+                return 0  # timers armed for the settle window's end wait for its new end
         total = self._fire_urgent()
         chunk: dict[str, list[tuple[Any, Any]]] = {}  # kind -> [(key, payload)], earliest due first
         for (kind, sid), payload in self.timers.pop_due(self.clock.monotonic(), limit=self.chunk):
@@ -774,6 +784,10 @@ class ProcessManager:
         for sid, connection_id in items:
             row = self.rows.get(sid)
             if row is None or not self._is_orphan(row) or row.connection_id != connection_id:
+                continue
+            if self.dispatcher.is_connected(row.org, row.app, row.executor_id):
+                # Back here already: its Connected is on the way and will cancel this timer.
+                self.timers.arm(("orphan", sid), self.clock.monotonic() + RETRY_SECS, connection_id)
                 continue
             ops.append(self.relay.op_disconnected(UUID(sid), connection_id=connection_id or "",
                                                  reason="relay_restarted", grace_from=grace_from))

@@ -267,6 +267,40 @@ def test_settle_window_does_not_stay_open_forever(world: World) -> None:
     assert e.deadline == start + timedelta(seconds=15) + world.relay.grace_for("local", "app")
 
 
+def test_settle_window_stays_open_while_the_hub_lets_executors_in_that_the_log_does_not_show_yet(
+        world: World) -> None:
+    # A reconnect storm on a restarted Relay whose store lags: the hub registers 30 executors a second for
+    # 10 s, and none of their Connected events has been written yet. The window stays open (the pace is
+    # measured at the hub, not only from the log) until the hub falls quiet; the orphans it holds by then
+    # are not recorded Disconnected (their Connected is on the way); those still away are, with a grace from
+    # the start moved by the window's extension.
+    names = [f"E{i}" for i in range(400)]
+    for name in names:
+        world.connect(name)
+    world.restart(down_for=30.0)
+    start = world.pm.started_at
+    grace = world.relay.grace_for("local", "app")
+    back = names[:300]
+    for second in range(10):
+        for i in range(3):
+            world.dispatcher.let_in(*back[second * 30 + i * 10:second * 30 + (i + 1) * 10])
+            world.advance(1 / 3)
+    world.advance(0.1)  # 10.1 s: past the planned 5 s, the window is still open
+    assert all(world.history(n)[-1] == "Connected" for n in names)
+    world.advance(2.0)  # the hub fell quiet at 10 s: the window closed at 11 s
+    assert all(world.history(n)[-1] == "Connected" for n in back)  # held at the hub: nothing recorded
+    away = [world.executor(n) for n in names[300:]]
+    assert {e.status.value for e in away} == {"DISCONNECTED"}
+    assert {e.deadline for e in away} == {start + timedelta(seconds=6) + grace}
+    for name in back:  # their Connected events land
+        world.connect(name, conn=f"{name}-back")
+    world.dispatcher.connected.clear()
+    world.advance(30)
+    assert all(world.status(n) == "HEALTHY" for n in back)
+    assert all(world.history(n).count("Disconnected") == 0 for n in back)
+    assert all(world.status(n) == "DEAD" for n in names[300:])
+
+
 def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a_chunk_at_a_time(
         world: World, monkeypatch) -> None:
     # 80 executors were HEALTHY on the Relay that stopped and are not back when the settle window

@@ -54,3 +54,46 @@ def test_busy_means_one_percent_of_the_orphans_when_that_is_more() -> None:
 def test_not_before_the_end_of_the_window() -> None:
     w = window()
     assert w.not_before(1001.0) == 1005.0 and w.not_before(1009.0) == 1009.0
+
+
+def test_kept_open_while_the_hub_registers_executors_fast_though_the_log_shows_none() -> None:
+    w = window(orphans=3000)  # 30 a second needed
+    w.registered(1000.0, 0)
+    w.registered(1004.0, 100)
+    w.registered(1004.9, 140)  # 40 in the last 0.9 s; measured from 1004.0
+    assert w.is_open(1005.0) and w.until == 1006.0
+    w.registered(1005.5, 150)
+    w.registered(1005.8, 160)  # 20 since 1004.9, over 1.1 s: too slow
+    assert not w.is_open(1006.0)
+    assert w.extension == 1.0
+
+
+def test_the_hub_pace_is_measured_over_at_least_a_second() -> None:
+    w = window(orphans=3000)
+    w.registered(1000.0, 0)
+    w.registered(1004.95, 29)  # 29 in a tiny span is no pace of 30 a second over the last second
+    w.registered(1004.99, 30)
+    assert not w.is_open(1005.0)
+
+
+def test_with_no_news_from_the_hub_its_last_pace_fades() -> None:
+    w = window(orphans=1000)  # 10 a second
+    w.registered(1000.0, 0)
+    w.registered(1004.5, 60)  # 60 in 4.5 s since start: 13 a second
+    assert w.is_open(1005.0)
+    w.registered(1005.5, 60)  # nothing new
+    assert not w.is_open(1006.0)  # 60 in 6 s
+
+
+def test_the_cap_is_when_every_orphan_would_be_back_at_the_pace_that_holds_it_open() -> None:
+    assert window().cap == 1020.0  # no orphans: 4 x 5 s
+    assert window(orphans=100).cap == 1020.0  # 10 a second: 10 s, less than 4 x 5 s
+    assert window(orphans=500).cap == 1055.0  # 10 a second: 50 s after the planned 5
+    assert window(orphans=19_500).cap == 1105.0  # 195 a second: 100 s
+    w = window(orphans=19_500)
+    total, t = 0, 1000.0
+    while w.is_open(t):
+        total += 200
+        t += 0.5
+        w.registered(t, total)
+    assert t == 1105.0 and w.extension == 100.0

@@ -116,6 +116,10 @@ class Dispatcher:
         conn = self.registry.executor((org, app, executor_id))
         return conn is None or conn.closed or not conn.registered
 
+    def registrations(self) -> int:
+        """How many times an executor registered here since start (from any thread: one int read)."""
+        return self.registry.claims
+
     def send_recovery(self, request: RecoveryRequest) -> None:
         """From the process manager's thread: the attempt starts on the loop."""
         assert self.loop is not None, "dispatcher not started"
