@@ -31,7 +31,7 @@ class InMemoryDispatcher:
     expired: list[str] = field(default_factory=list)  # request ids the process manager expired, in order
     gone: set[str] = field(default_factory=set)  # executors whose socket closed before the store heard of it
     on_send: Callable[[RecoveryRequest], None] | None = None  # e.g. a test's clock moving while a send takes time
-    registered: int = 0  # registrations at the hub since start (the settle window's pace)
+    admitted: int = 0  # sockets admitted at the hub since start (the settle window's pace)
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         self.sent.append(request)
@@ -47,13 +47,13 @@ class InMemoryDispatcher:
     def is_gone(self, org: str, app: str, executor_id: str) -> bool:
         return executor_id in self.gone
 
-    def registrations(self) -> int:
-        return self.registered
+    def admissions(self) -> int:
+        return self.admitted
 
     def let_in(self, *executor_ids: str) -> None:
-        """The hub registered these executors; the store has not heard of it yet."""
+        """The hub admitted and registered these executors; the store has not heard of it yet."""
         self.connected.update(executor_ids)
-        self.registered += len(executor_ids)
+        self.admitted += len(executor_ids)
 
     def last(self) -> RecoveryRequest:
         return self.sent[-1]
@@ -75,7 +75,8 @@ class World:
         self.clock = clock
         self.store_url = store_url
         self.owner = owner
-        self.timing = timing or Timing(settle=timedelta(seconds=5), response_timeout=timedelta(seconds=10),
+        self.timing = timing or Timing(settle=timedelta(seconds=5), settle_span=timedelta(seconds=5),
+                                       response_timeout=timedelta(seconds=10),
                                        backoff_base=timedelta(seconds=1), backoff_max=timedelta(seconds=8))
         self.relay: Relay | None = None
         self.db = None

@@ -125,6 +125,9 @@ class Timing:
     # be back at that pace, and at least ``settle_max_factor`` x ``settle`` (relay_es.engine.settle).
     settle_busy_per_s: int = 10
     settle_max_factor: float = 4.0
+    # ...over the last this many seconds (or ``settle``, if longer): TCP retries a connection attempt a
+    # full listen queue dropped 1, 3, 7 and 15 s after the first, so a storm comes in waves up to 8 s apart.
+    settle_span: timedelta = timedelta(seconds=16)
     response_timeout: timedelta = RECOVERY_RESPONSE_TIMEOUT
     backoff_base: timedelta = timedelta(seconds=1)
     backoff_max: timedelta = timedelta(seconds=30)
@@ -211,7 +214,8 @@ class ProcessManager:
         self.rows: dict[str, ExecutorRow] = {}
         self.timers = TimerHeap()
         self.settle = SettleWindow(timing.settle.total_seconds(), busy_per_s=timing.settle_busy_per_s,
-                                   max_factor=timing.settle_max_factor)
+                                   max_factor=timing.settle_max_factor,
+                                   span=max(timing.settle, timing.settle_span).total_seconds())
         self.started_at: datetime | None = None
         # Derived from the rows alone (see relay_es.engine.indexes):
         self._indexes = Indexes(self.live_owners)
@@ -245,7 +249,7 @@ class ProcessManager:
         """Rebuilds pending deadlines and outstanding dispatches from the store."""
         self.started_at = self.clock.now()
         self.settle.start(self.clock.monotonic())
-        self._sample_registrations()
+        self._sample_admissions()
         if self._bootstrap is not None:
             rows, self.position = self._bootstrap()
             for row in rows:
@@ -551,11 +555,11 @@ class ProcessManager:
         """HEALTHY on a Relay that is gone: its socket went with it."""
         return row.status == S.HEALTHY and row.owner not in self.live_owners
 
-    def _sample_registrations(self) -> None:
-        """Tells the settle window how many executors the hub has let in so far (ahead of the log)."""
-        registrations = getattr(self.dispatcher, "registrations", None)
-        if registrations is not None:
-            self.settle.registered(self.clock.monotonic(), registrations())
+    def _sample_admissions(self) -> None:
+        """Tells the settle window how many executor sockets the hub has admitted so far (ahead of the log)."""
+        admissions = getattr(self.dispatcher, "admissions", None)
+        if admissions is not None:
+            self.settle.admitted(self.clock.monotonic(), admissions())
 
     def _mono_for(self, wall: datetime) -> float:
         return self.clock.monotonic() + (wall - self.clock.now()).total_seconds()
@@ -641,7 +645,7 @@ class ProcessManager:
         earlier deaths were being recorded and sent, nor is the log, whose Disconnected events arm
         the deadlines, left unread while they are."""
         if not self.settle.closed:
-            self._sample_registrations()
+            self._sample_admissions()
             if self.settle.is_open(self.clock.monotonic()):
                 return 0  # timers armed for the settle window's end wait for its new end
         total = self._fire_urgent()

@@ -63,10 +63,11 @@ class Dispatcher(Protocol):
         says yet)? Such an executor, if this process manager's owner holds it, is no recovery
         target."""
 
-    def registrations(self) -> int:
-        """How many times an executor registered here since start, whatever the log says yet: the
-        settle window's measure of a reconnect storm the store has not caught up with. Optional: a
-        dispatcher without it leaves the window to the Connected events followed."""
+    def admissions(self) -> int:
+        """How many executor sockets were admitted here since start (handshake accepted, registered
+        or not yet), whatever the log says: the settle window's measure of a reconnect storm the
+        store has not caught up with. Optional: a dispatcher without it leaves the window to the
+        Connected events followed."""
 
     def expire(self, request_id: str) -> None:
         """The attempt's deadline has come and its failure is about to be

@@ -3,17 +3,29 @@
 A Relay that starts finds executors that were HEALTHY on the Relay that stopped (orphans),
 and deadlines that passed while it was down. For ``settle`` seconds after start it lets
 them reconnect and enforces nothing. Past its planned end the window stays open, a second at
-a time, while executors are still being let back in fast: at least ``busy_per_s`` a second,
-or 1 % of the orphans, if more. Two measures count, whichever is faster:
+a time, while executors are still being let back in: at least ``busy_per_s`` a second over
+the last ``span`` seconds (the process manager's ``Timing.settle_span``, 16 s: a storm comes
+in waves, as the clients' connection attempts that a full listen queue dropped are retried
+by TCP 1, 3, 7 and 15 s later; in a storm of 19,500 on the 2-core machine, 838 sockets were
+admitted in the first 13 s and none in the 5 s after). Two measures count, whichever is faster:
 
 - the Connected events of this Relay the process manager has followed (:meth:`readmitted`);
-- the registrations at this Relay's hub (:meth:`registered`), which run ahead of the log
-  when the store is the slower part: in a storm of 19,500 the log showed none for 50 s
-  while the hub was letting them in.
+- the executor sockets this Relay's hub admitted (:meth:`admitted`), which run ahead of the
+  log, and of the executors' registration, when the process is the slower part: in a storm of
+  19,500 on the 2-core machine the first registration came 16 s after the kill, and the log
+  showed none for some 50 s.
 
-It closes at the latest when, at that minimum pace, every orphan would have been back:
-``settle + orphans / pace`` after start, and never before ``max_factor`` x ``settle``
-(with 19,500 orphans: 195 a second, 105 s). A Relay working through a reconnect storm
+While there are orphans and not one executor has come back yet, it stays open too: they
+were HEALTHY when Relay stopped, so it is Relay's restart they are waiting for (their
+reconnect backoff, a listen queue that overflowed), not their own death; when everything
+looks dead at once, the observer is the likelier fault (Kubernetes' node controller stops
+evicting in a zone that is wholly NotReady for the same reason). In a storm of 19,500 on the
+2-core machine the first socket was admitted more than 5 s after start.
+
+It closes at the latest when every orphan would have been back at ``busy_per_s`` a second
+or 1 % of them a second, if more: ``settle + orphans / rate`` after start, at most
+``settle`` + 100 s, and never before ``max_factor`` x ``settle`` (with 19,500 orphans:
+105 s). A Relay working through a reconnect storm
 must not count against the executors the time it takes to let them back in; an orphan
 that does not come back is recorded Disconnected when the window closes, its grace counted
 from start plus the window's extension.
@@ -28,15 +40,17 @@ from collections import deque
 
 log = logging.getLogger(__name__)
 
-PACE_SPAN = 1.0  # seconds over which the pace is measured
-ORPHAN_SHARE = 0.01  # of the orphans, a second: the pace that keeps the window open, when above busy_per_s
+STEP = 1.0  # seconds the window is kept open at a time
+ORPHAN_SHARE = 0.01  # of the orphans, a second: the rate the cap assumes, when above busy_per_s
 
 
 class SettleWindow:
     """Open from :meth:`start` until :meth:`is_open` first answers False; then closed for good."""
 
-    def __init__(self, settle: float, *, busy_per_s: float, max_factor: float) -> None:
+    def __init__(self, settle: float, *, busy_per_s: float, max_factor: float, span: float = 1.0) -> None:
+        """``span``: the seconds over which the pace is measured (a reconnect storm comes in waves)."""
         self.settle = settle
+        self.span = max(span, STEP)
         self.busy_per_s = busy_per_s
         self.max_factor = max_factor
         self.until = 0.0  # monotonic end of the window as it stands (moves while kept open)
@@ -45,7 +59,9 @@ class SettleWindow:
         self.cap = 0.0  # the latest it closes
         self._orphans = 0
         self._readmitted: deque[float] = deque()
-        self._registered: deque[tuple[float, int]] = deque()  # (when, registrations so far), oldest first
+        self._admitted: deque[tuple[float, int]] = deque()  # (when, sockets admitted so far), oldest first
+        self._first_admitted: int | None = None  # the hub's count at the first sample
+        self.anyone_back = False  # an executor was admitted or readmitted since start
         self.closed = False
         self.extension = 0.0  # how long past its planned end the window was kept open, once closed
 
@@ -57,40 +73,50 @@ class SettleWindow:
 
     def set_orphans(self, orphans: int) -> None:
         self._orphans = orphans
-        self.cap = self._started + max(self.max_factor * self.settle, self.settle + orphans / self.pace())
-
-    def pace(self) -> float:
-        """Executors let back in per second that keep the window open."""
-        return max(self.busy_per_s, ORPHAN_SHARE * self._orphans)
+        rate = max(self.busy_per_s, ORPHAN_SHARE * orphans)
+        self.cap = self._started + max(self.max_factor * self.settle, self.settle + orphans / rate)
 
     def readmitted(self, now: float) -> None:
         """An executor was let back in at ``now``, as the log says (counted while the window is open)."""
         if not self.closed:
             self._readmitted.append(now)
+            self.anyone_back = True
 
-    def registered(self, now: float, total: int) -> None:
-        """The hub has registered ``total`` executors since start, as of ``now`` (counted while open)."""
+    def admitted(self, now: float, total: int) -> None:
+        """The hub has admitted ``total`` executor sockets since start, as of ``now`` (counted while open)."""
         if self.closed:
             return
-        samples = self._registered
-        if samples and samples[-1][1] == total:
-            return  # no news: the older sample keeps the span
-        samples.append((now, total))
-        while len(samples) > 1 and samples[1][0] <= now - PACE_SPAN:  # a later one will do as the base
+        samples = self._admitted
+        if self._first_admitted is None:
+            self._first_admitted = total
+        elif total > self._first_admitted:
+            self.anyone_back = True
+        if len(samples) >= 2 and samples[-1][1] == samples[-2][1] == total:
+            samples[-1] = (now, total)  # still no news: the quiet span ends later
+        else:
+            samples.append((now, total))
+        while len(samples) > 1 and samples[1][0] <= now - self.span:  # a later one will do as the base
             samples.popleft()
 
     def _hub_pace(self, now: float) -> float:
-        """Registrations a second since the last sample at least :data:`PACE_SPAN` before ``now``
-        (or the oldest there is), over at least that span."""
-        samples = self._registered
+        """Admissions a second over the last :attr:`span` seconds; the count at its start read
+        between the samples around it (a straight line: the process manager samples at least
+        once a second), or from the oldest sample over at least the span if none is that old."""
+        samples = list(self._admitted)
         if not samples:
             return 0.0
-        base = samples[0]
-        for sample in reversed(samples):
-            if sample[0] <= now - PACE_SPAN:
-                base = sample
-                break
-        return (samples[-1][1] - base[1]) / max(now - base[0], PACE_SPAN)
+        t = now - self.span
+        t0, n0 = samples[0]
+        if t0 >= t:
+            return (samples[-1][1] - n0) / max(now - t0, self.span)
+        base = float(n0)
+        for (ta, na), (tb, nb) in zip(samples, samples[1:]):
+            if tb <= t:
+                base = nb
+                continue
+            base = na + (nb - na) * (t - ta) / (tb - ta)
+            break
+        return (samples[-1][1] - base) / self.span
 
     def is_open(self, now: float) -> bool:
         """Whether nothing may be enforced yet at ``now``; closes the window for good when it ends."""
@@ -99,18 +125,24 @@ class SettleWindow:
         if now < self.until:
             return True
         readmitted = self._readmitted
-        while readmitted and readmitted[0] < now - PACE_SPAN:
+        while readmitted and readmitted[0] < now - self.span:
             readmitted.popleft()
-        pace = self.pace()
-        if (len(readmitted) >= pace or self._hub_pace(now) >= pace) and now < self.cap:
-            self.until = min(now + PACE_SPAN, self.cap)
+        pace = self.busy_per_s
+        # Nobody back yet though orphans were HEALTHY when Relay stopped: Relay's restart, not the executors,
+        # is what they wait for (their reconnect backoff, a slow start); wait for the first, up to the cap.
+        waiting_for_first = self._orphans > 0 and not self.anyone_back
+        if (waiting_for_first or len(readmitted) >= pace * self.span or self._hub_pace(now) >= pace) \
+                and now < self.cap:
+            self.until = min(now + STEP, self.cap)
             return True
         self.closed = True
-        self._readmitted.clear()
-        self._registered.clear()
         self.extension = max(0.0, self.until - self._planned)
-        if self.extension:
-            log.info("settle window kept open %.1fs longer while executors reconnected", self.extension)
+        log.info("settle window closed %.1fs after start (%.1fs past its plan): %d orphans, %d readmissions "
+                    "followed in the last second, the hub admitting %.0f a second (%d so far); %.0f a second "
+                    "would have kept it open", now - self._started, self.extension, self._orphans, len(readmitted),
+                    self._hub_pace(now), self._admitted[-1][1] if self._admitted else 0, pace)
+        self._readmitted.clear()
+        self._admitted.clear()
         return False
 
     def not_before(self, at: float) -> float:

@@ -223,30 +223,30 @@ def test_healthy_executor_of_a_stopped_relay_gets_a_full_fresh_grace(world: Worl
 
 def test_settle_window_stays_open_while_a_reconnect_storm_is_still_being_let_in(world: World) -> None:
     # A Relay working through a backlog of reconnections must not count against the executors the time it
-    # takes to let them back in: the window stays open a second at a time while they arrive fast.
-    names = [f"E{i}" for i in range(40)]
+    # takes to let them back in: the window stays open a second at a time while they arrive fast (10 a
+    # second over the last 5 s, the settle time: a storm comes in waves).
+    names = [f"E{i}" for i in range(120)]
     for name in names:
         world.connect(name)
     world.restart(down_for=30.0)
     start = world.pm.started_at
     grace = world.relay.grace_for("local", "app")
     world.advance(4.5)
-    for name in names[:20]:  # 20 back in the window's last second: still arriving fast
+    for name in names[:60]:  # 60 back in the window's last 5 s: still arriving fast
         world.connect(name)
-    world.advance(1.0)  # 5.5 s: past the planned end, the window is still open
-    assert all(world.status(n) == "HEALTHY" and "Disconnected" not in world.history(n) for n in names[20:])
-    for name in names[20:25]:  # only 5 in the next second: the window closes at 6 s
-        world.connect(name)
-    world.advance(0.6)
-    late = [world.executor(n) for n in names[25:]]
+    world.advance(5.4)  # 9.9 s: past the planned end, the window is still open
+    assert all(world.status(n) == "HEALTHY" and "Disconnected" not in world.history(n) for n in names[60:])
+    world.advance(0.2)  # at 10 s the 60 were more than 5 s ago: closed
+    late = [world.executor(n) for n in names[60:]]
     assert all(e.status.value == "DISCONNECTED" for e in late)
-    # ...with a full grace from the start, moved by the second the window was kept open
-    assert {e.deadline for e in late} == {start + timedelta(seconds=1) + grace}
-    world.advance(1.0 + grace.total_seconds() - 6.1 - 0.1)  # just before start + 1 s + grace
-    assert all(world.status(n) == "DISCONNECTED" for n in names[25:])
+    # ...with a full grace from the start, moved by the 5 s the window was kept open
+    assert world.pm.settle.extension == 5.0
+    assert {e.deadline for e in late} == {start + timedelta(seconds=5) + grace}
+    world.advance(5.0 + grace.total_seconds() - 10.1 - 0.1)  # just before start + 5 s + grace
+    assert all(world.status(n) == "DISCONNECTED" for n in names[60:])
     world.advance(0.2)
-    assert all(world.status(n) == "DEAD" for n in names[25:])
-    assert all(world.status(n) == "HEALTHY" for n in names[:25])
+    assert all(world.status(n) == "DEAD" for n in names[60:])
+    assert all(world.status(n) == "HEALTHY" for n in names[:60])
 
 
 def test_settle_window_does_not_stay_open_forever(world: World) -> None:
@@ -285,13 +285,14 @@ def test_settle_window_stays_open_while_the_hub_lets_executors_in_that_the_log_d
         for i in range(3):
             world.dispatcher.let_in(*back[second * 30 + i * 10:second * 30 + (i + 1) * 10])
             world.advance(1 / 3)
-    world.advance(0.1)  # 10.1 s: past the planned 5 s, the window is still open
+    world.advance(2.9)  # 12.9 s: past the planned 5 s, the window is still open
     assert all(world.history(n)[-1] == "Connected" for n in names)
-    world.advance(2.0)  # the hub fell quiet at 10 s: the window closed at 11 s
+    world.advance(3.0)  # the hub fell quiet at 10 s: the pace over the last 5 s fell below 10 a second at 14 s
+    assert world.pm.settle.extension == 9.0
     assert all(world.history(n)[-1] == "Connected" for n in back)  # held at the hub: nothing recorded
     away = [world.executor(n) for n in names[300:]]
     assert {e.status.value for e in away} == {"DISCONNECTED"}
-    assert {e.deadline for e in away} == {start + timedelta(seconds=6) + grace}
+    assert {e.deadline for e in away} == {start + timedelta(seconds=9) + grace}
     for name in back:  # their Connected events land
         world.connect(name, conn=f"{name}-back")
     world.dispatcher.connected.clear()
@@ -299,6 +300,43 @@ def test_settle_window_stays_open_while_the_hub_lets_executors_in_that_the_log_d
     assert all(world.status(n) == "HEALTHY" for n in back)
     assert all(world.history(n).count("Disconnected") == 0 for n in back)
     assert all(world.status(n) == "DEAD" for n in names[300:])
+
+
+def test_settle_window_waits_for_the_first_executor_back_up_to_its_cap(world: World) -> None:
+    # Every executor was HEALTHY when Relay stopped, and none is back at the planned end of the window:
+    # it is Relay's restart they are waiting for (a reconnect backoff, an overflowing listen queue), so
+    # the window stays open -- until the first comes back, then while they come fast, or until its cap.
+    names = [f"E{i}" for i in range(100)]
+    for name in names:
+        world.connect(name)
+    world.restart(down_for=30.0)
+    start = world.pm.started_at
+    grace = world.relay.grace_for("local", "app")
+    world.advance(11.0)
+    assert all(world.history(n)[-1] == "Connected" for n in names)  # nothing recorded yet
+    world.dispatcher.let_in(*names[:60])  # the first wave, at 11 s
+    world.advance(5.5)
+    assert all(world.history(n)[-1] == "Connected" for n in names)  # 60 in the last 5 s: still open
+    world.advance(1.0)  # no more: closed at 17 s
+    assert world.pm.settle.extension == 12.0
+    away = [world.executor(n) for n in names[60:]]
+    assert {e.status.value for e in away} == {"DISCONNECTED"}
+    assert {e.deadline for e in away} == {start + timedelta(seconds=12) + grace}
+
+
+def test_settle_window_waiting_for_the_first_executor_closes_at_its_cap(world: World) -> None:
+    names = [f"E{i}" for i in range(30)]
+    for name in names:
+        world.connect(name)
+    world.restart(down_for=30.0)
+    start = world.pm.started_at
+    grace = world.relay.grace_for("local", "app")
+    world.advance(19.9)
+    assert world.history(names[0])[-1] == "Connected"
+    world.advance(0.2)  # 4 x the 5 s setting: nobody came back, so they are gone after all
+    assert {world.executor(n).deadline for n in names} == {start + timedelta(seconds=15) + grace}
+    world.advance(grace.total_seconds())
+    assert {world.status(n) for n in names} == {"DEAD"}
 
 
 def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a_chunk_at_a_time(
@@ -312,6 +350,7 @@ def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a
     for name in names:
         world.connect(name)
     world.restart(down_for=30.0)
+    world.dispatcher.admitted = 1  # someone is back (or the window would wait for the first)
     world.pm.chunk = 5
     real = world.relay.notifications
 

@@ -44,44 +44,38 @@ def test_never_open_past_max_factor_times_the_settle_time() -> None:
     assert t <= 1020.0 + 0.5 and w.extension == 15.0  # closed at 4 x 5 s
 
 
-def test_busy_means_one_percent_of_the_orphans_when_that_is_more() -> None:
-    w = window(orphans=5000)  # 50 a second needed
-    for _ in range(40):
-        w.readmitted(1004.5)
-    assert not w.is_open(1005.0)
-
-
 def test_not_before_the_end_of_the_window() -> None:
     w = window()
     assert w.not_before(1001.0) == 1005.0 and w.not_before(1009.0) == 1009.0
 
 
-def test_kept_open_while_the_hub_registers_executors_fast_though_the_log_shows_none() -> None:
-    w = window(orphans=3000)  # 30 a second needed
-    w.registered(1000.0, 0)
-    w.registered(1004.0, 100)
-    w.registered(1004.9, 140)  # 40 in the last 0.9 s; measured from 1004.0
+def test_kept_open_while_the_hub_admits_executors_fast_though_the_log_shows_none() -> None:
+    w = window(orphans=3000)  # 10 a second needed
+    w.admitted(1000.0, 0)
+    w.admitted(1004.0, 100)
+    w.admitted(1004.9, 140)  # 40 in the last second
     assert w.is_open(1005.0) and w.until == 1006.0
-    w.registered(1005.5, 150)
-    w.registered(1005.8, 160)  # 20 since 1004.9, over 1.1 s: too slow
+    w.admitted(1005.5, 142)
+    w.admitted(1005.8, 145)  # about 5 in the last second: too slow
     assert not w.is_open(1006.0)
     assert w.extension == 1.0
 
 
-def test_the_hub_pace_is_measured_over_at_least_a_second() -> None:
+def test_between_samples_the_count_is_read_as_a_straight_line() -> None:
     w = window(orphans=3000)
-    w.registered(1000.0, 0)
-    w.registered(1004.95, 29)  # 29 in a tiny span is no pace of 30 a second over the last second
-    w.registered(1004.99, 30)
-    assert not w.is_open(1005.0)
+    w.admitted(1000.0, 0)
+    w.admitted(1004.95, 29)  # 29 in the 4.95 s since the last sample: some 23 of them before 1004.0
+    w.admitted(1004.99, 30)
+    assert not w.is_open(1005.0)  # about 7 in the last second, not 30
 
 
 def test_with_no_news_from_the_hub_its_last_pace_fades() -> None:
     w = window(orphans=1000)  # 10 a second
-    w.registered(1000.0, 0)
-    w.registered(1004.5, 60)  # 60 in 4.5 s since start: 13 a second
+    w.admitted(1000.0, 0)
+    w.admitted(1004.0, 0)
+    w.admitted(1004.5, 60)  # 60 in the last second
     assert w.is_open(1005.0)
-    w.registered(1005.5, 60)  # nothing new
+    w.admitted(1005.5, 60)  # nothing new
     assert not w.is_open(1006.0)  # 60 in 6 s
 
 
@@ -95,5 +89,33 @@ def test_the_cap_is_when_every_orphan_would_be_back_at_the_pace_that_holds_it_op
     while w.is_open(t):
         total += 200
         t += 0.5
-        w.registered(t, total)
+        w.admitted(t, total)
     assert t == 1105.0 and w.extension == 100.0
+
+
+def test_with_orphans_and_nobody_back_it_waits_for_the_first_up_to_its_cap() -> None:
+    w = window(orphans=500)  # cap: 5 + 500 / 10 = 55 s
+    w.admitted(1000.0, 0)
+    for t in range(1001, 1031):
+        w.admitted(float(t), 0)  # the process manager samples the hub at least once a second
+        assert w.is_open(float(t))
+    assert not w.anyone_back
+    w.admitted(1031.0, 40)  # the first are back, 40 in the last second: from now on the pace decides
+    assert w.anyone_back
+    assert w.is_open(1031.0)
+    w.admitted(1032.0, 45)
+    assert not w.is_open(1032.0)
+    assert w.extension == 27.0
+
+
+def test_nobody_back_and_no_orphans_closes_on_time() -> None:
+    w = window()  # deadlines that passed while Relay was down, no orphan: nothing to wait for
+    assert not w.is_open(1005.0)
+
+
+def test_waiting_for_the_first_ends_at_the_cap() -> None:
+    w = window(orphans=500)
+    t = 1005.0
+    while w.is_open(t):
+        t += 0.5
+    assert t == 1055.0 and w.extension == 50.0

@@ -116,9 +116,9 @@ class Dispatcher:
         conn = self.registry.executor((org, app, executor_id))
         return conn is None or conn.closed or not conn.registered
 
-    def registrations(self) -> int:
-        """How many times an executor registered here since start (from any thread: one int read)."""
-        return self.registry.claims
+    def admissions(self) -> int:
+        """Executor sockets admitted here since start (from any thread: one int read)."""
+        return self.registry.admitted
 
     def send_recovery(self, request: RecoveryRequest) -> None:
         """From the process manager's thread: the attempt starts on the loop."""

@@ -17,13 +17,14 @@ class Registry:
         self.connections: dict[str, Connection] = {}  # every accepted socket, registered or not
         self.by_executor: dict[ExecutorKey, Connection] = {}  # the connection each executor id registered last
         self._by_app: dict[tuple[str, str], dict[str, Connection]] = {}  # (org, app) -> accepted sockets
-        self.claims = 0  # executors registered since start (the settle window's pace after a restart)
+        self.admitted = 0  # executor sockets admitted since start (the settle window's pace after a restart)
 
     def __len__(self) -> int:
         return len(self.connections)
 
     def add(self, conn: Connection) -> None:
         self.connections[conn.id] = conn
+        self.admitted += 1
         self._by_app.setdefault((conn.org, conn.app), {})[conn.id] = conn
 
     def remove(self, conn: Connection) -> None:
@@ -43,7 +44,6 @@ class Registry:
         """``conn`` is now the executor's connection; returns the one it replaces, if any."""
         old = self.by_executor.get(key)
         self.by_executor[key] = conn
-        self.claims += 1
         return old
 
     def executor(self, key: ExecutorKey) -> Connection | None:

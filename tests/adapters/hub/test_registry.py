@@ -24,7 +24,7 @@ def test_an_executor_keeps_its_newest_connection_when_an_older_one_goes() -> Non
     assert registry.executor(key) is new and len(registry) == 1
     registry.remove(new)
     assert registry.executor(key) is None and len(registry) == 0 and not registry._by_app
-    assert registry.claims == 2  # every registration counts (the settle window's pace), a takeover too
+    assert registry.admitted == 2  # every socket admitted counts (the settle window's pace), for good
 
 
 def test_the_newest_registered_open_connection_of_an_application() -> None:
