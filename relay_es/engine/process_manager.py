@@ -119,14 +119,14 @@ class Timing:
     """How long the process manager waits for what (defaults: :mod:`relay_es.domain.defaults`)."""
 
     settle: timedelta = RESTART_SETTLE
-    # The settle window stays open past ``settle`` while executors are still being
-    # re-admitted at least this fast (per second; or 1 % of the executors that were
-    # HEALTHY on the Relay that stopped, if more), up to the time every one of those would
-    # be back at that pace, and at least ``settle_max_factor`` x ``settle`` (relay_es.engine.settle).
+    # The settle window stays open past ``settle`` while executors are still being re-admitted at
+    # least this fast (per second, over the last ``settle_span``, or ``settle`` if longer: TCP retries
+    # a connection attempt a full listen queue dropped 1, 3, 7 and 15 s after the first, so a storm
+    # comes in waves up to 8 s apart), or while none of those HEALTHY on the Relay that stopped is
+    # back yet; at most until all of those could be back at this rate, or 1 % of them a second if
+    # more, and never less than ``settle_max_factor`` x ``settle`` (relay_es.engine.settle).
     settle_busy_per_s: int = 10
     settle_max_factor: float = 4.0
-    # ...over the last this many seconds (or ``settle``, if longer): TCP retries a connection attempt a
-    # full listen queue dropped 1, 3, 7 and 15 s after the first, so a storm comes in waves up to 8 s apart.
     settle_span: timedelta = timedelta(seconds=16)
     response_timeout: timedelta = RECOVERY_RESPONSE_TIMEOUT
     backoff_base: timedelta = timedelta(seconds=1)

@@ -25,10 +25,10 @@ evicting in a zone that is wholly NotReady for the same reason). In a storm of 1
 It closes at the latest when every orphan would have been back at ``busy_per_s`` a second
 or 1 % of them a second, if more: ``settle + orphans / rate`` after start, at most
 ``settle`` + 100 s, and never before ``max_factor`` x ``settle`` (with 19,500 orphans:
-105 s). A Relay working through a reconnect storm
-must not count against the executors the time it takes to let them back in; an orphan
-that does not come back is recorded Disconnected when the window closes, its grace counted
-from start plus the window's extension.
+105 s). A Relay working through a reconnect storm must not count against the executors the
+time it takes to let them back in; an orphan that does not come back is recorded
+Disconnected when the window closes, its grace counted from start plus the window's
+extension.
 
 Pure bookkeeping on monotonic seconds given by the caller: no clock, no I/O.
 """
@@ -138,9 +138,9 @@ class SettleWindow:
         self.closed = True
         self.extension = max(0.0, self.until - self._planned)
         log.info("settle window closed %.1fs after start (%.1fs past its plan): %d orphans, %d readmissions "
-                    "followed in the last second, the hub admitting %.0f a second (%d so far); %.0f a second "
-                    "would have kept it open", now - self._started, self.extension, self._orphans, len(readmitted),
-                    self._hub_pace(now), self._admitted[-1][1] if self._admitted else 0, pace)
+                 "followed and %.0f sockets a second admitted over the last %gs (%d since start); %g a second "
+                 "would have kept it open", now - self._started, self.extension, self._orphans, len(readmitted),
+                 self._hub_pace(now), self.span, self._admitted[-1][1] if self._admitted else 0, pace)
         self._readmitted.clear()
         self._admitted.clear()
         return False
