@@ -785,13 +785,16 @@ def analysis(results_dir: Path) -> str:
                 "Connected events the process manager had followed, which on this machine showed none for some "
                 "50 s: it closed at its planned 5 s, every executor was recorded relay_restarted and declared "
                 "dead (19,500 false deaths on both stores), and that work took the CPU the reconnections needed. "
-                "What bounds the time to all HEALTHY now: on a slow run the first sockets are admitted seconds "
-                "after Relay answers /healthz and registration lags admission by 10 s or more (the "
-                "executor_info round trip, the Connected events written and projected), with the server and the "
-                "two client processes sharing the machine's two cores (CPU above); SQLite's single writer takes "
-                "the outbox's Connected batches more slowly than Postgres. What would move it: the sockets in a "
-                "process of their own (ADR 7), so that writing and projecting the Connected events does not take "
-                "the loop's time.", ""]
+                "What bounds the time to all HEALTHY now: the clients come back in waves (the bare server's "
+                "figure is theirs as much as its own), the read model shows the last of them HEALTHY "
+                + ", ".join(f"{s['store']} {f2(s['kill_to_all_healthy_s'] - (s.get('client_registered_after_kill_s') or {}).get('max'))} s"
+                            for s in r["stores"] if s.get("kill_to_all_healthy_s") is not None
+                            and (s.get("client_registered_after_kill_s") or {}).get("max") is not None)
+                + " after it registered (its Connected written by the outbox, then projected), and the server and "
+                "the two client processes share the machine's two cores (CPU above). On a slow run (2026-12-03, "
+                "calibration 0.96 s) the restarted Relay admitted 254 sockets in the first 9 s and registered its "
+                "first client 16 s after the kill. What would move it: the sockets in a process of their own "
+                "(ADR 7), so that writing and projecting the Connected events does not take the loop's time.", ""]
     p = _get(results_dir, "replay")
     if p and all((s["rebuild"]["per_s"] or 0) >= 0.5 * s["raw"]["per_s"] for s in p["stores"]):
         out += ["**5. Replay:** met (ADR 11). Done since the first full run (7,050 events/s on Postgres, 13,100 on "

@@ -386,3 +386,29 @@ def test_an_executor_is_gone_without_a_registered_open_socket_whatever_waits_in_
     target even while its Disconnected waits in the outbox or in the log (unlike ``is_connected``,
     which keeps a deadline from firing while the store's view is stale)."""
     assert [gone for _, gone in socket_states()] == [True, False, True, True]
+
+
+def test_the_process_manager_reads_how_many_sockets_the_hub_admitted() -> None:
+    """``admissions``: every executor socket the hub admitted since start, registered or not,
+    and counted for good (the settle window's pace after a restart). The process manager
+    finds it by name (:class:`relay_es.engine.recovery.Dispatcher`); without it the window
+    would go by the log alone."""
+
+    async def main() -> list[int]:
+        parts = build()
+        try:
+            async def send(message: dict[str, Any]) -> None:
+                pass
+
+            seen = [parts.dispatcher.admissions()]
+            a, b = registered(send, "A", id="a"), registered(send, "B", id="b")
+            parts.registry.add(a)
+            parts.registry.add(b)
+            seen.append(parts.dispatcher.admissions())
+            parts.registry.remove(a)
+            seen.append(parts.dispatcher.admissions())
+            return seen
+        finally:
+            parts.close()
+
+    assert asyncio.run(main()) == [0, 2, 2]
