@@ -381,7 +381,7 @@ def s5(d: dict[str, Any], goals: list[Goal]) -> str:
                f2(statistics.median(w)) if (w := restarts(s, "armed_s")) else "-",
                f0(s.get("pending"))]
               for s in r["stores"] if "start_empty" in s]
-    start_lines = ["", f"**Start-up** with these events in the store: `relay serve` spawned, timed to `/healthz` answering "
+    start_lines = ["", "**Start-up** with these events in the store: `relay serve` spawned, timed to `/healthz` answering "
                    "200 and to the process manager's timers armed (`relay_process_manager_armed_timestamp_seconds`; "
                    "it reads the executors table once the read models have caught up). Once before the rebuild, when "
                    "no read model has folded anything (the server folds the whole log first, in-process), and "
@@ -557,7 +557,7 @@ def render(results_dir: Path, sections: list[str]) -> str:
             ["kernel", m.get("kernel", "?")],
             ["Python", m.get("python", "?")],
             ["Postgres", f"{m.get('postgres', '?')}" + (
-                f"; throwaway cluster, " + ", ".join(f"{k}={v}" for k, v in pg_settings.items()) if pg_settings else "")],
+                "; throwaway cluster, " + ", ".join(f"{k}={v}" for k, v in pg_settings.items()) if pg_settings else "")],
             ["SQLite", m.get("sqlite", "?")],
             ["packages", ", ".join(f"{k} {v}" for k, v in pk.items())],
             ["Relay", f"commit {m.get('commit', '?')} at the start of the run (each section says its own)"],
