@@ -221,16 +221,21 @@ def test_healthy_executor_of_a_stopped_relay_gets_a_full_fresh_grace(world: Worl
     assert world.status("B") == "HEALTHY"
 
 
+def restarted_with(world: World, n: int) -> tuple[list[str], datetime, timedelta]:
+    """``n`` executors HEALTHY on a Relay that stops; a new one starts 30 s later. Returns their
+    names, the new Relay's start and the application's grace."""
+    names = [f"E{i}" for i in range(n)]
+    for name in names:
+        world.connect(name)
+    world.restart(down_for=30.0)
+    return names, world.pm.started_at, world.relay.grace_for("local", "app")
+
+
 def test_settle_window_stays_open_while_a_reconnect_storm_is_still_being_let_in(world: World) -> None:
     # A Relay working through a backlog of reconnections must not count against the executors the time it
     # takes to let them back in: the window stays open a second at a time while they arrive fast (10 a
     # second over the last 5 s, the settle time: a storm comes in waves).
-    names = [f"E{i}" for i in range(120)]
-    for name in names:
-        world.connect(name)
-    world.restart(down_for=30.0)
-    start = world.pm.started_at
-    grace = world.relay.grace_for("local", "app")
+    names, start, grace = restarted_with(world, 120)
     world.advance(4.5)
     for name in names[:60]:  # 60 back in the window's last 5 s: still arriving fast
         world.connect(name)
@@ -274,12 +279,7 @@ def test_settle_window_stays_open_while_the_hub_lets_executors_in_that_the_log_d
     # measured at the hub, not only from the log) until the hub falls quiet; the orphans it holds by then
     # are not recorded Disconnected (their Connected is on the way); those still away are, with a grace from
     # the start moved by the window's extension.
-    names = [f"E{i}" for i in range(400)]
-    for name in names:
-        world.connect(name)
-    world.restart(down_for=30.0)
-    start = world.pm.started_at
-    grace = world.relay.grace_for("local", "app")
+    names, start, grace = restarted_with(world, 400)
     back = names[:300]
     for second in range(10):
         for i in range(3):
@@ -306,12 +306,7 @@ def test_settle_window_waits_for_the_first_executor_back_up_to_its_cap(world: Wo
     # Every executor was HEALTHY when Relay stopped, and none is back at the planned end of the window:
     # it is Relay's restart they are waiting for (a reconnect backoff, an overflowing listen queue), so
     # the window stays open -- until the first comes back, then while they come fast, or until its cap.
-    names = [f"E{i}" for i in range(100)]
-    for name in names:
-        world.connect(name)
-    world.restart(down_for=30.0)
-    start = world.pm.started_at
-    grace = world.relay.grace_for("local", "app")
+    names, start, grace = restarted_with(world, 100)
     world.advance(11.0)
     assert all(world.history(n)[-1] == "Connected" for n in names)  # nothing recorded yet
     world.dispatcher.let_in(*names[:60])  # the first wave, at 11 s
@@ -325,12 +320,7 @@ def test_settle_window_waits_for_the_first_executor_back_up_to_its_cap(world: Wo
 
 
 def test_settle_window_waiting_for_the_first_executor_closes_at_its_cap(world: World) -> None:
-    names = [f"E{i}" for i in range(30)]
-    for name in names:
-        world.connect(name)
-    world.restart(down_for=30.0)
-    start = world.pm.started_at
-    grace = world.relay.grace_for("local", "app")
+    names, start, grace = restarted_with(world, 30)
     world.advance(19.9)
     assert world.history(names[0])[-1] == "Connected"
     world.advance(0.2)  # 4 x the 5 s setting: nobody came back, so they are gone after all
