@@ -17,8 +17,9 @@ Scenarios:
   the open-file limit allows up to 20,000; the server SIGKILLed and started again), the new
   server profiled from its ``/healthz`` for ``--seconds`` (40); prints the section's figures beside the
   summary.
-* ``rebuild --url URL --group G``: one rebuild process of section 5 (``REBUILD_GROUPS[G]``) on a
-  store that already holds the events (section 5's ``generate``), reset and filled again.
+* ``rebuild --url URL [--share I] [--of N]``: one rebuild process of section 5 (every read model
+  over share I of N of the streams, default 0 of 2) on a store that already holds the events
+  (section 5's ``generate``), reset and filled again.
 * ``summary FILE``: the summary of a raw profile written before.
 
 ``--out`` is where the raw profile goes (default ``bench/results/profile/<scenario>[-<store>]``).
@@ -174,8 +175,8 @@ def reconnect(args: argparse.Namespace) -> None:
 
 
 def rebuild(args: argparse.Namespace) -> None:
-    out = args.out or ROOT / "bench" / "results" / "profile" / f"rebuild-{args.group}"
-    child = [sys.executable, "-c", REBUILD, args.url, str(args.group)]
+    out = args.out or ROOT / "bench" / "results" / "profile" / f"rebuild-{args.share}of{args.of}"
+    child = [sys.executable, "-c", REBUILD, args.url, str(args.share), str(args.of)]
     proc = subprocess.Popen(child, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     time.sleep(1.0)  # the imports: not part of the fill
     spy = record(proc.pid, out)
@@ -190,15 +191,17 @@ import sys, time
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
 from relay_es.engine.service import Relay
-from relay_es.projections import REBUILD_GROUPS, all_projections
+from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
+from relay_es.projections.shares import StreamShare
 cfg = parse_database_url(sys.argv[1])
-names = set(REBUILD_GROUPS[int(sys.argv[2])])
+share = StreamShare.of(int(sys.argv[2]), int(sys.argv[3]))
 relay = Relay(event_store_env(cfg), clock=SystemClock())
-runner = ProjectionRunner(relay, open_database(cfg), [p for p in all_projections() if p.name in names])
-runner.reset(names)
+runner = ProjectionRunner(relay, open_database(cfg), all_projections())
+names = runner.reset()
+head = relay.recorder.max_notification_id() or 0
 t = time.perf_counter()
-n = runner.fill(names)
+n = runner.fill(names, share=share, until=head)
 took = time.perf_counter() - t
 print(sorted(names), n, "events", round(took, 2), "s", round(n / took), "per s")
 """
@@ -223,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--out", type=Path)
     r = sub.add_parser("rebuild")
     r.add_argument("--url", required=True)
-    r.add_argument("--group", type=int, required=True)
+    r.add_argument("--share", type=int, default=0)
+    r.add_argument("--of", type=int, default=2)
     r.add_argument("--out", type=Path)
     s = sub.add_parser("summary")
     s.add_argument("file", type=Path)

@@ -43,6 +43,7 @@ from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import resolve_topic
 
 from relay_es.adapters.failures import is_store_error
+from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
 
 
@@ -106,8 +107,9 @@ class FastReads:
         self.log = EventLog(app)
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False, skip: Skip | None = None) -> list[tuple[int, str, Any]]:
-        return self.log.read(after, limit, topics, unreadable=unreadable, skip=skip)
+                      unreadable: bool = False, skip: Skip | None = None, share: StreamShare | None = None,
+                      until: int | None = None) -> list[tuple[int, str, Any]]:
+        return self.log.read(after, limit, topics, unreadable=unreadable, skip=skip, share=share, until=until)
 
     def streams(self, ids: Sequence[Any]) -> dict[Any, tuple[Any, list[Any]]]:
         snapshots = self.app.snapshots.recorder if self.app.snapshots is not None else None
@@ -279,10 +281,14 @@ class EventLog:
         self._ids: dict[Any, tuple[UUID, str]] = {}
         self._wrapped_keys: dict[type, tuple[str, ...]] = {}
         self._kind = store_kind(relay)
-        self._sql: dict[tuple[str, ...], Any] = {}
+        self._sql: dict[tuple[Any, ...], Any] = {}
 
-    def _query(self, topics: tuple[str, ...]) -> Any:
-        sql = self._sql.get(topics)
+    def _query(self, topics: tuple[str, ...], lo: bool = False, hi: bool = False, until: bool = False) -> Any:
+        """The batch's query: after a notification id, of ``topics`` if any, then (where true)
+        from a stream id on (``lo``), before a stream id (``hi``), up to a notification id
+        (``until``); the parameters in that order, then the limit."""
+        key = (topics, lo, hi, until)
+        sql = self._sql.get(key)
         if sql is not None:
             return sql
         if self._kind == "postgres":
@@ -292,50 +298,58 @@ class EventLog:
                 "SELECT notification_id, originator_id::text, originator_version, topic, state "
                 "FROM {schema}.{table} WHERE notification_id > %s"
                 + (" AND topic = ANY(%s)" if topics else "")
+                + (" AND originator_id >= %s" if lo else "")
+                + (" AND originator_id < %s" if hi else "")
+                + (" AND notification_id <= %s" if until else "")
                 + " ORDER BY notification_id LIMIT %s"
             ).format(schema=Identifier(self.recorder.datastore.schema),
                      table=Identifier(self.recorder.events_table_name))
-        else:
+        else:  # stream ids are stored as 32 lower-case hex digits: text order is the ids' order
             sql = (f"SELECT rowid, originator_id, originator_version, topic, state "
                    f"FROM {self.recorder.events_table_name} WHERE rowid > ?"
                    + (f" AND topic IN ({', '.join('?' * len(topics))})" if topics else "")
+                   + (" AND originator_id >= ?" if lo else "")
+                   + (" AND originator_id < ?" if hi else "")
+                   + (" AND rowid <= ?" if until else "")
                    + " ORDER BY rowid LIMIT ?")
-        self._sql[topics] = sql
+        self._sql[key] = sql
         return sql
 
     # ------------------------------------------------------------- reading
     def read(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-             unreadable: bool = False, skip: Skip | None = None) -> list[tuple[int, str, Any]]:
+             unreadable: bool = False, skip: Skip | None = None, share: StreamShare | None = None,
+             until: int | None = None) -> list[tuple[int, str, Any]]:
         """Notifications after ``after`` (only of ``topics``, if given), at most ``limit``.
         ``unreadable``: an event that cannot be decoded comes back as :class:`Unreadable`
         instead of failing the whole read. ``skip(stream id, version)``: true for an event the
-        reader has already (it comes back as ``None``, not decoded)."""
+        reader has already (it comes back as ``None``, not decoded). ``share``: only events of
+        the streams in it (``limit`` counts those). ``until``: none after this notification id."""
         if self._kind is None or not self._fast:
-            out = []
-            for n in self.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
-                                                        inclusive_of_start=False):
-                if skip is not None and skip(self._stream(n.originator_id)[1], n.originator_version):
-                    out.append((n.id, self._stream(n.originator_id)[1], None))
-                    continue
-                try:
-                    e = self.mapper.to_domain_event(n)
-                except Exception as error:
-                    if not unreadable:
-                        raise
-                    e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
-                out.append((n.id, self._stream(e.originator_id)[1], e))
-            return out
+            return self._read_library(after, limit, topics, unreadable, skip, share, until)
+        lo, hi = share.bounds if share is not None else (None, None)
+        params: list[Any] = [after]
         if self._kind == "postgres":
             from psycopg.rows import tuple_row
 
+            if topics:
+                params.append(list(topics))
+            params += [b for b in (lo, hi) if b is not None]
+            if until is not None:
+                params.append(until)
+            params.append(limit)
             with self.recorder.datastore.transaction(commit=False) as curs:
                 curs.row_factory = tuple_row
-                curs.execute(self._query(topics), (after, list(topics), limit) if topics else (after, limit),
+                curs.execute(self._query(topics, lo is not None, hi is not None, until is not None), params,
                              prepare=True)
                 rows = curs.fetchall()
         else:
+            params += topics
+            params += [b.hex for b in (lo, hi) if b is not None]
+            if until is not None:
+                params.append(until)
+            params.append(limit)
             with self.recorder.datastore.transaction(commit=False) as curs:
-                curs.execute(self._query(topics), (after, *topics, limit))
+                curs.execute(self._query(topics, lo is not None, hi is not None, until is not None), params)
                 rows = curs.fetchall()
         try:
             return self._events(rows, skip)
@@ -351,6 +365,33 @@ class EventLog:
                 oid, sid = self._stream(raw_id)
                 out.append((nid, sid, Unreadable(oid, version, topic, error)))
         return out
+
+    def _read_library(self, after: int, limit: int, topics: tuple[str, ...], unreadable: bool,
+                      skip: Skip | None, share: StreamShare | None, until: int | None) -> list[tuple[int, str, Any]]:
+        """:meth:`read` through the library's recorder and mapper (the in-memory store, an
+        enciphered or compressed mapper): pages of the log, filtered here."""
+        out: list[tuple[int, str, Any]] = []
+        while len(out) < limit:
+            page = self.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
+                                                      stop=until, inclusive_of_start=False)
+            for n in page:
+                if share is not None and self._stream(n.originator_id)[0] not in share:
+                    continue
+                sid = self._stream(n.originator_id)[1]
+                if skip is not None and skip(sid, n.originator_version):
+                    out.append((n.id, sid, None))
+                    continue
+                try:
+                    e = self.mapper.to_domain_event(n)
+                except Exception as error:
+                    if not unreadable:
+                        raise
+                    e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
+                out.append((n.id, sid, e))
+            if len(page) < limit or share is None:
+                break
+            after = page[-1].id
+        return out[:limit]
 
     def _events(self, rows: list[Any], skip: Skip | None = None) -> list[tuple[int, str, Any]]:
         """Domain events for stored rows (a rebuild runs this a million times: locals, no per-row calls

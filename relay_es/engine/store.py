@@ -41,6 +41,7 @@ from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.members import OrgMembers
 from relay_es.aggregates.roles import OrgRoles
 from relay_es.domain.clock import Clock
+from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
@@ -105,10 +106,12 @@ class StoreReads(Protocol):
     """What Relay asks of its store beyond the library's public API."""
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None
+                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None,
+                      share: StreamShare | None = None, until: int | None = None
                       ) -> list[tuple[int, str, Any]]:
         """``(notification id, stream id, event)`` after ``after``; the event ``None``, not decoded,
-        where ``skip(stream id, version)`` says the reader has it already."""
+        where ``skip(stream id, version)`` says the reader has it already. ``share``: only the
+        events of its streams (``limit`` counts those); ``until``: none after this notification id."""
 
     def streams(self, ids: Sequence[UUID]) -> dict[UUID, tuple[Any, list[Any]]]:
         """``{id: (latest snapshot or None, stored events after it)}``."""
@@ -132,22 +135,30 @@ class LibraryReads:
         self.app = app
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None
+                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None,
+                      share: StreamShare | None = None, until: int | None = None
                       ) -> list[tuple[int, str, Any]]:
         out: list[tuple[int, str, Any]] = []
-        for n in self.app.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
-                                                        inclusive_of_start=False):
-            if skip is not None and skip(str(n.originator_id), n.originator_version):
-                out.append((n.id, str(n.originator_id), None))
-                continue
-            try:
-                e = self.app.mapper.to_domain_event(n)
-            except Exception as error:
-                if not unreadable:
-                    raise
-                e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
-            out.append((n.id, str(e.originator_id), e))
-        return out
+        while len(out) < limit:
+            page = self.app.recorder.select_notifications(start=after, limit=limit, stop=until, topics=list(topics),
+                                                          inclusive_of_start=False)
+            for n in page:
+                if share is not None and n.originator_id not in share:
+                    continue
+                if skip is not None and skip(str(n.originator_id), n.originator_version):
+                    out.append((n.id, str(n.originator_id), None))
+                    continue
+                try:
+                    e = self.app.mapper.to_domain_event(n)
+                except Exception as error:
+                    if not unreadable:
+                        raise
+                    e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
+                out.append((n.id, str(e.originator_id), e))
+            if len(page) < limit or share is None:
+                break
+            after = page[-1].id
+        return out[:limit]
 
     def streams(self, ids: Sequence[UUID]) -> dict[UUID, tuple[Any, list[Any]]]:
         snapshots = self.app.snapshots.recorder if self.app.snapshots is not None else None
@@ -217,14 +228,18 @@ class RelayStore(ESApplication[UUID]):
         return self.reads.is_store_error(e)
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None
+                      unreadable: bool = False, skip: Callable[[str, int], bool] | None = None,
+                      share: StreamShare | None = None, until: int | None = None
                       ) -> list[tuple[int, str, Any]]:
         """``[(notification_id, stream_id, domain_event), ...]`` after ``after``, in
         order: what projections and the process manager follow (ADR 11). ``unreadable``:
         an event that cannot be decoded comes as :class:`Unreadable` rather than
         failing the read (ADR 16). ``skip(stream_id, version)``: true for an event the
-        reader has already; it comes as ``None``, not decoded."""
-        return self.reads.notifications(after, limit, topics, unreadable=unreadable, skip=skip)
+        reader has already; it comes as ``None``, not decoded. ``share``: only the events of its
+        streams (``limit`` counts those), as a rebuild's process reads them; ``until``: none after
+        this notification id."""
+        return self.reads.notifications(after, limit, topics, unreadable=unreadable, skip=skip, share=share,
+                                        until=until)
 
     def add_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(max_notification_id)`` is called after every save in this process."""

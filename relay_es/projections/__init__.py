@@ -1,8 +1,7 @@
 """Read models: pure folds over events (one module each), and the runner that stores them.
 
-The one list of read models: the runner, ``relay projections rebuild`` and the
-rebuild's process groups all take their names from here. Their tables are
-stored by :mod:`relay_es.adapters.readmodels`.
+The one list of read models: the runner and ``relay projections rebuild`` take
+their names from here. Their tables are stored by :mod:`relay_es.adapters.readmodels`.
 """
 
 from relay_es.projections.actions import ActionsProjection
@@ -12,11 +11,6 @@ from relay_es.projections.executors import ExecutorsProjection
 
 PROJECTIONS = (ExecutorsProjection, AuditProjection, AppsProjection, ActionsProjection)
 NAMES = tuple(p.NAME for p in PROJECTIONS)
-
-# Projections rebuilt side by side, one process each: the lifecycle feed (one row per
-# event) against everything else. One Python process is bound by its GIL; two
-# use both cores of a small machine.
-REBUILD_GROUPS = ((AuditProjection.NAME,), (ExecutorsProjection.NAME, AppsProjection.NAME, ActionsProjection.NAME))
 
 
 def all_projections() -> list:

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.domain.text import escape_controls
+from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ class EventSource(Protocol):
     """The notification log, and where a skipped event is recorded (the Relay application)."""
 
     def notifications(self, after: int, limit: int, topics: tuple[str, ...] = (), *,
-                      unreadable: bool = False) -> list[tuple[int, str, Any]]: ...
+                      unreadable: bool = False, share: StreamShare | None = None,
+                      until: int | None = None) -> list[tuple[int, str, Any]]: ...
 
     def record_projection_skip(self, *, projection: str, notification_id: int, event: Any, reason: str,
                                event_type: str | None = None) -> bool: ...
@@ -179,6 +181,13 @@ class ProjectionRunner:
         self._types = {p.name: frozenset(p.event_types) for p in self.projections}
         self._cached_at: dict[str, int] = {}  # projection -> position its cache is valid at
         self._bulk: set[str] = set()  # projections being rebuilt: their tables were created empty
+        # Filling one share of the streams (a rebuild's process, :meth:`fill`): the tracked positions
+        # are the rebuild's to move once every share is filled, so this process keeps its own here,
+        # moved once each batch has committed.
+        self._share: StreamShare | None = None
+        self._until: int | None = None
+        self._share_at: dict[str, int] = {}
+        self._share_moves: dict[str, int] = {}
         self._lock = threading.Lock()  # one batch at a time in this process
         self._progress = threading.Condition()
         # Called with each :class:`Poison` skipped (the runtime counts them on /metrics).
@@ -213,6 +222,8 @@ class ProjectionRunner:
                 p.forget()
 
     def positions(self) -> dict[str, int]:
+        if self._share is not None:
+            return dict(self._share_at)
         with self.db.read() as cur:
             return self.db.positions(cur)
 
@@ -233,7 +244,9 @@ class ProjectionRunner:
         with self._lock:
             start_positions = self.positions()
             start = min(start_positions.get(p.name, 0) for p in self.projections)
-            events = self.relay.notifications(start, self.batch_size, unreadable=True)
+            events = (self.relay.notifications(start, self.batch_size, unreadable=True) if self._share is None else
+                      self.relay.notifications(start, self.batch_size, unreadable=True, share=self._share,
+                                               until=self._until))
             if not events:
                 return 0
             unreadable = [it for it in events if type(it[2]) is Unreadable]
@@ -290,7 +303,9 @@ class ProjectionRunner:
                     if mine:
                         self._tables[p.name].write(cur, p.changes(), bulk=p.name in self._bulk)
                     self._move(cur, p.name, pos, max(pos, last))  # one ahead (a partial rebuild) stays
+            self._committed_moves()
         except BaseException:
+            self._share_moves.clear()
             self._cached_at.clear()
             for p in self.projections:
                 p.forget()
@@ -301,14 +316,23 @@ class ProjectionRunner:
             p.committed()
 
     def _check_positions(self, cur: Any, work: list[tuple[Projection, int, Any]]) -> None:
+        if self._share is not None:
+            return  # the positions are this process's own
         now_positions = self.db.lock_positions(cur)
         for p, pos, _ in work:
             if now_positions.get(p.name, 0) != pos:
                 raise PositionMoved(p.name)
 
     def _move(self, cur: Any, name: str, pos: int, last: int) -> None:
+        if self._share is not None:
+            self._share_moves[name] = last  # once the transaction has committed
+            return
         if not self.db.move(cur, name, pos, last):
             raise PositionMoved(name)
+
+    def _committed_moves(self) -> None:
+        self._share_at.update(self._share_moves)
+        self._share_moves.clear()
 
     def _isolate(self, p: Projection, pos: int, items: list[tuple[int, str, Any]]) -> int:
         """Applies ``items`` to ``p`` alone, halving what fails for a data reason down
@@ -341,9 +365,14 @@ class ProjectionRunner:
         if type(event) is not ProjectionSkip.Recorded:  # a record of a skip is never itself recorded: no loop
             recorded = self.relay.record_projection_skip(projection=p.name, notification_id=nid, event=event,
                                                          reason=reason)
-        with self.db.transaction() as cur:
-            self._check_positions(cur, [(p, pos, None)])
-            self._move(cur, p.name, pos, nid)
+        try:
+            with self.db.transaction() as cur:
+                self._check_positions(cur, [(p, pos, None)])
+                self._move(cur, p.name, pos, nid)
+        except BaseException:
+            self._share_moves.clear()
+            raise
+        self._committed_moves()
         self._cached_at.pop(p.name, None)
         p.forget()
         self._report(Poison(p.name, nid, sid, type(event).__qualname__, reason, recorded))
@@ -424,10 +453,22 @@ class ProjectionRunner:
                 p.forget()
         return wanted
 
-    def fill(self, wanted: set[str], *, batch_size: int = 10_000) -> int:
-        """Catches up after :meth:`reset`, writing the emptied tables in bulk."""
+    def fill(self, wanted: set[str], *, batch_size: int = 10_000, share: StreamShare | None = None,
+             until: int | None = None) -> int:
+        """Catches up after :meth:`reset`, writing the emptied tables in bulk. Returns how many
+        notifications were read.
+
+        ``share``: only the events of the streams in it, up to notification ``until``, and the
+        tracked positions are left where they are (at 0): one process of a rebuild, beside others
+        filling the other shares of the same tables; the rebuild moves the positions once every
+        share is filled (:meth:`filled`). Every read model folds each stream on its own, so the
+        shares' rows are disjoint and together are the rows of one fill (ADR 11).
+        """
         usual, self.batch_size = self.batch_size, batch_size  # fewer, larger transactions
         self._bulk = wanted
+        if share is not None:
+            self._share, self._until = share, until
+            self._share_at = dict.fromkeys(wanted, 0)
         # A rebuild allocates millions of short-lived objects and makes no cycles worth
         # chasing; the cyclic collector re-scanning every batch cost half of decoding.
         collecting = gc.isenabled()
@@ -437,5 +478,24 @@ class ProjectionRunner:
         finally:
             self.batch_size = usual
             self._bulk = set()
+            if share is not None:
+                self._share = self._until = None
+                self._share_at = {}
+                self._cached_at.clear()  # what a share's fold holds is not the whole table's
+                for p in self.projections:
+                    p.forget()
             if collecting:
                 gc.enable()
+
+    def filled(self, wanted: set[str], until: int) -> None:
+        """Moves the positions of ``wanted``, reset and then filled share by share up to
+        notification ``until``, from 0 to ``until``, in one transaction."""
+        with self._lock:
+            with self.db.transaction() as cur:
+                self._check_positions(cur, [(p, 0, None) for p in self.projections if p.name in wanted])
+                for name in wanted:
+                    self._move(cur, name, 0, until)
+            for name in wanted:
+                self.reached[name] = max(self.reached.get(name, 0), until)
+        with self._progress:
+            self._progress.notify_all()

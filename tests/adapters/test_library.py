@@ -28,6 +28,8 @@ from relay_es.adapters.library import EventLog, FastReads, copy_aggregate, selec
 from relay_es.aggregates.application import app_stream_id
 from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
 from relay_es.aggregates import SettingsPatch
+from relay_es.engine.service import Relay
+from relay_es.projections.shares import StreamShare
 from tests.projections.history import busy_history
 from tests.support import World, info
 
@@ -224,3 +226,51 @@ def test_an_event_the_reader_has_comes_back_as_none_in_its_place(world: World) -
         else:
             assert same(e, full)
     assert sum(e is None for _, _, e in got) == 2
+
+
+def shares_of(read: Any, count: int, **kw: Any) -> list[list[tuple[int, str, Any]]]:
+    return [read(0, 100_000, share=StreamShare.of(i, count), **kw) for i in range(count)]
+
+
+def assert_the_shares_make_the_log(read: Any) -> None:
+    whole = read(0, 100_000)
+    assert len({sid for _, sid, _ in whole}) > 5
+    for count in (2, 3):
+        parts = shares_of(read, count)
+        for i, part in enumerate(parts):
+            assert part and all(UUID(sid) in StreamShare.of(i, count) for _, sid, _ in part)
+            assert [n for n, _, _ in part] == sorted(n for n, _, _ in part)
+        joined = sorted((x for part in parts for x in part), key=lambda x: x[0])
+        assert [(n, s) for n, s, _ in joined] == [(n, s) for n, s, _ in whole]
+        assert all(same(a, b) for (_, _, a), (_, _, b) in zip(joined, whole))
+    part = shares_of(read, 2)[1]
+    share = StreamShare.of(1, 2)
+    assert [(n, s) for n, s, _ in read(0, 3, share=share)] == [(n, s) for n, s, _ in part[:3]]  # the limit counts them
+    after = [(n, s) for n, s, _ in read(part[1][0], 100_000, share=share)]
+    assert after == [(n, s) for n, s, _ in part[2:]]
+    until = whole[len(whole) // 2][0]
+    assert [(n, s) for n, s, _ in read(0, 100_000, share=share, until=until)] == \
+        [(n, s) for n, s, _ in part if n <= until]
+    assert [(n, s) for n, s, _ in read(0, 100_000, until=until)] == [(n, s) for n, s, _ in whole if n <= until]
+
+
+def test_a_share_of_the_streams_reads_its_events_only_and_the_shares_make_the_log(world: World) -> None:
+    busy_history(world)
+    assert_the_shares_make_the_log(world.relay.notifications)
+
+
+def test_the_library_s_path_reads_a_share_as_the_fast_path_does(world: World) -> None:
+    busy_history(world)
+    log = EventLog(world.relay)
+    log._fast = False  # an enciphered or compressed mapper's path: the library decodes, shares are filtered here
+    assert_the_shares_make_the_log(log.read)
+
+
+def test_the_in_memory_store_reads_a_share_as_the_others_do(clock) -> None:
+    relay = Relay(clock=clock)
+    try:
+        for i in range(12):
+            relay.register_app("local", f"app{i}")
+        assert_the_shares_make_the_log(relay.notifications)
+    finally:
+        relay.close()

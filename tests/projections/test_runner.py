@@ -15,6 +15,7 @@ from relay_es.adapters.lease import Lease
 from relay_es.adapters.stores import parse_database_url
 from relay_es.projections import audit
 from relay_es.projections.executors import all_rows
+from relay_es.projections.shares import StreamShare
 from tests.projections.history import busy_history, tables
 from tests.support import World, info
 
@@ -36,6 +37,54 @@ def test_rebuild_matches_the_live_tables_row_for_row(world: World) -> None:
     assert n >= len(live["relay_audit"])
     assert tables(world) == live
     world.runner.rebuild(["audit"])
+    assert tables(world) == live
+
+
+def test_shares_filled_one_by_one_give_the_live_tables_and_the_rebuild_moves_the_positions(world: World) -> None:
+    busy_history(world)
+    head = world.relay.recorder.max_notification_id()
+    world.connect("late")  # arrives after the rebuild took its head: caught up after the shares
+    world.runner.catch_up()
+    live = tables(world)
+    names = world.runner.reset()
+    read = [world.runner.fill(names, share=StreamShare.of(i, 3), until=head) for i in range(3)]
+    assert sum(read) == head  # every event up to the head, once
+    assert set(world.runner.positions().values()) == {0}  # a share moves no position
+    assert tables(world) != live
+    world.runner.filled(names, head)
+    assert world.runner.positions() == dict.fromkeys(names, head)
+    assert world.runner.catch_up() > 0
+    world.runner.create_schema()
+    assert tables(world) == live
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_rebuild_interrupted_mid_share_is_finished_by_folding_from_the_start(world: World, monkeypatch) -> None:
+    busy_history(world)
+    world.runner.catch_up()
+    live = tables(world)
+    names = world.runner.reset()
+    head = world.relay.recorder.max_notification_id()
+    world.runner.fill(names, share=StreamShare.of(0, 2), until=head)  # one process done
+    read = world.relay.notifications
+    batches: list[int] = []
+
+    def killed_after_one_batch(*args: Any, **kwargs: Any) -> Any:
+        if batches:
+            raise Interrupted  # the other process, killed after committing its first batch
+        batches.append(1)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(world.relay, "notifications", killed_after_one_batch)
+    with pytest.raises(Interrupted):
+        world.runner.fill(names, share=StreamShare.of(1, 2), until=head, batch_size=7)
+    monkeypatch.undo()
+    assert set(world.runner.positions().values()) == {0}
+    world.runner.create_schema()  # what the next start does: the indexes, then the log from the start
+    world.runner.catch_up()
     assert tables(world) == live
 
 

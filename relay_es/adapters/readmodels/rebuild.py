@@ -1,4 +1,10 @@
-"""``relay projections rebuild``: the read models rebuilt from the event store, two processes at a time."""
+"""``relay projections rebuild``: the read models rebuilt from the event store, one process per core.
+
+Each process folds every read model over one share of the streams
+(:class:`~relay_es.projections.shares.StreamShare`): it reads and decodes only its
+own streams' events (the store filters by stream id), so the log is decoded once in
+all, and the work is split evenly whatever the read models' costs (ADR 11).
+"""
 
 from __future__ import annotations
 
@@ -10,28 +16,45 @@ from concurrent.futures import ProcessPoolExecutor
 from relay_es.adapters.clock import SystemClock
 from relay_es.adapters.stores import StoreConfig, event_store_env, open_database
 from relay_es.engine.service import Relay
-from relay_es.projections import REBUILD_GROUPS, all_projections
+from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
+from relay_es.projections.shares import StreamShare
+
+MAX_PROCESSES = 4  # SQLite takes one writer at a time: more processes than this wait on its lock
 
 
-def rebuild_in_processes(store: StoreConfig, names: Iterable[str] | None = None) -> int:
-    """Resets the named projections, fills them in one process per group of
-    :data:`~relay_es.projections.REBUILD_GROUPS` (in this process when there is
-    one group or one core), then builds the indexes."""
+def processes() -> int:
+    """How many processes a rebuild runs: one per core, at most :data:`MAX_PROCESSES`."""
+    return max(1, min(os.cpu_count() or 1, MAX_PROCESSES))
+
+
+def rebuild_in_processes(store: StoreConfig, names: Iterable[str] | None = None, *, count: int | None = None) -> int:
+    """Resets the named projections (all by default), fills them in ``count`` processes
+    (:func:`processes` by default; in this process when that is 1), one share of the
+    streams each, up to the newest event when it started; then moves their positions
+    there, folds whatever arrived since, and builds the indexes. Returns how many
+    notifications were read.
+
+    Interrupted, the tables hold some of each share's rows and the positions are still 0:
+    the next ``relay serve`` folds the log from the start over them (each read model's
+    rows are written once whatever is replayed: the audit log's by notification id, the
+    others' guarded by stream version), or the next rebuild starts again."""
     relay = Relay(event_store_env(store), clock=SystemClock())
     db = open_database(store)
     try:
         runner = ProjectionRunner(relay, db, all_projections())
         wanted = runner.reset(names)
-        groups = [g for g in ([n for n in group if n in wanted] for group in REBUILD_GROUPS) if g]
+        count = processes() if count is None else count
         try:
-            if len(groups) < 2 or (os.cpu_count() or 1) < 2:
+            if count < 2:
                 return runner.fill(wanted)
+            head = relay.recorder.max_notification_id() or 0
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(len(groups), mp_context=ctx) as pool:
-                counts = list(pool.map(_fill_group, [store] * len(groups), groups))
-            runner.catch_up()  # whatever arrived since
-            return max(counts)
+            with ProcessPoolExecutor(count, mp_context=ctx) as pool:
+                read = sum(pool.map(_fill_share, [store] * count, [sorted(wanted)] * count,
+                                    [StreamShare.of(i, count) for i in range(count)], [head] * count))
+            runner.filled(wanted, head)
+            return read + runner.catch_up()  # whatever arrived since
         finally:
             runner.create_schema()  # the indexes
     finally:
@@ -39,13 +62,13 @@ def rebuild_in_processes(store: StoreConfig, names: Iterable[str] | None = None)
         relay.close()
 
 
-def _fill_group(store: StoreConfig, names: list[str]) -> int:
+def _fill_share(store: StoreConfig, names: list[str], share: StreamShare, until: int) -> int:
     # The parent created every table; workers creating them again at once race in Postgres' catalog.
     relay = Relay({**event_store_env(store), "CREATE_TABLE": "false"}, clock=SystemClock())
     db = open_database(store)
     try:
         runner = ProjectionRunner(relay, db, [p for p in all_projections() if p.name in names], schema=False)
-        return runner.fill(set(names))
+        return runner.fill(set(names), share=share, until=until)
     finally:
         db.close()
         relay.close()

@@ -1,12 +1,11 @@
-"""``relay projections rebuild``: every read model rebuilt from the log, in one process per group."""
+"""``relay projections rebuild``: every read model rebuilt from the log, one process per share of the streams."""
 
 from __future__ import annotations
 
 import pytest
 
-from relay_es.adapters.readmodels.rebuild import rebuild_in_processes
+from relay_es.adapters.readmodels.rebuild import MAX_PROCESSES, processes, rebuild_in_processes
 from relay_es.adapters.stores import parse_database_url
-from relay_es.projections import NAMES, REBUILD_GROUPS
 from tests.projections.history import busy_history, tables
 from tests.support import World
 
@@ -18,8 +17,10 @@ def world(clock, store_url):
     w.close()
 
 
-def test_the_groups_cover_every_read_model_once() -> None:
-    assert sorted(n for group in REBUILD_GROUPS for n in group) == sorted(NAMES)
+def test_a_rebuild_runs_a_process_per_core_up_to_its_cap(monkeypatch) -> None:
+    for cores, expected in ((None, 1), (1, 1), (2, 2), (64, MAX_PROCESSES)):
+        monkeypatch.setattr("os.cpu_count", lambda: cores)
+        assert processes() == expected
 
 
 def test_a_rebuild_in_processes_gives_the_live_tables(world: World) -> None:
@@ -29,4 +30,7 @@ def test_a_rebuild_in_processes_gives_the_live_tables(world: World) -> None:
     assert rebuild_in_processes(parse_database_url(world.store_url)) >= len(live["relay_audit"])
     assert tables(world) == live
     rebuild_in_processes(parse_database_url(world.store_url), ["apps"])
+    assert tables(world) == live
+    assert rebuild_in_processes(parse_database_url(world.store_url), ["audit", "executors"], count=3) >= \
+        len(live["relay_audit"])
     assert tables(world) == live
