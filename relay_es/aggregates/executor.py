@@ -73,7 +73,7 @@ class OpaqueJSON:
     @property
     def value(self) -> Any:
         if self._value is _UNPARSED:
-            self._value = json.loads(self._text)  # type: ignore[arg-type]
+            self._value = _parsed(self._text)  # type: ignore[arg-type]
         return self._value
 
     @property
@@ -89,6 +89,22 @@ class OpaqueJSON:
 
     def __repr__(self) -> str:
         return f"OpaqueJSON({self.value!r})"
+
+
+_PARSED: dict[str, Any] = {}
+_PARSED_MAX = 4096
+
+
+def _parsed(text: str) -> Any:
+    """``json.loads(text)``, remembered: an executor sends the same metadata at every reconnect,
+    and a rebuild folds each of its Connected events. The parsed value is shared, like every value
+    of an event (never changed in place)."""
+    value = _PARSED.get(text, _UNPARSED)
+    if value is _UNPARSED:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        value = _PARSED[text] = json.loads(text)
+    return value
 
 
 def opaque_value(v: Any) -> Any:

@@ -195,6 +195,7 @@ class AuditProjection:
         self.context: dict[str, Where] = {}
         self.new_streams: dict[str, Where] = {}
         self.entries: list[AuditEntry] = []
+        self._keys_ok: set[str | None] = {None}  # org, app and executor id values that passed check_key
 
     def forget(self) -> None:
         self.context = {}
@@ -216,10 +217,18 @@ class AuditProjection:
         if not known and sid in ctx:
             self.new_streams[sid] = ctx[sid]
         if entry is not None:
-            check_key("org", entry.org)  # Unstorable: the runner skips this event (ADR 16)
-            check_key("app", entry.app)
-            check_key("executor_id", entry.executor_id)
+            ok = self._keys_ok  # a stream's every entry has the same keys: each value is checked once
+            if entry.org not in ok or entry.app not in ok or entry.executor_id not in ok:
+                self._check_keys(entry)
             self.entries.append(entry)
+
+    def _check_keys(self, entry: AuditEntry) -> None:
+        check_key("org", entry.org)  # Unstorable: the runner skips this event (ADR 16)
+        check_key("app", entry.app)
+        check_key("executor_id", entry.executor_id)
+        if len(self._keys_ok) > self.cache_limit:
+            self._keys_ok = {None}
+        self._keys_ok.update((entry.org, entry.app, entry.executor_id))
 
     def changes(self) -> tuple[dict[str, Where], list[AuditEntry]]:
         """The streams newly placed and the entries made since the last call."""

@@ -73,23 +73,21 @@ EXECUTOR_EVENTS = (
 )
 
 
-def _evolve(row: ExecutorRow, changes: dict[str, Any]) -> ExecutorRow:
-    """``dataclasses.replace`` without re-running ``__init__``: a copy of the
-    row's fields with ``changes`` applied. A write to the ``__dict__`` of a new
-    instance of Relay's own frozen dataclass (no library object): the fold's inner
-    loop, where ``replace`` was a quarter of a rebuild (bench/s5_replay.py)."""
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _row(d: dict[str, Any]) -> ExecutorRow:
+    """A row whose ``__dict__`` is ``d`` (every field present), without running ``__init__``: Relay's
+    own frozen dataclass, built the way the fast reader builds events. The fold's inner loop, where
+    ``dataclasses.replace`` was a quarter of a rebuild (bench/s5_replay.py)."""
     new = _new(ExecutorRow)
-    d = new.__dict__
-    d.update(row.__dict__)
-    d.update(changes)
+    _set(new, "__dict__", d)
     return new
 
 
-_new = object.__new__
-
-
 def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
-    """Applies one executor event to a row. Pure."""
+    """Applies one executor event to a row. Pure: the row is copied, never changed."""
     at: datetime = e.timestamp
     kind = type(e)
     if kind is Executor.Registered:
@@ -103,50 +101,43 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
         )
     if row is None:
         raise ValueError(f"{kind.__qualname__} before Registered in stream {e.originator_id}")
-    changes: dict[str, Any] = {"version": e.originator_version, "updated_at": at}
+    d = row.__dict__.copy()
+    d["version"] = e.originator_version
+    d["updated_at"] = at
     if kind is Executor.Connected:
-        new_incarnation = e.incarnation != row.incarnation
-        changes.update(
-            status=_HEALTHY,
-            incarnation=e.incarnation,
-            app_version=e.app_version,
-            hostname=e.hostname,
-            language=e.language,
-            dbos_version=e.dbos_version,
-            executor_metadata=opaque_value(e.executor_metadata),
-            connection_id=e.connection_id,
-            owner=e.owner,
-            created_at=at if new_incarnation or row.created_at is None else row.created_at,
-            deadline=None,
-            disconnect_reason=None,
-        )
+        if e.incarnation != row.incarnation or row.created_at is None:
+            d["created_at"] = at
+        d["status"] = _HEALTHY
+        d["incarnation"] = e.incarnation
+        d["app_version"] = e.app_version
+        d["hostname"] = e.hostname
+        d["language"] = e.language
+        d["dbos_version"] = e.dbos_version
+        d["executor_metadata"] = opaque_value(e.executor_metadata)
+        d["connection_id"] = e.connection_id
+        d["owner"] = e.owner
+        d["deadline"] = None
+        d["disconnect_reason"] = None
     elif kind is Executor.Disconnected:
-        changes.update(
-            status=_DISCONNECTED,
-            deadline=e.deadline,
-            disconnect_reason=e.reason,
-            connection_id=None,
-            owner=None,
-        )
+        d["status"] = _DISCONNECTED
+        d["deadline"] = e.deadline
+        d["disconnect_reason"] = e.reason
+        d["connection_id"] = None
+        d["owner"] = None
     elif kind is Executor.DeclaredDead:
         fresh = row.recovery_phase in (None, RecoveryPhase.CONFIRMED)
-        changes.update(
-            status=_DEAD,
-            deadline=None,
-            recovery_phase=RecoveryPhase.PENDING.value if fresh else row.recovery_phase,
-            recovery_version=e.app_version if fresh else row.recovery_version,
-            recovery_attempt=0 if fresh else row.recovery_attempt,
-            recovery_request_id=None if fresh else row.recovery_request_id,
-            recovery_target=None if fresh else row.recovery_target,
-            recovery_dispatched_at=None if fresh else row.recovery_dispatched_at,
-            declared_dead_at=at,
-            recovery_redo_version=e.app_version if row.recovery_phase == RecoveryPhase.DISPATCHED
-            else row.recovery_redo_version,
-        )
+        d["status"] = _DEAD
+        d["deadline"] = None
+        d["declared_dead_at"] = at
+        if fresh:
+            d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=e.app_version, recovery_attempt=0,
+                     recovery_request_id=None, recovery_target=None, recovery_dispatched_at=None)
+        if row.recovery_phase == RecoveryPhase.DISPATCHED:
+            d["recovery_redo_version"] = e.app_version
     elif kind is Executor.RecoveryDeferred:
-        changes["recovery_phase"] = RecoveryPhase.DEFERRED.value
+        d["recovery_phase"] = RecoveryPhase.DEFERRED.value
     elif kind is Executor.RecoveryDispatched:
-        changes.update(
+        d.update(
             recovery_phase=RecoveryPhase.DISPATCHED.value,
             recovery_request_id=e.request_id,
             recovery_target=e.target_executor_id,
@@ -154,25 +145,19 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
             recovery_dispatched_at=at,
         )
     elif kind is Executor.RecoveryFailed:
-        changes.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_request_id=None)
+        d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_request_id=None)
     elif kind is Executor.RecoveryConfirmed:
         if row.recovery_redo_version is not None and row.status == ExecutorStatus.DEAD:
-            changes.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=row.recovery_redo_version,
-                           recovery_attempt=0, recovery_request_id=None, recovery_target=None,
-                           recovery_redo_version=None)
+            d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=row.recovery_redo_version,
+                     recovery_attempt=0, recovery_request_id=None, recovery_target=None, recovery_redo_version=None)
         else:
-            changes.update(recovery_phase=RecoveryPhase.CONFIRMED.value, recovery_redo_version=None)
+            d.update(recovery_phase=RecoveryPhase.CONFIRMED.value, recovery_redo_version=None)
     elif kind is Executor.RecoveryWithdrawn:
-        changes.update(recovery_phase=None, recovery_request_id=None, recovery_target=None,
-                       recovery_redo_version=None)
+        d.update(recovery_phase=None, recovery_request_id=None, recovery_target=None, recovery_redo_version=None)
     elif kind is Executor.Deleted:
-        changes.update(
-            status=ExecutorStatus.DELETED.value,
-            recovery_phase=None,
-            recovery_request_id=None,
-            recovery_target=None,
-        )
-    return _evolve(row, changes)
+        d.update(status=ExecutorStatus.DELETED.value, recovery_phase=None, recovery_request_id=None,
+                 recovery_target=None)
+    return _row(d)
 
 
 _HEALTHY = ExecutorStatus.HEALTHY.value
