@@ -8,7 +8,8 @@ is timed as a process, and compared with a raw scan of the same table in the sam
 in notification order, ``json.loads`` of the state column. A profile of the rebuild's first
 batches says where its time goes. Start-up: ``relay serve`` on the store, timed to ``/healthz``
 and to the process manager's timers armed, once before the rebuild (no read model has folded
-anything: the server folds the whole log first) and three times after it (a restart).
+anything: the server fills them first, in processes, as a rebuild does) and three times after it
+(a restart).
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def one_store(ctx: Any, kind: str, events: int, profile_batches: int) -> dict[st
             f"{gen['saves']} saves)")
         raw = raw_scan(store)
         log(f"s5 {kind}: raw scan {raw['per_s']:,.0f} events/s")
-        cold = startup(store)  # no read model has folded anything yet: the server folds the whole log first
+        cold = startup(store)  # no read model has folded anything yet: the server fills them first
         log(f"s5 {kind}: start-up, read models empty: /healthz {cold['healthz_s']} s, armed {cold['armed_s']} s")
         reb = rebuild(store)
         log(f"s5 {kind}: rebuild {reb['events']} events in {reb['seconds']:.1f}s ({(reb['per_s'] or 0):,.0f}/s)")

@@ -38,6 +38,7 @@ from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.readmodels import executors as executor_rows
+from relay_es.adapters.readmodels.rebuild import fill_at_start
 from relay_es.adapters.series import MetricSeries
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
 from relay_es.aggregates.executor import Executor
@@ -83,11 +84,14 @@ class Worker(threading.Thread):
             self._wake.clear()
 
 
-def view_bootstrap(db: Database, runner: ProjectionRunner) -> Callable[[], tuple[list[Any], int]]:
+def view_bootstrap(db: Database, runner: ProjectionRunner,
+                   fill_behind: Callable[[], int] = lambda: 0) -> Callable[[], tuple[list[Any], int]]:
     """The process manager starts from the executors table and its tracked
-    position, read in one transaction, then follows the log from there."""
+    position, read in one transaction, then follows the log from there.
+    ``fill_behind``: first, read models far behind are filled in processes (``fill_at_start``)."""
 
     def load() -> tuple[list[Any], int]:
+        fill_behind()
         runner.catch_up()
         return executor_rows.load_all(db)
 
@@ -155,7 +159,8 @@ class Runtime:
                 self.dispatcher,
                 owner=settings.instance,
                 timing=Timing(settle=settings.restart_settle, response_timeout=settings.recovery_response_timeout),
-                bootstrap=view_bootstrap(self.db, self.runner),
+                bootstrap=view_bootstrap(self.db, self.runner,
+                                         lambda: fill_at_start(self.relay, self.runner, self.store)),
                 answers=answers,
                 wake=self.pm_worker.wake,
                 retention_interval=settings.retention_interval.total_seconds(),
@@ -327,6 +332,8 @@ class Runtime:
             self.metrics.full_collections.observe(self.collector.last_took)
 
     def _project(self) -> None:
+        if not self._pm_started:
+            return  # the process manager's start folds first: read models far behind in processes (fill_at_start)
         self.runner.catch_up(pause=self._timers_first)
 
     def _timers_first(self) -> None:

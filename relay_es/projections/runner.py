@@ -188,7 +188,7 @@ class ProjectionRunner:
         self._until: int | None = None
         self._share_at: dict[str, int] = {}
         self._share_moves: dict[str, int] = {}
-        self._lock = threading.Lock()  # one batch at a time in this process
+        self._lock = threading.RLock()  # one batch at a time in this process (and none during fill_elsewhere)
         self._progress = threading.Condition()
         # Called with each :class:`Poison` skipped (the runtime counts them on /metrics).
         self.on_poison: list[Callable[[Poison], None]] = []
@@ -486,6 +486,25 @@ class ProjectionRunner:
                     p.forget()
             if collecting:
                 gc.enable()
+
+    def fill_elsewhere(self, fill: Callable[[set[str], int], int], until: int) -> int:
+        """The read models still at position 0 (a first start on an existing store, a table
+        stored in an older version) emptied, filled by ``fill(names, until)`` -- other
+        processes, each filling a share of the streams up to notification ``until`` -- and
+        their positions moved there, while this runner's own batches wait. Returns what
+        ``fill`` read; 0 when every read model has folded something (nothing is done)."""
+        with self._lock:
+            at = self.positions()
+            behind = {p.name for p in self.projections if at.get(p.name, 0) == 0}
+            if not behind:
+                return 0
+            self.reset(behind)
+            try:
+                read = fill(behind, until)
+                self.filled(behind, until)
+            finally:
+                self.create_schema()  # the indexes
+        return read
 
     def filled(self, wanted: set[str], until: int) -> None:
         """Moves the positions of ``wanted``, reset and then filled share by share up to

@@ -112,3 +112,39 @@ def test_an_executor_is_first_seen_when_the_process_manager_recorded_its_registr
         assert rt._first_registered(conn) == at.timestamp()
     finally:
         rt.close()
+
+
+def test_a_start_on_a_log_its_read_models_never_folded_fills_them_in_processes(tmp_path: Path, monkeypatch) -> None:
+    """``relay serve`` on an existing store whose read models are empty: before the process manager
+    reads the executors table, the read models are filled by a process per share of the streams
+    (``fill_at_start``; from 100,000 events, here from one)."""
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.readmodels import rebuild
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.engine.service import Relay
+    from relay_es.projections import NAMES
+
+    s = settings(tmp_path)
+    relay = Relay(event_store_env(parse_database_url(s.database_url)), clock=SystemClock())
+    for i in range(12):
+        relay.register_app("local", f"app{i}")
+    head = relay.recorder.max_notification_id()
+    relay.close()
+    filled: list[int] = []
+
+    def fill(*args: object) -> int:
+        filled.append(rebuild.fill_at_start(*args, least=1, count=2))  # type: ignore[arg-type]
+        return filled[-1]
+
+    monkeypatch.setattr("relay_es.composition.runtime.fill_at_start", fill)
+    rt = Runtime(s)
+    try:
+        assert rt.runner.positions() == dict.fromkeys(NAMES, 0)
+        rt.pm.start()  # the process manager's first step
+        assert filled == [head]
+        assert rt.runner.positions() == dict.fromkeys(NAMES, head)
+        with rt.db.read() as cur:
+            cur.execute("SELECT COUNT(*) FROM relay_apps")
+            assert cur.fetchone()[0] == 12
+    finally:
+        rt.close()
