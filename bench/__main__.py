@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from bench.common import ROOT, Postgres, calibrate, code_version, log, machine, raise_fd_limit
+from bench.report import render
 
 SECTIONS = {
     "connections": "bench.s1_connections",
@@ -89,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else (ROOT / "docs" / "benchmarks.md" if mode == "full"
                                            else results_dir / "benchmarks.md")
     if args.render:
-        from bench.report import render
-
         out.write_text(render(results_dir, list(SECTIONS)))
         log(f"report: {out}")
         return 0
@@ -125,8 +124,6 @@ def main(argv: list[str] | None = None) -> int:
                 doc["postgres_settings"] = ctx._pg.settings
             (results_dir / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str))
             log(f"section {name}: done in {took:.0f}s")
-            from bench.report import render
-
             out.write_text(render(results_dir, list(SECTIONS)))
     finally:
         ctx.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import Fleet, StoreReader, Workdir, fleets_call, log, past_settle, pct, relay_server, split, wait_until
+from bench.common import Fleet, StoreReader, Workdir, fleets_call, log, past_settle, relay_server, split, wait_until
 from bench.s3_detection import audit, stats_ms, ts
 
 HIST = "hist"

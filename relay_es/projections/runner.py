@@ -417,7 +417,7 @@ class ProjectionRunner:
                 self._progress.wait(min(remaining, 0.05))
         return True
 
-    def rebuild(self, names: Iterable[str] | None = None, *, batch_size: int = 10_000) -> int:
+    def rebuild(self, names: Iterable[str] | None = None, *, batch_size: int = 40_000) -> int:
         """Drops the named projections' tables (all by default), rebuilds them
         from the event stream, and returns how many notifications were read.
 
@@ -453,7 +453,7 @@ class ProjectionRunner:
                 p.forget()
         return wanted
 
-    def fill(self, wanted: set[str], *, batch_size: int = 10_000, share: StreamShare | None = None,
+    def fill(self, wanted: set[str], *, batch_size: int = 40_000, share: StreamShare | None = None,
              until: int | None = None) -> int:
         """Catches up after :meth:`reset`, writing the emptied tables in bulk. Returns how many
         notifications were read.
@@ -464,7 +464,9 @@ class ProjectionRunner:
         share is filled (:meth:`filled`). Every read model folds each stream on its own, so the
         shares' rows are disjoint and together are the rows of one fill (ADR 11).
         """
-        usual, self.batch_size = self.batch_size, batch_size  # fewer, larger transactions
+        # Fewer, larger transactions: a share of a million events filled in 15.0-17.2 s in batches of
+        # 40,000 against 17.4-18.3 s in batches of 10,000 (SQLite, bench section 5's store).
+        usual, self.batch_size = self.batch_size, batch_size
         self._bulk = wanted
         if share is not None:
             self._share, self._until = share, until

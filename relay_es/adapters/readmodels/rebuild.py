@@ -35,11 +35,12 @@ BEHIND_AT_START = 100_000  # events: from here a server's start fills empty read
 def fill_at_start(relay: Relay, runner: ProjectionRunner, store: StoreConfig, *, least: int | None = None,
                   count: int | None = None) -> int:
     """At a server's start, before it folds the log itself: when the log holds at least ``least``
-    events (:data:`BEHIND_AT_START` by default), the read models that have folded none of them (a first start on an existing store, a
-    read model stored in an older version) are filled as a rebuild fills them, one process per
-    share of the streams (:meth:`ProjectionRunner.fill_elsewhere`; the server's own batches wait).
-    A million events fold in these processes in a fraction of the time one process's batches
-    take (bench section 5, start-up). Returns how many events they read (0: nothing to do)."""
+    events (:data:`BEHIND_AT_START` by default), the read models that have folded none of them
+    (a first start on an existing store, a read model stored in an older version) are filled as a
+    rebuild fills them, one process per share of the streams (:meth:`ProjectionRunner.fill_elsewhere`;
+    the server's own batches wait). A million events fold in these processes in a fraction of the
+    time one process's batches take (bench section 5, start-up). Returns how many events they
+    read (0: nothing to do)."""
     count = processes() if count is None else count
     least = BEHIND_AT_START if least is None else least
     head = relay.recorder.max_notification_id() or 0

@@ -13,7 +13,6 @@ lifecycle feed; and the rule fires once in its ``minIntervalSecs``, also through
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
