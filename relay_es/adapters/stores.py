@@ -245,9 +245,6 @@ class SQLiteDatabase(ReadModelStore):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=30000")
         conn.execute("PRAGMA synchronous=NORMAL")
-        # Helper threads for large sorts: the audit log's three indexes over a million rows, built
-        # at the end of a rebuild, took 6.5-6.8 s with none and 4.6-6.5 s with two (2 cores).
-        conn.execute(f"PRAGMA threads={min(os.cpu_count() or 1, 4)}")
         with self._all_lock:
             self._all.append(conn)
         return conn

@@ -92,13 +92,16 @@ class OpaqueJSON:
 
 
 _PARSED: dict[str, Any] = {}
-_PARSED_MAX = 4096
+_PARSED_MAX = 1024  # texts remembered, each at most _PARSED_TEXT characters: about a MiB at most
+_PARSED_TEXT = 1024
 
 
 def _parsed(text: str) -> Any:
-    """``json.loads(text)``, remembered: an executor sends the same metadata at every reconnect,
-    and a rebuild folds each of its Connected events. The parsed value is shared, like every value
-    of an event (never changed in place)."""
+    """``json.loads(text)``, remembered for short texts: an executor sends the same metadata at every
+    reconnect, and a rebuild folds each of its Connected events. The parsed value is shared, like
+    every value of an event (never changed in place)."""
+    if len(text) > _PARSED_TEXT:
+        return json.loads(text)
     value = _PARSED.get(text, _UNPARSED)
     if value is _UNPARSED:
         if len(_PARSED) >= _PARSED_MAX:

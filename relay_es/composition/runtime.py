@@ -159,8 +159,7 @@ class Runtime:
                 self.dispatcher,
                 owner=settings.instance,
                 timing=Timing(settle=settings.restart_settle, response_timeout=settings.recovery_response_timeout),
-                bootstrap=view_bootstrap(self.db, self.runner,
-                                         lambda: fill_at_start(self.relay, self.runner, self.store)),
+                bootstrap=view_bootstrap(self.db, self.runner, self._fill_at_start),
                 answers=answers,
                 wake=self.pm_worker.wake,
                 retention_interval=settings.retention_interval.total_seconds(),
@@ -208,6 +207,7 @@ class Runtime:
         self._observe()
         self.projection_worker = Worker("relay-projections", self._project, lambda: 1.0)
         self._pm_started = False
+        self._fill_tried = False
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
         self.lease_lost = False
@@ -330,6 +330,20 @@ class Runtime:
     def _collect(self) -> None:
         if self.collector.tick():
             self.metrics.full_collections.observe(self.collector.last_took)
+
+    def _fill_at_start(self) -> int:
+        """:func:`fill_at_start`, tried once: if it fails (a share process killed, the store away), the
+        read models are folded in this process, as before it, rather than emptied and filled again at
+        every retry of the process manager's start."""
+        if self._fill_tried:
+            return 0
+        self._fill_tried = True
+        try:
+            return fill_at_start(self.relay, self.runner, self.store)
+        except Exception as e:
+            log.warning("filling the read models in processes failed (%s: %s); folding the log in this process",
+                        type(e).__name__, e)
+            return 0
 
     def _project(self) -> None:
         if not self._pm_started:

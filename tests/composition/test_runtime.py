@@ -140,11 +140,43 @@ def test_a_start_on_a_log_its_read_models_never_folded_fills_them_in_processes(t
     rt = Runtime(s)
     try:
         assert rt.runner.positions() == dict.fromkeys(NAMES, 0)
+        rt._project()  # the projection thread folds nothing before the process manager's start
+        assert rt.runner.positions() == dict.fromkeys(NAMES, 0)
         rt.pm.start()  # the process manager's first step
         assert filled == [head]
         assert rt.runner.positions() == dict.fromkeys(NAMES, head)
         with rt.db.read() as cur:
             cur.execute("SELECT COUNT(*) FROM relay_apps")
             assert cur.fetchone()[0] == 12
+    finally:
+        rt.close()
+
+
+def test_a_fill_at_start_that_fails_is_tried_once_and_the_server_folds_the_log_itself(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.engine.service import Relay
+    from relay_es.projections import NAMES
+
+    s = settings(tmp_path)
+    relay = Relay(event_store_env(parse_database_url(s.database_url)), clock=SystemClock())
+    for i in range(3):
+        relay.register_app("local", f"app{i}")
+    head = relay.recorder.max_notification_id()
+    relay.close()
+    tried: list[int] = []
+
+    def broken(*args: object) -> int:
+        tried.append(1)
+        raise RuntimeError("a share process was killed")
+
+    monkeypatch.setattr("relay_es.composition.runtime.fill_at_start", broken)
+    rt = Runtime(s)
+    try:
+        rt.pm.start()
+        assert rt.runner.positions() == dict.fromkeys(NAMES, head)  # folded here instead
+        assert rt._fill_at_start() == 0  # what a retried start calls: it does not try again
+        assert tried == [1]
     finally:
         rt.close()
