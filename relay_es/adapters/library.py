@@ -43,6 +43,7 @@ from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import resolve_topic
 
 from relay_es.adapters.failures import is_store_error
+from relay_es.engine.store import read_notifications
 from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
 
@@ -369,29 +370,9 @@ class EventLog:
     def _read_library(self, after: int, limit: int, topics: tuple[str, ...], unreadable: bool,
                       skip: Skip | None, share: StreamShare | None, until: int | None) -> list[tuple[int, str, Any]]:
         """:meth:`read` through the library's recorder and mapper (the in-memory store, an
-        enciphered or compressed mapper): pages of the log, filtered here."""
-        out: list[tuple[int, str, Any]] = []
-        while len(out) < limit:
-            page = self.recorder.select_notifications(start=after, limit=limit, topics=list(topics),
-                                                      stop=until, inclusive_of_start=False)
-            for n in page:
-                if share is not None and self._stream(n.originator_id)[0] not in share:
-                    continue
-                sid = self._stream(n.originator_id)[1]
-                if skip is not None and skip(sid, n.originator_version):
-                    out.append((n.id, sid, None))
-                    continue
-                try:
-                    e = self.mapper.to_domain_event(n)
-                except Exception as error:
-                    if not unreadable:
-                        raise
-                    e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
-                out.append((n.id, sid, e))
-            if len(page) < limit or share is None:
-                break
-            after = page[-1].id
-        return out[:limit]
+        enciphered or compressed mapper)."""
+        return read_notifications(self.recorder, self.mapper, after, limit, topics, unreadable=unreadable, skip=skip,
+                                  share=share, until=until, stream=self._stream)
 
     def _events(self, rows: list[Any], skip: Skip | None = None) -> list[tuple[int, str, Any]]:
         """Domain events for stored rows (a rebuild runs this a million times: locals, no per-row calls

@@ -128,6 +128,37 @@ class StoreReads(Protocol):
         """What the library's ``Application.save(*objs, **kwargs)`` does; its recordings."""
 
 
+def read_notifications(recorder: Any, mapper: Any, after: int, limit: int, topics: tuple[str, ...] = (), *,
+                       unreadable: bool = False, skip: Callable[[str, int], bool] | None = None,
+                       share: StreamShare | None = None, until: int | None = None,
+                       stream: Callable[[Any], tuple[UUID, str]] | None = None) -> list[tuple[int, str, Any]]:
+    """:meth:`StoreReads.notifications` through the library's recorder and mapper: pages of the
+    log, a share's streams picked out here. ``stream(raw id)``: the stream's ``(UUID, str)`` (by
+    default the recorder's ids are UUIDs already)."""
+    out: list[tuple[int, str, Any]] = []
+    while len(out) < limit:
+        page = recorder.select_notifications(start=after, limit=limit, stop=until, topics=list(topics),
+                                             inclusive_of_start=False)
+        for n in page:
+            oid, sid = stream(n.originator_id) if stream is not None else (n.originator_id, str(n.originator_id))
+            if share is not None and oid not in share:
+                continue
+            if skip is not None and skip(sid, n.originator_version):
+                out.append((n.id, sid, None))
+                continue
+            try:
+                e = mapper.to_domain_event(n)
+            except Exception as error:
+                if not unreadable:
+                    raise
+                e = Unreadable(oid, n.originator_version, n.topic, error)
+            out.append((n.id, sid, e))
+        if len(page) < limit or share is None:
+            break
+        after = page[-1].id
+    return out[:limit]
+
+
 class LibraryReads:
     """:class:`StoreReads` through the library's public API (the in-memory store)."""
 
@@ -138,27 +169,8 @@ class LibraryReads:
                       unreadable: bool = False, skip: Callable[[str, int], bool] | None = None,
                       share: StreamShare | None = None, until: int | None = None
                       ) -> list[tuple[int, str, Any]]:
-        out: list[tuple[int, str, Any]] = []
-        while len(out) < limit:
-            page = self.app.recorder.select_notifications(start=after, limit=limit, stop=until, topics=list(topics),
-                                                          inclusive_of_start=False)
-            for n in page:
-                if share is not None and n.originator_id not in share:
-                    continue
-                if skip is not None and skip(str(n.originator_id), n.originator_version):
-                    out.append((n.id, str(n.originator_id), None))
-                    continue
-                try:
-                    e = self.app.mapper.to_domain_event(n)
-                except Exception as error:
-                    if not unreadable:
-                        raise
-                    e = Unreadable(n.originator_id, n.originator_version, n.topic, error)
-                out.append((n.id, str(e.originator_id), e))
-            if len(page) < limit or share is None:
-                break
-            after = page[-1].id
-        return out[:limit]
+        return read_notifications(self.app.recorder, self.app.mapper, after, limit, topics, unreadable=unreadable,
+                                  skip=skip, share=share, until=until)
 
     def streams(self, ids: Sequence[UUID]) -> dict[UUID, tuple[Any, list[Any]]]:
         snapshots = self.app.snapshots.recorder if self.app.snapshots is not None else None

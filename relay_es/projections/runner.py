@@ -31,7 +31,8 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -146,6 +147,43 @@ class _LazyRead:
             self._cm.__exit__(None, None, None)
 
 
+class OwnPositions:
+    """A :class:`ReadModelStore` whose tracked positions are kept here, starting at 0, instead of
+    in the store: one share of a rebuild (:meth:`ProjectionRunner.fill`), whose positions in the
+    store are the rebuild's to move once every share is filled. A move made in a transaction
+    takes effect when it commits; everything else is the store's."""
+
+    def __init__(self, db: ReadModelStore, names: Iterable[str]) -> None:
+        self._db = db
+        self.at = dict.fromkeys(names, 0)
+        self._moves: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        self._moves = {}
+        try:
+            with self._db.transaction() as cur:
+                yield cur
+        finally:
+            moves, self._moves = self._moves, {}
+        self.at.update(moves)  # reached only once the store's transaction has committed
+
+    def positions(self, cur: Any) -> dict[str, int]:
+        return dict(self.at)
+
+    def lock_positions(self, cur: Any) -> dict[str, int]:
+        return dict(self.at)
+
+    def move(self, cur: Any, name: str, pos: int, last: int) -> bool:
+        if self.at.get(name, 0) != pos:
+            return False
+        self._moves[name] = last
+        return True
+
+
 class PositionMoved(Exception):
     """Another runner advanced a projection while this one was working."""
 
@@ -181,13 +219,10 @@ class ProjectionRunner:
         self._types = {p.name: frozenset(p.event_types) for p in self.projections}
         self._cached_at: dict[str, int] = {}  # projection -> position its cache is valid at
         self._bulk: set[str] = set()  # projections being rebuilt: their tables were created empty
-        # Filling one share of the streams (a rebuild's process, :meth:`fill`): the tracked positions
-        # are the rebuild's to move once every share is filled, so this process keeps its own here,
-        # moved once each batch has committed.
+        # Filling one share of the streams (a rebuild's process, :meth:`fill`): only its streams' events
+        # are read, up to ``_until``, and ``db`` is an :class:`OwnPositions` over the store.
         self._share: StreamShare | None = None
         self._until: int | None = None
-        self._share_at: dict[str, int] = {}
-        self._share_moves: dict[str, int] = {}
         self._lock = threading.RLock()  # one batch at a time in this process (and none during fill_elsewhere)
         self._progress = threading.Condition()
         # Called with each :class:`Poison` skipped (the runtime counts them on /metrics).
@@ -222,8 +257,6 @@ class ProjectionRunner:
                 p.forget()
 
     def positions(self) -> dict[str, int]:
-        if self._share is not None:
-            return dict(self._share_at)
         with self.db.read() as cur:
             return self.db.positions(cur)
 
@@ -244,9 +277,8 @@ class ProjectionRunner:
         with self._lock:
             start_positions = self.positions()
             start = min(start_positions.get(p.name, 0) for p in self.projections)
-            events = (self.relay.notifications(start, self.batch_size, unreadable=True) if self._share is None else
-                      self.relay.notifications(start, self.batch_size, unreadable=True, share=self._share,
-                                               until=self._until))
+            events = self.relay.notifications(start, self.batch_size, unreadable=True, share=self._share,
+                                              until=self._until)  # both None but in a share's fill
             if not events:
                 return 0
             unreadable = [it for it in events if type(it[2]) is Unreadable]
@@ -303,9 +335,7 @@ class ProjectionRunner:
                     if mine:
                         self._tables[p.name].write(cur, p.changes(), bulk=p.name in self._bulk)
                     self._move(cur, p.name, pos, max(pos, last))  # one ahead (a partial rebuild) stays
-            self._committed_moves()
         except BaseException:
-            self._share_moves.clear()
             self._cached_at.clear()
             for p in self.projections:
                 p.forget()
@@ -316,23 +346,14 @@ class ProjectionRunner:
             p.committed()
 
     def _check_positions(self, cur: Any, work: list[tuple[Projection, int, Any]]) -> None:
-        if self._share is not None:
-            return  # the positions are this process's own
         now_positions = self.db.lock_positions(cur)
         for p, pos, _ in work:
             if now_positions.get(p.name, 0) != pos:
                 raise PositionMoved(p.name)
 
     def _move(self, cur: Any, name: str, pos: int, last: int) -> None:
-        if self._share is not None:
-            self._share_moves[name] = last  # once the transaction has committed
-            return
         if not self.db.move(cur, name, pos, last):
             raise PositionMoved(name)
-
-    def _committed_moves(self) -> None:
-        self._share_at.update(self._share_moves)
-        self._share_moves.clear()
 
     def _isolate(self, p: Projection, pos: int, items: list[tuple[int, str, Any]]) -> int:
         """Applies ``items`` to ``p`` alone, halving what fails for a data reason down
@@ -365,14 +386,9 @@ class ProjectionRunner:
         if type(event) is not ProjectionSkip.Recorded:  # a record of a skip is never itself recorded: no loop
             recorded = self.relay.record_projection_skip(projection=p.name, notification_id=nid, event=event,
                                                          reason=reason)
-        try:
-            with self.db.transaction() as cur:
-                self._check_positions(cur, [(p, pos, None)])
-                self._move(cur, p.name, pos, nid)
-        except BaseException:
-            self._share_moves.clear()
-            raise
-        self._committed_moves()
+        with self.db.transaction() as cur:
+            self._check_positions(cur, [(p, pos, None)])
+            self._move(cur, p.name, pos, nid)
         self._cached_at.pop(p.name, None)
         p.forget()
         self._report(Poison(p.name, nid, sid, type(event).__qualname__, reason, recorded))
@@ -472,7 +488,7 @@ class ProjectionRunner:
         self._bulk = wanted
         if share is not None:
             self._share, self._until = share, until
-            self._share_at = dict.fromkeys(wanted, 0)
+            store, self.db = self.db, OwnPositions(self.db, wanted)
         # A rebuild allocates millions of short-lived objects and makes no cycles worth
         # chasing; the cyclic collector re-scanning every batch cost half of decoding.
         collecting = gc.isenabled()
@@ -484,7 +500,7 @@ class ProjectionRunner:
             self._bulk = set()
             if share is not None:
                 self._share = self._until = None
-                self._share_at = {}
+                self.db = store
                 self._cached_at.clear()  # what a share's fold holds is not the whole table's
                 for p in self.projections:
                     p.forget()

@@ -114,22 +114,30 @@ def test_an_executor_is_first_seen_when_the_process_manager_recorded_its_registr
         rt.close()
 
 
+def _store_with_apps(s: Settings, n: int) -> int:
+    """``s``'s store with ``n`` applications registered (and no read model folded); its head."""
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.engine.service import Relay
+
+    relay = Relay(event_store_env(parse_database_url(s.database_url)), clock=SystemClock())
+    try:
+        for i in range(n):
+            relay.register_app("local", f"app{i}")
+        return relay.recorder.max_notification_id()
+    finally:
+        relay.close()
+
+
 def test_a_start_on_a_log_its_read_models_never_folded_fills_them_in_processes(tmp_path: Path, monkeypatch) -> None:
     """``relay serve`` on an existing store whose read models are empty: before the process manager
     reads the executors table, the read models are filled by a process per share of the streams
     (``fill_at_start``; from 100,000 events, here from one)."""
-    from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.readmodels import rebuild
-    from relay_es.adapters.stores import event_store_env, parse_database_url
-    from relay_es.engine.service import Relay
     from relay_es.projections import NAMES
 
     s = settings(tmp_path)
-    relay = Relay(event_store_env(parse_database_url(s.database_url)), clock=SystemClock())
-    for i in range(12):
-        relay.register_app("local", f"app{i}")
-    head = relay.recorder.max_notification_id()
-    relay.close()
+    head = _store_with_apps(s, 12)
     filled: list[int] = []
 
     def fill(*args: object) -> int:
@@ -154,17 +162,10 @@ def test_a_start_on_a_log_its_read_models_never_folded_fills_them_in_processes(t
 
 def test_a_fill_at_start_that_fails_is_tried_once_and_the_server_folds_the_log_itself(tmp_path: Path,
                                                                                       monkeypatch) -> None:
-    from relay_es.adapters.clock import SystemClock
-    from relay_es.adapters.stores import event_store_env, parse_database_url
-    from relay_es.engine.service import Relay
     from relay_es.projections import NAMES
 
     s = settings(tmp_path)
-    relay = Relay(event_store_env(parse_database_url(s.database_url)), clock=SystemClock())
-    for i in range(3):
-        relay.register_app("local", f"app{i}")
-    head = relay.recorder.max_notification_id()
-    relay.close()
+    head = _store_with_apps(s, 3)
     tried: list[int] = []
 
     def broken(*args: object) -> int:
