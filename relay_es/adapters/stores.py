@@ -239,6 +239,11 @@ class SQLiteDatabase(ReadModelStore):
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._writer = self._connect()
+        # Debian builds SQLite with SECURE_DELETE: every page a delete frees is overwritten with zeros,
+        # which made dropping a rebuild's old tables (some 340 MB for a million events) take 2.0-2.9 s
+        # against 0.13 s. Everything this connection deletes is derived from the event log kept in the
+        # same file (read models) or a count (metric samples): the zeros hid nothing the file lacks.
+        self._writer.execute("PRAGMA secure_delete = 0")
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
