@@ -231,12 +231,15 @@ class OidcUsers:
         org = self.settings.org
         try:
             member = self.relay.member(org, username)
-            role = (member or {}).get("role") or self.role_of_groups(claims)
-            if role and (member is None or not member.get("email")):  # kept once they have a role: strangers are not
+            from_groups = self.role_of_groups(claims)
+            role = (member or {}).get("role") or from_groups
+            # kept once they have a role (strangers are not), and what their groups give them each time it changes
+            first = role and (member is None or not member.get("email"))
+            if first or (member is not None and member.get("group_role") != from_groups):
                 try:
                     self.relay.member_seen(org, username, email=_claim(claims, "email"), name=_claim(claims, "name"),
                                            given_name=_claim(claims, "given_name"),
-                                           family_name=_claim(claims, "family_name"))
+                                           family_name=_claim(claims, "family_name"), group_role=from_groups)
                 except InvalidSetting:
                     log.warning("org %s is full: a member's first sign-in is not recorded", org)
             permissions = frozenset(self.relay.role(org, role) or ()) if role else frozenset()

@@ -3,7 +3,9 @@
 One stream per org, made with its first member. A member is seen (``MemberSeen``) the first time
 they sign in, or when a role is granted to them before that; ``RoleGranted`` gives them a role
 (replacing any other); ``MemberRemoved`` forgets them and their grant. A member without a grant
-gets the role their groups map to (Relay's settings), or none. ``SecretGenerated`` notes a token a
+gets the role their groups map to (Relay's settings), or none; ``GroupRoleSeen`` records that role
+as a sign-in found it, each time it differs from the last one recorded (so ``listMembers`` shows
+it, and nobody weaker demotes them). ``SecretGenerated`` notes a token a
 member made for themselves (``generateSecret``), by its name and the hash of the secret it was made
 with, so that removing them revokes it, and only it (not a token made again later under that name):
 a key outlives nobody's membership. A user who signed in while the org was full is no member on record,
@@ -44,7 +46,8 @@ class OrgMembers(Aggregate):
     @event("Opened")
     def __init__(self, org: str, timestamp: datetime) -> None:
         self.org = org
-        # username -> {"email", "name", "given_name", "family_name", "role" (granted, or None), "since" (ISO)}
+        # username -> {"email", "name", "given_name", "family_name", "role" (granted, or None), "since" (ISO),
+        # and once a sign-in found it, "group_role" (their groups', or None)}
         self.members: dict[str, dict[str, Any]] = {}
 
     def see(self, username: str, *, email: str, name: str, given_name: str, family_name: str, at: datetime) -> bool:
@@ -81,6 +84,19 @@ class OrgMembers(Aggregate):
         old = self.members.get(username) or {"email": "", "name": "", "given_name": "", "family_name": "",
                                              "since": timestamp.isoformat()}
         self.members = {**self.members, username: {**old, "role": role}}
+
+    def groups_gave(self, username: str, role: str | None, *, at: datetime) -> bool:
+        """The role ``username``'s groups gave them at a sign-in, recorded when it differs from the
+        last one recorded; a member on record only (strangers leave nothing). Returns whether it was."""
+        known = self.members.get(username)
+        if known is None or known.get("group_role") == role:
+            return False
+        self._groups_gave(username=username, role=role, timestamp=at)
+        return True
+
+    @event("GroupRoleSeen")
+    def _groups_gave(self, username: str, role: str | None, timestamp: datetime) -> None:
+        self.members = {**self.members, username: {**self.members[username], "group_role": role}}
 
     def remove(self, username: str, *, at: datetime) -> dict[str, Any] | None:
         """Forgets ``username`` and the tokens they made; returns what was known of them (empty for

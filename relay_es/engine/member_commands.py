@@ -34,7 +34,7 @@ class MemberCommands:
 
     def members(self, org: str) -> dict[str, dict[str, Any]]:
         """username -> what is known (``email``, ``name``, ``given_name``, ``family_name``, ``role``
-        granted or None, ``since``)."""
+        granted or None, ``since``, and ``group_role`` once a sign-in found what their groups give)."""
         m = self._maybe(members_stream_id(org))
         return {} if m is None else dict(m.members)
 
@@ -42,16 +42,18 @@ class MemberCommands:
         return self.members(org).get(username)
 
     def member_seen(self, org: str, username: str, *, email: str, name: str, given_name: str,
-                    family_name: str) -> None:
-        """A member signed in: recorded the first time (one event per person, ever)."""
+                    family_name: str, group_role: str | None = None) -> None:
+        """A member signed in: recorded the first time (one event per person, ever), and the role
+        their groups gave them (``group_role``) whenever it is not the one last recorded."""
         _check_username(username)
         cut = MAX_FIELD - 1  # sanitized() adds its "…" past the limit
 
         def run() -> None:
             m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
-            if m.see(username, email=str(sanitized(email, cut)), name=str(sanitized(name, cut)),
-                     given_name=str(sanitized(given_name, cut)), family_name=str(sanitized(family_name, cut)),
-                     at=self.now()):
+            seen = m.see(username, email=str(sanitized(email, cut)), name=str(sanitized(name, cut)),
+                         given_name=str(sanitized(given_name, cut)), family_name=str(sanitized(family_name, cut)),
+                         at=self.now())
+            if m.groups_gave(username, group_role, at=self.now()) or seen:
                 self.save(m)
 
         self.retrying(run)

@@ -755,10 +755,7 @@ class ProcessManager:
                 # recover it, and a death would only wait for a candidate for ever. Left DISCONNECTED.
                 log.info("executor %s of deleted application %s/%s not declared dead", sid, row.org, row.app)
                 continue
-            if row is not None and self.dispatcher.is_connected(row.org, row.app, row.executor_id):
-                # Back already; its Connected is on the way and will cancel this timer.
-                self.timers.arm(("deadline", sid), self.clock.monotonic() + RETRY_SECS, d)
-            else:
+            if row is None or not self._back_already("deadline", row, d):
                 live.append((sid, d))
         items = live
         if not items:
@@ -778,6 +775,14 @@ class ProcessManager:
                 at = max(self._mono_for(deadline), self.clock.monotonic() + 0.01)
                 self.timers.arm(("deadline", sid), at, deadline)
 
+    def _back_already(self, kind: str, row: ExecutorRow, payload: Any) -> bool:
+        """Whether the hub holds ``row``'s executor again; if so its Connected is on the way and will
+        cancel the ``kind`` timer, which is armed again meanwhile (``RETRY_SECS``)."""
+        if not self.dispatcher.is_connected(row.org, row.app, row.executor_id):
+            return False
+        self.timers.arm((kind, row.stream_id), self.clock.monotonic() + RETRY_SECS, payload)
+        return True
+
     def _fire_orphans(self, items: list[tuple[str, str | None]]) -> None:
         """Records every executor still HEALTHY on a Relay that is gone (and not back here since)
         Disconnected (``relay_restarted``), :data:`ORPHANS_PER_SAVE` to a transaction: the deadline
@@ -789,9 +794,7 @@ class ProcessManager:
             row = self.rows.get(sid)
             if row is None or not self._is_orphan(row) or row.connection_id != connection_id:
                 continue
-            if self.dispatcher.is_connected(row.org, row.app, row.executor_id):
-                # Back here already: its Connected is on the way and will cancel this timer.
-                self.timers.arm(("orphan", sid), self.clock.monotonic() + RETRY_SECS, connection_id)
+            if self._back_already("orphan", row, connection_id):
                 continue
             ops.append(self.relay.op_disconnected(UUID(sid), connection_id=connection_id or "",
                                                  reason="relay_restarted", grace_from=grace_from))

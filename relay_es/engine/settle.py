@@ -131,8 +131,8 @@ class SettleWindow:
         # Nobody back yet though orphans were HEALTHY when Relay stopped: Relay's restart, not the executors,
         # is what they wait for (their reconnect backoff, a slow start); wait for the first, up to the cap.
         waiting_for_first = self._orphans > 0 and not self.anyone_back
-        if (waiting_for_first or len(readmitted) >= pace * self.span or self._hub_pace(now) >= pace) \
-                and now < self.cap:
+        hub_pace = self._hub_pace(now)
+        if (waiting_for_first or len(readmitted) >= pace * self.span or hub_pace >= pace) and now < self.cap:
             self.until = min(now + STEP, self.cap)
             return True
         self.closed = True
@@ -140,7 +140,7 @@ class SettleWindow:
         log.info("settle window closed %.1fs after start (%.1fs past its plan): %d orphans, %d readmissions "
                  "followed and %.0f sockets a second admitted over the last %gs (%d since start); %g a second "
                  "would have kept it open", now - self._started, self.extension, self._orphans, len(readmitted),
-                 self._hub_pace(now), self.span, self._admitted[-1][1] if self._admitted else 0, pace)
+                 hub_pace, self.span, self._admitted[-1][1] if self._admitted else 0, pace)
         self._readmitted.clear()
         self._admitted.clear()
         return False

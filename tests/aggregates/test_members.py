@@ -394,3 +394,37 @@ def test_a_member_makes_at_most_max_secrets(monkeypatch) -> None:
         m.secret_generated("bob", "s3", "h", at=at(1))
     m.secret_generated("alice", "s3", "h", at=at(1))  # per member
     assert [name for name, _ in m.made_by("bob")] == ["s1", "s2"]
+
+
+def test_the_role_a_members_groups_gave_is_recorded_each_time_it_changes() -> None:
+    m = Members()
+    assert m.agg.groups_gave("bob", "operator", at=m.tick()) is False  # a stranger leaves nothing
+    assert m._collect() == []
+    m.see("bob")
+    assert m.agg.groups_gave("bob", "operator", at=m.tick()) is True
+    (e,) = m._collect()
+    assert isinstance(e, OrgMembers.GroupRoleSeen)
+    assert (e.username, e.role, e.timestamp, e.originator_version) == ("bob", "operator", at(3), 3)
+    assert m.agg.members["bob"] == {**PROFILE, "role": None, "group_role": "operator", "since": at(2).isoformat()}
+    assert m.agg.groups_gave("bob", "operator", at=m.tick()) is False  # the same again: nothing
+    assert m._collect() == []
+    assert m.agg.groups_gave("bob", None, at=m.tick()) is True  # out of every mapped group
+    (e,) = m._collect()
+    assert e.role is None and m.agg.members["bob"]["group_role"] is None
+    m.grant("bob", "viewer")  # a grant keeps what the groups gave, beside it
+    assert m.agg.members["bob"]["role"] == "viewer" and m.agg.members["bob"]["group_role"] is None
+    m.remove("bob")  # forgotten with the rest
+    assert "bob" not in m.agg.members
+    m.check_replay()
+
+
+def test_a_sign_in_records_the_first_sight_and_the_groups_role_in_one_save() -> None:
+    clock = FakeClock(T0)
+    relay = Relay(POPO, clock=clock)
+    relay.member_seen(ORG, "bob", **PROFILE, group_role="operator")
+    relay.member_seen(ORG, "bob", **PROFILE, group_role="operator")  # nothing new: nothing saved
+    relay.member_seen(ORG, "bob", **PROFILE, group_role="viewer")
+    stored = list(relay.stream(members_stream_id(ORG)))
+    assert [type(e).__name__ for e in stored] == ["Opened", "MemberSeen", "GroupRoleSeen", "GroupRoleSeen"]
+    assert relay.member(ORG, "bob") == {**PROFILE, "role": None, "group_role": "viewer", "since": at(0).isoformat()}
+    relay.close()

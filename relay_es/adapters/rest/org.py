@@ -8,9 +8,9 @@ runs, as Conductor does.
   audit log is kept as long as the store keeps events (``auditLogRetentionDays`` 3650).
 - ``updateOrg``: an org's name is part of every stream of it and the audit log is never pruned, so
   either change is a 422 saying so; an empty body changes nothing (204).
-- ``listMembers``: everyone who signed in or was granted a role, with the role granted them; a
-  member without a grant (whose role, if any, comes from their groups at each sign-in) shows a
-  role with an empty name and no permissions.
+- ``listMembers``: everyone who signed in or was granted a role, with the role granted them, else
+  the one their groups gave them at their last sign-in; a role with an empty name and no
+  permissions for one with neither.
 - ``grantRole``: gives a member (signed in or not yet) a role of the org (404 for an unknown role).
 - ``removeMember``: forgets a member and their grant (404 for an unknown one), and revokes the
   tokens they made with ``generateSecret`` (their executors' sockets are closed); their groups may
@@ -61,11 +61,12 @@ def _role(ctx: Any, org: str, name: str | None) -> m.RoleOutput | None:
 
 
 def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, username: str) -> None:
-    """403 unless the caller holds everything the member's granted role holds: nobody demotes or
-    removes a stronger member."""
-    granted = (ctx.relay.member(org, username) or {}).get("role")
-    if granted:
-        within(request, ctx.relay.role(org, granted) or [], "a member whose role")
+    """403 unless the caller holds everything the member's role holds (granted, else their groups' at
+    their last sign-in): nobody demotes or removes a stronger member."""
+    known = ctx.relay.member(org, username) or {}
+    role = known.get("role") or known.get("group_role")
+    if role:
+        within(request, ctx.relay.role(org, role) or [], "a member whose role")
 
 
 class OrgController(Controller):
@@ -93,7 +94,7 @@ class OrgController(Controller):
     def list_members(self, org: FromPath[str], ctx: Context) -> Response[m.OrgMembers]:
         users = {}
         for username, info in sorted(ctx.relay.members(org).items()):
-            role = _role(ctx, org, info.get("role"))
+            role = _role(ctx, org, info.get("role") or info.get("group_role"))
             users[username] = role or m.RoleOutput(name="", is_global=False, permissions=[])
         return calling.answer(m.OrgMembers(org_name=org, users=users))
 

@@ -109,6 +109,7 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     members = conforms("listMembers", call(s, "GET", O + "/members", boss), 200)
     assert members["orgName"] == "acme"
     assert members["users"]["bob@example.com"]["name"] == "viewer"
+    assert members["users"]["ann@example.com"]["name"] == "admin"  # no grant: what her groups gave her
     assert set(members["users"]) == {"ann@example.com", "bob@example.com"}
     gone = conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", boss), 200)
     assert gone["email"] == "bob@example.com" and gone["name"] == "Bob"
@@ -150,6 +151,37 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     assert call(s, "GET", O + "/apps", admin).status_code == 200
     tokens = {t["tokenName"]: t for t in call(s, "GET", O + "/tokens", admin).json()}
     assert made["tokenName"] not in tokens  # revoked tokens are not listed
+
+
+def test_a_members_role_from_groups_is_listed_as_their_last_sign_in_found_it_and_guards_them(
+        oidc: tuple[RelayServer, Issuer, str]) -> None:
+    s, issuer, admin = oidc
+    boss = issuer.token("ann", email="ann@example.com", groups=["admins"])
+    olga = issuer.token("olga", email="olga@example.com", groups=["ops"])
+    assert call(s, "GET", O + "/apps", olga).status_code == 200  # her first sign-in: operator, by her groups
+    assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["olga@example.com"] == {
+        "name": "operator", "isGlobal": True, "permissions": [
+            "application.read", "application.write", "metric.read", "organization.read", "token.read"]}
+    # organization.write alone cannot demote or remove an admin whose role comes from her groups (403,
+    # as for a granted one), though it may grant the weaker role to someone weaker
+    org_writer = call(s, "POST", O + "/tokens/org-writer", admin,
+                      json={"permissions": ["organization.write", "organization.read"]}).json()["token"]
+    conforms("createRole", call(s, "POST", O + "/roles", boss, json={"name": "reader",
+                                                                    "permissions": ["organization.read"]}), 201)
+    conforms("grantRole", call(s, "PUT", O + "/members/ann@example.com/roles/reader", org_writer), 403)
+    conforms("removeMember", call(s, "DELETE", O + "/members/ann@example.com", org_writer), 403)
+    conforms("grantRole", call(s, "PUT", O + "/members/nemo@example.com/roles/reader", org_writer), 204)
+    assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["ann@example.com"][
+        "name"] == "admin"
+    # her groups change at the issuer: her next sign-in records it, and the list follows
+    olga = issuer.token("olga", email="olga@example.com", groups=["watchers"])
+    assert call(s, "PATCH", O + "/apps/orders", olga, json={"executorTimeoutSecs": 5}).status_code == 403
+    assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["olga@example.com"][
+        "name"] == "viewer"
+    olga = issuer.token("olga", email="olga@example.com", groups=["staff"])  # no mapped group: no role
+    assert call(s, "GET", O + "/apps", olga).status_code == 403
+    assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["olga@example.com"] == {
+        "name": "", "isGlobal": False, "permissions": []}
 
 
 def test_bad_tokens_are_refused(oidc: tuple[RelayServer, Issuer, str]) -> None:
