@@ -611,7 +611,12 @@ def startup_text(p: dict[str, Any]) -> str:
             f"which the server now does as a rebuild does, a process per share of the streams, before its process "
             f"manager reads the executors table (`fill_at_start`, from 100,000 events behind); in the last run "
             f"{empty}. Until "
-            "2026-12-03 the server folded the whole log in its own process: postgres 137.7 s, sqlite 140.5 s.")
+            "2026-12-03 the server folded the whole log in its own process: postgres 137.7 s, sqlite 140.5 s. The "
+            "benchmark asks `/metrics` for the armed instant twice a second once `/healthz` answers (the gauge holds "
+            "the instant itself); it asked every 20 ms until 2026-12-03, which took a third of a core or more from "
+            "the fill being timed: the runs before put a start on empty read models at postgres 36.1-52.4 s, "
+            "sqlite 20.1-25.6 s, where the server itself, polled twice a second, armed them after 30.1 s on the "
+            "same Postgres store.")
 
 
 def analysis(results_dir: Path) -> str:
@@ -819,20 +824,22 @@ def analysis(results_dir: Path) -> str:
                 "whose id falls in the i-th of n equal ranges, and the store filters by stream id in the batch's "
                 "query, so the log is decoded once in all. With it: the executors row is built by writing a copied "
                 "dict (3.3 against 6.1 us an event), executor metadata is parsed once per text, the audit log checks "
-                "each key value once, and a fill commits batches of 40,000 events, not 10,000. Where a SQLite "
-                "rebuild's time goes now, measured on 2026-12-03 on this section's store (timed phases of the same "
-                "code, four runs): starting the process 0.3-0.4 s; dropping the old tables 2.0-2.5 s (SQLite frees "
-                "every page of a dropped table, some 340 MB here, one by one); the two share processes 15.0-17.2 s; "
-                "building the indexes at the end 4.3-4.7 s (the audit log's three over a million rows, with SQLite's "
-                "sorter threads; with the indexes in place while filling, inserting a million audit rows took "
-                "24-26 s, against 9-15 s to insert them and then build the indexes). The drop and the indexes, "
-                "7-8 s, are serial; SQLite's raw scan, C from end to end, is the fastest baseline of the two and the "
-                "one that moves most with the machine: 84,421 and 157,094 events/s in this section's two runs, "
-                "against a rebuild of 41,100 and 55,401 events/s. What would move SQLite's: starting the share "
-                "processes while the old tables are dropped (their start-up, about 0.7 s, is now after the drop), "
-                "and the read models in a file of their own, so that a rebuild replaces a file instead of freeing "
-                "its pages. Postgres drops a table at once and builds each index in parallel; its margin is the "
-                "fill." + startup_text(p), ""]
+                "each key value once, and a fill commits batches of 40,000 events, not 10,000. Since then: SQLite "
+                "drops the old tables without zeroing their pages (Debian builds SQLite with SECURE_DELETE, which "
+                "overwrote every page a delete frees: the drop took 2.0-2.9 s for some 340 MB, now 0.13-0.19 s; "
+                "`PRAGMA secure_delete = 0` on the read models' writer, ADR 11). Where a SQLite rebuild's time goes "
+                "now, measured on 2026-12-03 on this section's store (timed phases of the same code): starting the "
+                "process 0.3-0.4 s; the drop 0.2 s; the two share processes 14-18.5 s (each about 34 us of CPU an "
+                "event: decoding a third, folding, writing; SQLite takes one writer at a time); building the "
+                "indexes at the end 4.0-5.0 s (the audit log's three over a million rows; with the indexes in place "
+                "while filling, inserting a million audit rows took 24-26 s, against 9-15 s to insert them and then "
+                "build the indexes; a larger page cache for the sort made it slower, 6.3 s). SQLite's raw scan, C "
+                "from end to end and one process, is the fastest baseline of the two and the one that moves most "
+                "with the machine: 84,421 to 157,094 events/s over the four runs of 2026-12-03, against rebuilds "
+                "of 41,100 to 55,401 events/s. At the slower baselines the rebuild is within a few points of half "
+                "(48.7% and 48.0%); at the faster ones half would need the whole rebuild within 12.8-17.2 s (twice "
+                "the raw scan's 6.4-8.6 s), about what the two share processes alone take (14-18.5 s). Postgres drops a table at once and builds each index in "
+                "parallel; its margin is the fill." + startup_text(p), ""]
     e = _get(results_dir, "e2e")
     for run in (e2e_sdks(e) if e else []):
         if run.get("max_s") is None:

@@ -74,7 +74,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float,
 
         def all_back() -> bool:
             c = reader.count_status(APP, "HEALTHY", owner)
-            samples.append((time.monotonic() - t_kill, c))
+            # beside it, the log's head and the read models' position: where the HEALTHY rows wait
+            samples.append((time.monotonic() - t_kill, c, reader.head(), reader.projected()))
             return c >= n
 
         wait_until(all_back, timeout=settle + grace + 120, interval=0.1)
@@ -110,7 +111,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float,
             "clients_cores_until_all_healthy": sum(v["cores"] for k, v in cpu.items() if k.startswith("clients")),
             "false_deaths": len(deaths), "relay_restarted_disconnects": len(restarted),
             "reconnect_events": len(reconnected),
-            "progress": [(round(t, 2), c) for t, c in samples[:: max(1, len(samples) // 60)]],
+            # (s after the kill, HEALTHY rows of the new instance, the log's head, the read models' position)
+            "progress": [(round(t, 2), c, h, p) for t, c, h, p in samples[:: max(1, len(samples) // 60)]],
         }
         log(f"s4 {kind}: all {n} HEALTHY {out['kill_to_all_healthy_s']}s after the kill "
             f"(healthz after {out['restart_to_healthz_s']:.2f}s); false deaths {len(deaths)}, "
