@@ -352,12 +352,15 @@ def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a
 
     monkeypatch.setattr(world.relay, "notifications", slow)
     grace = world.relay.grace_for("local", "app")
-    world.advance(5.0)  # the settle window closes
+    world.advance(5.0)
+    while not world.pm.settle.closed:  # open a span after the first came back (none of these did)
+        world.advance(1.0)
     monkeypatch.setattr(world.relay, "notifications", real)
     executors = [world.executor(n) for n in names]
     assert {e.status.value for e in executors} == {"DISCONNECTED"}
-    assert {e.deadline for e in executors} == {world.pm.started_at + grace}  # a grace from the start
-    assert world.clock.now() < world.pm.started_at + grace
+    grace_from = world.pm.started_at + timedelta(seconds=world.pm.settle.extension)
+    assert {e.deadline for e in executors} == {grace_from + grace}  # a grace from the start, plus the extension
+    assert world.clock.now() < grace_from + grace
     for name in names:  # all back within the grace: none dies
         world.connect(name, conn=f"{name}-back")
     world.advance(60)

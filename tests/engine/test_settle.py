@@ -64,9 +64,10 @@ def test_kept_open_while_the_hub_admits_executors_fast_though_the_log_shows_none
 def test_between_samples_the_count_is_read_as_a_straight_line() -> None:
     w = window(orphans=3000)
     w.admitted(1000.0, 0)
-    w.admitted(1004.95, 29)  # 29 in the 4.95 s since the last sample: some 23 of them before 1004.0
-    w.admitted(1004.99, 30)
-    assert not w.is_open(1005.0)  # about 7 in the last second, not 30
+    w.admitted(1002.0, 1)  # the first back (a span after it has passed by 1005)
+    w.admitted(1004.95, 26)  # 25 in the 2.95 s since the last sample: some 17 of them before 1004.0
+    w.admitted(1004.99, 27)
+    assert not w.is_open(1005.0)  # about 9 in the last second, not 26
 
 
 def test_with_no_news_from_the_hub_its_last_pace_fades() -> None:
@@ -119,3 +120,30 @@ def test_waiting_for_the_first_ends_at_the_cap() -> None:
     while w.is_open(t):
         t += 0.5
     assert t == 1055.0 and w.extension == 50.0
+
+
+def test_once_the_first_is_back_it_stays_open_a_whole_span_unless_all_are() -> None:
+    # A loaded restart: one socket admitted just before the planned end. A pace measured over the
+    # span from so few closed the window on every orphan (19,464 false deaths in one bench run).
+    w = SettleWindow(5.0, busy_per_s=10, max_factor=4.0, span=16.0)
+    w.start(1000.0, orphans=19_500)
+    w.admitted(1000.0, 0)
+    w.admitted(1004.9, 1)
+    for t in range(1005, 1021):
+        w.admitted(float(t), 1 + 5 * (t - 1004))  # 5 a second: half the pace that holds it open
+        assert w.is_open(float(t)), t  # still within 16 s of the first
+    assert not w.is_open(1021.0)  # a span after the first, the pace decides: 80 in 16 s is too slow
+    assert w.extension == 16.0
+
+
+def test_a_few_orphans_keep_the_plan_when_the_first_comes_back_late() -> None:
+    w = SettleWindow(5.0, busy_per_s=10, max_factor=1.0, span=16.0)
+    w.start(1000.0, orphans=159)  # fewer than 10 a second over 16 s: no pace to measure
+    w.admitted(1000.0, 0)
+    w.admitted(1004.9, 1)
+    assert not w.is_open(1005.0)
+    w = SettleWindow(5.0, busy_per_s=10, max_factor=1.0, span=16.0)
+    w.start(1000.0, orphans=160)
+    w.admitted(1000.0, 0)
+    w.admitted(1004.9, 1)
+    assert w.is_open(1005.0)  # a storm: a span from its first
