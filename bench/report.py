@@ -601,7 +601,7 @@ def storm_log_text(r: dict[str, Any]) -> str:
     results from before the head was sampled."""
     parts = []
     for s in r["stores"]:
-        prog = [x for x in s.get("progress") or () if len(x) == 4]
+        prog = [x for x in s.get("progress") or () if len(x) == 4 and x[2] >= 0]
         reg = s.get("client_registered_after_kill_s") or {}
         if not prog or reg.get("p50") is None:
             continue
@@ -610,7 +610,7 @@ def storm_log_text(r: dict[str, Any]) -> str:
         lag = max(h - pos for _, _, h, pos in prog)
         if first is None:
             continue
-        parts.append(f"{s['store']}: the first Connected in the log {f1(first)} s after the kill, the clients' median "
+        parts.append(f"{s['store']}: the log's first new event {f1(first)} s after the kill, the clients' median "
                      f"registration {f1(reg['p50'])} s and the last {f1(reg['max'])} s, the read models at most "
                      f"{f0(lag)} events behind the log")
     if not parts:

@@ -233,13 +233,18 @@ class OidcUsers:
             member = self.relay.member(org, username)
             from_groups = self.role_of_groups(claims)
             role = (member or {}).get("role") or from_groups
-            # kept once they have a role (strangers are not), and what their groups give them each time it changes
+            # Kept once they have a role (strangers are not); and what their groups give them each time it
+            # changes, from a token that carries the groups claim and was issued after the one recorded.
+            issued = self.groups_issued_at(claims)
             first = role and (member is None or not member.get("email"))
-            if first or (member is not None and member.get("group_role") != from_groups):
+            changed = (member is not None and issued is not None and member.get("group_role") != from_groups
+                       and issued > member.get("group_role_iat", -1))
+            if first or changed:
                 try:
                     self.relay.member_seen(org, username, email=_claim(claims, "email"), name=_claim(claims, "name"),
                                            given_name=_claim(claims, "given_name"),
-                                           family_name=_claim(claims, "family_name"), group_role=from_groups)
+                                           family_name=_claim(claims, "family_name"), group_role=from_groups,
+                                           groups_issued_at=issued)
                 except InvalidSetting:
                     log.warning("org %s is full: a member's first sign-in is not recorded", org)
             permissions = frozenset(self.relay.role(org, role) or ()) if role else frozenset()
@@ -261,6 +266,14 @@ class OidcUsers:
         if len(value) > 256 or has_controls(value):  # control, bidirectional, zero-width characters, lone surrogates
             raise OidcError(f"its {name} is not a plain name of at most 256 characters (control characters)")
         return value
+
+    def groups_issued_at(self, claims: dict[str, Any]) -> int | None:
+        """When a token that carries the groups claim was issued (``iat``, epoch seconds); None for a
+        token without the claim (its groups are unknown, not empty) or without a usable ``iat``."""
+        groups, iat = claims.get(self.settings.groups_claim), claims.get("iat")
+        if not isinstance(groups, (list, str)) or type(iat) not in (int, float) or not 0 <= iat < 2**53:
+            return None
+        return int(iat)
 
     def role_of_groups(self, claims: dict[str, Any]) -> str | None:
         groups = claims.get(self.settings.groups_claim)

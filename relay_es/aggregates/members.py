@@ -4,8 +4,9 @@ One stream per org, made with its first member. A member is seen (``MemberSeen``
 they sign in, or when a role is granted to them before that; ``RoleGranted`` gives them a role
 (replacing any other); ``MemberRemoved`` forgets them and their grant. A member without a grant
 gets the role their groups map to (Relay's settings), or none; ``GroupRoleSeen`` records that role
-as a sign-in found it, each time it differs from the last one recorded (so ``listMembers`` shows
-it, and nobody weaker demotes them). ``SecretGenerated`` notes a token a
+as a sign-in's token gave it, each time it differs from the last one recorded and the token was
+issued after the one that gave that (so ``listMembers`` shows it, and nobody weaker demotes them;
+a user alternating an older token with a newer one writes nothing). ``SecretGenerated`` notes a token a
 member made for themselves (``generateSecret``), by its name and the hash of the secret it was made
 with, so that removing them revokes it, and only it (not a token made again later under that name):
 a key outlives nobody's membership. A user who signed in while the org was full is no member on record,
@@ -47,7 +48,8 @@ class OrgMembers(Aggregate):
     def __init__(self, org: str, timestamp: datetime) -> None:
         self.org = org
         # username -> {"email", "name", "given_name", "family_name", "role" (granted, or None), "since" (ISO),
-        # and once a sign-in found it, "group_role" (their groups', or None)}
+        # and once a sign-in found it, "group_role" (their groups', or None) and "group_role_iat" (the
+        # issue time, epoch seconds, of the token that gave it)}
         self.members: dict[str, dict[str, Any]] = {}
 
     def see(self, username: str, *, email: str, name: str, given_name: str, family_name: str, at: datetime) -> bool:
@@ -85,18 +87,20 @@ class OrgMembers(Aggregate):
                                              "since": timestamp.isoformat()}
         self.members = {**self.members, username: {**old, "role": role}}
 
-    def groups_gave(self, username: str, role: str | None, *, at: datetime) -> bool:
-        """The role ``username``'s groups gave them at a sign-in, recorded when it differs from the
-        last one recorded; a member on record only (strangers leave nothing). Returns whether it was."""
+    def groups_gave(self, username: str, role: str | None, *, issued_at: int, at: datetime) -> bool:
+        """The role ``username``'s groups gave them in a token issued at ``issued_at`` (epoch seconds),
+        recorded when it differs from the last one recorded and the token is newer than the one that
+        gave that; a member on record only (strangers leave nothing). Returns whether it was."""
         known = self.members.get(username)
-        if known is None or known.get("group_role") == role:
+        if known is None or known.get("group_role") == role or issued_at <= known.get("group_role_iat", -1):
             return False
-        self._groups_gave(username=username, role=role, timestamp=at)
+        self._groups_gave(username=username, role=role, issued_at=issued_at, timestamp=at)
         return True
 
     @event("GroupRoleSeen")
-    def _groups_gave(self, username: str, role: str | None, timestamp: datetime) -> None:
-        self.members = {**self.members, username: {**self.members[username], "group_role": role}}
+    def _groups_gave(self, username: str, role: str | None, issued_at: int, timestamp: datetime) -> None:
+        self.members = {**self.members, username: {**self.members[username], "group_role": role,
+                                                   "group_role_iat": issued_at}}
 
     def remove(self, username: str, *, at: datetime) -> dict[str, Any] | None:
         """Forgets ``username`` and the tokens they made; returns what was known of them (empty for

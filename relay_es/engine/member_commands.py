@@ -34,7 +34,8 @@ class MemberCommands:
 
     def members(self, org: str) -> dict[str, dict[str, Any]]:
         """username -> what is known (``email``, ``name``, ``given_name``, ``family_name``, ``role``
-        granted or None, ``since``, and ``group_role`` once a sign-in found what their groups give)."""
+        granted or None, ``since``, and once a sign-in found what their groups give, ``group_role`` and
+        ``group_role_iat``)."""
         m = self._maybe(members_stream_id(org))
         return {} if m is None else dict(m.members)
 
@@ -42,9 +43,11 @@ class MemberCommands:
         return self.members(org).get(username)
 
     def member_seen(self, org: str, username: str, *, email: str, name: str, given_name: str,
-                    family_name: str, group_role: str | None = None) -> None:
-        """A member signed in: recorded the first time (one event per person, ever), and the role
-        their groups gave them (``group_role``) whenever it is not the one last recorded."""
+                    family_name: str, group_role: str | None = None, groups_issued_at: int | None = None) -> None:
+        """A member signed in: recorded the first time (one event per person, ever); and with
+        ``groups_issued_at`` (the issue time of a token that carried their groups), the role those
+        groups gave them (``group_role``) whenever it is not the one last recorded and the token is
+        newer than the one that gave that."""
         _check_username(username)
         cut = MAX_FIELD - 1  # sanitized() adds its "…" past the limit
 
@@ -53,7 +56,9 @@ class MemberCommands:
             seen = m.see(username, email=str(sanitized(email, cut)), name=str(sanitized(name, cut)),
                          given_name=str(sanitized(given_name, cut)), family_name=str(sanitized(family_name, cut)),
                          at=self.now())
-            if m.groups_gave(username, group_role, at=self.now()) or seen:
+            gave = groups_issued_at is not None and m.groups_gave(username, group_role, issued_at=groups_issued_at,
+                                                                   at=self.now())
+            if seen or gave:
                 self.save(m)
 
         self.retrying(run)

@@ -123,8 +123,9 @@ class Timing:
     # least this fast (per second, over the last ``settle_span``, or ``settle`` if longer: TCP retries
     # a connection attempt a full listen queue dropped 1, 3, 7 and 15 s after the first, so a storm
     # comes in waves up to 8 s apart), or while none of those HEALTHY on the Relay that stopped is
-    # back yet; at most until all of those could be back at this rate, or 1 % of them a second if
-    # more, and never less than ``settle_max_factor`` x ``settle`` (relay_es.engine.settle).
+    # back yet, or, when they are this many a second over that span or more, for that span after the
+    # first of them is back; at most until all of those could be back at this rate, or 1 % of them a
+    # second if more, and never less than ``settle_max_factor`` x ``settle`` (relay_es.engine.settle).
     settle_busy_per_s: int = 10
     settle_max_factor: float = 4.0
     settle_span: timedelta = timedelta(seconds=16)

@@ -151,7 +151,10 @@ class OwnPositions:
     """A :class:`ReadModelStore` whose tracked positions are kept here, starting at 0, instead of
     in the store: one share of a rebuild (:meth:`ProjectionRunner.fill`), whose positions in the
     store are the rebuild's to move once every share is filled. A move made in a transaction
-    takes effect when it commits; everything else is the store's."""
+    takes effect when it commits; reads, tables and error kinds are the store's, and nothing else
+    a fill does not need is passed through."""
+
+    PASSED = frozenset({"read", "table", "is_data_error", "dialect"})
 
     def __init__(self, db: ReadModelStore, names: Iterable[str]) -> None:
         self._db = db
@@ -159,17 +162,22 @@ class OwnPositions:
         self._moves: dict[str, int] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name not in OwnPositions.PASSED:
+            raise AttributeError(f"a share's fill does not use the store's {name}")
         return getattr(self._db, name)
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         self._moves = {}
+        done = False
         try:
             with self._db.transaction() as cur:
                 yield cur
+                done = True  # the body ran to its end; the commit is the store's transaction's exit
         finally:
             moves, self._moves = self._moves, {}
-        self.at.update(moves)  # reached only once the store's transaction has committed
+        if done:
+            self.at.update(moves)  # reached only once the store's transaction has committed
 
     def positions(self, cur: Any) -> dict[str, int]:
         return dict(self.at)

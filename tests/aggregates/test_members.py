@@ -398,17 +398,19 @@ def test_a_member_makes_at_most_max_secrets(monkeypatch) -> None:
 
 def test_the_role_a_members_groups_gave_is_recorded_each_time_it_changes() -> None:
     m = Members()
-    assert m.agg.groups_gave("bob", "operator", at=m.tick()) is False  # a stranger leaves nothing
+    assert m.agg.groups_gave("bob", "operator", issued_at=100, at=m.tick()) is False  # a stranger leaves nothing
     assert m._collect() == []
     m.see("bob")
-    assert m.agg.groups_gave("bob", "operator", at=m.tick()) is True
+    assert m.agg.groups_gave("bob", "operator", issued_at=100, at=m.tick()) is True
     (e,) = m._collect()
     assert isinstance(e, OrgMembers.GroupRoleSeen)
-    assert (e.username, e.role, e.timestamp, e.originator_version) == ("bob", "operator", at(3), 3)
-    assert m.agg.members["bob"] == {**PROFILE, "role": None, "group_role": "operator", "since": at(2).isoformat()}
-    assert m.agg.groups_gave("bob", "operator", at=m.tick()) is False  # the same again: nothing
+    assert (e.username, e.role, e.issued_at, e.timestamp, e.originator_version) == ("bob", "operator", 100, at(3), 3)
+    assert m.agg.members["bob"] == {**PROFILE, "role": None, "group_role": "operator", "group_role_iat": 100,
+                                    "since": at(2).isoformat()}
+    assert m.agg.groups_gave("bob", "operator", issued_at=200, at=m.tick()) is False  # the same again: nothing
+    assert m.agg.groups_gave("bob", "viewer", issued_at=100, at=m.tick()) is False  # a token no newer: nothing
     assert m._collect() == []
-    assert m.agg.groups_gave("bob", None, at=m.tick()) is True  # out of every mapped group
+    assert m.agg.groups_gave("bob", None, issued_at=101, at=m.tick()) is True  # out of every mapped group
     (e,) = m._collect()
     assert e.role is None and m.agg.members["bob"]["group_role"] is None
     m.grant("bob", "viewer")  # a grant keeps what the groups gave, beside it
@@ -418,13 +420,16 @@ def test_the_role_a_members_groups_gave_is_recorded_each_time_it_changes() -> No
     m.check_replay()
 
 
-def test_a_sign_in_records_the_first_sight_and_the_groups_role_in_one_save() -> None:
+def test_a_sign_in_records_the_first_sight_and_the_groups_role_together() -> None:
     clock = FakeClock(T0)
     relay = Relay(POPO, clock=clock)
-    relay.member_seen(ORG, "bob", **PROFILE, group_role="operator")
-    relay.member_seen(ORG, "bob", **PROFILE, group_role="operator")  # nothing new: nothing saved
-    relay.member_seen(ORG, "bob", **PROFILE, group_role="viewer")
+    relay.member_seen(ORG, "bob", **PROFILE, group_role="operator", groups_issued_at=100)
+    relay.member_seen(ORG, "bob", **PROFILE, group_role="operator", groups_issued_at=101)  # nothing new
+    relay.member_seen(ORG, "bob", **PROFILE, group_role="viewer")  # groups unknown (no such claim): nothing
+    relay.member_seen(ORG, "bob", **PROFILE, group_role="viewer", groups_issued_at=102)
     stored = list(relay.stream(members_stream_id(ORG)))
     assert [type(e).__name__ for e in stored] == ["Opened", "MemberSeen", "GroupRoleSeen", "GroupRoleSeen"]
-    assert relay.member(ORG, "bob") == {**PROFILE, "role": None, "group_role": "viewer", "since": at(0).isoformat()}
+    assert stored[1].timestamp == stored[2].timestamp  # the first sight and its groups' role, in one command
+    assert relay.member(ORG, "bob") == {**PROFILE, "role": None, "group_role": "viewer", "group_role_iat": 102,
+                                        "since": at(0).isoformat()}
     relay.close()

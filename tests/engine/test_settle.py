@@ -122,7 +122,7 @@ def test_waiting_for_the_first_ends_at_the_cap() -> None:
     assert t == 1055.0 and w.extension == 50.0
 
 
-def test_once_the_first_is_back_it_stays_open_a_whole_span_unless_all_are() -> None:
+def test_once_a_storms_first_is_back_it_stays_open_a_whole_span() -> None:
     # A loaded restart: one socket admitted just before the planned end. A pace measured over the
     # span from so few closed the window on every orphan (19,464 false deaths in one bench run).
     w = SettleWindow(5.0, busy_per_s=10, max_factor=4.0, span=16.0)

@@ -50,22 +50,25 @@ def _org_id(org: str) -> str:
     return str(members_stream_id(org))
 
 
-def _role(ctx: Any, org: str, name: str | None) -> m.RoleOutput | None:
-    if not name:
+def _role(roles: dict[str, tuple[bool, list[str]]], name: str | None) -> m.RoleOutput | None:
+    """``name`` as a RoleOutput, from the org's roles (``{name: (built in, permissions)}``); None
+    for no name or a role the org no longer has."""
+    found = roles.get(name) if name else None
+    if found is None:
         return None
-    perms = ctx.relay.role(org, name)
-    if perms is None:
-        return None
-    return m.RoleOutput(name=name, is_global=any(n == name and g for n, g, _ in ctx.relay.roles(org)),
-                        permissions=ordered(perms))
+    return m.RoleOutput(name=name, is_global=found[0], permissions=ordered(found[1]))
+
+
+def _roles(ctx: Any, org: str) -> dict[str, tuple[bool, list[str]]]:
+    return {name: (built_in, perms) for name, built_in, perms in ctx.relay.roles(org)}
 
 
 def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, username: str) -> None:
-    """403 unless the caller holds everything the member's role holds (granted, else their groups' at
-    their last sign-in): nobody demotes or removes a stronger member."""
+    """403 unless the caller holds everything the member's roles hold, the one granted them and the
+    one their groups gave them at their last sign-in: nobody demotes or removes a stronger member
+    (removing a member with a weak grant and strong groups would hand them their groups' role)."""
     known = ctx.relay.member(org, username) or {}
-    role = known.get("role") or known.get("group_role")
-    if role:
+    for role in {known.get("role"), known.get("group_role")} - {None}:
         within(request, ctx.relay.role(org, role) or [], "a member whose role")
 
 
@@ -93,8 +96,9 @@ class OrgController(Controller):
     @get("/members", operation_id="listMembers", summary="List members (OIDC)", sync_to_thread=True)
     def list_members(self, org: FromPath[str], ctx: Context) -> Response[m.OrgMembers]:
         users = {}
+        roles = _roles(ctx, org)  # read once, not once per member
         for username, info in sorted(ctx.relay.members(org).items()):
-            role = _role(ctx, org, info.get("role") or info.get("group_role"))
+            role = _role(roles, info.get("role") or info.get("group_role"))
             users[username] = role or m.RoleOutput(name="", is_global=False, permissions=[])
         return calling.answer(m.OrgMembers(org_name=org, users=users))
 
@@ -150,7 +154,7 @@ class UsersController(Controller):
         if who.user is None:
             raise NotFoundException("a token is not a user: getCurrentUser answers for OIDC sign-ins")
         info = ctx.relay.member(who.org, who.user) or {}
-        role = _role(ctx, who.org, who.role)
+        role = _role(_roles(ctx, who.org), who.role)
         return calling.answer(m.UserProfile(
             name=info.get("name") or who.user, email=info.get("email") or "", org_name=who.org,
             org_id=_org_id(who.org), subscription_plan="team",

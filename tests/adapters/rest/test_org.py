@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Any
 
 import pytest
@@ -156,8 +157,9 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
 def test_a_members_role_from_groups_is_listed_as_their_last_sign_in_found_it_and_guards_them(
         oidc: tuple[RelayServer, Issuer, str]) -> None:
     s, issuer, admin = oidc
+    now = int(time.time())
     boss = issuer.token("ann", email="ann@example.com", groups=["admins"])
-    olga = issuer.token("olga", email="olga@example.com", groups=["ops"])
+    olga = issuer.token("olga", email="olga@example.com", groups=["ops"], iat=now - 100)
     assert call(s, "GET", O + "/apps", olga).status_code == 200  # her first sign-in: operator, by her groups
     assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["olga@example.com"] == {
         "name": "operator", "isGlobal": True, "permissions": [
@@ -173,13 +175,20 @@ def test_a_members_role_from_groups_is_listed_as_their_last_sign_in_found_it_and
     conforms("grantRole", call(s, "PUT", O + "/members/nemo@example.com/roles/reader", org_writer), 204)
     assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["ann@example.com"][
         "name"] == "admin"
-    # her groups change at the issuer: her next sign-in records it, and the list follows
-    olga = issuer.token("olga", email="olga@example.com", groups=["watchers"])
-    assert call(s, "PATCH", O + "/apps/orders", olga, json={"executorTimeoutSecs": 5}).status_code == 403
+    # a weak grant does not lower the bar: removing her would hand her groups' admin back
+    conforms("grantRole", call(s, "PUT", O + "/members/ann@example.com/roles/reader", boss), 204)
+    conforms("removeMember", call(s, "DELETE", O + "/members/ann@example.com", org_writer), 403)
+    # her groups change at the issuer: her next token records it, and the list follows
+    newer = issuer.token("olga", email="olga@example.com", groups=["watchers"], iat=now - 50)
+    assert call(s, "PATCH", O + "/apps/orders", newer, json={"executorTimeoutSecs": 5}).status_code == 403
     assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["olga@example.com"][
         "name"] == "viewer"
-    olga = issuer.token("olga", email="olga@example.com", groups=["staff"])  # no mapped group: no role
-    assert call(s, "GET", O + "/apps", olga).status_code == 403
+    # her older token, still valid, acts with its own groups but records nothing: the newer one stands
+    assert call(s, "GET", O + "/apps", olga).status_code == 200
+    assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["olga@example.com"][
+        "name"] == "viewer"
+    none = issuer.token("olga", email="olga@example.com", groups=["staff"], iat=now - 10)  # no mapped group
+    assert call(s, "GET", O + "/apps", none).status_code == 403
     assert conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]["olga@example.com"] == {
         "name": "", "isGlobal": False, "permissions": []}
 
