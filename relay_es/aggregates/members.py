@@ -98,7 +98,7 @@ class OrgMembers(Aggregate):
         return True
 
     @event("GroupRoleSeen")
-    def _groups_gave(self, username: str, role: str | None, issued_at: int, timestamp: datetime) -> None:
+    def _groups_gave(self, username: str, role: str | None, timestamp: datetime, issued_at: int = -1) -> None:
         self.members = {**self.members, username: {**self.members[username], "group_role": role,
                                                    "group_role_iat": issued_at}}
 

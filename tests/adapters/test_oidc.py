@@ -10,6 +10,7 @@ groups map to roles, a grant wins, and the first sign-in is recorded.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import jwt
@@ -17,6 +18,7 @@ import pytest
 
 from relay_es.adapters import oidc
 from relay_es.adapters.oidc import OidcError, OidcSettings, OidcUsers, Verifier, looks_like_jwt, parse_group_roles
+from relay_es.aggregates.members import members_stream_id
 from relay_es.domain.clock import FakeClock
 from relay_es.engine.service import Relay
 from tests.oidc_issuer import Issuer
@@ -153,6 +155,36 @@ def test_group_roles_grants_and_first_sign_in(issuer: Issuer) -> None:
         users.principal(issuer.token("sam", email=None))
     by_sub = OidcUsers(OidcSettings(issuer.url, "relay", "acme", group_roles=(("ops", "operator"),)), relay)
     assert by_sub.principal(issuer.token("ada-sub-1", email="ada@example.com", groups=["ops"])).user == "ada-sub-1"
+
+
+def test_a_group_role_is_recorded_from_a_newer_token_that_carries_the_groups_claim(issuer: Issuer) -> None:
+    relay = Relay(POPO, clock=FakeClock())
+    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme", username_claim="email", group_roles=parse_group_roles(
+        "admins=admin,ops=operator")), relay)
+    now = int(time.time())
+
+    def sign_in(iat: int, **kw: Any) -> dict[str, Any]:
+        users.principal(issuer.token("ada", email="ada@example.com", iat=iat, **kw))
+        return relay.member("acme", "ada@example.com")
+
+    assert sign_in(now - 100, groups=["ops"])["group_role"] == "operator"
+    assert sign_in(now - 90)["group_role"] == "operator"  # no groups claim: unknown, not none
+    assert sign_in(now - 200, groups=["admins"])["group_role"] == "operator"  # an older token: nothing
+    assert sign_in(now - 50, groups=["admins"])["group_role"] == "admin"
+    assert sign_in(now - 40, groups=[])["group_role"] is None  # no mapped group: none, and recorded
+    versions = relay.repository.get(members_stream_id("acme")).version
+    sign_in(now - 100, groups=["ops"])
+    sign_in(now - 30, groups=[])
+    assert relay.repository.get(members_stream_id("acme")).version == versions  # nothing new: nothing written
+
+
+@pytest.mark.parametrize("claims", [{"groups": ["x"], "iat": True}, {"groups": ["x"], "iat": "1700000000"},
+                                    {"groups": ["x"], "iat": -1}, {"groups": ["x"], "iat": float("nan")},
+                                    {"groups": ["x"]}, {"iat": 1700000000}, {"groups": 5, "iat": 1700000000}])
+def test_a_token_without_usable_groups_or_iat_gives_no_issue_time(claims: dict[str, Any]) -> None:
+    users = OidcUsers(OidcSettings("https://issuer.example.com", "relay", "acme"), Relay(POPO, clock=FakeClock()))
+    assert users.groups_issued_at(claims) is None
+    assert users.groups_issued_at({**claims, "groups": ["x"], "iat": 1700000000.7}) == 1700000000
 
 
 def test_helpers() -> None:

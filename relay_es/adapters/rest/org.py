@@ -9,8 +9,8 @@ runs, as Conductor does.
 - ``updateOrg``: an org's name is part of every stream of it and the audit log is never pruned, so
   either change is a 422 saying so; an empty body changes nothing (204).
 - ``listMembers``: everyone who signed in or was granted a role, with the role granted them, else
-  the one their groups gave them at their last sign-in; a role with an empty name and no
-  permissions for one with neither.
+  the one their groups gave them in the newest token Relay has seen; a role with an empty name and
+  no permissions for one with neither.
 - ``grantRole``: gives a member (signed in or not yet) a role of the org (404 for an unknown role).
 - ``removeMember``: forgets a member and their grant (404 for an unknown one), and revokes the
   tokens they made with ``generateSecret`` (their executors' sockets are closed); their groups may
@@ -65,7 +65,7 @@ def _roles(ctx: Any, org: str) -> dict[str, tuple[bool, list[str]]]:
 
 def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, username: str) -> None:
     """403 unless the caller holds everything the member's roles hold, the one granted them and the
-    one their groups gave them at their last sign-in: nobody demotes or removes a stronger member
+    one their groups gave them (as recorded): nobody demotes or removes a stronger member
     (removing a member with a weak grant and strong groups would hand them their groups' role)."""
     known = ctx.relay.member(org, username) or {}
     for role in {known.get("role"), known.get("group_role")} - {None}:

@@ -154,7 +154,7 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     assert made["tokenName"] not in tokens  # revoked tokens are not listed
 
 
-def test_a_members_role_from_groups_is_listed_as_their_last_sign_in_found_it_and_guards_them(
+def test_a_members_role_from_groups_is_listed_as_their_newest_token_gave_it_and_guards_them(
         oidc: tuple[RelayServer, Issuer, str]) -> None:
     s, issuer, admin = oidc
     now = int(time.time())
