@@ -36,6 +36,7 @@ import jwt
 
 from relay_es.adapters.authz import Principal, StoreUnavailable
 from relay_es.adapters.failures import is_store_error
+from relay_es.aggregates.members import groups_news
 from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.text import has_controls
 
@@ -237,9 +238,7 @@ class OidcUsers:
             # changes, from a token that carries the groups claim and was issued after the one recorded.
             issued = self.groups_issued_at(claims)
             first = role and (member is None or not member.get("email"))
-            changed = (member is not None and issued is not None and member.get("group_role") != from_groups
-                       and issued > member.get("group_role_iat", -1))
-            if first or changed:
+            if first or groups_news(member, from_groups, issued):
                 try:
                     self.relay.member_seen(org, username, email=_claim(claims, "email"), name=_claim(claims, "name"),
                                            given_name=_claim(claims, "given_name"),

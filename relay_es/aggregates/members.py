@@ -29,6 +29,15 @@ MAX_FIELD = 256
 MAX_SECRETS = 100  # tokens one member may have made for themselves (generateSecret), live or not
 
 
+def groups_news(known: dict[str, Any] | None, role: str | None, issued_at: int | None) -> bool:
+    """Whether a token issued at ``issued_at`` whose groups give ``role`` tells anything new of the
+    member ``known`` (as :attr:`OrgMembers.members` holds them): they are on record, the role is not
+    the one recorded, and the token is newer than the one that gave that. (The rule of
+    :meth:`OrgMembers.groups_gave`; a sign-in asks it before it runs a command.)"""
+    return (known is not None and issued_at is not None and known.get("group_role") != role
+            and issued_at > known.get("group_role_iat", -1))
+
+
 def members_stream_id(org: str) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, f"members/{org}")
 
@@ -91,8 +100,7 @@ class OrgMembers(Aggregate):
         """The role ``username``'s groups gave them in a token issued at ``issued_at`` (epoch seconds),
         recorded when it differs from the last one recorded and the token is newer than the one that
         gave that; a member on record only (strangers leave nothing). Returns whether it was."""
-        known = self.members.get(username)
-        if known is None or known.get("group_role") == role or issued_at <= known.get("group_role_iat", -1):
+        if not groups_news(self.members.get(username), role, issued_at):
             return False
         self._groups_gave(username=username, role=role, issued_at=issued_at, timestamp=at)
         return True
