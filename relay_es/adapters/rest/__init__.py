@@ -19,7 +19,8 @@ One module per resource, each a Litestar controller or handlers:
   policy and recommendation, the alerting rules
 * ``audit`` -- ``/v2/orgs/{org}/audit-logs`` (who did what through the API, Conductor's shape)
 * ``executor_events`` -- ``/v2/orgs/{org}/executor-events`` (the lifecycle feed)
-* ``health`` -- ``/healthz``, ``/metrics``, ``/openapi.json``
+* ``health`` -- ``/healthz``, ``/metrics``
+* ``openapi`` -- ``/openapi.json``, completed with the bodies handlers decode themselves
 
 and what they share: ``context`` (:class:`RestContext`, what the API is given,
 injected as ``ctx``), ``paths`` (the org and application prefixes), ``guard``

@@ -24,7 +24,7 @@ from litestar.params import FromPath
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import APP
@@ -60,14 +60,14 @@ class AlertingController(Controller):
     def list_alerting_rules(self, org: FromPath[str], app: FromPath[str], ctx: Context) -> Response[list[m.AlertingRule]]:
         return calling.answer([rule_out(r, at) for r, at in ctx.relay.alerting_rules(org, app)])
 
-    @post("/alerting-rules", operation_id="createAlertingRule", summary="Create alerting rule",
+    @post("/alerting-rules", opt=openapi.body(m.CreateAlertInputBody),
+          operation_id="createAlertingRule", summary="Create alerting rule",
           status_code=HTTP_201_CREATED,
           description="Makes a rule (Conductor's three types and Relay's own: ExecutorDead, RecoveryDeferred, "
                       "RecoveryFailed, ExecutorFlapping); ruleMetadata holds the type's parameters and webhooks.")
     async def create_alerting_rule(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                                    ctx: Context) -> Response[m.AlertingRule]:
-        b = await calling.body(request, m.CreateAlertInputBody)
-        assert b is not None
+        b: m.CreateAlertInputBody = await calling.body(request)
         who = getattr(request.state, "principal", None)
         if b.receiving_app_name is not UNSET and who is not None and not who.covers(b.receiving_app_name):
             # a token limited to applications sends alerts only to those: not into another's alert handler

@@ -27,7 +27,7 @@ from litestar.params import FromPath
 from litestar.status_codes import HTTP_204_NO_CONTENT
 from msgspec import UNSET
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
@@ -96,13 +96,13 @@ class AutoscalingController(Controller):
             raise NotFoundException(detail=f"application {app!r} has no autoscaling policy")
         return calling.answer(m.PolicyOutputBody(policy=policy_out(policy)))
 
-    @put("/autoscaling-policy", operation_id="setAutoscalingPolicy", summary="Set autoscaling policy",
+    @put("/autoscaling-policy", opt=openapi.body(m.AutoscalePolicy),
+         operation_id="setAutoscalingPolicy", summary="Set autoscaling policy",
          description="Checks the queue with a healthy executor (registered, not partitioned, with a worker "
                      "concurrency) and stores the policy, echoing it.")
     async def set_autoscaling_policy(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                                      ctx: Context) -> Response[m.PolicyOutputBody]:
-        b = await calling.body(request, m.AutoscalePolicy)
-        assert b is not None
+        b: m.AutoscalePolicy = await calling.body(request)
         policy = policy_of(b)
         await _policy(ctx, org, app)  # 404 before an executor is asked
         queues = await _ask(ctx, org, app, mapping.list_queues_request(request_id=""))

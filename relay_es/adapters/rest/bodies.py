@@ -1,9 +1,13 @@
 """Request bodies, decoded strictly.
 
 Litestar's own decoding of a body converts ``"60"`` to ``60``; a string is not
-a number of seconds. A handler whose body carries numbers decodes it again
-with :func:`strict`, whose refusal is a 422 problem naming the field (a body
-that is not JSON at all: 400).
+a number of seconds. Every body is decoded by :func:`decoded` instead: no
+conversion between JSON types, an unknown field refused, and a refusal that is
+a 422 problem naming the field (a body that is not JSON at all: 400). Handlers
+that take a body without a ``data`` parameter declare it in their route's
+``opt`` (:func:`relay_es.adapters.rest.openapi.body`) and read it with
+:func:`relay_es.adapters.rest.calling.body`; a handler whose ``data`` documents
+the body decodes it again with :func:`strict`.
 """
 
 from __future__ import annotations
@@ -17,16 +21,25 @@ from litestar.exceptions import ClientException, ValidationException
 T = TypeVar("T")
 
 
-async def strict(request: Request[Any, Any, Any], cls: type[T]) -> T:
-    """The request's body as ``cls``, with no conversion between JSON types."""
+def refused(key: str, message: str) -> ValidationException:
+    return ValidationException(detail=f"{key}: {message}", extra=[{"key": key, "message": message}])
+
+
+def decoded(raw: bytes | bytearray | memoryview, cls: type[T]) -> T:
+    """``raw`` as ``cls``, with no conversion between JSON types (``cls``'s own rules refuse
+    unknown fields and values out of bounds)."""
     try:
-        return msgspec.json.decode(await request.body(), type=cls, strict=True)
+        return msgspec.json.decode(raw, type=cls, strict=True)
     except RecursionError:
-        raise ValidationException(detail="body: JSON is nested too deeply",
-                                  extra=[{"key": "body", "message": "JSON is nested too deeply"}]) from None
+        raise refused("body", "JSON is nested too deeply") from None
     except msgspec.ValidationError as e:
         text = str(e)
         where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
         raise ValidationException(detail=text, extra=[{"key": where, "message": text}]) from None
     except msgspec.DecodeError as e:  # not JSON at all: a 400, as Litestar answers for its own bodies
         raise ClientException(detail=f"body: {e}") from None
+
+
+async def strict(request: Request[Any, Any, Any], cls: type[T]) -> T:
+    """The request's body as ``cls``, with no conversion between JSON types."""
+    return decoded(await request.body(), cls)

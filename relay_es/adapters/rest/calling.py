@@ -32,9 +32,8 @@ from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import ClientException, ValidationException
 
-from relay_es.adapters.rest.conductor import models
+from relay_es.adapters.rest import bodies, openapi
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.problems import problem
@@ -49,7 +48,6 @@ from relay_es.engine.calls import (
 )
 from relay_es.protocol import messages as wire
 
-B = TypeVar("B", bound=models._Body)
 R = TypeVar("R")
 
 NOT_FOUND_WORDS = ("does not exist", "not found", "no workflow", "nonexistent", "non-existent")
@@ -84,27 +82,19 @@ def not_found_or(status: int) -> Callable[[str], int]:
     return pick
 
 
-async def body(request: Request[Any, Any, Any], cls: type[B], *, optional: bool = False) -> B | None:
-    """The request's body as ``cls``, strictly (:func:`models.decode`). An empty body is None
-    when ``optional`` (Conductor's bodies of cancel, resume and fork may be left out), else a
-    422. The size cap is the route's ``request_max_body_size``."""
+async def body(request: Request[Any, Any, Any]) -> Any:
+    """The request's body as the model its route declared (:func:`openapi.body`, in the
+    decorator's ``opt``: the document shows the same model), strictly (:func:`bodies.decoded`).
+    An empty body is None where the declaration says it may be left out (Conductor's bodies of
+    search, the aggregates, cancel, resume and fork), else a 422. The size cap is the route's
+    ``request_max_body_size``."""
+    declared = openapi.declared(request.route_handler)
     raw = await request.body()
     if not raw.strip():
-        if optional:
+        if not declared.required:
             return None
-        raise ValidationException(detail="body: a JSON object is required",
-                                  extra=[{"key": "body", "message": "a JSON object is required"}])
-    try:
-        return models.decode(raw, cls)
-    except RecursionError:
-        raise ValidationException(detail="body: JSON is nested too deeply",
-                                  extra=[{"key": "body", "message": "JSON is nested too deeply"}]) from None
-    except msgspec.ValidationError as e:
-        text = str(e)
-        where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
-        raise ValidationException(detail=text, extra=[{"key": where, "message": text}]) from None
-    except msgspec.DecodeError as e:
-        raise ClientException(detail=f"body: {e}") from None
+        raise bodies.refused("body", "a JSON object is required")
+    return bodies.decoded(raw, declared.model)
 
 
 async def app_must_exist(ctx: RestContext, org: str, app: str) -> None:

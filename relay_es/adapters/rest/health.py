@@ -1,23 +1,18 @@
-"""The operator's endpoints: ``/healthz`` (liveness), ``/metrics`` (Prometheus) and ``/openapi.json``.
+"""The operator's endpoints: ``/healthz`` (liveness) and ``/metrics`` (Prometheus).
 
 ``/healthz`` answers 200 while the process serves and 503 once the process
 manager has met a bug (anything but a store error: it keeps serving, but a
 person must look), telling the instance, the store's kind and the fault only in
 development mode or to an org-wide token. ``/metrics``
 renders every org's series (an org-wide token in auth mode). The API's own
-OpenAPI document is served at ``/openapi.json`` and nothing else under it: no
-rendered pages, which would load unpinned scripts from public CDNs onto
-Relay's origin.
+OpenAPI document, ``/openapi.json``, is :mod:`relay_es.adapters.rest.openapi`'s.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import MediaType, Request, Response, get
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar import Request, Response, get
 
 from relay_es.adapters.metrics import CONTENT_TYPE
 from relay_es.adapters.rest.context import Context
@@ -43,17 +38,3 @@ async def healthz(request: Request[Any, Any, Any], ctx: Context) -> Response[dic
      description="Every org's series. In auth mode an org-wide token (metric.read) is required.")
 def metrics(ctx: Context) -> Response[bytes]:
     return Response(content=ctx.metrics.render(), media_type=CONTENT_TYPE)
-
-
-def openapi_config() -> OpenAPIConfig:
-    return OpenAPIConfig(
-        title="Relay",
-        version="0.1.0",
-        description="Self-hosted control plane for DBOS executors (a subset of Conductor API v2, plus Relay's own)",
-        # The document only, at /openapi.json: no rendered pages (Swagger UI, Redoc,
-        # Elements, RapiDoc, Scalar load unpinned scripts from public CDNs, which would
-        # run on Relay's origin with its API at hand). Litestar answers 404 under it.
-        path="/openapi.json",
-        render_plugins=[JsonRenderPlugin(path="/", media_type=MediaType.JSON)],
-        components=Components(security_schemes={"BearerAuth": SecurityScheme(type="http", scheme="bearer")}),
-    )

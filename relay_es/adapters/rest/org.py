@@ -32,7 +32,7 @@ from litestar.params import FromPath
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
@@ -83,10 +83,10 @@ class OrgController(Controller):
             max_database_instances=0, max_apps=INT32_MAX, max_vms=0, default_rds_instance_class_type="",
             max_team_members=INT32_MAX, max_conductor_apps=INT32_MAX, audit_log_retention_days=RETENTION_DAYS))
 
-    @patch("/", operation_id="updateOrg", summary="Update org (OIDC)", status_code=HTTP_204_NO_CONTENT)
+    @patch("/", opt=openapi.body(m.UpdateOrgInputBody),
+           operation_id="updateOrg", summary="Update org (OIDC)", status_code=HTTP_204_NO_CONTENT)
     async def update_org(self, org: FromPath[str], request: Request[Any, Any, Any], ctx: Context) -> None:
-        b = await calling.body(request, m.UpdateOrgInputBody)
-        assert b is not None
+        b: m.UpdateOrgInputBody = await calling.body(request)
         if b.new_name is not UNSET:
             raise InvalidSetting("newName", "an org cannot be renamed in Relay: its name is part of every record of it")
         if b.audit_log_retention_days is not UNSET:

@@ -20,7 +20,7 @@ from litestar.params import FromPath
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
@@ -46,12 +46,12 @@ class RolesController(Controller):
     def list_roles(self, org: FromPath[str], ctx: Context) -> Response[list[m.RoleOutput]]:
         return calling.answer([m.RoleOutput(name=n, is_global=g, permissions=p) for n, g, p in ctx.relay.roles(org)])
 
-    @post("/roles", operation_id="createRole", summary="Create role", status_code=HTTP_201_CREATED,
+    @post("/roles", opt=openapi.body(m.CreateRoleInputBody),
+          operation_id="createRole", summary="Create role", status_code=HTTP_201_CREATED,
           description="Makes a role of the org: a name and a set of permissions.")
     async def create_role(self, org: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> Response[m.CreateRoleOutputBody]:
-        b = await calling.body(request, m.CreateRoleInputBody)
-        assert b is not None
+        b: m.CreateRoleInputBody = await calling.body(request)
         asked = [] if b.permissions is UNSET or b.permissions is None else list(b.permissions)
         within(request, asked, "a role")
 

@@ -30,7 +30,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath, QueryParameter
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
@@ -118,12 +118,12 @@ class SchedulesController(Controller):
                                        f"/workflows/{quote(out.workflow_id, safe='')}"
         return response
 
-    @post("/{schedule_name:str}/backfill", operation_id="backfillSchedule", summary="Backfill schedule", status_code=200,
+    @post("/{schedule_name:str}/backfill", opt=openapi.body(m.BackfillInputBody),
+          operation_id="backfillSchedule", summary="Backfill schedule", status_code=200,
           description="Enqueues the workflows the schedule would have started in [startTime, endTime) and has not.")
     async def backfill_schedule(self, org: FromPath[str], app: FromPath[str], schedule_name: FromPath[str],
                                 request: Request[Any, Any, Any], ctx: Context) -> Response[m.BackfillOutputBody]:
-        b = await calling.body(request, m.BackfillInputBody)
-        assert b is not None
+        b: m.BackfillInputBody = await calling.body(request)
         wire_request = mapping.backfill_schedule_request(schedule_name, b, request_id="")
         if units.parse_rfc3339("endTime", wire_request.end) < units.parse_rfc3339("startTime", wire_request.start):
             raise InvalidSetting("endTime", "must not be before startTime")

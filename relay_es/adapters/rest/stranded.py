@@ -70,7 +70,7 @@ from litestar.exceptions import ValidationException
 from litestar.params import FromPath, QueryParameter
 from msgspec import UNSET, Meta, UnsetType
 
-from relay_es.adapters.rest import calling, recording
+from relay_es.adapters.rest import calling, openapi, recording
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
@@ -280,15 +280,16 @@ class StrandedController(Controller):
             queues=queues,
             executors=[_executor_out(e) for e in got.executors]))
 
-    @post("/fix", operation_id="fixStrandedWorkflows", status_code=200, request_max_body_size=FIX_BODY, summary="Fix stranded workflows (Relay's own)",
+    @post("/fix", opt=openapi.body(FixBody),
+          operation_id="fixStrandedWorkflows", status_code=200, request_max_body_size=FIX_BODY,
+          summary="Fix stranded workflows (Relay's own)",
           description="`resume`, `cancel` or `fork` (cancel, then fork from the last step on `appVersion` or the "
                       "latest version) workflows (`workflowIds`, 1-1000), or `recover` executors (`executorIds`, "
                       "1-20; `force` for a DISCONNECTED one) now with a HEALTHY executor of their version. Recorded "
                       "in the audit log. 409 when recover cannot be done now.")
     async def fix(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                   ctx: Context) -> Response[Any]:
-        b = await calling.body(request, FixBody)
-        assert b is not None
+        b: FixBody = await calling.body(request)
         b = checked(b)
         if b.fix == Fix.RECOVER:
             assert b.executor_ids is not UNSET

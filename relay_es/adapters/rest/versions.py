@@ -22,7 +22,7 @@ from litestar import Controller, Request, Response, get, patch
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
@@ -46,12 +46,12 @@ class VersionsController(Controller):
                                 ctx: Context) -> Response[list[m.ApplicationVersion]]:
         return calling.answer(mapping.versions_out(await _versions(ctx, org, app)))
 
-    @patch("/latest", operation_id="setLatestAppVersion", summary="Set latest application version", status_code=204,
+    @patch("/latest", opt=openapi.body(m.PatchLatestVersionInputBody),
+           operation_id="setLatestAppVersion", summary="Set latest application version", status_code=204,
            description="Makes `versionName` the latest version; 404 for a version not registered.")
     async def set_latest_app_version(self, org: FromPath[str], app: FromPath[str],
                                      request: Request[Any, Any, Any], ctx: Context) -> None:
-        b = await calling.body(request, m.PatchLatestVersionInputBody)
-        assert b is not None
+        b: m.PatchLatestVersionInputBody = await calling.body(request)
         wire_request = mapping.set_latest_version_request(b, request_id="")
         known = await _versions(ctx, org, app)
         if not any(v.version_name == b.version_name for v in known.output or ()):

@@ -50,13 +50,11 @@ from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import quote
 
-import msgspec
 from litestar import Controller, Request, Response, delete, get, post
-from litestar.exceptions import ClientException, ValidationException
 from litestar.params import FromPath, QueryParameter
 from msgspec import UNSET
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import bodies, calling, openapi
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context
@@ -103,27 +101,18 @@ def failed_status(default: int = 500, *, payload: bool = False) -> Callable[[str
     return pick
 
 
-async def streamed_body(request: Request[Any, Any, Any], cls: type[calling.B]) -> calling.B:
-    """The request's body as ``cls``, strictly, like :func:`calling.body` (422 naming the field,
-    400 for what is not JSON, 413 past the route's cap), read into one buffer that is dropped
-    once decoded: a large body is held once as bytes, then once decoded."""
+async def streamed_body(request: Request[Any, Any, Any]) -> Any:
+    """The request's body as its route declared it, strictly, like :func:`calling.body` (422
+    naming the field, 400 for what is not JSON, 413 past the route's cap), read into one buffer
+    that is dropped once decoded: a large body is held once as bytes, then once decoded."""
+    declared = openapi.declared(request.route_handler)
     buf = bytearray()
     async for chunk in request.stream():
         buf += chunk
-    if not buf or buf.isspace():  # isspace: no copy, unlike strip
-        raise ValidationException(detail="body: a JSON object is required",
-                                  extra=[{"key": "body", "message": "a JSON object is required"}])
     try:
-        return m.decode(buf, cls)  # type: ignore[arg-type]  # msgspec decodes any buffer
-    except RecursionError:
-        raise ValidationException(detail="body: JSON is nested too deeply",
-                                  extra=[{"key": "body", "message": "JSON is nested too deeply"}]) from None
-    except msgspec.ValidationError as e:
-        text = str(e)
-        where = text.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in text else "body"
-        raise ValidationException(detail=text, extra=[{"key": where, "message": text}]) from None
-    except msgspec.DecodeError as e:
-        raise ClientException(detail=f"body: {e}") from None
+        if not buf or buf.isspace():  # isspace: no copy, unlike strip
+            raise bodies.refused("body", "a JSON object is required")
+        return bodies.decoded(buf, declared.model)
     finally:
         del buf
 
@@ -181,38 +170,41 @@ class WorkflowActionsController(Controller):
 
     path = APP + "/workflows"
 
-    @post("/{workflow_id:str}/cancel", operation_id="cancelWorkflow", status_code=204, summary="Cancel workflow",
+    @post("/{workflow_id:str}/cancel", opt=openapi.body(m.CancelWorkflowInputBody, required=False),
+          operation_id="cancelWorkflow", status_code=204, summary="Cancel workflow",
           description="Marks the workflow CANCELLED in the executors' system database (and its children, "
                       "recursively, with `cancelChildren`). Conductor's `cancelWorkflow`.")
     async def cancel(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
                      request: Request[Any, Any, Any], ctx: Context) -> None:
-        b = await calling.body(request, m.CancelWorkflowInputBody, optional=True)
+        b: m.CancelWorkflowInputBody | None = await calling.body(request)
         made = mapping.cancel_request(workflow_id, b, request_id="")  # checks the id before anything is recorded
         await calling.act(ctx, request, org, app, operation="cancelWorkflow", target_type=WORKFLOW,
                           target_ids=[workflow_id], parameters={"cancelChildren": made.cancel_children},
                           make_request=lambda rid: mapping.cancel_request(workflow_id, b, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/{workflow_id:str}/resume", operation_id="resumeWorkflow", status_code=204, summary="Resume workflow",
+    @post("/{workflow_id:str}/resume", opt=openapi.body(m.ResumeWorkflowInputBody, required=False),
+          operation_id="resumeWorkflow", status_code=204, summary="Resume workflow",
           description="Re-enqueues a cancelled or failed workflow (on `queueName`, if given), on an executor of "
                       "the latest application version first. Conductor's `resumeWorkflow`.")
     async def resume(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
                      request: Request[Any, Any, Any], ctx: Context) -> None:
-        b = await calling.body(request, m.ResumeWorkflowInputBody, optional=True)
+        b: m.ResumeWorkflowInputBody | None = await calling.body(request)
         made = mapping.resume_request(workflow_id, b, request_id="")
         await calling.act(ctx, request, org, app, operation="resumeWorkflow", target_type=WORKFLOW,
                           target_ids=[workflow_id], parameters={"queueName": made.queue_name},
                           make_request=lambda rid: mapping.resume_request(workflow_id, b, request_id=rid),
                           prefer_latest=True, failed_status=failed_status())
 
-    @post("/{workflow_id:str}/fork", operation_id="forkWorkflow", status_code=201, summary="Fork workflow",
+    @post("/{workflow_id:str}/fork", opt=openapi.body(m.ForkWorkflowInputBody, required=False),
+          operation_id="forkWorkflow", status_code=201, summary="Fork workflow",
           description="Starts a new workflow (`newWorkflowId`, or one the executor picks) that copies the "
                       "steps before `startStep` (the step's `stepId`; none without it) and runs from there, on "
                       "`appVersion` (the original's without it), on an executor of the latest application "
                       "version first. Answers the new id, linked in `Location`. Conductor's `forkWorkflow`.")
     async def fork(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
                    request: Request[Any, Any, Any], ctx: Context) -> Response[Any]:
-        b = await calling.body(request, m.ForkWorkflowInputBody, optional=True)
+        b: m.ForkWorkflowInputBody | None = await calling.body(request)
         mapping.fork_request(workflow_id, b, request_id="", first_step=FIRST_STEP)
         answer: c.ForkWorkflowResponse = await calling.act(
             ctx, request, org, app, operation="forkWorkflow", target_type=WORKFLOW, target_ids=[workflow_id],
@@ -238,13 +230,12 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.delete_request(workflow_id, children, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/bulk-cancel", operation_id="bulkCancelWorkflows", status_code=204,
+    @post("/bulk-cancel", opt=openapi.body(m.BulkCancelInputBody), operation_id="bulkCancelWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk cancel workflows",
           description=f"`cancelWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkCancelWorkflows`.")
     async def bulk_cancel(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> None:
-        b = await calling.body(request, m.BulkCancelInputBody)
-        assert b is not None
+        b: m.BulkCancelInputBody = await calling.body(request)
         await calling.act(ctx, request, org, app, operation="bulkCancelWorkflows", target_type=WORKFLOW,
                           target_ids=b.workflow_ids,
                           parameters={"workflowCount": len(b.workflow_ids),
@@ -252,26 +243,24 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.bulk_cancel_request(b, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/bulk-resume", operation_id="bulkResumeWorkflows", status_code=204,
+    @post("/bulk-resume", opt=openapi.body(m.BulkResumeInputBody), operation_id="bulkResumeWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk resume workflows",
           description=f"`resumeWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkResumeWorkflows`.")
     async def bulk_resume(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> None:
-        b = await calling.body(request, m.BulkResumeInputBody)
-        assert b is not None
+        b: m.BulkResumeInputBody = await calling.body(request)
         await calling.act(ctx, request, org, app, operation="bulkResumeWorkflows", target_type=WORKFLOW,
                           target_ids=b.workflow_ids,
                           parameters={"workflowCount": len(b.workflow_ids), "queueName": _opt(b.queue_name)},
                           make_request=lambda rid: mapping.bulk_resume_request(b, request_id=rid),
                           prefer_latest=True, failed_status=failed_status())
 
-    @post("/bulk-delete", operation_id="bulkDeleteWorkflows", status_code=204,
+    @post("/bulk-delete", opt=openapi.body(m.BulkDeleteInputBody), operation_id="bulkDeleteWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk delete workflows",
           description=f"`deleteWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkDeleteWorkflows`.")
     async def bulk_delete(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> None:
-        b = await calling.body(request, m.BulkDeleteInputBody)
-        assert b is not None
+        b: m.BulkDeleteInputBody = await calling.body(request)
         await calling.act(ctx, request, org, app, operation="bulkDeleteWorkflows", target_type=WORKFLOW,
                           target_ids=b.workflow_ids,
                           parameters={"workflowCount": len(b.workflow_ids),
@@ -279,7 +268,8 @@ class WorkflowActionsController(Controller):
                           make_request=lambda rid: mapping.bulk_delete_request(b, request_id=rid),
                           failed_status=failed_status())
 
-    @post("/bulk-fork-from-failure", operation_id="bulkForkWorkflowsFromFailure", status_code=200,
+    @post("/bulk-fork-from-failure", opt=openapi.body(m.BulkForkFromFailureBody),
+          operation_id="bulkForkWorkflowsFromFailure", status_code=200,
           request_max_body_size=BULK_BODY,
           summary="Bulk fork workflows from failure",
           description="Forks each workflow from its last failed step (the default), its last step "
@@ -288,8 +278,7 @@ class WorkflowActionsController(Controller):
                       "Conductor's `bulkForkWorkflowsFromFailure`.")
     async def bulk_fork_from_failure(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                                      ctx: Context) -> Response[Any]:
-        b = await calling.body(request, m.BulkForkFromFailureBody)
-        assert b is not None
+        b: m.BulkForkFromFailureBody = await calling.body(request)
         answer: c.ForkFromFailureResponse = await calling.act(
             ctx, request, org, app, operation="bulkForkWorkflowsFromFailure", target_type=WORKFLOW,
             target_ids=b.workflow_ids, parameters=_fork_from_failure_summary(b),
@@ -313,7 +302,8 @@ class WorkflowActionsController(Controller):
                                           f"the executor exported nothing: workflow {workflow_id!r} not found")
         return calling.answer(mapping.export_out(answer))
 
-    @post("/import", operation_id="importWorkflow", status_code=201, request_max_body_size=IMPORT_BODY,
+    @post("/import", opt=openapi.body(m.ImportWorkflowInputBody),
+          operation_id="importWorkflow", status_code=201, request_max_body_size=IMPORT_BODY,
           summary="Import workflow",
           description="Loads a workflow `exportWorkflow` answered (from this application or another of the same "
                       "SDK language) into the application's system database; Relay passes it through undecoded. "
@@ -321,7 +311,7 @@ class WorkflowActionsController(Controller):
                       "Conductor's `importWorkflow`.")
     async def import_workflow(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                               ctx: Context) -> Response[bytes]:
-        b = await streamed_body(request, m.ImportWorkflowInputBody)
+        b: m.ImportWorkflowInputBody = await streamed_body(request)
         size = len(b.serialized_workflow)
         await calling.act(ctx, request, org, app, operation="importWorkflow", target_type=WORKFLOW,
                           parameters={"serializedChars": size},

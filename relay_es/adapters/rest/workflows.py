@@ -15,8 +15,9 @@ reference's bodies and encoded once (:func:`~relay_es.adapters.rest.calling.answ
   ``loadOutput`` default to false (the executor then sends neither); ``getWorkflow`` loads both.
 * Bodies (``WorkflowSearchBody``, ``WorkflowAggregatesBody``, ``StepAggregatesBody``) are
   decoded strictly (:func:`~relay_es.adapters.rest.calling.body`): an unknown field or a value
-  of the wrong type is a 422 naming it, an empty body is a 422, at most :data:`MAX_SEARCH_BODY`
-  bytes. ``queuesOnly`` lists the enqueued workflows only (``list_queued_workflows``).
+  of the wrong type is a 422 naming it, at most :data:`MAX_SEARCH_BODY` bytes. Each may be left
+  out, as the reference has it: no body is ``{}``, every workflow (or step) the executor has.
+  ``queuesOnly`` lists the enqueued workflows only (``list_queued_workflows``).
 * A workflow the executor does not know is a 404 for ``getWorkflow`` (the executor answers
   ``null`` without an error); for its steps, events, notifications and streams it is what the
   executor answers (an empty list, or its error: 404 when the message says the workflow does
@@ -36,7 +37,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath, QueryParameter
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import mapping, models
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import APP
@@ -88,22 +89,22 @@ class WorkflowsController(Controller):
         reply: c.ListWorkflowsResponse = await calling.ask(ctx, org, app, sent_as(request))
         return calling.answer(mapping.workflows_out(reply))
 
-    @post("/workflows/search", operation_id="searchWorkflows", summary="Search workflows (every filter of WorkflowSearchBody)",
+    @post("/workflows/search", opt=openapi.body(models.WorkflowSearchBody, required=False),
+          operation_id="searchWorkflows", summary="Search workflows (every filter of WorkflowSearchBody)",
           status_code=200, request_max_body_size=MAX_SEARCH_BODY)
     async def search_workflows(self, org: FromPath[str], app: FromPath[str], ctx: Context,
                                request: Request[Any, Any, Any]) -> Response[list[models.Workflow]]:
-        b = await calling.body(request, models.WorkflowSearchBody)
-        assert b is not None
+        b: models.WorkflowSearchBody = await calling.body(request) or models.WorkflowSearchBody()
         reply: c.ListWorkflowsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.search_request(b, request_id="")))
         return calling.answer(mapping.workflows_out(reply))
 
-    @post("/workflows/aggregates", operation_id="getWorkflowAggregates", summary="Count and time workflows, grouped",
+    @post("/workflows/aggregates", opt=openapi.body(models.WorkflowAggregatesBody, required=False),
+          operation_id="getWorkflowAggregates", summary="Count and time workflows, grouped",
           status_code=200, request_max_body_size=MAX_SEARCH_BODY)
     async def workflow_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
                                   request: Request[Any, Any, Any]) -> Response[list[models.WorkflowAggregate]]:
-        b = await calling.body(request, models.WorkflowAggregatesBody)
-        assert b is not None
+        b: models.WorkflowAggregatesBody = await calling.body(request) or models.WorkflowAggregatesBody()
         reply: c.GetWorkflowAggregatesResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.workflow_aggregates_request(b, request_id="")))
         return calling.answer(mapping.workflow_aggregates_out(reply))
@@ -140,12 +141,12 @@ class WorkflowsController(Controller):
             failed_status=ONE_WORKFLOW)
         return calling.answer(mapping.streams_out(reply))
 
-    @post("/steps/aggregates", operation_id="getStepAggregates", summary="Count and time steps, grouped",
+    @post("/steps/aggregates", opt=openapi.body(models.StepAggregatesBody, required=False),
+          operation_id="getStepAggregates", summary="Count and time steps, grouped",
           status_code=200, request_max_body_size=MAX_SEARCH_BODY)
     async def step_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
                               request: Request[Any, Any, Any]) -> Response[list[models.StepAggregate]]:
-        b = await calling.body(request, models.StepAggregatesBody)
-        assert b is not None
+        b: models.StepAggregatesBody = await calling.body(request) or models.StepAggregatesBody()
         reply: c.GetStepAggregatesResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.step_aggregates_request(b, request_id="")))
         return calling.answer(mapping.step_aggregates_out(reply))

@@ -11,7 +11,7 @@ from litestar import Litestar, Request, get, post
 from litestar.params import FromPath
 from litestar.testing import TestClient
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import models
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
 from relay_es.adapters.rest.context import Context, RestContext
@@ -66,9 +66,9 @@ async def read(ctx: Context, app: FromPath[str]) -> dict[str, Any]:
     return {"answer": answer}
 
 
-@post("/act/{app:str}", status_code=200)
+@post("/act/{app:str}", status_code=200, opt=openapi.body(models.CancelWorkflowInputBody, required=False))
 async def act(ctx: Context, request: Request[Any, Any, Any], app: FromPath[str]) -> dict[str, Any]:
-    b = await calling.body(request, models.CancelWorkflowInputBody, optional=True)
+    b = await calling.body(request)
     answer = await calling.act(ctx, request, "local", app, operation="cancelWorkflow", target_type="workflow",
                                target_ids=["wf-1"], parameters={"body": b is not None},
                                make_request=lambda rid: Req(rid=rid), result=lambda a: {"n": a})

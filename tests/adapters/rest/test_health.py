@@ -35,6 +35,10 @@ def test_metrics_and_openapi(server: RelayServer) -> None:
               "/healthz", "/metrics"):
         assert p in paths, p
     assert set(paths["/v2/orgs/{org}/apps/{app}"]) >= {"get", "put", "patch", "delete"}
+    # a body its handler decodes itself is in the document too (relay_es/adapters/rest/openapi.py)
+    search = paths["/v2/orgs/{org}/apps/{app}/workflows/search"]["post"]["requestBody"]
+    assert search["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/WorkflowSearchBody"}
+    assert "workflowIds" in doc["components"]["schemas"]["WorkflowSearchBody"]["properties"]
 
 
 def test_only_the_openapi_document_is_served_no_pages_that_load_scripts(server: RelayServer) -> None:

@@ -261,6 +261,11 @@ def check_every_read(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
     got = conforms("searchWorkflows", call(srv, "POST", A + "/workflows/search", json=SEARCH), 200)
     assert [w["workflowId"] for w in got] == ["wf-0", "wf-1"]
     assert requests_of(ex, "list_workflows")[-1]["body"] == SEARCH_ON_WIRE
+    # the body may be left out, as the reference has it (not required): the same as {}
+    got = conforms("searchWorkflows", call(srv, "POST", A + "/workflows/search"), 200)
+    assert got == conforms("searchWorkflows", call(srv, "POST", A + "/workflows/search", json={}), 200)
+    assert len(got) == 3 and requests_of(ex, "list_workflows")[-1] == {
+        **requests_of(ex, "list_workflows")[-2], "request_id": requests_of(ex, "list_workflows")[-1]["request_id"]}
     got = conforms("searchWorkflows", call(srv, "POST", A + "/workflows/search", json={"queuesOnly": True}), 200)
     assert {w["queueName"] for w in got} == {"q"}
     body = requests_of(ex, "list_queued_workflows")[-1]["body"]
@@ -331,6 +336,13 @@ def check_every_read(srv: RelayServer, A: str, ex: FakeExecutor) -> None:
     body = requests_of(ex, "get_step_aggregates")[-1]["body"]
     assert (body["group_by_function_name"], body["select_max_duration_ms"], body["function_name"], body["status"],
             body["completed_before"]) == (True, True, ["add_one"], ["SUCCESS"], "2026-12-01T00:00:00+00:00")
+    # both aggregates' bodies may be left out too: the executor is asked as for {}
+    for op, path, t in (("getWorkflowAggregates", "/workflows/aggregates", "get_workflow_aggregates"),
+                        ("getStepAggregates", "/steps/aggregates", "get_step_aggregates")):
+        conforms(op, call(srv, "POST", A + path), 200)
+        conforms(op, call(srv, "POST", A + path, json={}), 200)
+        empty, braces = requests_of(ex, t)[-2:]
+        assert empty["body"] == braces["body"], (empty, braces)
 
 
 # --- refusals --------------------------------------------------------------------------------
@@ -359,7 +371,6 @@ def test_refusals_are_problems_and_reach_no_executor(srv: RelayServer) -> None:
                ("listWorkflows", "GET", "/workflows", {"params": {"sortDesc": "maybe"}}, 422),
                ("listWorkflows", "GET", "/workflows?status=A&status=B", {}, 400),
                ("listWorkflowSteps", "GET", "/workflows/wf-1/steps", {"params": {"limit": "1.5"}}, 422),
-               ("searchWorkflows", "POST", "/workflows/search", {"content": b""}, 422),
                ("searchWorkflows", "POST", "/workflows/search", {"content": b"{"}, 400),
                ("searchWorkflows", "POST", "/workflows/search", {"json": {"wat": 1}}, 422),
                ("searchWorkflows", "POST", "/workflows/search", {"json": {"limit": "10"}}, 422),

@@ -1,0 +1,110 @@
+"""The API's OpenAPI document, served at ``/openapi.json`` (and nothing else under it).
+
+Litestar writes the document from the handlers' signatures. A handler that decodes its own
+body (:func:`~relay_es.adapters.rest.calling.body`: strictly, with Relay's 422 naming the
+field, not Litestar's lenient conversion) has no ``data`` parameter, so Litestar sees no body.
+Such a route declares it instead, in its decorator's ``opt`` (:func:`body`), and
+:func:`~relay_es.adapters.rest.calling.body` decodes exactly the type declared there, so the
+document and the decoding cannot part. :class:`DocumentRender` then completes the document:
+each declared body becomes the operation's ``requestBody`` (a ``$ref`` to the model, named as
+the Conductor reference names it), and the models' JSON Schemas (msgspec's own, which know
+its renames, bounds and optional fields) are added to the components Litestar did not write.
+
+No rendered pages (Swagger UI, Redoc, Elements, RapiDoc, Scalar load unpinned scripts from
+public CDNs, which would run on Relay's origin with its API at hand): Litestar answers 404
+under the path.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from litestar import Litestar, MediaType, Request
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.routes import HTTPRoute
+
+BODY = "relay.body"  # the key of a route's ``opt`` that declares its body
+REF = "#/components/schemas/{name}"
+
+
+@dataclass(frozen=True)
+class Body:
+    """A route's JSON body: its model, and whether it may be left out (then None)."""
+
+    model: type[msgspec.Struct]
+    required: bool = True
+
+
+def body(model: type[msgspec.Struct], *, required: bool = True) -> dict[str, Body]:
+    """The ``opt`` of a route whose handler reads ``model`` with ``calling.body``."""
+    return {BODY: Body(model, required)}
+
+
+def declared(handler: Any) -> Body:
+    """The body a route handler declared (a ``KeyError`` names a handler that reads a body it
+    did not declare: a bug, caught by any test of the route)."""
+    return handler.opt[BODY]
+
+
+def declared_bodies(app: Litestar) -> dict[str, Body]:
+    """operationId -> the body its route declared, for every route of ``app`` that declares one."""
+    out: dict[str, Body] = {}
+    for route in app.routes:
+        if isinstance(route, HTTPRoute):
+            for handler in route.route_handlers:
+                if BODY in handler.opt and isinstance(handler.operation_id, str):
+                    out[handler.operation_id] = handler.opt[BODY]
+    return out
+
+
+def complete(doc: dict[str, Any], bodies: dict[str, Body]) -> dict[str, Any]:
+    """``doc`` with each declared body as its operation's ``requestBody`` and the bodies'
+    schemas (and those they refer to) among the components; a component Litestar wrote is kept."""
+    doc = copy.deepcopy(doc)
+    seen = set()
+    for item in doc.get("paths", {}).values():
+        for op in item.values():
+            if not isinstance(op, dict) or op.get("operationId") not in bodies:
+                continue
+            b = bodies[op["operationId"]]
+            op["requestBody"] = {"required": b.required, "content": {
+                "application/json": {"schema": {"$ref": REF.format(name=b.model.__name__)}}}}
+            seen.add(op["operationId"])
+    missing = sorted(set(bodies) - seen)
+    if missing:
+        raise ValueError(f"declared bodies of operations not in the document: {missing}")
+    models = sorted({b.model for b in bodies.values()}, key=lambda m: m.__name__)
+    _, components = msgspec.json.schema_components(models, ref_template=REF)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in components.items():
+        schemas.setdefault(name, schema)
+    return doc
+
+
+class DocumentRender(JsonRenderPlugin):
+    """Litestar's JSON document, completed with the declared bodies (once: the routes are fixed)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._rendered: bytes | None = None
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+        if self._rendered is None:
+            self._rendered = self.render_json(request, complete(openapi_schema, declared_bodies(request.app)))
+        return self._rendered
+
+
+def config() -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="Relay",
+        version="0.1.0",
+        description="Self-hosted control plane for DBOS executors (a subset of Conductor API v2, plus Relay's own)",
+        path="/openapi.json",
+        render_plugins=[DocumentRender(path="/", media_type=MediaType.JSON)],
+        components=Components(security_schemes={"BearerAuth": SecurityScheme(type="http", scheme="bearer")}),
+    )

@@ -1,0 +1,115 @@
+"""The API's OpenAPI document (``relay_es/adapters/rest/openapi.py``): every request body is in it.
+
+Handlers that decode their own body declare it in their route's ``opt``; the document is
+completed from those declarations. Checked here against the Conductor reference: each operation
+Relay serves that takes a body there takes one here, under the reference's name, with the same
+properties and the same requiredness; every ``$ref`` resolves. The served document is checked in
+``test_health.py``; that a declared body is what is decoded, by every route's own tests
+(:func:`calling.body` reads the declaration).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from litestar import Request, post
+
+from relay_es.adapters.rest import build_app, calling
+from relay_es.adapters.rest.openapi import Body, body, complete, declared, declared_bodies
+from tests.adapters.rest.fakes import fake_context
+from tests.conductor_schema import document as reference
+
+
+def served() -> dict[str, Any]:
+    app = build_app(fake_context())
+    return complete(app.openapi_schema.to_schema(), declared_bodies(app))
+
+
+def operations(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {op["operationId"]: op for item in doc["paths"].values() for op in item.values()
+            if isinstance(op, dict) and "operationId" in op}
+
+
+def named(schema: dict[str, Any]) -> str | None:
+    """The component a body's schema refers to (Litestar writes ``X | None`` as a oneOf with null)."""
+    if "$ref" in schema:
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
+    refs = [s["$ref"] for s in schema.get("oneOf", ()) if "$ref" in s]
+    return str(refs[0]).rsplit("/", 1)[-1] if len(refs) == 1 else None
+
+
+# Relay's names where Litestar names a body after Relay's model, not the reference's.
+RENAMED = {"PatchAppInputBody": "PatchAppBody", "PutAppInputBody": "PutAppBody", "CreateTokenInputBody": "CreateTokenBody"}
+
+
+def test_every_body_of_the_reference_is_in_relay_s_document_with_its_properties() -> None:
+    doc, ref = served(), reference()
+    mine, theirs = operations(doc), operations(ref)
+    checked = []
+    for oid, op in theirs.items():
+        if oid not in mine or "requestBody" not in op:
+            continue
+        want = op["requestBody"]
+        got = mine[oid].get("requestBody")
+        assert got is not None, f"{oid}: no requestBody in Relay's document"
+        ref_name = named(want["content"]["application/json"]["schema"])
+        name = named(got["content"]["application/json"]["schema"])
+        assert ref_name is not None and name == RENAMED.get(ref_name, ref_name), (oid, name, ref_name)
+        if "oneOf" not in got["content"]["application/json"]["schema"]:  # Litestar's X | None is never required
+            assert bool(got.get("required")) == bool(want.get("required")), oid
+        props = set(doc["components"]["schemas"][name].get("properties", {}))
+        assert props == set(ref["components"]["schemas"][ref_name].get("properties", {})), oid
+        checked.append(oid)
+    # the operations whose bodies their handlers decode themselves, and Litestar's own three
+    assert {"searchWorkflows", "getWorkflowAggregates", "getStepAggregates", "cancelWorkflow", "importWorkflow",
+            "bulkForkWorkflowsFromFailure", "createAlertingRule", "backfillSchedule", "updateOrg",
+            "updateApp", "registerApp", "createToken"} <= set(checked)
+    assert mine["fixStrandedWorkflows"]["requestBody"]["required"] is True  # Relay's own
+
+
+def test_every_reference_in_the_document_resolves() -> None:
+    doc = served()
+    schemas = doc["components"]["schemas"]
+
+    def refs(value: Any) -> list[str]:
+        if isinstance(value, dict):
+            return ([value["$ref"]] if isinstance(value.get("$ref"), str) else []) + [
+                r for v in value.values() for r in refs(v)]
+        if isinstance(value, list):
+            return [r for v in value for r in refs(v)]
+        return []
+
+    found = refs(doc)
+    assert any(r.endswith("/WorkflowSearchBody") for r in found)
+    for r in found:
+        assert r.startswith("#/components/schemas/") and r.rsplit("/", 1)[-1] in schemas, r
+
+
+def test_a_body_schema_is_msgspec_s_own_closed_and_bounded() -> None:
+    s = served()["components"]["schemas"]["WorkflowSearchBody"]
+    assert s["additionalProperties"] is False and "limit" in s["properties"]
+    assert s["properties"]["limit"]["minimum"] == 0  # msgspec's Meta(ge=0), as decoding enforces it
+
+
+class Thing(msgspec.Struct, forbid_unknown_fields=True):
+    n: int
+
+
+def test_a_declaration_names_its_model_and_a_missing_one_is_a_clear_bug() -> None:
+    assert body(Thing, required=False) == {"relay.body": Body(Thing, False)}
+
+    @post("/declared", opt=body(Thing))
+    async def declared_route(request: Request[Any, Any, Any]) -> None:
+        pass
+
+    @post("/undeclared")
+    async def undeclared_route(request: Request[Any, Any, Any]) -> None:
+        await calling.body(request)
+
+    assert declared(declared_route) == Body(Thing, True)
+    with pytest.raises(KeyError):
+        declared(undeclared_route)
+    with pytest.raises(ValueError, match="nowhere"):
+        complete({"paths": {}}, {"nowhere": Body(Thing)})
