@@ -6,14 +6,14 @@ from typing import Any
 
 import httpx
 
-from tests.server import RelayServer
+from tests.server import TLS, RelayServer
 
 
 def rest(server: RelayServer, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
     headers = kw.pop("headers", {})
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.request(method, server.http + path, headers=headers, timeout=30, **kw)
+    return httpx.request(method, server.http + path, headers=headers, timeout=30, verify=TLS, **kw)
 
 
 def listing(server: RelayServer, app: str = "app", org: str = "local",

@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -16,6 +17,10 @@ from typing import Any
 import httpx
 
 RELAY = [sys.executable, "-m", "relay_es"]
+# One TLS context for every request the tests make: httpx builds one per client otherwise
+# (``httpx.get`` makes a client per call), loading the CA bundle each time -- 44 ms of CPU
+# per request here, taken from the server under test on a two-core machine.
+TLS = ssl.create_default_context()
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -100,7 +105,7 @@ class RelayServer:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"relay serve exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(self.http + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(self.http + "/healthz", timeout=1, verify=TLS).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -114,7 +119,7 @@ class RelayServer:
             return ""
 
     def get(self, path: str, **kw: Any) -> httpx.Response:
-        return httpx.get(self.http + path, timeout=10, **kw)
+        return httpx.get(self.http + path, timeout=10, verify=TLS, **kw)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -25,7 +25,7 @@ from relay_es.composition.settings import Settings
 from tests.adapters.rest.fakes import fake_context
 from tests.adapters.rest import servers
 from tests.fake_executor import FakeExecutor
-from tests.server import RelayServer, admin_token
+from tests.server import RelayServer, TLS, admin_token
 from tests.support import until
 
 
@@ -33,7 +33,7 @@ def call(server: RelayServer, method: str, path: str, token: str | None = None, 
     headers = kw.pop("headers", {})
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.request(method, server.http + path, headers=headers, timeout=15, **kw)
+    return httpx.request(method, server.http + path, headers=headers, verify=TLS, timeout=15, **kw)
 
 
 # ------------------------------------------------------------- the table

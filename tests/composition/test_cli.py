@@ -9,7 +9,7 @@ import sys
 
 import httpx
 
-from tests.server import RELAY, RelayServer, free_port
+from tests.server import RELAY, RelayServer, TLS, free_port
 
 
 def test_serve_with_no_options_in_an_empty_folder(tmp_path) -> None:
@@ -20,7 +20,7 @@ def test_serve_with_no_options_in_an_empty_folder(tmp_path) -> None:
     server.proc = proc
     try:
         server.wait_healthy()
-        r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        r = httpx.get(f"http://127.0.0.1:{port}/healthz", verify=TLS, timeout=5)
         assert r.status_code == 200
         assert r.json()["store"] == "sqlite"
         assert (tmp_path / "relay-data" / "relay.db").exists()
@@ -214,7 +214,7 @@ def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(tmp_path) -> None
             raise AssertionError("a key not covering billing was admitted")
 
     def peers(server: RelayServer) -> list[str]:
-        r = httpx.get(f"{server.http}/v2/orgs/acme/executor-events", headers=auth, timeout=10)
+        r = httpx.get(f"{server.http}/v2/orgs/acme/executor-events", headers=auth, verify=TLS, timeout=10)
         assert r.status_code == 200, r.text
         return [a["detail"].get("peer") for a in r.json() if a["action"] == "auth.refused"]
 
@@ -222,7 +222,7 @@ def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(tmp_path) -> None
         server = RelayServer(tmp_path, args=["--database-url", db, "--auth", *args]).start()
         try:
             for app in ("orders", "billing"):
-                assert httpx.put(f"{server.http}/v2/orgs/acme/apps/{app}", headers=auth, timeout=10).status_code == 204
+                assert httpx.put(f"{server.http}/v2/orgs/acme/apps/{app}", headers=auth, verify=TLS, timeout=10).status_code == 204
             before = len(peers(server))
             asyncio.run(refused(server))
             found = asyncio.run(until(lambda: peers(server)[before:] if len(peers(server)) > before else None,

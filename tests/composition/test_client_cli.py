@@ -22,6 +22,7 @@ import pytest
 
 from relay_es.composition import cli, client_cli
 from tests.conductor_schema import check_response, check_schema, operations
+from tests.server import TLS
 
 REAL_CLIENT = httpx.Client
 HOSTILE = "web-1\n\x1b[2J\x1b]0;pwned\x07\rroot\u202eexe.txt"
@@ -633,7 +634,7 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
             assert out.splitlines()[1].startswith("orders\\x1b[2J  1 ")
             assert cli.main(["queues", "list", *common, "--json"]) == 0
             listed = json.loads(capsys.readouterr().out)
-            assert listed == httpx.get(relay.http + "/v2/orgs/local/apps/shop/queues").json()
+            assert listed == httpx.get(relay.http + "/v2/orgs/local/apps/shop/queues", verify=TLS).json()
             check_response("listQueues", 200, listed)
             assert cli.main(["workflows", "list", *common, "--status", "PENDING"]) == 0
             out = capsys.readouterr().out

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import postgres_admin_url
 from tests.e2e import harness, ts_harness
-from tests.server import RelayServer
+from tests.server import TLS, RelayServer
 
 APP = "e2e-app"
 FAST = {
@@ -53,7 +53,7 @@ class Scene:
         return ex
 
     def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return httpx.request(method, self.server.http + path, timeout=10, **kw)
+        return httpx.request(method, self.server.http + path, timeout=10, verify=TLS, **kw)
 
     def executors_now(self) -> dict[str, dict[str, Any]]:
         r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")

@@ -15,7 +15,7 @@ from relay_es.engine.queries import executor_history, executors_as_of
 from relay_es.projections.executors import all_rows
 from relay_es.domain.errors import UnknownExecutor
 from tests.fake_executor import FakeExecutor
-from tests.server import RelayServer
+from tests.server import RelayServer, TLS
 from tests.support import World, until
 
 
@@ -132,28 +132,28 @@ def test_rest_limits_and_pages(server: RelayServer) -> None:
             ex = await FakeExecutor(server.ws, app="orders", executor_id=x).connect()
             await ex.close()
         # as-of finds the streams through the read model: wait until it lists all three
-        await until(lambda: len(httpx.get(base, timeout=10).json()) == 3, what="three executors projected")
+        await until(lambda: len(httpx.get(base, verify=TLS, timeout=10).json()) == 3, what="three executors projected")
 
     asyncio.run(connect())
     at = "2100-01-01T00:00:00Z"
     seen: list[str] = []
     url: str | None = base + f"?asOf={at}&limit=2"
     while url:
-        r = httpx.get(url, timeout=10)
+        r = httpx.get(url, verify=TLS, timeout=10)
         assert r.status_code == 200, r.text
         seen += [e["executorId"] for e in r.json()]
         nxt = r.links.get("next", {}).get("url")
         url = server.http + nxt if nxt else None
     assert sorted(seen) == ["A", "B", "C"] and len(seen) == 3
     for query in ("asOf=2100-01-01T00:00:00Z&limit=0", "asOf=2100-01-01T00:00:00Z&limit=101"):
-        assert httpx.get(f"{base}?{query}", timeout=10).status_code == 422
+        assert httpx.get(f"{base}?{query}", verify=TLS, timeout=10).status_code == 422
     history = f"{base}/A/history"
-    first = httpx.get(history, params={"limit": 1}, timeout=10).json()
+    first = httpx.get(history, params={"limit": 1}, verify=TLS, timeout=10).json()
     assert [e["version"] for e in first] == [1]
-    rest = httpx.get(history, params={"after": 1}, timeout=10).json()
+    rest = httpx.get(history, params={"after": 1}, verify=TLS, timeout=10).json()
     assert all(e["version"] > 1 for e in rest) and rest
     for params in ({"limit": 0}, {"limit": 1001}, {"after": -1}):
-        assert httpx.get(history, params=params, timeout=10).status_code == 422, params
+        assert httpx.get(history, params=params, verify=TLS, timeout=10).status_code == 422, params
 
 
 # ------------------------------------------------------------ as-of and history, on a short grace

@@ -40,7 +40,7 @@ from relay_es.protocol.messages import UnknownTypeResponse
 from relay_es.protocol.session import Answered, Registered, Session, State, Violation
 from tests.fake_executor import FakeExecutor
 from tests.fault.clients import assert_invariants
-from tests.server import RelayServer
+from tests.server import RelayServer, TLS
 
 FUZZ = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck),
                 phases=(Phase.explicit, Phase.generate))
@@ -366,7 +366,7 @@ def test_rest_inputs_never_cause_a_server_error(live: RelayServer, store_url: st
     store's invariants hold afterwards (executors were connected and dropped
     under it meanwhile, and the application they use was fuzzed too)."""
     failures: dict[str, list[str]] = {}
-    http = httpx.Client(base_url=live.http, timeout=30)
+    http = httpx.Client(base_url=live.http, timeout=30, verify=TLS)
 
     def record(kind: str, status: int, what: str) -> None:
         if status >= 500:

@@ -42,7 +42,7 @@ from tests.conftest import WIRE_ONLY
 from tests.fake_executor import FakeExecutor
 from tests.fault.clients import (RawWebSocket, ReconnectingExecutor, ScriptedExecutor, assert_invariants,
                                  dribble, flap)
-from tests.server import RelayServer
+from tests.server import RelayServer, TLS
 from tests.server import admin_token as server_admin_token
 from tests.rest_client import events_all, listing, rest
 from tests.support import until
@@ -170,7 +170,7 @@ def test_flapping_executors_cost_transitions_only(make_server: Callable[..., Rel
             probes.append((what, f"{type(e).__name__}", time.monotonic() - started))
 
     async def prober(stop_at: float) -> None:
-        async with httpx.AsyncClient(timeout=5.0) as client:
+        async with httpx.AsyncClient(timeout=5.0, verify=TLS) as client:
             while time.monotonic() < stop_at:
                 await asyncio.gather(probe(client, "healthz", "/healthz"),
                                      probe(client, "listing", "/v2/orgs/local/apps/app/executors"))

@@ -21,7 +21,7 @@ from tests.e2e.scene import FAST, Scene
 from tests.fake_executor import FakeExecutor
 from tests.fault.invariants import check_store
 from tests.fault.pg import PgCluster
-from tests.server import RelayServer
+from tests.server import RelayServer, TLS
 from tests.support import until
 
 pytestmark = pytest.mark.timeout(240)
@@ -168,7 +168,7 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
                          env={**FAST, "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS": "4"}).start()
     try:
         def settled() -> bool:
-            r = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", timeout=10)
+            r = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", verify=TLS, timeout=10)
             rows = {e["executorId"]: e["status"] for e in r.json()} if r.status_code == 200 else {}
             return "VICTIM" not in rows and all(rows.get(f"S{i}") == "HEALTHY" for i in range(20))
 
@@ -210,7 +210,7 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
             return health
 
         def history(executor_id: str) -> list[str]:
-            r = httpx.get(f"{server.http}/v2/orgs/local/apps/app/executors/{executor_id}/history", timeout=10)
+            r = httpx.get(f"{server.http}/v2/orgs/local/apps/app/executors/{executor_id}/history", verify=TLS, timeout=10)
             return [h["type"] for h in r.json()] if r.status_code == 200 else []
 
         health = asyncio.run(main())
@@ -227,7 +227,7 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
     except BaseException:
         print(server.log()[-12000:])
         try:
-            entries = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"limit": 1000}, timeout=10).json()
+            entries = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"limit": 1000}, verify=TLS, timeout=10).json()
             print("\n".join(f"{e['at']} {e['executorId']} {e['action']} {e['detail']}" for e in entries
                             if e["action"] not in ("executor.connected", "executor.reconnected")))
         except Exception as e:  # the server may be the thing that failed
@@ -319,12 +319,12 @@ def test_wall_clock_step_declares_nothing_early(tmp_path, store_url, step: float
     server = RelayServer(tmp_path, args=["--database-url", store_url],
                          env={**FAST, "RELAY_FAULT_WALL_OFFSET_FILE": str(offset)}).start()
     try:
-        assert httpx.put(server.http + "/v2/orgs/local/apps/app", timeout=10).status_code == 204
+        assert httpx.put(server.http + "/v2/orgs/local/apps/app", verify=TLS, timeout=10).status_code == 204
         assert httpx.patch(server.http + "/v2/orgs/local/apps/app", json={"executorTimeoutSecs": 6},
                            timeout=10).status_code == 204
 
         def status() -> str | None:
-            rows = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", timeout=10).json()
+            rows = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", verify=TLS, timeout=10).json()
             return {e["executorId"]: e["status"] for e in rows}.get("A")
 
         def step_the_clock() -> None:  # in one rename: Relay never reads a half-written offset
@@ -345,7 +345,7 @@ def test_wall_clock_step_declares_nothing_early(tmp_path, store_url, step: float
         asyncio.run(main())
         # Measured from the events' own times, not from when this test saw them: the
         # disconnect was stamped before the step, the death after it (by ``step``).
-        r = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"executorId": "A"}, timeout=10)
+        r = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"executorId": "A"}, verify=TLS, timeout=10)
         entries = r.json()
         took = at(first(entries, "executor.declared_dead")) - step - at(first(entries, "executor.disconnected"))
         assert dead_after - 0.002 <= took < dead_after + 1.0, f"declared dead {took:.3f}s after the disconnect"

@@ -13,7 +13,7 @@ import pytest
 import websockets
 
 from tests.fake_executor import FakeExecutor
-from tests.server import RelayServer
+from tests.server import RelayServer, TLS
 
 L = "/v2/orgs/local"
 
@@ -26,7 +26,7 @@ def dev(tmp_path, store_url) -> Iterator[RelayServer]:
 
 
 def call(s: RelayServer, method: str, path: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, s.http + path, timeout=10, **kw)
+    return httpx.request(method, s.http + path, verify=TLS, timeout=10, **kw)
 
 
 PAGE_CALLS = [

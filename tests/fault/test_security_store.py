@@ -24,7 +24,7 @@ from relay_es.aggregates import Executor
 from relay_es.engine.service import Relay
 from tests.e2e.scene import FAST
 from tests.fake_executor import FakeExecutor
-from tests.server import RelayServer
+from tests.server import RelayServer, TLS
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -52,7 +52,7 @@ def _rows(body: Any) -> list[dict[str, Any]]:
 
 
 def listed(server: RelayServer) -> set[str]:
-    r = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", timeout=10)
+    r = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", verify=TLS, timeout=10)
     if r.status_code == 404 and "is not registered" in r.text:
         return set()  # the application's registration is not in the read models yet
     assert r.status_code == 200, r.text
@@ -60,7 +60,7 @@ def listed(server: RelayServer) -> set[str]:
 
 
 def skips(server: RelayServer) -> list[dict[str, Any]]:
-    r = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"limit": 1000}, timeout=10)
+    r = httpx.get(server.http + "/v2/orgs/local/executor-events", params={"limit": 1000}, verify=TLS, timeout=10)
     assert r.status_code == 200, r.text
     return [e for e in _rows(r.json()) if e["action"] == "projection.skipped"]
 

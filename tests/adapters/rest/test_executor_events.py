@@ -19,7 +19,7 @@ import pytest
 from relay_es.adapters import authz
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import rest as call
-from tests.server import RelayServer
+from tests.server import RelayServer, TLS
 
 L = "/v2/orgs/local"
 LOG = L + "/executor-events"
@@ -138,7 +138,7 @@ def test_the_limits_themselves_are_accepted(dev: RelayServer) -> None:
 
 
 def test_a_repeated_parameter_is_a_400_and_another_org_a_404(dev: RelayServer) -> None:
-    r = httpx.get(dev.http + LOG + "?limit=1&limit=2", timeout=10)
+    r = httpx.get(dev.http + LOG + "?limit=1&limit=2", verify=TLS, timeout=10)
     assert r.status_code == 400 and r.json()["status"] == 400 and "limit" in r.json()["detail"]
     r = call(dev, "GET", "/v2/orgs/other/executor-events")
     assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json")
