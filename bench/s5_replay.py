@@ -106,6 +106,8 @@ def startup(store_url: str) -> dict[str, Any]:
     which it sets once it has read the executors table after the read models caught up)."""
     import httpx
 
+    from tests.server import TLS  # one TLS context: a client per call otherwise costs 44 ms of CPU to make
+
     wd = Workdir.make("s5-start")
     t0 = time.time()
     srv = relay_server(wd.path, store_url, wait=False)
@@ -115,13 +117,13 @@ def startup(store_url: str) -> dict[str, Any]:
         while time.time() < deadline and armed is None:
             try:
                 if healthy is None:
-                    if httpx.get(srv.http + "/healthz", timeout=5).status_code == 200:
+                    if httpx.get(srv.http + "/healthz", timeout=5, verify=TLS).status_code == 200:
                         healthy = time.time() - t0
                     else:
                         time.sleep(0.02)
                         continue
                 m = re.search(r"^relay_process_manager_armed_timestamp_seconds (\S+)$",
-                              httpx.get(srv.http + "/metrics", timeout=30).text, re.M)
+                              httpx.get(srv.http + "/metrics", timeout=30, verify=TLS).text, re.M)
                 if m and float(m.group(1)) > 0:
                     armed = float(m.group(1)) - t0
             except httpx.HTTPError:

@@ -23,7 +23,7 @@ import ipaddress
 import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -289,11 +289,19 @@ class Credentials:
     remembered only for when the store is away: then a key seen live before,
     and not revoked here since, is still accepted; any other key is refused
     with :class:`StoreUnavailable`.
+
+    A key the read model does not know may be a token made an instant ago, by
+    another process or before this one started, that the read model has not
+    folded yet: ``catch_up()`` then waits (briefly) for the read models to hold
+    every event recorded so far and says whether they were behind, and the key
+    is looked up once more. A key that is unknown while they are current costs
+    no wait.
     """
 
-    def __init__(self, relay: Any, db: Any) -> None:
+    def __init__(self, relay: Any, db: Any, *, catch_up: Callable[[], bool] = lambda: False) -> None:
         self.relay = relay
         self.db = db
+        self.catch_up = catch_up
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}  # secret hash -> last confirmed live
         self._epoch = 0  # bumped by every forget(): a check that overlapped one does not remember
@@ -329,6 +337,8 @@ class Credentials:
                 org, name = seen.principal.org, seen.principal.token
             else:
                 row = token_by_hash(self.db, digest)
+                if row is None and self.catch_up():
+                    row = token_by_hash(self.db, digest)
                 if row is None:
                     return UNKNOWN
                 org, name = row.org, row.name

@@ -99,6 +99,7 @@ def view_bootstrap(db: Database, runner: ProjectionRunner,
 
 
 COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
+CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
 
 
 class Runtime:
@@ -186,7 +187,8 @@ class Runtime:
                 username_claim=settings.oidc_username_claim),
                 self.relay)
             self.collector = Collector(self.clock.monotonic, next_deadline=self.pm.next_wakeup)
-            self.gate = AuthGate(self.relay, self.pool.run, self.db) if settings.auth else Gate(self.relay, self.pool.run)
+            self.gate = (AuthGate(self.relay, self.pool.run, self.db, catch_up=self._read_models_caught_up)
+                         if settings.auth else Gate(self.relay, self.pool.run))
             self.hub = Hub(
                 self.relay,
                 owner=settings.instance,
@@ -222,6 +224,15 @@ class Runtime:
     def started(self) -> bool:
         """:meth:`start` ran: the workers run, and :meth:`stop` (not :meth:`close`) ends them."""
         return self._started
+
+    def _read_models_caught_up(self) -> bool:
+        """Waits, at most :data:`CATCH_UP_SECS`, until the read models hold every event recorded so
+        far; True when they were behind (what they answered may have changed). Blocking."""
+        top = self.relay.recorder.max_notification_id() or 0
+        if self.runner.position() >= top:
+            return False
+        self.runner.wait_for(top, timeout=CATCH_UP_SECS)
+        return True
 
     def _connections_changed(self, n: int) -> None:
         self.metrics.open_connections.set(n)

@@ -510,3 +510,31 @@ def test_an_unknown_key_writes_into_no_orgs_audit_log(acme: tuple[RelayServer, d
     metrics = call(s, "GET", "/metrics", t["org-wide"]).text
     assert 'relay_auth_refused_total{where="websocket"} 2.0' in metrics  # the unknown key is still counted
     assert "relay_unknown-key" not in s.log()
+
+
+def test_a_key_the_tokens_read_model_has_not_folded_yet_waits_for_it(tmp_path, clock) -> None:
+    """A token made an instant ago (by another process, or before this one started) is not in the
+    ``tokens`` read model until it folds it: the check asks the read models to catch up and looks
+    again, instead of refusing a live key; with them current, an unknown key costs no wait."""
+    from tests.support import World
+
+    world = World(clock, f"sqlite:///{tmp_path}/relay.db")
+    try:
+        assert world.relay is not None and world.runner is not None
+        world.runner.catch_up()
+        secret = world.relay.create_token("acme", "fresh")
+        asked: list[bool] = []
+
+        def catch_up() -> bool:
+            asked.append(True)
+            assert world.runner is not None
+            return world.runner.catch_up() > 0
+
+        assert authz.Credentials(world.relay, world.db).check(secret) is None  # no catching up: refused
+        who = authz.Credentials(world.relay, world.db, catch_up=catch_up).check(secret)
+        assert who is not None and (who.org, who.token) == ("acme", "fresh") and asked == [True]
+        asked.clear()
+        assert authz.Credentials(world.relay, world.db, catch_up=catch_up).check("relay_unknown") is None
+        assert asked == [True]  # asked, found the read models current, refused
+    finally:
+        world.close()

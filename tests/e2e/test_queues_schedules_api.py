@@ -61,9 +61,16 @@ def wait_quiet(g: Ground, what: str) -> None:
 
 
 def audited(g: Ground, operation: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    r = g.scene.api("GET", "/v2/orgs/local/audit-logs", params={"operation": operation, "limit": 1000})
-    assert r.status_code == 200, r.text
-    return as_records(r.json(), g.app)
+    """``operation``'s actions on the ground's application, once each has its completion (the
+    log is a read model, brought up to date in the background; at most 15 s)."""
+    deadline = time.monotonic() + 15
+    while True:
+        r = g.scene.api("GET", "/v2/orgs/local/audit-logs", params={"operation": operation, "limit": 1000})
+        assert r.status_code == 200, r.text
+        pairs = as_records(r.json(), g.app)
+        if (pairs and all(d is not None for _, d in pairs)) or time.monotonic() > deadline:
+            return pairs
+        time.sleep(0.05)
 
 
 def check_reads(g: Ground) -> None:

@@ -101,10 +101,12 @@ class AuthGate(Gate):
     be able to write into the audit log of every org that has an application
     of some name."""
 
-    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any) -> None:
+    def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any, *,
+                 catch_up: Callable[[], bool] = lambda: False) -> None:
+        """``catch_up``: :class:`~relay_es.adapters.authz.Credentials`'."""
         super().__init__(relay, run)
         self.db = db
-        self.credentials = authz.Credentials(relay, db)
+        self.credentials = authz.Credentials(relay, db, catch_up=catch_up)
 
     def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
         super().forget(org, token, app)

@@ -96,11 +96,18 @@ def conforms(operation: str, r: Any, status: int) -> Any:
 
 
 def actions(server: RelayServer, app: str, operation: str, org: str = "local", token: str | None = None, *,
-            refused: bool = False) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """The (requested, completed or None) halves of ``operation``'s actions on ``app``, from the
-    audit log: those Relay carried out, or (``refused``) the calls it refused."""
-    pairs = [(r, d) for r, d in as_records(audit_log(server, org, token, operation=operation), app)]
-    return [(r, d) for r, d in pairs if (d is not None and d["outcome"] == "refused") == refused]
+            refused: bool = False, wait: bool = True) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """The (requested, completed) halves of ``operation``'s actions on ``app``, from the audit
+    log: those Relay carried out, or (``refused``) the calls it refused. The log is a read model,
+    brought up to date in the background: this waits (up to 15 s; not at all without ``wait``,
+    for a caller that expects none) until there is an action and every one has its completion,
+    then answers what it has (a completion may still be None)."""
+    deadline = time.monotonic() + (15 if wait else 0)
+    while True:
+        pairs = as_records(audit_log(server, org, token, operation=operation), app)
+        if (pairs and all(d is not None for _, d in pairs)) or time.monotonic() > deadline:
+            return [(r, d) for r, d in pairs if (d is not None and d["outcome"] == "refused") == refused]
+        time.sleep(0.05)
 
 
 def test_queues_round_trip_in_both_dialects(relay: RelayServer) -> None:
