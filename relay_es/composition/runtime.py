@@ -209,6 +209,8 @@ class Runtime:
         self._observe()
         self.projection_worker = Worker("relay-projections", self._project, lambda: 1.0)
         self._pm_started = False
+        self._catching_up = threading.Lock()  # see _read_models_caught_up
+        self._projecting = threading.Event()  # set once the process manager has started: the read models follow
         self._fill_tried = False
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
@@ -227,12 +229,26 @@ class Runtime:
 
     def _read_models_caught_up(self) -> bool:
         """Waits, at most :data:`CATCH_UP_SECS`, until the read models hold every event recorded so
-        far; True when they were behind (what they answered may have changed). Blocking."""
-        top = self.relay.recorder.max_notification_id() or 0
-        if self.runner.position() >= top:
+        far; True when they were behind (what they answered may have changed). Blocking. One caller
+        waits at a time: any key can ask (an unknown one, on any route), and a second caller while
+        one waits is answered False at once, so unknown keys hold at most one thread. At the start
+        the read models follow the log once the process manager has started: that is waited for too,
+        within the same bound."""
+        if not self._catching_up.acquire(blocking=False):
             return False
-        self.runner.wait_for(top, timeout=CATCH_UP_SECS)
-        return True
+        try:
+            end = time.monotonic() + CATCH_UP_SECS
+            running = self._projecting.is_set()
+            if not self._projecting.wait(CATCH_UP_SECS):
+                return False
+            top = self.relay.recorder.max_notification_id() or 0
+            if self.runner.position() >= top:
+                return not running  # they have followed the log since the caller looked
+            self.projection_worker.wake()  # an event another process wrote woke no listener here
+            self.runner.wait_for(top, timeout=max(0.0, end - time.monotonic()))
+            return True
+        finally:
+            self._catching_up.release()
 
     def _connections_changed(self, n: int) -> None:
         self.metrics.open_connections.set(n)
@@ -309,6 +325,7 @@ class Runtime:
         if not self._pm_started:
             self.pm.start()  # rebuilds timers and dispatches from the store
             self._pm_started = True
+            self._projecting.set()
         else:
             self.pm.step()
         try:  # its own failures never hold the process manager up

@@ -538,3 +538,19 @@ def test_a_key_the_tokens_read_model_has_not_folded_yet_waits_for_it(tmp_path, c
         assert asked == [True]  # asked, found the read models current, refused
     finally:
         world.close()
+
+
+def test_a_token_made_by_another_process_is_accepted_at_once(tmp_path, store_url) -> None:
+    """``relay admin create-token`` writes to the store from its own process: the server's read
+    models learn of it on their next look at the log (up to a second later) -- the key is accepted
+    at once all the same, before the server started (its first request) and while it runs."""
+    first = admin_token(tmp_path, store_url, "acme", "first")
+    s = RelayServer(tmp_path, args=["--database-url", store_url, "--auth"]).start()
+    try:
+        assert call(s, "PUT", "/v2/orgs/acme/apps/orders", first).status_code == 204
+        for i in range(3):
+            later = admin_token(tmp_path, store_url, "acme", f"later-{i}")
+            assert call(s, "GET", "/v2/orgs/acme/apps/orders", later).status_code == 200
+        assert call(s, "GET", "/v2/orgs/acme/apps/orders", "relay_not-a-token").status_code == 401
+    finally:
+        s.stop()

@@ -647,7 +647,7 @@ def test_against_a_real_relay_serve_with_a_fake_executor(tmp_path, capsys) -> No
             listed = json.loads(capsys.readouterr().out)
             check_response("listWorkflows", 200, listed)
             assert listed == httpx.get(relay.http + "/v2/orgs/local/apps/shop/workflows",
-                                       params={"limit": 100, "sortDesc": True}).json()
+                                       params={"limit": 100, "sortDesc": True}, verify=TLS).json()
             assert cli.main(["workflows", "cancel", "wf-1", *common, "--cancel-children"]) == 0
             assert capsys.readouterr().out == "cancelled wf-1 and its children\n"
             [cancel] = [r for r in fake.requests if r["type"] == "cancel"]

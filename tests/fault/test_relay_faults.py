@@ -216,7 +216,7 @@ def test_postgres_restarted_under_load(tmp_path) -> None:
         health = asyncio.run(main())
         assert set(health) == {200}
         victim_hist = [h["type"] for h in httpx.get(
-            f"{server.http}/v2/orgs/local/apps/app/executors/VICTIM/history", timeout=10).json()]
+            f"{server.http}/v2/orgs/local/apps/app/executors/VICTIM/history", verify=TLS, timeout=10).json()]
         assert victim_hist.count("RecoveryConfirmed") == 1 and victim_hist[-1] == "Deleted"
         server.stop()
         # the read model converged to the fold of the streams
@@ -321,7 +321,7 @@ def test_wall_clock_step_declares_nothing_early(tmp_path, store_url, step: float
     try:
         assert httpx.put(server.http + "/v2/orgs/local/apps/app", verify=TLS, timeout=10).status_code == 204
         assert httpx.patch(server.http + "/v2/orgs/local/apps/app", json={"executorTimeoutSecs": 6},
-                           timeout=10).status_code == 204
+                           verify=TLS, timeout=10).status_code == 204
 
         def status() -> str | None:
             rows = httpx.get(server.http + "/v2/orgs/local/apps/app/executors", verify=TLS, timeout=10).json()

@@ -103,7 +103,8 @@ class AuthGate(Gate):
 
     def __init__(self, relay: Relay, run: Callable[..., Awaitable[Any]], db: Any, *,
                  catch_up: Callable[[], bool] = lambda: False) -> None:
-        """``catch_up``: :class:`~relay_es.adapters.authz.Credentials`'."""
+        """``catch_up``: passed to :class:`~relay_es.adapters.authz.Credentials` (a key the tokens
+        read model does not know waits for the read models to catch up)."""
         super().__init__(relay, run)
         self.db = db
         self.credentials = authz.Credentials(relay, db, catch_up=catch_up)

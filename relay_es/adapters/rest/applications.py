@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request, delete, get, patch, put
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath
 from litestar.status_codes import HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
 
-from relay_es.adapters.rest.bodies import strict
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
@@ -127,15 +127,21 @@ class ApplicationsController(Controller):
         return [app_out(r, [e for e in execs if e.app == r.name and e.visible], ctx.default_executor_timeout)
                 for r in rows]
 
-    @put("/{app:str}", operation_id="registerApp", sync_to_thread=True, status_code=HTTP_204_NO_CONTENT, summary="Register an application")
-    def register(self, org: FromPath[str], app: FromPath[str], ctx: Context, request: Request[Any, Any, Any],
-                 data: JSONBody[PutAppBody | None] = None) -> None:
-        check_app_name(app)
-        private_mode = None if data is None or data.private_mode is UNSET else data.private_mode
-        with recorded(ctx, request, org, app, operation="registerApp", target_type="application", target_ids=[app],
-                      parameters={"privateMode": private_mode}):
-            ctx.relay.register_app(org, app, private_mode=private_mode)
-        ctx.read_your_writes()
+    @put("/{app:str}", opt=openapi.body(PutAppBody, required=False), operation_id="registerApp",
+         status_code=HTTP_204_NO_CONTENT, summary="Register an application")
+    async def register(self, org: FromPath[str], app: FromPath[str], ctx: Context,
+                       request: Request[Any, Any, Any]) -> None:
+        data: PutAppBody | None = await calling.body(request)
+
+        def register() -> None:
+            check_app_name(app)
+            private_mode = None if data is None or data.private_mode is UNSET else data.private_mode
+            with recorded(ctx, request, org, app, operation="registerApp", target_type="application",
+                          target_ids=[app], parameters={"privateMode": private_mode}):
+                ctx.relay.register_app(org, app, private_mode=private_mode)
+            ctx.read_your_writes()
+
+        await asyncio.to_thread(register)
 
     @get("/{app:str}", operation_id="getApp", sync_to_thread=True, summary="Read an application")
     def get_app(self, org: FromPath[str], app: FromPath[str], ctx: Context) -> Application:
@@ -143,10 +149,11 @@ class ApplicationsController(Controller):
         execs = [e for e in all_rows(ctx.db, org=org, app=app) if e.visible]
         return app_out(row, execs, ctx.default_executor_timeout)
 
-    @patch("/{app:str}", operation_id="updateApp", status_code=HTTP_204_NO_CONTENT, summary="Change settings")
-    async def update(self, org: FromPath[str], app: FromPath[str], data: JSONBody[PatchAppBody],
-                     request: Request[Any, Any, Any], ctx: Context) -> None:
-        body = await strict(request, PatchAppBody)  # ``data`` (Litestar's lenient decoding) documents the body
+    @patch("/{app:str}", opt=openapi.body(PatchAppBody), operation_id="updateApp", status_code=HTTP_204_NO_CONTENT,
+           summary="Change settings")
+    async def update(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
+                     ctx: Context) -> None:
+        body: PatchAppBody = await calling.body(request)
 
         def update() -> None:
             with recorded(ctx, request, org, app, operation="updateApp", target_type="application", target_ids=[app],

@@ -3,19 +3,18 @@
 Litestar's own decoding of a body converts ``"60"`` to ``60``; a string is not
 a number of seconds. Every body is decoded by :func:`decoded` instead: no
 conversion between JSON types, an unknown field refused, and a refusal that is
-a 422 problem naming the field (a body that is not JSON at all: 400). Handlers
-that take a body without a ``data`` parameter declare it in their route's
-``opt`` (:func:`relay_es.adapters.rest.openapi.body`) and read it with
-:func:`relay_es.adapters.rest.calling.body`; a handler whose ``data`` documents
-the body decodes it again with :func:`strict`.
+a 422 problem naming the field (a body that is not JSON at all: 400). A route
+that takes a body declares it in its decorator's ``opt``
+(:func:`relay_es.adapters.rest.openapi.body`) and its handler reads it with
+:func:`relay_es.adapters.rest.calling.body` (an import, with
+``workflow_actions.streamed_body``): no handler has a ``data`` parameter.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
-from litestar import Request
 from litestar.exceptions import ClientException, ValidationException
 
 T = TypeVar("T")
@@ -39,7 +38,3 @@ def decoded(raw: bytes | bytearray | memoryview, cls: type[T]) -> T:
     except msgspec.DecodeError as e:  # not JSON at all: a 400, as Litestar answers for its own bodies
         raise ClientException(detail=f"body: {e}") from None
 
-
-async def strict(request: Request[Any, Any, Any], cls: type[T]) -> T:
-    """The request's body as ``cls``, with no conversion between JSON types."""
-    return decoded(await request.body(), cls)

@@ -20,16 +20,18 @@ make a stronger one; the same holds for a scope's own).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.exceptions import PermissionDeniedException
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.params import FromPath, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
 
 from relay_es.adapters import authz
+from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
@@ -120,10 +122,16 @@ class TokensController(Controller):
     def list_tokens(self, org: FromPath[str], ctx: Context, relay: RelayExtended = None) -> list[Token]:
         return [token_out(org, t, extended=relay == "extended") for t in apps_view.list_tokens(ctx.db, org)]
 
-    @post("/{token_name:str}", operation_id="createToken", sync_to_thread=True, status_code=HTTP_201_CREATED,
-          summary="Create a token; the secret is shown once")
-    def create(self, org: FromPath[str], token_name: FromPath[str], ctx: Context, request: Request[Any, Any, Any],
-               data: JSONBody[CreateTokenBody | None] = None) -> TokenCreated:
+    @post("/{token_name:str}", opt=openapi.body(CreateTokenBody, required=False), operation_id="createToken",
+          status_code=HTTP_201_CREATED, summary="Create a token; the secret is shown once")
+    async def create(self, org: FromPath[str], token_name: FromPath[str], ctx: Context,
+                     request: Request[Any, Any, Any]) -> TokenCreated:
+        data: CreateTokenBody | None = await calling.body(request)
+        return await asyncio.to_thread(self._create, org, token_name, ctx, request, data)
+
+    @staticmethod
+    def _create(org: str, token_name: str, ctx: Context, request: Request[Any, Any, Any],
+                data: CreateTokenBody | None) -> TokenCreated:
         names = None if data is None or data.app_names is UNSET else data.app_names
         asked = data.permissions if data is not None and isinstance(data.permissions, list) else None
         who = getattr(request.state, "principal", None)

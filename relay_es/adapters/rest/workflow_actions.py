@@ -111,6 +111,8 @@ async def streamed_body(request: Request[Any, Any, Any]) -> Any:
         buf += chunk
     try:
         if not buf or buf.isspace():  # isspace: no copy, unlike strip
+            if not declared.required:
+                return None
             raise bodies.refused("body", "a JSON object is required")
         return bodies.decoded(buf, declared.model)
     finally:

@@ -1,4 +1,4 @@
-"""Strict body decoding (``relay_es/adapters/rest/bodies.py``).
+"""Strict body decoding (``relay_es/adapters/rest/bodies.py``, :func:`decoded`).
 
 Called directly: no conversion between JSON types, an unknown field refused,
 the refusal naming where in the body it was (a 422 once a problem), a body
@@ -10,7 +10,6 @@ service is never called. (A body's size is capped before it is read at all:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,18 +20,8 @@ from litestar.testing import TestClient
 
 from relay_es.adapters.rest import build_app
 from relay_es.adapters.rest.applications import PatchAppBody
-from relay_es.adapters.rest.bodies import strict
+from relay_es.adapters.rest.bodies import decoded
 from tests.adapters.rest.fakes import ActionRecords, Calls, fake_context
-
-
-class Body:
-    """The one thing :func:`strict` asks of a request: its body."""
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    async def body(self) -> bytes:
-        return self.raw
 
 
 class Item(msgspec.Struct, forbid_unknown_fields=True):
@@ -46,7 +35,7 @@ class Order(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
 
 
 def decode(raw: bytes, cls: type[Any]) -> Any:
-    return asyncio.run(strict(Body(raw), cls))  # type: ignore[arg-type]
+    return decoded(raw, cls)
 
 
 def refusal(raw: bytes, cls: type[Any]) -> tuple[str, str]:
@@ -129,6 +118,20 @@ def test_a_body_litestar_would_convert_is_refused_with_a_422_problem(api: tuple[
     assert calls.made == []
 
 
+@pytest.mark.parametrize("method, path, body, location", [
+    ("PUT", "/v2/orgs/local/apps/orders", {"privateMode": "true"}, "privateMode"),  # registerApp
+    ("POST", "/v2/orgs/local/tokens/ci", {"appNames": "orders"}, "appNames"),  # createToken
+    ("POST", "/v2/orgs/local/tokens/ci", {"appNames": ["orders"], "wat": 1}, "wat"),
+])
+def test_every_route_s_body_is_decoded_strictly(api: tuple[TestClient, Calls], method: str, path: str,
+                                                body: dict[str, Any], location: str) -> None:
+    """Also those Litestar decoded until 2026-12-03 (a ``data`` parameter): ``"true"`` was true."""
+    client, calls = api
+    r = client.request(method, path, json=body)
+    assert r.status_code == 422, r.text
+    assert location in r.json()["detail"] and calls.made == []
+
+
 def test_an_unknown_field_is_refused_and_named(api: tuple[TestClient, Calls]) -> None:
     client, calls = api
     r = client.patch("/v2/orgs/local/apps/orders", json={"executorTimeoutSecs": 60, "executorTimeoutSec": 60})
@@ -149,7 +152,7 @@ def test_the_same_body_with_the_right_types_reaches_the_service(api: tuple[TestC
 
 @pytest.mark.parametrize("raw", [b"{nope", b'{"executorTimeoutSecs": 60} trailing', b'{"executorTimeoutSecs": 6'])
 def test_a_body_that_is_not_json_is_a_400_problem(api: tuple[TestClient, Calls], raw: bytes) -> None:
-    """Refused before :func:`strict` reads it (which would let ``msgspec.DecodeError`` through)."""
+    """Refused as a 400 problem by :func:`decoded` (``msgspec.DecodeError`` never gets through)."""
     client, calls = api
     r = client.patch("/v2/orgs/local/apps/orders", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
