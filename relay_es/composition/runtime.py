@@ -208,9 +208,8 @@ class Runtime:
             raise
         self._observe()
         self.projection_worker = Worker("relay-projections", self._project, lambda: 1.0)
-        self._pm_started = False
+        self._pm_started = threading.Event()  # set once the process manager has started: the read models follow
         self._catching_up = threading.Lock()  # see _read_models_caught_up
-        self._projecting = threading.Event()  # set once the process manager has started: the read models follow
         self._fill_tried = False
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
@@ -238,8 +237,8 @@ class Runtime:
             return False
         try:
             end = time.monotonic() + CATCH_UP_SECS
-            running = self._projecting.is_set()
-            if not self._projecting.wait(CATCH_UP_SECS):
+            running = self._pm_started.is_set()
+            if not self._pm_started.wait(CATCH_UP_SECS):
                 return False
             top = self.relay.recorder.max_notification_id() or 0
             if self.runner.position() >= top:
@@ -322,10 +321,9 @@ class Runtime:
     def _pm_tick(self) -> None:
         """The process manager, then the alert manager (one thread: the alert manager is told of
         executor events as the process manager folds them)."""
-        if not self._pm_started:
+        if not self._pm_started.is_set():
             self.pm.start()  # rebuilds timers and dispatches from the store
-            self._pm_started = True
-            self._projecting.set()
+            self._pm_started.set()
         else:
             self.pm.step()
         try:  # its own failures never hold the process manager up
@@ -374,7 +372,7 @@ class Runtime:
             return 0
 
     def _project(self) -> None:
-        if not self._pm_started:
+        if not self._pm_started.is_set():
             return  # the process manager's start folds first: read models far behind in processes (fill_at_start)
         self.runner.catch_up(pause=self._timers_first)
 

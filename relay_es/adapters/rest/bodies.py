@@ -17,6 +17,8 @@ from typing import TypeVar
 import msgspec
 from litestar.exceptions import ClientException, ValidationException
 
+from relay_es.adapters.rest.conductor import models
+
 T = TypeVar("T")
 
 
@@ -28,7 +30,7 @@ def decoded(raw: bytes | bytearray | memoryview, cls: type[T]) -> T:
     """``raw`` as ``cls``, with no conversion between JSON types (``cls``'s own rules refuse
     unknown fields and values out of bounds)."""
     try:
-        return msgspec.json.decode(raw, type=cls, strict=True)
+        return models.decode(raw, cls)  # type: ignore[type-var]  # any closed Struct, not only Conductor's
     except RecursionError:
         raise refused("body", "JSON is nested too deeply") from None
     except msgspec.ValidationError as e:
