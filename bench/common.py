@@ -73,11 +73,30 @@ def rss_bytes(pid: int) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
+    """utime + stime of a process (all its threads) and of its living child processes (Relay's
+    read-model process, ADR 8), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         data = f.read()
     fields = data[data.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    own = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return own + sum(_cpu_or_zero(child) for child in children_of(pid))
+
+
+def children_of(pid: int) -> list[int]:
+    """The child processes of ``pid`` (of any of its threads: Relay starts its read-model process
+    from a worker thread)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            continue
+    return out
 
 
 def threads_of(pid: int) -> int:

@@ -21,6 +21,7 @@ from relay_es.composition.settings import (
     DEFAULT_TRUSTED_PROXIES,
     FD_RESERVE,
     LIMITS,
+    PROJECTION_MODES,
     TIMINGS,
     Settings,
     limit_default,
@@ -64,6 +65,9 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--max-open-connections", type=int,
                    help="open sockets (HTTP and WebSocket) at once; more get 503 and are closed "
                         f"(RELAY_MAX_OPEN_CONNECTIONS, default: the open-file limit less {FD_RESERVE})")
+    p.add_argument("--projections", choices=PROJECTION_MODES,
+                   help="where the read models follow the log: process (a process of its own, using a second "
+                        "core) or thread (in the server's process) (RELAY_PROJECTIONS, default process)")
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
     for key, t in TIMINGS.items():
         p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {t.default:g})")
@@ -155,7 +159,8 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         settings = Settings.from_sources(vars(args))
-        runtime = Runtime(settings, manage_gc=True, on_lease_lost=lease_lost)
+        runtime = Runtime(settings, manage_gc=True, on_lease_lost=lease_lost,
+                          projection_process=settings.projections == "process")
     except (InvalidSetting, LeaseHeld, ValueError) as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2

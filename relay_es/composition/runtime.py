@@ -4,7 +4,9 @@ Threads:
 
 * the **projection worker** follows the notification log into the read
   models; woken after every save in this process, and polling once a second
-  for writers elsewhere;
+  for writers elsewhere. In ``relay serve`` (``projection_process``) it hands that
+  to a child process with its own GIL (``adapters/readmodels/follower.py``, ADR 8)
+  and folds in this process only while the child is not following;
 * the **process-manager worker** runs :meth:`ProcessManager.step` and then the alert
   manager's :meth:`~relay_es.engine.alerting.AlertManager.step`, sleeping on the monotonic
   clock until the next timer of either (deadlines, recovery attempts, retention rounds,
@@ -38,6 +40,7 @@ from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.lease import Lease, LeaseLost
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.readmodels import executors as executor_rows
+from relay_es.adapters.readmodels.follower import ProjectionProcess
 from relay_es.adapters.readmodels.rebuild import fill_at_start
 from relay_es.adapters.series import MetricSeries
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
@@ -111,11 +114,12 @@ class Runtime:
     roster)."""
 
     def __init__(self, settings: Settings, *, clock: Clock | None = None, manage_gc: bool = False,
-                 on_lease_lost: Callable[[], None] = lambda: None) -> None:
+                 on_lease_lost: Callable[[], None] = lambda: None, projection_process: bool = False) -> None:
         """``manage_gc``: this process is a server of its own (``relay serve``); the garbage
         collector's policy is process-wide, so a Runtime inside a test process leaves it alone.
         ``on_lease_lost``: called (from the lease worker) when another instance took the
-        store's lease; the server should stop."""
+        store's lease; the server should stop. ``projection_process``: the read models follow
+        the log in a child process (``relay serve --projections process``, ADR 8)."""
         self.settings = settings
         self.manage_gc = manage_gc
         self.clock = clock or system_clock()
@@ -128,6 +132,10 @@ class Runtime:
                                default_grace=settings.default_executor_timeout)
             self.db = open_database(self.store)
             self.runner = ProjectionRunner(self.relay, self.db, all_projections())
+            self.follower = (ProjectionProcess(self.store, reached=self.runner.reached_elsewhere,
+                                               poisoned=self.runner.poisoned_elsewhere,
+                                               log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()))
+                             if projection_process else None)
             self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
             self.metrics = Metrics()
             self.pool = CommandPool(COMMAND_WORKERS)
@@ -286,8 +294,9 @@ class Runtime:
         m.watch_process_manager(self.pm.stats)
         m.watch_alerts(self.alerts.stats)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
-        m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in self.runner.reached.items()})
-        m.watch_workers(lambda: {w.name.removeprefix("relay-"): w.errors for w in (
+        m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in dict(self.runner.reached).items()})
+        m.watch_workers(lambda: {w.name.removeprefix("relay-"): w.errors + (
+            self.follower.exits if w is self.projection_worker and self.follower is not None else 0) for w in (
             self.projection_worker, self.pm_worker, self.lease_worker, self.collector_worker)})
 
         def saved(took: float, events: list[Any]) -> None:
@@ -374,6 +383,8 @@ class Runtime:
     def _project(self) -> None:
         if not self._pm_started.is_set():
             return  # the process manager's start folds first: read models far behind in processes (fill_at_start)
+        if self.follower is not None and self.follower.follow():
+            return  # the child follows the log (woken now); until it does, and whenever it is gone, we do
         self.runner.catch_up(pause=self._timers_first)
 
     def _timers_first(self) -> None:
@@ -409,6 +420,8 @@ class Runtime:
     async def stop(self) -> None:
         await self.hub.stop()
         self.dispatcher.stop()
+        if self.follower is not None:
+            self.follower.stop()  # after the hub's last records; before its worker, which would start it again
         self.pm_worker.stop()
         self.projection_worker.stop()
         self.collector_worker.stop()
@@ -423,6 +436,8 @@ class Runtime:
         self.close()
 
     def close(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
         self.pool.shutdown(wait=False)
         try:
             self.db.close()

@@ -22,6 +22,7 @@ from relay_es.protocol.limits import ResourceLimits
 DEFAULT_HOST = "127.0.0.1"  # loopback: serving beyond it needs --auth or --insecure
 DEFAULT_PORT = 8090
 DEFAULT_TRUSTED_PROXIES = ("127.0.0.1",)  # a reverse proxy on the same machine
+PROJECTION_MODES = ("process", "thread")  # where relay serve's read models follow the log (ADR 8)
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,8 @@ class Settings:
     oidc_username_claim: str = "sub"
     # Open sockets (HTTP and WebSocket) at once; over it a new connection gets 503 and is closed.
     max_open_connections: int = field(default_factory=default_max_connections)
+    # Where relay serve's read models follow the log: "process" (a child process) or "thread".
+    projections: str = "process"
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
 
     @classmethod
@@ -303,7 +306,11 @@ class Settings:
             raise InvalidSetting("RELAY_MAX_OPEN_CONNECTIONS",
                                  f"{cap} would pass the open-file limit (ulimit -n = {files}, less {FD_RESERVE} kept "
                                  "for the store and the log): raise the limit or lower the setting")
+        projections = str(pick("projections", "RELAY_PROJECTIONS", "process")).strip().lower()
+        if projections not in PROJECTION_MODES:
+            raise InvalidSetting("RELAY_PROJECTIONS", f"must be one of {', '.join(PROJECTION_MODES)}, got {projections!r}")
         return cls(
+            projections=projections,
             forwarded_allow_ips=proxies,
             alert_webhook_allow=webhook_allow,
             oidc_issuer=oidc["oidc_issuer"] or None,

@@ -401,12 +401,29 @@ class ProjectionRunner:
         p.forget()
         self._report(Poison(p.name, nid, sid, type(event).__qualname__, reason, recorded))
 
+    def reached_elsewhere(self, positions: dict[str, int]) -> None:
+        """Positions another process committed (the server's read-model process, ADR 8): kept as
+        reached (the lag on /metrics), and :meth:`wait_for` looks at the store again at once."""
+        for name, pos in positions.items():
+            if name in self._types:
+                self.reached[name] = max(self.reached.get(name, 0), pos)
+        with self._progress:
+            self._progress.notify_all()
+
+    def poisoned_elsewhere(self, poison: Poison) -> None:
+        """An event another process's runner skipped (and logged): counted and observed here."""
+        self.poisoned += 1
+        self._observe_poison(poison)
+
     def _report(self, poison: Poison) -> None:
         self.poisoned += 1
         log.error("projection %s skipped event %d (%s of stream %s), which it cannot %s: %s%s",
                   poison.projection, poison.notification_id, poison.event_type, poison.stream_id,
                   "read" if poison.projection == ALL else "hold", poison.reason,
                   "" if poison.recorded else " (recorded before)")
+        self._observe_poison(poison)
+
+    def _observe_poison(self, poison: Poison) -> None:
         for fn in self.on_poison:
             try:
                 fn(poison)

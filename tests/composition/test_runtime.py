@@ -181,3 +181,29 @@ def test_a_fill_at_start_that_fails_is_tried_once_and_the_server_folds_the_log_i
         assert tried == [1]
     finally:
         rt.close()
+
+
+def test_with_a_read_model_process_the_runtime_hands_it_the_log_and_stops_it(tmp_path: Path) -> None:
+    """``relay serve``'s runtime (ADR 8): its projection worker starts the child, folds the log itself
+    until the child reports, then only wakes it; a stop stops the child."""
+    import time
+
+    rt = Runtime(settings(tmp_path), projection_process=True)
+    assert rt.follower is not None
+
+    async def main() -> None:
+        rt.start(asyncio.get_running_loop())
+        end = time.monotonic() + 30
+        while not rt.follower.following:
+            assert time.monotonic() < end
+            await asyncio.sleep(0.02)
+        process = rt.follower._process
+        rt.relay.register_app("local", "folded-by-the-child")  # wakes the worker, which wakes the child
+        head = rt.relay.recorder.max_notification_id()
+        assert await asyncio.to_thread(rt.runner.wait_for, head, 30)
+        assert rt.follower.starts == 1 and rt.follower.exits == 0
+        rt.begin_shutdown()
+        await rt.stop()
+        assert not process.is_alive() and process.exitcode == 0
+
+    asyncio.run(main())

@@ -96,3 +96,28 @@ def test_request_deadline_and_outbox_cap_defaults() -> None:
     assert s.limits.queued_transitions == 100_000
     s = Settings.from_sources({}, {"RELAY_HTTP_REQUEST_TIMEOUT_SECS": "2", "RELAY_MAX_QUEUED_TRANSITIONS": "5"})
     assert s.http_request_timeout.total_seconds() == 2 and s.limits.queued_transitions == 5
+
+
+def test_the_read_models_follow_the_log_in_a_process_of_their_own_unless_asked_otherwise() -> None:
+    assert Settings.from_sources({}, {}).projections == "process"
+    assert Settings.from_sources({}, {"RELAY_PROJECTIONS": " Thread "}).projections == "thread"
+    assert Settings.from_sources({"projections": "process"}, {"RELAY_PROJECTIONS": "thread"}).projections == "process"
+    for bad in ("processes", "", "1"):
+        with pytest.raises(InvalidSetting) as e:
+            Settings.from_sources({}, {"RELAY_PROJECTIONS": bad})
+        assert "RELAY_PROJECTIONS" in str(e.value) and "process, thread" in str(e.value)
+
+
+@pytest.mark.parametrize("flag,child", [([], True), (["--projections", "process"], True),
+                                        (["--projections", "thread"], False)])
+def test_serve_gives_the_runtime_its_read_model_process(monkeypatch: pytest.MonkeyPatch, flag: list[str],
+                                                        child: bool) -> None:
+    seen: dict[str, object] = {}
+
+    def runtime(settings: Settings, **kw: object) -> None:
+        seen.update(kw)
+        raise ValueError("built: enough")
+
+    monkeypatch.setattr("relay_es.composition.runtime.Runtime", runtime)
+    assert main(["serve", *flag]) == 2
+    assert seen["projection_process"] is child and seen["manage_gc"] is True

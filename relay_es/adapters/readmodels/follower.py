@@ -1,0 +1,283 @@
+"""The read models followed in a process of their own (``relay serve``, ADR 8).
+
+A server runs three consumers of every event on one interpreter: the hub
+recording it, the process manager following it, and the read models folding
+and writing it. They share one GIL, so in a storm the read models' share (a
+quarter of the CPU, bench section 2) is taken from the sockets and the
+deadlines. :class:`ProjectionProcess` moves the folding to a child process
+with its own GIL; on a machine with a core to spare the read models no longer
+take the event loop's time.
+
+Nothing about the read models changes: the child runs the same
+:class:`~relay_es.projections.runner.ProjectionRunner`, whose positions are
+tracked in the store and moved with its rows in one transaction, so two
+runners on one store each apply an event once (a batch whose position moved
+under it is read again). That is what lets the server's own runner go on
+folding whenever the child is not following -- before its first report, after
+it exited and until it is started again -- without a gap.
+
+Between the two processes, one pipe:
+
+* the server wakes the child after it records events (one wake outstanding at
+  a time: the child answers each pass, so the pipe never fills); the child also
+  polls the log once a second for writers elsewhere;
+* the child reports each projection's position after every batch it commits,
+  and every event a read model skipped (:class:`~relay_es.projections.runner.Poison`);
+  the server's runner takes them in (:meth:`ProjectionRunner.reached_elsewhere`,
+  :meth:`~ProjectionRunner.poisoned_elsewhere`): /metrics shows the lag, and a
+  request waiting to read its own write (``wait_for``) is woken.
+
+The child runs at a lower priority (``nice`` :data:`NICE`): where the cores are
+short, the sockets and the deadlines go first, as the in-process runner gives
+way to the process manager's urgent work. It dies with the server (Linux
+``PR_SET_PDEATHSIG``; elsewhere when the pipe closes), so a killed server leaves
+no writer behind. A child that exits is started again after a backoff: 1 s,
+doubled at each exit up to :data:`RESTART_BACKOFF_MAX`, back to 1 s once one
+has run for :data:`WORKED_SECS`.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from relay_es.adapters.stores import StoreConfig
+from relay_es.projections.runner import Poison
+
+log = logging.getLogger(__name__)
+
+NICE = 5  # the child's niceness above the server's
+RESTART_BACKOFF_MAX = 30.0  # seconds between starts of a child that keeps exiting
+WORKED_SECS = 60.0  # a child that ran this long before it exited is started again after 1 s, not its doubled backoff
+POLL_SECS = 1.0  # the child reads the log at least this often (writers in other processes)
+STOP_SECS = 5.0  # how long a stop waits for the child before killing it
+
+
+class ProjectionProcess:
+    """The server's side of the child process that follows the log into the read models.
+
+    ``reached``: called (from a reader thread) with each projection's position whenever the child
+    committed a batch; ``poisoned``: with each :class:`Poison` it skipped. ``log_level``: the
+    server's, for the child's log. ``monotonic``: the clock of the restarts' backoff."""
+
+    def __init__(self, store: StoreConfig, *, reached: Callable[[dict[str, int]], None],
+                 poisoned: Callable[[Poison], None], log_level: str = "INFO",
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.monotonic = monotonic
+        self._reached = reached
+        self._poisoned = poisoned
+        self.log_level = log_level
+        self._lock = threading.Lock()
+        self._process: Any = None
+        self._conn: Any = None
+        self._ready = False  # the running child has reported: it follows the log
+        self._asked = False  # a wake is outstanding (the child answers each pass)
+        self._pending = False  # woken again while one was outstanding: sent when the child answers
+        self._stopping = False
+        self._next_start = 0.0
+        self._started_at = 0.0
+        self._backoff = 1.0
+        self.starts = 0
+        self.exits = 0  # children that exited without being asked: relay_worker_errors_total{worker="projections"}
+
+    def follow(self) -> bool:
+        """Starts the child if it is not running (and its restart is due), and wakes it. True when it
+        follows the log (it has reported since it started): the server's own runner may rest."""
+        with self._lock:
+            if self._stopping:
+                return False
+            if self._process is None or not self._process.is_alive():
+                self._reap()
+                if self.monotonic() < self._next_start:
+                    return False
+                self._start()
+                return False
+            if self._ready:
+                if self._asked:
+                    self._pending = True
+                else:
+                    self._wake()
+            return self._ready
+
+    def _wake(self) -> None:
+        try:
+            self._conn.send("wake")
+            self._asked = True
+        except (OSError, ValueError):
+            pass  # it is exiting: the reader thread sees the pipe close
+
+    @property
+    def following(self) -> bool:
+        """The child runs and has reported since it started."""
+        return self._ready and self._process is not None and self._process.is_alive()
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe(duplex=True)
+        process = ctx.Process(target=follow_in_child, args=(self.store, theirs, self.log_level),
+                              name="relay-projections", daemon=True)
+        process.start()
+        theirs.close()
+        self._process, self._conn = process, ours
+        self._ready = self._asked = self._pending = False
+        self._started_at = self.monotonic()
+        self.starts += 1
+        threading.Thread(target=self._read, args=(process, ours), name="relay-projections-reader",
+                         daemon=True).start()
+        log.info("read models: following the log in process %d", process.pid)
+
+    def _reap(self) -> None:
+        """The child exited (it was running): counted, logged, its restart put off."""
+        if self._process is None:
+            return
+        code = self._process.exitcode
+        self._process.join(0)
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+        self._process = self._conn = None
+        self._ready = False
+        if not self._stopping:
+            self.exits += 1
+            now = self.monotonic()
+            if now - self._started_at >= WORKED_SECS:
+                self._backoff = 1.0  # it had worked: not a child that cannot start
+            self._next_start = now + self._backoff
+            log.error("the read models' process exited (code %s); this process folds the log until it is started "
+                      "again in %.0f s", code, self._backoff)
+            self._backoff = min(RESTART_BACKOFF_MAX, self._backoff * 2)
+
+    def _read(self, process: Any, conn: Any) -> None:
+        """The reader thread of one child: its reports, until its pipe closes."""
+        while True:
+            try:
+                kind, value = conn.recv()
+            except (EOFError, OSError):
+                return
+            except Exception:  # noqa: BLE001 -- a message this side cannot read: the child is not ours to trust blindly
+                log.exception("unreadable report from the read models' process")
+                return
+            if kind == "poison":
+                self._poisoned(value)
+                continue
+            self._reached(value)
+            with self._lock:
+                if self._process is process:
+                    self._ready = True
+                    if kind == "idle":
+                        self._asked = False
+                        if self._pending:  # events came while it was busy: one more pass
+                            self._pending = False
+                            self._wake()
+
+    def stop(self) -> None:
+        """Asks the child to stop after its batch; kills it after :data:`STOP_SECS`."""
+        with self._lock:
+            self._stopping = True
+            process, conn = self._process, self._conn
+        if process is None:
+            return
+        try:
+            conn.send("stop")
+        except (OSError, ValueError):
+            pass
+        process.join(STOP_SECS)
+        if process.is_alive():
+            log.warning("the read models' process did not stop within %.0f s; killing it", STOP_SECS)
+            process.kill()
+            process.join(1.0)
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------------ the child
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL when the server (the thread that started this process) ends, however it ends."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the closed pipe ends it
+
+
+def follow_in_child(store: StoreConfig, conn: Any, log_level: str) -> None:
+    """The child: folds the log into the read models until told to stop or the server is gone."""
+    parent = os.getppid()
+    _die_with_parent()
+    if os.getppid() != parent:
+        return  # the server ended before the line above took effect
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the whole group: the server stops us
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+    from relay_es.adapters import logs
+
+    logs.configure(log_level)
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, open_database
+    from relay_es.engine.service import Relay
+    from relay_es.projections import all_projections
+    from relay_es.projections.runner import PositionMoved, ProjectionRunner
+
+    relay = Relay({**event_store_env(store), "CREATE_TABLE": "false"}, clock=SystemClock())
+    db = open_database(store)
+    try:
+        # The server created the tables (and rebuilt outdated ones) before it started this process.
+        runner = ProjectionRunner(relay, db, all_projections(), schema=False)
+        runner.on_poison.append(lambda p: conn.send(("poison", p)))
+        sent: dict[str, int] = {}
+
+        def stop_asked() -> bool:
+            """Reads what the server sent (wakes, a stop) without waiting."""
+            while conn.poll():
+                if conn.recv() == "stop":
+                    return True
+            return False
+
+        while True:
+            if stop_asked():
+                return
+            try:
+                while True:
+                    if stop_asked():
+                        return
+                    try:
+                        n = runner.run_batch()
+                    except PositionMoved:
+                        continue  # the server's runner moved it: read again
+                    if runner.reached != sent:
+                        sent = dict(runner.reached)
+                        conn.send(("reached", sent))
+                    if n == 0:
+                        break
+            except Exception as e:  # the store away: the same batch later
+                level = logging.WARNING if relay.is_store_error(e) else logging.ERROR
+                log.log(level, "the read models' process failed (%s: %s); retrying", type(e).__name__, e,
+                        exc_info=level == logging.ERROR)
+                time.sleep(0.5)
+                continue
+            if not sent:
+                sent = runner.positions()
+            conn.send(("idle", sent))
+            conn.poll(POLL_SECS)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the server is gone
+    finally:
+        db.close()
+        relay.close()

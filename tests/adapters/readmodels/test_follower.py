@@ -1,0 +1,160 @@
+"""The read models followed in a process of their own (``relay_es.adapters.readmodels.follower``, ADR 8),
+on both stores: the child folds what this process records, reports its positions and its skips
+here, is started again after it exits, stops when asked, and dies with its server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from relay_es.adapters.readmodels.follower import ProjectionProcess
+from relay_es.adapters.stores import parse_database_url
+from relay_es.projections.apps import list_apps
+from relay_es.projections.runner import Poison
+from bench.common import children_of
+from tests.projections.test_poison import huge_setting
+from tests.server import RelayServer
+from tests.support import World
+
+SPAWN_SECS = 30.0  # a child's interpreter and imports, on a loaded two-core machine
+
+
+@pytest.fixture
+def world(clock, store_url) -> Iterator[World]:
+    w = World(clock, store_url, grace=10)
+    w.runner.catch_up()  # the server folds what was there before it starts the child
+    yield w
+    w.close()
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def follower(world: World) -> Iterator[tuple[ProjectionProcess, Monotonic, list[Poison]]]:
+    seen: list[Poison] = []
+    world.runner.on_poison.append(seen.append)
+    mono = Monotonic()
+    f = ProjectionProcess(parse_database_url(world.store_url), reached=world.runner.reached_elsewhere,
+                          poisoned=world.runner.poisoned_elsewhere, log_level="WARNING", monotonic=mono)
+    yield f, mono, seen
+    f.stop()
+
+
+def until(what: Callable[[], bool], timeout: float = SPAWN_SECS) -> None:
+    end = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < end, "not within the bound"
+        time.sleep(0.02)
+
+
+def following(f: ProjectionProcess) -> Callable[[], bool]:
+    def check() -> bool:
+        f.follow()  # as the runtime's projection worker calls it, woken or once a second
+        return f.following
+    return check
+
+
+def is_follower(pid: int) -> bool:
+    """A living multiprocessing child (a zombie's cmdline is empty)."""
+    try:
+        return "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def head(world: World) -> int:
+    return world.relay.recorder.max_notification_id() or 0
+
+
+def test_the_child_folds_what_this_process_records_and_reports_it(world: World, follower) -> None:
+    f, _, _ = follower
+    assert f.follow() is False  # started: until it reports, this process's runner folds
+    until(following(f))
+    assert f.starts == 1 and f._process.pid != os.getpid()
+    world.relay.register_app("local", "elsewhere")
+    assert f.follow() is True  # it follows: woken, and this process's runner rests
+    # this process never ran a batch since: the child folded it, and its report woke wait_for
+    assert world.runner.wait_for(head(world), timeout=SPAWN_SECS)
+    assert {a.name for a in list_apps(world.db, "local")} == {"app", "elsewhere"}
+    assert min(world.runner.reached.values()) >= head(world)  # the lag on /metrics, from its reports
+
+
+def test_woken_while_busy_it_makes_one_more_pass(world: World, follower) -> None:
+    f, _, _ = follower
+    until(following(f))
+    for i in range(20):  # wakes faster than it answers: one outstanding, the rest folded into one more pass
+        world.relay.register_app("local", f"a{i}")
+        f.follow()
+    assert world.runner.wait_for(head(world), timeout=SPAWN_SECS)
+    assert len(list_apps(world.db, "local")) == 21
+
+
+def test_an_event_the_child_skips_is_counted_here(world: World, follower) -> None:
+    f, _, seen = follower
+    until(following(f))
+    huge_setting(world)  # a number wider than 64 bits: neither store holds it in the apps table
+    f.follow()
+    until(lambda: bool(seen))
+    assert seen[0].projection == "apps" and world.runner.poisoned == 1
+    assert world.runner.wait_for(head(world), timeout=SPAWN_SECS)  # and moved past it
+
+
+def test_a_child_that_exits_is_counted_and_started_again_after_a_backoff(world: World, follower) -> None:
+    f, mono, _ = follower
+    until(following(f))
+    first = f._process
+    os.kill(first.pid, signal.SIGKILL)
+    first.join(10)
+    assert f.follow() is False and f.exits == 1 and not f.following  # this process folds meanwhile
+    world.relay.register_app("local", "meanwhile")
+    world.runner.catch_up()
+    assert f.follow() is False and f.starts == 1  # not before its backoff (1 s, doubling to 30 s)
+    mono.now += 1.0
+    until(following(f))
+    assert f.starts == 2 and f._process is not first
+    os.kill(f._process.pid, signal.SIGKILL)
+    f._process.join(10)
+    f.follow()
+    mono.now += 1.0
+    assert f.follow() is False and f.starts == 2  # it exited again: 2 s now
+    mono.now += 1.0
+    until(following(f))
+    assert f.exits == 2 and f.starts == 3
+
+
+def test_a_stopped_child_is_not_started_again(world: World, follower) -> None:
+    f, mono, _ = follower
+    until(following(f))
+    process = f._process
+    f.stop()
+    assert not process.is_alive() and process.exitcode == 0  # it stopped itself: not killed
+    mono.now += 60
+    assert f.follow() is False and f.starts == 1 and f.exits == 0
+
+
+def test_the_child_dies_with_its_server(tmp_path: Path) -> None:
+    """SIGKILL leaves no writer behind: a restarted server, or a rebuild, is alone on the store."""
+    srv = RelayServer(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/relay.db"]).start()
+    try:
+        children: list[int] = []
+
+        def has_child() -> bool:  # of any thread: the child is started from the projection worker's
+            children[:] = [p for p in children_of(srv.proc.pid) if is_follower(p)]
+            return bool(children)
+
+        until(has_child)
+        srv.kill()
+        until(lambda: not any(is_follower(p) for p in children), timeout=10)
+    finally:
+        srv.kill()
