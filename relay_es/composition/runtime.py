@@ -219,6 +219,7 @@ class Runtime:
         self._pm_started = threading.Event()  # set once the process manager has started: the read models follow
         self._catching_up = threading.Lock()  # see _read_models_caught_up
         self._fill_tried = False
+        self._forwarded = -1  # the head the read-model process was last woken for
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
         self.lease_lost = False
@@ -296,7 +297,7 @@ class Runtime:
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
         m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in dict(self.runner.reached).items()})
         m.watch_workers(lambda: {w.name.removeprefix("relay-"): w.errors + (
-            self.follower.exits if w is self.projection_worker and self.follower is not None else 0) for w in (
+            self.follower.failures if w is self.projection_worker and self.follower is not None else 0) for w in (
             self.projection_worker, self.pm_worker, self.lease_worker, self.collector_worker)})
 
         def saved(took: float, events: list[Any]) -> None:
@@ -383,9 +384,16 @@ class Runtime:
     def _project(self) -> None:
         if not self._pm_started.is_set():
             return  # the process manager's start folds first: read models far behind in processes (fill_at_start)
-        if self.follower is not None and self.follower.follow():
-            return  # the child follows the log (woken now); until it does, and whenever it is gone, we do
-        self.runner.catch_up(pause=self._timers_first)
+        if self.follower is not None:
+            head = self._head  # this process's newest save: woken for it, or by the timer
+            woken, self._forwarded = head != self._forwarded, head
+            if self.follower.follow(wake=woken):
+                return  # the child follows the log; until it does, and whenever it is gone, we do
+        self.runner.catch_up(pause=self._timers_first, stop=self._handed_over)
+
+    def _handed_over(self) -> bool:
+        """The read-model process follows the log now: this process's catch-up ends."""
+        return self.follower is not None and self.follower.following
 
     def _timers_first(self) -> None:
         """Before each projection batch: while the process manager has urgent work

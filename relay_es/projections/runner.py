@@ -430,14 +430,17 @@ class ProjectionRunner:
             except Exception:
                 log.exception("poison observer failed")
 
-    def catch_up(self, pause: Callable[[], None] | None = None) -> int:
+    def catch_up(self, pause: Callable[[], None] | None = None, stop: Callable[[], bool] | None = None) -> int:
         """Processes batches until the log is exhausted. ``pause`` is called
         before each batch (the server lets the process manager's due work go
-        first; see ``Runtime``)."""
+        first; see ``Runtime``); so is ``stop``, and True ends the catch-up
+        (the server's read-model process follows the log now)."""
         total = 0
         while True:
             if pause is not None:
                 pause()
+            if stop is not None and stop():
+                return total
             try:
                 n = self.run_batch()
             except PositionMoved as e:

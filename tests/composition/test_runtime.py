@@ -198,10 +198,16 @@ def test_with_a_read_model_process_the_runtime_hands_it_the_log_and_stops_it(tmp
             assert time.monotonic() < end
             await asyncio.sleep(0.02)
         process = rt.follower._process
+
+        def not_here(*a: object, **kw: object) -> int:
+            raise AssertionError("the server folded while the child follows")
+
+        rt.runner.catch_up = not_here  # type: ignore[method-assign]
         rt.relay.register_app("local", "folded-by-the-child")  # wakes the worker, which wakes the child
         head = rt.relay.recorder.max_notification_id()
         assert await asyncio.to_thread(rt.runner.wait_for, head, 30)
-        assert rt.follower.starts == 1 and rt.follower.exits == 0
+        assert rt.follower.starts == 1 and rt.follower.exits == 0 and rt.follower.failures == 0
+        assert rt.projection_worker.errors == 0
         rt.begin_shutdown()
         await rt.stop()
         assert not process.is_alive() and process.exitcode == 0

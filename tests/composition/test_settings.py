@@ -113,6 +113,7 @@ def test_the_read_models_follow_the_log_in_a_process_of_their_own_unless_asked_o
 def test_serve_gives_the_runtime_its_read_model_process(monkeypatch: pytest.MonkeyPatch, flag: list[str],
                                                         child: bool) -> None:
     seen: dict[str, object] = {}
+    monkeypatch.delenv("RELAY_PROJECTIONS", raising=False)
 
     def runtime(settings: Settings, **kw: object) -> None:
         seen.update(kw)

@@ -18,20 +18,25 @@ it exited and until it is started again -- without a gap.
 
 Between the two processes, one pipe:
 
-* the server wakes the child after it records events (one wake outstanding at
-  a time: the child answers each pass, so the pipe never fills); the child also
-  polls the log once a second for writers elsewhere;
+* the server wakes the child when it has recorded events (one wake outstanding
+  at a time: the child answers each pass, so the server's side never fills);
+  the child also reads the log once a second for writers elsewhere;
 * the child reports each projection's position after every batch it commits,
-  and every event a read model skipped (:class:`~relay_es.projections.runner.Poison`);
-  the server's runner takes them in (:meth:`ProjectionRunner.reached_elsewhere`,
-  :meth:`~ProjectionRunner.poisoned_elsewhere`): /metrics shows the lag, and a
-  request waiting to read its own write (``wait_for``) is woken.
+  every event a read model skipped (:class:`~relay_es.projections.runner.Poison`)
+  and every pass that failed; a reader thread in the server takes them in
+  (:meth:`ProjectionRunner.reached_elsewhere`, :meth:`~ProjectionRunner.poisoned_elsewhere`):
+  /metrics shows the lag, the skips and the failures, and a request waiting to
+  read its own write (``wait_for``) is woken. A report it cannot read ends the
+  child: one nobody reads from would fill the pipe and stall.
 
-The child runs at a lower priority (``nice`` :data:`NICE`): where the cores are
-short, the sockets and the deadlines go first, as the in-process runner gives
-way to the process manager's urgent work. It dies with the server (Linux
-``PR_SET_PDEATHSIG``; elsewhere when the pipe closes), so a killed server leaves
-no writer behind. A child that exits is started again after a backoff: 1 s,
+The child runs at a lower CPU priority (``nice`` :data:`NICE`): where the cores
+are short, the sockets and the deadlines go first. That is all of the in-process
+runner's giving way that crosses the process boundary: on SQLite the child's
+write of a batch still holds the store's one write lock while it lasts, as the
+server's own runner does. It ignores SIGINT and SIGTERM (a Ctrl-C or a
+supervisor signals the whole group; the server stops it) and dies with the
+server (Linux ``PR_SET_PDEATHSIG``; elsewhere when the pipe closes), so a killed
+server leaves no writer behind. A child that exits is started again after a backoff: 1 s,
 doubled at each exit up to :data:`RESTART_BACKOFF_MAX`, back to 1 s once one
 has run for :data:`WORKED_SECS`.
 """
@@ -56,6 +61,7 @@ NICE = 5  # the child's niceness above the server's
 RESTART_BACKOFF_MAX = 30.0  # seconds between starts of a child that keeps exiting
 WORKED_SECS = 60.0  # a child that ran this long before it exited is started again after 1 s, not its doubled backoff
 POLL_SECS = 1.0  # the child reads the log at least this often (writers in other processes)
+READER_SECS = 1.0  # how long a stop waits for the last reports of a child that ended
 STOP_SECS = 5.0  # how long a stop waits for the child before killing it
 
 
@@ -64,19 +70,22 @@ class ProjectionProcess:
 
     ``reached``: called (from a reader thread) with each projection's position whenever the child
     committed a batch; ``poisoned``: with each :class:`Poison` it skipped. ``log_level``: the
-    server's, for the child's log. ``monotonic``: the clock of the restarts' backoff."""
+    server's, for the child's log. ``monotonic``: the clock of the restarts' backoff. ``poll_secs``:
+    how often the child reads the log unwoken."""
 
     def __init__(self, store: StoreConfig, *, reached: Callable[[dict[str, int]], None],
                  poisoned: Callable[[Poison], None], log_level: str = "INFO",
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, poll_secs: float = POLL_SECS) -> None:
         self.store = store
         self.monotonic = monotonic
+        self.poll_secs = poll_secs
         self._reached = reached
         self._poisoned = poisoned
         self.log_level = log_level
         self._lock = threading.Lock()
         self._process: Any = None
-        self._conn: Any = None
+        self._conn: Any = None  # the reader thread owns it: it closes it once the child's reports end
+        self._reader: threading.Thread | None = None
         self._ready = False  # the running child has reported: it follows the log
         self._asked = False  # a wake is outstanding (the child answers each pass)
         self._pending = False  # woken again while one was outstanding: sent when the child answers
@@ -85,11 +94,17 @@ class ProjectionProcess:
         self._started_at = 0.0
         self._backoff = 1.0
         self.starts = 0
-        self.exits = 0  # children that exited without being asked: relay_worker_errors_total{worker="projections"}
+        self.exits = 0  # children that exited without being asked
+        # Failures, each logged: a child that exited unasked or could not be started, and every pass a
+        # child reported failed (the store away, a bug). The runtime adds them to
+        # relay_worker_failures_total{worker="projections"}, as the worker's own failures in a thread.
+        self.failures = 0
 
-    def follow(self) -> bool:
-        """Starts the child if it is not running (and its restart is due), and wakes it. True when it
-        follows the log (it has reported since it started): the server's own runner may rest."""
+    def follow(self, wake: bool = True) -> bool:
+        """Starts the child if it is not running (and its restart is due), and wakes it if ``wake`` (this
+        process recorded events since the last call; the child reads the log unwoken every
+        ``poll_secs``). True when it follows the log (it has reported since it started): the server's own
+        runner may rest."""
         with self._lock:
             if self._stopping:
                 return False
@@ -97,9 +112,13 @@ class ProjectionProcess:
                 self._reap()
                 if self.monotonic() < self._next_start:
                     return False
-                self._start()
+                try:
+                    self._start()
+                except Exception as e:  # noqa: BLE001 -- no process (EAGAIN, EMFILE, ENOMEM): fold here, try later
+                    self.failures += 1
+                    self._put_off(f"the read models' process could not be started ({type(e).__name__}: {e})")
                 return False
-            if self._ready:
+            if self._ready and wake:
                 if self._asked:
                     self._pending = True
                 else:
@@ -121,83 +140,103 @@ class ProjectionProcess:
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         ours, theirs = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=follow_in_child, args=(self.store, theirs, self.log_level),
-                              name="relay-projections", daemon=True)
-        process.start()
-        theirs.close()
+        try:
+            process = ctx.Process(target=follow_in_child,
+                                  args=(self.store, theirs, self.log_level, self.poll_secs, os.getpid()),
+                                  name="relay-projections", daemon=True)
+            process.start()
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         self._process, self._conn = process, ours
         self._ready = self._asked = self._pending = False
         self._started_at = self.monotonic()
         self.starts += 1
-        threading.Thread(target=self._read, args=(process, ours), name="relay-projections-reader",
-                         daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(process, ours), name="relay-projections-reader",
+                                        daemon=True)
+        self._reader.start()
         log.info("read models: following the log in process %d", process.pid)
 
     def _reap(self) -> None:
-        """The child exited (it was running): counted, logged, its restart put off."""
+        """The child exited (it was running): counted, logged, its restart put off. Its reader
+        thread takes its last reports and closes the pipe."""
         if self._process is None:
             return
         code = self._process.exitcode
         self._process.join(0)
-        try:
-            self._conn.close()
-        except OSError:
-            pass
         self._process = self._conn = None
         self._ready = False
         if not self._stopping:
             self.exits += 1
+            self.failures += 1
             now = self.monotonic()
             if now - self._started_at >= WORKED_SECS:
                 self._backoff = 1.0  # it had worked: not a child that cannot start
-            self._next_start = now + self._backoff
-            log.error("the read models' process exited (code %s); this process folds the log until it is started "
-                      "again in %.0f s", code, self._backoff)
-            self._backoff = min(RESTART_BACKOFF_MAX, self._backoff * 2)
+            self._put_off(f"the read models' process exited (code {code})", now)
+
+    def _put_off(self, what: str, now: float | None = None) -> None:
+        """The next start, after the backoff (doubled for the one after)."""
+        self._next_start = (self.monotonic() if now is None else now) + self._backoff
+        log.error("%s; this process folds the log until it is started again in %.0f s", what, self._backoff)
+        self._backoff = min(RESTART_BACKOFF_MAX, self._backoff * 2)
 
     def _read(self, process: Any, conn: Any) -> None:
-        """The reader thread of one child: its reports, until its pipe closes."""
-        while True:
+        """The reader thread of one child: its reports, until its pipe closes (it then closes it). A
+        report it cannot read ends the child: a child nobody reads from would fill the pipe and stall."""
+        try:
+            while True:
+                try:
+                    kind, value = conn.recv()
+                except (EOFError, OSError):
+                    return
+                except Exception:  # noqa: BLE001 -- the child is not trusted blindly
+                    log.exception("unreadable report from the read models' process; ending it")
+                    process.kill()
+                    return
+                if kind == "poison":
+                    self._poisoned(value)
+                    continue
+                if kind == "failed":
+                    self.failures += 1
+                    continue
+                self._reached(value)
+                with self._lock:
+                    if self._process is process:
+                        self._ready = True
+                        if kind == "idle":
+                            self._asked = False
+                            if self._pending:  # events came while it was busy: one more pass
+                                self._pending = False
+                                self._wake()
+        finally:
+            if self._process is process:
+                self._ready = False  # the server folds until it is reaped and started again
             try:
-                kind, value = conn.recv()
-            except (EOFError, OSError):
-                return
-            except Exception:  # noqa: BLE001 -- a message this side cannot read: the child is not ours to trust blindly
-                log.exception("unreadable report from the read models' process")
-                return
-            if kind == "poison":
-                self._poisoned(value)
-                continue
-            self._reached(value)
-            with self._lock:
-                if self._process is process:
-                    self._ready = True
-                    if kind == "idle":
-                        self._asked = False
-                        if self._pending:  # events came while it was busy: one more pass
-                            self._pending = False
-                            self._wake()
+                conn.close()
+            except OSError:
+                pass
 
     def stop(self) -> None:
         """Asks the child to stop after its batch; kills it after :data:`STOP_SECS`."""
         with self._lock:
             self._stopping = True
-            process, conn = self._process, self._conn
+            process, conn, reader = self._process, self._conn, self._reader
+            if process is not None:
+                try:
+                    conn.send("stop")
+                except (OSError, ValueError):
+                    pass
         if process is None:
             return
-        try:
-            conn.send("stop")
-        except (OSError, ValueError):
-            pass
         process.join(STOP_SECS)
         if process.is_alive():
             log.warning("the read models' process did not stop within %.0f s; killing it", STOP_SECS)
             process.kill()
             process.join(1.0)
-        try:
-            conn.close()
-        except OSError:
-            pass
+        if reader is not None:
+            reader.join(READER_SECS)  # its last reports (a skip it counted) before we go
 
 
 # ------------------------------------------------------------------ the child
@@ -215,13 +254,15 @@ def _die_with_parent() -> None:
         pass  # not Linux: the closed pipe ends it
 
 
-def follow_in_child(store: StoreConfig, conn: Any, log_level: str) -> None:
-    """The child: folds the log into the read models until told to stop or the server is gone."""
-    parent = os.getppid()
+def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: float, server: int) -> None:
+    """The child: folds the log into the read models until told to stop or the server is gone.
+    ``server``: the server's process id."""
     _die_with_parent()
-    if os.getppid() != parent:
+    if os.getppid() != server:
         return  # the server ended before the line above took effect
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the whole group: the server stops us
+    # A Ctrl-C reaches the whole process group, and so may a supervisor's SIGTERM: the server stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         os.nice(NICE)
     except OSError:
@@ -266,16 +307,19 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str) -> None:
                         conn.send(("reached", sent))
                     if n == 0:
                         break
+            except (EOFError, BrokenPipeError, ConnectionResetError):
+                raise  # the server is gone
             except Exception as e:  # the store away: the same batch later
                 level = logging.WARNING if relay.is_store_error(e) else logging.ERROR
                 log.log(level, "the read models' process failed (%s: %s); retrying", type(e).__name__, e,
                         exc_info=level == logging.ERROR)
+                conn.send(("failed", type(e).__name__))
                 time.sleep(0.5)
                 continue
             if not sent:
                 sent = runner.positions()
             conn.send(("idle", sent))
-            conn.poll(POLL_SECS)
+            conn.poll(poll_secs)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the server is gone
     finally:

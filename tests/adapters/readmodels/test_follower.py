@@ -45,8 +45,10 @@ def follower(world: World) -> Iterator[tuple[ProjectionProcess, Monotonic, list[
     seen: list[Poison] = []
     world.runner.on_poison.append(seen.append)
     mono = Monotonic()
+    # It reads the log only when woken: whatever a test sees folded, a wake made it so.
     f = ProjectionProcess(parse_database_url(world.store_url), reached=world.runner.reached_elsewhere,
-                          poisoned=world.runner.poisoned_elsewhere, log_level="WARNING", monotonic=mono)
+                          poisoned=world.runner.poisoned_elsewhere, log_level="WARNING", monotonic=mono,
+                          poll_secs=3600)
     yield f, mono, seen
     f.stop()
 
@@ -73,6 +75,13 @@ def is_follower(pid: int) -> bool:
         return False
 
 
+def ignores_sigterm(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
 def head(world: World) -> int:
     return world.relay.recorder.max_notification_id() or 0
 
@@ -91,13 +100,34 @@ def test_the_child_folds_what_this_process_records_and_reports_it(world: World, 
 
 
 def test_woken_while_busy_it_makes_one_more_pass(world: World, follower) -> None:
+    """One wake outstanding at a time; events recorded meanwhile are not lost: when the child answers,
+    it is woken once more (its own reading of the log is an hour away here)."""
     f, _, _ = follower
     until(following(f))
-    for i in range(20):  # wakes faster than it answers: one outstanding, the rest folded into one more pass
-        world.relay.register_app("local", f"a{i}")
-        f.follow()
+    world.relay.register_app("local", "first")
+    with f._lock:  # the reader thread takes the child's answer to this wake only once we let go
+        f._wake()
+        assert world.runner.wait_for(head(world), timeout=SPAWN_SECS)  # folded: its answer is on its way
+        world.relay.register_app("local", "second")  # recorded while that wake is outstanding
+        assert f._asked
+        f._pending = True  # what follow() does now (below)
+    assert world.runner.wait_for(head(world), timeout=SPAWN_SECS)  # the answer woke it once more
+    assert {a.name for a in list_apps(world.db, "local")} >= {"first", "second"}
+    until(lambda: not f._asked)
+    f._asked = True  # a wake outstanding: follow() does not send another, it leaves one pending
+    assert f.follow() is True and f._pending
+
+
+def test_a_call_without_events_does_not_wake_it(world: World, follower) -> None:
+    """The runtime's worker calls it once a second besides the saves: only a save wakes the child."""
+    f, _, _ = follower
+    until(following(f))
+    until(lambda: not f._asked)  # its last wake answered
+    world.relay.register_app("local", "unannounced")
+    assert f.follow(wake=False) is True
+    assert not world.runner.wait_for(head(world), timeout=1.0)  # not woken, and its own poll is an hour away
+    f.follow()
     assert world.runner.wait_for(head(world), timeout=SPAWN_SECS)
-    assert len(list_apps(world.db, "local")) == 21
 
 
 def test_an_event_the_child_skips_is_counted_here(world: World, follower) -> None:
@@ -133,6 +163,79 @@ def test_a_child_that_exits_is_counted_and_started_again_after_a_backoff(world: 
     assert f.exits == 2 and f.starts == 3
 
 
+def test_a_child_that_cannot_be_started_is_tried_again_after_a_backoff(world: World, follower, monkeypatch) -> None:
+    """No process to be had (EAGAIN, EMFILE): the server goes on folding, and the failure is counted."""
+    import multiprocessing
+
+    f, mono, _ = follower
+    real = multiprocessing.get_context
+
+    class NoProcesses:
+        def __init__(self, ctx) -> None:
+            self.Pipe = ctx.Pipe
+
+        def Process(self, *a, **kw):
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing, "get_context", lambda name: NoProcesses(real(name)))
+    assert f.follow() is False and f.failures == 1 and f.starts == 0
+    mono.now += 0.5
+    assert f.follow() is False and f.failures == 1  # not before its backoff
+    monkeypatch.setattr(multiprocessing, "get_context", real)
+    mono.now += 0.5
+    until(following(f))
+    assert f.starts == 1 and f.exits == 0
+
+
+class Reports:
+    """A child's end of the pipe as the reader thread sees it: these reports, then EOF."""
+
+    def __init__(self, *items: object) -> None:
+        self.items = list(items)
+        self.closed = False
+
+    def recv(self) -> object:
+        if not self.items:
+            raise EOFError
+        item = self.items.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Child:
+    def __init__(self) -> None:
+        self.killed = False
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_a_report_the_server_cannot_read_ends_the_child(world: World, follower) -> None:
+    """Nobody would read its reports any more: it would fill the pipe and stall. It is ended, and the
+    server folds until it is reaped and started again."""
+    import pickle
+
+    f, _, _ = follower
+    child, reports = Child(), Reports(("idle", {}), pickle.UnpicklingError("not ours"), ("idle", {}))
+    f._process, f._ready = child, True
+    f._read(child, reports)
+    assert child.killed and reports.closed and not f._ready
+    assert reports.items == [("idle", {})]  # nothing read after it
+    f._process = None
+
+
+def test_a_failed_pass_of_the_child_is_counted_here(world: World, follower) -> None:
+    """The store away, a bug: the child logs it and tries again; /metrics counts it here."""
+    f, _, _ = follower
+    child, reports = Child(), Reports(("failed", "OperationalError"), ("failed", "OperationalError"))
+    f._read(child, reports)
+    assert f.failures == 2 and reports.closed and not child.killed
+
+
 def test_a_stopped_child_is_not_started_again(world: World, follower) -> None:
     f, mono, _ = follower
     until(following(f))
@@ -144,17 +247,26 @@ def test_a_stopped_child_is_not_started_again(world: World, follower) -> None:
 
 
 def test_the_child_dies_with_its_server(tmp_path: Path) -> None:
-    """SIGKILL leaves no writer behind: a restarted server, or a rebuild, is alone on the store."""
+    """SIGKILL leaves no writer behind: a restarted server, or a rebuild, is alone on the store. The
+    child is stopped (SIGSTOP) first, so it cannot notice its pipe close: the kernel ends it
+    (PR_SET_PDEATHSIG)."""
     srv = RelayServer(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/relay.db"]).start()
     try:
         children: list[int] = []
 
         def has_child() -> bool:  # of any thread: the child is started from the projection worker's
             children[:] = [p for p in children_of(srv.proc.pid) if is_follower(p)]
-            return bool(children)
+            return bool(children) and all(ignores_sigterm(p) for p in children)  # set just after PDEATHSIG
 
         until(has_child)
+        for p in children:
+            os.kill(p, signal.SIGSTOP)
         srv.kill()
         until(lambda: not any(is_follower(p) for p in children), timeout=10)
     finally:
         srv.kill()
+        for p in children:  # a child that outlived it, stopped: not left behind
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
