@@ -616,8 +616,9 @@ def storm_log_text(r: dict[str, Any]) -> str:
     if not parts:
         return ""
     return ("; the log trails the registrations, and the read models the log (" + "; ".join(parts) + "): the "
-            "outbox records the Connected events, and the read models fold them, on threads that share one GIL "
-            "with the event loop taking in the handshakes")
+            "outbox records the Connected events on threads that share one GIL with the event loop taking in "
+            "the handshakes, and the read models fold them in their own process (ADR 8; in a thread of the "
+            "server until 2026-12-03), which shares the machine's two cores with the server and the clients")
 
 
 def startup_text(p: dict[str, Any]) -> str:
@@ -721,12 +722,26 @@ def analysis(results_dir: Path) -> str:
                 "what bounds it is the handshakes. " + handshakes + "In the reconnect storm executors were "
                 f"registered again at {regs}, so from the storm's start events cannot reach the store faster than "
                 f"that (rates from the start: {starts}); the window rates the goal is judged on are higher because "
-                "the outbox records what arrives together in one transaction. On Postgres the projected rate trails "
-                "the appended one: the projection runner shares the GIL with the sockets. Its writes of a storm's "
+                "the outbox records what arrives together in one transaction. On Postgres the projected rate trailed "
+                "the appended one while the projection runner shared the GIL with the sockets. Its writes of a storm's "
                 "batch now go through `COPY` into a staging table and one `INSERT ... SELECT ... ON CONFLICT` "
                 "(ADR 11), which cut its CPU per event by about half: before that, repeats of this section put "
                 "the Postgres drop storm's projected rate at 48-59% of the raw rate, the thinnest margin of the "
-                "goal; after it, 56-64%. What would move it further: more than one process holding sockets "
+                "goal; after it, 56-64%. Since 2026-12-03 the read models fold in a process of their own "
+                "(`relay serve --projections process`, the default; ADR 8), with its own GIL; the server's CPU "
+                "in the table counts it. Against `--projections thread`, two runs of each on the same commit "
+                "(be13f5a) within the same quarter hour, the time from a storm's start to all its events "
+                "projected fell in all 12 pairs: drop sqlite 1.29-1.91 s to 1.03-1.10 s, postgres 1.56-1.89 s to "
+                "1.10-1.23 s; connect sqlite 6.46-7.41 s to 6.06-6.28 s, postgres 7.46-8.44 s to 6.39-6.93 s; "
+                "reconnect sqlite 7.10-7.41 s to 5.45-6.54 s, postgres 6.44-8.06 s to 6.28-7.17 s. The drop "
+                "storms' window rates rose with it (sqlite 4,504 and 3,087 to 5,270 and 4,823 events/s appended, "
+                "postgres 4,043 and 3,903 to 5,704 and 4,539); the window rates of the storms with handshakes "
+                "scatter too widely over two runs to tell (they follow the registrations, which come in "
+                "bursts). The same runs show why the ratio fell: the raw single-row inserts ran at 7,497-8,456/s "
+                "on SQLite and 10,003-12,195/s on Postgres, against 2,487/s and 5,740-5,812/s on 2026-12-02. "
+                "The baseline is bound by the disk's commits, and the disk was three times faster; Relay is bound "
+                "by the CPU, and its own rates rose (the drop storm from 2,433 to 5,270 events/s on SQLite, from "
+                "2,445 to 5,704 on Postgres). What would move it further: the sockets in more than one process "
                 "(ADR 7: the owner of a socket is in every Connected event, dispatch goes through the owner), "
                 "not built here. On this 2-core machine the clients compete for the same cores (their CPU is in "
                 "the table).", ""]
@@ -736,8 +751,9 @@ def analysis(results_dir: Path) -> str:
         what = ("Done since the first full run (Postgres p99 609 ms, then 295 ms): answers are confirmed in one "
                 "transaction per step; due deadlines are fired before anything else and again while more come due, "
                 "so recording the dispatches of earlier deaths never delays a death; executors are cached in memory "
-                "as last saved, so a burst of deaths reads no stream back; the projection runner waits while the "
-                "process manager has urgent work (at most 0.25 s per batch); the process manager follows the log "
+                "as last saved, so a burst of deaths reads no stream back; the projection runner waited while the "
+                "process manager had urgent work (at most 0.25 s per batch), and since 2026-12-03 folds in a "
+                "process of its own at a lower CPU priority (ADR 8); the process manager follows the log "
                 "through the fast reader (ADR 11); and the garbage collector's full collections, which could stop "
                 "the whole process for up to 390 ms at any moment, run only at quiet moments and never within 1 s (or 1.5 x their expected time) "
                 "of a deadline (ADR 13).")
