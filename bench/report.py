@@ -741,7 +741,8 @@ def analysis(results_dir: Path) -> str:
                 "on SQLite and 10,003-12,195/s on Postgres, against 2,487/s and 5,740-5,812/s on 2026-12-02. "
                 "The baseline is bound by the disk's commits, and the disk was three times faster; Relay is bound "
                 "by the CPU, and its own rates rose (the drop storm from 2,433 to 5,270 events/s on SQLite, from "
-                "2,445 to 5,704 on Postgres). What would move it further: the sockets in more than one process "
+                "2,445 to 5,704 on Postgres), but less: the CPU was faster too (the calibration loop took 0.64 s "
+                "then, 0.42-0.55 s in these runs), and the process split accounts for the rest. What would move it further: the sockets in more than one process "
                 "(ADR 7: the owner of a socket is in every Connected event, dispatch goes through the owner), "
                 "not built here. On this 2-core machine the clients compete for the same cores (their CPU is in "
                 "the table).", ""]
