@@ -162,6 +162,7 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("GET", "/v2/orgs/{org}/executor-events"): Rule("executor_events.list", Scope.ORG, ORGANIZATION_READ),
     ("GET", "/metrics"): Rule("metrics", Scope.ORG, METRIC_READ),
     ("GET", "/healthz"): Rule("healthz", Scope.PUBLIC, None),
+    ("GET", "/readyz"): Rule("readyz", Scope.PUBLIC, None),
     ("GET", "/openapi.json"): Rule("openapi", Scope.PUBLIC, None),
 }
 

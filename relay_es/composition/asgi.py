@@ -53,8 +53,7 @@ def rest_context(runtime: Runtime) -> RestContext:
 
     def read_your_writes() -> None:
         """Waits until the read models have every event recorded so far."""
-        top = runtime.relay.recorder.max_notification_id() or 0
-        if not runtime.runner.wait_for(top, timeout=READ_YOUR_WRITES_TIMEOUT):
+        if runtime.wait_for_read_models(READ_YOUR_WRITES_TIMEOUT) is False:
             log.warning("read models are lagging behind the event store")
 
     return RestContext(
@@ -67,6 +66,7 @@ def rest_context(runtime: Runtime) -> RestContext:
         urgent=runtime.pm.urgent,
         metrics=runtime.metrics,
         faults=lambda: [] if runtime.pm.last_bug is None else [f"process manager: {runtime.pm.last_bug}"],
+        readiness=runtime.readiness,
         auth=settings.auth,
         host=settings.host,
         instance=settings.instance,

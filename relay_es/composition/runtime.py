@@ -103,6 +103,7 @@ def view_bootstrap(db: Database, runner: ProjectionRunner,
 
 COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
 CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
+READY_LAG = 1_000  # events (one projection batch): read models this close to the log are current for /readyz
 
 
 class Runtime:
@@ -220,6 +221,7 @@ class Runtime:
         self._catching_up = threading.Lock()  # see _read_models_caught_up
         self._fill_tried = False
         self._forwarded = -1  # the head the read-model process was last woken for
+        self._ready_once = False  # see readiness
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
         self.lease_lost = False
@@ -249,14 +251,39 @@ class Runtime:
             running = self._pm_started.is_set()
             if not self._pm_started.wait(CATCH_UP_SECS):
                 return False
-            top = self.relay.recorder.max_notification_id() or 0
-            if self.runner.position() >= top:
+            if self.wait_for_read_models(max(0.0, end - time.monotonic())) is None:
                 return not running  # they have followed the log since the caller looked
-            self.projection_worker.wake()  # an event another process wrote woke no listener here
-            self.runner.wait_for(top, timeout=max(0.0, end - time.monotonic()))
             return True
         finally:
             self._catching_up.release()
+
+    def wait_for_read_models(self, timeout: float) -> bool | None:
+        """Blocks, at most ``timeout`` seconds, until the read models hold every event recorded so far
+        by any process (the log's head is read). None: they held them already; True: they got there;
+        False: not within ``timeout``. Blocking: call it off the event loop."""
+        top = self.relay.recorder.max_notification_id() or 0
+        if self.runner.position() >= top:
+            return None
+        self.projection_worker.wake()  # an event another process wrote woke no listener here
+        return self.runner.wait_for(top, timeout=timeout)
+
+    def readiness(self) -> str | None:
+        """Why this instance should not be sent traffic now (``/readyz``), or None: it should. Not
+        ready while the process manager has not started (it fills the read models first, from the
+        store), until the read models have once been within :data:`READY_LAG` events of this
+        process's newest (then it stays ready: a storm's lag is no reason to turn callers away),
+        once the process manager has met a bug, and from the start of a shutdown."""
+        if self.hub.shutting_down or self.lease_lost:
+            return "shutting_down"
+        if self.pm.last_bug is not None:
+            return "unhealthy"
+        if not self._pm_started.is_set():
+            return "starting"
+        if not self._ready_once:
+            if self._head - min(self.runner.reached.values(), default=0) > READY_LAG:
+                return "catching_up"
+            self._ready_once = True
+        return None
 
     def _connections_changed(self, n: int) -> None:
         self.metrics.open_connections.set(n)

@@ -213,3 +213,30 @@ def test_with_a_read_model_process_the_runtime_hands_it_the_log_and_stops_it(tmp
         assert not process.is_alive() and process.exitcode == 0
 
     asyncio.run(main())
+
+
+def test_readiness_follows_the_start_the_read_models_a_bug_and_the_shutdown(tmp_path: Path) -> None:
+    """``/readyz`` (``Runtime.readiness``): not before the process manager started (it fills the read
+    models first), not while they are more than a batch behind, then ready for good -- a storm's lag
+    turns nobody away -- until a bug or the shutdown."""
+    from relay_es.composition.runtime import READY_LAG
+
+    rt = Runtime(settings(tmp_path))
+    try:
+        assert rt.readiness() == "starting"
+        rt._pm_tick()  # the process manager's first step: it starts
+        assert rt.readiness() is None
+        rt._ready_once = False  # as if it had started far behind the log
+        rt._head = min(rt.runner.reached.values()) + READY_LAG + 1
+        assert rt.readiness() == "catching_up"
+        rt._head -= 1
+        assert rt.readiness() is None
+        rt._head += 50 * READY_LAG  # a storm later
+        assert rt.readiness() is None
+        rt.pm.last_bug = "KeyError: 'x'"
+        assert rt.readiness() == "unhealthy"
+        rt.pm.last_bug = None
+        rt.begin_shutdown()
+        assert rt.readiness() == "shutting_down"
+    finally:
+        rt.close()

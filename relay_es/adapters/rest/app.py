@@ -63,6 +63,7 @@ ROUTES = [
     audit.AuditController,
     executor_events.ExecutorEventsController,
     health.healthz,
+    health.readyz,
     health.metrics,
 ]
 

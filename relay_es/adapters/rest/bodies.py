@@ -26,6 +26,16 @@ def refused(key: str, message: str) -> ValidationException:
     return ValidationException(detail=f"{key}: {message}", extra=[{"key": key, "message": message}])
 
 
+def of_request(raw: bytes | bytearray, cls: type[T], *, required: bool) -> T | None:
+    """A request's whole body as ``cls`` (:func:`decoded`). An empty one (or only whitespace) is None
+    where the route's declaration lets it be left out, else a 422."""
+    if not raw or raw.isspace():  # isspace: no copy, unlike strip
+        if not required:
+            return None
+        raise refused("body", "a JSON object is required")
+    return decoded(raw, cls)
+
+
 def decoded(raw: bytes | bytearray | memoryview, cls: type[T]) -> T:
     """``raw`` as ``cls``, with no conversion between JSON types (``cls``'s own rules refuse
     unknown fields and values out of bounds)."""

@@ -89,12 +89,7 @@ async def body(request: Request[Any, Any, Any]) -> Any:
     search, the aggregates, cancel, resume and fork), else a 422. The size cap is the route's
     ``request_max_body_size``."""
     declared = openapi.declared(request.route_handler)
-    raw = await request.body()
-    if not raw.strip():
-        if not declared.required:
-            return None
-        raise bodies.refused("body", "a JSON object is required")
-    return bodies.decoded(raw, declared.model)
+    return bodies.of_request(await request.body(), declared.model, required=declared.required)
 
 
 async def app_must_exist(ctx: RestContext, org: str, app: str) -> None:

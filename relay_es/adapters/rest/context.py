@@ -68,6 +68,9 @@ class RestContext:
     """The executors' metrics as collected (``listMetrics``), or None where nothing collects."""
     metrics_interval: int = 300
     """The length of one metrics bucket, seconds (``RELAY_METRICS_INTERVAL_SECS``)."""
+    readiness: Callable[[], str | None] = lambda: None
+    """Why this instance should not be sent traffic now (``starting``, ``catching_up``, ``unhealthy``,
+    ``shutting_down``), or None: ready (``/readyz``)."""
     oidc: OidcUsers | None = None
     """Users signing in with OIDC bearer JWTs (``--oidc-issuer``), or None: tokens only, and the
     operations Conductor serves only with OAuth answer 404."""

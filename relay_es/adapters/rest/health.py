@@ -1,9 +1,12 @@
-"""The operator's endpoints: ``/healthz`` (liveness) and ``/metrics`` (Prometheus).
+"""The operator's endpoints: ``/healthz`` (liveness), ``/readyz`` (readiness) and ``/metrics`` (Prometheus).
 
 ``/healthz`` answers 200 while the process serves and 503 once the process
 manager has met a bug (anything but a store error: it keeps serving, but a
 person must look), telling the instance, the store's kind and the fault only in
-development mode or to an org-wide token. ``/metrics``
+development mode or to an org-wide token. ``/readyz`` answers 200 once the
+instance should be sent traffic -- its process manager started and its read
+models current -- and 503 with the reason before that, after a bug, and from
+the start of a shutdown (a load balancer holds requests back or drains). ``/metrics``
 renders every org's series (an org-wide token in auth mode). The API's own
 OpenAPI document, ``/openapi.json``, is :mod:`relay_es.adapters.rest.openapi`'s.
 """
@@ -31,6 +34,19 @@ async def healthz(request: Request[Any, Any, Any], ctx: Context) -> Response[dic
         if faults:
             body["faults"] = faults
     return Response(content=body, status_code=503 if faults else 200)
+
+
+@get("/readyz", operation_id="getReadiness", summary="Readiness",
+     description="`{\"status\": \"ready\"}` once the instance should be sent traffic: its process manager has "
+                 "started and its read models have caught up with the store (a fresh start on a large store fills "
+                 "them first). Otherwise 503 `{\"status\": \"not_ready\", \"reason\": ...}`: `starting`, "
+                 "`catching_up`, `unhealthy` (as /healthz) or `shutting_down`. Once ready it stays so while it "
+                 "serves: a storm's lag does not turn callers away.")
+async def readyz(ctx: Context) -> Response[dict[str, Any]]:
+    reason = ctx.readiness()
+    if reason is None:
+        return Response(content={"status": "ready"}, status_code=200)
+    return Response(content={"status": "not_ready", "reason": reason}, status_code=503)
 
 
 @get("/metrics", operation_id="getRelayMetrics", sync_to_thread=True, media_type="text/plain",

@@ -110,11 +110,7 @@ async def streamed_body(request: Request[Any, Any, Any]) -> Any:
     async for chunk in request.stream():
         buf += chunk
     try:
-        if not buf or buf.isspace():  # isspace: no copy, unlike strip
-            if not declared.required:
-                return None
-            raise bodies.refused("body", "a JSON object is required")
-        return bodies.decoded(buf, declared.model)
+        return bodies.of_request(buf, declared.model, required=declared.required)
     finally:
         del buf
 

@@ -32,7 +32,7 @@ def test_metrics_and_openapi(server: RelayServer) -> None:
     for p in ("/v2/orgs/{org}/apps", "/v2/orgs/{org}/apps/{app}", "/v2/orgs/{org}/apps/{app}/executors",
               "/v2/orgs/{org}/apps/{app}/executors/{executor_id}/history", "/v2/orgs/{org}/tokens",
               "/v2/orgs/{org}/tokens/{token_name}", "/v2/orgs/{org}/executor-events", "/v2/orgs/{org}/audit-logs",
-              "/healthz", "/metrics"):
+              "/healthz", "/readyz", "/metrics"):
         assert p in paths, p
     assert set(paths["/v2/orgs/{org}/apps/{app}"]) >= {"get", "put", "patch", "delete"}
     # a body its handler decodes itself is in the document too (relay_es/adapters/rest/openapi.py)
@@ -55,6 +55,25 @@ def test_only_the_openapi_document_is_served_no_pages_that_load_scripts(server: 
     assert r.headers["content-type"] == "application/json"
 
 
+def test_a_serving_instance_is_ready_to_anyone(server: RelayServer) -> None:
+    """``/readyz``: the process manager started and the read models current (the server fixture has
+    waited for neither: ``/healthz`` answers first)."""
+    r = wait_ready(server)
+    assert r.json() == {"status": "ready"}
+
+
+def wait_ready(server: RelayServer, token: str | None = None):  # type: ignore[no-untyped-def]
+    import time
+
+    end = time.monotonic() + 20
+    while True:
+        r = call(server, "GET", "/readyz", token)
+        if r.status_code == 200 or time.monotonic() > end:
+            return r
+        assert r.status_code == 503 and r.json() == {"status": "not_ready", "reason": "starting"}, r.text
+        time.sleep(0.05)
+
+
 def test_healthz_tells_the_instance_in_development_mode(server: RelayServer) -> None:
     full = call(server, "GET", "/healthz").json()  # development mode: this machine
     assert full["status"] == "ok" and full["instance"] and full["store"] in ("sqlite", "postgres")
@@ -68,6 +87,9 @@ def test_healthz_tells_the_instance_only_to_an_operator_in_auth_mode(
         assert r.status_code == 200 and r.json() == {"status": "ok"}, (token, r.text)
     r = call(s, "GET", "/healthz", headers={"Authorization": "garbage"})
     assert r.status_code == 200 and r.json() == {"status": "ok"}
+    for token in (None, "relay_not-a-real-token", t["acme"]):  # readiness is public, and tells nothing more
+        r = wait_ready(s, token)
+        assert r.status_code == 200 and r.json() == {"status": "ready"}, (token, r.text)
     for token in (t["acme"], t["other"]):  # an org-wide token of any org: the instance is process-wide
         body = call(s, "GET", "/healthz", token).json()
         assert body["status"] == "ok" and body["instance"] and store_url.startswith(body["store"])
