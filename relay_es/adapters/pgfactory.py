@@ -19,7 +19,7 @@ from typing import Any
 from eventsourcing.postgres import PostgresFactory
 from psycopg.conninfo import conninfo_to_dict
 
-from relay_es.adapters.library import FastReadsFactory, add_conninfo
+from relay_es.adapters.library import ArrayInsertRecorder, FastReadsFactory, add_conninfo
 
 EXTRA_CONNINFO = "POSTGRES_EXTRA_CONNINFO"
 
@@ -29,6 +29,7 @@ class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
     :class:`~relay_es.adapters.library.FastReads` to the application."""
 
     kind = "postgres"
+    application_recorder_class = ArrayInsertRecorder  # a batch's events as arrays of base types
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)

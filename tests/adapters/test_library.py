@@ -10,7 +10,9 @@ so that a library upgrade that changes one fails here, not in production:
 * the Postgres datastore's pool takes connection arguments before it opens (``pool.kwargs``);
 * the transcoder's registered transcodings are in ``JSONTranscoder.names``;
 * aggregates saved beneath ``Application.save`` (its ``_record``, ``_take_snapshots`` and
-  ``_notify``) are stored as its own save stores them.
+  ``_notify``) are stored as its own save stores them;
+* on Postgres, a batch inserted as arrays of base types is recorded as the library's composite
+  insert records it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import pytest
 
 from eventsourcing.persistence import StoredEvent
 
-from relay_es.adapters.library import EventLog, FastReads, copy_aggregate, select_streams, store_kind
+from relay_es.adapters.library import (ArrayInsertRecorder, EventLog, FastReads, copy_aggregate, select_streams,
+                                       store_kind)
 from relay_es.aggregates.application import app_stream_id
 from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
 from relay_es.aggregates import SettingsPatch
@@ -112,7 +115,43 @@ def test_an_unreadable_state_fails_as_the_library_fails(world: World) -> None:
 def test_the_store_s_factory_offers_the_fast_reads(world: World, store_url: str) -> None:
     assert store_kind(world.relay) == store_url.split(":")[0].replace("postgresql", "postgres")
     assert isinstance(world.relay.reads, FastReads)
-    assert type(world.relay.recorder).__module__ == f"eventsourcing.{store_kind(world.relay)}"
+    # the library's recorder (on Postgres, its subclass inserting arrays: the next test)
+    assert type(world.relay.recorder).__mro__[1 if store_kind(world.relay) == "postgres" else 0].__module__ == (
+        f"eventsourcing.{store_kind(world.relay)}")
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_batch_inserted_as_arrays_is_recorded_as_the_library_records_it(world: World) -> None:
+    """Postgres: :class:`ArrayInsertRecorder` against the library's own recorder, on a table of
+    its own in the same database: the same rows, the notification ids in the batch's order, and a
+    version already taken refused with the library's error."""
+    from uuid import uuid4
+
+    from eventsourcing.persistence import IntegrityError
+    from eventsourcing.postgres import PostgresApplicationRecorder
+
+    ours = world.relay.recorder
+    assert isinstance(ours, ArrayInsertRecorder)
+    theirs = PostgresApplicationRecorder(ours.datastore, events_table_name="library_events")
+    theirs.create_table()
+    a, b = uuid4(), uuid4()
+    batch = [StoredEvent(a, 1, "t.Registered", b'{"name": "caf\xc3\xa9"}'), StoredEvent(b, 1, "t.R", b"\x00\xff"),
+             StoredEvent(a, 2, "t.Connected", b"{}"), StoredEvent(b, 2, "t.Connected", b"x" * 70_000)]
+
+    def rows(recorder: Any) -> list[tuple[Any, ...]]:
+        got = recorder.select_notifications(start=0, limit=1000, inclusive_of_start=False)
+        return [(n.originator_id, n.originator_version, n.topic, n.state) for n in got if n.originator_id in (a, b)]
+
+    before = ours.max_notification_id() or 0
+    ids = ours.insert_events(batch)
+    assert len(ids) == 4 and ids == sorted(ids) and ids[0] > before
+    assert [n.id for n in ours.select_notifications(start=before, limit=10, inclusive_of_start=False)] == ids
+    theirs.insert_events(batch)
+    assert rows(ours) == rows(theirs) == [(e.originator_id, e.originator_version, e.topic, e.state) for e in batch]
+    for recorder in (ours, theirs):
+        with pytest.raises(IntegrityError):
+            recorder.insert_events([StoredEvent(uuid4(), 1, "t.R", b"{}"), StoredEvent(a, 2, "t.Taken", b"{}")])
+    assert rows(ours) == rows(theirs)  # the batch that failed left nothing
 
 
 def test_notification_ids_are_the_library_s_and_the_tables_are_where_they_were(world: World) -> None:
