@@ -79,24 +79,10 @@ def cpu_seconds(pid: int) -> float:
         data = f.read()
     fields = data[data.rindex(")") + 2:].split()
     own = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    from tests.server import children_of
+
     return own + sum(_cpu_or_zero(child) for child in children_of(pid))
 
-
-def children_of(pid: int) -> list[int]:
-    """The child processes of ``pid`` (of any of its threads: Relay starts its read-model process
-    from a worker thread)."""
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-        except FileNotFoundError:
-            continue
-    return out
 
 
 def threads_of(pid: int) -> int:

@@ -156,3 +156,20 @@ def admin_token(cwd: Any, store_url: str, org: str, name: str, *apps: str) -> st
         code = main(args)
     assert code == 0, err.getvalue()
     return out.getvalue().strip()
+
+
+def children_of(pid: int) -> list[int]:
+    """The child processes of ``pid`` (of any of its threads: Relay starts its read-model process
+    from a worker thread)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            continue
+    return out

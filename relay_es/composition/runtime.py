@@ -221,6 +221,7 @@ class Runtime:
         self._catching_up = threading.Lock()  # see _read_models_caught_up
         self._fill_tried = False
         self._forwarded = -1  # the head the read-model process was last woken for
+        self._wake_anyway = False  # wake the read-model process though this process saved nothing new
         self._ready_once = False  # see readiness
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
@@ -264,7 +265,8 @@ class Runtime:
         top = self.relay.recorder.max_notification_id() or 0
         if self.runner.position() >= top:
             return None
-        self.projection_worker.wake()  # an event another process wrote woke no listener here
+        self._wake_anyway = True  # an event another process wrote woke no listener here, nor the child
+        self.projection_worker.wake()
         return self.runner.wait_for(top, timeout=timeout)
 
     def readiness(self) -> str | None:
@@ -280,7 +282,7 @@ class Runtime:
         if not self._pm_started.is_set():
             return "starting"
         if not self._ready_once:
-            if self._head - min(self.runner.reached.values(), default=0) > READY_LAG:
+            if self._head - min(dict(self.runner.reached).values(), default=0) > READY_LAG:
                 return "catching_up"
             self._ready_once = True
         return None
@@ -413,7 +415,8 @@ class Runtime:
             return  # the process manager's start folds first: read models far behind in processes (fill_at_start)
         if self.follower is not None:
             head = self._head  # this process's newest save: woken for it, or by the timer
-            woken, self._forwarded = head != self._forwarded, head
+            woken, self._forwarded = head != self._forwarded or self._wake_anyway, head
+            self._wake_anyway = False
             if self.follower.follow(wake=woken):
                 return  # the child follows the log; until it does, and whenever it is gone, we do
         self.runner.catch_up(pause=self._timers_first, stop=self._handed_over)

@@ -240,3 +240,28 @@ def test_readiness_follows_the_start_the_read_models_a_bug_and_the_shutdown(tmp_
         assert rt.readiness() == "shutting_down"
     finally:
         rt.close()
+
+
+def test_an_event_another_process_wrote_wakes_the_read_model_process_when_waited_for(tmp_path: Path) -> None:
+    """A token made by ``relay admin create-token`` and used at once: the tokens' catch-up waits
+    for the read models, and the child must be woken for an event this process did not save (its
+    own reading of the log is an hour away here)."""
+    import time
+
+    s = settings(tmp_path)
+    rt = Runtime(s, projection_process=True)
+    rt.follower.poll_secs = 3600
+
+    async def main() -> None:
+        rt.start(asyncio.get_running_loop())
+        end = time.monotonic() + 30
+        while not rt.follower.following:
+            assert time.monotonic() < end
+            await asyncio.sleep(0.02)
+        _store_with_apps(s, 1)  # another process's write: no listener here heard it
+        assert await asyncio.to_thread(rt.wait_for_read_models, 10) is True
+        assert await asyncio.to_thread(rt.wait_for_read_models, 10) is None  # held already
+        rt.begin_shutdown()
+        await rt.stop()
+
+    asyncio.run(main())

@@ -18,9 +18,11 @@ it exited and until it is started again -- without a gap.
 
 Between the two processes, one pipe:
 
-* the server wakes the child when it has recorded events (one wake outstanding
-  at a time: the child answers each pass, so the server's side never fills);
-  the child also reads the log once a second for writers elsewhere;
+* the server wakes the child when it has recorded events, and when a request
+  waits for the read models (the event may be another process's); one wake is
+  outstanding at a time (the child answers each pass, so the server's side never
+  fills), and one asked for meanwhile, or while the child starts, is sent with
+  its answer. The child also reads the log once a second for writers elsewhere;
 * the child reports each projection's position after every batch it commits,
   every event a read model skipped (:class:`~relay_es.projections.runner.Poison`)
   and every pass that failed; a reader thread in the server takes them in
@@ -34,15 +36,16 @@ are short, the sockets and the deadlines go first. That is all of the in-process
 runner's giving way that crosses the process boundary: on SQLite the child's
 write of a batch still holds the store's one write lock while it lasts, as the
 server's own runner does. It ignores SIGINT and SIGTERM (a Ctrl-C or a
-supervisor signals the whole group; the server stops it) and dies with the
-server (Linux ``PR_SET_PDEATHSIG``; elsewhere when the pipe closes), so a killed
-server leaves no writer behind. A child that exits is started again after a backoff: 1 s,
+supervisor signals the whole group; the server stops it, at the interpreter's
+exit too) and dies with the server (Linux ``PR_SET_PDEATHSIG``; elsewhere when
+the pipe closes), so a killed server leaves no writer behind. A child that exits is started again after a backoff: 1 s,
 doubled at each exit up to :data:`RESTART_BACKOFF_MAX`, back to 1 s once one
 has run for :data:`WORKED_SECS`.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
 import os
@@ -99,6 +102,7 @@ class ProjectionProcess:
         # child reported failed (the store away, a bug). The runtime adds them to
         # relay_worker_failures_total{worker="projections"}, as the worker's own failures in a thread.
         self.failures = 0
+        self._at_exit = False  # stop() registered to run at the interpreter's exit (see _start)
 
     def follow(self, wake: bool = True) -> bool:
         """Starts the child if it is not running (and its restart is due), and wakes it if ``wake`` (this
@@ -118,9 +122,9 @@ class ProjectionProcess:
                     self.failures += 1
                     self._put_off(f"the read models' process could not be started ({type(e).__name__}: {e})")
                 return False
-            if self._ready and wake:
-                if self._asked:
-                    self._pending = True
+            if wake:
+                if self._asked or not self._ready:
+                    self._pending = True  # sent when it answers (its first answer, if it is starting)
                 else:
                     self._wake()
             return self._ready
@@ -150,13 +154,23 @@ class ProjectionProcess:
             raise
         finally:
             theirs.close()
+        if not self._at_exit:
+            # At the interpreter's exit (uvicorn skips the shutdown on a second Ctrl-C), before
+            # multiprocessing's own handler -- registered when the first process started, so run after
+            # this one -- which would SIGTERM the child (ignored, see follow_in_child) and join it for ever.
+            atexit.register(self.stop)
+            self._at_exit = True
         self._process, self._conn = process, ours
         self._ready = self._asked = self._pending = False
         self._started_at = self.monotonic()
         self.starts += 1
         self._reader = threading.Thread(target=self._read, args=(process, ours), name="relay-projections-reader",
                                         daemon=True)
-        self._reader.start()
+        try:
+            self._reader.start()
+        except BaseException:
+            process.kill()  # nobody would read it
+            raise
         log.info("read models: following the log in process %d", process.pid)
 
     def _reap(self) -> None:
@@ -199,7 +213,8 @@ class ProjectionProcess:
                     self._poisoned(value)
                     continue
                 if kind == "failed":
-                    self.failures += 1
+                    with self._lock:
+                        self.failures += 1
                     continue
                 self._reached(value)
                 with self._lock:
@@ -211,8 +226,9 @@ class ProjectionProcess:
                                 self._pending = False
                                 self._wake()
         finally:
-            if self._process is process:
-                self._ready = False  # the server folds until it is reaped and started again
+            with self._lock:
+                if self._process is process:
+                    self._ready = False  # the server folds until it is reaped and started again
             try:
                 conn.close()
             except OSError:

@@ -38,10 +38,12 @@ async def healthz(request: Request[Any, Any, Any], ctx: Context) -> Response[dic
 
 @get("/readyz", operation_id="getReadiness", summary="Readiness",
      description="`{\"status\": \"ready\"}` once the instance should be sent traffic: its process manager has "
-                 "started and its read models have caught up with the store (a fresh start on a large store fills "
-                 "them first). Otherwise 503 `{\"status\": \"not_ready\", \"reason\": ...}`: `starting`, "
-                 "`catching_up`, `unhealthy` (as /healthz) or `shutting_down`. Once ready it stays so while it "
-                 "serves: a storm's lag does not turn callers away.")
+                 "started (a fresh start on a large store fills the read models first) and its read models have "
+                 "come within a batch (1,000 events) of the newest event it recorded. Otherwise 503 "
+                 "`{\"status\": \"not_ready\", \"reason\": ...}`: `starting`, `catching_up`, `unhealthy` (as "
+                 "/healthz) or `shutting_down` (on a connection kept open; new ones are refused once the server "
+                 "closes its socket). Once ready it stays so while it serves: a storm's lag does not turn callers "
+                 "away.")
 async def readyz(ctx: Context) -> Response[dict[str, Any]]:
     reason = ctx.readiness()
     if reason is None:

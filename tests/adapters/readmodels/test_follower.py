@@ -16,9 +16,8 @@ from relay_es.adapters.readmodels.follower import ProjectionProcess
 from relay_es.adapters.stores import parse_database_url
 from relay_es.projections.apps import list_apps
 from relay_es.projections.runner import Poison
-from bench.common import children_of
 from tests.projections.test_poison import huge_setting
-from tests.server import RelayServer
+from tests.server import RelayServer, children_of
 from tests.support import World
 
 SPAWN_SECS = 30.0  # a child's interpreter and imports, on a loaded two-core machine
@@ -116,6 +115,15 @@ def test_woken_while_busy_it_makes_one_more_pass(world: World, follower) -> None
     until(lambda: not f._asked)
     f._asked = True  # a wake outstanding: follow() does not send another, it leaves one pending
     assert f.follow() is True and f._pending
+
+
+def test_a_wake_while_it_starts_is_kept_for_its_first_answer(world: World, follower) -> None:
+    f, _, _ = follower
+    assert f.follow() is False  # started
+    world.relay.register_app("local", "while-starting")
+    assert f.follow() is False and f._pending  # alive, not answering yet: kept, not dropped
+    until(lambda: not f._pending)  # its first answer sent it
+    assert world.runner.wait_for(head(world), timeout=SPAWN_SECS)
 
 
 def test_a_call_without_events_does_not_wake_it(world: World, follower) -> None:
@@ -270,3 +278,36 @@ def test_the_child_dies_with_its_server(tmp_path: Path) -> None:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_server_that_exits_without_stopping_it_is_not_held_up(tmp_path: Path) -> None:
+    """uvicorn skips the shutdown on a second Ctrl-C: the interpreter exits with the child running.
+    multiprocessing's exit handler would SIGTERM it (ignored) and join it for ever; the follower
+    stops it first."""
+    import subprocess
+    import sys
+
+    script = f"""
+import time
+from relay_es.adapters.clock import SystemClock
+from relay_es.adapters.readmodels.follower import ProjectionProcess
+from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
+from relay_es.engine.service import Relay
+from relay_es.projections import all_projections
+from relay_es.projections.runner import ProjectionRunner
+
+store = parse_database_url("sqlite:///{tmp_path}/relay.db")
+relay = Relay(event_store_env(store), clock=SystemClock())
+ProjectionRunner(relay, open_database(store), all_projections())  # the tables
+f = ProjectionProcess(store, reached=lambda p: None, poisoned=lambda p: None)
+end = time.monotonic() + 30
+while not f.following:
+    f.follow()
+    assert time.monotonic() < end
+    time.sleep(0.02)
+print(f._process.pid, flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    child = int(done.stdout.split()[0])
+    until(lambda: not is_follower(child), timeout=10)
