@@ -183,20 +183,25 @@ def test_a_fill_at_start_that_fails_is_tried_once_and_the_server_folds_the_log_i
         rt.close()
 
 
+async def started_with_its_child(rt: Runtime) -> None:
+    """``rt`` started on this loop, its read-model process following the log."""
+    import time
+
+    rt.start(asyncio.get_running_loop())
+    end = time.monotonic() + 30
+    while not rt.follower.following:
+        assert time.monotonic() < end
+        await asyncio.sleep(0.02)
+
+
 def test_with_a_read_model_process_the_runtime_hands_it_the_log_and_stops_it(tmp_path: Path) -> None:
     """``relay serve``'s runtime (ADR 8): its projection worker starts the child, folds the log itself
     until the child reports, then only wakes it; a stop stops the child."""
-    import time
-
     rt = Runtime(settings(tmp_path), projection_process=True)
     assert rt.follower is not None
 
     async def main() -> None:
-        rt.start(asyncio.get_running_loop())
-        end = time.monotonic() + 30
-        while not rt.follower.following:
-            assert time.monotonic() < end
-            await asyncio.sleep(0.02)
+        await started_with_its_child(rt)
         process = rt.follower._process
 
         def not_here(*a: object, **kw: object) -> int:
@@ -246,18 +251,12 @@ def test_an_event_another_process_wrote_wakes_the_read_model_process_when_waited
     """A token made by ``relay admin create-token`` and used at once: the tokens' catch-up waits
     for the read models, and the child must be woken for an event this process did not save (its
     own reading of the log is an hour away here)."""
-    import time
-
     s = settings(tmp_path)
     rt = Runtime(s, projection_process=True)
     rt.follower.poll_secs = 3600
 
     async def main() -> None:
-        rt.start(asyncio.get_running_loop())
-        end = time.monotonic() + 30
-        while not rt.follower.following:
-            assert time.monotonic() < end
-            await asyncio.sleep(0.02)
+        await started_with_its_child(rt)
         _store_with_apps(s, 1)  # another process's write: no listener here heard it
         assert await asyncio.to_thread(rt.wait_for_read_models, 10) is True
         assert await asyncio.to_thread(rt.wait_for_read_models, 10) is None  # held already

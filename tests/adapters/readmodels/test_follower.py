@@ -14,6 +14,7 @@ import pytest
 
 from relay_es.adapters.readmodels.follower import ProjectionProcess
 from relay_es.adapters.stores import parse_database_url
+from relay_es.domain.clock import FakeClock
 from relay_es.projections.apps import list_apps
 from relay_es.projections.runner import Poison
 from tests.projections.test_poison import huge_setting
@@ -31,24 +32,15 @@ def world(clock, store_url) -> Iterator[World]:
     w.close()
 
 
-class Monotonic:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def follower(world: World) -> Iterator[tuple[ProjectionProcess, Monotonic, list[Poison]]]:
+def follower(world: World) -> Iterator[tuple[ProjectionProcess, FakeClock, list[Poison]]]:
     seen: list[Poison] = []
     world.runner.on_poison.append(seen.append)
-    mono = Monotonic()
     # It reads the log only when woken: whatever a test sees folded, a wake made it so.
     f = ProjectionProcess(parse_database_url(world.store_url), reached=world.runner.reached_elsewhere,
-                          poisoned=world.runner.poisoned_elsewhere, log_level="WARNING", monotonic=mono,
+                          poisoned=world.runner.poisoned_elsewhere, log_level="WARNING", monotonic=world.clock.monotonic,
                           poll_secs=3600)
-    yield f, mono, seen
+    yield f, world.clock, seen
     f.stop()
 
 
@@ -149,7 +141,7 @@ def test_an_event_the_child_skips_is_counted_here(world: World, follower) -> Non
 
 
 def test_a_child_that_exits_is_counted_and_started_again_after_a_backoff(world: World, follower) -> None:
-    f, mono, _ = follower
+    f, clock, _ = follower
     until(following(f))
     first = f._process
     os.kill(first.pid, signal.SIGKILL)
@@ -158,15 +150,15 @@ def test_a_child_that_exits_is_counted_and_started_again_after_a_backoff(world: 
     world.relay.register_app("local", "meanwhile")
     world.runner.catch_up()
     assert f.follow() is False and f.starts == 1  # not before its backoff (1 s, doubling to 30 s)
-    mono.now += 1.0
+    clock.advance(1.0)
     until(following(f))
     assert f.starts == 2 and f._process is not first
     os.kill(f._process.pid, signal.SIGKILL)
     f._process.join(10)
     f.follow()
-    mono.now += 1.0
+    clock.advance(1.0)
     assert f.follow() is False and f.starts == 2  # it exited again: 2 s now
-    mono.now += 1.0
+    clock.advance(1.0)
     until(following(f))
     assert f.exits == 2 and f.starts == 3
 
@@ -175,7 +167,7 @@ def test_a_child_that_cannot_be_started_is_tried_again_after_a_backoff(world: Wo
     """No process to be had (EAGAIN, EMFILE): the server goes on folding, and the failure is counted."""
     import multiprocessing
 
-    f, mono, _ = follower
+    f, clock, _ = follower
     real = multiprocessing.get_context
 
     class NoProcesses:
@@ -187,10 +179,10 @@ def test_a_child_that_cannot_be_started_is_tried_again_after_a_backoff(world: Wo
 
     monkeypatch.setattr(multiprocessing, "get_context", lambda name: NoProcesses(real(name)))
     assert f.follow() is False and f.failures == 1 and f.starts == 0
-    mono.now += 0.5
+    clock.advance(0.5)
     assert f.follow() is False and f.failures == 1  # not before its backoff
     monkeypatch.setattr(multiprocessing, "get_context", real)
-    mono.now += 0.5
+    clock.advance(0.5)
     until(following(f))
     assert f.starts == 1 and f.exits == 0
 
@@ -245,12 +237,12 @@ def test_a_failed_pass_of_the_child_is_counted_here(world: World, follower) -> N
 
 
 def test_a_stopped_child_is_not_started_again(world: World, follower) -> None:
-    f, mono, _ = follower
+    f, clock, _ = follower
     until(following(f))
     process = f._process
     f.stop()
     assert not process.is_alive() and process.exitcode == 0  # it stopped itself: not killed
-    mono.now += 60
+    clock.advance(60)
     assert f.follow() is False and f.starts == 1 and f.exits == 0
 
 
