@@ -17,6 +17,12 @@ pending: never completed), ``app``, ``targets`` (``type``, ``ids``: the first 10
 ``count``), ``parameters``, ``message``, ``result``, ``executorId`` (the executor that
 answered) and ``completedAt``. Conductor serves this operation only with OAuth; Relay serves
 it in every mode (an org-wide token with ``organization.read`` in auth mode).
+
+The log is a read model, folded in the background (its own process under ``relay serve``). A read
+first waits, a few seconds at most, until it holds every event recorded when it was asked (by any
+instance): an action whose answer the caller has, or a refusal it was given, is on record in the
+next read, whichever endpoint made it. A read during a storm may wait; one that cannot catch up in
+time answers what the log holds and says so in Relay's log.
 """
 
 from __future__ import annotations
@@ -111,7 +117,9 @@ class AuditController(Controller):
     ) -> list[AuditLogEntry]:
         start = None if start_time is None else units.parse_rfc3339("startTime", _text("startTime", start_time, 64))
         end = None if end_time is None else units.parse_rfc3339("endTime", _text("endTime", end_time, 64))
-        rows = actions_view.query(ctx.db, org=org, start=start, end=end, operation=_text("operation", operation),
-                                  subject=_text("subject", subject), target=_text("target", target),
-                                  limit=limit, offset=offset)
+        operation, subject, target = (_text("operation", operation), _text("subject", subject),
+                                      _text("target", target))
+        ctx.read_your_writes()  # a bad filter is answered at once; a good one waits for the log to be whole
+        rows = actions_view.query(ctx.db, org=org, start=start, end=end, operation=operation, subject=subject,
+                                  target=target, limit=limit, offset=offset)
         return [entry_out(r) for r in rows]

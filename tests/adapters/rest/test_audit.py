@@ -5,18 +5,27 @@ Who did what through the API: changes to applications and tokens (their successe
 failures), workflow actions carried to an executor, and refusals (401, 403) -- one entry each,
 newest first, with Conductor's filters and pages. Which events make which rows is
 ``tests/projections/test_actions.py``'s; the throttle of refusals is ``test_recording.py``'s.
+A read waits for the read models to hold every action recorded before it (one test proves it on a
+runtime whose read models move only when that wait moves them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+from litestar.testing import TestClient
 
+from relay_es.adapters.rest import build_app
+from relay_es.composition.asgi import rest_context
+from relay_es.composition.runtime import Runtime
+from relay_es.composition.settings import Settings
+from relay_es.engine.action_commands import Actor
 from tests.conductor_schema import check_response
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import rest as call
@@ -163,7 +172,7 @@ def test_refusals_are_on_record_under_the_caller_s_org(auth_server: tuple[RelayS
 def test_development_mode_refuses_and_records_a_request_from_another_machine(server: RelayServer) -> None:
     r = call(server, "DELETE", L + "/apps/orders", headers={"Host": "relay.example.com"})
     assert r.status_code == 403, r.text
-    (entry,) = wait_for(server, lambda got: got, "the refusal on record")  # folded by the read models after the 403
+    (entry,) = log(server)  # the read waits for the read models: the refusal made before it is on record
     assert entry["operation"] == "deleteApp" and entry["details"]["outcome"] == "refused"
     assert entry["subject"]["display"] == "anonymous (not this machine)"
     assert entry["details"]["result"]["status"] == 403
@@ -185,3 +194,27 @@ def test_the_log_survives_a_restart_and_a_rebuild(tmp_path, store_url) -> None:
         assert wait_for(s, lambda got: len(got) == 2, "the rebuilt log") == before
     finally:
         s.stop()
+
+
+def test_a_read_waits_until_the_log_holds_every_action_recorded_before_it(tmp_path) -> None:
+    """Deterministic, on a runtime whose read models move only when the wait moves them: an action
+    recorded (by any endpoint or instance) and not yet folded is in the next read."""
+    runtime = Runtime(Settings(database_url=f"sqlite:///{tmp_path}/relay.db", instance="test-instance"))
+    try:
+        waits: list[int] = []
+
+        def read_your_writes() -> None:
+            waits.append(1)
+            runtime.runner.catch_up()
+
+        ctx = dataclasses.replace(rest_context(runtime), read_your_writes=read_your_writes)
+        client = TestClient(build_app(ctx), base_url="http://127.0.0.1")
+        runtime.relay.record_action_requested("local", "orders", request_id="r1", operation="cancelWorkflow",
+                                              actor=Actor.development(), source="127.0.0.1",
+                                              target_type="workflow", target_ids=["w1"])
+        r = client.get(L + "/audit-logs")
+        assert [e["operation"] for e in conforms(r)] == ["cancelWorkflow"] and waits == [1]
+        assert client.get(L + "/audit-logs", params={"operation": "x" * 300}).status_code == 422
+        assert waits == [1]  # a bad filter is answered without waiting
+    finally:
+        runtime.close()
