@@ -14,6 +14,7 @@ import websockets
 
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer, TLS
+from tests.support import until
 
 L = "/v2/orgs/local"
 
@@ -120,9 +121,13 @@ def test_a_page_cannot_register_a_fake_executor_in_development_mode(dev: RelaySe
     asyncio.run(main())
     assert "pwned" not in [a["name"] for a in call(dev, "GET", f"{L}/apps").json()]
     assert call(dev, "GET", f"{L}/apps/pwned/executors").status_code == 404
-    refusals = [a for a in call(dev, "GET", f"{L}/executor-events", params={"limit": 1000}).json()
+
+    def refusals() -> list[dict[str, Any]]:
+        return [a for a in call(dev, "GET", f"{L}/executor-events", params={"limit": 1000}).json()
                 if a["action"] == "auth.refused"]
-    assert refusals and all(a["detail"]["status"] == 403 for a in refusals)
+
+    got = asyncio.run(until(refusals, 10, what="the refusal in the lifecycle feed"))  # a read model: folded after
+    assert all(a["detail"]["status"] == 403 for a in got)
 
 
 def test_hostile_names_and_queries_get_clear_refusals_and_change_nothing(dev: RelayServer) -> None:
