@@ -12,7 +12,8 @@ from typing import Any
 from relay_es.aggregates import SettingsPatch
 from relay_es.adapters.stores import event_store_env, open_database, parse_database_url
 from relay_es.domain.clock import FakeClock
-from relay_es.engine.process_manager import ProcessManager, RecoveryOutcome, RecoveryRequest, Timing, replay_bootstrap
+from relay_es.engine.journal import Journal
+from relay_es.engine.process_manager import EXECUTOR_TOPICS, ProcessManager, RecoveryOutcome, RecoveryRequest, Timing, replay_bootstrap
 from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
 from relay_es.composition.runtime import view_bootstrap
@@ -81,6 +82,7 @@ class World:
         self.relay: Relay | None = None
         self.db = None
         self.runner: ProjectionRunner | None = None
+        self.journal = Journal(EXECUTOR_TOPICS)
         self._open()
         self.relay.register_app("local", "app")
         self.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=grace)))
@@ -95,18 +97,25 @@ class World:
         if self.store_url is None:
             if self.relay is None:
                 self.relay = Relay(POPO, clock=self.clock)
+                self._hand_saves()
             return
         cfg = parse_database_url(self.store_url)
         self.relay = Relay(event_store_env(cfg), clock=self.clock)
+        self._hand_saves()
         self.db = open_database(cfg)
         self.runner = ProjectionRunner(self.relay, self.db, all_projections())
 
     def _new_pm(self) -> ProcessManager:
         bootstrap = replay_bootstrap(self.relay) if self.runner is None else view_bootstrap(self.db, self.runner)
+        self.journal = Journal(EXECUTOR_TOPICS)  # a new process's: empty
         pm = ProcessManager(self.relay, self.clock, self.dispatcher, owner=self.owner, timing=self.timing,
-                            bootstrap=bootstrap)
+                            bootstrap=bootstrap, journal=self.journal)
         pm.start()
         return pm
+
+    def _hand_saves(self) -> None:
+        """This process's saves go to the process manager's journal, as the runtime's do."""
+        self.relay.add_recordings_listener(lambda recordings: self.journal.saved(recordings))
 
     def restart(self, *, down_for: float = 0.0, owner: str = "relay-2") -> None:
         """Relay stops (its memory is gone), time passes, a new Relay starts."""

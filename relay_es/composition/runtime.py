@@ -48,7 +48,8 @@ from relay_es.aggregates.executor import Executor
 from relay_es.domain import defaults
 from relay_es.domain.clock import Clock
 from relay_es.engine.alerting import AlertManager, AlertTiming
-from relay_es.engine.process_manager import Answers, ProcessManager, Timing
+from relay_es.engine.journal import Journal
+from relay_es.engine.process_manager import EXECUTOR_TOPICS, Answers, ProcessManager, Timing
 from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
 from relay_es.engine.service import Relay
@@ -163,6 +164,10 @@ class Runtime:
                 harvest=self.harvest,
                 observe=self.metrics.executor_call,
             )
+            # What this process saves, handed to the process manager: it follows those from memory and
+            # reads the log only for the rest (relay_es.engine.journal).
+            self.journal = Journal(EXECUTOR_TOPICS)
+            self.relay.add_recordings_listener(self.journal.saved)
             self.pm = ProcessManager(
                 self.relay,
                 self.clock,
@@ -176,6 +181,7 @@ class Runtime:
                 metrics_interval=period,
                 crash_point=faults.crash_point,
                 on_event=self._executor_changed,
+                journal=self.journal,
             )
             self.alert_sender = AlertSender(self.calls, timeout=settings.call_timeout.total_seconds(),
                                             egress=Egress.parse(",".join(settings.alert_webhook_allow)))

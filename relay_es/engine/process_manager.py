@@ -77,6 +77,7 @@ from relay_es.aggregates.executor import Executor, ExecutorStatus as S, Recovery
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
 from relay_es.engine.indexes import Indexes, derive_indexes
+from relay_es.engine.journal import Journal
 from relay_es.engine.metric_windows import seconds_until_next, spread
 from relay_es.engine.recovery import (
     Answers,
@@ -179,6 +180,7 @@ class ProcessManager:
         batch_size: int = 500,
         chunk: int = 250,
         tie_key: bytes | None = None,
+        journal: Journal | None = None,
     ) -> None:
         """``answers``: the inbox the dispatcher puts recovery answers in (a fresh one that
         calls ``wake`` by default). ``wake``: called from any thread when there is work for a
@@ -190,7 +192,9 @@ class ProcessManager:
         ``batch_size``: log entries read per query while following. ``chunk``: how many timers
         other than :data:`URGENT` ones one round of :meth:`step` fires (see :meth:`_run_due`). ``tie_key``:
         the secret that orders equally good recovery candidates (random per process unless a test
-        gives one; see :meth:`_best_candidate`)."""
+        gives one; see :meth:`_best_candidate`). ``journal``: the events this process saves, told to
+        it as they are saved (:mod:`relay_es.engine.journal`): followed from memory, the log read only
+        for what it lacks (None: everything is read from the log)."""
         self.relay = relay
         self.clock = clock
         self.dispatcher = dispatcher
@@ -205,6 +209,7 @@ class ProcessManager:
         self.metrics_interval = metrics_interval
         self._crash_point = crash_point or (lambda name: None)
         self.batch_size = batch_size  # log entries read per query while following
+        self.journal = journal
         if chunk < 1 or batch_size < 1:
             raise ValueError("chunk and batch_size must be at least 1")
         self.chunk = chunk  # timers other than URGENT ones fired per round of step
@@ -350,9 +355,8 @@ class ProcessManager:
         while True:
             if yield_to_timers and n and self._urgent_due():
                 return n
-            notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
-                                                      unreadable=True, skip=self._has)
-            if not notifications:
+            notifications, to = self._next_events()
+            if not notifications and to == self.position:
                 return n
             for nid, sid, event in notifications:
                 if event is not None:  # None: folded already, as this process manager recorded it (_execute)
@@ -361,6 +365,27 @@ class ProcessManager:
                     self._caught_up_with(sid, nid)
                 self.position = nid
                 n += 1
+            self.position = max(self.position, to)
+
+    def _next_events(self) -> tuple[list[tuple[int, str, Any]], int]:
+        """The next executor events after :attr:`position`, at most :attr:`batch_size`: ``(id, stream
+        id, event)``, the event None where it is folded already (:meth:`_has`) or of another topic;
+        and the position once they are folded. From the journal while it holds the next ids (this
+        process saved them); else from the log, up to the journal's next id where there is one (every
+        id before it is committed: see :mod:`relay_es.engine.journal`), so that a gap is read once."""
+        until = None
+        if self.journal is not None:
+            taken, beyond = self.journal.take(self.position, self.batch_size)
+            if taken:
+                return [(nid, sid, None if event is None or self._has(sid, event.originator_version) else event)
+                        for nid, sid, event in taken], taken[-1][0]
+            if beyond is not None:
+                until = beyond - 1
+        notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
+                                                 unreadable=True, skip=self._has, until=until)
+        if until is not None and len(notifications) < self.batch_size:
+            return notifications, until  # the whole gap: what it held of the executors' events, and the rest passed
+        return notifications, notifications[-1][0] if notifications else self.position
 
     def _has(self, stream_id: str, version: int) -> bool:
         """Whether the row of ``stream_id`` has folded its event ``version`` already (the log

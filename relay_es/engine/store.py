@@ -209,6 +209,7 @@ class RelayStore(ESApplication[UUID]):
         make = getattr(self.factory, "relay_reads", None)
         self.reads: StoreReads = make(self) if make is not None else LibraryReads(self)
         self._listeners: list[Callable[[int], None]] = []
+        self._recordings_listeners: list[Callable[[list[Any]], None]] = []
         self._listeners_lock = threading.Lock()
         self.save_observers: list[Callable[[float, list[Any]], None]] = []
         self._cache: dict[UUID, Any] = {}
@@ -258,6 +259,13 @@ class RelayStore(ESApplication[UUID]):
         with self._listeners_lock:
             self._listeners.append(fn)
 
+    def add_recordings_listener(self, fn: Callable[[list[Any]], None]) -> None:
+        """``fn(recordings)`` is called after every save in this process, before the listeners of
+        :meth:`add_listener` (one of which may wake a reader that wants them): the library's
+        recordings, each with its ``notification`` (as the log holds it) and ``domain_event``."""
+        with self._listeners_lock:
+            self._recordings_listeners.append(fn)
+
     def save(self, *objs: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
         started = time.perf_counter()
         try:
@@ -300,6 +308,12 @@ class RelayStore(ESApplication[UUID]):
         top = max(r.notification.id for r in recordings)
         with self._listeners_lock:
             listeners = list(self._listeners)
+            given = list(self._recordings_listeners)
+        for hand in given:
+            try:
+                hand(recordings)
+            except Exception:  # a listener must never fail a save
+                log.exception("recordings listener failed")
         for fn in listeners:
             try:
                 fn(top)

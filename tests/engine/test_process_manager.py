@@ -1190,11 +1190,16 @@ def test_the_log_is_followed_between_chunks_of_dispatches_so_later_drops_get_the
     assert len(world.dispatcher.sent) == 40
 
 
-def test_what_the_process_manager_records_it_folds_at_once_and_never_decodes_again(world: World, monkeypatch) -> None:
+@pytest.mark.parametrize("hub", ["here", "elsewhere"])
+def test_what_this_process_records_the_process_manager_folds_at_once_and_never_decodes(world: World, monkeypatch,
+                                                                                       hub: str) -> None:
+    # The process manager folds its own events as it records them; the journal hands it every other event
+    # this process saved (the hub's). Only another process's events are read from the log and decoded.
     world.connect("B")
     dying = [f"A{i}" for i in range(10)]
     for name in dying:
         world.connect(name)
+    world.sync()
     real = world.relay.notifications
     decoded: list[str] = []
 
@@ -1205,18 +1210,49 @@ def test_what_the_process_manager_records_it_folds_at_once_and_never_decodes_aga
         return got
 
     monkeypatch.setattr(world.relay, "notifications", spy)
-    for name in dying:
-        world.drop(name)
+    with monkeypatch.context() as m:
+        if hub == "elsewhere":  # the drops are recorded by another process: this one's journal is not told
+            m.setattr(world.journal, "saved", lambda recordings: None)
+        for name in dying:
+            world.drop(name)
     world.advance(10.0)
     assert len(world.dispatcher.sent) == 10
     for request in list(world.dispatcher.sent):
         world.answer(request)
     assert {world.status(name) for name in dying} == {"DELETED"}
-    # Disconnected came from the hub; DeclaredDead, RecoveryDispatched, RecoveryConfirmed and Deleted were its own
-    assert set(decoded) == {"Disconnected"} and len(decoded) == 10
+    # DeclaredDead, RecoveryDispatched, RecoveryConfirmed and Deleted were its own; Disconnected the hub's
+    expected = ["Disconnected"] * 10 if hub == "elsewhere" else []
+    assert decoded == expected
     assert world.pm.position == world.relay.recorder.max_notification_id()  # and the log was followed past them
     assert world.pm.derived_indexes() == world.pm.rebuilt_indexes()
     assert world.pm._folded_ahead == {} and world.pm._defer_later == set()  # nothing kept once the log is read
+    assert len(world.journal) == 0
+
+
+def test_a_gap_in_the_journal_with_no_executor_event_in_it_is_passed_after_one_read(world: World,
+                                                                                   monkeypatch) -> None:
+    # Another process's event of another topic (or an id a rolled-back insert burned) comes before events this
+    # process saved: the log is read once up to the journal's next id, holds nothing followed, and is passed.
+    world.connect("A")
+    with monkeypatch.context() as m:
+        m.setattr(world.journal, "saved", lambda recordings: None)
+        world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=20)))
+    reads: list[tuple[int, int | None]] = []
+    real = world.relay.notifications
+
+    def spy(after: int, limit: int, *args: Any, until: int | None = None, skip: Any = None, **kwargs: Any) -> Any:
+        if skip is not None:  # the process manager's reads (the read models give no skip)
+            reads.append((after, until))
+        return real(after, limit, *args, until=until, skip=skip, **kwargs)
+
+    monkeypatch.setattr(world.relay, "notifications", spy)
+    before, gap_end = world.pm.position, world.relay.recorder.max_notification_id()
+    world.relay.executor_connected("local", "app", info("B"), connection_id="B-1", owner=world.owner)
+    world.sync()
+    top = world.relay.recorder.max_notification_id()
+    assert reads[0] == (before, gap_end)  # the gap, read once, up to what B's connection saved
+    assert set(reads[1:]) == {(top, None)}  # then the journal, then the log from the end: nothing new
+    assert world.pm.position == top and world.status("B") == "HEALTHY" and len(world.journal) == 0
 
 
 def test_a_death_folded_ahead_of_the_log_waits_for_it_before_recording_that_no_candidate_is_left(world: World) -> None:
