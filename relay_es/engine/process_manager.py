@@ -349,7 +349,7 @@ class ProcessManager:
     # ------------------------------------------------------------ following
     def catch_up(self, *, yield_to_timers: bool = False) -> int:
         """Folds the executor events appended since :attr:`position`, :attr:`batch_size` at a time.
-        Returns how many. ``yield_to_timers``: stops after a batch once an :data:`URGENT` timer is due,
+        Returns how many entries of the log it passed (the journal's include other topics' ids). ``yield_to_timers``: stops after a batch once an :data:`URGENT` timer is due,
         so that :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
         n = 0
         while True:
@@ -359,7 +359,7 @@ class ProcessManager:
             if not notifications and to == self.position:
                 return n
             for nid, sid, event in notifications:
-                if event is not None:  # None: folded already, as this process manager recorded it (_execute)
+                if event is not None:  # None: folded already (this process manager recorded it), or another topic
                     self._fold(nid, event, "following the log")
                 if self._folded_ahead:
                     self._caught_up_with(sid, nid)

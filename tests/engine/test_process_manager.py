@@ -342,20 +342,23 @@ def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a
     world.restart(down_for=30.0)
     world.dispatcher.admitted = 1  # someone is back (or the window would wait for the first)
     world.pm.chunk = 5
-    real = world.relay.notifications
+    real = world.pm._next_events
+    slowed: list[int] = []
 
-    def slow(*args: Any, skip: Any = None, **kwargs: Any) -> Any:
-        got = real(*args, skip=skip, **kwargs)
-        if got and skip is not None:  # the process manager's reads (the read models give no skip)
+    def slow() -> Any:  # a batch of the log, from the journal or the store, takes a second
+        got, to = real()
+        if got:
+            slowed.append(len(got))
             world.clock.advance(1.0)
-        return got
+        return got, to
 
-    monkeypatch.setattr(world.relay, "notifications", slow)
+    monkeypatch.setattr(world.pm, "_next_events", slow)
     grace = world.relay.grace_for("local", "app")
     world.advance(5.0)
     while not world.pm.settle.closed:  # open a span after the first came back (none of these did)
         world.advance(1.0)
-    monkeypatch.setattr(world.relay, "notifications", real)
+    monkeypatch.setattr(world.pm, "_next_events", real)
+    assert slowed  # the log this test makes slow was followed (a chunk a time would be a second each)
     executors = [world.executor(n) for n in names]
     assert {e.status.value for e in executors} == {"DISCONNECTED"}
     grace_from = world.pm.started_at + timedelta(seconds=world.pm.settle.extension)

@@ -20,8 +20,9 @@ it in every mode (an org-wide token with ``organization.read`` in auth mode).
 
 The log is a read model, folded in the background (its own process under ``relay serve``). A read
 first waits, a few seconds at most, until it holds every event recorded when it was asked (by any
-instance): an action whose answer the caller has, or a refusal it was given, is on record in the
-next read, whichever endpoint made it. A read during a storm may wait; one that cannot catch up in
+instance): an action whose answer the caller has, or a refusal it was given and Relay recorded (refusals
+are throttled: :mod:`~relay_es.adapters.rest.recording`), is on record in the next read, whichever
+endpoint made it. A read during a storm may wait; one that cannot catch up in
 time answers what the log holds and says so in Relay's log.
 """
 
