@@ -349,8 +349,9 @@ class ProcessManager:
     # ------------------------------------------------------------ following
     def catch_up(self, *, yield_to_timers: bool = False) -> int:
         """Folds the executor events appended since :attr:`position`, :attr:`batch_size` at a time.
-        Returns how many entries of the log it passed (the journal's include other topics' ids). ``yield_to_timers``: stops after a batch once an :data:`URGENT` timer is due,
-        so that :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
+        Returns how many entries of the log it passed (the journal's include other topics' ids).
+        ``yield_to_timers``: stops after a batch once an :data:`URGENT` timer is due, so that
+        :meth:`step` fires it before following on (a backlog of events never makes a death late)."""
         n = 0
         while True:
             if yield_to_timers and n and self._urgent_due():
