@@ -9,7 +9,8 @@ and the most inclusive ones. py-spy is not a dependency of Relay: ``.venv/bin/pi
 Scenarios:
 
 * ``detection [--store S] [--n N]``: section 3's storm (N deaths at once, default 10,000, with as
-  many pinging bystanders as the open-file limit leaves), from the drop for ``--seconds`` (25);
+  many pinging bystanders as the open-file limit leaves), from the drop (or ``--after`` seconds
+  later: 4.5 puts the deaths, due 5 s after the drop, at the start) for ``--seconds`` (25);
   prints the section's lateness figures beside the summary.
 * ``throughput [--store S] [--n N]``: section 2's connect, drop and reconnect storms of N
   executors (default 5,000), one profile each (``OUT.connect``, ...).
@@ -36,6 +37,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -104,9 +106,24 @@ def section(args: argparse.Namespace, scenario: str, run: Callable[[Any, Callabl
     ctx = Context(False, 1.0, [args.store])
     out = args.out or ROOT / "bench" / "results" / "profile" / f"{scenario}-{args.store}"
     spy: list[subprocess.Popen[bytes]] = []
+    threads: list[threading.Thread] = []
+    after = getattr(args, "after", 0.0)
+
+    def profile(srv: Any) -> None:
+        if not after:
+            spy.append(record(srv.proc.pid, out, args.seconds))
+            return
+        def later() -> None:  # the run goes on meanwhile
+            time.sleep(after)
+            spy.append(record(srv.proc.pid, out, args.seconds))
+        threads.append(threading.Thread(target=later, daemon=True))
+        threads[-1].start()
+
     try:
-        res = run(ctx, lambda srv: spy.append(record(srv.proc.pid, out, args.seconds)))
+        res = run(ctx, profile)
     finally:
+        for t in threads:
+            t.join()
         for p in spy:
             p.wait()
         ctx.close()
@@ -214,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     d.add_argument("--n", type=int, default=10_000)
     d.add_argument("--seconds", type=float, default=25)
+    d.add_argument("--after", type=float, default=0.0, help="seconds after the drop the recording starts")
     d.add_argument("--out", type=Path)
     t = sub.add_parser("throughput")
     t.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")

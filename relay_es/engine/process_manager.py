@@ -79,6 +79,7 @@ from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
 from relay_es.engine.indexes import Indexes, derive_indexes
 from relay_es.engine.journal import Journal
 from relay_es.engine.metric_windows import seconds_until_next, spread
+from relay_es.engine.pace import Pace
 from relay_es.engine.recovery import (
     Answers,
     Dispatcher,
@@ -113,6 +114,7 @@ BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried ag
 # recorded past their deadline, and executors on their way back declared dead.
 URGENT = ("deadline", "orphan")
 ORPHANS_PER_SAVE = 1000  # orphans recorded per transaction: the hub's reconnects are written between them
+ANSWERS_PER_SAVE = 500  # recovery answers recorded per transaction, when no deadline is near (see Pace)
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,9 @@ class ProcessManager:
         self.last_bug: str | None = None
         self._bugs_logged: set[tuple[Any, ...]] = set()
         self._urgent_running = False
+        # The work that can wait, each kind at its measured pace: a chunk of it fits before the next deadline.
+        self._pace_timers = Pace()
+        self._pace_answers = Pace()
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -305,6 +310,11 @@ class ProcessManager:
         """Whether a timer (of ``kind``) would fire now."""
         nxt = self._next_at(kind)
         return nxt is not None and nxt <= self.clock.monotonic()
+
+    def _slack(self) -> float | None:
+        """Seconds until the next :data:`URGENT` timer fires (at most 0: one is due), or None."""
+        times = [t for kind in URGENT if (t := self._next_at(kind)) is not None]
+        return min(times) - self.clock.monotonic() if times else None
 
     def _urgent_due(self) -> bool:
         """Whether a timer that sets or enforces a deadline (:data:`URGENT`) is due."""
@@ -664,7 +674,8 @@ class ProcessManager:
     # ---------------------------------------------------------------- timers
     def _run_due(self) -> int:
         """Fires the due timers: every deadline and orphan due (:data:`URGENT`), then at most
-        :attr:`chunk` of the others. Deadlines that come due together are decided together and
+        :attr:`chunk` of the others, fewer if the next deadline is nearer than that many take
+        (:class:`~relay_es.engine.pace.Pace`). Deadlines that come due together are decided together and
         recorded in one transaction, so a thousand executors dying at once cost one commit, not a
         thousand; so are orphans; a batched kind's due timers in a chunk are recorded in one
         transaction too. :meth:`step` goes round (following the log,
@@ -676,15 +687,19 @@ class ProcessManager:
             if self.settle.is_open(self.clock.monotonic()):
                 return 0  # timers armed for the settle window's end wait for its new end
         total = self._fire_urgent()
+        limit = self._pace_timers.fitting(self._slack(), self.chunk)
         chunk: dict[str, list[tuple[Any, Any]]] = {}  # kind -> [(key, payload)], earliest due first
-        for (kind, sid), payload in self.timers.pop_due(self.clock.monotonic(), limit=self.chunk):
+        for (kind, sid), payload in self.timers.pop_due(self.clock.monotonic(), limit=limit):
             chunk.setdefault(kind, []).append((sid, payload))
             total += 1
         for kind in URGENT:  # came due meanwhile: first again
             if kind in chunk:
                 self._fire_kind(kind, chunk.pop(kind))
-        for kind, items in chunk.items():
-            self._fire_kind(kind, items)
+        if chunk:
+            t0 = self.clock.monotonic()
+            for kind, items in chunk.items():
+                self._fire_kind(kind, items)
+            self._pace_timers.took(sum(map(len, chunk.values())), self.clock.monotonic() - t0)
         return total
 
     def _fire_urgent(self) -> int:
@@ -934,13 +949,15 @@ class ProcessManager:
         return tie_rank(self._tie_key, dead_stream_id, attempt, candidate_id)
 
     # --------------------------------------------------------------- answers
-    def _drain_answers(self, limit: int = 500) -> int:
-        """Records up to ``limit`` waiting answers in one transaction. On a store error they go
+    def _drain_answers(self) -> int:
+        """Records waiting answers in one transaction: :data:`ANSWERS_PER_SAVE`, or as many as fit
+        before the next deadline (:class:`~relay_es.engine.pace.Pace`). On a store error they go
         back to the inbox (an answer is never lost); on a bug each is recorded alone, and the
         one that still fails is dropped: its response timer fails the attempt in the end."""
-        taken = self.answers.take(limit)
+        taken = self.answers.take(self._pace_answers.fitting(self._slack(), ANSWERS_PER_SAVE))
         if not taken:
             return 0
+        t0 = self.clock.monotonic()
         try:
             self._record_answers(taken)
         except Exception as e:
@@ -957,6 +974,7 @@ class ProcessManager:
                             self.answers.put_back(taken[i:])
                             raise
                         self._bug("recording answers", e1)
+        self._pace_answers.took(len(taken), self.clock.monotonic() - t0)
         return len(taken)
 
     def _record_answers(self, outcomes: list[RecoveryOutcome]) -> None:

@@ -1116,6 +1116,62 @@ def test_a_deadline_coming_due_while_earlier_deaths_are_dispatched_waits_for_one
     assert {r.target_executor_id for r in world.dispatcher.sent} == {"B"}
 
 
+def test_dispatches_go_as_many_as_fit_before_the_next_deadline_not_a_whole_chunk(world: World) -> None:
+    # Sending a recovery dispatch takes 10 ms. 10 executors die and are dispatched: the process
+    # manager learns that pace. Then 40 die together and a 41st deadline comes due 35 ms later. The
+    # chunk (250) would send all 40 dispatches first (400 ms); as many as fit in 35 ms are sent,
+    # never fewer than a 25th of the chunk (10, 100 ms), and then the 41st dies.
+    world.connect("B")
+    warm = [f"W{i}" for i in range(10)]
+    first = [f"A{i}" for i in range(40)]
+    for name in warm + first + ["late"]:
+        world.connect(name)
+    world.dispatcher.on_send = lambda request: world.clock.advance(0.01)
+    for name in warm:
+        world.drop(name)
+    world.advance(10.0)
+    assert len(world.dispatcher.sent) == 10
+    for request in list(world.dispatcher.sent):
+        world.answer(request)
+    for name in first:
+        world.drop(name)
+    world.clock.advance(0.035)
+    world.drop("late")
+    world.advance(10.0)
+    assert world.status("late") == "DEAD"
+    assert declared_dead_lateness(world, "late") <= 0.1
+    assert len(world.dispatcher.sent) == 10 + 40 + 1  # and every death was dispatched
+    assert {r.target_executor_id for r in world.dispatcher.sent[10:]} == {"B"}
+
+
+def test_answers_are_recorded_as_many_as_fit_before_the_next_deadline_not_a_whole_batch(
+        world: World, monkeypatch) -> None:
+    # Recording an answer takes 1 ms. 300 answers wait while A's deadline is 19.5 ms away: all 300 in
+    # one transaction would make A 280 ms late; as many as fit (19, but never fewer than a 25th of
+    # the batch: 20) are recorded, A dies half a millisecond late, and the rest follow.
+    world.connect("B")
+    world.connect("A")
+    world.drop("A")
+    real = world.pm._record_answers
+
+    def slow(outcomes: list[RecoveryOutcome]) -> None:
+        world.clock.advance(0.001 * len(outcomes))
+        real(outcomes)
+
+    monkeypatch.setattr(world.pm, "_record_answers", slow)
+    for i in range(50):  # the pace learnt (answers to requests long finished: ignored, but recorded as any)
+        world.pm.recovery_answered(RecoveryOutcome(f"old-{i}", True, True))
+    world.sync()
+    assert not world.pm.answers
+    world.clock.advance((world.executor("A").deadline - world.clock.now()).total_seconds() - 0.0195)
+    for i in range(300):
+        world.pm.recovery_answered(RecoveryOutcome(f"late-{i}", True, True))
+    world.sync()
+    assert world.status("A") == "DEAD"
+    assert declared_dead_lateness(world, "A") <= 0.005
+    assert not world.pm.answers  # and every answer was taken
+
+
 def test_a_deadline_coming_due_while_a_backlog_is_followed_waits_for_one_batch_not_all(world: World) -> None:
     # 100 connects the process manager has not followed yet; folding each takes it 10 ms. A
     # deadline comes due 200 ms into that backlog: it is fired after the batch being folded (10
