@@ -11,8 +11,8 @@ so that a library upgrade that changes one fails here, not in production:
 * the transcoder's registered transcodings are in ``JSONTranscoder.names``;
 * aggregates saved beneath ``Application.save`` (its ``_record``, ``_take_snapshots`` and
   ``_notify``) are stored as its own save stores them;
-* on Postgres, a batch inserted as arrays of base types is recorded as the library's composite
-  insert records it.
+* a batch inserted at once (on Postgres as arrays of base types, on SQLite with ``executemany``)
+  is recorded as the library's own insert records it, with the same notification ids.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import pytest
 
 from eventsourcing.persistence import StoredEvent
 
-from relay_es.adapters.library import (ArrayInsertRecorder, EventLog, FastReads, copy_aggregate, select_streams,
-                                       store_kind)
+from relay_es.adapters.library import (ArrayInsertRecorder, EventLog, FastReads, ManyInsertRecorder, copy_aggregate,
+                                       select_streams, store_kind)
 from relay_es.aggregates.application import app_stream_id
 from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
 from relay_es.aggregates import SettingsPatch
@@ -115,24 +115,28 @@ def test_an_unreadable_state_fails_as_the_library_fails(world: World) -> None:
 def test_the_store_s_factory_offers_the_fast_reads(world: World, store_url: str) -> None:
     assert store_kind(world.relay) == store_url.split(":")[0].replace("postgresql", "postgres")
     assert isinstance(world.relay.reads, FastReads)
-    # the library's recorder (on Postgres, its subclass inserting arrays: the next test)
-    assert type(world.relay.recorder).__mro__[1 if store_kind(world.relay) == "postgres" else 0].__module__ == (
-        f"eventsourcing.{store_kind(world.relay)}")
+    # the library's recorder, subclassed to insert a batch at once (the next test)
+    assert type(world.relay.recorder).__mro__[1].__module__ == f"eventsourcing.{store_kind(world.relay)}"
 
 
-@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
-def test_a_batch_inserted_as_arrays_is_recorded_as_the_library_records_it(world: World) -> None:
-    """Postgres: :class:`ArrayInsertRecorder` against the library's own recorder, on a table of
-    its own in the same database: the same rows, the notification ids in the batch's order, and a
-    version already taken refused with the library's error."""
+def test_a_batch_inserted_at_once_is_recorded_as_the_library_records_it(world: World) -> None:
+    """:class:`ArrayInsertRecorder` (Postgres) and :class:`ManyInsertRecorder` (SQLite) against
+    the library's own recorder, on a table of its own in the same database: the same rows, the
+    notification ids in the batch's order, and a version already taken refused with the library's
+    error."""
     from uuid import uuid4
 
     from eventsourcing.persistence import IntegrityError
     from eventsourcing.postgres import PostgresApplicationRecorder
+    from eventsourcing.sqlite import SQLiteApplicationRecorder
 
     ours = world.relay.recorder
-    assert isinstance(ours, ArrayInsertRecorder)
-    theirs = PostgresApplicationRecorder(ours.datastore, events_table_name="library_events")
+    if store_kind(world.relay) == "postgres":
+        assert isinstance(ours, ArrayInsertRecorder)
+        theirs = PostgresApplicationRecorder(ours.datastore, events_table_name="library_events")
+    else:
+        assert isinstance(ours, ManyInsertRecorder)
+        theirs = SQLiteApplicationRecorder(ours.datastore, events_table_name="library_events")
     theirs.create_table()
     a, b = uuid4(), uuid4()
     batch = [StoredEvent(a, 1, "t.Registered", b'{"name": "caf\xc3\xa9"}'), StoredEvent(b, 1, "t.R", b"\x00\xff"),
@@ -152,6 +156,26 @@ def test_a_batch_inserted_as_arrays_is_recorded_as_the_library_records_it(world:
         with pytest.raises(IntegrityError):
             recorder.insert_events([StoredEvent(uuid4(), 1, "t.R", b"{}"), StoredEvent(a, 2, "t.Taken", b"{}")])
     assert rows(ours) == rows(theirs)  # the batch that failed left nothing
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_batch_whose_rowids_do_not_follow_one_another_fails_rather_than_get_wrong_ids(world: World) -> None:
+    """SQLite gives a row the largest rowid plus one, unless the largest is SQLite's largest: then
+    it picks unused rowids at random, and the ids :class:`ManyInsertRecorder` infers would be
+    wrong. The check of the first row fails the batch, and its transaction leaves nothing."""
+    from uuid import uuid4
+
+    ours = world.relay.recorder
+    with ours.datastore.transaction(commit=True) as c:
+        c.execute("INSERT INTO stored_events (rowid, originator_id, originator_version, topic, state)"
+                  " VALUES (?, ?, 1, 't.R', x'7b7d')", (2**63 - 1, uuid4().hex))
+    batch = [StoredEvent(uuid4(), 1, "t.R", b"{}") for _ in range(3)]
+    with pytest.raises(AssertionError, match="first event"):
+        ours.insert_events(batch)
+    with ours.datastore.transaction(commit=False) as c:
+        c.execute("SELECT count(*) FROM stored_events WHERE originator_id IN (?, ?, ?)",
+                  [e.originator_id.hex for e in batch])
+        assert c.fetchone()[0] == 0
 
 
 def test_notification_ids_are_the_library_s_and_the_tables_are_where_they_were(world: World) -> None:
