@@ -157,9 +157,9 @@ def test_the_operator_s_environment_cannot_redirect_the_event_store(clock, store
         monkeypatch.setenv(key, value)
     env = event_store_env(parse_database_url(store_url))
     relay = Relay(env, clock=clock)
-    from relay_es.adapters.library import ArrayInsertRecorder
+    from relay_es.adapters.library import ArrayInsertRecorder, ManyInsertRecorder
 
-    assert type(relay.recorder).__module__ == "eventsourcing.sqlite" or type(relay.recorder) is ArrayInsertRecorder
+    assert type(relay.recorder) is (ManyInsertRecorder if store_url.startswith("sqlite") else ArrayInsertRecorder)
     assert relay.snapshots is not None
     assert relay.executor_connected("local", "app", info("A"), connection_id="c1", owner="relay-1")
     relay.close()
