@@ -321,8 +321,16 @@ class ProcessManager:
         return any(self._timer_due(kind) for kind in URGENT)
 
     def next_wakeup(self) -> float | None:
-        """Monotonic time of the next timer, or None."""
-        return self._next_at()
+        """Monotonic time of the next timer, or None. While the settle window is open, its end as it
+        stands (at the latest): the window is decided there, closed or kept open a second more, and
+        not whenever something else next wakes the process manager. Decided late, it measured the
+        pace of executors admitted after its end as if they had come within it: a Relay started with
+        nothing to wait for, whose fleet connected a second after the planned end, held every
+        deadline up to the window's cap (4 x the settle, 20 s; 2026-12-04, the benchmark's section 7)."""
+        nxt = self._next_at()
+        if not self.settle.closed:
+            nxt = self.settle.until if nxt is None else min(nxt, self.settle.until)
+        return nxt
 
     def recovery_answered(self, outcome: RecoveryOutcome) -> None:
         """Thread-safe: a target answered (or can't). Puts it in :attr:`answers`."""

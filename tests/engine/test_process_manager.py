@@ -371,6 +371,34 @@ def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a
     assert world.pm.stats.declared_dead == 0
 
 
+def test_the_settle_window_is_decided_at_its_planned_end_not_when_the_process_manager_next_wakes(clock) -> None:
+    # A Relay starts with nothing to wait for (no orphan, no timer armed). A second after the settle
+    # window's planned end (5 s) a fleet of 500 is admitted and connects, and one of it drops. Decided
+    # only then, the window would count those 500 against its last 16 s as a storm being let back in,
+    # stay open up to its cap (4 x 5 s) and hold that death 4 s past its deadline. It is decided at its
+    # planned end, when nothing had been admitted, and is closed by then.
+    from relay_es.engine.process_manager import Timing
+
+    world = World(clock, None, grace=10, timing=Timing(settle=timedelta(seconds=5)))  # the 16 s span of production
+
+    def idle(seconds: float) -> None:  # the process manager is stepped only when it asked to be woken, as its worker
+        end = world.clock.monotonic() + seconds
+        while (nxt := world.pm.next_wakeup()) is not None and nxt <= end:
+            world.clock.advance(max(0.0, nxt - world.clock.monotonic()))
+            world.sync()
+        world.clock.advance(end - world.clock.monotonic())
+
+    idle(6.0)
+    assert world.pm.settle.closed
+    world.dispatcher.admitted = 500
+    for i in range(20):
+        world.connect(f"A{i}")
+    world.drop("A0")
+    idle(10.5)
+    assert world.status("A0") == "DEAD"
+    assert declared_dead_lateness(world, "A0") == 0
+
+
 def test_healthy_executors_that_reconnect_after_a_restart_are_never_disconnected(world: World) -> None:
     world.connect("A")
     world.connect("B")
