@@ -266,10 +266,20 @@ class ProcessManager:
             for row in rows:
                 self._put(row)
         self.settle.set_orphans(sum(1 for r in self.rows.values() if self._is_orphan(r)))
+        self.settle.set_held(sum(1 for r in self.rows.values() if self._held_by_settle(r)))
         for row in list(self.rows.values()):
             self._react(row)
         self.stats.armed_at = self.clock.now().timestamp()
         self.step()
+
+    def _held_by_settle(self, row: ExecutorRow) -> bool:
+        """Whether the settle window protects ``row``, found at start, besides the orphans: a deadline
+        that could come due while the window may be open, or a recovery not yet confirmed (its
+        candidates may be among those coming back)."""
+        if row.status == S.DISCONNECTED:
+            cap = self.clock.now() + timedelta(seconds=self.settle.cap - self.clock.monotonic())
+            return row.deadline is not None and row.deadline <= cap
+        return row.status == S.DEAD and row.recovery_phase not in (None, P.CONFIRMED)
 
     def step(self) -> int:
         """Does everything that is due now. Returns how many things it did. A store error

@@ -28,6 +28,12 @@ admitted by then; the window, closing on a pace of 1 in 16 s, recorded every orp
 Disconnected, and 19,464 were declared dead). A few orphans come back within a second or two
 or not at all: for them the window keeps its plan.
 
+A Relay that found nothing at start the window could protect -- no orphan, no deadline that
+could come due while the window may be open, no recovery still to be sent or answered -- keeps
+to the plan (:meth:`set_held`): the executors it admits then are a fleet arriving, not coming
+back, and any deadline it would hold is one this Relay observed itself, with a full grace (a
+Relay started with its fleet held every death up to the cap, 20 s, on 2026-12-04).
+
 It closes at the latest when every orphan would have been back at ``busy_per_s`` a second
 or 1 % of them a second, if more: ``settle + orphans / rate`` after start, at most
 ``settle`` + 100 s, and never before ``max_factor`` x ``settle`` (with 19,500 orphans:
@@ -64,6 +70,7 @@ class SettleWindow:
         self._planned = 0.0
         self.cap = 0.0  # the latest it closes
         self._orphans = 0
+        self._held: int | None = None  # what the window protects besides orphans (None: not told, assume some)
         self._readmitted: deque[float] = deque()
         self._admitted: deque[tuple[float, int]] = deque()  # (when, sockets admitted so far), oldest first
         self._first_admitted: int | None = None  # the hub's count at the first sample
@@ -82,6 +89,12 @@ class SettleWindow:
         self._orphans = orphans
         rate = max(self.busy_per_s, ORPHAN_SHARE * orphans)
         self.cap = self._started + max(self.max_factor * self.settle, self.settle + orphans / rate)
+
+    def set_held(self, held: int) -> None:
+        """``held``: timers found at start, besides the orphans, that could come due while the window
+        may be open (deadlines before :attr:`cap`, recoveries not yet confirmed). With none of those
+        and no orphan, the window keeps to its plan."""
+        self._held = held
 
     def readmitted(self, now: float) -> None:
         """An executor was let back in at ``now``, as the log says (counted while the window is open)."""
@@ -139,6 +152,13 @@ class SettleWindow:
         readmitted = self._readmitted
         while readmitted and readmitted[0] < now - self.span:
             readmitted.popleft()
+        if self._orphans == 0 and self._held == 0:  # nothing found at start to protect: the plan only
+            self.closed = True
+            log.info("settle window closed %.1fs after start, as planned: nothing found at start that it could "
+                     "protect", now - self._started)
+            self._readmitted.clear()
+            self._admitted.clear()
+            return False
         pace = self.busy_per_s
         # Nobody back yet though orphans were HEALTHY when Relay stopped: Relay's restart, not the executors,
         # is what they wait for (their reconnect backoff, a slow start); wait for the first, up to the cap.

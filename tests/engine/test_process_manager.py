@@ -371,32 +371,80 @@ def test_every_orphan_is_recorded_disconnected_as_the_settle_window_closes_not_a
     assert world.pm.stats.declared_dead == 0
 
 
+def _idle(world: World, seconds: float) -> None:
+    """Time passes; the process manager is stepped only when it asked to be woken, as by its worker."""
+    end = world.clock.monotonic() + seconds
+    while (nxt := world.pm.next_wakeup()) is not None and nxt <= end:
+        world.clock.advance(max(0.0, nxt - world.clock.monotonic()))
+        world.sync()
+    world.clock.advance(end - world.clock.monotonic())
+
+
 def test_the_settle_window_is_decided_at_its_planned_end_not_when_the_process_manager_next_wakes(clock) -> None:
-    # A Relay starts with nothing to wait for (no orphan, no timer armed). A second after the settle
-    # window's planned end (5 s) a fleet of 500 is admitted and connects, and one of it drops. Decided
-    # only then, the window would count those 500 against its last 16 s as a storm being let back in,
-    # stay open up to its cap (4 x 5 s) and hold that death 4 s past its deadline. It is decided at its
-    # planned end, when nothing had been admitted, and is closed by then.
+    # Relay restarts with X disconnected just before (its deadline, 10 s on, is the window's to hold)
+    # and no timer armed before the window's planned end (5 s). A second after that end a fleet of
+    # 500 is admitted and connects, and one of it drops. Decided only then, the window would count
+    # those 500 against its last 16 s as a storm being let back in, stay open up to its cap (4 x 5 s)
+    # and hold both deaths to it. It is decided at its planned end, when nothing had been admitted.
     from relay_es.engine.process_manager import Timing
 
     world = World(clock, None, grace=10, timing=Timing(settle=timedelta(seconds=5)))  # the 16 s span of production
-
-    def idle(seconds: float) -> None:  # the process manager is stepped only when it asked to be woken, as its worker
-        end = world.clock.monotonic() + seconds
-        while (nxt := world.pm.next_wakeup()) is not None and nxt <= end:
-            world.clock.advance(max(0.0, nxt - world.clock.monotonic()))
-            world.sync()
-        world.clock.advance(end - world.clock.monotonic())
-
-    idle(6.0)
+    world.connect("X")
+    world.drop("X")
+    world.restart()
+    assert world.pm.settle._held == 1
+    _idle(world, 6.0)
     assert world.pm.settle.closed
     world.dispatcher.admitted = 500
     for i in range(20):
         world.connect(f"A{i}")
     world.drop("A0")
-    idle(10.5)
-    assert world.status("A0") == "DEAD"
-    assert declared_dead_lateness(world, "A0") == 0
+    _idle(world, 10.5)
+    assert world.status("X") == world.status("A0") == "DEAD"
+    assert declared_dead_lateness(world, "X") == declared_dead_lateness(world, "A0") == 0
+
+
+def test_a_relay_that_found_nothing_to_protect_keeps_to_its_settle_plan_while_its_fleet_connects(clock) -> None:
+    # A first start: no orphan, no deadline, no recovery found. Its fleet of 500 is admitted in the
+    # window's first seconds (10 a second and more over 16 s would keep a restart's window open),
+    # one of it drops at 3 s: its death comes at its deadline, not at the window's cap.
+    from relay_es.engine.process_manager import Timing
+
+    world = World(clock, None, grace=10, timing=Timing(settle=timedelta(seconds=5)))
+    assert world.pm.settle._held == 0
+    _idle(world, 2.0)
+    world.dispatcher.admitted = 500
+    for i in range(20):
+        world.connect(f"A{i}")
+    _idle(world, 1.0)
+    world.drop("A0")
+    _idle(world, 10.5)
+    assert world.status("A0") == "DEAD" and declared_dead_lateness(world, "A0") == 0
+
+
+def test_what_the_settle_window_protects_besides_orphans(clock) -> None:
+    # Found at a restart: a deadline the window could hold (within its cap), one beyond it (a week's
+    # grace), a recovery dispatched and not answered, an executor recovered (and deleted), and a
+    # HEALTHY executor (an orphan, counted apart).
+    world = World(clock, None, grace=10)
+    for name in ("near", "far", "dead", "done", "B"):
+        world.connect(name)
+    world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(days=7)))
+    world.drop("far")
+    world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=10)))
+    world.drop("done")
+    world.advance(10.0)
+    world.answer(world.dispatcher.last())  # done's recovery confirmed
+    world.drop("dead")
+    world.advance(11.0)  # dead's recovery dispatched, not answered
+    world.drop("near")
+    world.restart()
+    rows = {r.executor_id: r for r in world.pm.rows.values()}
+    assert {n: (rows[n].status, rows[n].recovery_phase) for n in ("dead", "done")} == {
+        "dead": ("DEAD", "dispatched"), "done": ("DELETED", None)}  # recovered: deleted
+    held = {name: world.pm._held_by_settle(rows[name]) for name in ("near", "far", "dead", "done", "B")}
+    assert held == {"near": True, "far": False, "dead": True, "done": False, "B": False}
+    assert world.pm.settle._held == 2 and world.pm.settle._orphans == 1
 
 
 def test_healthy_executors_that_reconnect_after_a_restart_are_never_disconnected(world: World) -> None:

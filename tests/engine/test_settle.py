@@ -147,3 +147,22 @@ def test_a_few_orphans_keep_the_plan_when_the_first_comes_back_late() -> None:
     w.admitted(1000.0, 0)
     w.admitted(1004.9, 1)
     assert w.is_open(1005.0)  # a storm: a span from its first
+
+
+def test_with_nothing_found_at_start_to_protect_it_keeps_to_its_plan_however_fast_executors_come() -> None:
+    w = window()  # no orphan
+    w.set_held(0)  # and no deadline or recovery found at start
+    w.admitted(1000.0, 0)
+    for _ in range(100):
+        w.readmitted(1004.5)
+    w.admitted(1004.9, 500)
+    assert w.is_open(1004.9)
+    assert not w.is_open(1005.0) and w.closed and w.extension == 0.0
+
+
+def test_a_deadline_or_a_recovery_found_at_start_keeps_it_open_while_executors_come_fast() -> None:
+    w = window()
+    w.set_held(1)
+    w.admitted(1000.0, 0)
+    w.admitted(1004.9, 500)
+    assert w.is_open(1005.0) and w.until == 1006.0
