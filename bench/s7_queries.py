@@ -31,7 +31,11 @@ GRACE = 5
 
 
 def build_streams(store: str, k: int, length: int) -> int:
-    """K executors of app ``hist``, each stream ``length`` events long, one transaction per round."""
+    """K executors of app ``hist``, each stream ``length`` events long, one transaction per round.
+    Each ends Disconnected (its deadline a week away): an executor left HEALTHY by a Relay that is
+    gone is an orphan to the ``relay serve`` started next, whose settle window then stays open
+    until the first executor comes back and while the section's own connect (hundreds a second)
+    goes on: until 2026-12-04 it held the baseline phase's deaths up to 10 s."""
     from relay_es.adapters.clock import system_clock
     from relay_es.adapters.stores import event_store_env, parse_database_url
     from relay_es.aggregates import SettingsPatch
@@ -49,14 +53,19 @@ def build_streams(store: str, k: int, length: int) -> int:
         conn = {x: uuid.uuid4().hex for x in ids}
         relay.execute([relay.op_connected("local", HIST, infos[x], connection_id=conn[x], owner="bench") for x in ids])
         events = 1
-        while events + 2 <= length:
+
+        def disconnect() -> None:
             relay.execute([relay.op_disconnected(executor_stream_id("local", HIST, x), connection_id=conn[x],
                                                  reason="socket_closed") for x in ids])
+
+        while events + 3 <= length:
+            disconnect()
             conn = {x: uuid.uuid4().hex for x in ids}
             relay.execute([relay.op_connected("local", HIST, infos[x], connection_id=conn[x], owner="bench")
                            for x in ids])
             events += 2
-        return events
+        disconnect()
+        return events + 1
     finally:
         relay.close()
 
