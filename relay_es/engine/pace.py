@@ -7,8 +7,10 @@ one is being recorded waits for it: measured on 2026-12-04 (10,000 deadlines wit
 benchmark's section 3), a chunk of 250 dispatches took 60-70 ms and a batch of 500 answers
 75-145 ms, and a third of the death storm's time went to them between the rounds of deaths.
 
-So each kind of work that can wait has a :class:`Pace`: the seconds an item of it took, as last
-measured, and from that how many items fit in the time left until the next deadline. With no
+So the work that can wait has two :class:`Pace` s, one for the chunks of timers (whatever their
+kinds: dispatches, response timeouts, schedules) and one for the batches of answers: the seconds
+an item took, a weighted mean of the last measurements, and from that how many items fit in the
+time left until the next deadline. With no
 deadline near (or nothing measured yet: a clock that does not move, as the tests' own) a chunk
 is as large as ever; with deadlines due back to back it is a small share of that
 (:data:`FLOOR_SHARE`), never none, so the work that can wait still goes on through the longest
@@ -21,6 +23,9 @@ from __future__ import annotations
 
 FLOOR_SHARE = 25  # with no time to spare, a chunk is 1/FLOOR_SHARE of its full size (at least one item)
 WEIGHT = 0.3  # how far one measurement moves the estimate (an exponentially weighted mean)
+# Below this many seconds an item, the pace is as good as unmeasured (a clock that did not move: a coarse
+# monotonic clock, the tests' fake one): a mean decaying towards zero must not make the count overflow.
+RESOLUTION = 1e-9
 
 
 class Pace:
@@ -33,7 +38,7 @@ class Pace:
 
     def took(self, items: int, seconds: float) -> None:
         """``items`` were done in ``seconds``."""
-        if items < 1 or seconds < 0:
+        if items < 1 or not seconds >= 0:  # nothing done, a clock stepped back, or not a number
             return
         per = seconds / items
         self.per_item = per if self.per_item is None else self.per_item + WEIGHT * (per - self.per_item)
@@ -44,9 +49,10 @@ class Pace:
         ``cap // FLOOR_SHARE`` (one, if that is less)."""
         if cap < 1:
             raise ValueError("cap must be at least 1")
-        if slack is None or not self.per_item:
+        if slack is None or self.per_item is None or self.per_item < RESOLUTION:
             return cap
         floor = max(1, cap // FLOOR_SHARE)
-        if slack <= 0:
+        if not slack > 0:
             return floor
-        return max(floor, min(cap, int(slack / self.per_item)))
+        fit = slack / self.per_item  # a float: compared with the cap before it is made an int
+        return cap if fit >= cap else max(floor, int(fit))

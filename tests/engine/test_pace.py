@@ -45,3 +45,22 @@ def test_the_pace_follows_the_measurements_weighted_towards_the_last() -> None:
 def test_a_cap_below_one_is_refused() -> None:
     with pytest.raises(ValueError):
         Pace().fitting(1.0, 0)
+
+
+def test_a_pace_measured_as_nothing_again_and_again_never_overflows_the_count() -> None:
+    # A clock that does not move (a coarse one, a fake one) measures 0 s: the mean decays towards
+    # zero, and slack / per_item must not become an infinity that int() cannot take.
+    pace = Pace()
+    pace.took(1, 0.01)
+    for _ in range(3000):
+        pace.took(250, 0.0)
+    assert pace.fitting(1.0, 250) == 250
+    assert pace.fitting(0.0, 250) == 250  # as good as unmeasured
+    pace.took(1, float("nan"))  # not a number: ignored
+    assert pace.fitting(1.0, 250) == 250
+
+
+def test_a_huge_slack_gives_the_cap_without_an_overflow() -> None:
+    pace = Pace()
+    pace.took(1, 1e-6)
+    assert pace.fitting(1e300, 250) == 250
