@@ -1,7 +1,12 @@
 """A heap of keyed deadlines on a monotonic clock (after psycopg_pool's sched).
 
-Pure data structure: no threads, no sleeping. The owner asks :meth:`next_at`
-how long it may sleep and calls :meth:`pop_due` when it wakes. Timers are
+A data structure: no clock, no sleeping. The owner asks :meth:`next_at`
+how long it may sleep and calls :meth:`pop_due` when it wakes. Other threads
+ask too (whether a deadline is due: the read models and expensive reads give way
+to the process manager; when the next one is: the garbage collector), and a
+read drops the stale entries on top of a heap, so every method holds a lock:
+a read racing the owner's ``pop_due`` could drop a live timer, a deadline that
+would then never fire. Timers are
 keyed: arming a key again replaces its timer, cancelling is O(1) (the stale
 heap entry is skipped when it surfaces). Times are ``monotonic()`` seconds, so
 a wall-clock step never moves a timer.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from collections.abc import Hashable
 from typing import Any
 
@@ -51,6 +57,7 @@ class TimerHeap:
         self._heaps: dict[Hashable, list[_Slot]] = {}  # kind -> its heap
         self._by_key: dict[Hashable, _Entry] = {}
         self._seq = itertools.count()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -60,6 +67,10 @@ class TimerHeap:
 
     def arm(self, key: Hashable, at: float, payload: Any = None) -> None:
         """Arms ``key`` at ``at``, replacing its timer if it has one."""
+        with self._lock:
+            self._arm(key, at, payload)
+
+    def _arm(self, key: Hashable, at: float, payload: Any) -> None:
         old = self._by_key.get(key)
         if old is not None:
             if old.at == at and old.payload == payload:
@@ -75,38 +86,42 @@ class TimerHeap:
 
     def cancel(self, key: Hashable) -> bool:
         """Disarms ``key``; whether it was armed."""
-        entry = self._by_key.pop(key, None)
-        if entry is None:
-            return False
-        entry.live = False
-        return True
+        with self._lock:
+            entry = self._by_key.pop(key, None)
+            if entry is None:
+                return False
+            entry.live = False
+            return True
 
     def next_at(self, kind: Hashable = ANY) -> float | None:
         """The earliest live timer's time (of ``kind``, if given), or None when none is armed."""
-        top = self._earliest(kind)
-        return top[0].at if top is not None else None
+        with self._lock:
+            top = self._earliest(kind)
+            return top[0].at if top is not None else None
 
     def pop_due(self, now: float, *, kind: Hashable = ANY, limit: int | None = None) -> list[tuple[Hashable, Any]]:
         """Removes and returns ``(key, payload)`` of every timer due at ``now`` (of ``kind``, if given;
         at most ``limit``), earliest first."""
         due = []
-        while limit is None or len(due) < limit:
-            top = self._earliest(kind)
-            if top is None or top[0].at > now:
-                return due
-            entry, heap = top
-            heapq.heappop(heap)
-            del self._by_key[entry.key]
-            due.append((entry.key, entry.payload))
+        with self._lock:
+            while limit is None or len(due) < limit:
+                top = self._earliest(kind)
+                if top is None or top[0].at > now:
+                    return due
+                entry, heap = top
+                heapq.heappop(heap)
+                del self._by_key[entry.key]
+                due.append((entry.key, entry.payload))
         return due
 
     def _earliest(self, kind: Hashable) -> tuple[_Entry, list[_Slot]] | None:
-        """The earliest live entry (of ``kind``) and its heap; stale entries on top are dropped."""
+        """The earliest live entry (of ``kind``) and its heap; stale entries on top are dropped.
+        Called with the lock held."""
         heaps = self._heaps.values() if kind is ANY else [self._heaps.get(kind, [])]
         best: tuple[_Slot, list[_Slot]] | None = None
         for heap in heaps:
             while heap and not heap[0][2].live:
                 heapq.heappop(heap)
-            if heap and (best is None or heap[0][:2] < best[0][:2]):
+            if heap and (best is None or heap[0] < best[0]):  # (time, arming order): never the entries
                 best = (heap[0], heap)
         return (best[0][2], best[1]) if best is not None else None
