@@ -473,15 +473,15 @@ def s7(d: dict[str, Any], goals: list[Goal]) -> str:
     out += [table(["store", "phase", "deaths", "lateness p50 ms", "p99 ms", "max ms", "/healthz p99 ms",
                        "all recovered"], rows),
             "",
-            "Until 2026-12-04 this section had not been run in full mode, and the first full runs measured the "
-            "baseline's deaths 9.7-10 s late on both stores: the server starts, its fleet connects within seconds, "
-            "and the process manager's settle window (ADR 3) counted that fleet as executors coming back after a "
-            "restart and held every deadline up to its cap, 20 s after start. Two causes, both mended: the window "
-            "was decided only when something next woke the process manager, not at its planned end; and a Relay "
-            "that found nothing at start to protect still kept its window open for a fleet arriving. The "
-            "section itself had left its long streams HEALTHY, which made them orphans of a restart to the "
-            "server (a window rightly waits for those); they are now left DISCONNECTED with a week's grace, "
-            "which the window has no reason to hold."]
+            "Until 2026-12-04 this section had not been run in full mode, and its first full runs measured the "
+            "baseline's deaths 9.7-10 s late on both stores. The section had left its long streams HEALTHY, "
+            "orphans of a restart to the server, whose settle window (ADR 3) rightly waits for those: it "
+            "stayed open for the first executor back and then for the pace of the fleet the section "
+            "connected, and held every deadline up to its cap, 20 s after start. The streams now end "
+            "DISCONNECTED with a week's grace. That still held the deaths on SQLite, 9.7 s late (the "
+            "fleet connected within the window), and there the fault was Relay's: a Relay that found "
+            "nothing at start the window could protect kept it open for a fleet arriving. It now keeps "
+            "to the plan; the window is also decided at its planned end, not up to a second later."]
     return "\n".join(out)
 
 

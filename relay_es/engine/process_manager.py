@@ -251,6 +251,7 @@ class ProcessManager:
         self.last_bug: str | None = None
         self._bugs_logged: set[tuple[Any, ...]] = set()
         self._urgent_running = False
+        self._armed = False  # start() has bootstrapped the rows and armed their timers
         # The work that can wait, each kind at its measured pace: a chunk of it fits before the next deadline.
         self._pace_timers = Pace()
         self._pace_answers = Pace()
@@ -266,18 +267,20 @@ class ProcessManager:
             for row in rows:
                 self._put(row)
         self.settle.set_orphans(sum(1 for r in self.rows.values() if self._is_orphan(r)))
-        self.settle.set_held(sum(1 for r in self.rows.values() if self._held_by_settle(r)))
+        cap = self.clock.now() + timedelta(seconds=self.settle.cap - self.clock.monotonic())
+        self.settle.set_held(sum(1 for r in self.rows.values() if self._held_by_settle(r, cap)))
         for row in list(self.rows.values()):
             self._react(row)
         self.stats.armed_at = self.clock.now().timestamp()
+        self._armed = True
         self.step()
 
-    def _held_by_settle(self, row: ExecutorRow) -> bool:
+    @staticmethod
+    def _held_by_settle(row: ExecutorRow, cap: datetime) -> bool:
         """Whether the settle window protects ``row``, found at start, besides the orphans: a deadline
-        that could come due while the window may be open, or a recovery not yet confirmed (its
-        candidates may be among those coming back)."""
+        that could come due while the window may be open (by ``cap``, its latest end on the wall
+        clock), or a recovery not yet confirmed (its candidates may be among those coming back)."""
         if row.status == S.DISCONNECTED:
-            cap = self.clock.now() + timedelta(seconds=self.settle.cap - self.clock.monotonic())
             return row.deadline is not None and row.deadline <= cap
         return row.status == S.DEAD and row.recovery_phase not in (None, P.CONFIRMED)
 
@@ -331,14 +334,13 @@ class ProcessManager:
         return any(self._timer_due(kind) for kind in URGENT)
 
     def next_wakeup(self) -> float | None:
-        """Monotonic time of the next timer, or None. While the settle window is open, its end as it
-        stands (at the latest): the window is decided there, closed or kept open a second more, and
-        not whenever something else next wakes the process manager. Decided late, it measured the
-        pace of executors admitted after its end as if they had come within it: a Relay started with
-        nothing to wait for, whose fleet connected a second after the planned end, held every
-        deadline up to the window's cap (4 x the settle, 20 s; 2026-12-04, the benchmark's section 7)."""
+        """Monotonic time of the next timer, or None. While the settle window is open (once
+        :meth:`start` has armed the timers), its end as it stands, at the latest: the window is
+        decided there, closed or kept open a second more, not when the process manager next wakes
+        for something else (its worker wakes it at least once a second). Decided late, it counts
+        executors admitted after its end as if they had come within it, and may stay open for them."""
         nxt = self._next_at()
-        if not self.settle.closed:
+        if self._armed and not self.settle.closed:
             nxt = self.settle.until if nxt is None else min(nxt, self.settle.until)
         return nxt
 

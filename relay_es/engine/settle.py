@@ -31,8 +31,9 @@ or not at all: for them the window keeps its plan.
 A Relay that found nothing at start the window could protect -- no orphan, no deadline that
 could come due while the window may be open, no recovery still to be sent or answered -- keeps
 to the plan (:meth:`set_held`): the executors it admits then are a fleet arriving, not coming
-back, and any deadline it would hold is one this Relay observed itself, with a full grace (a
-Relay started with its fleet held every death up to the cap, 20 s, on 2026-12-04).
+back, and any deadline it would hold is one this Relay observed itself, with a full grace (on
+2026-12-04 a Relay whose store held only executors DISCONNECTED a week from their deadline held
+every death of the fleet connecting in its window to the cap, 20 s after start).
 
 It closes at the latest when every orphan would have been back at ``busy_per_s`` a second
 or 1 % of them a second, if more: ``settle + orphans / rate`` after start, at most
