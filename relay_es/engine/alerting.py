@@ -240,24 +240,35 @@ class AlertManager:
 
     # ------------------------------------------------------------ following
     def catch_up(self) -> int:
+        """Folds the alerting events recorded since :attr:`position`; returns how many. The log is
+        read up to its head as it was when asked, and the position moves to that head whatever the
+        events were: the next call reads only what was recorded since. (It read everything after
+        the last alerting event at every step of the process manager's thread: 65 ms a step on a
+        SQLite log of 200,000 events and no alerting rule.)"""
         n = 0
-        while True:
-            batch = self.relay.notifications(self.position, self.batch_size, ALERT_TOPICS, unreadable=True)
-            if not batch:
-                return n
+        head = self.relay.head()
+        while self.position < head:
+            batch = self.relay.notifications(self.position, self.batch_size, ALERT_TOPICS, unreadable=True,
+                                             until=head)
             for nid, _sid, e in batch:
-                if isinstance(e, Unreadable):
-                    log.error("alert manager skipped event %d: %r", nid, e)
-                else:
-                    try:
-                        self._apply(e)
-                    except Exception as error:
-                        if self.relay.is_store_error(error):
-                            raise
-                        self.stats.errors += 1
-                        log.error("alert manager skipped event %d (%s): %s", nid, type(e).__qualname__, error)
+                self._fold(nid, e)
                 self.position = nid
-                n += 1
+            n += len(batch)
+            if len(batch) < self.batch_size:  # every alerting event up to the head was in this batch
+                self.position = head
+        return n
+
+    def _fold(self, nid: int, e: Any) -> None:
+        if isinstance(e, Unreadable):
+            log.error("alert manager skipped event %d: %r", nid, e)
+            return
+        try:
+            self._apply(e)
+        except Exception as error:
+            if self.relay.is_store_error(error):
+                raise
+            self.stats.errors += 1
+            log.error("alert manager skipped event %d (%s): %s", nid, type(e).__qualname__, error)
 
     def _apply(self, e: Any) -> None:
         if isinstance(e, Application.AlertingRuleCreated):

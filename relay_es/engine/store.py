@@ -254,6 +254,12 @@ class RelayStore(ESApplication[UUID]):
         return self.reads.notifications(after, limit, topics, unreadable=unreadable, skip=skip, share=share,
                                         until=until)
 
+    def head(self) -> int:
+        """The newest notification id in the log (0 while it is empty). Every id up to it is
+        committed or will never be (both stores commit ids in order: :mod:`relay_es.engine.journal`),
+        so a follower that read the log up to it may move past it, whatever topics it read."""
+        return self.recorder.max_notification_id() or 0
+
     def add_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(max_notification_id)`` is called after every save in this process."""
         with self._listeners_lock:

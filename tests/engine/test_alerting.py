@@ -19,7 +19,7 @@ import pytest
 
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.domain.alerting import AlertingRule
-from relay_es.engine.alerting import AlertManager, AlertTiming, Delivered, Delivery, Probed
+from relay_es.engine.alerting import ALERT_TOPICS, AlertManager, AlertTiming, Delivered, Delivery, Probed
 from tests.support import World
 
 TIMING = AlertTiming(check_interval=10.0, retry_base=2.0, retry_max=8.0, max_attempts=4, lost_after=30.0)
@@ -459,3 +459,37 @@ def test_an_answer_that_hits_a_bug_is_dropped_and_the_attempt_made_again(aw: Ale
     (again,) = aw.sender.take()
     aw.answer(again)
     assert aw.attempts(rule) == [("app", 1, True, True)]
+
+
+def test_the_log_is_read_once_whatever_its_events_were(aw: AlertWorld) -> None:
+    """The alert manager follows the log to its head even where none of the events are alerting
+    ones: the next step reads only what was recorded since. It read everything after the last
+    alerting event at every step (a scan of the whole log on the process manager's thread)."""
+    rule = aw.rule("ExecutorDead")
+    for name in "ABCDEFGH":
+        aw.w.connect(name)  # executor events only: none of them the alert manager's
+    assert aw.alerts.position == aw.relay.head() > 8
+    reads: list[tuple[int, int]] = []
+    real = aw.relay.notifications
+
+    def counted(after: int, limit: int, topics: Any = (), **kw: Any) -> Any:
+        if topics == ALERT_TOPICS:  # the alert manager's reads, not the process manager's
+            reads.append((after, kw.get("until")))
+        return real(after, limit, topics, **kw)
+
+    aw.relay.notifications = counted  # type: ignore[method-assign]
+    head = aw.relay.head()
+    aw.alerts.step()
+    assert reads == []  # nothing new: the log is not read at all
+    aw.w.drop("A")
+    aw.alerts.step()
+    assert reads == [(head, aw.relay.head())]  # from where it was to the new head, once
+    aw.advance(10.1)  # A is declared dead: the rule fires, its alert is followed like any event
+    assert len(aw.fired(rule)) == 1 and aw.alerts.position == aw.relay.head()
+    assert all(after >= head for after, _ in reads)
+
+
+def test_a_batch_of_alerting_events_longer_than_a_read_is_followed_whole(aw: AlertWorld) -> None:
+    aw.alerts.batch_size = 2
+    rules = [aw.rule("ExecutorDead") for _ in range(5)]
+    assert set(aw.alerts.rules) >= {r.id for r in rules} and aw.alerts.position == aw.relay.head()
