@@ -402,8 +402,11 @@ class ProcessManager:
         """The next executor events after :attr:`position`, at most :attr:`batch_size`: ``(id, stream
         id, event)``, the event None where it is folded already (:meth:`_has`) or of another topic;
         and the position once they are folded. From the journal while it holds the next ids (this
-        process saved them); else from the log, up to the journal's next id where there is one (every
-        id before it is committed: see :mod:`relay_es.engine.journal`), so that a gap is read once."""
+        process saved them); else from the log, up to the journal's next id where there is one, or
+        else up to the log's head (every id before either is committed: see
+        :mod:`relay_es.engine.journal`), so that a gap, or a run of other topics' events at the end of
+        the log (another instance's actions, say), is read once and passed, not read again at every
+        step; the log is not read at all when its head is where the process manager is."""
         until = None
         if self.journal is not None:
             taken, beyond = self.journal.take(self.position, self.batch_size)
@@ -412,11 +415,15 @@ class ProcessManager:
                         for nid, sid, event in taken], taken[-1][0]
             if beyond is not None:
                 until = beyond - 1
+        if until is None:
+            until = self.relay.head()
+            if until <= self.position:
+                return [], self.position
         notifications = self.relay.notifications(self.position, self.batch_size, EXECUTOR_TOPICS,
                                                  unreadable=True, skip=self._has, until=until)
-        if until is not None and len(notifications) < self.batch_size:
-            return notifications, until  # the whole gap: what it held of the executors' events, and the rest passed
-        return notifications, notifications[-1][0] if notifications else self.position
+        if len(notifications) < self.batch_size:
+            return notifications, until  # all of it: what it held of the executors' events, and the rest passed
+        return notifications, notifications[-1][0]
 
     def _has(self, stream_id: str, version: int) -> bool:
         """Whether the row of ``stream_id`` has folded its event ``version`` already (the log

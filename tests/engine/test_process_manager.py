@@ -1393,8 +1393,33 @@ def test_a_gap_in_the_journal_with_no_executor_event_in_it_is_passed_after_one_r
     world.sync()
     top = world.relay.recorder.max_notification_id()
     assert reads[0] == (before, gap_end)  # the gap, read once, up to what B's connection saved
-    assert set(reads[1:]) == {(top, None)}  # then the journal, then the log from the end: nothing new
+    assert reads[1:] == []  # then the journal; the log's head is where the process manager is: not read
     assert world.pm.position == top and world.status("B") == "HEALTHY" and len(world.journal) == 0
+
+
+def test_other_topics_at_the_end_of_the_log_are_read_once_and_passed(world: World, monkeypatch) -> None:
+    # Another process records events the process manager does not follow (another instance's settings
+    # changes, say) and nothing after them: they are read once, up to the log's head, and passed. The
+    # process manager had stayed at its last executor event and read them all again at every step.
+    world.connect("A")
+    with monkeypatch.context() as m:
+        m.setattr(world.journal, "saved", lambda recordings: None)
+        for seconds in range(20, 25):
+            world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=seconds)))
+    reads: list[tuple[int, int | None]] = []
+    real = world.relay.notifications
+
+    def spy(after: int, limit: int, *args: Any, until: int | None = None, skip: Any = None, **kwargs: Any) -> Any:
+        if skip is not None:  # the process manager's reads (the read models give no skip)
+            reads.append((after, until))
+        return real(after, limit, *args, until=until, skip=skip, **kwargs)
+
+    monkeypatch.setattr(world.relay, "notifications", spy)
+    before, top = world.pm.position, world.relay.head()
+    assert top > before
+    for _ in range(3):
+        world.pm.step()
+    assert reads == [(before, top)] and world.pm.position == top
 
 
 def test_a_death_folded_ahead_of_the_log_waits_for_it_before_recording_that_no_candidate_is_left(world: World) -> None:
