@@ -233,7 +233,7 @@ class Runtime:
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
         self.lease_lost = False
         self._lease_state = "held"
-        self._head = self.relay.recorder.max_notification_id() or 0  # the newest event: the read models' lag
+        self._head = self.relay.head()  # the newest event: the read models' lag
         self.relay.add_listener(self._saved)
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
@@ -268,7 +268,7 @@ class Runtime:
         """Blocks, at most ``timeout`` seconds, until the read models hold every event recorded so far
         by any process (the log's head is read). None: they held them already; True: they got there;
         False: not within ``timeout``. Blocking: call it off the event loop."""
-        top = self.relay.recorder.max_notification_id() or 0
+        top = self.relay.head()
         if self.runner.position() >= top:
             return None
         self._wake_anyway = True  # an event another process wrote woke no listener here, nor the child

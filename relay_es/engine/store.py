@@ -256,7 +256,7 @@ class RelayStore(ESApplication[UUID]):
 
     def head(self) -> int:
         """The newest notification id in the log (0 while it is empty). Every id up to it is
-        committed or will never be (both stores commit ids in order: :mod:`relay_es.engine.journal`),
+        committed or will never be (every store Relay uses commits ids in order: :mod:`relay_es.engine.journal`),
         so a follower that read the log up to it may move past it, whatever topics it read."""
         return self.recorder.max_notification_id() or 0
 

@@ -1371,6 +1371,21 @@ def test_what_this_process_records_the_process_manager_folds_at_once_and_never_d
     assert len(world.journal) == 0
 
 
+def _pm_reads(world: World, monkeypatch: Any) -> list[tuple[int, int | None]]:
+    """The process manager's reads of the log from now on, as ``(after, until)`` (the read models
+    give no ``skip``)."""
+    reads: list[tuple[int, int | None]] = []
+    real = world.relay.notifications
+
+    def spy(after: int, limit: int, *args: Any, until: int | None = None, skip: Any = None, **kwargs: Any) -> Any:
+        if skip is not None:
+            reads.append((after, until))
+        return real(after, limit, *args, until=until, skip=skip, **kwargs)
+
+    monkeypatch.setattr(world.relay, "notifications", spy)
+    return reads
+
+
 def test_a_gap_in_the_journal_with_no_executor_event_in_it_is_passed_after_one_read(world: World,
                                                                                    monkeypatch) -> None:
     # Another process's event of another topic (or an id a rolled-back insert burned) comes before events this
@@ -1379,15 +1394,7 @@ def test_a_gap_in_the_journal_with_no_executor_event_in_it_is_passed_after_one_r
     with monkeypatch.context() as m:
         m.setattr(world.journal, "saved", lambda recordings: None)
         world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=20)))
-    reads: list[tuple[int, int | None]] = []
-    real = world.relay.notifications
-
-    def spy(after: int, limit: int, *args: Any, until: int | None = None, skip: Any = None, **kwargs: Any) -> Any:
-        if skip is not None:  # the process manager's reads (the read models give no skip)
-            reads.append((after, until))
-        return real(after, limit, *args, until=until, skip=skip, **kwargs)
-
-    monkeypatch.setattr(world.relay, "notifications", spy)
+    reads = _pm_reads(world, monkeypatch)
     before, gap_end = world.pm.position, world.relay.recorder.max_notification_id()
     world.relay.executor_connected("local", "app", info("B"), connection_id="B-1", owner=world.owner)
     world.sync()
@@ -1406,15 +1413,7 @@ def test_other_topics_at_the_end_of_the_log_are_read_once_and_passed(world: Worl
         m.setattr(world.journal, "saved", lambda recordings: None)
         for seconds in range(20, 25):
             world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=seconds)))
-    reads: list[tuple[int, int | None]] = []
-    real = world.relay.notifications
-
-    def spy(after: int, limit: int, *args: Any, until: int | None = None, skip: Any = None, **kwargs: Any) -> Any:
-        if skip is not None:  # the process manager's reads (the read models give no skip)
-            reads.append((after, until))
-        return real(after, limit, *args, until=until, skip=skip, **kwargs)
-
-    monkeypatch.setattr(world.relay, "notifications", spy)
+    reads = _pm_reads(world, monkeypatch)
     before, top = world.pm.position, world.relay.head()
     assert top > before
     for _ in range(3):

@@ -43,7 +43,7 @@ def fill_at_start(relay: Relay, runner: ProjectionRunner, store: StoreConfig, *,
     read (0: nothing to do)."""
     count = processes() if count is None else count
     least = BEHIND_AT_START if least is None else least
-    head = relay.recorder.max_notification_id() or 0
+    head = relay.head()
     if count < 2 or head < least:
         return 0
     return runner.fill_elsewhere(lambda names, until: _fill_shares(store, names, until, count), head)
@@ -77,7 +77,7 @@ def rebuild_in_processes(store: StoreConfig, names: Iterable[str] | None = None,
         try:
             if count < 2:
                 return runner.fill(wanted)
-            head = relay.recorder.max_notification_id() or 0
+            head = relay.head()
             read = _fill_shares(store, wanted, head, count)
             runner.filled(wanted, head)
             return read + runner.catch_up()  # whatever arrived since
