@@ -115,6 +115,12 @@ class ArrayInsertRecorder(PostgresApplicationRecorder):
     (measured alone: 27 ms of CPU per 1,000 events, against the library's 40 ms). ``tests/adapters/test_library.py`` pins it."""
 
     def __init__(self, datastore: Any, *, events_table_name: str = "stored_events") -> None:
+        if datastore.enable_db_functions:
+            # The library's database function inserts without its table lock, so ids could commit
+            # out of order, and the process manager and the alert manager follow the log to its head
+            # (ADR 3, 23) on the promise that they do not. Relay's environment never sets it.
+            raise ValueError("ArrayInsertRecorder inserts with the table lock: POSTGRES_ENABLE_DB_FUNCTIONS "
+                             "must be off")
         super().__init__(datastore, events_table_name=events_table_name)
         self.insert_events_statement = SQL(
             "INSERT INTO {schema}.{table} AS t (originator_id, originator_version, topic, state)"

@@ -158,6 +158,20 @@ def test_a_batch_inserted_at_once_is_recorded_as_the_library_records_it(world: W
     assert rows(ours) == rows(theirs)  # the batch that failed left nothing
 
 
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_the_postgres_recorder_refuses_the_library_s_insert_function(world: World) -> None:
+    """The library's ``POSTGRES_ENABLE_DB_FUNCTIONS`` inserts through a function that takes no
+    table lock, so notification ids could commit out of order; the process manager and the alert
+    manager read the log up to its head on the promise that they do not (ADR 3, 23)."""
+    from types import SimpleNamespace
+
+    ds = world.relay.recorder.datastore
+    with pytest.raises(ValueError, match="POSTGRES_ENABLE_DB_FUNCTIONS"):
+        ArrayInsertRecorder(SimpleNamespace(**{**vars(ds), "enable_db_functions": True}))
+    assert ds.enable_db_functions is False  # Relay's own environment leaves it off
+    ArrayInsertRecorder(ds)  # and the same datastore with it off is taken
+
+
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 def test_a_batch_whose_rowids_do_not_follow_one_another_fails_rather_than_get_wrong_ids(world: World) -> None:
     """SQLite gives a row the largest rowid plus one, unless the largest is SQLite's largest: then
