@@ -401,6 +401,8 @@ class Runtime:
     def _collect(self) -> None:
         if self.collector.tick():
             self.metrics.full_collections.observe(self.collector.last_took)
+        for generation, seconds in self.collector.pauses():
+            self.metrics.gc_pauses.labels(str(generation)).observe(seconds)
 
     def _fill_at_start(self) -> int:
         """:func:`fill_at_start`, tried once: if it fails (a share process killed, the store away), the
@@ -469,6 +471,7 @@ class Runtime:
         self.pm_worker.stop()
         self.projection_worker.stop()
         self.collector_worker.stop()
+        self.collector.stop()
         self.lease_worker.stop()
         if self._started:
             self.lease_worker.join(timeout=5)

@@ -45,6 +45,7 @@ def test_every_metric_is_exposed_with_its_name_and_labels() -> None:
     m.open_connections.set(7)
     m.append_latency.observe(0.002)
     m.full_collections.observe(0.03)
+    m.gc_pauses.labels("1").observe(0.4)
     m.auth_refused.labels("rest").inc()
     m.auth_refused.labels("websocket").inc(2)
     m.projection_poison.labels("executors").inc()
@@ -67,6 +68,8 @@ def test_every_metric_is_exposed_with_its_name_and_labels() -> None:
         assert samples(histogram, "_count") == {(): 1.0}, histogram
         assert samples(histogram, "_sum") == {(): value}, histogram
         assert samples(histogram, "_bucket")[(("le", "+Inf"),)] == 1.0, histogram
+    assert samples("relay_gc_pause_seconds", "_count") == {(("generation", "1"),): 1.0}
+    assert samples("relay_gc_pause_seconds", "_sum") == {(("generation", "1"),): 0.4}
     # computed at scrape time: executors by org, app and status (invisible rows not counted)
     assert samples("relay_executors") == {(("app", "orders"), ("org", "acme"), ("status", "HEALTHY")): 2.0,
                                           (("app", "orders"), ("org", "acme"), ("status", "DEAD")): 1.0}
