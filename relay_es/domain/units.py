@@ -106,7 +106,10 @@ def rfc3339(t: datetime | None) -> str | None:
         return None
     if t.tzinfo is not timezone.utc:
         t = t.astimezone(timezone.utc)
-    return t.isoformat(timespec="milliseconds")[:-6] + "Z"  # drops "+00:00"
+    # What isoformat(timespec="milliseconds") gives less its "+00:00", in half the time (no utcoffset
+    # call): a rebuild formats a deadline for every Disconnected (5% of its CPU before).
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (
+        t.year, t.month, t.day, t.hour, t.minute, t.second, t.microsecond // 1000)
 
 
 def parse_rfc3339(field: str, text: str) -> datetime:

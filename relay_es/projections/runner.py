@@ -311,6 +311,27 @@ class ProjectionRunner:
             self._progress.notify_all()
         return len(events)
 
+    def _route(self, work: list[tuple[Projection, int, list[tuple[int, str, Any]]]],
+               items: list[tuple[int, str, Any]]) -> None:
+        """Each of ``items`` appended to the list of every projection in ``work`` that takes its
+        type and has not passed it, in order. One pass when every position is the same and
+        behind the first item (a batch read from there: always in a rebuild), rather than one
+        pass per projection (5% of a rebuild's CPU)."""
+        positions = {pos for _, pos, _ in work}
+        if len(positions) == 1 and items[0][0] > positions.pop():
+            routes: dict[type, list[list[tuple[int, str, Any]]]] = {}
+            for it in items:
+                t = type(it[2])
+                to = routes.get(t)
+                if to is None:
+                    to = routes[t] = [mine for p, _, mine in work if t in self._types[p.name]]
+                for mine in to:
+                    mine.append(it)
+            return
+        for p, pos, mine in work:
+            types = self._types[p.name]
+            mine.extend(it for it in items if it[0] > pos and type(it[2]) in types)
+
     def _process(self, projections: list[Projection], positions: dict[str, int],
                  items: list[tuple[int, str, Any]]) -> None:
         """Applies ``items`` to ``projections`` and commits their rows with each one's
@@ -322,8 +343,8 @@ class ProjectionRunner:
                 pos = positions.get(p.name, 0)
                 if self._cached_at.get(p.name) != pos:
                     p.forget()  # its cache belongs to another position: read rows afresh
-                types = self._types[p.name]
-                work.append((p, pos, [it for it in items if it[0] > pos and type(it[2]) in types]))
+                work.append((p, pos, []))
+            self._route(work, items)
             reader = _LazyRead(self.db)
             try:
                 for p, _, mine in work:

@@ -205,6 +205,17 @@ def test_rfc3339_formats_utc_millis_with_z() -> None:
     assert rfc3339(None) is None
 
 
+def test_rfc3339_is_isoformat_in_milliseconds_with_z_for_any_instant() -> None:
+    import random
+
+    rng = random.Random(15)
+    lo, hi = datetime(1, 1, 1, tzinfo=timezone.utc), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+    span = int((hi - lo) / timedelta(microseconds=1))
+    for _ in range(20_000):
+        t = lo + timedelta(microseconds=rng.randrange(span))
+        assert rfc3339(t) == t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def test_rfc3339_converts_other_offsets_to_utc() -> None:
     plus2 = timezone(timedelta(hours=2))
     assert rfc3339(datetime(2026, 1, 1, 1, 30, tzinfo=plus2)) == "2025-12-31T23:30:00.000Z"
