@@ -1421,6 +1421,25 @@ def test_other_topics_at_the_end_of_the_log_are_read_once_and_passed(world: Worl
     assert reads == [(before, top)] and world.pm.position == top
 
 
+def test_another_writers_executor_events_beyond_a_batch_are_read_a_batch_at_a_time_up_to_the_head(
+        world: World, monkeypatch) -> None:
+    # The head path with more to fold than a batch holds: each full read moves the position to its
+    # last event, not to the head it was bounded by, so nothing between is passed unfolded.
+    world.pm.batch_size = 2
+    with monkeypatch.context() as m:
+        m.setattr(world.journal, "saved", lambda recordings: None)  # as if another instance recorded them
+        for name in "ABCDE":
+            world.relay.executor_connected("local", "app", info(name), connection_id=f"{name}-1", owner="other")
+    reads = _pm_reads(world, monkeypatch)
+    before, top = world.pm.position, world.relay.head()
+    ids = [nid for nid, _, _ in world.relay.notifications(before, 100)]
+    assert len(ids) == 10 and ids[-1] == top  # Registered and Connected of each
+    world.pm.catch_up()
+    assert reads == [(before, top)] + [(ids[k], top) for k in (1, 3, 5, 7)]  # the fifth read is full: not one more
+    assert world.pm.position == top
+    assert [world.status(n) for n in "ABCDE"] == ["HEALTHY"] * 5
+
+
 def test_a_death_folded_ahead_of_the_log_waits_for_it_before_recording_that_no_candidate_is_left(world: World) -> None:
     # B connects (the hub records it) after the process manager last followed the log, and A's deadline
     # comes before it follows again. The death is folded at once, ahead of the log: deciding that A's
