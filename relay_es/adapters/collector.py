@@ -18,7 +18,9 @@ So :class:`Collector`:
   ones practically never;
 * **freezes what exists** (``gc.freeze`` moves every tracked object to the
   permanent generation at no cost) at every tick until ``freeze_for`` seconds
-  after a socket last opened: a connection's objects, and those its registration
+  after a storm of opens (:data:`STORM_OPENS` sockets within ``freeze_for``
+  seconds; a trickle of reconnects is left to CPython, so that a busy server's
+  passing cycles are not frozen at every tick): a connection's objects, and those its registration
   makes in the seconds after, outlive young collections, so without it the next
   *middle* collections walk all of them. Measured in bench section 3 on
   2026-12-04 (19,500 sockets, ``gc.callbacks``): middle collections of 389-505 ms,
@@ -72,6 +74,7 @@ log = logging.getLogger(__name__)
 YOUNG_THRESHOLD = 50_000  # net new container objects between young collections (CPython's default: 700)
 MIDDLE_THRESHOLD = 20     # young collections per middle one (default: 10)
 OLD_THRESHOLD = 10        # middle collections before a full one is considered (default: 10)
+STORM_OPENS = 100          # sockets opened within freeze_for seconds that make a storm worth freezing
 # Seconds a full collection takes per socket open or closed since the last, until one with sockets
 # was measured: about 2 s at 19,500 sockets on the 2-core benchmark machine (docs/benchmarks.md, 3).
 PER_SOCKET_GUESS = 100e-6
@@ -103,7 +106,9 @@ class Collector:
         self.timer = timer
         self._lock = threading.Lock()
         self._open = 0
-        self._last_open = float("-inf")
+        self._window_start = float("-inf")  # the opens counted towards a storm, since then
+        self._window_opens = 0
+        self._freeze_until = float("-inf")
         self._closed = 0                     # sockets closed since the last full collection
         self._wanted_since: float | None = None
         self._last_activity = float("-inf")
@@ -164,7 +169,11 @@ class Collector:
                 if self._wanted_since is None:
                     self._wanted_since = now
             elif n > self._open:
-                self._last_open = now
+                if now - self._window_start > self.freeze_for:
+                    self._window_start, self._window_opens = now, 0
+                self._window_opens += n - self._open
+                if self._window_opens >= STORM_OPENS:
+                    self._freeze_until = now + self.freeze_for
             self._open = n
             self._last_activity = now
 
@@ -189,10 +198,10 @@ class Collector:
         return now - last_activity >= self.quiet
 
     def freeze_due(self, now: float) -> bool:
-        """Whether what exists should be frozen now: within ``freeze_for`` seconds of a socket
-        opened. A freeze costs nothing, so deadlines do not hold it back."""
+        """Whether what exists should be frozen now: a storm of opens is under way or ended less
+        than ``freeze_for`` seconds ago. A freeze costs nothing, so deadlines do not hold it back."""
         with self._lock:
-            return now - self._last_open <= self.freeze_for
+            return now <= self._freeze_until
 
     def expected_took(self) -> float:
         """Seconds a full collection would hold the GIL now: the last one's seconds per socket
