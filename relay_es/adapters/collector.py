@@ -17,18 +17,22 @@ So :class:`Collector`:
   objects) so the automatic collector runs young collections rarely and full
   ones practically never;
 * **freezes what exists** (``gc.freeze`` moves every tracked object to the
-  permanent generation at no cost) at every tick until ``freeze_for`` seconds
-  after a storm of opens (:data:`STORM_OPENS` sockets within ``freeze_for``
-  seconds; a trickle of reconnects is left to CPython, so that a busy server's
-  passing cycles are not frozen at every tick): a connection's objects, and those its registration
-  makes in the seconds after, outlive young collections, so without it the next
-  *middle* collections walk all of them. Measured in bench section 3 on
-  2026-12-04 (19,500 sockets, ``gc.callbacks``): middle collections of 389-505 ms,
-  collecting nothing, holding the GIL while 10,000 deaths were due. A cycle that
-  was alive at a freeze and is garbage afterwards (a handshake under way) waits
-  for the next full collection; a full collection is not run for that alone,
-  since at 20,000 sockets it holds the GIL for over a second (one that did, 2 s
-  after a storm of opens, made 10,000 deaths due in its wake late by 0.4-0.5 s);
+  permanent generation at no cost) at every tick during a storm of opens
+  (:data:`STORM_OPENS` sockets within ``freeze_for`` seconds) and ``freeze_for``
+  seconds after it: a connection's objects, and those its registration makes in
+  the seconds after, outlive young collections, so without it the next *middle*
+  collections walk all of them. Measured in bench section 3 on 2026-12-04 (19,500
+  sockets, ``gc.callbacks``): middle collections of 389-505 ms, collecting
+  nothing, holding the GIL while 10,000 deaths were due. What a freeze takes
+  with it and is garbage (a cycle not collected yet, or one alive then and dead
+  later, such as a handshake under way) waits for the next full collection, and
+  a freeze resets CPython's counters, so while a storm lasts its young
+  collections rarely run: the storm's cyclic garbage is kept until the full
+  collection that follows closes (``quiet`` seconds after them, ``max_wait`` at
+  most), or ``interval``. A full collection is not run for it alone, since at
+  20,000 sockets one holds the GIL for over a second (one that did, 2 s after a
+  storm of opens, made 10,000 deaths due in its wake late by 0.4-0.5 s). A
+  trickle of reconnects is no storm: a busy server is not frozen at every tick;
 * runs the **full collection itself**, when there is something for it to find
   (sockets have closed since the last one: a closed connection's objects are
   old, and hold reference cycles through the WebSocket stack, so only a full
@@ -46,13 +50,14 @@ So :class:`Collector`:
 A full collection unfreezes everything first and freezes what survives after,
 so objects frozen while alive are freed once they are garbage (a closed socket's
 cycles); the start-up's objects are walked by it too (a few tens of
-milliseconds). Cyclic garbage made between a freeze and the next full
-collection waits for that collection: that is after sockets close, or
-``interval``.
+milliseconds). If it did not run (another thread's collection was under way,
+its finalizers having let this thread in: ``gc.collect`` then returns at once),
+nothing is frozen and it is tried again at the next tick.
 
-Every collection CPython runs by itself is timed (a ``gc.callbacks`` hook) and handed
-out by :meth:`Collector.pauses` (``relay_gc_pause_seconds`` on ``/metrics``): each
-holds the GIL for as long.
+Every other collection (CPython's automatic ones, and ``gc.collect`` called by
+other code) is timed by a ``gc.callbacks`` hook and handed out by
+:meth:`Collector.pauses` (``relay_gc_pause_seconds`` on ``/metrics``): it holds
+the GIL for that long, less any finalizer that let go of it.
 
 The decisions (:meth:`Collector.due`, :meth:`Collector.freeze_due`) are pure, driven by a clock the tests own;
 :meth:`Collector.tick` does it.
@@ -74,7 +79,7 @@ log = logging.getLogger(__name__)
 YOUNG_THRESHOLD = 50_000  # net new container objects between young collections (CPython's default: 700)
 MIDDLE_THRESHOLD = 20     # young collections per middle one (default: 10)
 OLD_THRESHOLD = 10        # middle collections before a full one is considered (default: 10)
-STORM_OPENS = 100          # sockets opened within freeze_for seconds that make a storm worth freezing
+STORM_OPENS = 500          # sockets opened within freeze_for seconds that make a storm worth freezing
 # Seconds a full collection takes per socket open or closed since the last, until one with sockets
 # was measured: about 2 s at 19,500 sockets on the 2-core benchmark machine (docs/benchmarks.md, 3).
 PER_SOCKET_GUESS = 100e-6
@@ -106,8 +111,7 @@ class Collector:
         self.timer = timer
         self._lock = threading.Lock()
         self._open = 0
-        self._window_start = float("-inf")  # the opens counted towards a storm, since then
-        self._window_opens = 0
+        self._opens: deque[float] = deque(maxlen=STORM_OPENS)  # when the last STORM_OPENS sockets opened
         self._freeze_until = float("-inf")
         self._closed = 0                     # sockets closed since the last full collection
         self._wanted_since: float | None = None
@@ -122,8 +126,9 @@ class Collector:
         # CPython's own collections, timed by the gc.callbacks hook: (generation, seconds). Appended
         # in whatever thread allocated, so no lock: a collection can start while that thread holds one.
         self._pauses: deque[tuple[int, float]] = deque(maxlen=10_000)
-        self._pause_started = 0.0
-        self._managed = False                # a full collection of ours is running: not a pause of CPython's
+        self._pause_started: float | None = None
+        self._managed: int | None = None     # the thread running a full collection of ours (not a pause)
+        self._ours_ran = False               # that collection did run (its "start" was seen)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -142,16 +147,22 @@ class Collector:
             self.gc.callbacks.remove(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
-        if self._managed:
-            return
+        # One collection runs at a time, so "start" and "stop" pair up; a "stop" whose "start" was
+        # ours, or came before the hook, is dropped.
         if phase == "start":
-            self._pause_started = self.timer()
-        else:
-            self._pauses.append((info["generation"], self.timer() - self._pause_started))
+            if self._managed == threading.get_ident():
+                self._ours_ran = True
+                self._pause_started = None
+            else:
+                self._pause_started = self.timer()
+            return
+        started, self._pause_started = self._pause_started, None
+        if started is not None:
+            self._pauses.append((info["generation"], self.timer() - started))
 
     def pauses(self) -> list[tuple[int, float]]:
-        """CPython's own collections since the last call: (generation, seconds), oldest first
-        (at most the last 10,000)."""
+        """The collections not run by :meth:`tick` since the last call: (generation, seconds),
+        oldest first (at most the last 10,000)."""
         out = []
         while True:
             try:
@@ -169,10 +180,8 @@ class Collector:
                 if self._wanted_since is None:
                     self._wanted_since = now
             elif n > self._open:
-                if now - self._window_start > self.freeze_for:
-                    self._window_start, self._window_opens = now, 0
-                self._window_opens += n - self._open
-                if self._window_opens >= STORM_OPENS:
+                self._opens.extend([now] * min(n - self._open, STORM_OPENS))
+                if len(self._opens) == STORM_OPENS and now - self._opens[0] <= self.freeze_for:
                     self._freeze_until = now + self.freeze_for
             self._open = n
             self._last_activity = now
@@ -223,15 +232,25 @@ class Collector:
         with self._lock:
             closed, self._closed = self._closed, 0
             sockets = self._open + closed
-            self._wanted_since = None
+            wanted, self._wanted_since = self._wanted_since, None
         t0 = self.timer()
-        self._managed = True
+        self._ours_ran = False
+        self._managed = threading.get_ident()
         try:
             self.gc.unfreeze()  # what was frozen alive may be garbage now
             found = self.gc.collect()
-            self.gc.freeze()
         finally:
-            self._managed = False
+            self._managed = None
+            ran = self._ours_ran or self._on_gc not in self.gc.callbacks  # unhooked (never started): assumed
+            if ran:
+                self.gc.freeze()
+        if not ran:  # another collection was under way: gc.collect returned at once
+            with self._lock:
+                self._closed += closed
+                if self._wanted_since is None:
+                    self._wanted_since = wanted
+            log.debug("full garbage collection skipped: another was under way; tried again at the next tick")
+            return False  # nothing frozen: the garbage waits unfrozen for the next tick
         took = self.timer() - t0
         self._last_full = self.monotonic()
         if sockets >= 100:  # fewer: the heap's other objects, not the sockets, make the time

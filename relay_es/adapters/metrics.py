@@ -142,8 +142,9 @@ class Metrics:
             "relay_gc_full_collection_seconds", "Full garbage collections Relay ran at a quiet moment (ADR 13)",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5), registry=r)
         self.gc_pauses = Histogram(
-            "relay_gc_pause_seconds", "Collections CPython's cyclic garbage collector ran by itself, by generation "
-            "(2: full); each holds the GIL (ADR 13)", ["generation"],
+            "relay_gc_pause_seconds", "Collections of CPython's cyclic garbage collector not run by Relay's collector "
+            "(CPython's automatic ones, gc.collect by other code), by generation (2: full); each holds the GIL, "
+            "less any finalizer that lets go of it (ADR 13)", ["generation"],
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5), registry=r)
         self.auth_refused = Counter("relay_auth_refused", "Refused executor handshakes and API calls", ["where"],
                                     registry=r)

@@ -89,8 +89,6 @@ def test_the_server_collects_a_closed_socket_s_garbage_once_it_is_quiet(tmp_path
         for e in execs:
             e.abort()
         assert await until(full_collections, timeout=15, what="a full collection after the drops")
-        # CPython's own collections are timed beside them (tests/adapters/test_collector.py: the hook)
-        assert "# TYPE relay_gc_pause_seconds histogram" in server.get("/metrics").text
 
     try:
         asyncio.run(main())

@@ -82,6 +82,24 @@ def test_a_runtime_starts_and_stops_and_closing_gives_the_lease_back(tmp_path: P
     again.close()
 
 
+def test_the_collector_worker_puts_cpython_s_pauses_on_metrics(tmp_path: Path) -> None:
+    """Each collector tick hands the collections its hook timed to ``relay_gc_pause_seconds``
+    (the hook itself: tests/adapters/test_collector.py)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rt = Runtime(settings(tmp_path))
+    try:
+        rt.collector._on_gc("start", {"generation": 1})
+        rt.collector._on_gc("stop", {"generation": 1, "collected": 0, "uncollectable": 0})
+        rt._collect()
+        got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(rt.metrics.render().decode()) for s in f.samples}
+        assert got[("relay_gc_pause_seconds_count", (("generation", "1"),))] == 1.0
+        assert rt.collector.pauses() == []  # handed over once
+    finally:
+        rt.close()
+
+
 def test_a_runtime_that_never_started_closes(tmp_path: Path) -> None:
     rt = Runtime(settings(tmp_path))
     rt.close()
