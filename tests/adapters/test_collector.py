@@ -1,9 +1,10 @@
 """The garbage-collection policy (ADR 13): a fake clock and a fake ``gc`` drive
-the decision; one test runs it on the real collector."""
+the decision; two tests run it on the real collector (the ``real`` fixture)."""
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +20,19 @@ class FakeGC:
         self.frozen = 0
         self.callbacks: list[Any] = []
 
-    def run(self, generation: int, took: float, clock: FakeClock) -> None:
-        """A collection CPython runs by itself, ``took`` long on ``clock``."""
-        for cb in self.callbacks:
+    def run(self, generation: int, took: float = 0.0, clock: FakeClock | None = None, collected: int = 0) -> None:
+        """A collection, with the hooks called around it as CPython calls them: ``took`` long on
+        ``clock``."""
+        for cb in list(self.callbacks):
             cb("start", {"generation": generation})
-        clock.advance(took)
-        for cb in self.callbacks:
-            cb("stop", {"generation": generation, "collected": 0, "uncollectable": 0})
+        if clock is not None:
+            clock.advance(took)
+        for cb in list(self.callbacks):
+            cb("stop", {"generation": generation, "collected": collected, "uncollectable": 0})
 
     def collect(self, generation: int = 2) -> int:
         self.calls.append(("collect", generation))
-        for cb in list(self.callbacks):  # as CPython calls the hooks around a collection it runs
-            cb("start", {"generation": generation})
-        for cb in list(self.callbacks):
-            cb("stop", {"generation": generation, "collected": 7, "uncollectable": 0})
+        self.run(generation, collected=7)
         return 7
 
     def freeze(self) -> None:
@@ -54,6 +54,29 @@ class FakeGC:
 
     def full(self) -> int:
         return sum(1 for c in self.calls if c == ("collect", 2))
+
+
+class Node:
+    """A reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def real() -> Iterator[tuple[FakeClock, Collector]]:
+    """A collector started on the real ``gc`` (on a fake clock); the process's collector is put
+    back as it was afterwards."""
+    before = gc.get_threshold()
+    clock = FakeClock()
+    c = Collector(clock.monotonic)
+    try:
+        c.start()
+        yield clock, c
+    finally:
+        c.stop()
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 @pytest.fixture
@@ -268,41 +291,29 @@ def test_a_full_collection_unfreezes_first_and_freezes_what_survives(world: Any)
     assert len(fake.calls) == 4
 
 
-def test_on_the_real_collector_frozen_cycles_are_freed_by_the_next_full_collection() -> None:
+def test_on_the_real_collector_frozen_cycles_are_freed_by_the_next_full_collection(real: Any) -> None:
     """A cycle alive when sockets were frozen and garbage afterwards (a closed connection's
     objects) is freed by the full collection; until then, no automatic collection sees it."""
     import weakref
 
-    class Node:
-        def __init__(self) -> None:
-            self.me = self
-
-    before = gc.get_threshold()
-    clock = FakeClock()
-    c = Collector(clock.monotonic)
-    try:
-        c.start()
-        frozen_at_start = gc.get_freeze_count()
-        kept = Node()
-        gone = weakref.ref(kept)
-        c.connections(STORM_OPENS)
-        assert not c.tick() and c.freezes == 1
-        assert gc.get_freeze_count() > frozen_at_start
-        del kept  # garbage now, in the permanent generation
-        gc.collect()
-        assert gone() is not None  # no automatic (or explicit) collection walks frozen objects
-        clock.advance(20)
-        c.connections(0)
-        clock.advance(2.1)
-        assert any(c.tick() for _ in range(50))  # another thread's collection under way defers it a tick
-        assert gone() is None
-        assert gc.get_freeze_count() > 0  # what survived is frozen again
-        gc.collect(0)  # one of CPython's (asked for here: timed the same way)
-        assert [g for g, _ in c.pauses()][-1:] == [0]
-    finally:
-        c.stop()
-        gc.unfreeze()
-        gc.set_threshold(*before)
+    clock, c = real
+    frozen_at_start = gc.get_freeze_count()
+    kept = Node()
+    gone = weakref.ref(kept)
+    c.connections(STORM_OPENS)
+    assert not c.tick() and c.freezes == 1
+    assert gc.get_freeze_count() > frozen_at_start
+    del kept  # garbage now, in the permanent generation
+    gc.collect()
+    assert gone() is not None  # no automatic (or explicit) collection walks frozen objects
+    clock.advance(20)
+    c.connections(0)
+    clock.advance(2.1)
+    assert any(c.tick() for _ in range(50))  # another thread's collection under way defers it a tick
+    assert gone() is None
+    assert gc.get_freeze_count() > 0  # what survived is frozen again
+    gc.collect(0)  # one of CPython's (asked for here: timed the same way)
+    assert [g for g, _ in c.pauses()][-1:] == [0]
 
 
 def test_cpython_s_own_collections_are_timed_and_ours_are_not() -> None:
@@ -359,27 +370,15 @@ def test_a_stop_whose_start_was_not_seen_is_not_a_pause(world: Any) -> None:
     assert [generation for generation, _ in c.pauses()] == [0]  # the one paired
 
 
-def test_on_the_real_collector_new_cycles_go() -> None:
-    class Node:
-        def __init__(self) -> None:
-            self.me = self
-
-    before = gc.get_threshold()
-    clock = FakeClock()
-    c = Collector(clock.monotonic)
-    try:
-        c.start()
-        assert gc.get_freeze_count() > 0
-        assert gc.get_threshold()[0] == YOUNG_THRESHOLD
-        for _ in range(1000):
-            Node()  # unreachable cycles, too few for a young collection
-        c.connections(3)
-        c.connections(0)
-        clock.advance(2.1)
-        assert any(c.tick() for _ in range(50))  # another thread's collection under way defers it a tick
-        assert c.collected >= 1000
-        assert c.last_took > 0
-    finally:
-        c.stop()
-        gc.unfreeze()
-        gc.set_threshold(*before)
+def test_on_the_real_collector_new_cycles_go(real: Any) -> None:
+    clock, c = real
+    assert gc.get_freeze_count() > 0
+    assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+    for _ in range(1000):
+        Node()  # unreachable cycles, too few for a young collection
+    c.connections(3)
+    c.connections(0)
+    clock.advance(2.1)
+    assert any(c.tick() for _ in range(50))  # another thread's collection under way defers it a tick
+    assert c.collected >= 1000
+    assert c.last_took > 0
