@@ -15,6 +15,7 @@ from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application
 from relay_es.domain.alerting import AlertingRule, parse_metadata
 from relay_es.domain.errors import InvalidSetting, UnknownAlertingRule
+from relay_es.domain.ids import new_id
 from relay_es.domain.text import sanitized
 
 
@@ -50,7 +51,7 @@ class AlertCommands:
         receiver = app if receiving_app is None else receiving_app
         if receiver != app and not self.app_exists(org, receiver):  # the watched one: 404 when the rule is saved
             raise InvalidSetting("receivingAppName", f"no application {receiver[:256]!r} is registered in org {org!r}")
-        rule = AlertingRule(id=str(uuid.uuid4()), org=org, app=app, receiving_app=receiver, rule_type=rule_type,
+        rule = AlertingRule(id=new_id(), org=org, app=app, receiving_app=receiver, rule_type=rule_type,
                             parameters=parameters, webhooks=webhooks, min_interval_secs=min_interval_secs).check()
 
         def create(a: Application) -> bool:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from relay_es.aggregates.application import Application
 from relay_es.aggregates.executor import DisconnectReason, Executor, ExecutorStatus as S
 from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
 from relay_es.domain.clock import Clock
+from relay_es.domain.ids import new_id
 from relay_es.engine.service import Relay
 from relay_es.engine.timers import TimerHeap
 from relay_es.projections.unreadable import Unreadable
@@ -431,7 +431,7 @@ class AlertManager:
             return False
         channels = ["app", *(f"webhook:{i}" for i in range(len(rule.webhooks)))]
         meta = {"ruleId": rule.id, "app": rule.app, **metadata}
-        fired = self.relay.fire_alert(rule, alert_id=str(uuid.uuid4()), message=message, metadata=meta,
+        fired = self.relay.fire_alert(rule, alert_id=new_id(), message=message, metadata=meta,
                                       channels=channels, cause=cause, at=now)
         if fired:
             self.stats.fired += 1

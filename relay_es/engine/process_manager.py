@@ -63,7 +63,6 @@ from __future__ import annotations
 import logging
 import secrets
 import traceback
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +75,7 @@ from eventsourcing.utils import get_topic
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
+from relay_es.domain.ids import new_id
 from relay_es.engine.indexes import Indexes, derive_indexes
 from relay_es.engine.journal import Journal
 from relay_es.engine.metric_windows import seconds_until_next, spread
@@ -906,7 +906,7 @@ class ProcessManager:
                 continue
             self._unwait(sid)
             assigned[(target.org, target.app, target.executor_id)] += 1
-            request_id = str(uuid.uuid4())
+            request_id = new_id()
             # Taken before the dispatch is recorded, so the response timer (armed from
             # it, not from the event's timestamp) is never earlier than what the dispatcher obeys.
             deadline = self.clock.monotonic() + self.timing.response_timeout.total_seconds()

@@ -28,7 +28,6 @@ answers nothing. None of them disturbs another request.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -36,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from relay_es.domain.ids import new_id
 from relay_es.protocol import limits
 from relay_es.protocol import messages as m
 from relay_es.protocol.catalogue import RESPONSES
@@ -77,17 +77,13 @@ class RefusedReply(m.Response, kw_only=True):
 SessionEvent = Registered | Answered | Violation
 
 
-def _new_id() -> str:
-    return str(uuid.uuid4())
-
-
 class Session:
     __slots__ = ("state", "_new_id", "_responses", "pending", "info", "_info_request", "_expired")  # one per socket
 
     def __init__(
         self,
         *,
-        new_request_id: Callable[[], str] = _new_id,
+        new_request_id: Callable[[], str] = new_id,
         responses: dict[str, type[m.Response]] | None = None,
     ) -> None:
         self.state = State.AWAITING_INFO

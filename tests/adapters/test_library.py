@@ -11,7 +11,7 @@ so that a library upgrade that changes one fails here, not in production:
 * the transcoder's registered transcodings are in ``JSONTranscoder.names``;
 * aggregates saved beneath ``Application.save`` (its ``_record``, ``_take_snapshots`` and
   ``_notify``) are stored as its own save stores them;
-* a batch inserted at once (on Postgres as arrays of base types, on SQLite with ``executemany``)
+* a batch inserted at once (on Postgres as arrays of base types, on SQLite in multi-row statements)
   is recorded as the library's own insert records it, with the same notification ids.
 """
 
@@ -156,6 +156,43 @@ def test_a_batch_inserted_at_once_is_recorded_as_the_library_records_it(world: W
         with pytest.raises(IntegrityError):
             recorder.insert_events([StoredEvent(uuid4(), 1, "t.R", b"{}"), StoredEvent(a, 2, "t.Taken", b"{}")])
     assert rows(ours) == rows(theirs)  # the batch that failed left nothing
+
+
+@pytest.mark.parametrize("size", [1, 3, 200, 537])
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_sqlite_batch_in_several_statements_keeps_its_order_and_fails_whole(world: World, size: int,
+                                                                             monkeypatch: Any) -> None:
+    """:class:`ManyInsertRecorder` inserts 200 rows a statement and the rest in powers of two
+    (537 = 200 + 200 + 128 + 8 + 1): the ids follow the batch's order across the statements, and a
+    version already taken in the last statement leaves none of the batch."""
+    from uuid import uuid4
+
+    from eventsourcing.persistence import IntegrityError
+    from eventsourcing.sqlite import SQLiteCursor
+
+    ours = world.relay.recorder
+    taken = StoredEvent(uuid4(), 1, "t.R", b"{}")
+    ours.insert_events([taken])
+    batch = [StoredEvent(uuid4(), 1, f"t.E{i}", str(i).encode()) for i in range(size)]
+    statements: list[str] = []
+    execute = SQLiteCursor.execute
+
+    def recorded(self: Any, sql: str, *args: Any) -> None:
+        statements.append(sql)
+        execute(self, sql, *args)
+
+    monkeypatch.setattr(SQLiteCursor, "execute", recorded)
+    ids = ours.insert_events(batch)
+    monkeypatch.undo()
+    inserts = [s for s in statements if s.startswith("INSERT")]
+    assert len(inserts) == {1: 1, 3: 2, 200: 1, 537: 5}[size]
+    got = ours.select_notifications(start=ids[0], limit=size, inclusive_of_start=True)
+    assert [(n.id, n.originator_id, n.topic, n.state) for n in got] == [
+        (i, e.originator_id, e.topic, e.state) for i, e in zip(ids, batch)]
+    before = ours.max_notification_id()
+    with pytest.raises(IntegrityError):
+        ours.insert_events([StoredEvent(uuid4(), 1, "t.R", b"{}") for _ in range(size)] + [taken])
+    assert ours.max_notification_id() == before
 
 
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)

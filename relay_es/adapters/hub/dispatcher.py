@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.hub.outbox import Outbox
 from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.uvicorn_ws import Withdrawn
+from relay_es.domain.ids import new_id
 from relay_es.engine.process_manager import Answers, RecoveryOutcome, RecoveryRequest
 from relay_es.engine.service import Relay
 from relay_es.protocol import messages as m
@@ -207,7 +207,7 @@ class Dispatcher:
 
     async def _send_retention(self, conn: Connection, p: retention.RetentionPlan) -> None:
         """Recorded first, then sent; the answer is recorded when it comes (or does not)."""
-        rid = str(uuid.uuid4())
+        rid = new_id()
         try:
             await self.run(self.relay.record_retention_dispatched, conn.org, conn.app, request_id=rid,
                            target_executor_id=conn.executor_id or "", gc_cutoff=p.gc_cutoff,

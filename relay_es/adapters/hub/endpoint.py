@@ -45,7 +45,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
@@ -59,6 +58,7 @@ from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.hub.throttle import Throttle
 from relay_es.adapters.logs import scrub_text
 from relay_es.aggregates.executor import DisconnectReason, executor_stream_id
+from relay_es.domain.ids import new_uuid
 from relay_es.engine.executor_commands import ExecutorInfo
 from relay_es.engine.service import Relay
 from relay_es.protocol import messages as m
@@ -215,7 +215,7 @@ class Hub:
             self._refusals.forget(host)
             await send({"type": "websocket.accept"})
             ext = (scope.get("extensions") or {}).get("relay.frame_cap")
-            conn = Connection(id=uuid.uuid4().hex, org=org, app=app, peer=peer, token=token, send_message=send,
+            conn = Connection(id=new_uuid().hex, org=org, app=app, peer=peer, token=token, send_message=send,
                               key_id=kid, raise_frame_cap=ext)
             self.registry.add(conn)
             self.on_connection_change(len(self.registry))

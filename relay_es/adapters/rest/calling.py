@@ -39,6 +39,7 @@ from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.problems import problem
 from relay_es.adapters.rest.recording import actor_of, source_of
 from relay_es.domain.errors import UnknownApplication
+from relay_es.domain.ids import new_id
 from relay_es.engine.action_commands import Outcome
 from relay_es.engine.calls import (
     CallFailed,
@@ -143,7 +144,7 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
     the audit log, never workflow inputs or outputs. Returns the executor's answer."""
     await app_must_exist(ctx, org, app)
     action_id = await asyncio.to_thread(
-        ctx.relay.record_action_requested, org, app, request_id=str(uuid.uuid4()), operation=operation,
+        ctx.relay.record_action_requested, org, app, request_id=new_id(), operation=operation,
         actor=actor_of(request), source=source_of(request), target_type=target_type, target_ids=target_ids,
         parameters=parameters)
     asked: list[str] = []

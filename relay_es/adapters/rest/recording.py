@@ -39,6 +39,7 @@ from litestar.exceptions import HTTPException
 from relay_es.adapters.hub.throttle import Throttle
 from relay_es.adapters.rest.context import RestContext
 from relay_es.domain.errors import RelayError
+from relay_es.domain.ids import new_id
 from relay_es.engine.action_commands import Actor, Outcome
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def recorded(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: s
     """Records a change to Relay's own state (blocking: call it off the event loop). The
     block may fill the yielded dict with a result summary (scalars; never a secret)."""
     action_id = ctx.relay.record_action_requested(
-        org, app, request_id=str(uuid.uuid4()), operation=operation, actor=actor_of(request),
+        org, app, request_id=new_id(), operation=operation, actor=actor_of(request),
         source=source_of(request), target_type=target_type, target_ids=target_ids, parameters=parameters)
     result: dict[str, Any] = {}
     try:
@@ -136,7 +137,7 @@ class Refusals:
             target_type, target_ids = target[0], [target[1]]
         try:
             self.ctx.relay.record_action_refused(
-                org, app, request_id=str(uuid.uuid4()), operation=operation, actor=actor, source=source,
+                org, app, request_id=new_id(), operation=operation, actor=actor, source=source,
                 target_type=target_type, target_ids=target_ids, status=status, detail=detail,
                 suppressed=suppressed)
         except Exception:  # noqa: BLE001  # the store away, a name the aggregate refuses: logged, not raised

@@ -61,7 +61,6 @@ and dispatches as usual, and its recovery then finds the workflows already taken
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -77,6 +76,7 @@ from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
 from relay_es.adapters.rest.problems import problem
 from relay_es.domain import units
+from relay_es.domain.ids import new_id
 from relay_es.engine.action_commands import Outcome
 from relay_es.engine.calls import CallFailed, ExecutorTimedOut, NoHealthyExecutor
 from relay_es.engine.stranded import (
@@ -385,7 +385,7 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
     done = []
     for version, ids in plan.groups.items():
         action_id = await asyncio.to_thread(
-            ctx.relay.record_action_requested, org, app, request_id=str(uuid.uuid4()), operation="strandedRecover",
+            ctx.relay.record_action_requested, org, app, request_id=new_id(), operation="strandedRecover",
             actor=recording.actor_of(request), source=recording.source_of(request), target_type=EXECUTOR,
             target_ids=ids, parameters={"appVersion": version, "executorCount": len(ids), "force": force})
         outcome, message, executor_id = Outcome.FAILED, None, None
