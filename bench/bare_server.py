@@ -47,8 +47,10 @@ async def websockets_server(port: int, variant: str) -> None:
     kw: dict[str, Any] = {}
     if variant == "ws-nodeflate":
         kw["compression"] = None
+    from relay_es.composition.cli import LISTEN_BACKLOG  # as relay serve listens: a shorter queue overflows sooner
+
     async with serve(hold, "127.0.0.1", port, ping_interval=20, ping_timeout=4, close_timeout=1, max_size=MAX_FRAME,
-                     backlog=2048, **kw):
+                     backlog=LISTEN_BACKLOG, **kw):
         print("ready", flush=True)
         await asyncio.Future()
 
@@ -57,6 +59,7 @@ def uvicorn_server(port: int, variant: str) -> None:
     import uvicorn
 
     from relay_es.adapters.uvicorn_ws import http_protocol_class, protocol_class, split_ping_wait
+    from relay_es.composition.cli import LISTEN_BACKLOG
 
     echo = variant == "uvicorn-echo"
 
@@ -88,7 +91,7 @@ def uvicorn_server(port: int, variant: str) -> None:
                             http=http_protocol_class(first_request_timeout=10.0, request_timeout=10.0),
                             ws_max_size=MAX_FRAME, ws_ping_interval=20.0, ws_ping_timeout=ping_timeout,
                             ws_per_message_deflate=variant != "uvicorn-nodeflate", access_log=False, log_config=None,
-                            lifespan="on", timeout_keep_alive=5)
+                            lifespan="on", timeout_keep_alive=5, backlog=LISTEN_BACKLOG)
     uvicorn.Server(config).run()
 
 

@@ -33,6 +33,11 @@ log = logging.getLogger("relay")
 FIRST_REQUEST_SECS = 10.0  # an opened connection must start its first request within this
 KEEP_ALIVE_SECS = 5  # an idle keep-alive HTTP connection is closed after this
 GRACEFUL_SHUTDOWN_SECS = 5  # on SIGTERM, open requests and sockets get this long before they are cut
+# Connections the kernel holds for the server before it accepts them (the kernel caps it at
+# net.core.somaxconn: 4,096 by default). uvicorn's default, 2,048, overflowed when a fleet reconnected
+# at once while the process was busy: a client whose handshake the kernel drops tries again 1 s, then
+# 3 s, 7 s later, so one overflow stretched a storm of 5,000 reconnects from about 1.5 s to 6 s (ADR 2).
+LISTEN_BACKLOG = 65_535
 
 
 def _add_serve(sub: Any) -> None:
@@ -187,6 +192,7 @@ def serve(args: argparse.Namespace) -> int:
         lifespan="on",
         timeout_keep_alive=KEEP_ALIVE_SECS,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECS,
+        backlog=LISTEN_BACKLOG,
     )
 
     class Server(uvicorn.Server):
