@@ -176,6 +176,23 @@ def test_connections_over_the_cap_get_503_and_are_closed(tmp_path) -> None:
         server.stop()
 
 
+def test_the_listening_socket_queues_as_many_connections_as_the_kernel_allows(tmp_path) -> None:
+    """A fleet reconnecting at once must not overflow the accept queue (ADR 2): the listening
+    socket's backlog, as ``ss`` reads it from the kernel, is Relay's, capped by the kernel's
+    ``somaxconn`` (uvicorn's own default, 2,048, is below the kernel's default cap of 4,096)."""
+    from relay_es.composition.cli import LISTEN_BACKLOG
+
+    somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
+    server = RelayServer(tmp_path).start()
+    try:
+        out = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.split()
+        assert out[0] == "LISTEN", out
+        assert int(out[2]) == min(LISTEN_BACKLOG, somaxconn), out  # Send-Q of a listener: its backlog
+    finally:
+        server.stop()
+
+
 def _status(server: RelayServer) -> int:
     try:
         return server.get("/healthz").status_code
