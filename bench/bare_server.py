@@ -47,7 +47,7 @@ async def websockets_server(port: int, variant: str) -> None:
     kw: dict[str, Any] = {}
     if variant == "ws-nodeflate":
         kw["compression"] = None
-    from relay_es.composition.cli import LISTEN_BACKLOG  # as relay serve listens: a shorter queue overflows sooner
+    from relay_es.adapters.uvicorn_ws import LISTEN_BACKLOG  # as relay serve listens: a shorter queue overflows sooner
 
     async with serve(hold, "127.0.0.1", port, ping_interval=20, ping_timeout=4, close_timeout=1, max_size=MAX_FRAME,
                      backlog=LISTEN_BACKLOG, **kw):
@@ -58,8 +58,7 @@ async def websockets_server(port: int, variant: str) -> None:
 def uvicorn_server(port: int, variant: str) -> None:
     import uvicorn
 
-    from relay_es.adapters.uvicorn_ws import http_protocol_class, protocol_class, split_ping_wait
-    from relay_es.composition.cli import LISTEN_BACKLOG
+    from relay_es.adapters.uvicorn_ws import LISTEN_BACKLOG, http_protocol_class, protocol_class, split_ping_wait
 
     echo = variant == "uvicorn-echo"
 

@@ -430,6 +430,51 @@ BENCH_LIMITS = ["--max-connections-per-key", "1000000", "--max-connections-per-a
                 "--max-executors-per-key", "1000000", "--max-executors-per-app", "1000000"]
 
 
+GC_HISTOGRAMS = {"relay_gc_pause_seconds": "generation", "relay_gc_full_collection_seconds": None}
+
+
+def gc_histograms(http: str) -> dict[str, dict[str, Any]]:
+    """The server's garbage-collection histograms from ``/metrics`` (ADR 13): ``{series: {"count": n,
+    "sum": seconds, "buckets": {le: cumulative count}}}``, a series per generation of CPython's own
+    collections (``"generation 0"`` ...) and ``"relay full"`` for the full collections Relay ran."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[str, Any]] = {}
+    text = httpx.get(http + "/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        if family.name not in GC_HISTOGRAMS:
+            continue
+        label = GC_HISTOGRAMS[family.name]
+        for sample in family.samples:
+            key = f"generation {sample.labels[label]}" if label else "relay full"
+            h = out.setdefault(key, {"count": 0, "sum": 0.0, "buckets": {}})
+            if sample.name.endswith("_count"):
+                h["count"] = int(sample.value)
+            elif sample.name.endswith("_sum"):
+                h["sum"] = sample.value
+            elif sample.name.endswith("_bucket"):
+                h["buckets"][float(sample.labels["le"])] = int(sample.value)
+    return out
+
+
+def gc_between(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What :func:`gc_histograms` grew by between two readings, per series: ``{"count", "ms"`` (in
+    all), ``"longest_le_ms"`` (the smallest bucket bound holding every one of them: the longest took at
+    most that; ``None`` above the last bound)``}``; series with no collection left out."""
+    out = {}
+    for key, h in after.items():
+        b = before.get(key, {"count": 0, "sum": 0.0, "buckets": {}})
+        n = h["count"] - b["count"]
+        if n <= 0:
+            continue
+        bound = next((le for le in sorted(h["buckets"])
+                      if h["buckets"][le] - b["buckets"].get(le, 0) >= n), None)
+        out[key] = {"count": n, "ms": 1000 * (h["sum"] - b["sum"]),
+                    "longest_le_ms": None if bound is None or bound == float("inf") else 1000 * bound}
+    return out
+
+
 def largest_fleet(goal: int = 20_000) -> int:
     """``goal`` sockets, or as many as one process may open: the open-file limit's hard
     value, which a process without CAP_SYS_RESOURCE cannot raise (20,000 here), less

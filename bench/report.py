@@ -310,6 +310,18 @@ def s3(d: dict[str, Any], goals: list[Goal]) -> str:
                     f"p99 {f0(fl['p99'])} ms, max {f0(fl['max'])} ms: no process manager on this machine and "
                     f"store does better than that; what the run measured above it is the time the process "
                     f"manager was not recording deaths (following the log, dispatching) or did not hold the GIL."]
+    gc_rows = []
+    for s in r["stores"]:
+        for key, g in sorted((s.get("gc_during_storm") or {}).items()):
+            gc_rows.append([s["store"], {"relay full": "full, run by Relay's collector"}.get(
+                key, key.replace("generation ", "CPython's own, generation ")), f0(g["count"]), f0(g["ms"]),
+                f"<= {f0(g['longest_le_ms'])}" if g["longest_le_ms"] is not None else "> 2,500"])
+    if gc_rows:
+        out += ["", "Garbage collections from the drop until every death was recovered and deleted (the server's "
+                "`relay_gc_pause_seconds` and `relay_gc_full_collection_seconds`, read from `/metrics` before and "
+                "after; each holds the GIL for its time, so a collection while deaths are due adds to their "
+                "lateness; the longest is bounded by the histogram's buckets):", "",
+                table(["store", "collections", "n", "ms in all", "longest ms"], gc_rows)]
     out += ["", "All recovered and deleted: " + ", ".join(
         f"{s['store']} {'yes' if s['all_recovered'] else 'NO'} ({f1(s['drop_to_all_deleted_s'])} s after the drop)"
         for s in r["stores"]) + "."]
@@ -795,7 +807,7 @@ def analysis(results_dir: Path) -> str:
                 "request and connection ids: it makes a system call around which CPython lets go of the GIL, and "
                 "beside a busy thread each id then waited for the GIL to come back, 300-370 us against 1.7 us "
                 "alone (ADR 4); and SQLite's recorder stopped using `executemany`, which lets go of the GIL at "
-                "every row (1,000 rows beside a thread running Python: 2.2 s, against 13 ms in statements of 200; "
+                "every row (1,000 rows beside a thread running Python: 2.2 s, against 13 ms in statements of 250; "
                 "ADR 10). The table's three runs are on that code (3,353 tests green on it); interleaved with the "
                 "commit before them (2 runs each, instrumented), the storms scattered as widely as ever. "
                 "What would move it further: the sockets in more than one process "

@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import (Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, largest_fleet, log,
-                          past_settle, pct, relay_server, split, wait_until)
+from bench.common import (Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, gc_between, gc_histograms,
+                          largest_fleet, log, past_settle, pct, relay_server, split, wait_until)
 
 APP = "detect"
 
@@ -127,11 +127,13 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         past_settle(srv)
         if on_drop is not None:
             on_drop(srv)
+        gc_before = gc_histograms(srv.http)
         t_drop = time.time()
         fleets_call(fleets, "abort")
         # every death recovered and deleted, or give up
         done = wait_until(lambda: reader.count_status(APP, "DELETED") >= registered, timeout=grace + 120, interval=0.2)
         t_done = time.time()
+        gc_storm = gc_between(gc_before, gc_histograms(srv.http))  # the drop to every death deleted
         reader.close()
         entries = audit(srv.http, APP)
         frames = survivor.call("frames")["frames"]
@@ -189,10 +191,12 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             "frame_after_death_ms": stats_ms(frame),       # survivor got exist_pending_workflows - DeclaredDead.at
             "confirm_after_death_ms": stats_ms(confirm),
             "frame_after_drop_plus_grace_ms": stats_ms(e2e),
+            "gc_during_storm": gc_storm,
         }
         log(f"s3 {kind}: lateness p50 {out['lateness_ms']['p50']} p99 {out['lateness_ms']['p99']} max "
             f"{out['lateness_ms']['max']} ms; dispatch p99 {out['dispatch_after_death_ms']['p99']} ms; "
-            f"frame p99 {out['frame_after_death_ms']['p99']} ms")
+            f"frame p99 {out['frame_after_death_ms']['p99']} ms; collections "
+            + (", ".join(f"{k}: {v['count']} ({v['ms']:.0f} ms)" for k, v in sorted(gc_storm.items())) or "none"))
         return out
     finally:
         for f in fleets + fleets_keep:

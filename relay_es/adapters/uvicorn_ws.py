@@ -35,6 +35,11 @@ from websockets.frames import CONT, CTRL_OPCODES, Frame
 from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
 
 COMPRESS_MIN_BYTES = 1024
+# Connections the kernel holds for the server before it accepts them (the kernel caps it at
+# net.core.somaxconn: 4,096 by default). uvicorn's default, 2,048, overflowed when a fleet reconnected
+# at once while the process was busy: a client whose handshake the kernel drops tries again 1 s, then
+# 3 s, 7 s later, so one overflow stretched a storm of 5,000 reconnects from about 1.5 s to 6 s (ADR 2).
+LISTEN_BACKLOG = 65_535
 
 
 class _PerMessageDeflate(PerMessageDeflate):

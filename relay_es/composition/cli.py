@@ -33,11 +33,6 @@ log = logging.getLogger("relay")
 FIRST_REQUEST_SECS = 10.0  # an opened connection must start its first request within this
 KEEP_ALIVE_SECS = 5  # an idle keep-alive HTTP connection is closed after this
 GRACEFUL_SHUTDOWN_SECS = 5  # on SIGTERM, open requests and sockets get this long before they are cut
-# Connections the kernel holds for the server before it accepts them (the kernel caps it at
-# net.core.somaxconn: 4,096 by default). uvicorn's default, 2,048, overflowed when a fleet reconnected
-# at once while the process was busy: a client whose handshake the kernel drops tries again 1 s, then
-# 3 s, 7 s later, so one overflow stretched a storm of 5,000 reconnects from about 1.5 s to 6 s (ADR 2).
-LISTEN_BACKLOG = 65_535
 
 
 def _add_serve(sub: Any) -> None:
@@ -149,7 +144,7 @@ def serve(args: argparse.Namespace) -> int:
     from relay_es.protocol.limits import MAX_FRAME
     from relay_es.composition.asgi import RelayASGI
     from relay_es.adapters.lease import LeaseHeld
-    from relay_es.adapters.uvicorn_ws import http_protocol_class, protocol_class, split_ping_wait
+    from relay_es.adapters.uvicorn_ws import LISTEN_BACKLOG, http_protocol_class, protocol_class, split_ping_wait
     from relay_es.composition.runtime import Runtime
 
     logs.configure(args.log_level.upper())

@@ -28,25 +28,28 @@ class _Pool:
     __slots__ = ("_lock", "_buf", "_at")
 
     def __init__(self) -> None:
-        self.reset()
+        self._lock = threading.Lock()
+        self._buf, self._at = b"", 0
 
     def take(self) -> int:
         """128 random bits, never handed out before, as an int."""
         with self._lock:
-            at = self._at
-            if at >= len(self._buf):
-                self._buf, at = os.urandom(POOL_BYTES), 0
+            buf, at = self._buf, self._at
+            if at >= len(buf):
+                buf, at = os.urandom(POOL_BYTES), 0
+                self._buf = buf
             self._at = at + 16
-            return int.from_bytes(self._buf[at:at + 16], "big")
+            return int.from_bytes(buf[at:at + 16], "big")
 
-    def reset(self) -> None:
-        # A fresh lock too: one held by another thread at a fork stays held in the child.
+    def _after_fork(self) -> None:
+        # In the child, which has one thread: the parent's bytes are dropped, and the lock is new,
+        # since one held by another thread at the fork would stay held here for ever.
         self._lock = threading.Lock()
         self._buf, self._at = b"", 0
 
 
 _pool = _Pool()
-os.register_at_fork(after_in_child=_pool.reset)
+os.register_at_fork(after_in_child=_pool._after_fork)
 
 
 def new_uuid() -> UUID:

@@ -11,6 +11,14 @@ import pytest
 from relay_es.domain import ids
 
 
+@pytest.fixture
+def pool(monkeypatch):
+    """A pool of its own, so that what a test feeds it never reaches another test's ids."""
+    fresh = ids._Pool()
+    monkeypatch.setattr(ids, "_pool", fresh)
+    return fresh
+
+
 def test_ids_are_version_4_uuids_and_their_text_is_uuids_text():
     for _ in range(2_000):
         u = ids.new_uuid()
@@ -20,7 +28,7 @@ def test_ids_are_version_4_uuids_and_their_text_is_uuids_text():
         assert str(parsed) == s and parsed.version == 4 and parsed.variant == uuid.RFC_4122
 
 
-def test_one_system_call_per_256_ids(monkeypatch):
+def test_one_system_call_per_256_ids(pool, monkeypatch):
     calls = []
     real = os.urandom
 
@@ -29,39 +37,49 @@ def test_one_system_call_per_256_ids(monkeypatch):
         return real(n)
 
     monkeypatch.setattr(ids.os, "urandom", counting)
-    ids._pool.reset()
     made = {ids.new_id() for _ in range(1_000)}
     assert len(made) == 1_000
     assert calls == [ids.POOL_BYTES] * 4  # 256 ids a call
 
 
-def test_no_id_twice_across_threads():
-    out: list[list[str]] = [[] for _ in range(4)]
-
-    def make(i):
-        out[i].extend(ids.new_id() for _ in range(5_000))
-
-    threads = [threading.Thread(target=make, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    every = [s for part in out for s in part]
-    assert len(set(every)) == len(every) == 20_000
-
-
-def test_the_ids_change_with_the_kernels_bytes(monkeypatch):
-    # The bits are the kernel's, not a generator's seeded once: two pools fed the same bytes agree.
+def test_the_ids_bits_are_the_kernels(pool, monkeypatch):
+    # Not a generator seeded once: each id is 16 of the bytes os.urandom gave, with uuid4's fixed bits set.
     monkeypatch.setattr(ids.os, "urandom", lambda n: bytes(range(16)) * (n // 16))
-    ids._pool.reset()
     assert ids.new_uuid() == uuid.UUID(bytes=bytes(range(16)), version=4)
-    ids._pool.reset()
+    assert ids.new_id() == str(uuid.UUID(bytes=bytes(range(16)), version=4))
+
+
+def test_a_thread_waits_for_anothers_refill_rather_than_make_its_own(pool, monkeypatch):
+    """While one thread refills the pool, another asking for an id waits and then takes from the
+    same refill: one system call, two different ids."""
+    entered, release = threading.Event(), threading.Event()
+    calls = []
+    real = os.urandom
+
+    def slow(n):
+        calls.append(n)
+        entered.set()
+        release.wait(10)
+        return real(n)
+
+    monkeypatch.setattr(ids.os, "urandom", slow)
+    got: list[str] = []
+    first = threading.Thread(target=lambda: got.append(ids.new_id()))
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=lambda: got.append(ids.new_id()))
+    second.start()
+    second.join(0.3)  # without the lock it would be in os.urandom by now, a second call
+    assert len(calls) == 1
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert len(calls) == 1 and len(got) == 2 and got[0] != got[1]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
 def test_a_forked_child_does_not_repeat_its_parents_ids():
-    ids._pool.reset()
-    ids.new_id()  # the pool is filled; the next 255 ids are in it
+    ids.new_id()  # the pool holds bytes for the next ids
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its next id, to the parent
