@@ -807,7 +807,7 @@ def analysis(results_dir: Path) -> str:
                 "request and connection ids: it makes a system call around which CPython lets go of the GIL, and "
                 "beside a busy thread each id then waited for the GIL to come back, 300-370 us against 1.7 us "
                 "alone (ADR 4); and SQLite's recorder stopped using `executemany`, which lets go of the GIL at "
-                "every row (1,000 rows beside a thread running Python: 2.2 s, against 13 ms in statements of 250; "
+                "every row (1,000 rows beside a thread running Python: 2.4 s, against 30 ms in statements of 200; "
                 "ADR 10). The table's three runs are on that code (3,353 tests green on it); interleaved with the "
                 "commit before them (2 runs each, instrumented), the storms scattered as widely as ever. "
                 "What would move it further: the sockets in more than one process "

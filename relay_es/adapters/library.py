@@ -184,8 +184,8 @@ class ManyInsertRecorder(SQLiteApplicationRecorder):
     recording a storm of deaths (2026-12-04). Not ``executemany``: Python's ``sqlite3`` lets go
     of the GIL around every row's step, and a thread sharing the GIL with a busy one (the event
     loop in a storm) waits for it after each row, up to the switch interval (5 ms): measured, 1,000
-    rows took 1.9 ms alone and 2.2 s beside a thread running Python, against 1.0 and 13 ms in
-    statements of 250 rows. A batch goes in statements of :data:`ROWS_PER_STATEMENT` rows and one
+    rows took 1.0-1.5 ms alone and 2.4 s beside a thread running Python, against 0.6-0.9 and 30 ms
+    in statements of 200 rows. A batch goes in statements of :data:`ROWS_PER_STATEMENT` rows and one
     of the rest: the library's connections cache one prepared statement (``cached_statements=True``),
     so each statement text that differs from the one before is prepared again, which also lets go
     of the GIL.
