@@ -475,6 +475,22 @@ def gc_between(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any
     return out
 
 
+def listen_overflows() -> int | None:
+    """The kernel's count of connections dropped because a listening socket's accept queue was full
+    (``ListenOverflows`` in ``/proc/net/netstat``, all sockets of the network namespace since boot);
+    ``None`` where it cannot be read. A client whose handshake is dropped tries again 1 s, 3 s, 7 s
+    later, so a storm that overflows takes seconds longer, whatever the server does (ADR 2)."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            counts = dict(zip(names.split()[1:], values.split()[1:]))
+            return int(counts["ListenOverflows"]) if "ListenOverflows" in counts else None
+    return None
+
+
 def largest_fleet(goal: int = 20_000) -> int:
     """``goal`` sockets, or as many as one process may open: the open-file limit's hard
     value, which a process without CAP_SYS_RESOURCE cannot raise (20,000 here), less

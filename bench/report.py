@@ -238,7 +238,7 @@ def s2(d: dict[str, Any], goals: list[Goal]) -> str:
                          f"{f0(fs)} ({100 * ratio(fs, raw):.0f}%)" if fs else "-", f0(p),
                          f"{100 * ratio(p, raw):.0f}%" if p else "-", f2(st["storm_to_projected_s"]),
                          f"{f2(st['server_cores'])} ({f2(th.get('main_cores'))} + {f2(th.get('other_threads_cores'))})",
-                         f2(st["clients_cores"])])
+                         f2(st["clients_cores"]), f0(st.get("listen_overflows"))])
             for what, v in (("appended", a), ("projected", p)):
                 rt = ratio(v, raw)
                 goals.append(goal(f"2. events {what}/s, {s['store']}, {st['storm']}", f0(v),
@@ -249,7 +249,8 @@ def s2(d: dict[str, Any], goals: list[Goal]) -> str:
                 f"{s['raw']['state_bytes']} B state)", "",
                 table(["storm", "events", "executors registered/s (client side)", "appended/s", "vs raw",
                        "appended/s from the storm's start (vs raw)", "projected/s", "vs raw", "storm to all projected s",
-                       "Relay CPU, cores (event-loop thread + other threads)", "clients CPU (cores)"], rows), ""]
+                       "Relay CPU, cores (event-loop thread + other threads)", "clients CPU (cores)",
+                       "handshakes dropped, accept queue full (kernel)"], rows), ""]
         ss = s["single_saves"]
         g = ss.get("grouped")
         out += [f"In-process, one command per save (the unit a storm is made of): connect "

@@ -26,8 +26,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import (CpuMeter, ThreadMeter, Fleet, Poller, StoreReader, Workdir, active_rate, fleets_call, log, relay_server,
-                          split)
+from bench.common import (CpuMeter, ThreadMeter, Fleet, Poller, StoreReader, Workdir, active_rate, fleets_call,
+                          listen_overflows, log, relay_server, split)
 
 TOPIC = "relay_es.aggregates.executor:Executor.Connected"
 
@@ -69,6 +69,7 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
     proj0 = reader.projected()
     meter = CpuMeter(pids).start()
     threads = ThreadMeter(pids["server"]).start()
+    overflows0 = listen_overflows()
     t0 = time.monotonic()
     info = fn()
     clients = sum(a.get("registered", 0) for a in info) if isinstance(info, list) else 0
@@ -76,6 +77,7 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
         clients = sum(a.get("open_before", 0) for a in info)
     head1 = settle(reader, target=head0 + events_per_client * clients)
     t_done = time.monotonic()
+    overflows1 = listen_overflows()
     cpu = meter.stop()
     per_thread = threads.stop()
     offered = None
@@ -97,13 +99,15 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
         # connect storms: executors whose executor_info was answered per second (the transitions offered)
         "registrations_per_s": offered,
         "clients_cores": sum(v["cores"] for k, v in cpu.items() if k.startswith("clients")),
+        # handshakes the kernel dropped, the accept queue being full (every listener of the machine)
+        "listen_overflows": None if overflows0 is None or overflows1 is None else overflows1 - overflows0,
         "client": info,
     }
     for k in ("append", "project"):
         out[k].pop("t_start", None)
         out[k].pop("t_end", None)
     log(f"s2 {name}: {out['events']} events, append {fmt(appended['per_s'])}/s, project {fmt(projected['per_s'])}/s, "
-        f"server {out['server_cores'] or 0:.2f} cores")
+        f"server {out['server_cores'] or 0:.2f} cores, accept-queue overflows {out['listen_overflows']}")
     return out
 
 
