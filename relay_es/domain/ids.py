@@ -52,12 +52,17 @@ _pool = _Pool()
 os.register_at_fork(after_in_child=_pool._after_fork)
 
 
+def _v4() -> int:
+    """A version 4 UUID's 128 bits: random ones from the pool, uuid4's fixed bits set."""
+    return (_pool.take() & _KEEP) | _SET
+
+
 def new_uuid() -> UUID:
     """A random UUID (version 4), as ``uuid.uuid4()`` makes."""
-    return UUID(int=(_pool.take() & _KEEP) | _SET)
+    return UUID(int=_v4())
 
 
 def new_id() -> str:
     """``str(new_uuid())``, formatted without the ``UUID`` object: a request or record id."""
-    h = "%032x" % ((_pool.take() & _KEEP) | _SET)
+    h = "%032x" % _v4()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
