@@ -86,10 +86,8 @@ class ReadModelStore:
                       after: int | None = None, limit: int = 100) -> list[AuditEntry]:
         return audit.query(self, org=org, app=app, executor_id=executor_id, after=after, limit=limit)
 
-    def audit_counts(self, *, org: str, app: str, action: str, start_us: int, end_us: int,
-                     width_us: int) -> list[tuple[int, int]]:
-        return audit.counts(self, org=org, app=app, action=action, start_us=start_us, end_us=end_us,
-                            width_us=width_us)
+    def recoveries(self, *, org: str, app: str, start_us: int, end_us: int, width_us: int) -> list[tuple[int, int]]:
+        return audit.recoveries(self, org=org, app=app, start_us=start_us, end_us=end_us, width_us=width_us)
 
     def action_rows(self, *, org: str, start: datetime | None = None, end: datetime | None = None,
                     operation: str | None = None, subject: str | None = None, target: str | None = None,

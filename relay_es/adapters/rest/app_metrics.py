@@ -94,7 +94,6 @@ def _points(ctx: RestContext, org: str, app: str, first: int, stop: int, since: 
     out = [(p.bucket, p.metric_type, p.metric_name, p.granularity, p.value) for p in found]
     w = width or period
     lo, hi = -(-first // w) * w, -(-stop // w) * w
-    counts = ctx.db.audit_counts(org=org, app=app, action="recovery.confirmed", start_us=max(lo, since) * US,
-                                 end_us=hi * US, width_us=w * US)
+    counts = ctx.db.recoveries(org=org, app=app, start_us=max(lo, since) * US, end_us=hi * US, width_us=w * US)
     out += [(b // US, *RECOVERY, w, n) for b, n in counts]
     return out[:MAX_POINTS + 1]
