@@ -18,6 +18,7 @@ tracking positions and queries).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sqlite3
@@ -198,6 +199,7 @@ class Database(Protocol):
 _NAMED = re.compile(r"%\((\w+)\)s")
 
 
+@functools.lru_cache(maxsize=1024)  # a few hundred texts; a multi-row insert's is thousands of characters
 def to_sqlite(sql: str) -> str:
     return _NAMED.sub(r":\1", sql).replace("%s", "?")
 

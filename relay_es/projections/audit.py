@@ -14,6 +14,7 @@ The tables are stored by :mod:`relay_es.adapters.readmodels.audit`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -181,6 +182,7 @@ AUDITED_EVENTS = (Application.Registered, Gate.Opened, Token.Created, Projection
                   *_OTHER_ENTRIES)
 
 Where = tuple[str, str | None, str | None]  # (org, app, name) of a stream
+_SID = operator.itemgetter(1)  # a batch item's stream id: (notification id, stream id, event)
 
 
 class AuditProjection:
@@ -205,7 +207,7 @@ class AuditProjection:
     def missing(self, items: list[tuple[int, str, Any]]) -> list[str]:
         """The batch's streams not known to belong anywhere yet (read from the streams table)."""
         ctx = self.context
-        return [sid for sid in dict.fromkeys(sid for _, sid, _ in items) if sid not in ctx]
+        return [sid for sid in dict.fromkeys(map(_SID, items)) if sid not in ctx]
 
     def loaded(self, asked: Sequence[str], found: dict[str, Where]) -> None:
         self.context.update(found)

@@ -14,6 +14,7 @@ between batches; the table itself is stored by
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,6 +75,7 @@ EXECUTOR_EVENTS = (
 
 
 _new = object.__new__
+_SID = operator.itemgetter(1)  # a batch item's stream id: (notification id, stream id, event)
 _set = object.__setattr__
 
 
@@ -199,7 +201,7 @@ class ExecutorsProjection:
     def missing(self, items: list[tuple[int, str, Any]]) -> list[str]:
         """The batch's streams whose rows are not held yet (to be read from the table)."""
         rows = self.rows
-        return [sid for sid in dict.fromkeys(sid for _, sid, _ in items) if sid not in rows]
+        return [sid for sid in dict.fromkeys(map(_SID, items)) if sid not in rows]
 
     def loaded(self, asked: Sequence[str], found: dict[str, ExecutorRow]) -> None:
         rows = self.rows
