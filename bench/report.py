@@ -341,7 +341,8 @@ def s4(d: dict[str, Any], goals: list[Goal]) -> str:
                      f"{f2((s.get('server_threads_after_healthz') or {}).get('main_cores'))} + "
                      f"{f2((s.get('server_threads_after_healthz') or {}).get('other_threads_cores'))})",
                      f2(s.get("clients_cores_until_all_healthy")),
-                     f"{s['healthy_after_grace']:,}", s["false_deaths"], s["relay_restarted_disconnects"]])
+                     f"{s['healthy_after_grace']:,}", s["false_deaths"], s["relay_restarted_disconnects"],
+                     f0(s.get("listen_overflows"))])
         bare_s = s.get("bare_accept_s")
         rt4 = ratio(s.get("restart_to_all_healthy_s"), bare_s)
         ok4 = s["false_deaths"] == 0 and rt4 is not None and rt4 <= 1.5 and s["n"] >= 20_000
@@ -360,11 +361,17 @@ def s4(d: dict[str, Any], goals: list[Goal]) -> str:
         "store. HEALTHY = a read-model row owned by the new instance. Deaths counted after settle + grace + 3 s."
         + (f" Baseline, same run: a bare `websockets` server (no compression) holding the same {r['n']:,} retrying "
            f"clients, SIGKILLed and started again, had them all connected {f2(r['bare']['restart_to_all_connected_s'])} s "
-           "after its restart." if r.get("bare") else ""), "",
+           "after its restart" + (f" ({f0(r['bare']['listen_overflows'])} handshakes dropped by the kernel, its accept "
+                                  "queue full)" if r["bare"].get("listen_overflows") is not None else "") + "."
+           if r.get("bare") else ""), "",
+        "Accept-queue overflows: `ListenOverflows` (`/proc/net/netstat`) from the kill until all were HEALTHY, "
+        "handshakes the kernel dropped before the server saw them (blank for runs measured before it was counted); "
+        "a dropped client tries again 1 s, 3 s, then 7 s later.", "",
         table(["store", "clients", "restart to /healthz s", "clients re-registered, s after kill (p50 / p99 / max)",
                "kill to all HEALTHY in the read model s", "restart to all HEALTHY s",
                "Relay CPU, cores (after /healthz: event-loop thread + other threads)",
-               "clients CPU (cores)", "HEALTHY after the grace", "false deaths", "Disconnected(relay_restarted)"],
+               "clients CPU (cores)", "HEALTHY after the grace", "false deaths", "Disconnected(relay_restarted)",
+               "accept-queue overflows"],
               rows)])
 
 

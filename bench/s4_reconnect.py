@@ -23,7 +23,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import BENCH_LIMITS, CpuMeter, largest_fleet, ThreadMeter, Fleet, StoreReader, Workdir, fleets_call, log, pct, relay_server, split, wait_until
+from bench.common import (BENCH_LIMITS, CpuMeter, Fleet, StoreReader, ThreadMeter, Workdir, fleets_call, largest_fleet,
+                          listen_overflows, log, pct, relay_server, split, wait_until)
 from bench.s3_detection import audit
 
 APP = "storm"
@@ -54,6 +55,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float,
         time.sleep(1.0)
         fleets_call(fleets, "mark")
         t_kill_wall = time.time()
+        overflows0 = listen_overflows()
         t_kill = time.monotonic()
         srv.kill()
         t_restart = time.monotonic()
@@ -85,6 +87,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float,
 
         wait_until(all_back, timeout=settle + grace + 120, interval=0.1)
         t_all = time.monotonic() if samples and samples[-1][1] >= n else None
+        overflows1 = listen_overflows()
         cpu = meter.stop()
         per_thread = threads.stop() if threads is not None else None
         back = samples[-1][1] if samples else 0
@@ -116,12 +119,14 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float,
             "clients_cores_until_all_healthy": sum(v["cores"] for k, v in cpu.items() if k.startswith("clients")),
             "false_deaths": len(deaths), "relay_restarted_disconnects": len(restarted),
             "reconnect_events": len(reconnected),
+            # handshakes the kernel dropped, the accept queue full, from the kill until all were HEALTHY (ADR 2)
+            "listen_overflows": None if overflows0 is None or overflows1 is None else overflows1 - overflows0,
             # (s after the kill, HEALTHY rows of the new instance, the log's head, the read models' position)
             "progress": [(round(t, 2), c, h, p) for t, c, h, p in samples[:: max(1, len(samples) // 60)]],
         }
         log(f"s4 {kind}: all {n} HEALTHY {out['kill_to_all_healthy_s']}s after the kill "
             f"(healthz after {out['restart_to_healthz_s']:.2f}s); false deaths {len(deaths)}, "
-            f"relay_restarted {len(restarted)}")
+            f"relay_restarted {len(restarted)}, accept-queue overflows {out['listen_overflows']}")
         return out
     finally:
         for f in fleets:
@@ -148,16 +153,20 @@ def bare_baseline(n: int) -> dict[str, Any]:
                             retry=True, hold=True, open_timeout=60, timeout=600)
         time.sleep(1.0)
         fleets_call(fleets, "mark")
+        overflows0 = listen_overflows()
         proc.kill()
         proc.wait(10)
         t_restart = time.time()
         proc = start_bare(port, "ws-nodeflate")
         answers = fleets_call(fleets, "wait", timeout=300)
+        overflows1 = listen_overflows()
         back = sum(a["registered"] for a in answers)
         last = max((a["t_last"] for a in answers if a["t_last"]), default=None)
         out = {"n": n, "connected_first": sum(a["registered"] for a in first), "reconnected": back,
-               "restart_to_all_connected_s": (last - t_restart) if last and back >= n else None}
-        log(f"s4 bare: {back}/{n} reconnected {out['restart_to_all_connected_s']}s after the restart")
+               "restart_to_all_connected_s": (last - t_restart) if last and back >= n else None,
+               "listen_overflows": None if overflows0 is None or overflows1 is None else overflows1 - overflows0}
+        log(f"s4 bare: {back}/{n} reconnected {out['restart_to_all_connected_s']}s after the restart, "
+            f"accept-queue overflows {out['listen_overflows']}")
         return out
     finally:
         for f in fleets:
