@@ -365,7 +365,7 @@ def s4(d: dict[str, Any], goals: list[Goal]) -> str:
                                   "queue full)" if r["bare"].get("listen_overflows") is not None else "") + "."
            if r.get("bare") else ""), "",
         "Accept-queue overflows: `ListenOverflows` (`/proc/net/netstat`) from the kill until all were HEALTHY, "
-        "handshakes the kernel dropped before the server saw them (blank for runs measured before it was counted); "
+        "handshakes the kernel dropped before the server saw them (- for runs measured before it was counted); "
         "a dropped client tries again 1 s, 3 s, then 7 s later.", "",
         table(["store", "clients", "restart to /healthz s", "clients re-registered, s after kill (p50 / p99 / max)",
                "kill to all HEALTHY in the read model s", "restart to all HEALTHY s",
@@ -1013,11 +1013,14 @@ def analysis(results_dir: Path) -> str:
                 "spread of the runs before it. In the evening `relay serve` began listening with a backlog of "
                 "65,535, capped by the kernel at `net.core.somaxconn` (4,096 here), instead of uvicorn's 2,048 "
                 "(ADR 2; the bare server listens with the same): in one run each way this storm's accept queue "
-                "overflowed 822 times against 11,225 (`ListenOverflows`), at 1.62x/1.87x against 1.90x/1.92x; "
-                "the table's two runs after it give SQLite 1.30x and 1.50x, Postgres 1.32x and 1.44x, with 7,025 "
-                "overflows in the two: 19,500 clients retrying at once still fill a queue of 4,096. A fleet "
-                "this size needs `somaxconn` raised, which this container does not allow. "
-                "What would move it: the sockets in a process of their own "
+                "overflowed 822 times against 11,225 (`ListenOverflows`), at 1.62x/1.87x against 1.90x/1.92x, and "
+                "the two runs after it gave SQLite 1.30x and 1.50x, Postgres 1.32x and 1.44x. Those overflow counts "
+                "were read by hand around windows not recorded; since 2026-12-04 20:33 the section counts them "
+                "itself, from the kill until all are HEALTHY (the table's column): none in the table's two runs "
+                "(SQLite 1.43x and 1.44x, Postgres 1.52x and 1.54x, the bare server 12.8-13.6 s), none at the "
+                "bare server's restarts, and none in a check by hand of 19,500 clients connecting to the bare "
+                "server first and after its restart (11.2 and 14.2 s). So in these runs the accept queue of 4,096 "
+                "held the storm, and what is left is Relay's own time. What would move it: the sockets in a process of their own "
                 "(ADR 7), so that writing and projecting the Connected events does not take the loop's time.", ""]
     p = _get(results_dir, "replay")
     if p and all((s["rebuild"]["per_s"] or 0) >= 0.5 * s["raw"]["per_s"] for s in p["stores"]):
@@ -1073,25 +1076,26 @@ def analysis(results_dir: Path) -> str:
                 "evening of 2026-12-04 the index behind listMetrics' `recovery_count`, every entry by (org, app, "
                 "action, at), became a partial index of the entries `recovery.confirmed` alone (ADR 11): built at "
                 "the end of a rebuild of this store it took SQLite 0.90 s and Postgres 1.95 s, now 0.11 and 0.10 s; "
-                "the indexes at the end went from SQLite 2.5-2.9 s to 1.3-1.6 s and Postgres 4.7-5.0 s to 2.7-2.8 s "
-                "(timed phases, two runs each way). SQLite's read models also take a batch in multi-row statements, "
+                "the indexes at the end went from SQLite 2.5-2.9 s to 1.3-1.6 s (0.79 s of it the partial index, the "
+                "rest the runs' spread) and Postgres 4.7-5.0 s to 2.7-2.8 s (timed phases, two runs each way). SQLite's read models also take a batch in multi-row statements, "
                 "not `executemany` (1.25 against 1.5 us an audit row, alone). The table's two runs are on that code: "
                 "Postgres at 51.0% and 51.4% of its raw scan, SQLite at 36% and 46%. Where a SQLite share's time "
                 "goes now (one share alone, 503,205 events, the same store, timed parts of the same code): 13-15 us "
                 "of CPU an event over runs of the same hour, of which reading and decoding 4.6 us (SQLite's rows "
                 "1.6 us; msgspec takes 0.9 us an event on rows it drops at once and 2.2 us on a 40,000-event batch "
-                "it keeps, whose objects outgrow the caches, yet reading and folding in reads of 2,000 events cost "
-                "more in all, 14.2-14.7 against 12.1-12.4 us an event, for a query each), folding the executors and audit read models 5.5 us, and "
-                "building, inserting and committing the audit rows most of the rest; 0.9-1.5 s of a share's "
-                "7-9 s is the kernel's (SQLite's page reads and writes, 310,000 `pread` and 243,000 `pwrite` "
+                "it keeps, whose objects outgrow the caches, yet reading, folding and building the audit rows (no insert) in reads of 2,000 "
+                "events cost more than in reads of 40,000, 14.2-14.7 against 12.1-12.4 us an event, for a query "
+                "each), folding the executors and audit read models 5.5 us, and building, inserting and committing "
+                "the audit rows most of the rest; of the 8-9.5 s of CPU a share's process used, 0.9-1.5 s was the "
+                "kernel's (SQLite's page reads and writes, 310,000 `pread` and 243,000 `pwrite` "
                 "calls a share; neither `mmap_size`, a 64 MiB page cache nor fewer checkpoints moved it beyond "
                 "the runs' spread), and a third share process gained nothing (the two cores are busy). Half the "
                 "raw scan's rate needs the whole rebuild within twice the scan's time, 8.8-9.6 s at this hour's "
                 "scans (4.4-4.8 s); the process, the drop, starting the share processes (0.2-0.3 s) and the indexes "
                 "take about 2 s of it, which leaves some 7 s on two cores for a million events: 14 us of CPU an "
                 "event with nothing lost to the two sharing SQLite's one writer, about what a share spends. So "
-                "SQLite's rebuild reaches half on the runs where the machine is quick (46%) and not on the slow "
-                "ones (36%); moving it further needs a share's CPU an event cut by a fifth or more, and what is "
+                "SQLite's rebuild comes closest to half on the runs where the machine is quick (46%) and reaches it "
+                "on none (36% on the slow one); moving it further needs a share's CPU an event cut by a fifth or more, and what is "
                 "left is spread thin: the storability check 5%, the audit detail's JSON 4%, the timestamps "
                 "decoded and formatted again 7-9% (a profile of one share)." + startup_text(p), ""]
     e = _get(results_dir, "e2e")
