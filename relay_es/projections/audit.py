@@ -69,6 +69,8 @@ def _connected(e: Any) -> tuple[str, dict[str, Any]]:
     return action, detail
 
 
+RECOVERY_CONFIRMED = "recovery.confirmed"  # the action listMetrics' recovery_count counts (its index holds only these)
+
 # Executor events: (action, detail) from the event; org, app and name come from the stream's context.
 _EXECUTOR_ENTRIES: dict[type, Callable[[Any], tuple[str, dict[str, Any]]]] = {
     Executor.Connected: _connected,
@@ -82,7 +84,7 @@ _EXECUTOR_ENTRIES: dict[type, Callable[[Any], tuple[str, dict[str, Any]]]] = {
         "attempt": e.attempt}),
     Executor.RecoveryFailed: lambda e: ("recovery.failed", {
         "requestId": e.request_id, "targetExecutorId": e.target_executor_id, "reason": e.reason}),
-    Executor.RecoveryConfirmed: lambda e: ("recovery.confirmed", {
+    Executor.RecoveryConfirmed: lambda e: (RECOVERY_CONFIRMED, {
         "requestId": e.request_id, "targetExecutorId": e.target_executor_id, "pendingFound": e.pending_found}),
     Executor.RecoveryWithdrawn: lambda e: ("recovery.withdrawn", {"reason": e.reason}),
     Executor.Deleted: lambda e: ("executor.deleted", {}),

@@ -16,10 +16,10 @@ import msgspec
 
 from relay_es.adapters.readmodels.bulk import chunks, copy_rows, insert_rows, is_sqlite, marks
 from relay_es.domain.units import from_epoch_us, to_epoch_us
-from relay_es.projections.audit import AuditEntry, AuditProjection, Where
+from relay_es.projections.audit import RECOVERY_CONFIRMED, AuditEntry, AuditProjection, Where
 
 NAME = AuditProjection.NAME
-RECOVERED = "recovery.confirmed"  # the action recoveries() counts, and its index holds
+RECOVERED = RECOVERY_CONFIRMED  # the action recoveries() counts, and the only one its index holds
 
 DDL = [
     """
