@@ -14,6 +14,7 @@ and the stages in between from A's audit entries.
 from __future__ import annotations
 
 import os
+import random
 import time
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,8 @@ def first_peer_step(steps_db: str, ids: list[str], peer: str) -> float | None:
 
 GRACE = 2  # the application's executorTimeoutSecs
 STEPS = 12  # per workflow, 0.25 s each: A is killed in step 2, so B has 2.5-2.75 s of work after a recovery
+
+POLL_S = 1.05  # the longest poll period of both SDKs' internal queue: 1 s with up to 5% jitter
 
 REPEATS_ITSELF = True  # ten kills in one run: bench/run --repeat does not multiply them
 
@@ -67,11 +70,20 @@ def one_sdk(ctx: Any, sdk: str, package: str, repeats: int) -> dict[str, Any]:
             if previous:  # B idle again: every workflow it recovered has run its last step
                 scene.wait(lambda: all(harness.step_run_counts(scene.steps_db).get((wf, STEPS), 0) for wf in previous),
                            "B to finish the workflows it recovered", timeout=120)
+            # Relay enforces no deadline in its first seconds (the restart settle window): wait that out
+            # before A starts, not between step 2 and the kill, or A may finish every step meanwhile (a Node
+            # executor starts in about a second: A's 3 s of steps ended before the window did, 2026-12-04)
+            past_settle(srv)
+            # The peer starts a recovered workflow at its next poll of the SDK's internal queue, once a second
+            # (section 6 of the report): kills at a regular pace would meet that poll at the same phase every
+            # time (one run of ten at 0.12-0.47 s, the next at 0.49-0.92 s, 2026-12-04). A pause of a random
+            # part of a poll period before each A makes the ten kills independent draws of that phase.
+            pause = random.uniform(0.0, POLL_S)
+            time.sleep(pause)
             a = scene.spawn(f"A{i}")
             ids = a.start_workflows(count=3, steps=STEPS, step_secs=0.25)
             scene.wait(lambda: all(harness.step_run_counts(scene.steps_db).get((wf, 2), 0) for wf in ids),
                        "every workflow to reach step 2")
-            past_settle(srv)
             t_kill = time.time()
             a.kill()
             got = harness.wait_until(lambda: first_peer_step(scene.steps_db, ids, b.executor_id), timeout=60,
@@ -81,6 +93,7 @@ def one_sdk(ctx: Any, sdk: str, package: str, repeats: int) -> dict[str, Any]:
             stage = {k: ts(v["at"]) - t_kill for k, v in acts.items()}
             row = {
                 "repeat": i + 1,
+                "pause_s": pause,
                 "kill_to_peer_step_s": got - t_kill,
                 "minus_grace_s": got - t_kill - GRACE,
                 "kill_to_disconnected_s": stage.get("executor.disconnected"),
