@@ -7,7 +7,9 @@ instance* (read model rows with the new instance as owner), from the kill and
 from the restart; and, after the settle window plus the grace plus a margin,
 the false deaths: DeclaredDead recorded for executors that were alive all
 along (every one of them is), and how many got a Disconnected
-(``relay_restarted``) because they were not back by the end of the settle window.
+(``relay_restarted``) because they were not back by the end of the settle window; beside
+them, the handshakes the kernel dropped with the accept queue full (``ListenOverflows``),
+from the kill until all are HEALTHY.
 
 Baseline (same run, same clients): a bare ``websockets`` server without
 compression holding the same N retrying clients is SIGKILLed and started again

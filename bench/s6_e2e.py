@@ -5,7 +5,9 @@ DBOS system database on the bench's Postgres, a surviving executor B and, per re
 executor A running workflows
 (``tests/e2e/scene.py`` and ``harness.py``). A is SIGKILLed mid-step. Each kill meets an
 idle B: the next A is started only once B has finished the workflows it recovered from the
-last one (a backlog on B measured the SDK's queue, not a recovery). Measured:
+last one (a backlog on B measured the SDK's queue, not a recovery), and after a random pause of up
+to one poll period of the SDKs' internal queue (:data:`POLL_S`), so that the kills meet B's next
+poll at independent phases. Measured:
 seconds from the kill to the first ``step_runs`` row that B writes for one of
 A's workflows (the workflow running again), minus the application's grace;
 and the stages in between from A's audit entries.
