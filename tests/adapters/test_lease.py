@@ -4,6 +4,8 @@ and the holder is told so."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
@@ -12,10 +14,17 @@ from relay_es.adapters.stores import parse_database_url
 
 
 def cut(lease: Lease, admin_url: str) -> None:
-    """Ends the lease's database session from outside, as a Postgres restart would."""
+    """Ends the lease's database session from outside, as a Postgres restart would, and returns once
+    the backend is gone with its locks: ``pg_terminate_backend`` only signals it, and an acquire right
+    after could still find the lock held (it did, once in a full run on 2026-12-04)."""
     pid = lease._conn.info.backend_pid
     with psycopg.connect(admin_url, autocommit=True) as c:
         assert c.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+        deadline = time.monotonic() + 10
+        while c.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s) "
+                        "OR EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)", (pid, pid)).fetchone()[0]:
+            assert time.monotonic() < deadline, f"backend {pid} still there 10 s after it was terminated"
+            time.sleep(0.01)
 
 
 def test_a_held_lease_stays_held(postgres_url: str) -> None:
