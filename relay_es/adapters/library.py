@@ -54,6 +54,7 @@ from eventsourcing.utils import resolve_topic
 from psycopg.sql import SQL, Identifier
 
 from relay_es.adapters.failures import is_store_error
+from relay_es.adapters.readmodels.bulk import sqlite_insert_flat
 from relay_es.engine.store import read_notifications
 from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
@@ -186,7 +187,7 @@ class ManyInsertRecorder(SQLiteApplicationRecorder):
     loop in a storm) waits for it after each row, up to the switch interval (5 ms): measured, 1,000
     rows took 1.0-1.5 ms alone and 2.4 s beside a thread running Python, against 0.6-0.9 and 30 ms
     in statements of 200 rows. A batch goes in statements of :data:`ROWS_PER_STATEMENT` rows and one
-    of the rest: the library's connections cache one prepared statement (``cached_statements=True``),
+    of the rest (``bulk.sqlite_insert_flat``, as the read models' rows): the library's connections cache one prepared statement (``cached_statements=True``),
     so each statement text that differs from the one before is prepared again, which also lets go
     of the GIL.
 
@@ -199,25 +200,14 @@ class ManyInsertRecorder(SQLiteApplicationRecorder):
 
     ROWS_PER_STATEMENT = 200  # 800 parameters: under SQLite's oldest limit (999)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._full_statement = self._values_statement(self.ROWS_PER_STATEMENT)
-
-    def _values_statement(self, rows: int) -> str:
-        return f"INSERT INTO {self.events_table_name} VALUES " + ",".join(["(?,?,?,?)"] * rows)
-
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **_: Any) -> Sequence[int] | None:
         if not stored_events:
             return []
         params = [v for e in stored_events for v in (
             e.originator_id.hex if isinstance(e.originator_id, UUID) else e.originator_id,
             e.originator_version, e.topic, e.state)]
-        n, full = len(stored_events), self.ROWS_PER_STATEMENT
-        whole = n - n % full
-        for at in range(0, whole, full):
-            c.execute(self._full_statement, params[4 * at:4 * (at + full)])
-        if whole < n:
-            c.execute(self._values_statement(n - whole), params[4 * whole:])
+        n = len(stored_events)
+        sqlite_insert_flat(c, f"INSERT INTO {self.events_table_name} VALUES ", 4, params, per=self.ROWS_PER_STATEMENT)
         c.execute("SELECT last_insert_rowid()")
         last = c.fetchone()[0]
         first = last - n + 1

@@ -6,6 +6,7 @@ written in psycopg's ``%s`` style (the SQLite cursor translates it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from itertools import chain
 from typing import Any
@@ -19,24 +20,35 @@ def is_sqlite(cur: Any) -> bool:
     return getattr(cur, "dialect", None) == "sqlite"
 
 
-def sqlite_insert(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], tail: str = "") -> None:
-    """``INSERT INTO table (columns) VALUES (...), (...) <tail>`` on SQLite: statements of as many
-    rows as :data:`SQLITE_MAX_PARAMS` parameters hold, then one of the rest. Not ``executemany``:
-    Python's ``sqlite3`` steps it once a row and lets go of the GIL around every step, which costs
-    more (a rebuild's 1,000,000 audit entries: 1.5 against 1.25 us a row, measured alone) and,
-    beside a busy thread, waits for the GIL after every row (ADR 10). Rows are applied in order,
-    as ``executemany`` applies them, ``tail`` (an ``ON CONFLICT`` clause) to each."""
-    n, width = len(rows), len(columns)
-    per = max(1, SQLITE_MAX_PARAMS // width)
-    head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-    one = "(" + ", ".join(["?"] * width) + ")"
-    whole = n - n % per
+@functools.lru_cache(maxsize=1024)
+def _values_sql(head: str, width: int, rows: int, tail: str) -> str:
+    return head + ", ".join(["(" + ", ".join(["?"] * width) + ")"] * rows) + (" " + tail if tail else "")
+
+
+def sqlite_insert_flat(cur: Any, head: str, width: int, params: Sequence[Any], *, per: int, tail: str = "") -> None:
+    """``head`` (``INSERT INTO t [(columns)] VALUES``) over ``params``, the rows' values one after
+    another, ``width`` a row: statements of ``per`` rows, then one of the rest (the texts made once).
+    Not ``executemany``: Python's ``sqlite3`` steps it once a row and lets go of the GIL around every
+    step, which costs more (a rebuild's 1,000,000 audit entries: 1.5 against 1.25 us a row, measured
+    alone) and, beside a busy thread, waits for the GIL after every row (ADR 10). Rows are applied in
+    order, as ``executemany`` applies them, ``tail`` (an ``ON CONFLICT`` clause) to each. The event
+    store's SQLite recorder (``library.ManyInsertRecorder``) and the read models both insert with it."""
+    n = len(params) // width
+    whole, step = n - n % per, per * width
     if whole:
-        sql = head + ", ".join([one] * per) + " " + tail
-        for k in range(0, whole, per):
-            cur.execute(sql, list(chain.from_iterable(rows[k:k + per])))
+        full = _values_sql(head, width, per, tail)
+        for at in range(0, whole * width, step):
+            cur.execute(full, params[at:at + step])
     if whole < n:
-        cur.execute(head + ", ".join([one] * (n - whole)) + " " + tail, list(chain.from_iterable(rows[whole:])))
+        cur.execute(_values_sql(head, width, n - whole, tail), params[whole * width:])
+
+
+def sqlite_insert(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], tail: str = "") -> None:
+    """``INSERT INTO table (columns) VALUES (...), (...) <tail>`` on SQLite, as many rows a statement
+    as :data:`SQLITE_MAX_PARAMS` parameters hold (:func:`sqlite_insert_flat`)."""
+    width = len(columns)
+    sqlite_insert_flat(cur, f"INSERT INTO {table} ({', '.join(columns)}) VALUES ", width,
+                       list(chain.from_iterable(rows)), per=max(1, SQLITE_MAX_PARAMS // width), tail=tail)
 
 
 def copy_rows(cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
