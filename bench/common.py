@@ -458,6 +458,17 @@ def gc_histograms(http: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def pm_cpu(http: str) -> dict[str, float]:
+    """The process manager's thread CPU seconds by work, from ``/metrics``
+    (``relay_process_manager_cpu_seconds_total{work}``)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(http + "/metrics", timeout=30).text
+    return {s.labels["work"]: s.value for f in text_string_to_metric_families(text)
+            if f.name == "relay_process_manager_cpu_seconds" for s in f.samples if s.name.endswith("_total")}
+
+
 def gc_between(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """What :func:`gc_histograms` grew by between two readings, per series: ``{"count", "ms"`` (in
     all), ``"longest_le_ms"`` (the smallest bucket bound holding every one of them: the longest took at

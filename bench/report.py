@@ -10,6 +10,11 @@ from typing import Any
 
 KIB = 1024.0
 
+# The process manager's kinds of work (relay_process_manager_cpu_seconds_total{work}), as the report names them.
+WORK = {"dispatch": "dispatching recoveries", "answers": "recording their answers", "following": "following the log",
+        "react": "reacting to rows", "response": "response timeouts", "orphan": "orphans", "retention": "retention",
+        "metrics": "metrics"}
+
 
 def f0(v: Any) -> str:
     return "-" if v is None else f"{v:,.0f}"
@@ -311,6 +316,19 @@ def s3(d: dict[str, Any], goals: list[Goal]) -> str:
                     f"p99 {f0(fl['p99'])} ms, max {f0(fl['max'])} ms: no process manager on this machine and "
                     f"store does better than that; what the run measured above it is the time the process "
                     f"manager was not recording deaths (following the log, dispatching) or did not hold the GIL."]
+        if s.get("lateness_pm_cpu_floor_ms") is not None:
+            cpu, pf = s["pm_cpu_s"], s["lateness_pm_cpu_floor_ms"]
+            others = ", ".join(f"{WORK.get(k, k)} {v:.2f} s" for k, v in sorted(cpu.items()) if k != "deadline")
+            out += ["", f"**{s['store']}, the process manager's own CPU** (`relay_process_manager_cpu_seconds_total`, "
+                    f"its thread's, from the drop until every death was recovered): {cpu.get('deadline', 0):.2f} s "
+                    f"declaring the {f0(s['deaths_seen'])} executors dead, {s['pm_cpu_per_death_us']:.0f} us of CPU a "
+                    f"death in the server against {1e6 / s['deaths_alone']['per_s']:.0f} us of wall time a death "
+                    f"recorded alone; beside it {others or 'nothing else'}. At {s['pm_cpu_per_death_us']:.0f} us a "
+                    f"death, one after another as each came due, with nothing between them and never waiting for "
+                    f"a core or the GIL, this run's deaths would have been late by p50 {f0(pf['p50'])} ms, p99 "
+                    f"{f0(pf['p99'])} ms, max {f0(pf['max'])} ms: that much of the lateness is the process manager's "
+                    f"own work on the deaths; the rest is the recoveries of earlier deaths recorded between them, "
+                    f"and the time its thread waited for a core or the GIL."]
     gc_rows = []
     for s in r["stores"]:
         for key, g in sorted((s.get("gc_during_storm") or {}).items()):

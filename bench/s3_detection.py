@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from bench.common import (Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, gc_between, gc_histograms,
-                          largest_fleet, log, past_settle, pct, relay_server, split, wait_until)
+                          largest_fleet, log, past_settle, pct, pm_cpu, relay_server, split, wait_until)
 
 APP = "detect"
 
@@ -128,12 +128,15 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         if on_drop is not None:
             on_drop(srv)
         gc_before = gc_histograms(srv.http)
+        cpu_before = pm_cpu(srv.http)
         t_drop = time.time()
         fleets_call(fleets, "abort")
         # every death recovered and deleted, or give up
         done = wait_until(lambda: reader.count_status(APP, "DELETED") >= registered, timeout=grace + 120, interval=0.2)
         t_done = time.time()
         gc_storm = gc_between(gc_before, gc_histograms(srv.http))  # the drop to every death deleted
+        cpu_after = pm_cpu(srv.http)
+        pm_cpu_s = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if v - cpu_before.get(k, 0.0) > 0}
         reader.close()
         entries = audit(srv.http, APP)
         frames = survivor.call("frames")["frames"]
@@ -179,8 +182,16 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         alone = record_deaths_alone(floor_url, len(timeline) or n)
         floor = stats_ms(lateness_floor([dl for dl, _ in timeline], alone["per_s"]))
         log(f"s3 {kind}: deaths recorded alone {alone['per_s']:,.0f}/s; lateness floor p99 {floor['p99']} ms")
+        # The process manager's own CPU a death in the server (its thread's, deadline work over the deaths), and
+        # the lateness had it done nothing else and never waited for the GIL or a core: deaths one after another
+        # at that cost, each as soon as it was due.
+        per_death = pm_cpu_s.get("deadline", 0.0) / len(timeline) if timeline else 0.0
+        server_floor = stats_ms(lateness_floor([dl for dl, _ in timeline], 1 / per_death)) if per_death else None
+        log(f"s3 {kind}: process manager CPU {', '.join(f'{k} {v:.2f} s' for k, v in sorted(pm_cpu_s.items()))}; "
+            f"{per_death * 1e6:.0f} us a death; its own lateness floor p99 {server_floor and server_floor['p99']} ms")
         out = {
             "deaths_alone": alone, "lateness_floor_ms": floor,
+            "pm_cpu_s": pm_cpu_s, "pm_cpu_per_death_us": per_death * 1e6, "lateness_pm_cpu_floor_ms": server_floor,
             "deadline_spread_ms": 1000 * (timeline[-1][0] - t_first) if timeline else None,
             "death_batches": sorted(batches.items())[:40],
             "store": kind, "n": n, "registered": registered, "others": others_registered, "grace_s": grace, "all_recovered": bool(done),

@@ -84,6 +84,12 @@ class _ProcessManagerFailures:
         yield GaugeMetricFamily("relay_process_manager_armed_timestamp_seconds", "When the process manager had "
                                 "rebuilt its timers from the store and armed them (Unix seconds; 0 before)",
                                 value=self.stats.armed_at)
+        cpu = CounterMetricFamily("relay_process_manager_cpu_seconds", "CPU seconds of the process manager's "
+                                  "thread, by work: a timer kind (deadline, dispatch, ...), answers, following",
+                                  labels=["work"])
+        for work, seconds in sorted(dict(self.stats.cpu_seconds).items()):
+            cpu.add_metric([work], seconds)
+        yield cpu
 
 
 class _AlertCounters:
@@ -238,7 +244,8 @@ class Metrics:
         ``relay_process_manager_store_errors_total`` (retried) and ``relay_process_manager_bugs_total``
         (anything else; the first one makes ``/healthz`` answer 503); and
         ``relay_process_manager_armed_timestamp_seconds``, when it armed the timers rebuilt from the
-        store (0 before: a Relay starting on a large store answers ``/healthz`` before that)."""
+        store (0 before: a Relay starting on a large store answers ``/healthz`` before that); and
+        ``relay_process_manager_cpu_seconds_total{work}``, its thread's CPU by kind of work."""
         self.registry.register(_ProcessManagerFailures(stats))
 
     def watch_alerts(self, stats: Any) -> None:

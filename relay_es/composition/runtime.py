@@ -182,6 +182,7 @@ class Runtime:
                 crash_point=faults.crash_point,
                 on_event=self._executor_changed,
                 journal=self.journal,
+                cpu=time.thread_time,  # relay_process_manager_cpu_seconds_total: its worker thread's CPU
             )
             self.alert_sender = AlertSender(self.calls, timeout=settings.call_timeout.total_seconds(),
                                             egress=Egress.parse(",".join(settings.alert_webhook_allow)))

@@ -65,7 +65,7 @@ import secrets
 import traceback
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -156,6 +156,9 @@ class Stats:
     store_errors: int = 0  # failures retried because the store was away or failing
     bugs: int = 0  # failures that were not store errors (see the module docstring)
     armed_at: float = 0.0  # Unix time the timers rebuilt from the store were armed (0: not yet started)
+    # Seconds of this thread's CPU by work (a timer kind, "answers", "following"), if it is given a CPU
+    # clock: every key is there from the start, so another thread may copy it while it is added to.
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class ProcessManager:
@@ -183,6 +186,7 @@ class ProcessManager:
         chunk: int = 250,
         tie_key: bytes | None = None,
         journal: Journal | None = None,
+        cpu: Callable[[], float] | None = None,
     ) -> None:
         """``answers``: the inbox the dispatcher puts recovery answers in (a fresh one that
         calls ``wake`` by default). ``wake``: called from any thread when there is work for a
@@ -196,7 +200,9 @@ class ProcessManager:
         the secret that orders equally good recovery candidates (random per process unless a test
         gives one; see :meth:`_best_candidate`). ``journal``: the events this process saves, told to
         it as they are saved (:mod:`relay_es.engine.journal`): followed from memory, the log read only
-        for what it lacks (None: everything is read from the log)."""
+        for what it lacks (None: everything is read from the log). ``cpu``: the CPU seconds of the
+        calling thread (``time.thread_time``), read around each kind of work and summed in
+        :attr:`Stats.cpu_seconds`; None: not measured."""
         self.relay = relay
         self.clock = clock
         self.dispatcher = dispatcher
@@ -248,6 +254,9 @@ class ProcessManager:
         }
         self._alone: set[tuple[str, Any]] = set()  # timers that hit a bug in a batch: fired one by one
         self.stats = Stats()
+        self._cpu = cpu
+        if cpu is not None:
+            self.stats.cpu_seconds.update(dict.fromkeys([*self._fire, "answers", "following"], 0.0))
         self.last_bug: str | None = None
         self._bugs_logged: set[tuple[Any, ...]] = set()
         self._urgent_running = False
@@ -475,6 +484,7 @@ class ProcessManager:
                 self._arm_dispatch(sid)
 
     def _follow(self) -> int:
+        c0 = self._cpu() if self._cpu is not None else 0.0
         try:
             return self.catch_up(yield_to_timers=True)
         except Exception as e:
@@ -482,6 +492,13 @@ class ProcessManager:
                 raise
             self._bug("reading the log", e)
             return 0
+        finally:
+            self._spent("following", c0)
+
+    def _spent(self, work: str, since: float) -> None:
+        """Adds the CPU time since ``since`` (read from :attr:`_cpu` before the work) to ``work``'s."""
+        if self._cpu is not None:
+            self.stats.cpu_seconds[work] += self._cpu() - since
 
     def listed(self, org: str, app: str) -> int:
         """How many executors of the application exist (HEALTHY, DISCONNECTED or
@@ -753,7 +770,13 @@ class ProcessManager:
         if entry is None:
             self._bug("timers", LookupError(f"no handler for timer kind {kind!r}; {len(items)} dropped"))
             return
-        fire, batched = entry
+        c0 = self._cpu() if self._cpu is not None else 0.0
+        try:
+            self._fire_groups(kind, items, *entry)
+        finally:
+            self._spent(kind, c0)
+
+    def _fire_groups(self, kind: str, items: list[tuple[Any, Any]], fire: Callable[..., None], batched: bool) -> None:
         if batched:
             together = [item for item in items if (kind, item[0]) not in self._alone]
             groups = [together] if together else []
@@ -985,6 +1008,7 @@ class ProcessManager:
         if not taken:
             return 0
         t0 = self.clock.monotonic()
+        c0 = self._cpu() if self._cpu is not None else 0.0
         try:
             self._record_answers(taken)
         except Exception as e:
@@ -1001,6 +1025,8 @@ class ProcessManager:
                             self.answers.put_back(taken[i:])
                             raise
                         self._bug("recording answers", e1)
+        finally:
+            self._spent("answers", c0)
         self._pace_answers.took(len(taken), self.clock.monotonic() - t0)
         return len(taken)
 

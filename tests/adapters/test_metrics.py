@@ -36,7 +36,8 @@ def test_every_metric_is_exposed_with_its_name_and_labels() -> None:
     m.watch_executors(lambda: [row("acme", "orders", "HEALTHY"), row("acme", "orders", "HEALTHY"),
                                row("acme", "orders", "DEAD"), row("acme", "billing", "HEALTHY", visible=False)])
     m.watch_outbox(FakeOutbox())
-    m.watch_process_manager(Stats(store_errors=4, bugs=1, armed_at=1_764_000_000.5))
+    m.watch_process_manager(Stats(store_errors=4, bugs=1, armed_at=1_764_000_000.5,
+                                  cpu_seconds={"deadline": 0.25, "answers": 1.5}))
     m.transitions.labels("Connected").inc()
     m.recoveries_dispatched.inc()
     m.recoveries_confirmed.inc()
@@ -79,6 +80,8 @@ def test_every_metric_is_exposed_with_its_name_and_labels() -> None:
     assert samples("relay_process_manager_store_errors", "_total") == {(): 4.0}
     assert samples("relay_process_manager_bugs", "_total") == {(): 1.0}
     assert samples("relay_process_manager_armed_timestamp_seconds") == {(): 1_764_000_000.5}
+    assert samples("relay_process_manager_cpu_seconds", "_total") == {(("work", "answers"),): 1.5,
+                                                                      (("work", "deadline"),): 0.25}
 
 
 def test_the_scrape_follows_the_executors_as_they_change() -> None:
