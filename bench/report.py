@@ -550,6 +550,7 @@ def render(results_dir: Path, sections: list[str]) -> str:
     modes = set()
     pg_settings = None
     for name in sections:
+        _shown.pop((str(results_dir), name), None)  # set again below if this section renders
         d = load(results_dir, name)
         title, fn = RENDER[name]
         if d is None:
@@ -878,7 +879,7 @@ def analysis(results_dir: Path) -> str:
             detect = ", ".join(f"{x['store']} p99 {f0(x['detect_ms']['p99'])} ms" for x in d["stores"])
             floors = [x for x in d["stores"] if x.get("lateness_floor_ms")]
             floor_text = ("" if not floors else
-                          ("**The floor is above the goal.**" if all(x["lateness_floor_ms"]["p99"] >= 100 for x in floors)
+                          ("**The floor is above the goal.**" if all((x["lateness_floor_ms"]["p99"] or 0) >= 100 for x in floors)
                            else "**The floor.**")
                           + " The same deaths recorded alone (the table's notes) run at "
                           + ", ".join(f"{x['store']} {f0(x['deaths_alone']['per_s'])}/s "
@@ -901,17 +902,22 @@ def analysis(results_dir: Path) -> str:
                 lo, hi = fmt.format(min(xs)), fmt.format(max(xs))
                 return lo if lo == hi else f"{lo}-{hi}"
 
+            cpu_runs = {id(run) for run in all_runs for x in run["stores"] if x.get("pm_cpu_per_death_us")}
+            # The thread's CPU on the deaths against the time the deadlines took to come due, per run and store.
+            ratios = [x["pm_cpu_s"].get("deadline", 0) * 1000 / x["deadline_spread_ms"]
+                      for xs in costed.values() for x in xs if x.get("deadline_spread_ms")]
             bound_text = ("" if not costed else
                           "**What bounds it: the CPU a death costs the process manager in the server.** Its thread's "
                           "CPU on the deaths (`relay_process_manager_cpu_seconds_total{work=\"deadline\"}`, the "
-                          f"table's notes; over the {len(all_runs)} run{'s' if len(all_runs) > 1 else ''}) was "
+                          f"table's notes; over the {len(cpu_runs)} run{'s' if len(cpu_runs) > 1 else ''} that read it) was "
                           + ", ".join(f"{store} {span([x['pm_cpu_s'].get('deadline', 0) for x in xs], '{:.2f}')} s for "
-                                      f"{f0(xs[0]['deaths_seen'])} deaths "
+                                      f"{span([x['deaths_seen'] for x in xs], '{:,}')} deaths "
                                       f"({span([x['pm_cpu_per_death_us'] for x in xs], '{:.0f}')} us a death), with "
                                       f"the deadlines spread over {span([x.get('deadline_spread_ms') or 0 for x in xs], '{:,.0f}')} ms"
                                       for store, xs in costed.items())
-                          + ": about as long as the deadlines took to come due, or longer, and they come in bursts, "
-                          "so the deaths queue behind one another whatever else the thread does. Its "
+                          + (f": {span([100 * r for r in ratios], '{:.0f}')}% of the time the deadlines took to come due, "
+                             "and they come in bursts, " if ratios else ", and the deadlines come in bursts, ")
+                          + "so the deaths queue behind one another whatever else the thread does. Its "
                           "other work in the same minutes (dispatches, answers, the log) adds to that, but in a trace "
                           "of its rounds (2026-12-04, late; one SQLite and one Postgres run) the deaths took 72% and 85% "
                           "of the process manager's time between the first death and the last, and it was busy for "

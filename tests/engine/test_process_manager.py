@@ -1498,38 +1498,57 @@ def test_the_cpu_of_each_kind_of_work_is_summed_under_its_name(clock) -> None:
     """Given a CPU clock, the process manager reads it around each kind of work (a timer kind,
     answers, following the log) and adds the difference to that work's total
     (``relay_process_manager_cpu_seconds_total{work}``). Here the CPU clock moves only inside the
-    work the test knows of: a death (the hub is asked whether the executor is back), a dispatch (the
-    request sent), an answer (its confirmation recorded)."""
+    work the test knows of: a pass over the log (the journal asked for the next events), a death
+    (the hub asked whether the executor is back), a dispatch (the request sent), an answer (its
+    confirmation recorded: the first attempt fails on the store and is counted too)."""
+    from eventsourcing.persistence import OperationalError
+
     from relay_es.engine.process_manager import ProcessManager, replay_bootstrap
 
     world = World(clock, None, grace=10)
     cpu = [100.0]
+    reads = [0]
 
-    def spend(seconds: float, fn):  # type: ignore[no-untyped-def]
+    def spend(seconds: float, fn, fail_first: bool = False):  # type: ignore[no-untyped-def]
+        failed = [not fail_first]
+
         def spent(*a, **kw):  # type: ignore[no-untyped-def]
             cpu[0] += seconds
+            if not failed[0]:
+                failed[0] = True
+                raise OperationalError("the store is away")  # for a moment: retried
             return fn(*a, **kw)
         return spent
 
+    def take(*a, **kw):  # type: ignore[no-untyped-def]
+        reads[0] += 1
+        cpu[0] += 0.125
+        return journal_take(*a, **kw)
+
     d = world.dispatcher
+    journal_take = world.journal.take
+    world.journal.take = take  # type: ignore[method-assign]
     d.is_connected = spend(0.25, d.is_connected)  # type: ignore[method-assign]
     d.send_recovery = spend(0.5, d.send_recovery)  # type: ignore[method-assign]
-    world.relay.op_confirm = spend(2.0, world.relay.op_confirm)  # type: ignore[method-assign]
+    world.relay.op_confirm = spend(2.0, world.relay.op_confirm, fail_first=True)  # type: ignore[method-assign]
     world.pm = ProcessManager(world.relay, clock, d, owner=world.owner, timing=world.timing,
                               bootstrap=replay_bootstrap(world.relay), journal=world.journal, cpu=lambda: cpu[0])
     world.pm.start()
     assert set(world.pm.stats.cpu_seconds) == {"deadline", "dispatch", "response", "orphan", "react", "retention",
                                                "metrics", "answers", "following"}
-    assert set(world.pm.stats.cpu_seconds.values()) == {0.0}
     world.advance(6)  # past the settle window
     world.connect("A")
     world.connect("B")
     world.drop("A")
     world.advance(10)
     assert world.status("A") == "DEAD" and len(d.sent) == 1
-    world.answer(d.last())
+    with pytest.raises(OperationalError):
+        world.answer(d.last())  # the answer goes back to the inbox
+    world.sync()  # recorded now
+    assert world.status("A") is None or world.history("A")[-1] == "Deleted"
     spent = {k: v for k, v in world.pm.stats.cpu_seconds.items() if v}
-    assert spent == {"deadline": 0.25, "dispatch": 0.5, "answers": 2.0}
+    assert reads[0] > 0
+    assert spent == {"deadline": 0.25, "dispatch": 0.5, "answers": 4.0, "following": 0.125 * reads[0]}
 
 
 def test_without_a_cpu_clock_nothing_is_measured(clock) -> None:
