@@ -11,7 +11,7 @@ Scenarios:
 * ``detection [--store S] [--n N]``: section 3's storm (N deaths at once, default 10,000, with as
   many pinging bystanders as the open-file limit leaves), from the drop (or ``--after`` seconds
   later: 4.5 puts the deaths, due 5 s after the drop, at the start) for ``--seconds`` (25);
-  prints the section's lateness figures beside the summary.
+  prints the section's lateness figures and the process manager's CPU by work beside the summary.
 * ``throughput [--store S] [--n N]``: section 2's connect, drop and reconnect storms of N
   executors (default 5,000), one profile each (``OUT.connect``, ...).
 * ``reconnect [--store S] [--n N]``: section 4's storm (N retrying executors, default as many as
@@ -137,7 +137,8 @@ def detection(args: argparse.Namespace) -> None:
 
     others = max(0, min(args.n, largest_fleet() - args.n - 1))
     section(args, "detection", lambda ctx, profile: s3.one_store(ctx, args.store, args.n, 5, others, on_drop=profile),
-            ("lateness_ms", "dispatch_after_death_ms", "deadline_spread_ms", "drop_to_all_deleted_s"))
+            ("lateness_ms", "dispatch_after_death_ms", "deadline_spread_ms", "drop_to_all_deleted_s", "pm_cpu_s",
+             "pm_cpu_per_death_us"))
 
 
 def throughput(args: argparse.Namespace) -> None:
