@@ -270,13 +270,13 @@ def test_the_trickier_alert_expressions_select_what_they_should(tmp_path: Path) 
             {"series": 'relay_executor_calls_total{type="list_workflows",outcome="ok"}', "values": "0+1x40"},
             {"series": 'relay_executor_calls_total{type="get_metrics",outcome="timeout"}', "values": "0+1x40"},
             {"series": 'relay_executor_calls_total{type="get_metrics",outcome="ok"}', "values": "0+100x40"},
-            # instance a's process manager uses a whole core (0.75 deaths, 0.25 dispatches); b's half of one
-            {"series": 'relay_process_manager_cpu_seconds_total{work="deadline",instance="a",job="relay"}',
-             "values": "0+45x40"},
-            {"series": 'relay_process_manager_cpu_seconds_total{work="dispatch",instance="a",job="relay"}',
-             "values": "0+15x40"},
-            {"series": 'relay_process_manager_cpu_seconds_total{work="deadline",instance="b",job="relay"}',
+            # instance a's process-manager thread uses a whole core, b's half of one; a's read models one too
+            {"series": 'relay_worker_cpu_seconds_total{worker="process-manager",instance="a",job="relay"}',
+             "values": "0+60x40"},
+            {"series": 'relay_worker_cpu_seconds_total{worker="process-manager",instance="b",job="relay"}',
              "values": "0+30x40"},
+            {"series": 'relay_worker_cpu_seconds_total{worker="projections",instance="a",job="relay"}',
+             "values": "0+60x40"},
         ],
         "promql_expr_test": [
             {"expr": alert("RelayNoHealthyExecutor"), "eval_time": "10m",
@@ -292,7 +292,7 @@ def test_the_trickier_alert_expressions_select_what_they_should(tmp_path: Path) 
             {"expr": alert("RelayExecutorCallsTimingOut"), "eval_time": "20m",
              "exp_samples": [{"labels": '{type="list_workflows"}', "value": 0.5}]},
             {"expr": alert("RelayProcessManagerSaturated"), "eval_time": "20m",
-             "exp_samples": [{"labels": '{instance="a",job="relay"}', "value": 1}]},
+             "exp_samples": [{"labels": '{instance="a",job="relay",worker="process-manager"}', "value": 1}]},
         ],
     }]}
     path = tmp_path / "alerts-test.yml"

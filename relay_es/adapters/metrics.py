@@ -224,12 +224,18 @@ class Metrics:
         self.registry.register(_ByLabel(GaugeMetricFamily, "relay_projection_lag_events",
                                         "Events in the store not yet folded into the read model", "projection", lag))
 
-    def watch_workers(self, failures: Callable[[], dict[str, int]]) -> None:
+    def watch_workers(self, failures: Callable[[], dict[str, int]],
+                      cpu: Callable[[], dict[str, float]] | None = None) -> None:
         """Exposes ``relay_worker_failures_total{worker}``: failures (retried) of Relay's
-        background workers, ``failures()`` at each scrape."""
+        background workers, ``failures()`` at each scrape; and, given ``cpu``,
+        ``relay_worker_cpu_seconds_total{worker}``: each one's thread CPU, ``cpu()`` at each scrape."""
         self.registry.register(_ByLabel(CounterMetricFamily, "relay_worker_failures",
                                         "Failures of a background worker (projections, process manager, lease); "
                                         "each is logged and the work retried", "worker", failures))
+        if cpu is not None:
+            self.registry.register(_ByLabel(CounterMetricFamily, "relay_worker_cpu_seconds",
+                                            "CPU seconds of a background worker's thread (projections, process "
+                                            "manager with the alert manager, lease, collector)", "worker", cpu))
 
     def watch_executors(self, rows: Callable[[], Iterable[Any]]) -> None:
         """Exposes ``relay_executors{org,app,status}``, counted from ``rows()`` (the visible ones) at each scrape."""

@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 
 
 class Worker(threading.Thread):
-    """Calls ``fn`` whenever woken, or when ``timeout()`` seconds have passed."""
+    """Calls ``fn`` whenever woken, or when ``timeout()`` seconds have passed. ``cpu_seconds``: the
+    thread's CPU spent in ``fn`` (``relay_worker_cpu_seconds_total``)."""
 
     def __init__(self, name: str, fn: Callable[[], Any], timeout: Callable[[], float]) -> None:
         super().__init__(name=name, daemon=True)
@@ -68,6 +69,7 @@ class Worker(threading.Thread):
         self._wake = threading.Event()
         self._halt = threading.Event()
         self.errors = 0
+        self.cpu_seconds = 0.0
 
     def wake(self, *_: Any) -> None:
         self._wake.set()
@@ -78,12 +80,15 @@ class Worker(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.is_set():
+            c0 = time.thread_time()
             try:
                 self.fn()
             except Exception:
                 self.errors += 1
                 log.exception("%s failed; retrying", self.name)
                 self._halt.wait(0.5)
+            finally:
+                self.cpu_seconds += time.thread_time() - c0
             self._wake.wait(max(0.0, self.timeout()))
             self._wake.clear()
 
@@ -332,9 +337,13 @@ class Runtime:
         m.watch_alerts(self.alerts.stats)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
         m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in dict(self.runner.reached).items()})
+        def workers() -> tuple[Worker, ...]:  # read at each scrape: some are made after this
+            return self.projection_worker, self.pm_worker, self.lease_worker, self.collector_worker
+
         m.watch_workers(lambda: {w.name.removeprefix("relay-"): w.errors + (
-            self.follower.failures if w is self.projection_worker and self.follower is not None else 0) for w in (
-            self.projection_worker, self.pm_worker, self.lease_worker, self.collector_worker)})
+            self.follower.failures if w is self.projection_worker and self.follower is not None else 0)
+            for w in workers()},
+            cpu=lambda: {w.name.removeprefix("relay-"): w.cpu_seconds for w in workers()})
 
         def saved(took: float, events: list[Any]) -> None:
             m.append_latency.observe(took)

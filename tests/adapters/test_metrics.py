@@ -246,9 +246,15 @@ def test_projection_lag_and_worker_failures_are_read_at_each_scrape() -> None:
     failures = {"projections": 0}
     m = Metrics()
     m.watch_projections(lambda: dict(lag))
-    m.watch_workers(lambda: dict(failures))
+    cpu = {"process-manager": 1.5}
+    m.watch_workers(lambda: dict(failures), cpu=lambda: dict(cpu))
     assert values(m, "relay_projection_lag_events") == {key(projection="apps"): 0.0,
                                                         key(projection="executors"): 3.0}
+    assert values(m, "relay_worker_cpu_seconds", "_total") == {key(worker="process-manager"): 1.5}
+    cpu["process-manager"] = 2.25
+    cpu["lease"] = 0.5
+    assert values(m, "relay_worker_cpu_seconds", "_total") == {key(worker="process-manager"): 2.25,
+                                                               key(worker="lease"): 0.5}
     assert values(m, "relay_worker_failures", "_total") == {key(worker="projections"): 0.0}
     lag["executors"] = 0
     lag["audit"] = 12
@@ -266,6 +272,7 @@ def test_projection_lag_and_worker_failures_are_read_at_each_scrape() -> None:
 def test_nothing_watched_nothing_exposed_for_projections_and_workers() -> None:
     got = exposed(Metrics())
     assert "relay_projection_lag_events" not in got and "relay_worker_failures" not in got
+    assert "relay_worker_cpu_seconds" not in got
     m = Metrics()
     m.watch_projections(dict)
     m.watch_workers(dict)

@@ -100,6 +100,40 @@ def test_the_collector_worker_puts_cpython_s_pauses_on_metrics(tmp_path: Path) -
         rt.close()
 
 
+def test_a_worker_counts_its_thread_s_cpu_a_failing_tick_included() -> None:
+    """``relay_worker_cpu_seconds_total``: each worker adds its thread's CPU in ``fn`` to ``cpu_seconds``,
+    however ``fn`` ends; the runtime exposes every worker's."""
+    import time
+
+    from relay_es.composition.runtime import Worker
+
+    def busy() -> None:
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+        w.stop()
+        raise RuntimeError("a failing tick")
+
+    w = Worker("relay-test", busy, lambda: 0.0)
+    w.start()
+    w.join(10)
+    assert not w.is_alive() and w.errors == 1
+    assert w.cpu_seconds >= 0.05
+
+
+def test_the_runtime_exposes_each_worker_s_cpu(tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rt = Runtime(settings(tmp_path))
+    try:
+        rt.pm_worker.cpu_seconds = 1.25
+        got = {s.labels["worker"]: s.value for f in text_string_to_metric_families(rt.metrics.render().decode())
+               if f.name == "relay_worker_cpu_seconds" for s in f.samples}
+        assert got == {"projections": 0.0, "process-manager": 1.25, "lease": 0.0, "collector": 0.0}
+    finally:
+        rt.close()
+
+
 def test_a_runtime_that_never_started_closes(tmp_path: Path) -> None:
     rt = Runtime(settings(tmp_path))
     rt.close()
