@@ -890,7 +890,8 @@ def analysis(results_dir: Path) -> str:
                           "the event store costs a command, an event built and encoded and a row inserted: below 100 ms "
                           "with 10,000 due together needs some 100,000 deaths a second from one core, an order of "
                           "magnitude past the library's path on this machine. What the measured p99 adds to the floor "
-                          "is the process manager's other work and its share of the GIL. ")
+                          "is mostly that a death costs the process manager about twice as much in the server as "
+                          "alone (above), then its other work between the deaths. The history of this goal follows. ")
             all_runs = [x for x in (load(results_dir, "detection") or {}).get("runs") or [d] if "error" not in x]
             costed: dict[str, list[dict[str, Any]]] = {}
             for run in all_runs:
@@ -933,7 +934,7 @@ def analysis(results_dir: Path) -> str:
                           "thin (a `msgspec` encoder writing the library's exact bytes took an event's encoding from "
                           "5.2 to 3.6 us, 5% of a death alone: not kept). With 10,000 deadlines falling within about a "
                           "second, in bursts of up to 4,845 within 130 ms, p99 under 100 ms needs a death in well under "
-                          "20 us in the server, not a tuning of this path. Nor does a writer beneath the library reach "
+                          "20 us in the server: no tuning of this path gives that. Nor does a writer beneath the library reach "
                           "it alone: a throwaway prototype (2026-12-04, late; SQLite, the collector off, 10,000 deaths "
                           "in one transaction) that built each DeclaredDead directly, applied it to a copy of the "
                           "aggregate as a replay does, encoded it with `msgspec` and inserted it through the library's "
@@ -943,7 +944,7 @@ def analysis(results_dir: Path) -> str:
                           "server (the event loop then waits up to 50 ms for the GIL while the process manager works; "
                           "2 runs, not kept) a death cost its thread 89-93 us on SQLite and 93-121 us on Postgres, "
                           "against 108-121 and 117-130 us at CPython's 5 ms, and the lateness moved within the runs' "
-                          "spread (p99 SQLite 286 and 385 ms, Postgres 735 and 717 ms). The history of this goal follows. ")
+                          "spread (p99 SQLite 286 and 385 ms, Postgres 735 and 717 ms). ")
             out += [f"**3. Detection lateness** (missed on {', '.join(x['store'] for x in bad)}, with "
                     f"{d['n']:,} deadlines at once while {d.get('others') or 0:,} other executors keep pinging). "
                     f"The first deadlines fire on time (min lateness {f0(s['lateness_ms']['min'])} ms on "
