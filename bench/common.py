@@ -433,20 +433,23 @@ BENCH_LIMITS = ["--max-connections-per-key", "1000000", "--max-connections-per-a
 GC_HISTOGRAMS = {"relay_gc_pause_seconds": "generation", "relay_gc_full_collection_seconds": None}
 
 
-def gc_histograms(http: str) -> dict[str, dict[str, Any]]:
-    """The server's garbage-collection histograms from ``/metrics`` (ADR 13): ``{series: {"count": n,
-    "sum": seconds, "buckets": {le: cumulative count}}}``, a series per generation of CPython's own
-    collections (``"generation 0"`` ...) and ``"relay full"`` for the full collections Relay ran."""
+def scrape(http: str, **kw: Any) -> dict[str, list[Any]]:
+    """A server's ``/metrics``, parsed once (prometheus_client's parser): ``{family name: samples}``.
+    ``kw``: for ``httpx.get`` (``verify``)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
+    text = httpx.get(http + "/metrics", timeout=30, **kw).text
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def gc_histograms(scraped: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """The server's garbage-collection histograms from a :func:`scrape` (ADR 13): ``{series: {"count": n,
+    "sum": seconds, "buckets": {le: cumulative count}}}``, a series per generation of CPython's own
+    collections (``"generation 0"`` ...) and ``"relay full"`` for the full collections Relay ran."""
     out: dict[str, dict[str, Any]] = {}
-    text = httpx.get(http + "/metrics", timeout=30).text
-    for family in text_string_to_metric_families(text):
-        if family.name not in GC_HISTOGRAMS:
-            continue
-        label = GC_HISTOGRAMS[family.name]
-        for sample in family.samples:
+    for name, label in GC_HISTOGRAMS.items():
+        for sample in scraped.get(name, ()):
             key = f"generation {sample.labels[label]}" if label else "relay full"
             h = out.setdefault(key, {"count": 0, "sum": 0.0, "buckets": {}})
             if sample.name.endswith("_count"):
@@ -458,15 +461,11 @@ def gc_histograms(http: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def pm_cpu(http: str) -> dict[str, float]:
-    """The process manager's thread CPU seconds by work, from ``/metrics``
+def pm_cpu(scraped: dict[str, list[Any]]) -> dict[str, float]:
+    """The process manager's thread CPU seconds by work, from a :func:`scrape`
     (``relay_process_manager_cpu_seconds_total{work}``)."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(http + "/metrics", timeout=30).text
-    return {s.labels["work"]: s.value for f in text_string_to_metric_families(text)
-            if f.name == "relay_process_manager_cpu_seconds" for s in f.samples if s.name.endswith("_total")}
+    return {s.labels["work"]: s.value for s in scraped.get("relay_process_manager_cpu_seconds", ())
+            if s.name.endswith("_total")}
 
 
 def gc_between(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

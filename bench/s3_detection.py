@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from bench.common import (Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, gc_between, gc_histograms,
-                          largest_fleet, log, past_settle, pct, pm_cpu, relay_server, split, wait_until)
+                          largest_fleet, log, past_settle, pct, pm_cpu, relay_server, scrape, split, wait_until)
 
 APP = "detect"
 
@@ -127,15 +127,16 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         past_settle(srv)
         if on_drop is not None:
             on_drop(srv)
-        gc_before = gc_histograms(srv.http)
-        cpu_before = pm_cpu(srv.http)
+        before = scrape(srv.http)
+        gc_before, cpu_before = gc_histograms(before), pm_cpu(before)
         t_drop = time.time()
         fleets_call(fleets, "abort")
         # every death recovered and deleted, or give up
         done = wait_until(lambda: reader.count_status(APP, "DELETED") >= registered, timeout=grace + 120, interval=0.2)
         t_done = time.time()
-        gc_storm = gc_between(gc_before, gc_histograms(srv.http))  # the drop to every death deleted
-        cpu_after = pm_cpu(srv.http)
+        after = scrape(srv.http)
+        gc_storm = gc_between(gc_before, gc_histograms(after))  # the drop to every death deleted
+        cpu_after = pm_cpu(after)
         pm_cpu_s = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if v - cpu_before.get(k, 0.0) > 0}
         reader.close()
         entries = audit(srv.http, APP)

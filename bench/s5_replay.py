@@ -26,7 +26,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bench.common import PY, ROOT, StoreReader, Workdir, disconnected_executors, log, relay_server
+from bench.common import PY, ROOT, StoreReader, Workdir, disconnected_executors, log, relay_server, scrape
 from bench.s2_throughput import profile_summary
 
 APPS = 10
@@ -122,10 +122,10 @@ def startup(store_url: str) -> dict[str, Any]:
                     else:
                         time.sleep(0.02)
                         continue
-                m = re.search(r"^relay_process_manager_armed_timestamp_seconds (\S+)$",
-                              httpx.get(srv.http + "/metrics", timeout=30, verify=TLS).text, re.M)
-                if m and float(m.group(1)) > 0:
-                    armed = float(m.group(1)) - t0
+                at = [x.value for x in scrape(srv.http, verify=TLS).get(
+                    "relay_process_manager_armed_timestamp_seconds", ())]
+                if at and at[0] > 0:
+                    armed = at[0] - t0
             except httpx.HTTPError:
                 pass
             # The gauge holds the instant itself, so asking twice a second loses nothing; asking every

@@ -187,9 +187,9 @@ class ManyInsertRecorder(SQLiteApplicationRecorder):
     loop in a storm) waits for it after each row, up to the switch interval (5 ms): measured, 1,000
     rows took 1.0-1.5 ms alone and 2.4 s beside a thread running Python, against 0.6-0.9 and 30 ms
     in statements of 200 rows. A batch goes in statements of :data:`ROWS_PER_STATEMENT` rows and one
-    of the rest (``bulk.sqlite_insert_flat``, as the read models' rows): the library's connections cache one prepared statement (``cached_statements=True``),
-    so each statement text that differs from the one before is prepared again, which also lets go
-    of the GIL.
+    of the rest (``bulk.sqlite_insert_flat``, as the read models' rows): the library's connections
+    cache one prepared statement (``cached_statements=True``), so each statement text that differs
+    from the one before is prepared again, which also lets go of the GIL.
 
     The notification id is the rowid, and SQLite gives a row inserted without one the largest
     rowid in the table plus one: in one transaction, with SQLite's one writer, a batch's rows get

@@ -69,9 +69,9 @@ class _OutboxState:
         yield queued
 
 
-class _ProcessManagerFailures:
-    """The process manager's store errors and bugs, read from its counters at scrape time, and when it
-    armed its timers."""
+class _ProcessManagerState:
+    """The process manager's store errors and bugs, read from its counters at scrape time, when it
+    armed its timers, and its thread's CPU by kind of work."""
 
     def __init__(self, stats: Any) -> None:
         self.stats = stats
@@ -252,7 +252,7 @@ class Metrics:
         ``relay_process_manager_armed_timestamp_seconds``, when it armed the timers rebuilt from the
         store (0 before: a Relay starting on a large store answers ``/healthz`` before that); and
         ``relay_process_manager_cpu_seconds_total{work}``, its thread's CPU by kind of work."""
-        self.registry.register(_ProcessManagerFailures(stats))
+        self.registry.register(_ProcessManagerState(stats))
 
     def watch_alerts(self, stats: Any) -> None:
         """Exposes the alert manager's counters, read from ``stats`` (its ``AlertStats``) at each scrape."""

@@ -337,6 +337,7 @@ class Runtime:
         m.watch_alerts(self.alerts.stats)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
         m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in dict(self.runner.reached).items()})
+
         def workers() -> tuple[Worker, ...]:  # read at each scrape: some are made after this
             return self.projection_worker, self.pm_worker, self.lease_worker, self.collector_worker
 

@@ -484,7 +484,7 @@ class ProcessManager:
                 self._arm_dispatch(sid)
 
     def _follow(self) -> int:
-        c0 = self._cpu() if self._cpu is not None else 0.0
+        c0 = self._cpu_now()
         try:
             return self.catch_up(yield_to_timers=True)
         except Exception as e:
@@ -495,8 +495,12 @@ class ProcessManager:
         finally:
             self._spent("following", c0)
 
+    def _cpu_now(self) -> float:
+        """The CPU clock before a piece of work (0.0 when none is given: nothing is measured)."""
+        return self._cpu() if self._cpu is not None else 0.0
+
     def _spent(self, work: str, since: float) -> None:
-        """Adds the CPU time since ``since`` (read from :attr:`_cpu` before the work) to ``work``'s."""
+        """Adds the CPU time since ``since`` (:meth:`_cpu_now` before the work) to ``work``'s."""
         if self._cpu is not None:
             self.stats.cpu_seconds[work] += self._cpu() - since
 
@@ -770,7 +774,7 @@ class ProcessManager:
         if entry is None:
             self._bug("timers", LookupError(f"no handler for timer kind {kind!r}; {len(items)} dropped"))
             return
-        c0 = self._cpu() if self._cpu is not None else 0.0
+        c0 = self._cpu_now()
         try:
             self._fire_groups(kind, items, *entry)
         finally:
@@ -1008,7 +1012,7 @@ class ProcessManager:
         if not taken:
             return 0
         t0 = self.clock.monotonic()
-        c0 = self._cpu() if self._cpu is not None else 0.0
+        c0 = self._cpu_now()
         try:
             self._record_answers(taken)
         except Exception as e:
