@@ -18,7 +18,10 @@ Threads:
   moments (``adapters/collector.py``, ADR 13);
 * the **lease worker** checks every 2 s that this instance still holds the
   store's leader lease, takes it again after a lost Postgres session, and stops
-  the server if another instance took it meanwhile.
+  the server if another instance took it meanwhile;
+* the **cache warmer**, once the process manager has started, reads the executors
+  the store holds into the executor cache before their sockets come back
+  (:meth:`~relay_es.engine.store.RelayStore.warm`, ADR 12), and ends.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from relay_es.adapters import faults
 from relay_es.adapters.clock import system_clock
@@ -44,7 +48,7 @@ from relay_es.adapters.readmodels.follower import ProjectionProcess
 from relay_es.adapters.readmodels.rebuild import fill_at_start
 from relay_es.adapters.series import MetricSeries
 from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
-from relay_es.aggregates.executor import Executor
+from relay_es.aggregates.executor import Executor, ExecutorStatus
 from relay_es.domain import defaults
 from relay_es.domain.clock import Clock
 from relay_es.engine.alerting import AlertManager, AlertTiming
@@ -237,6 +241,9 @@ class Runtime:
         self._ready_once = False  # see readiness
         self.collector_worker = Worker("relay-collector", self._collect, lambda: 0.5)
         self.lease_worker = Worker("relay-lease", self._check_lease, lambda: 2.0)
+        self.warmer = threading.Thread(target=self._warm_cache, name="relay-cache-warm", daemon=True)
+        self._halt = threading.Event()  # the runtime is stopping: the cache warmer ends
+        self.warmed: int | None = None  # executors the cache warmer read (None until it is done)
         self.lease_lost = False
         self._lease_state = "held"
         self._head = self.relay.head()  # the newest event: the read models' lag
@@ -380,6 +387,8 @@ class Runtime:
         if not self._pm_started.is_set():
             self.pm.start()  # rebuilds timers and dispatches from the store
             self._pm_started.set()
+            if not self._halt.is_set():
+                self.warmer.start()
         else:
             self.pm.step()
         try:  # its own failures never hold the process manager up
@@ -391,6 +400,22 @@ class Runtime:
             level = logging.WARNING if self.relay.is_store_error(e) else logging.ERROR
             log.log(level, "the alert manager failed (%s: %s); retrying at the next step", type(e).__name__, e,
                     exc_info=level == logging.ERROR)
+
+    def _warm_cache(self) -> None:
+        """The executors the process manager started with, read into the executor cache: HEALTHY
+        ones first (after a restart they all reconnect, or are recorded orphans), then the
+        DISCONNECTED (their deaths) and the DEAD (their recoveries). Only an optimisation: a failure
+        is logged and the commands read what they need, as before."""
+        rows = sorted((r for r in list(self.pm.rows.values()) if r.visible),
+                      key=lambda r: (r.status != ExecutorStatus.HEALTHY, r.status != ExecutorStatus.DISCONNECTED))
+        t0 = time.monotonic()
+        try:
+            self.warmed = self.relay.warm([UUID(r.stream_id) for r in rows], stop=self._halt.is_set)
+        except Exception as e:
+            log.warning("reading the executors into the cache failed (%s: %s); each is read when needed",
+                        type(e).__name__, e)
+            return
+        log.info("executor cache: %d executors read in %.2fs", self.warmed, time.monotonic() - t0)
 
     def _check_lease(self) -> None:
         if self.lease_lost:
@@ -475,6 +500,7 @@ class Runtime:
         log.info("relay started: instance %s, store %s", self.settings.instance, self.store.kind)
 
     async def stop(self) -> None:
+        self._halt.set()
         await self.hub.stop()
         self.dispatcher.stop()
         if self.follower is not None:
@@ -494,6 +520,9 @@ class Runtime:
         self.close()
 
     def close(self) -> None:
+        self._halt.set()
+        if self.warmer.is_alive():
+            self.warmer.join(timeout=5)  # between two of its batches: before the store closes under it
         if self.follower is not None:
             self.follower.stop()
         self.pool.shutdown(wait=False)

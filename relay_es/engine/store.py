@@ -399,3 +399,24 @@ class RelayStore(ESApplication[UUID]):
                 out[i] = aggregate
         self._remember(out[i] for i in missing if isinstance(out.get(i), Executor))
         return out
+
+    def warm(self, ids: Iterable[UUID], *, batch: int = 500, stop: Callable[[], bool] = lambda: False) -> int:
+        """Reads into the cache the executors of ``ids`` it does not hold, ``batch`` streams a
+        query (:meth:`load_many`), never filling it past :data:`CACHE_MAX` (which would empty it).
+        ``stop()``, asked before each batch, ends it early. Returns how many it read.
+
+        A server's start warms it with the executors the store holds, before their sockets come
+        back: after a restart every one of them needs its stream read for its Connected (or its
+        orphan's Disconnected, its death), and a storm of reconnects paid that read on top of the
+        write (ADR 12). Nothing is decided on what it reads: a copy made stale meanwhile costs one
+        retry of the command that meets it, as any stale copy does."""
+        ids = list(ids)
+        read = 0
+        for k in range(0, len(ids), batch):
+            room = CACHE_MAX - len(self._cache)
+            if room <= 0 or stop():
+                break
+            chunk = [i for i in ids[k:k + batch] if i not in self._cache][:room]
+            if chunk:
+                read += sum(isinstance(a, Executor) for a in self.load_many(chunk).values())
+        return read

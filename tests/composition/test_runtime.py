@@ -316,3 +316,58 @@ def test_an_event_another_process_wrote_wakes_the_read_model_process_when_waited
         await rt.stop()
 
     asyncio.run(main())
+
+
+def test_a_started_runtime_reads_the_executors_the_store_holds_into_the_cache(tmp_path: Path) -> None:
+    """After a restart every executor the store holds is read for its Connected (or its orphan's
+    Disconnected, its death): the cache warmer reads them once the process manager has started."""
+    import time
+
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.aggregates.executor import executor_stream_id
+    from relay_es.engine.service import Relay
+    from tests.support import info
+
+    s = settings(tmp_path)
+    relay = Relay(event_store_env(parse_database_url(s.database_url)), clock=SystemClock())
+    try:
+        for name in "AB":  # connected to an instance that is gone
+            relay.executor_connected("local", "app", info(name), connection_id=f"c-{name}", owner="gone")
+    finally:
+        relay.close()
+    rt = Runtime(s)
+    assert not rt.relay._cache
+
+    async def main() -> None:
+        rt.start(asyncio.get_running_loop())
+        end = time.monotonic() + 30
+        while rt.warmed is None and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+        assert rt.warmed == 2
+        assert {executor_stream_id("local", "app", n) for n in "AB"} <= set(rt.relay._cache)
+        rt.begin_shutdown()
+        await rt.stop()
+
+    asyncio.run(main())
+    assert not rt.warmer.is_alive()
+
+
+def test_a_runtime_closed_before_it_started_never_warms_the_cache(tmp_path: Path) -> None:
+    rt = Runtime(settings(tmp_path))
+    rt.close()
+    assert rt.warmed is None and not rt.warmer.is_alive()
+
+
+def test_a_cache_warmer_that_fails_is_logged_and_changes_nothing(tmp_path: Path, caplog) -> None:
+    import logging
+
+    rt = Runtime(settings(tmp_path))
+    rt.relay.warm = lambda *a, **k: 1 / 0  # type: ignore[method-assign]
+    try:
+        with caplog.at_level(logging.WARNING):
+            rt._warm_cache()
+    finally:
+        rt.close()
+    assert rt.warmed is None
+    assert "reading the executors into the cache failed (ZeroDivisionError" in caplog.text

@@ -66,6 +66,38 @@ def test_load_many_mixes_cached_and_stored_streams(relay: Relay) -> None:
     assert vars(loaded[b]) == vars(relay.repository.get(b)) and b in relay._cache
 
 
+def test_warm_reads_the_executors_the_cache_lacks_in_batches(relay: Relay) -> None:
+    for name in "ABCDE":
+        relay.executor_connected("local", "app", info(name), connection_id=f"c-{name}", owner="o")
+    ids = [executor_stream_id("local", "app", n) for n in "ABCDE"]
+    relay._forget(ids[1:])
+    held = relay._cache[ids[0]]
+    read_in: list[int] = []
+    load_many = relay.load_many
+    relay.load_many = lambda chunk: read_in.append(len(chunk)) or load_many(chunk)  # type: ignore[method-assign]
+    unknown = executor_stream_id("local", "app", "never-seen")
+    assert relay.warm([*ids, unknown], batch=2) == 4
+    assert read_in == [1, 2, 2]  # A was held: its batch read B alone; the unknown stream is read, not held
+    assert relay._cache[ids[0]] is held
+    for sid in ids[1:]:
+        assert vars(relay._cache[sid]) == {**vars(relay.repository.get(sid)), "_pending_events": []}
+    assert unknown not in relay._cache
+    assert relay.warm(ids) == 0  # all held: nothing read
+
+
+def test_warm_stops_when_asked_and_never_fills_the_cache_past_its_bound(relay: Relay, monkeypatch) -> None:
+    from relay_es.engine import store
+
+    for name in "ABC":
+        relay.executor_connected("local", "app", info(name), connection_id=f"c-{name}", owner="o")
+    ids = [executor_stream_id("local", "app", n) for n in "ABC"]
+    relay._forget(ids)
+    assert relay.warm(ids, stop=lambda: True) == 0 and not relay._cache
+    monkeypatch.setattr(store, "CACHE_MAX", 2)
+    assert relay.warm(ids, batch=1) == 2  # past the bound the cache would be emptied: the third waits
+    assert set(relay._cache) == set(ids[:2])
+
+
 def test_is_store_error_comes_from_the_store(relay: Relay) -> None:
     assert relay.is_store_error(TimeoutError())
     assert not relay.is_store_error(AttributeError("a bug"))
