@@ -8,6 +8,7 @@ API uses too (ADR 14).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -45,19 +46,48 @@ class Gate:
         # What admission learnt from the store, so that executors are still
         # admitted while the store is briefly away (Postgres restarting):
         self.known_apps: set[tuple[str, str]] = set()
+        # One question to the store per application at a time: after a restart the executors come
+        # back together, and each handshake asking on its own put thousands of reads of the same
+        # application's stream into the command pool before the first answer came.
+        self._asking: dict[tuple[str, Any], asyncio.Future[Any]] = {}
+        self._forgotten = 0  # bumped by forget: an answer asked for before it is not kept
+
+    async def _shared(self, key: tuple[str, Any], ask: Callable[[], Awaitable[Any]]) -> Any:
+        """``ask()``, or the answer of the same question already on its way. Shielded: a handshake
+        given up (its socket closed) does not cancel the question for the others."""
+        pending = self._asking.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(ask())
+            self._asking[key] = pending
+
+            def done(f: asyncio.Future[Any], key: tuple[str, Any] = key) -> None:
+                if self._asking.get(key) is f:
+                    del self._asking[key]
+                if not f.cancelled():
+                    f.exception()  # retrieved: a failure nobody awaits any more is not logged as lost
+
+            pending.add_done_callback(done)
+        return await asyncio.shield(pending)
 
     async def app_registered(self, org: str, app: str) -> bool:
         if (org, app) in self.known_apps:
             return True
+        return bool(await self._shared(("exists", (org, app)), lambda: self._ask_exists(org, app)))
+
+    async def _ask_exists(self, org: str, app: str) -> bool:
+        forgotten = self._forgotten
         found = await self.run(self.relay.app_exists, org, app)
-        if found:
+        if found and forgotten == self._forgotten:
             self.known_apps.add((org, app))
         return found
 
     def forget(self, org: str, token: str | None = None, app: str | None = None) -> None:
-        """A token was revoked or an application deleted: admission asks the store again."""
+        """A token was revoked or an application deleted: admission asks the store again (a question
+        already on its way is not joined, nor its answer kept)."""
         if app is not None:
+            self._forgotten += 1
             self.known_apps.discard((org, app))
+            self._asking.clear()
 
     @staticmethod
     def check_name(app: str) -> None:
@@ -79,8 +109,7 @@ class Gate:
                                             f"a handshake from the page {origin[:200]!r} is refused", org="local")
         try:
             if not await self.app_registered("local", app):
-                await self.run(self.relay.register_app, "local", app)
-                self.known_apps.add(("local", app))
+                await self._shared(("register", app), lambda: self._register(app))
         except Exception as e:
             if not is_store_error(e):
                 raise
@@ -88,6 +117,12 @@ class Gate:
             # application); the registration is retried with the next connection.
             log.warning("store unavailable while admitting an executor of %s; admitted", app)
         return "local", None
+
+    async def _register(self, app: str) -> None:
+        forgotten = self._forgotten
+        await self.run(self.relay.register_app, "local", app)
+        if forgotten == self._forgotten:
+            self.known_apps.add(("local", app))
 
 
 class AuthGate(Gate):

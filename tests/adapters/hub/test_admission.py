@@ -76,3 +76,99 @@ def test_an_invalid_application_name_is_refused_with_404_unaudited() -> None:
     with pytest.raises(Refused) as r:
         admit(Gate(Store(), direct), app="no/slash")  # type: ignore[arg-type]
     assert r.value.status == 404 and not r.value.audit
+
+
+class Held:
+    """A command pool whose commands wait until ``release`` is set: questions in flight."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.ran: list[str] = []
+
+    async def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.ran.append(fn.__name__)
+        await self.release.wait()
+        return fn(*args, **kwargs)
+
+
+def test_handshakes_arriving_together_ask_the_store_once_per_application() -> None:
+    """After a restart the executors come back at once: one read of the application, one
+    registration, however many handshakes wait on them."""
+    store, pool = Store(), Held()
+    gate = Gate(store, pool.run)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        waiting = [asyncio.ensure_future(gate.admit("app", "k", "127.0.0.1:1")) for _ in range(200)]
+        await asyncio.sleep(0)
+        pool.release.set()
+        assert await asyncio.gather(*waiting) == [("local", None)] * 200
+        assert pool.ran == ["app_exists", "register_app"] and store.asked == 1
+        assert await gate.admit("app", "k", "127.0.0.1:1") == ("local", None)  # known now
+        assert pool.ran == ["app_exists", "register_app"]
+
+    asyncio.run(main())
+
+
+def test_a_shared_question_s_failure_reaches_every_handshake_and_the_next_asks_again() -> None:
+    store = Store()
+    store.apps.add(("local", "app"))
+    pool = Held()
+    gate = Gate(store, pool.run)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        store.away = True
+        waiting = [asyncio.ensure_future(gate.app_registered("local", "app")) for _ in range(3)]
+        await asyncio.sleep(0)
+        pool.release.set()
+        got = await asyncio.gather(*waiting, return_exceptions=True)
+        assert [type(g) for g in got] == [sqlite3.OperationalError] * 3 and store.asked == 1
+        store.away = False
+        assert await gate.app_registered("local", "app") and store.asked == 2
+
+    asyncio.run(main())
+
+
+def test_a_handshake_given_up_does_not_cancel_the_question_for_the_others() -> None:
+    store = Store()
+    store.apps.add(("local", "app"))
+    pool = Held()
+    gate = Gate(store, pool.run)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        first = asyncio.ensure_future(gate.app_registered("local", "app"))
+        second = asyncio.ensure_future(gate.app_registered("local", "app"))
+        await asyncio.sleep(0)
+        first.cancel()  # its socket closed
+        await asyncio.sleep(0)
+        pool.release.set()
+        assert await second is True and first.cancelled() and store.asked == 1
+
+    asyncio.run(main())
+
+
+def test_an_answer_asked_for_before_the_application_was_deleted_is_not_kept() -> None:
+    store = Store()
+    store.apps.add(("local", "app"))
+    release = asyncio.Event()
+
+    async def read_then_wait(fn: Any, *args: Any) -> Any:  # the store answers, the answer comes back late
+        got = fn(*args)
+        await release.wait()
+        return got
+
+    gate = Gate(store, read_then_wait)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        before = asyncio.ensure_future(gate.app_registered("local", "app"))
+        while store.asked < 1:
+            await asyncio.sleep(0)  # read: it exists
+        store.apps.clear()  # then deleted, and the gate told (Runtime.app_deleted)
+        gate.forget("local", app="app")
+        after = asyncio.ensure_future(gate.app_registered("local", "app"))  # asks again, not joined to the first
+        while store.asked < 2:
+            await asyncio.sleep(0)
+        release.set()
+        assert await before is True and await after is False and store.asked == 2
+        assert ("local", "app") not in gate.known_apps  # the answer read before the deletion is not kept
+
+    asyncio.run(main())
