@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.common import ROOT, Postgres, calibrate, code_version, log, machine, raise_fd_limit
+from bench.common import ROOT, Postgres, calibrate, calibrate_store, code_version, log, machine, raise_fd_limit
 from bench.report import render
 
 SECTIONS = {
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("NO_PROXY", "*")
     ctx = Context(args.quick, args.scale, [s.strip() for s in args.stores.split(",") if s.strip()])
     repeat = args.repeat or (1 if args.quick else 3)
-    (results_dir / "machine.json").write_text(json.dumps({**machine(), "calibration_s": calibrate()}, indent=2))
+    (results_dir / "machine.json").write_text(json.dumps({**machine(), "calibration_s": calibrate(),
+                                                          "calibration_store_s": calibrate_store()}, indent=2))
     started = time.monotonic()
     try:
         for name in chosen:
@@ -106,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
             load_before = open("/proc/loadavg").read().split()[:3]
             code = code_version()
             module = importlib.import_module(SECTIONS[name])
-            runs, calibration = [], []
+            runs, calibration, calibration_store = [], [], []
             for i in range(1 if getattr(module, "REPEATS_ITSELF", False) else repeat):
                 calibration.append(calibrate())
-                log(f"section {name}: run {i + 1} (calibration loop {calibration[-1]:.2f} s)")
+                calibration_store.append(calibrate_store())
+                log(f"section {name}: run {i + 1} (calibration loop {calibration[-1]:.2f} s, "
+                    f"store loop {calibration_store[-1]:.2f} s)")
                 try:
                     runs.append(module.run(ctx))
                 except Exception:
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             doc = {"section": name, "mode": mode, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                    "took_s": took, "code": code, "loadavg_before": " ".join(load_before),
                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3]), "result": runs[-1],
-                   "runs": runs, "calibration_s": calibration}
+                   "runs": runs, "calibration_s": calibration, "calibration_store_s": calibration_store}
             if ctx._pg is not None:
                 doc["postgres_settings"] = ctx._pg.settings
             (results_dir / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str))

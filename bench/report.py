@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import STORE_CALIBRATION_ROWS
+
 KIB = 1024.0
 
 # The process manager's kinds of work (relay_process_manager_cpu_seconds_total{work}), as the report names them.
@@ -565,9 +567,11 @@ def render(results_dir: Path, sections: list[str]) -> str:
                                      f"after: {d.get('loadavg_after', '?')})._", ""]
         runs = d.get("runs") or [d["result"]]
         cal = d.get("calibration_s") or []
+        cal_store = d.get("calibration_store_s") or []
         if len(runs) > 1 or cal:
             body += [f"_{len(runs)} run{'s' if len(runs) > 1 else ''}"
                      + (f"; calibration loop before each: {', '.join(f'{c:.2f}' for c in cal)} s" if cal else "")
+                     + (f", store loop: {', '.join(f'{c:.2f}' for c in cal_store)} s" if cal_store else "")
                      + (". The tables show the run nearest the median of the section's first goal; the goals table "
                         "gives every goal's median and spread over the runs._" if len(runs) > 1 else "._"), ""]
         failed = [x for x in runs if "error" in x]
@@ -619,6 +623,12 @@ def render(results_dir: Path, sections: list[str]) -> str:
             ["speed", (f"calibration loop {m['calibration_s']:.2f} s at the start of the run (a fixed CPU-only "
                        "Python loop, `bench.common.calibrate`: lower is faster; each section gives its own "
                        "readings)") if m.get("calibration_s") else "not measured"],
+            ["store speed", (f"store loop {m['calibration_store_s']:.2f} s at the start of the run (a fixed SQLite job, "
+                             f"{STORE_CALIBRATION_ROWS:,} rows written in transactions of 1,000 and scanned back with "
+                             "`json.loads`, `bench.common.calibrate_store`: lower is faster. The CPU loop can read the "
+                             "same on a machine whose memory or file system is slower, and the store-bound baselines "
+                             "move with this one; each section gives its own readings)")
+             if m.get("calibration_store_s") else "not measured (runs before 2026-12-05)"],
         ]),
         "",
         "Servers, client fleets and databases all share the 2 cores: the clients run in their own processes, "
