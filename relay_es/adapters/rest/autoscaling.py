@@ -80,8 +80,9 @@ async def _policy(ctx: RestContext, org: str, app: str) -> AutoscalingPolicy | N
 
 
 async def _ask(ctx: RestContext, org: str, app: str, request: Any) -> Any:
-    # An executor's error is a 500, whatever it says: a 404 here means "no policy" or "no application".
-    return await calling.ask(ctx, org, app, sent_as(request), failed_status=500)
+    """Always after :func:`_policy`, which read the application's stream (a 404 for one absent).
+    An executor's error is a 500, whatever it says: a 404 here means "no policy" or "no application"."""
+    return await calling.ask(ctx, org, app, sent_as(request), failed_status=500, app_checked=True)
 
 
 class AutoscalingController(Controller):

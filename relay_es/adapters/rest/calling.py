@@ -102,14 +102,16 @@ async def app_must_exist(ctx: RestContext, org: str, app: str) -> None:
 
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
-              chosen: Callable[[str], None] | None = None) -> Any:
+              chosen: Callable[[str], None] | None = None, app_checked: bool = False) -> Any:
     """The answer of one executor of ``org``/``app`` to ``make_request(request_id)``, of the
     catalogue's type for it. Raises :class:`~relay_es.engine.calls.CallFailed` (or
     :class:`ExecutorProblem` for the executor's own error, with the status
     ``failed_status`` gives its message; an executor whose SDK does not know the request's type
     answers "unknown message type": a 501 saying so). ``chosen(executor_id)`` is told which
-    executor the request went to."""
-    await app_must_exist(ctx, org, app)
+    executor the request went to. ``app_checked``: the route has read the application's stream
+    already in this request (a 404 for one absent); it is not read again."""
+    if not app_checked:
+        await app_must_exist(ctx, org, app)
     if ctx.calls is None:
         raise NoHealthyExecutor(org, app)
     sent: list[str] = []

@@ -99,6 +99,25 @@ def test_an_unknown_application_is_404_and_nothing_is_sent() -> None:
     assert calls.sent == []
 
 
+def test_a_route_that_read_the_application_already_does_not_read_it_again() -> None:
+    """getAutoscale asks three executors after reading the policy from the application's stream:
+    one read of it, not four."""
+    import asyncio
+
+    read: list[tuple[str, str]] = []
+
+    class Counting(FakeRelay):
+        def app_exists(self, org: str, app: str) -> bool:
+            read.append((org, app))
+            return super().app_exists(org, app)
+
+    ctx = fake_context(relay=Counting(), calls=FakeCalls({"ok": 1}))
+    assert asyncio.run(calling.ask(ctx, "local", "shop", lambda rid: Req(rid=rid))) == {"ok": 1}
+    assert read == [("local", "shop")]
+    assert asyncio.run(calling.ask(ctx, "local", "shop", lambda rid: Req(rid=rid), app_checked=True)) == {"ok": 1}
+    assert read == [("local", "shop")]
+
+
 @pytest.mark.parametrize("failure,status,title", [
     (NoHealthyExecutor("local", "shop"), 503, "no healthy executor"),
     (ExecutorTimedOut("e1", 20), 504, "executor did not answer"),
