@@ -214,6 +214,12 @@ class RelayStore(ESApplication[UUID]):
         self.save_observers: list[Callable[[float, list[Any]], None]] = []
         self._cache: dict[UUID, Any] = {}
         self._cache_lock = threading.Lock()
+        # What was evicted while a read was on its way (see _remember): every eviction is counted,
+        # each stream forgotten keeps the count of its last, and a read remembers what it read only
+        # for the streams not evicted since it began. Emptying the cache evicts them all (the floor).
+        self._evictions = 0
+        self._evicted: dict[UUID, int] = {}
+        self._evicted_floor = 0
 
     # ------------------------------------------------------------ plumbing
     def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
@@ -358,21 +364,43 @@ class RelayStore(ESApplication[UUID]):
     # fails its save on the version check, is forgotten, and the command is run
     # again on what the store holds. Commands work on copies, never on the cache.
 
-    def _remember(self, aggregates: Iterable[Any]) -> None:
+    def _remember(self, aggregates: Iterable[Any], *, read_since: int | None = None) -> None:
+        """Holds copies of ``aggregates`` where the cache holds none as new. ``read_since``: they were
+        read from the store, the reading begun at that eviction count (:attr:`_evictions`); one
+        evicted since is not held. Without that, a read of version N that a save of N+1 and then a
+        conflict's eviction overtook would put N back, and a command that refuses on what it finds
+        (a disconnect of a connection no longer current) would save nothing to correct it. What a
+        save recorded (``read_since`` None) is held whatever was evicted."""
         copy_of = self.reads.copy
         with self._cache_lock:
+            if read_since is not None and read_since < self._evicted_floor:
+                return
             cache = self._cache
             if len(cache) > CACHE_MAX:
                 cache.clear()
+                self._evict_all()
+            evicted = self._evicted
             for a in aggregates:
+                if read_since is not None and evicted.get(a.id, -1) > read_since:
+                    continue
                 held = cache.get(a.id)
                 if held is None or held.version < a.version:
                     cache[a.id] = copy_of(a)
 
+    def _evict_all(self) -> None:
+        """Under the lock: the cache was emptied; no read begun before now is held."""
+        self._evictions += 1
+        self._evicted.clear()
+        self._evicted_floor = self._evictions
+
     def _forget(self, ids: Iterable[UUID]) -> None:
         with self._cache_lock:
+            self._evictions += 1
             for i in ids:
                 self._cache.pop(i, None)
+                self._evicted[i] = self._evictions
+            if len(self._evicted) > CACHE_MAX:
+                self._evict_all()  # bounded: the reads on their way then hold nothing
 
     def load_many(self, ids: list[UUID]) -> dict[UUID, Any]:
         """Many aggregates: cached executors copied, the rest read in one query."""
@@ -388,6 +416,7 @@ class RelayStore(ESApplication[UUID]):
                 out[i] = copy_of(held)
         if not missing:
             return out
+        read_since = self._evictions  # before the read: an eviction from here on is after it began
         streams = self.reads.streams(missing)
         decode = self.reads.event
         for i, (snapshot, stored) in streams.items():
@@ -397,7 +426,7 @@ class RelayStore(ESApplication[UUID]):
                 aggregate = decode(s.originator_id, s.originator_version, s.topic, s.state).mutate(aggregate)
             if aggregate is not None:
                 out[i] = aggregate
-        self._remember(out[i] for i in missing if isinstance(out.get(i), Executor))
+        self._remember((out[i] for i in missing if isinstance(out.get(i), Executor)), read_since=read_since)
         return out
 
     def warm(self, ids: Iterable[UUID], *, batch: int = 500, stop: Callable[[], bool] = lambda: False) -> int:
@@ -408,8 +437,8 @@ class RelayStore(ESApplication[UUID]):
         A server's start warms it with the executors the store holds, before their sockets come
         back: after a restart every one of them needs its stream read for its Connected (or its
         orphan's Disconnected, its death), and a storm of reconnects paid that read on top of the
-        write (ADR 12). Nothing is decided on what it reads: a copy made stale meanwhile costs one
-        retry of the command that meets it, as any stale copy does."""
+        write (ADR 12). Nothing is decided on what it reads, and what was evicted while it read is
+        not held (:meth:`_remember`)."""
         ids = list(ids)
         read = 0
         for k in range(0, len(ids), batch):

@@ -353,12 +353,6 @@ def test_a_started_runtime_reads_the_executors_the_store_holds_into_the_cache(tm
     assert not rt.warmer.is_alive()
 
 
-def test_a_runtime_closed_before_it_started_never_warms_the_cache(tmp_path: Path) -> None:
-    rt = Runtime(settings(tmp_path))
-    rt.close()
-    assert rt.warmed is None and not rt.warmer.is_alive()
-
-
 def test_a_cache_warmer_that_fails_is_logged_and_changes_nothing(tmp_path: Path, caplog) -> None:
     import logging
 

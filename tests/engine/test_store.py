@@ -98,6 +98,53 @@ def test_warm_stops_when_asked_and_never_fills_the_cache_past_its_bound(relay: R
     assert set(relay._cache) == set(ids[:2])
 
 
+def test_a_read_overtaken_by_a_save_and_an_eviction_does_not_put_the_older_copy_back(relay: Relay) -> None:
+    """A read of version 2 is on its way; meanwhile a disconnect saves version 3 and a conflicting
+    batch evicts the stream. The read must not be held: a disconnect of the connection the store
+    has as current would meet a copy that has another, refuse, and save nothing to correct it."""
+    relay.executor_connected("local", "app", info("A"), connection_id="c-1", owner="o")  # versions 1, 2
+    sid = executor_stream_id("local", "app", "A")
+    relay._forget([sid])
+    real = relay.reads.streams
+
+    def overtaken(ids: list) -> dict:
+        got = real(ids)  # version 2, as the store holds it now
+        relay.reads.streams = real  # type: ignore[method-assign]
+        assert relay.executor_disconnected(sid, connection_id="c-1", reason="socket_closed")  # version 3, held
+        assert relay.executor_connected("local", "app", info("A"), connection_id="c-2", owner="o")  # version 4
+        relay._forget([sid])  # a conflicting batch evicts it
+        return got
+
+    relay.reads.streams = overtaken  # type: ignore[method-assign]
+    assert relay.load_many([sid])[sid].version == 2  # the command that read it is refused by the store
+    assert sid not in relay._cache  # not held: the next read gets version 4
+    assert relay.executor_disconnected(sid, connection_id="c-2", reason="socket_closed")
+    assert relay.get_executor("local", "app", "A").status == "DISCONNECTED"
+
+
+def test_evictions_are_bounded_and_a_read_begun_before_the_bound_holds_nothing(relay: Relay, monkeypatch) -> None:
+    from relay_es.engine import store
+
+    for name in "ABC":
+        relay.executor_connected("local", "app", info(name), connection_id=f"c-{name}", owner="o")
+    ids = [executor_stream_id("local", "app", n) for n in "ABC"]
+    monkeypatch.setattr(store, "CACHE_MAX", 2)
+    relay._forget(ids[:1])
+    real = relay.reads.streams
+
+    def overtaken(wanted: list) -> dict:
+        got = real(wanted)
+        relay._forget(ids[1:])  # three streams evicted in all: more than the bound keeps track of
+        return got
+
+    relay.reads.streams = overtaken  # type: ignore[method-assign]
+    relay.load_many(ids[:1])
+    assert not relay._evicted and not relay._cache
+    relay.reads.streams = real  # type: ignore[method-assign]
+    relay.load_many(ids)  # begun after: held
+    assert set(relay._cache) == set(ids)
+
+
 def test_is_store_error_comes_from_the_store(relay: Relay) -> None:
     assert relay.is_store_error(TimeoutError())
     assert not relay.is_store_error(AttributeError("a bug"))

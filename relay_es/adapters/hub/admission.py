@@ -61,10 +61,10 @@ class Gate:
             self._asking[key] = pending
 
             def done(f: asyncio.Future[Any], key: tuple[str, Any] = key) -> None:
-                if self._asking.get(key) is f:
-                    del self._asking[key]
                 if not f.cancelled():
                     f.exception()  # retrieved: a failure nobody awaits any more is not logged as lost
+                if self._asking.get(key) is f:  # forget (a REST thread) may have emptied it meanwhile
+                    self._asking.pop(key, None)
 
             pending.add_done_callback(done)
         return await asyncio.shield(pending)

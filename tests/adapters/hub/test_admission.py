@@ -160,15 +160,43 @@ def test_an_answer_asked_for_before_the_application_was_deleted_is_not_kept() ->
 
     async def main() -> None:
         before = asyncio.ensure_future(gate.app_registered("local", "app"))
-        while store.asked < 1:
+        for _ in range(10):
             await asyncio.sleep(0)  # read: it exists
+        assert store.asked == 1
         store.apps.clear()  # then deleted, and the gate told (Runtime.app_deleted)
         gate.forget("local", app="app")
         after = asyncio.ensure_future(gate.app_registered("local", "app"))  # asks again, not joined to the first
-        while store.asked < 2:
+        for _ in range(10):
             await asyncio.sleep(0)
+        assert store.asked == 2
         release.set()
         assert await before is True and await after is False and store.asked == 2
         assert ("local", "app") not in gate.known_apps  # the answer read before the deletion is not kept
+
+    asyncio.run(main())
+
+
+def test_a_registration_on_its_way_when_the_application_is_deleted_is_not_remembered() -> None:
+    store = Store()
+    release = asyncio.Event()
+
+    async def run(fn: Any, *args: Any) -> Any:  # the registration is recorded, its answer comes back late
+        got = fn(*args)
+        if fn.__name__ == "register_app":
+            await release.wait()
+        return got
+
+    gate = Gate(store, run)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        admitting = asyncio.ensure_future(gate.admit("app", "k", "127.0.0.1:1"))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert ("local", "app") in store.apps  # registered
+        store.apps.clear()  # then deleted, and the gate told
+        gate.forget("local", app="app")
+        release.set()
+        assert await admitting == ("local", None)
+        assert ("local", "app") not in gate.known_apps  # the next handshake asks the store again
 
     asyncio.run(main())

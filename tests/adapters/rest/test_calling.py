@@ -99,6 +99,21 @@ def test_an_unknown_application_is_404_and_nothing_is_sent() -> None:
     assert calls.sent == []
 
 
+def test_the_autoscaling_routes_executor_calls_do_not_read_the_application_again(monkeypatch) -> None:
+    import asyncio
+
+    from relay_es.adapters.rest import autoscaling
+
+    asked: list[dict[str, Any]] = []
+
+    async def ask(ctx: Any, org: str, app: str, make_request: Any, **kw: Any) -> Any:
+        asked.append(kw)
+
+    monkeypatch.setattr(calling, "ask", ask)
+    asyncio.run(autoscaling._ask(fake_context(), "local", "shop", Req(rid="r")))
+    assert asked == [{"failed_status": 500, "app_checked": True}]  # after _policy, which read it
+
+
 def test_a_route_that_read_the_application_already_does_not_read_it_again() -> None:
     """getAutoscale asks three executors after reading the policy from the application's stream:
     one read of it, not four."""
