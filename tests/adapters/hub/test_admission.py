@@ -91,6 +91,13 @@ class Held:
         return fn(*args, **kwargs)
 
 
+def held_gate() -> tuple[Store, Held, Gate]:
+    """A gate whose questions wait for ``pool.release``, on a store where the application exists."""
+    store, pool = Store(), Held()
+    store.apps.add(("local", "app"))
+    return store, pool, Gate(store, pool.run)  # type: ignore[arg-type]
+
+
 def test_handshakes_arriving_together_ask_the_store_once_per_application() -> None:
     """After a restart the executors come back at once: one read of the application, one
     registration, however many handshakes wait on them."""
@@ -110,10 +117,7 @@ def test_handshakes_arriving_together_ask_the_store_once_per_application() -> No
 
 
 def test_a_shared_question_s_failure_reaches_every_handshake_and_the_next_asks_again() -> None:
-    store = Store()
-    store.apps.add(("local", "app"))
-    pool = Held()
-    gate = Gate(store, pool.run)  # type: ignore[arg-type]
+    store, pool, gate = held_gate()
 
     async def main() -> None:
         store.away = True
@@ -129,10 +133,7 @@ def test_a_shared_question_s_failure_reaches_every_handshake_and_the_next_asks_a
 
 
 def test_a_handshake_given_up_does_not_cancel_the_question_for_the_others() -> None:
-    store = Store()
-    store.apps.add(("local", "app"))
-    pool = Held()
-    gate = Gate(store, pool.run)  # type: ignore[arg-type]
+    store, pool, gate = held_gate()
 
     async def main() -> None:
         first = asyncio.ensure_future(gate.app_registered("local", "app"))
