@@ -373,12 +373,12 @@ class RelayStore(ESApplication[UUID]):
         save recorded (``read_since`` None) is held whatever was evicted."""
         copy_of = self.reads.copy
         with self._cache_lock:
-            if read_since is not None and read_since < self._evicted_floor:
-                return
             cache = self._cache
             if len(cache) > CACHE_MAX:
                 cache.clear()
                 self._evict_all()
+            if read_since is not None and read_since < self._evicted_floor:
+                return  # the cache was emptied since the read began (just now, too)
             evicted = self._evicted
             for a in aggregates:
                 if read_since is not None and evicted.get(a.id, -1) > read_since:

@@ -145,6 +145,29 @@ def test_evictions_are_bounded_and_a_read_begun_before_the_bound_holds_nothing(r
     assert set(relay._cache) == set(ids)
 
 
+def test_a_read_that_finds_the_cache_full_and_empties_it_is_not_held(relay: Relay, monkeypatch) -> None:
+    """Emptying the cache evicts what it held, the newer copy of the stream being read too."""
+    from relay_es.engine import store
+
+    for name in "AB":
+        relay.executor_connected("local", "app", info(name), connection_id=f"c-{name}", owner="o")
+    a = executor_stream_id("local", "app", "A")
+    relay._forget([a])
+    monkeypatch.setattr(store, "CACHE_MAX", 2)
+    real = relay.reads.streams
+
+    def overtaken(ids: list) -> dict:
+        got = real(ids)  # version 2
+        relay.reads.streams = real  # type: ignore[method-assign]
+        assert relay.executor_disconnected(a, connection_id="c-A", reason="socket_closed")  # version 3, held
+        relay.executor_connected("local", "app", info("C"), connection_id="c-C", owner="o")  # three held
+        return got
+
+    relay.reads.streams = overtaken  # type: ignore[method-assign]
+    relay.load_many([a])  # finds three held, past the bound of two: empties the cache, version 3 with it
+    assert a not in relay._cache  # and does not put version 2 back
+
+
 def test_is_store_error_comes_from_the_store(relay: Relay) -> None:
     assert relay.is_store_error(TimeoutError())
     assert not relay.is_store_error(AttributeError("a bug"))
