@@ -33,11 +33,18 @@ So :class:`Collector`:
   20,000 sockets one holds the GIL for over a second (one that did, 2 s after a
   storm of opens, made 10,000 deaths due in its wake late by 0.4-0.5 s). A
   trickle of reconnects is no storm: a busy server is not frozen at every tick;
+* watches each **lost socket's objects** (:meth:`Collector.lost`, called by the
+  WebSocket protocol, ``adapters/uvicorn_ws.py``): the protocol makes no reference
+  cycle, so reference counting frees them as soon as the hub lets go of the
+  socket, and a close leaves nothing for a full collection to find. Until 2026-12-05
+  every closed socket held cycles (websockets' parser generator, a closure, the
+  scope's extension bound to the protocol), and a full collection ran 2 s after
+  every storm of drops: at 5,000 sockets it held the GIL for some 0.6 s, often as
+  the fleet came back;
 * runs the **full collection itself**, when there is something for it to find
-  (sockets have closed since the last one: a closed connection's objects are
-  old, and hold reference cycles through the WebSocket stack, so only a full
-  collection frees them, their compression buffers included; or
-  ``interval`` has passed) and the moment is right: no connection opened or
+  (an object of a lost socket is still alive -- a cycle, or, without the hook,
+  sockets have closed since the last one; or ``interval`` has passed)
+  and the moment is right: no connection opened or
   closed for ``quiet`` seconds and no timer of the process manager due before the
   collection would be over: within ``margin`` seconds, or 1.5 x the time it is
   expected to take (:meth:`Collector.expected_took`: the seconds per socket the
@@ -69,6 +76,7 @@ import gc
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from types import ModuleType
@@ -129,6 +137,12 @@ class Collector:
         self._pause_started: float | None = None
         self._managed: int | None = None     # the thread running a full collection of ours (not a pause)
         self._ours_ran = False               # that collection did run (its "start" was seen)
+        # Sockets whose connection was lost (:meth:`lost`) and whose objects are still alive: weak
+        # references, each taken out by its own callback when its object is freed (in whatever thread
+        # drops the last reference, so without the lock: a set's add and discard are atomic).
+        self.tracking = False                # lost() has been called: closes are judged by what is left
+        self.losses = 0                      # sockets reported lost
+        self._unfreed: set[weakref.ref[Any]] = set()
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -186,10 +200,35 @@ class Collector:
             self._open = n
             self._last_activity = now
 
+    def lost(self, *objs: Any) -> None:
+        """A socket's connection was lost: ``objs`` are its objects that should be freed once the
+        application lets go of it (its protocol objects; called from the event loop). Once this
+        has been called, sockets closed call for a full collection only while such an object is
+        still alive when the collection would run: one freed by reference counting left nothing
+        for it to find."""
+        refs = [weakref.ref(obj, self._unfreed.discard) for obj in objs]
+        now = self.monotonic()
+        with self._lock:
+            self.tracking = True
+            self.losses += 1
+            self._unfreed.update(refs)
+            if self._wanted_since is None:
+                self._wanted_since = now
+            self._last_activity = now  # a loss is a close: the quiet is counted from it too
+
+    def unfreed(self) -> int:
+        """Objects of sockets lost that are still alive (none have been since the last full
+        collection, which lets go of those it found alive)."""
+        return len(self._unfreed)
+
     # ------------------------------------------------------------- decision
     def due(self, now: float) -> bool:
         """Whether a full collection should run now."""
         with self._lock:
+            if self.tracking and self._wanted_since is not None and not self._unfreed:
+                # every socket lost since the last was freed by reference counting: nothing to find
+                self._wanted_since = None
+                self._closed = 0
             wanted_since = self._wanted_since
             last_activity = self._last_activity
         if wanted_since is None:
@@ -252,6 +291,9 @@ class Collector:
             log.debug("full garbage collection skipped: another was under way; tried again at the next tick")
             return False  # nothing frozen: the garbage waits unfrozen for the next tick
         took = self.timer() - t0
+        # Alive through a full collection: held, not garbage. Should such an object become garbage in a
+        # cycle later, the interval's collection frees it.
+        self._unfreed.clear()
         self._last_full = self.monotonic()
         if sockets >= 100:  # fewer: the heap's other objects, not the sockets, make the time
             self._per_socket = took / sockets

@@ -69,6 +69,24 @@ class _OutboxState:
         yield queued
 
 
+class _CollectorState:
+    """Computed at scrape time from the garbage collector's policy (ADR 13)."""
+
+    def __init__(self, collector: Any) -> None:
+        self.collector = collector
+
+    def collect(self) -> Iterable[Any]:
+        lost = CounterMetricFamily("relay_gc_sockets_lost", "Executor sockets whose connection was lost, "
+                                   "watched until their objects are freed (ADR 13)")
+        lost.add_metric([], self.collector.losses)
+        yield lost
+        alive = GaugeMetricFamily("relay_gc_lost_socket_objects_alive",
+                                  "Objects of lost sockets not freed yet: one that outlives the quiet after the "
+                                  "closes is in a reference cycle, and calls for a full collection (ADR 13)")
+        alive.add_metric([], self.collector.unfreed())
+        yield alive
+
+
 class _ProcessManagerState:
     """The process manager's store errors and bugs, read from its counters at scrape time, when it
     armed its timers, and its thread's CPU by kind of work."""
@@ -244,6 +262,10 @@ class Metrics:
     def watch_outbox(self, outbox: Any) -> None:
         """Exposes the outbox's errors, stuck and queued transitions, read at each scrape."""
         self.registry.register(_OutboxState(outbox))
+
+    def watch_collector(self, collector: Any) -> None:
+        """Exposes the sockets the garbage collector's policy watched (lost, and objects still alive)."""
+        self.registry.register(_CollectorState(collector))
 
     def watch_process_manager(self, stats: Any) -> None:
         """Exposes the process manager's failures, read from ``stats`` (its ``Stats``) at each scrape:

@@ -27,10 +27,12 @@ fails the connection with 1009.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
 from websockets.frames import CONT, CTRL_OPCODES, Frame
+from websockets.server import ServerProtocol
 
 from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
 
@@ -72,6 +74,37 @@ class DeflateFactory(ServerPerMessageDeflateFactory):
 
 
 DEFLATE = DeflateFactory()
+
+
+class _StagedCap(ServerProtocol):
+    """websockets' server protocol with the frame cap's stages (the module's docstring): while
+    ``staged``, the first message is capped as the protocol was made, and once it is complete
+    the cap becomes ``pending_frame_cap``; :meth:`raise_frame_cap` sets the cap for good.
+    A subclass, not a function stored on the object: such a function closes over the object
+    (or its owner), a reference cycle that keeps a closed socket's objects until a full collection."""
+
+    staged = False
+    pending_frame_cap: int | None = None
+
+    def recv_frame(self, frame: Frame) -> None:  # called by the parser after each frame, before the next is read
+        super().recv_frame(frame)
+        if self.staged and frame.fin and frame.opcode.value in (0, 1, 2):
+            self.staged = False
+            self.max_message_size = self.pending_frame_cap  # the first message is complete
+
+    def raise_frame_cap(self, size: int | None) -> None:
+        """Takes effect from the next frame parsed."""
+        self.staged = False
+        self.max_message_size = size
+
+
+def _forget_tracebacks(error: BaseException | None) -> None:
+    """Drops the tracebacks of ``error`` and of the errors it was raised from or during."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
 
 
 class _Inbox:
@@ -161,7 +194,8 @@ def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
 
 
 def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_HANDSHAKE_FRAME,
-                   pending_frame_cap: int | None = MAX_PENDING_FRAME) -> type:
+                   pending_frame_cap: int | None = MAX_PENDING_FRAME,
+                   lost: Callable[..., None] | None = None) -> type:
     """uvicorn's Sans-I/O ``websockets`` protocol (``websockets-sansio``), as Relay needs it.
 
     * It keeps no task per connection (the legacy protocol kept three), and on a
@@ -180,6 +214,10 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
       own 1009 (a message over the cap) carries ``"relay.too_big": True``.
     * A ``websocket.send`` with ``"relay.guard"`` (a context manager giving a bool)
       is written under the guard, only if it says yes, else :class:`Withdrawn`.
+    * Nothing it adds makes a reference cycle, so once the application lets go of
+      a closed socket, reference counting frees its objects; ``lost(protocol, parser)``
+      is called when its connection is lost (Relay's collector watches that they
+      are freed, ADR 13).
     """
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -188,32 +226,37 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
-            self.frame_cap_set = False
             if self.conn.available_extensions:  # uvicorn's factory keeps a compressor per socket
                 self.conn.available_extensions = [DEFLATE]
             self.queue = _Inbox()  # type: ignore[assignment]
             self.writable = _Flag(True)  # type: ignore[assignment]
+            self.conn.__class__ = _StagedCap  # the object uvicorn made, with the frame cap's stages
             if handshake_frame_cap is not None:
                 self.conn.max_message_size = handshake_frame_cap
-                parsed = self.conn.recv_frame  # called by the parser after each frame, before the next is read
-
-                def recv_frame(frame: Any) -> None:
-                    parsed(frame)
-                    if not self.frame_cap_set and frame.fin and frame.opcode.value in (0, 1, 2):
-                        self.conn.max_message_size = pending_frame_cap  # the first message is complete
-
-                self.conn.recv_frame = recv_frame
-
-        def set_frame_cap(self, size: int | None) -> None:
-            """Takes effect from the next frame parsed."""
-            self.frame_cap_set = True
-            self.conn.max_message_size = size
+                self.conn.pending_frame_cap = pending_frame_cap
+                self.conn.staged = True
 
         def handle_connect(self, event: Any) -> None:
             super().handle_connect(event)
             scope = getattr(self, "scope", None)
             if scope is not None:  # the upgrade was accepted; the application's task has not started yet
-                scope["extensions"]["relay.frame_cap"] = self.set_frame_cap
+                # The parser's method, not this protocol's: the scope is this protocol's, and a method
+                # bound to the protocol would close a reference cycle that only a full collection frees.
+                scope["extensions"]["relay.frame_cap"] = self.conn.raise_frame_cap
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            # Nothing is parsed once the connection is lost, and websockets' parser is a generator
+            # kept on the object it parses for, whose frame holds that object: a cycle, since the
+            # generator never ends (after EOF, discard() waits at its last yield). Closed, it lets go.
+            # The error that failed the parser (a message over the cap, a protocol error) or the
+            # handshake is kept, and its traceback holds the parser's frame too: the errors stay,
+            # without their tracebacks.
+            self.conn.parser.close()
+            for error in (self.conn.parser_exc, self.conn.handshake_exc):
+                _forget_tracebacks(error)
+            if lost is not None:
+                lost(self, self.conn)
 
         def keepalive_timeout(self) -> None:
             self.keepalive_timed_out = True

@@ -175,7 +175,8 @@ def serve(args: argparse.Namespace) -> int:
         http=http_protocol_class(first_request_timeout=FIRST_REQUEST_SECS,
                                  request_timeout=settings.http_request_timeout.total_seconds(),
                                  max_connections=settings.max_open_connections),
-        ws=protocol_class(close_timeout),  # frames capped at 64 KiB until executor_info is answered
+        # frames capped at 64 KiB until executor_info is answered; a closed socket's objects watched until freed
+        ws=protocol_class(close_timeout, lost=runtime.collector.lost),
         ws_max_size=MAX_FRAME,
         ws_ping_interval=ping,
         ws_ping_timeout=ping_timeout,

@@ -340,6 +340,7 @@ class Runtime:
         m = self.metrics
         m.watch_executors(lambda: list(self.pm.rows.values()))
         m.watch_outbox(self.outbox)
+        m.watch_collector(self.collector)
         m.watch_process_manager(self.pm.stats)
         m.watch_alerts(self.alerts.stats)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())

@@ -4,6 +4,7 @@ the decision; two tests run it on the real collector (the ``real`` fixture)."""
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -382,3 +383,94 @@ def test_on_the_real_collector_new_cycles_go(real: Any) -> None:
     assert any(c.tick() for _ in range(50))  # another thread's collection under way defers it a tick
     assert c.collected >= 1000
     assert c.last_took > 0
+
+
+# -- sockets lost, watched until freed ----------------------------------------------------------
+
+
+class Sock:
+    """A socket's protocol object (weakly referenceable, as uvicorn's are)."""
+
+
+def test_sockets_freed_by_reference_counting_leave_nothing_to_collect(world: Any) -> None:
+    clock, fake, _, c = world
+    socks = [Sock() for _ in range(5000)]
+    c.connections(5000)
+    for s in socks:
+        c.lost(s)
+    assert c.tracking and c.unfreed() == 5000
+    c.connections(0)
+    del socks, s  # the application let go of them: freed at once, no cycle
+    assert c.unfreed() == 0
+    clock.advance(2.1)
+    assert not c.tick()  # quiet, no deadline: before, a full collection ran here
+    assert fake.full() == 0 and c.expected_took() == 0  # the closed sockets are not counted either
+    clock.advance(100)
+    assert not c.tick()
+    clock.advance(500)  # the periodic collection still runs
+    assert c.tick() and fake.full() == 1
+
+
+def test_a_socket_still_alive_when_the_collection_would_run_is_collected(world: Any) -> None:
+    clock, fake, _, c = world
+    kept = Sock()
+    freed = Sock()
+    c.connections(2)
+    c.lost(kept)
+    c.lost(freed)
+    c.connections(0)
+    del freed
+    assert c.unfreed() == 1
+    clock.advance(2.1)
+    assert c.tick()  # what keeps it may be a cycle: the collection runs, as without tracking
+    assert fake.full() == 1
+    assert c.unfreed() == 0  # alive through a full collection: held, not watched any more
+    clock.advance(10)
+    assert not c.tick()
+    del kept
+
+
+def test_a_socket_lost_after_the_hub_counted_its_close_is_still_watched(world: Any) -> None:
+    """The hub counts a close it starts before the connection is lost: a decision taken in between
+    finds nothing alive, and the loss that follows asks again."""
+    clock, fake, _, c = world
+    first = Sock()
+    c.connections(2)
+    c.lost(first)
+    del first
+    c.connections(0)  # the second socket's close counted; its connection not lost yet
+    clock.advance(2.1)
+    assert not c.tick()
+    second = Sock()
+    c.lost(second)  # ... and never freed (a cycle, say)
+    clock.advance(1.9)
+    assert not c.tick()  # a loss is activity: the quiet is counted from it
+    clock.advance(0.2)
+    assert c.tick() and fake.full() == 1
+    del second
+
+
+def test_without_tracking_closes_are_collected_as_before(world: Any) -> None:
+    """A process whose protocol does not report lost sockets (no ``lost`` hook) keeps the rule
+    that a close calls for a full collection."""
+    clock, fake, _, c = world
+    c.connections(10)
+    c.connections(0)
+    clock.advance(2.1)
+    assert not c.tracking and c.tick() and fake.full() == 1
+
+
+def test_a_cycle_left_by_a_lost_socket_is_freed_by_the_collection_it_calls_for(real: Any) -> None:
+    """On the real collector: a protocol object in a reference cycle is still alive when the
+    decision is taken, so the full collection runs and frees it."""
+    clock, c = real
+    obj = Node()
+    gone = weakref.ref(obj)
+    c.connections(1)
+    c.lost(obj)
+    c.connections(0)
+    del obj
+    assert gone() is not None and c.unfreed() == 1
+    clock.advance(2.1)
+    assert c.tick()
+    assert gone() is None and c.unfreed() == 0

@@ -93,12 +93,14 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, **settings: Any) -> AsyncIterator[Served]:
-    """A Relay runtime on SQLite, served by uvicorn on loopback in this loop, as ``relay serve`` does."""
+    """A Relay runtime on SQLite, served by uvicorn on loopback in this loop, as ``relay serve`` does
+    (lost sockets reported to the runtime's collector, which does not run in a test process)."""
     port = free_port()
     rt = Runtime(Settings(database_url=f"sqlite:///{tmp_path}/relay.db", port=port,
                           ping_interval=timedelta(seconds=1), ping_wait=timedelta(seconds=3),
                           restart_settle=timedelta(seconds=0.5), **settings))
-    config = uvicorn.Config(RelayASGI(rt), host="127.0.0.1", port=port, ws=protocol_class(0.5), ws_max_size=MAX_FRAME,
+    config = uvicorn.Config(RelayASGI(rt), host="127.0.0.1", port=port, ws=protocol_class(0.5, lost=rt.collector.lost),
+                            ws_max_size=MAX_FRAME,
                             ws_ping_interval=1.0, ws_ping_timeout=1.5, ws_per_message_deflate=False, lifespan="on",
                             log_config=None, access_log=False, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
