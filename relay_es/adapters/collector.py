@@ -272,6 +272,7 @@ class Collector:
             closed, self._closed = self._closed, 0
             sockets = self._open + closed
             wanted, self._wanted_since = self._wanted_since, None
+        watched = list(self._unfreed)  # those lost after this, during or after the collection, stay watched
         t0 = self.timer()
         self._ours_ran = False
         self._managed = threading.get_ident()
@@ -293,7 +294,7 @@ class Collector:
         took = self.timer() - t0
         # Alive through a full collection: held, not garbage. Should such an object become garbage in a
         # cycle later, the interval's collection frees it.
-        self._unfreed.clear()
+        self._unfreed.difference_update(watched)
         self._last_full = self.monotonic()
         if sockets >= 100:  # fewer: the heap's other objects, not the sockets, make the time
             self._per_socket = took / sockets

@@ -474,3 +474,27 @@ def test_a_cycle_left_by_a_lost_socket_is_freed_by_the_collection_it_calls_for(r
     clock.advance(2.1)
     assert c.tick()
     assert gone() is None and c.unfreed() == 0
+
+
+def test_a_socket_lost_during_a_full_collection_stays_watched(world: Any) -> None:
+    """Only what was watched before the collection and survived it is let go of."""
+    clock, fake, _, c = world
+    before = Sock()
+    c.connections(1)
+    c.lost(before)
+    c.connections(0)
+    during = Sock()
+    real_collect = fake.collect
+
+    def collect(generation: int = 2) -> int:
+        c.lost(during)  # another thread's loss, as the collection ends
+        return real_collect(generation)
+
+    fake.collect = collect
+    clock.advance(2.1)
+    assert c.tick()
+    assert c.unfreed() == 1  # during's, still watched; before's let go of (held)
+    fake.collect = real_collect
+    clock.advance(2.1)
+    assert c.tick() and fake.full() == 2  # it is still alive: a collection for it
+    del before, during
