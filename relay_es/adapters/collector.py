@@ -272,7 +272,7 @@ class Collector:
             closed, self._closed = self._closed, 0
             sockets = self._open + closed
             wanted, self._wanted_since = self._wanted_since, None
-        watched = list(self._unfreed)  # those lost after this, during or after the collection, stay watched
+            watched = list(self._unfreed)  # one lost after this (it asks again) stays watched
         t0 = self.timer()
         self._ours_ran = False
         self._managed = threading.get_ident()

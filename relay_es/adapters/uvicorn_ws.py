@@ -101,10 +101,14 @@ class _StagedCap(ServerProtocol):
 def _forget_tracebacks(error: BaseException | None) -> None:
     """Drops the tracebacks of ``error`` and of the errors it was raised from or during."""
     seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        error.__traceback__ = None
-        error = error.__cause__ or error.__context__
+    left = [error]
+    while left:
+        e = left.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        left += (e.__cause__, e.__context__)
 
 
 class _Inbox:
@@ -216,12 +220,15 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
       is written under the guard, only if it says yes, else :class:`Withdrawn`.
     * Nothing it adds makes a reference cycle, so once the application lets go of
       a closed socket, reference counting frees its objects; ``lost(protocol, parser)``
-      is called when its connection is lost (Relay's collector watches that they
-      are freed, ADR 13).
+      is called once its connection is lost and the application's task for it has
+      ended (Relay's collector watches that they are freed, ADR 13).
     """
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
     class RelayWebSocketProtocol(WebSocketsSansIOProtocol):
+        app_running = False  # the application's task for this socket is under way (set on the object)
+        lost_reported = False
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
@@ -230,6 +237,9 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                 self.conn.available_extensions = [DEFLATE]
             self.queue = _Inbox()  # type: ignore[assignment]
             self.writable = _Flag(True)  # type: ignore[assignment]
+            if type(self.conn) is not ServerProtocol:  # a subclass's overrides would be lost below
+                raise TypeError(f"uvicorn made a {type(self.conn).__qualname__}; Relay's frame cap "
+                                "extends websockets' ServerProtocol")
             self.conn.__class__ = _StagedCap  # the object uvicorn made, with the frame cap's stages
             if handshake_frame_cap is not None:
                 self.conn.max_message_size = handshake_frame_cap
@@ -240,9 +250,15 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             super().handle_connect(event)
             scope = getattr(self, "scope", None)
             if scope is not None:  # the upgrade was accepted; the application's task has not started yet
+                self.app_running = True
                 # The parser's method, not this protocol's: the scope is this protocol's, and a method
                 # bound to the protocol would close a reference cycle that only a full collection frees.
                 scope["extensions"]["relay.frame_cap"] = self.conn.raise_frame_cap
+
+        def on_task_complete(self, task: asyncio.Task[None]) -> None:
+            super().on_task_complete(task)
+            self.app_running = False
+            self._report_lost()
 
         def connection_lost(self, exc: Exception | None) -> None:
             super().connection_lost(exc)
@@ -255,7 +271,13 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             self.conn.parser.close()
             for error in (self.conn.parser_exc, self.conn.handshake_exc):
                 _forget_tracebacks(error)
-            if lost is not None:
+            self._report_lost()
+
+        def _report_lost(self) -> None:
+            """``lost(protocol, parser)`` once the connection is lost and the application's task for it
+            has ended, whichever comes last: from then on nothing should hold this socket's objects."""
+            if lost is not None and self.disconnected and not self.app_running and not self.lost_reported:
+                self.lost_reported = True
                 lost(self, self.conn)
 
         def keepalive_timeout(self) -> None:

@@ -83,6 +83,10 @@ def test_sockets_closed_every_way_are_freed_by_reference_counting(tmp_path: Path
             await big.wait_for("executor_info")
             await big.ws.send("x" * (MAX_HANDSHAKE_FRAME + 1))
 
+            first = await registered(s)  # superseded by a newer connection with its executor id (4001)
+            newer = await registered(s, executor_id=first.executor_id)
+            await until(lambda: first.ws.close_code is not None, what="the first connection closed")
+
             garbled = await registered(s)  # text that is not UTF-8 (1007)
             await garbled.ws.send(b"\xff\xfe", text=True)
 
@@ -91,8 +95,11 @@ def test_sockets_closed_every_way_are_freed_by_reference_counting(tmp_path: Path
             assert (await reader.readline()).startswith(b"HTTP/1.1 4")  # a handshake refused with an HTTP answer
             writer.close()
 
-            await until(lambda: collector.losses >= 6 and collector.unfreed() == 0, timeout=10,
-                        what="six sockets lost, and their objects freed without the cyclic collector")
+            await until(lambda: collector.losses >= 7 and collector.unfreed() == 0, timeout=10,
+                        what="seven sockets lost, and their objects freed without the cyclic collector")
+            await newer.ws.close()
+            await until(lambda: collector.losses >= 8 and collector.unfreed() == 0, timeout=10,
+                        what="the newer one too")
             await until(lambda: len(s.runtime.registry) == 0, timeout=5, what="the hub let go of them")
             assert collector.tracking
             assert cyclic_garbage() == []
