@@ -38,9 +38,10 @@ So :class:`Collector`:
   cycle, so reference counting frees them as soon as the hub lets go of the
   socket, and a close leaves nothing for a full collection to find. Until 2026-12-05
   every closed socket held cycles (websockets' parser generator, a closure, the
-  scope's extension bound to the protocol), and a full collection ran 2 s after
-  every storm of drops: at 5,000 sockets it held the GIL for some 0.6 s, often as
-  the fleet came back;
+  scope's extension bound to the protocol), and a storm of drops called for a full
+  collection at the next quiet moment (2 s with no socket opened or closed and no
+  timer near, or 70 s at most): in bench section 2 that fell in the reconnect storm
+  that followed, and held the GIL for some 0.6 s at 5,000 sockets;
 * runs the **full collection itself**, when there is something for it to find
   (an object of a lost socket is still alive -- a cycle, or, without the hook,
   sockets have closed since the last one; or ``interval`` has passed)
