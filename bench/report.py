@@ -741,7 +741,12 @@ def analysis(results_dir: Path) -> str:
                 "alive by its request timers; the hub's `Connection` has slots. Measured with tracemalloc at "
                 "1,000 executors: 79 KiB allocated per connection before, 22 KiB after. The figure is the "
                 "server's process alone: since 2026-12-03 the read models fold in a process of their own (ADR 8), "
-                "which holds no socket and is not counted (the runs before that, 2026-12-02: 1.44x-1.68x).")
+                "which holds no socket and is not counted (the runs before that, 2026-12-02: 1.44x-1.68x). "
+                "On 2026-12-05 the frame cap's hook, a closure and a bound method per socket, became a subclass "
+                "of websockets' protocol (ADR 13, so that a closed socket leaves no reference cycle): in three "
+                "runs after it (83ca606, 07:15-07:30 UTC: the table) Relay held 22.5-23.9 KiB a connection at "
+                "1,000, 20.8-21.2 at 10,000 and 20.6-20.7 at 19,500, against 23.2, 21.3 and 20.9 KiB (medians) "
+                "in the full run before: a little less, within the runs' spread at 1,000.")
         if worst <= 2.0:
             out += [f"**1. Memory per connection:** met (at most {worst:.2f}x the baseline). " + done, ""]
         else:
