@@ -141,7 +141,6 @@ class Collector:
         # Sockets whose connection was lost (:meth:`lost`) and whose objects are still alive: weak
         # references, each taken out by its own callback when its object is freed (in whatever thread
         # drops the last reference, so without the lock: a set's add and discard are atomic).
-        self.tracking = False                # lost() has been called: closes are judged by what is left
         self.losses = 0                      # sockets reported lost
         self._unfreed: set[weakref.ref[Any]] = set()
 
@@ -210,12 +209,16 @@ class Collector:
         refs = [weakref.ref(obj, self._unfreed.discard) for obj in objs]
         now = self.monotonic()
         with self._lock:
-            self.tracking = True
             self.losses += 1
             self._unfreed.update(refs)
             if self._wanted_since is None:
                 self._wanted_since = now
             self._last_activity = now  # a loss is a close: the quiet is counted from it too
+
+    @property
+    def tracking(self) -> bool:
+        """Whether :meth:`lost` has been called: closes are then judged by what they left alive."""
+        return self.losses > 0
 
     def unfreed(self) -> int:
         """Objects of sockets lost that are still alive (none have been since the last full

@@ -227,7 +227,6 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
 
     class RelayWebSocketProtocol(WebSocketsSansIOProtocol):
         app_running = False  # the application's task for this socket is under way (set on the object)
-        lost_reported = False
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -275,9 +274,9 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
 
         def _report_lost(self) -> None:
             """``lost(protocol, parser)`` once the connection is lost and the application's task for it
-            has ended, whichever comes last: from then on nothing should hold this socket's objects."""
-            if lost is not None and self.disconnected and not self.app_running and not self.lost_reported:
-                self.lost_reported = True
+            has ended, whichever comes last (each happens once, so this reports once): from then on
+            nothing should hold this socket's objects."""
+            if lost is not None and self.disconnected and not self.app_running:
                 lost(self, self.conn)
 
         def keepalive_timeout(self) -> None:

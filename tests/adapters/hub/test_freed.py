@@ -15,13 +15,12 @@ import asyncio
 import gc
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import uvloop
 
 from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME
-from tests.adapters.hub.test_calls import Served, serving
+from tests.adapters.hub.test_calls import join, serving
 from tests.adapters.test_uvicorn_ws_lean import upgrade
 from tests.fake_executor import FakeExecutor
 from tests.support import until
@@ -35,13 +34,6 @@ def no_cycle_collection() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-
-
-async def registered(s: Served, **kw: Any) -> FakeExecutor:
-    ex = await FakeExecutor(s.ws, **kw).connect()
-    await until(lambda: s.runtime.registry.executor(("local", ex.app, ex.executor_id)),
-                what=f"executor {ex.executor_id} registered")
-    return ex
 
 
 # A socket's objects on the server's side: the protocols, the hub's connection, the transport.
@@ -72,13 +64,13 @@ def test_sockets_closed_every_way_are_freed_by_reference_counting(tmp_path: Path
             collector = s.runtime.collector
             assert cyclic_garbage() == []  # none before (this server's start made no socket)
 
-            closes = await registered(s)  # the executor closes (1000)
+            closes = await join(s)  # the executor closes (1000)
             await closes.ws.close()
 
-            drops = await registered(s)  # the executor's socket drops, no close frame
+            drops = await join(s)  # the executor's socket drops, no close frame
             drops.ws.transport.abort()
 
-            silent = await registered(s)  # stops reading: Relay's pings go unanswered (1011)
+            silent = await join(s)  # stops reading: Relay's pings go unanswered (1011)
             silent.ws.transport.pause_reading()
 
             big = FakeExecutor(s.ws, answer=False)  # a first message over the handshake's cap (1009)
@@ -86,11 +78,11 @@ def test_sockets_closed_every_way_are_freed_by_reference_counting(tmp_path: Path
             await big.wait_for("executor_info")
             await big.ws.send("x" * (MAX_HANDSHAKE_FRAME + 1))
 
-            first = await registered(s)  # superseded by a newer connection with its executor id (4001)
-            newer = await registered(s, executor_id=first.executor_id)
+            first = await join(s)  # superseded by a newer connection with its executor id (4001)
+            newer = await join(s, executor_id=first.executor_id)
             await until(lambda: first.ws.close_code is not None, what="the first connection closed")
 
-            garbled = await registered(s)  # text that is not UTF-8 (1007)
+            garbled = await join(s)  # text that is not UTF-8 (1007)
             await garbled.ws.send(b"\xff\xfe", text=True)
 
             reader, writer = await asyncio.open_connection(*s.ws.removeprefix("ws://").split(":"))
