@@ -150,7 +150,7 @@ class Runtime:
             self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
             self.metrics = Metrics()
             self.pool = CommandPool(COMMAND_WORKERS)
-            self.outbox = Outbox(self.relay, self.pool.run)
+            self.outbox = Outbox(self.relay)
             self.registry = Registry()
             answers = Answers(self.pm_worker.wake)
             self.calls = Calls(self.registry, first_seen=self._first_registered, observe=self.metrics.executor_call)
@@ -526,6 +526,7 @@ class Runtime:
             self.warmer.join(timeout=5)  # between two of its batches: before the store closes under it
         if self.follower is not None:
             self.follower.stop()
+        self.outbox.close()  # after the hub's stop drained it: the writer records nothing once the store closes
         self.pool.shutdown(wait=False)
         try:
             self.db.close()
