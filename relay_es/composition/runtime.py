@@ -14,6 +14,9 @@ Threads:
 * the asyncio loop (uvicorn) runs the hub's endpoint, its recovery and
   retention conversations and the REST API; store commands go to the hub's
   small thread pool, never onto the loop;
+* the **outbox's writer** (``relay-outbox``) records the executors' transitions
+  the hub hands it, batch after batch, without waiting for the loop between two
+  (``adapters/hub/outbox.py``, ADR 10);
 * the **collector worker** runs the full garbage collections itself, at quiet
   moments (``adapters/collector.py``, ADR 13);
 * the **lease worker** checks every 2 s that this instance still holds the
@@ -111,7 +114,7 @@ def view_bootstrap(db: Database, runner: ProjectionRunner,
     return load
 
 
-COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
+COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, audit, retention records)
 CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
 READY_LAG = 1_000  # events (one projection batch): read models this close to the log are current for /readyz
 
@@ -526,7 +529,7 @@ class Runtime:
             self.warmer.join(timeout=5)  # between two of its batches: before the store closes under it
         if self.follower is not None:
             self.follower.stop()
-        self.outbox.close()  # after the hub's stop drained it: the writer records nothing once the store closes
+        self.outbox.close()  # before the store closes: the writer ends after the batch it is recording
         self.pool.shutdown(wait=False)
         try:
             self.db.close()

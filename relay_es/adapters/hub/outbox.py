@@ -25,8 +25,9 @@ class Outbox:
     * **Ordered**: per executor, transitions are recorded in the order they
       happened (one in flight per executor).
     * **Retried**: while the store is unreachable (Postgres restarting) the
-      batch is retried with backoff until it is recorded; none is lost, and
-      the sockets -- whose pings uvicorn answers without us -- stay up.
+      batch is retried with backoff until it is recorded (or the outbox is
+      closed: :meth:`close`); none is lost while Relay runs, and the sockets --
+      whose pings uvicorn answers without us -- stay up.
     * **Never dropped on a bug**: a batch that fails with anything but a store
       outage is a bug. Its transitions are tried one by one; each that fails
       alone is logged with its traceback once, counted (``errors``), kept at
@@ -41,7 +42,8 @@ class Outbox:
     up to 1.3 s to resume it after a batch of 1,000 had been recorded in
     0.16 s: the Connected events of a storm waited for the storm to end
     (ADR 10). :meth:`submit` is called on the loop; :meth:`holds` and the
-    counters are read from any thread.
+    counters are read from any thread. A writer that ends on an unexpected
+    error (none is known) is logged and started again by the next transition.
     """
 
     BUG_BACKOFF = 1.0
@@ -79,19 +81,25 @@ class Outbox:
             self._queues.setdefault(key, deque()).append(op)
             self.queued += 1
             self._work.notify()
-            if self._thread is None and not self._closed:
+            if not self._closed and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._writer, name="relay-outbox", daemon=True)
                 self._thread.start()
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float = 5.0) -> bool:
         """The writer stops after the batch it is recording (a store away is not waited for
-        any longer); what is still queued is not recorded. Idempotent."""
+        any longer); what is still queued is not recorded. Whether the writer ended within
+        ``timeout`` seconds (a batch blocked on the store may outlast it: logged). Idempotent."""
         with self._work:
             self._closed = True
             self._work.notify_all()
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the outbox's writer is still recording a batch %gs after it was closed", timeout)
+            return False
+        return True
 
     async def drained(self, timeout: float) -> bool:
         """Whether every queued transition was recorded within ``timeout`` seconds."""
@@ -137,6 +145,13 @@ class Outbox:
             self._work.wait_for(lambda: self._closed, timeout=seconds)
 
     def _writer(self) -> None:
+        try:
+            self._write()
+        except BaseException:  # the thread ends here; what it held stays queued
+            log.critical("the outbox's writer stopped on an unexpected error; the next transition starts "
+                         "another (%d waiting)", self.queued, exc_info=True)
+
+    def _write(self) -> None:
         delay = 0.2
         while (heads := self._next()) is not None:
             try:

@@ -62,7 +62,7 @@ def test_a_bug_keeps_the_transition_and_others_keep_flowing(caplog: pytest.LogCa
         outbox.submit("A", "A1")
         outbox.submit("A", "A2")
         outbox.submit("B", "B1")
-        await eventually(lambda: outbox.errors == 1 and store.recorded == ["B1"])
+        await eventually(lambda: outbox.errors == 1 and store.recorded == ["B1"] and len(outbox) == 2)
         # B flowed; A's first is kept (with A2 behind it, in order), nothing dropped
         assert store.recorded == ["B1"]
         assert outbox.holds("A") and len(outbox) == 2 and outbox.stuck() == ["A"]
@@ -127,7 +127,7 @@ def test_the_writer_goes_from_batch_to_batch_while_the_event_loop_is_busy() -> N
         for key in "ABC":
             outbox.submit(key, f"{key}1")
         deadline = time.monotonic() + 5
-        while len(store.recorded) < 3 and time.monotonic() < deadline:
+        while len(outbox) and time.monotonic() < deadline:
             time.sleep(0.005)  # the loop held, as a wave of handshakes holds it
         assert sorted(store.recorded) == ["A1", "B1", "C1"] and store.calls == 3
         assert len(outbox) == 0 and outbox.batches == 3
@@ -147,12 +147,46 @@ def test_close_stops_the_writer_even_while_the_store_is_away() -> None:
     while outbox.retries < 1 and time.monotonic() < deadline:
         time.sleep(0.005)
     assert outbox.retries >= 1
-    outbox.close(timeout=5)
+    assert outbox.close(timeout=5)
     assert outbox._thread is not None and not outbox._thread.is_alive()
     assert store.recorded == [] and len(outbox) == 1
     outbox.submit("B", "B1")  # after close: queued, no writer started again
     time.sleep(0.05)
     assert store.recorded == [] and not outbox._thread.is_alive()
+
+
+class Unexpected(BaseException):
+    """Not an Exception: nothing in the writer's loop handles it."""
+
+
+def test_a_writer_that_died_is_started_again_by_the_next_transition(caplog: pytest.LogCaptureFixture) -> None:
+    """An error the writer does not handle ends its thread (logged as critical); what it was
+    recording stays queued, and the next transition starts a writer that records both."""
+    store = FakeStore()
+    real = store.execute
+    calls = []
+
+    def execute(ops: list[str]) -> list[bool]:
+        calls.append(list(ops))
+        if len(calls) == 1:
+            raise Unexpected("boom")
+        return real(ops)
+
+    store.execute = execute  # type: ignore[method-assign]
+    outbox = Outbox(store)  # type: ignore[arg-type]
+    with caplog.at_level(logging.CRITICAL, logger="relay_es.adapters.hub.outbox"):
+        outbox.submit("A", "A1")
+        first = outbox._thread
+        assert first is not None
+        first.join(5)
+        assert not first.is_alive() and store.recorded == [] and len(outbox) == 1
+        assert any("stopped on an unexpected error" in r.getMessage() for r in caplog.records)
+        outbox.submit("B", "B1")
+        deadline = time.monotonic() + 5
+        while len(outbox) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert outbox._thread is not first and sorted(store.recorded) == ["A1", "B1"] and len(outbox) == 0
+    assert outbox.close()
 
 
 def test_a_runtime_exposes_outbox_errors_stuck_transitions_and_poison_skips(tmp_path, monkeypatch) -> None:
@@ -172,7 +206,7 @@ def test_a_runtime_exposes_outbox_errors_stuck_transitions_and_poison_skips(tmp_
         async def main() -> None:
             box.submit("a", "a1")
             box.submit("b", "b1")
-            await eventually(lambda: box.errors == 1 and "b1" in store.recorded)
+            await eventually(lambda: box.errors == 1 and "b1" in store.recorded and len(box) == 1)
 
         asyncio.run(main())
         for fn in rt.runner.on_poison:
