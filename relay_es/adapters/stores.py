@@ -139,10 +139,7 @@ def event_store_env(config: StoreConfig) -> dict[str, str]:
             # sslmode, application_name...: every other parameter of the URL (see pgfactory)
             EXTRA_CONNINFO: make_conninfo(**{k: v for k, v in p.items() if k not in _BASE_PARAMS}),
             "POSTGRES_POOL_SIZE": "2",
-            # 9 connections at most: one a thread of the hub's command pool (8) and one the outbox's writer, which
-            # had one of the pool's until it became a thread of its own; the process manager and REST share them
-            # (a thread that waits longer than POSTGRES_CONNECT_TIMEOUT for one gets a store error, retried)
-            "POSTGRES_MAX_OVERFLOW": "7",
+            "POSTGRES_MAX_OVERFLOW": "6",
             "POSTGRES_CONNECT_TIMEOUT": "10",
         }
     assert config.sqlite_path is not None

