@@ -100,6 +100,8 @@ class _StagedCap(ServerProtocol):
 
 def _forget_tracebacks(error: BaseException | None) -> None:
     """Drops the tracebacks of ``error`` and of the errors it was raised from or during."""
+    if error is None:  # the common case, at every lost connection: nothing to walk
+        return
     seen: set[int] = set()
     left = [error]
     while left:
