@@ -1334,7 +1334,8 @@ def analysis(results_dir: Path) -> str:
                 "harder. Relay: `EventLog.read` takes its rows in binary, so a state is no longer written as hex by "
                 "the server and read back by the client. Three interleaved pairs of timed rebuilds gave 11.0-11.5 s "
                 "against 11.5-11.8 s, with 0.3-0.5 s less CPU in the share processes and 0.2-0.5 s less in "
-                "Postgres. The table's three runs are on that code: Postgres at 52.1-54.2% of the binary raw scan "
+                "Postgres. The table's three runs are on that code (run before it was committed, which is why the "
+                "section names 44af91f with changes in relay_es/; committed unchanged as feb1a03): Postgres at 52.1-54.2% of the binary raw scan "
                 "(82,358-83,483 events/s against 152,556-159,688), met in all three. SQLite at 42.4-46.0% "
                 "(101,277-101,997 against 220,246-240,324) is unchanged, and its bound is as above." + startup_text(p), ""]
     e = _get(results_dir, "e2e")
