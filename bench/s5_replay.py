@@ -6,8 +6,8 @@ reconnect many times, and finally die and are recovered and deleted; 1,000 more 
 DISCONNECTED with a deadline an hour ahead. Then ``relay projections rebuild --database-url ...``
 is timed as a process, and compared with a raw scan of the same table in the same run: every row
 in notification order, ``json.loads`` of the state column (Postgres: rows in binary, as Relay reads
-them, the fastest way a client takes them). Before anything is timed a Postgres store is vacuumed and
-analysed, as autovacuum leaves a store long before anyone rebuilds it: otherwise autovacuum's pass over
+them, the fastest way a client takes them). Before the scan and the rebuild are timed a Postgres store is
+vacuumed and analysed, as autovacuum leaves a store long before anyone rebuilds it: otherwise autovacuum's pass over
 the million new rows, which it starts within a minute or so of their insert, runs beside the
 measurements (on 2026-12-05 a rebuild beside it took 17.9-18.4 s, the same rebuild after it
 11.0-11.8 s). A profile of the rebuild's first
@@ -181,7 +181,7 @@ def raw_scan(store_url: str) -> dict[str, Any]:
         import psycopg
 
         with psycopg.connect(store_url) as c:
-            with c.cursor(name="bench_scan", binary=True) as cur:  # as EventLog.read takes them
+            with c.cursor(name="bench_scan", binary=True) as cur:  # rows in binary, as EventLog.read takes its own
                 cur.itersize = 10000
                 cur.execute("SELECT notification_id, originator_id, originator_version, topic, state FROM relay_events "
                             "ORDER BY notification_id")

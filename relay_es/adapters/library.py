@@ -25,8 +25,8 @@ both stores, so a library upgrade that changes one fails there first:
   pool before it opens (the library connects with five parameters only).
 * :class:`ArrayInsertRecorder` is the library's Postgres application recorder,
   inserting a batch of events as four arrays of base types instead of one array
-  of its composite type (psycopg dumps a composite value by value in Python, an
-  array of uuids, integers, texts or bytes in C).
+  of its composite type (psycopg dumps a composite value by value in Python), sent
+  in binary (nothing quoted or hex-escaped on the way).
 * :class:`ManyInsertRecorder` is the library's SQLite application recorder,
   inserting a batch of events with a few multi-row ``INSERT`` statements instead
   of one ``execute`` a row from Python (nor ``executemany``, which lets go of the
@@ -112,10 +112,10 @@ class ArrayInsertRecorder(PostgresApplicationRecorder):
     """The library's Postgres application recorder, inserting a batch of events as four arrays
     (ids, versions, topics, states) rather than one array of its composite type: psycopg dumps a
     composite value by value in Python, and that was 14% of the CPU of a Postgres drop storm
-    (bench.profile, 2026-12-03). The arrays go in binary (``%b``): psycopg dumps a list in text
-    form element by element in Python (quoting each with a regular expression, the states as
-    hex), in binary in C -- 1,000 events took 8.5 ms of the client's CPU in text form against
-    1.4 ms in binary (2026-12-05, measured alone). The same statement otherwise: rows in
+    (bench.profile, 2026-12-03). The arrays go in binary (``%b``): in text form psycopg searches
+    every element with a regular expression for what to quote and writes each state as hex with
+    its backslashes escaped; in binary each element is written as it is -- 1,000 events took 8.5 ms
+    of the client's CPU in text form against 1.4 ms in binary (2026-12-05, measured alone). The same statement otherwise: rows in
     the batch's order, the library's table lock and NOTIFY first, the notification ids returned.
     ``tests/adapters/test_library.py`` pins it."""
 
