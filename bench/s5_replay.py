@@ -6,12 +6,12 @@ reconnect many times, and finally die and are recovered and deleted; 1,000 more 
 DISCONNECTED with a deadline an hour ahead. Then ``relay projections rebuild --database-url ...``
 is timed as a process, and compared with a raw scan of the same table in the same run: every row
 in notification order, ``json.loads`` of the state column (Postgres: rows in binary, as Relay reads
-them, the fastest way a client takes them). Before the scan and the rebuild are timed a Postgres store is
-vacuumed and analysed, as autovacuum leaves a store long before anyone rebuilds it: otherwise autovacuum's pass over
-the million new rows, which it starts within a minute or so of their insert, runs beside the
-measurements (on 2026-12-05 a rebuild beside it took 17.9-18.4 s, the same rebuild after it
-11.0-11.8 s). A profile of the rebuild's first
-batches says where its time goes. Start-up: ``relay serve`` on the store, timed to ``/healthz``
+them, the fastest way a client takes them). Before the scan and the rebuild are timed, a Postgres
+store is vacuumed and analysed, as autovacuum leaves a store long before anyone rebuilds it:
+otherwise autovacuum's pass over the million new rows, which it starts within a minute or so of
+their insert, runs beside the measurements (on 2026-12-05 a rebuild beside it took 17.9-18.4 s,
+the same rebuild after it 11.0-11.8 s). A profile of the rebuild's first batches says where its
+time goes. Start-up: ``relay serve`` on the store, timed to ``/healthz``
 and to the process manager's timers armed, once before the rebuild (no read model has folded
 anything: the server fills them first, in processes, as a rebuild does) and three times after it
 (a restart).

@@ -115,9 +115,9 @@ class ArrayInsertRecorder(PostgresApplicationRecorder):
     (bench.profile, 2026-12-03). The arrays go in binary (``%b``): in text form psycopg searches
     every element with a regular expression for what to quote and writes each state as hex with
     its backslashes escaped; in binary each element is written as it is -- 1,000 events took 8.5 ms
-    of the client's CPU in text form against 1.4 ms in binary (2026-12-05, measured alone). The same statement otherwise: rows in
-    the batch's order, the library's table lock and NOTIFY first, the notification ids returned.
-    ``tests/adapters/test_library.py`` pins it."""
+    of the client's CPU in text form against 1.4 ms in binary (2026-12-05, measured alone). The
+    same statement otherwise: rows in the batch's order, the library's table lock and NOTIFY
+    first, the notification ids returned. ``tests/adapters/test_library.py`` pins it."""
 
     def __init__(self, datastore: Any, *, events_table_name: str = "stored_events") -> None:
         if datastore.enable_db_functions:
@@ -281,7 +281,8 @@ def _select_postgres(recorder: Any, snapshots: Any, ids: Sequence[Any], out: dic
     else:  # each stream from after its snapshot
         query = SQL(
             "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {schema}.{table} e "
-            "JOIN unnest(%b::uuid[], %b::bigint[]) AS t(id, v) ON e.originator_id = t.id AND e.originator_version > t.v "
+            "JOIN unnest(%b::uuid[], %b::bigint[]) AS t(id, v) "
+            "ON e.originator_id = t.id AND e.originator_version > t.v "
             "ORDER BY e.originator_id, e.originator_version"
         ).format(schema=schema, table=table)
         params = (list(ids), [after.get(i, 0) for i in ids])
