@@ -147,7 +147,8 @@ def s1(d: dict[str, Any], goals: list[Goal]) -> str:
            "- VmRSS idle) / N. CPU = the server process's utime+stime over the window (`/proc/<pid>/stat`). "
            "Clients run in 1-2 separate processes, ping every 20 s, offer permessage-deflate as the SDKs do "
            "(`permessage-deflate; client_max_window_bits`) and connect from 16 loopback addresses in turn "
-           "(127.0.0.2 and up)."
+           "(127.0.0.2 and up). All N connected: from the command to the clients until every one is connected "
+           "(to Relay: its executor_info answered)."
            + (f" The largest N is {max(r['sizes']):,}, not 20,000: a process here may open at most "
               f"{r['fd_hard_limit']:,} files (the hard limit, which a process without CAP_SYS_RESOURCE cannot raise), "
               "and the server needs some for itself. That limit, not memory or CPU, bounds the largest fleet one "
@@ -164,7 +165,8 @@ def s1(d: dict[str, Any], goals: list[Goal]) -> str:
         t.append([f0(n), f1(b["per_conn_bytes"] / KIB), f1(x["per_conn_bytes"] / KIB), f"{rt:.2f}x" if rt else "-",
                   f1(b["rss_idle"] / 2**20), f1(x["rss_idle"] / 2**20), f1(x["rss_end"] / 2**20),
                   f"{f2(b['cpu_s'])} / {f2(x['cpu_s'])}", f"{f2(b['idle_cpu_s'])} / {f2(x['idle_cpu_s'])}",
-                  f"{x['registered']}/{n}, {x['open_at_end']} open"])
+                  f"{x['registered']}/{n}, {x['open_at_end']} open",
+                  f"{f2(b.get('connect_s'))} / {f2(x.get('connect_s'))}"])
         goals.append(goal(f"1. memory per connection, N={n:,}", f"{f1(x['per_conn_bytes'] / KIB)} KiB",
                           f"bare websockets{', no compression' if base_kind == 'ws-nodeflate' else ''} "
                           f"{f1(b['per_conn_bytes'] / KIB)} KiB", f"{rt:.2f}x" if rt else "-", "<= 2x",
@@ -172,7 +174,8 @@ def s1(d: dict[str, Any], goals: list[Goal]) -> str:
                           f" by {(rt - 2) / 2 * 100:.0f}% (needs {f1(2 * b['per_conn_bytes'] / KIB)} KiB)" if rt else ""))
     out.append(table(["N", "bare KiB/conn", "Relay KiB/conn", "Relay / bare", "bare idle MiB", "Relay idle MiB",
                       "Relay MiB with N", f"CPU s in {r['window_s']:g} s (bare / Relay)",
-                      "CPU s idle, no clients (bare / Relay)", "Relay registered"], t))
+                      "CPU s idle, no clients (bare / Relay)", "Relay registered",
+                      "all N connected, s (bare / Relay)"], t))
     dec = r.get("decomposition") or []
     if dec:
         n = r["decomposition_n"]
@@ -703,12 +706,13 @@ def startup_text(p: dict[str, Any]) -> str:
     rows = [x for x in p["stores"] if "start_empty" in x]
     if not rows:
         return " Start-up with 1,000,000 events in the store is not measured in these results."
-    current = ", ".join(f"{x['store']} {f1(min(h))}-{f1(max(h))} s to `/healthz` and {f1(min(a))}-{f1(max(a))} s "
+    current = ", ".join(f"{x['store']} {_span(h, '{:.1f}')} s to `/healthz` and {_span(a, '{:.1f}')} s "
                         f"to its {f0(x.get('pending'))} deadlines armed" for x in rows
                         if (h := restarts(x, "healthz_s")) and len(a := restarts(x, "armed_s")) == len(x["start_current"]))
     empty = ", ".join(f"{x['store']} {f1(x['start_empty']['armed_s'])} s" for x in rows if x["start_empty"]["armed_s"])
     return (f" **Start-up** (the table in section 5): a restart, its read models current, took {current}; the "
-            "interpreter and its imports are most of that. On a store whose read models have folded nothing (a first "
+            "interpreter and its imports are most of that (importing the server's modules alone took 0.67-0.81 s, "
+            "2026-12-05). On a store whose read models have folded nothing (a first "
             "start on an existing store, or a read model stored in an older version), `/healthz` answers as soon, "
             "and the deadlines are armed once the read models are filled, which the server does as a rebuild does, "
             "a process per share of the streams, before its process manager reads the executors table "
@@ -725,11 +729,30 @@ def _span(xs: list[float], fmt: str) -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
+def _runs(results_dir: Path, name: str) -> list[dict[str, Any]]:
+    """Every run of a section that did not fail (the result alone, for results from before runs were kept)."""
+    d = load(results_dir, name)
+    if d is None:
+        return []
+    return [x for x in d.get("runs") or [d["result"]] if "error" not in x]
+
+
+def _of(runs: list[dict[str, Any]]) -> str:
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+
+
+WRITER_THREAD = ("A writer thread of its own for the outbox, tried on 2026-12-05 (4be563f; not kept, ADR 10), "
+                 "shortened Relay's tail after a restart (last registration to all HEALTHY 2.46-2.76 s against "
+                 "2.85-3.37 s, SQLite) but moved the last registration later by as much, and the event loop saw a "
+                 "drop later (Disconnected p50 766-1,064 against 533-601 ms after 10,000 drops, SQLite): on one GIL, what "
+                 "the writer gains the loop loses.")
+
+
 def analysis(results_dir: Path) -> str:
     """What bounds each goal now, the measurement that shows it, and what would move it.
-    Figures come from this run's results; the history of each goal (the changes, the runs
-    that chose between them, the attempts not kept) is kept by hand in
-    ``docs/benchmarks-history.md``."""
+    Figures come from the results (over every run of a section where a goal is judged on every
+    run); the history of each goal (the changes, the runs that chose between them, the attempts
+    not kept) is kept by hand in ``docs/benchmarks-history.md``."""
     out = ["## What bounds the missed goals, and what would move them", "",
            "_For each goal: what limits it now, the measurement that shows it, and what would move it. Figures "
            "are from the runs the sections above name, unless a date or commit is given. How each figure got "
@@ -737,49 +760,63 @@ def analysis(results_dir: Path) -> str:
            f"{HISTORY}._", ""]
     c = _get(results_dir, "connections")
     if c:
-        by = {(x["kind"], x["n"]): x for x in c["rows"]}
-        bk = c.get("baseline", "websockets")
-        worst = max(((ratio(by[("relay", m)]["per_conn_bytes"], by[(bk, m)]["per_conn_bytes"]) or 0)
-                     for m in c["sizes"] if ("relay", m) in by and (bk, m) in by), default=0.0)
+        per_run = []
+        for run in _runs(results_dir, "connections"):
+            by = {(x["kind"], x["n"]): x for x in run["rows"]}
+            bk = run.get("baseline", "websockets")
+            per_run.append(max(((ratio(by[("relay", m)]["per_conn_bytes"], by[(bk, m)]["per_conn_bytes"]) or 0)
+                                for m in run["sizes"] if ("relay", m) in by and (bk, m) in by), default=0.0))
+        worst = max(per_run, default=0.0)
         done = ("Permessage-deflate is negotiated with no context takeover in both directions (RFC 7692 lets the "
                 "server require it of the client), so no zlib state outlives a message, and messages Relay sends "
-                "under 1 KiB go uncompressed; uvicorn's per-socket queue and event are a list and a flag; the "
-                "handshake's request and response are dropped once written; the hub's `Connection` has slots "
-                "(tracemalloc at 1,000 executors: 79 KiB allocated per connection before round 2, 22 KiB after). "
-                "The figure is the server's process; the read models fold in a process of their own (ADR 8) "
-                "that holds no socket.")
+                "under 1 KiB go uncompressed; uvicorn's per-socket `asyncio.Queue` and `Event` are replaced by a "
+                "list and a flag; the handshake's request and response are dropped once written; the hub's "
+                "`Connection` has slots (tracemalloc at 1,000 executors: 79 KiB allocated per connection before "
+                "round 2, 22 KiB after). The figure is the server's process; the read models fold in a process of "
+                "their own (ADR 8) that holds no socket.")
         fleet = ""
         if c.get("fd_hard_limit") and max(c["sizes"]) < 20_000:
             fleet = (f" The largest fleet measured, {max(c['sizes']):,}, is bounded by the machine's limit of "
-                     f"{c['fd_hard_limit']:,} open files per process, not by memory or CPU (section 1).")
+                     f"{c['fd_hard_limit']:,} open files per process, not by memory or CPU (section 1); 100,000 "
+                     "executors in one instance need that limit raised, or the sockets held by several processes "
+                     "(ADR 7).")
         if worst <= 2.0:
-            out += [f"**1. Memory per connection:** met (at most {worst:.2f}x the baseline). " + done + fleet, ""]
+            out += [f"**1. Memory per connection:** met in all {_of(per_run)} (at most {worst:.2f}x the baseline). "
+                    + done + fleet, ""]
         else:
-            out += [f"**1. Memory per connection** (missed: up to {worst:.2f}x). " + done + " What is left per "
-                    "socket: uvicorn's protocol object (a dict of about 40 attributes), the scope with its headers, "
-                    "the request headers that websockets' handshake parser keeps in its generator frame, the ASGI "
-                    "task and the keepalive timer; Relay's `Session` and the rows of the process manager and read "
-                    "models." + fleet, ""]
+            out += [f"**1. Memory per connection** (missed: up to {worst:.2f}x over {_of(per_run)}). " + done
+                    + " What is left per socket: uvicorn's protocol object (a dict of about 40 attributes), the "
+                    "scope with its headers, the request headers that websockets' handshake parser keeps in its "
+                    "generator frame, the ASGI task and the keepalive timer; Relay's `Session` and the rows of the "
+                    "process manager and read models." + fleet, ""]
     t = _get(results_dir, "throughput")
     if t:
-        missed = [f"{s['store']} {x['storm'].split()[0]} ({what}, {100 * x[k]['per_s'] / s['raw']['per_s']:.0f}%)"
-                  for s in t["stores"] for x in s["storms"]
-                  for what, k in (("appended", "append"), ("projected", "project"))
-                  if (x[k]["per_s"] or 0) < 1.0 * s["raw"]["per_s"]]
+        t_runs = _runs(results_dir, "throughput")
+        rates: dict[tuple[str, str, str], list[float]] = {}
+        for run in t_runs:
+            for s in run["stores"]:
+                for x in s["storms"]:
+                    for what, k in (("appended", "append"), ("projected", "project")):
+                        if x[k]["per_s"] and s["raw"]["per_s"]:
+                            rates.setdefault((s["store"], x["storm"].split()[0], what), []).append(
+                                100 * x[k]["per_s"] / s["raw"]["per_s"])
+        storms = dict.fromkeys((store, storm) for store, storm, _ in rates)
+        missed = []
+        for store, storm in storms:
+            both = {what: rates.get((store, storm, what), []) for what in ("appended", "projected")}
+            below = sum(any(rs[i] < 100 for rs in both.values() if i < len(rs))
+                        for i in range(max(map(len, both.values()))))
+            if below:
+                missed.append(f"{store} {storm} below the raw rate in {below} of {len(t_runs)} runs ("
+                              + ", ".join(f"{what} {_span(rs, '{:.0f}')}%" for what, rs in both.items() if rs) + ")")
+        regs = [x["registrations_per_s"] for s in t["stores"] for x in s["storms"] if x.get("registrations_per_s")]
         handshakes = ""
-        if c:
-            res = c.get("result", c)
-            rows5 = {(x["kind"], x["n"]): x for x in res["rows"]}
-            n5 = res.get("decomposition_n")
-            bare, rel = rows5.get((res.get("baseline", "websockets"), n5)), rows5.get(("relay", n5))
-            if bare and rel and bare.get("connect_s") and rel.get("connect_s"):
-                handshakes = (f" In the storms with sockets the handshakes come first: {n5:,} clients connecting at "
-                              f"once are taken in by a bare `websockets` server in {f2(bare['connect_s'])} s "
-                              f"({f0(n5 / bare['connect_s'])}/s) and by Relay, with the executor_info exchange and "
-                              f"the registration, in {f2(rel['connect_s'])} s ({f0(n5 / rel['connect_s'])}/s) "
-                              "(section 1), so from a storm's start no event reaches the store faster than that; "
-                              "the window rates the goal judges are higher because the outbox records what "
-                              "arrives together in one transaction.")
+        if regs:
+            handshakes = (f" In the storms with sockets the executors registered at {_span(regs, '{:,.0f}')}/s (the "
+                          "section's 'executors registered/s' column, client side), and from a storm's start its "
+                          "events reach the store no faster than that (two an executor in the connect storm); the "
+                          "window rates the goal judges are higher because the outbox records what arrives together "
+                          "in one transaction.")
         drops = [(s["store"], x) for s in t["stores"] for x in s["storms"] if x["storm"].startswith("drop")]
         drop_text = ""
         if drops:
@@ -790,86 +827,108 @@ def analysis(results_dir: Path) -> str:
                          "42%, a quarter of that waiting on Postgres, the process manager 20%). In the run shown "
                          "the server used "
                          + ", ".join(f"{st} {f2(x.get('server_cores'))} cores" for st, x in drops)
-                         + " from the drop until the log was quiet for 1 s, and the storm ran from its start to all "
-                         "projected in " + ", ".join(f"{st} {f2(x.get('storm_to_projected_s'))} s" for st, x in drops)
-                         + ".")
-        head = ("**2. Transition throughput:** met in every storm." if not missed else
-                f"**2. Transition throughput** (missed: {', '.join(missed)}).")
+                         + " from the drop until the log had been quiet for 1 s, and the storm ran from its start to "
+                         "all projected in "
+                         + ", ".join(f"{st} {f2(x.get('storm_to_projected_s'))} s" for st, x in drops) + ".")
+        head = ("**2. Transition throughput:** met in every storm of every run." if not missed else
+                f"**2. Transition throughput** (missed: {'; '.join(missed)}).")
         out += [head + " **What bounds it: the server's CPU per event against the disk's commits.** The raw "
                 "baseline inserts and commits one row at a time, so it is bound by the disk's commit latency; "
                 "Relay records a batch in one transaction and is bound by the CPU an event costs it (a batch of "
                 "1,000 Connected took 53-77 ms of its thread's CPU in a trace of 2026-12-05, SQLite; about half of "
                 "an event's cost is the event store library's write path: a command, an event built and encoded, "
-                "a row inserted). The ratio therefore moves with the hour's disk and "
-                "CPU, each sampled before every run (the calibration and store loops above the section's tables), "
-                "and the same commit's storms scatter by tens of points from run to run (the goals table's "
-                "spread)." + drop_text + handshakes + " What would move it: the sockets in more than one "
-                "process (ADR 7: the owner of a socket is in every Connected event, dispatch goes through the "
-                "owner), so that taking in sockets, recording their events and following the log no longer share "
-                "one GIL; a writer beneath the library would take about a third off an event's CPU (goal 3). On "
-                "this 2-core machine the clients compete for the same cores (their CPU is in the tables).", ""]
+                "a row inserted). The ratio therefore moves with the hour's disk and CPU, each sampled before every "
+                "run (the calibration and store loops above the section's tables), and the same commit's storms "
+                "scatter by tens of points from run to run (the goals table's spread)." + drop_text + handshakes
+                + " " + WRITER_THREAD + " What would move it: the sockets in more than one process (ADR 7: the "
+                "owner of a socket is in every Connected event, dispatch goes through the owner), so that taking "
+                "in sockets, recording their events and following the log no longer share one GIL; a writer "
+                "beneath the library (a prototype took a third off a death recorded alone, goal 3; not tried on "
+                "storms). On this 2-core machine the clients compete for the same cores (their CPU is in the "
+                "tables).", ""]
     d = _get(results_dir, "detection")
     if d:
+        d_runs = _runs(results_dir, "detection")
         bad = [s for s in d["stores"] if (s["lateness_ms"]["p99"] or 0) >= 100 or s["n"] < 10_000]
+        by_store: dict[str, list[dict[str, Any]]] = {}
+        for run in d_runs:
+            for x in run["stores"]:
+                by_store.setdefault(x["store"], []).append(x)
         if bad:
             s = bad[0]
             spread = ", ".join(f"{x['store']} {f0(x.get('deadline_spread_ms'))} ms" for x in d["stores"])
             detect = ", ".join(f"{x['store']} p99 {f0(x['detect_ms']['p99'])} ms" for x in d["stores"])
-            floors = [x for x in d["stores"] if x.get("lateness_floor_ms")]
-            floor_text = ("" if not floors else
-                          (" **The floor is above the goal.**" if all((x["lateness_floor_ms"]["p99"] or 0) >= 100
-                                                                    for x in floors) else " **The floor.**")
-                          + " The same deaths recorded alone (the table's notes) run at "
-                          + ", ".join(f"{x['store']} {f0(x['deaths_alone']['per_s'])}/s "
-                                      f"({1000 / x['deaths_alone']['per_s']:.2f} ms a death)" for x in floors)
-                          + "; with each run's own deadlines that alone makes p99 "
-                          + ", ".join(f"{x['store']} {f0(x['lateness_floor_ms']['p99'])} ms" for x in floors)
-                          + ". A death recorded through the event store costs a command, an event built and encoded "
-                          "and a row inserted; with 10,000 deadlines due within about a second, in bursts of "
-                          "thousands within a tenth of one (up to 4,845 within 130 ms, 2026-12-04), p99 under 100 ms needs some 100,000 deaths a second "
-                          "from one core, an order of magnitude past the library's path on this machine.")
-            all_runs = [x for x in (load(results_dir, "detection") or {}).get("runs") or [d] if "error" not in x]
-            costed: dict[str, list[dict[str, Any]]] = {}
-            for run in all_runs:
-                for x in run["stores"]:
-                    if x.get("pm_cpu_per_death_us"):
-                        costed.setdefault(x["store"], []).append(x)
-            cpu_runs = {id(run) for run in all_runs for x in run["stores"] if x.get("pm_cpu_per_death_us")}
-            # The thread's CPU on the deaths against the time the deadlines took to come due, per run and store.
-            ratios = [x["pm_cpu_s"].get("deadline", 0) * 1000 / x["deadline_spread_ms"]
-                      for xs in costed.values() for x in xs if x.get("deadline_spread_ms")]
-            bound_text = ("" if not costed else
-                          " **What bounds it: the CPU a death costs the process manager in the server.** Its "
-                          "thread's CPU on the deaths (`relay_process_manager_cpu_seconds_total{work=\"deadline\"}`, "
-                          f"over the {len(cpu_runs)} run{'s' if len(cpu_runs) > 1 else ''} that read it) was "
-                          + ", ".join(f"{store} {_span([x['pm_cpu_s'].get('deadline', 0) for x in xs], '{:.2f}')} s "
-                                      f"for {_span([x['deaths_seen'] for x in xs], '{:,}')} deaths "
-                                      f"({_span([x['pm_cpu_per_death_us'] for x in xs], '{:.0f}')} us a death), "
-                                      f"with the deadlines spread over "
-                                      f"{_span([x.get('deadline_spread_ms') or 0 for x in xs], '{:,.0f}')} ms"
-                                      for store, xs in costed.items())
-                          + (f": {_span([100 * r for r in ratios], '{:.0f}')}% of the time the deadlines took to "
-                             "come due, " if ratios else ", ")
-                          + "and they come in bursts, so the deaths queue behind one another whatever else the "
-                          "thread does (a trace of its rounds, 2026-12-04: the deaths took 72-85% of its time "
-                          "between the first death and the last, and it was idle for 4-5%). A death costs about "
-                          "twice as much in the server as alone (48-57 us alone, SQLite, the collector off): the event loop "
-                          "shares the GIL, and the read models' process and the clients the two cores. Of a death "
-                          "alone, by a profile's samples: encoding the event with the library's JSON transcoder "
-                          "19%, building it through the aggregate's decorated method 17%, the process manager's "
-                          "fold 15%, the row's insert 11%, the rest spread thin.")
+            floored = {st: [x for x in xs if x.get("lateness_floor_ms") and x.get("deaths_alone")]
+                       for st, xs in by_store.items()}
+            floored = {st: xs for st, xs in floored.items() if xs}
+            costed = {st: [x for x in xs if x.get("pm_cpu_per_death_us")] for st, xs in by_store.items()}
+            costed = {st: xs for st, xs in costed.items() if xs}
+            bound_text = ""
+            if costed:
+                ratios = [x["pm_cpu_s"].get("deadline", 0) * 1000 / x["deadline_spread_ms"]
+                          for xs in costed.values() for x in xs if x.get("deadline_spread_ms")]
+                bound_text = (
+                    " **What bounds it: the CPU a death costs the process manager in the server.** Its thread's CPU "
+                    "on the deaths (`relay_process_manager_cpu_seconds_total{work=\"deadline\"}`, over the "
+                    f"{_of(d_runs)}) was "
+                    + ", ".join(f"{st} {_span([x['pm_cpu_s'].get('deadline', 0) for x in xs], '{:.2f}')} s for "
+                                f"{_span([x['deaths_seen'] for x in xs], '{:,}')} deaths "
+                                f"({_span([x['pm_cpu_per_death_us'] for x in xs], '{:.0f}')} us a death)"
+                                for st, xs in costed.items())
+                    + (f", {_span([100 * r for r in ratios], '{:.0f}')}% of the time the deadlines took to come "
+                       "due, " if ratios else ", ")
+                    + "and they come in bursts, so the deaths queue behind one another whatever else the thread "
+                    "does (a trace of its rounds, 2026-12-04: the deaths took 72-85% of its time between the first "
+                    "death and the last, and it was idle for 4-5% of it).")
+                both = [(st, x) for st, xs in costed.items() for x in xs if x.get("deaths_alone")]
+                if both:
+                    bound_text += (
+                        " A death costs its thread more in the server than alone ("
+                        + ", ".join(f"{st} {_span([x['pm_cpu_per_death_us'] for s2, x in both if s2 == st], '{:.0f}')}"
+                                    f" against {_span([1e6 / x['deaths_alone']['per_s'] for s2, x in both if s2 == st], '{:.0f}')} us"
+                                    for st in costed)
+                        + ", the section's notes): the event loop shares its GIL, the read models' process and "
+                        "the clients its two cores. Of a death alone, by a profile's samples (2026-12-04): encoding "
+                        "the event with the library's JSON transcoder 19%, building it through the aggregate's "
+                        "decorated method 17%, the process manager's fold 15%, the row's insert 11%, the rest "
+                        "spread thin.")
+            floor_text = ""
+            if floored:
+                at_cost = {st: [x["lateness_at_pm_cost_ms"]["p99"] for x in xs if x.get("lateness_at_pm_cost_ms")]
+                           for st, xs in floored.items()}
+                floor_text = (
+                    " **The floor.** The same deaths recorded alone, in a process of their own (the section's "
+                    "notes), ran at "
+                    + ", ".join(f"{st} {_span([x['deaths_alone']['per_s'] for x in xs], '{:,.0f}')}/s"
+                                for st, xs in floored.items())
+                    + f" over the {_of(d_runs)}; recording each run's own deadlines one after another at that rate, "
+                    "and nothing else, would make them late by p99 "
+                    + ", ".join(f"{st} {_span([x['lateness_floor_ms']['p99'] for x in xs], '{:.0f}')} ms"
+                                for st, xs in floored.items())
+                    + ". Where that floor is above 100 ms, no process manager recording deaths through the event "
+                    "store library one after another meets the goal on this machine; where it is below, one that "
+                    "records them in the server as cheaply as alone would. At the process manager's own cost in "
+                    "the server the same estimate gives p99 "
+                    + ", ".join(f"{st} {_span(v, '{:.0f}')} ms" for st, v in at_cost.items() if v)
+                    + ", close to what the runs measured. Read the goal against the floor of the same run: the "
+                    "runs scatter widely.")
+            gcs = [f"{x['store']} {f0(g['ms'])} ms in {g['count']} young collection{'s' if g['count'] > 1 else ''}"
+                   for x in d["stores"] for key, g in sorted((x.get("gc_during_storm") or {}).items())
+                   if key.startswith("generation")]
+            gc_text = (" CPython's own collections still fall in the storm and hold the GIL while they run (the run "
+                       "shown: " + ", ".join(gcs) + "; the table under section 3)." if gcs else "")
             out += [f"**3. Detection lateness** (missed on {', '.join(x['store'] for x in bad)}, with "
                     f"{d['n']:,} deadlines at once while {d.get('others') or 0:,} other executors keep pinging). "
                     f"The first deadlines fire on time (min lateness {f0(s['lateness_ms']['min'])} ms on "
                     f"{s['store']}); the deaths are then recorded in groups, each group in one transaction (the "
-                    "instants under the table). The drops themselves take as long to notice "
+                    "instants under the table). Noticing the drops takes up to a second "
                     f"(Disconnected - drop: {detect}), which spreads the deadlines over {spread}." + bound_text
-                    + floor_text + " What would move it: deaths declared in more than one process (ADR 7's "
-                    "ownership), and a writer beneath the library. That writer alone does not reach the goal: a "
-                    "throwaway prototype (2026-12-04; SQLite, 10,000 deaths in one transaction) that built each "
-                    "DeclaredDead directly, encoded it with `msgspec` and inserted it through the library's "
-                    "recorder took 19-20 us a death against 33-34 us through `Relay.execute`, a third less where "
-                    "the goal needs five times less.", ""]
+                    + floor_text + gc_text + " What would move it: deaths declared in more than one process (ADR "
+                    "7's ownership), so that a burst is shared by several GILs; and a writer beneath the library. "
+                    "A throwaway prototype of that writer (2026-12-04; SQLite, 10,000 deaths in one transaction, no "
+                    "fold, cache or listeners) that built each DeclaredDead directly, encoded it with `msgspec` and "
+                    "inserted it through the library's recorder took 19-20 us a death alone against 33-34 us through "
+                    "`Relay.execute`: a third less, not yet tried in the server.", ""]
         else:
             out += ["**3. Detection lateness:** met on every store. Due deadlines are fired before anything else "
                     "and again while more come due (ADR 3); executors are cached as last saved, so a burst of "
@@ -878,22 +937,42 @@ def analysis(results_dir: Path) -> str:
                     "to run.", ""]
     r = _get(results_dir, "reconnect")
     if r:
+        r_runs = _runs(results_dir, "reconnect")
         rows = []
         for s in r["stores"]:
             cr = s.get("client_registered_after_kill_s") or {}
+            restarted = s["relay_restarted_disconnects"]
             rows.append(f"{s['store']}: the last client was registered again {f2(cr.get('max'))} s after the "
                         f"kill, the read model showed all HEALTHY at {f2(s['kill_to_all_healthy_s'])} s, and "
-                        f"{s['relay_restarted_disconnects']:,} executors were recorded Disconnected "
-                        "(relay_restarted) because they were not back within the settle window")
+                        + ("no executor was" if restarted == 0 else f"{restarted:,} executors were")
+                        + " recorded Disconnected (relay_restarted), the mark of one not back within the settle "
+                        "window")
         bare = (r.get("bare") or {}).get("restart_to_all_connected_s")
-        c1 = _get(results_dir, "connections")
+        ratios: dict[str, list[float]] = {}
+        for run in r_runs:
+            b = (run.get("bare") or {}).get("restart_to_all_connected_s")
+            for s in run["stores"]:
+                if b and s.get("restart_to_all_healthy_s"):
+                    ratios.setdefault(s["store"], []).append(s["restart_to_all_healthy_s"] / b)
+        spread_x = ", ".join(f"{st} {_span(v, '{:.2f}')}x" for st, v in ratios.items())
+        bare_over = [x for run in r_runs if (x := (run.get("bare") or {}).get("listen_overflows")) is not None]
+        relay_over = [(s["store"], s["listen_overflows"]) for run in r_runs for s in run["stores"]
+                      if s.get("listen_overflows")]
+        overflow_text = ""
+        if bare_over:
+            overflow_text = (f" the bare server's accept queue overflowed at its restart in {sum(x > 0 for x in bare_over)}"
+                             f" of {len(bare_over)} runs ({_span(bare_over, '{:,}')} handshakes dropped, each tried "
+                             "again by its client 1, 3, then 7 s later); Relay's, over the same runs, in "
+                             + (f"{len(relay_over)} ({', '.join(f'{st} {n:,}' for st, n in relay_over)}; the "
+                                "table's last column)." if relay_over else "none (the table's last column)."))
         fresh = ""
+        c1 = _get(results_dir, "connections")
         if c1:
-            big = {x["n"]: x for x in c1["rows"] if x["kind"] == "relay"}
+            big = {x["n"]: x for x in c1["rows"] if x["kind"] == "relay" and x.get("connect_s")}
             if big:
                 m = max(big)
-                fresh = (f" A fresh connect storm of {m:,} clients is taken in by Relay at "
-                         f"{f0(m / big[m]['connect_s'])}/s (section 1), so the restart, not the handshake, is what "
+                fresh = (f" A fresh connect storm of {m:,} clients is taken in by Relay in {f2(big[m]['connect_s'])} "
+                         f"s ({f0(m / big[m]['connect_s'])}/s, section 1), so the restart, not the handshake, is what "
                          "is slow.")
         tails = ", ".join(f"{s['store']} {f2(s['kill_to_all_healthy_s'] - reg)} s" for s in r["stores"]
                           if s.get("kill_to_all_healthy_s") is not None
@@ -901,25 +980,25 @@ def analysis(results_dir: Path) -> str:
         deaths = ", ".join(f"{s['store']} {s['false_deaths']:,}" for s in r["stores"])
         out += [f"**4. Reconnect storm** ({r['n']:,} clients; false deaths {deaths}; all HEALTHY "
                 + ", ".join(f"{s['store']} {f2(s['restart_to_all_healthy_s'])} s" for s in r["stores"])
-                + f" after the restart, against {f2(bare)} s for a bare server to have them all back). "
+                + f" after the restart, against {f2(bare)} s for a bare server to have them all back; over the "
+                f"{_of(r_runs)} {spread_x} the bare server's time, where the goal is 1.5x with 20,000 clients). "
                 + "; ".join(rows) + "." + fresh + " No false deaths: the settle window (ADR 3, "
                 "`relay_es.engine.settle`) stays open while the hub admits executors at 10 a second or more over "
                 "the last 16 s (a storm comes in waves: TCP retries a connection attempt that a full listen queue "
                 "dropped 1, 3, 7 and 15 s later), or while none of those HEALTHY before the kill is back yet, and "
                 "when the orphans are a storm (160 or more) a whole 16 s after the first came back; at most until "
-                "all could be back at 1% a second. An executor still not back when it closes is recorded "
+                "all could be back at 1% a second. An executor still not back when the window closes is recorded "
                 "Disconnected (relay_restarted) with a grace from Relay's start plus the window's extension. "
                 "**What bounds the time to all HEALTHY:** the clients' return, which comes in waves (the bare "
-                "server's figure is theirs as much as its own; its accept queue, like Relay's, overflows in some "
-                "restarts: the table's last column), then Relay's own tail from the last registration to the "
-                f"last row HEALTHY ({tails}): each Connected written by the outbox, then projected"
-                + storm_log_text(r) + ". The outbox writes the restart's Connected events in batches of 1,000, "
-                "each 53-77 ms of its thread's CPU (traced 2026-12-05, SQLite), on the GIL the event loop "
-                "needs for the handshakes; the server, the read models' process and the two client processes "
-                "share the machine's two cores (CPU in the table). What would move it: the sockets in a process "
-                "of their own (ADR 7), so that writing and projecting the Connected events does not take the "
-                "loop's time. 20,000 clients, as the goal asks, need a file limit above 20,000 per process "
-                "(section 1).", ""]
+                "server's figure is theirs as much as its own)" + (";" if overflow_text else ".") + overflow_text
+                + " Then Relay's own tail from the last registration to the last row HEALTHY "
+                f"({tails}): each Connected written by the outbox, then projected" + storm_log_text(r)
+                + ". The outbox writes the restart's Connected events in batches of 1,000, each 53-77 ms of its "
+                "thread's CPU (traced 2026-12-05, SQLite), on the GIL the event loop needs for the handshakes; the "
+                "server, the read models' process and the two client processes share the machine's two cores (CPU "
+                "in the table). " + WRITER_THREAD + " What would move it: the sockets in a process of their own "
+                "(ADR 7), so that writing and projecting the Connected events does not take the loop's time. "
+                "20,000 clients, as the goal asks, need a file limit above 20,000 per process (section 1).", ""]
     p = _get(results_dir, "replay")
     if p and all((s["rebuild"]["per_s"] or 0) >= 0.5 * s["raw"]["per_s"] for s in p["stores"]):
         out += ["**5. Replay:** met (ADR 11). The projections read the log themselves (one query per batch, "
@@ -930,9 +1009,9 @@ def analysis(results_dir: Path) -> str:
                 "share spends on an event (reading and decoding, folding, writing a row); SQLite's raw scan is "
                 "C-fast, so its margin is the thinner." + startup_text(p), ""]
     elif p:
-        ratios = ", ".join(f"{s['store']} {100 * (s['rebuild']['per_s'] or 0) / s['raw']['per_s']:.1f}%"
-                           for s in p["stores"])
-        out += [f"**5. Replay** (the run the tables show: {ratios} of the raw scan; the goals table judges every "
+        ratios5 = ", ".join(f"{s['store']} {100 * (s['rebuild']['per_s'] or 0) / s['raw']['per_s']:.1f}%"
+                            for s in p["stores"])
+        out += [f"**5. Replay** (the run the tables show: {ratios5} of the raw scan; the goals table judges every "
                 "run). A rebuild creates the tables without secondary indexes, fills every read model in one "
                 "process per core, each over its own share of the streams (the store filters by stream id in the "
                 "batch's query, so the log is decoded once in all), appends audit rows with `COPY` on Postgres and "
@@ -940,16 +1019,18 @@ def analysis(results_dir: Path) -> str:
                 "garbage collector (ADR 11). **What bounds it: the CPU a share spends on an event, on two cores.** "
                 "Half the raw scan's rate needs the whole rebuild within twice the scan's time. Of that, starting "
                 "the processes, dropping the old tables and building the indexes at the end take about 2 s "
-                "(SQLite: indexes 1.4-1.7 s), which leaves some 7 s on two cores for a million events, 14 us of "
-                "CPU an event. One SQLite share, alone, spends 13.7 us of CPU an event (503,629 events, "
-                "2026-12-05 13:43 UTC, 8b06dcf; 13-15 us on 2026-12-04, when timed parts of it gave reading and "
-                "decoding about 4.6 us, folding the executors and audit read models 5.5 us, building, inserting and committing the audit rows most of the rest); "
-                "the two shares use 92% of both cores, and a third share gains nothing. SQLite's raw scan is C from "
-                "end to end and one process, the fastest baseline of the two and the one that moves most with the "
-                "machine. Postgres's margin is the speed of its raw scan in the hour (its store is vacuumed "
-                "before anything is timed, as a store a rebuild meets has long been). What would move SQLite: a "
-                "share's CPU an event cut by a fifth, and what is left is spread thin (in a profile of one share "
-                "the storability check 5%, the audit detail's JSON 4%, the timestamps decoded and formatted again "
+                "(SQLite's indexes 1.4-1.7 s, timed phases on 2026-12-05), which leaves some 7 s on two cores for "
+                "a million events: about 14 us of CPU an event, with nothing lost to the two shares waiting on "
+                "SQLite's one writer. One SQLite share alone spends about that: 13.7 us of CPU an event (503,629 "
+                "events, 2026-12-05 13:43 UTC, 8b06dcf), most of it reading and decoding, folding the executors "
+                "and audit read models, and building, inserting and committing the audit rows (timed parts, "
+                "2026-12-04: 4.6, 5.5 and most of the rest of 13-15 us); two shares together kept both cores 92% "
+                "busy (2026-12-05), and a third share gained nothing. SQLite's raw scan is C from end to end and "
+                "one process, the fastest baseline of the two and the one that moves most with the machine. "
+                "Postgres's margin is the speed of its raw scan in the hour (its store is vacuumed before anything "
+                "is timed, as a store a rebuild meets has long been). What would move SQLite: a share's CPU an "
+                "event cut by a fifth or more, and what is left is spread thin (in a profile of one share the "
+                "storability check 5%, the audit detail's JSON 4%, the timestamps decoded and formatted again "
                 "7-9%); or a third core." + startup_text(p), ""]
     e = _get(results_dir, "e2e")
     for run in (e2e_sdks(e) if e else []):
@@ -974,7 +1055,7 @@ def analysis(results_dir: Path) -> str:
             line += (" The TypeScript SDK does the same: `recoverPendingWorkflows` (`dist/src/dbos-executor.js`) "
                      "calls `reenqueueWorkflowsForRecovery(..., INTERNAL_QUEUE_NAME)`, and the queue runner "
                      "(`dist/src/wfqueue.js`) polls each queue every `defaultMinPollingIntervalMs` = 1,000 ms with "
-                     "jitter. The first run of a fresh Node process also pays its warm-up.")
+                     "jitter.")
         out += [line, ""]
     if e and "sdks" in e:
         out += ["So goal 6's 'max < 0.5 s' is bounded by both SDKs' recovery queue (a poll every second), not by "
