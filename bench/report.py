@@ -917,13 +917,21 @@ def analysis(results_dir: Path) -> str:
                    if key.startswith("generation")]
             gc_text = (" CPython's own collections still fall in the storm and hold the GIL while they run (the run "
                        "shown: " + ", ".join(gcs) + "; the table under section 3)." if gcs else "")
+            history_text = (" The section's store is fresh. On a copy of section 5's, which holds a million events, "
+                            "a death costs more (2026-12-05, SQLite, in the server: the process manager's CPU 89-102 "
+                            "against 70-79 us a death, p99 328-456 against 251-347 ms; alone, 54-59 against 33-34 "
+                            "us): each event's entry lands at a random place in the events table's primary key, whose "
+                            "pages outgrow SQLite's page cache, and the commit that checkpoints writes them back. "
+                            "Moving SQLite's checkpoints beside the commits cut the deaths recorded alone by a tenth "
+                            "and changed nothing measurable in the server; not kept (" + HISTORY + ", goal 3).")
             out += [f"**3. Detection lateness** (missed on {', '.join(x['store'] for x in bad)}, with "
                     f"{d['n']:,} deadlines at once while {d.get('others') or 0:,} other executors keep pinging). "
                     f"The first deadlines fire on time (min lateness {f0(s['lateness_ms']['min'])} ms on "
                     f"{s['store']}); the deaths are then recorded in groups, each group in one transaction (the "
                     "instants under the table). Noticing the drops takes up to a second "
                     f"(Disconnected - drop: {detect}), which spreads the deadlines over {spread}." + bound_text
-                    + floor_text + gc_text + " What would move it: deaths declared in more than one process (ADR "
+                    + floor_text + gc_text + history_text + " What would move it: deaths declared in more than one "
+                    "process (ADR "
                     "7's ownership), so that a burst is shared by several GILs; and a writer beneath the library. "
                     "A throwaway prototype of that writer (2026-12-04; SQLite, 10,000 deaths in one transaction, no "
                     "fold, cache or listeners) that built each DeclaredDead directly, encoded it with `msgspec` and "
