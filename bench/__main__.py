@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -36,10 +37,12 @@ NEEDS_PG = {"throughput", "replay", "e2e", "detection", "reconnect", "queries", 
 
 
 class Context:
-    def __init__(self, quick: bool, scale: float, stores: list[str]) -> None:
+    def __init__(self, quick: bool, scale: float, stores: list[str], history: int = 0) -> None:
         self.quick = quick
         self.scale = scale
         self.stores = stores
+        self.history = history  # events in section 3's store before its storm (--history)
+        self.seeds: dict[str, str] = {}  # store kind -> URL of a store holding them, made once (bench.s3_detection)
         self._pg: Postgres | None = None
 
     @property
@@ -57,8 +60,11 @@ class Context:
         return max(1, int((quick if self.quick else full) * self.scale))
 
     def close(self) -> None:
+        for url in self.seeds.values():
+            if url.startswith("sqlite:///"):
+                shutil.rmtree(Path(url.removeprefix("sqlite:///")).parent, ignore_errors=True)
         if self._pg is not None:
-            self._pg.close()
+            self._pg.close()  # its seed databases with it
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                                  "bench/results/quick/benchmarks.md for --quick)")
     p.add_argument("--repeat", type=int, help="runs of each section (default 3, --quick 1); the report gives the "
                                               "median and spread, and a goal is met only if met in every run")
+    p.add_argument("--history", type=int, default=0, metavar="EVENTS",
+                   help="run section 3 (detection) on a store that already holds this many events (made once, as "
+                        "section 5 makes its store, read models rebuilt) instead of a fresh one; results and report "
+                        "under bench/results/<mode>-historyEVENTS/")
     p.add_argument("--render", action="store_true", help="only re-render the report from the saved results")
     args = p.parse_args(argv)
 
@@ -85,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     if args.scale != 1.0:
         mode += f"-x{args.scale:g}"
+    if args.history:
+        mode += f"-history{args.history}"
     results_dir = ROOT / "bench" / "results" / mode
     results_dir.mkdir(parents=True, exist_ok=True)
     out = Path(args.out) if args.out else (ROOT / "docs" / "benchmarks.md" if mode == "full"
@@ -95,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     raise_fd_limit()
     os.environ.setdefault("NO_PROXY", "*")
-    ctx = Context(args.quick, args.scale, [s.strip() for s in args.stores.split(",") if s.strip()])
+    ctx = Context(args.quick, args.scale, [s.strip() for s in args.stores.split(",") if s.strip()], args.history)
     repeat = args.repeat or (1 if args.quick else 3)
     (results_dir / "machine.json").write_text(json.dumps({**machine(), "calibration_s": calibrate(),
                                                           "calibration_store_s": calibrate_store()}, indent=2))

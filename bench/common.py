@@ -296,12 +296,14 @@ class Postgres:
                 out[k] = c.execute(f"SHOW {k}").fetchone()[0]
         return out
 
-    def create_db(self, prefix: str = "bench") -> str:
+    def create_db(self, prefix: str = "bench", *, template: str | None = None) -> str:
+        """A new database; ``template``: the URL of one to copy (nobody may be connected to it)."""
         import psycopg
 
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        copy = f' TEMPLATE "{template.rsplit("/", 1)[1]}"' if template else ""
         with psycopg.connect(self.admin_url, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
+            c.execute(f'CREATE DATABASE "{name}"{copy}')
         return self.admin_url.rsplit("/", 1)[0] + "/" + name
 
     def drop_db(self, url: str) -> None:

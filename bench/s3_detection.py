@@ -10,10 +10,15 @@ recovery dispatch against the death; from the survivor's fleet: when the
 number of deaths recorded alone (``record_deaths_alone``, one transaction, nothing else running)
 gives a rate, and ``lateness_floor`` the lateness the run's own deadlines would have had if
 recording them at that rate were all there was to do.
+
+``bench/run --history EVENTS``: the storm runs on a copy of a store that already holds that many
+events (:func:`seeded`), whose primary key and tables a fresh store does not have: a death costs
+more there (docs/benchmarks-history.md, goal 3). The floor is measured on another copy of it.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -90,11 +95,37 @@ def lateness_floor(deadlines: list[float], per_s: float) -> list[float]:
     return late
 
 
+def seeded(ctx: Any, kind: str) -> str:
+    """A store holding ``ctx.history`` events, made once per ``bench/run`` for each store: generated as
+    section 5 generates its store (executors from Registered to Deleted, and 1,000 left Disconnected
+    with deadlines an hour ahead), its read models rebuilt, Postgres vacuumed. Each run copies it."""
+    if kind not in ctx.seeds:
+        from bench import s5_replay as s5
+
+        url = f"sqlite:///{Workdir.make('s3-seed').path}/seed.db" if kind == "sqlite" else ctx.pg.create_db("s3seed")
+        log(f"s3 {kind}: a store of {ctx.history:,} events to copy for each run")
+        made = s5.generate(url, ctx.history)
+        done = s5.rebuild(url)
+        if done["returncode"] != 0:
+            raise RuntimeError(f"rebuilding the seed store's read models failed: {done['output']}")
+        if kind == "postgres":
+            s5.vacuum(url)
+        log(f"s3 {kind}: {made['events']:,} events generated, read models rebuilt in {done['seconds']:.1f} s")
+        ctx.seeds[kind] = url
+    return ctx.seeds[kind]
+
+
 def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
               on_drop: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """``on_drop``: called with the server just before the drop (``bench.profile`` attaches there)."""
     wd = Workdir.make(f"s3-{kind}")
-    store = f"sqlite:///{wd.path}/relay.db" if kind == "sqlite" else ctx.pg.create_db("s3")
+    history = getattr(ctx, "history", 0)
+    if kind == "sqlite":
+        store = f"sqlite:///{wd.path}/relay.db"
+        if history:
+            shutil.copy(seeded(ctx, kind).removeprefix("sqlite:///"), wd.path / "relay.db")
+    else:
+        store = ctx.pg.create_db("s3", template=seeded(ctx, kind) if history else None)
     fleets: list[Fleet] = []
     fleets_keep: list[Fleet] = []
     survivor = None
@@ -179,7 +210,12 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             f.close()
         srv.kill()
         srv = None
-        floor_url = f"sqlite:///{wd.path}/floor.db" if kind == "sqlite" else ctx.pg.create_db("s3floor")
+        if kind == "sqlite":  # the floor on a store like the run's: fresh, or a copy of the same history
+            floor_url = f"sqlite:///{wd.path}/floor.db"
+            if history:
+                shutil.copy(seeded(ctx, kind).removeprefix("sqlite:///"), wd.path / "floor.db")
+        else:
+            floor_url = ctx.pg.create_db("s3floor", template=seeded(ctx, kind) if history else None)
         alone = record_deaths_alone(floor_url, len(timeline) or n)
         floor = stats_ms(lateness_floor([dl for dl, _ in timeline], alone["per_s"]))
         log(f"s3 {kind}: deaths recorded alone {alone['per_s']:,.0f}/s; lateness floor p99 {floor['p99']} ms")
@@ -225,4 +261,5 @@ def run(ctx: Any) -> dict[str, Any]:
     # As many pinging bystanders as dying executors, within what one process may open (the
     # hard open-file limit, 20,000 here): beyond it Relay refuses connections (RELAY_MAX_OPEN_CONNECTIONS).
     others = max(0, min(n, largest_fleet() - n - 1))
-    return {"n": n, "others": others, "stores": [one_store(ctx, kind, n, 5, others) for kind in ctx.stores]}
+    return {"n": n, "others": others, "history_events": ctx.history,
+            "stores": [one_store(ctx, kind, n, 5, others) for kind in ctx.stores]}
