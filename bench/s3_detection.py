@@ -112,6 +112,7 @@ def seeded(ctx: Any, kind: str) -> str:
             s5.vacuum(url)
         log(f"s3 {kind}: {made['events']:,} events generated, read models rebuilt in {done['seconds']:.1f} s")
         ctx.seeds[kind] = url
+        ctx.seed_events[kind] = made["events"]
     return ctx.seeds[kind]
 
 
@@ -232,6 +233,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             "deadline_spread_ms": 1000 * (timeline[-1][0] - t_first) if timeline else None,
             "death_batches": sorted(batches.items())[:40],
             "store": kind, "n": n, "registered": registered, "others": others_registered, "grace_s": grace, "all_recovered": bool(done),
+            "history_events": ctx.seed_events.get(kind, 0) if history else 0,  # the events the store held before
             "deaths_seen": len(late), "frames_seen": len(frame), "drop_to_all_deleted_s": t_done - t_drop,
             "detect_ms": stats_ms(detect),                 # Disconnected.at - the drop
             "lateness_ms": stats_ms(late),                 # DeclaredDead.at - deadline
