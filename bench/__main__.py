@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, help="runs of each section (default 3, --quick 1); the report gives the "
                                               "median and spread, and a goal is met only if met in every run")
     p.add_argument("--history", type=int, default=0, metavar="EVENTS",
-                   help="run section 3 (detection) on a store that already holds this many events (made once, as "
+                   help="run section 3 (detection) alone, on a store that already holds this many events (made once, as "
                         "section 5 makes its store, read models rebuilt) instead of a fresh one; results and report "
                         "under bench/results/<mode>-historyEVENTS/")
     p.add_argument("--render", action="store_true", help="only re-render the report from the saved results")
@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         if name not in SECTIONS:
             p.error(f"unknown section {s!r}: choose from {', '.join(SECTIONS)} or 1-{len(SECTIONS)}")
         chosen.append(name)
+    if args.history:  # a store with history is section 3's option alone
+        if args.only and chosen != ["detection"]:
+            p.error("--history applies to section 3 (detection) alone: --only detection, or no --only")
+        chosen = ["detection"]
     mode = "quick" if args.quick else "full"
     if args.scale != 1.0:
         mode += f"-x{args.scale:g}"

@@ -283,7 +283,7 @@ def s3(d: dict[str, Any], goals: list[Goal]) -> str:
               "20 s, as the SDK)" if r.get("others") else "") + "; `executorTimeoutSecs` = "
            f"{r['stores'][0]['grace_s'] if r['stores'] else '?'} s; the {r['n']:,} dropped at once (no close frame). "
            "Figures from the lifecycle feed (REST, millisecond timestamps) and the survivor's receive times."
-           + (f" **The store already held {max(x.get('history_events') or 0 for x in r['stores']) or r['history_events']:,} "
+           + (f" **The store already held {max((x.get('history_events') or 0 for x in r['stores']), default=0) or r['history_events']:,} "
               "events** (`bench/run --history`: generated as "
               "section 5 generates its store, read models rebuilt; the floor below is measured on another copy of it)."
               if r.get("history_events") else ""), ""]

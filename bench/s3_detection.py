@@ -98,18 +98,31 @@ def lateness_floor(deadlines: list[float], per_s: float) -> list[float]:
 def seeded(ctx: Any, kind: str) -> str:
     """A store holding ``ctx.history`` events, made once per ``bench/run`` for each store: generated as
     section 5 generates its store (executors from Registered to Deleted, and 1,000 left Disconnected
-    with deadlines an hour ahead), its read models rebuilt, Postgres vacuumed. Each run copies it."""
+    with deadlines 30 days ahead, beyond any run), its read models rebuilt, Postgres vacuumed. Each
+    run copies it. One that fails is removed, and the run fails."""
     if kind not in ctx.seeds:
+        from datetime import timedelta
+
         from bench import s5_replay as s5
 
-        url = f"sqlite:///{Workdir.make('s3-seed').path}/seed.db" if kind == "sqlite" else ctx.pg.create_db("s3seed")
+        wd = Workdir.make("s3-seed") if kind == "sqlite" else None
+        url = f"sqlite:///{wd.path}/seed.db" if wd is not None else ctx.pg.create_db("s3seed")
         log(f"s3 {kind}: a store of {ctx.history:,} events to copy for each run")
-        made = s5.generate(url, ctx.history)
-        done = s5.rebuild(url)
-        if done["returncode"] != 0:
-            raise RuntimeError(f"rebuilding the seed store's read models failed: {done['output']}")
-        if kind == "postgres":
-            s5.vacuum(url)
+        try:
+            made = s5.generate(url, ctx.history, pending_ahead=timedelta(days=30))
+            done = s5.rebuild(url)
+            if done["returncode"] != 0:
+                raise RuntimeError(f"rebuilding the seed store's read models failed: {done['output']}")
+            if wd is not None and (wd.path / "seed.db-wal").exists():  # every connection closed: checkpointed
+                raise RuntimeError("the seed store still has a write-ahead log: a copy of its file would miss it")
+            if kind == "postgres":
+                s5.vacuum(url)
+        except BaseException:
+            if wd is not None:
+                wd.remove()
+            else:
+                ctx.pg.drop_db(url)
+            raise
         log(f"s3 {kind}: {made['events']:,} events generated, read models rebuilt in {done['seconds']:.1f} s")
         ctx.seeds[kind] = url
         ctx.seed_events[kind] = made["events"]
@@ -121,17 +134,22 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
     """``on_drop``: called with the server just before the drop (``bench.profile`` attaches there)."""
     wd = Workdir.make(f"s3-{kind}")
     history = getattr(ctx, "history", 0)
-    if kind == "sqlite":
-        store = f"sqlite:///{wd.path}/relay.db"
-        if history:
-            shutil.copy(seeded(ctx, kind).removeprefix("sqlite:///"), wd.path / "relay.db")
-    else:
-        store = ctx.pg.create_db("s3", template=seeded(ctx, kind) if history else None)
     fleets: list[Fleet] = []
     fleets_keep: list[Fleet] = []
     survivor = None
     srv = None
+    databases: list[str] = []  # Postgres: dropped at the end (a copy of a store with history is as big as it)
     try:
+        if kind == "sqlite":
+            store = f"sqlite:///{wd.path}/relay.db"
+            if history:
+                shutil.copy(seeded(ctx, kind).removeprefix("sqlite:///"), wd.path / "relay.db")
+        else:
+            store = ctx.pg.create_db("s3", template=seeded(ctx, kind) if history else None)
+            databases.append(store)
+        held = StoreReader(store)
+        history_events = held.head() if history else 0  # read from the copy itself
+        held.close()
         srv = relay_server(wd.path, store)
         assert httpx.put(srv.http + f"/v2/orgs/local/apps/{APP}", timeout=10).status_code == 204
         r = httpx.patch(srv.http + f"/v2/orgs/local/apps/{APP}", json={"executorTimeoutSecs": grace}, timeout=10)
@@ -217,6 +235,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
                 shutil.copy(seeded(ctx, kind).removeprefix("sqlite:///"), wd.path / "floor.db")
         else:
             floor_url = ctx.pg.create_db("s3floor", template=seeded(ctx, kind) if history else None)
+            databases.append(floor_url)
         alone = record_deaths_alone(floor_url, len(timeline) or n)
         floor = stats_ms(lateness_floor([dl for dl, _ in timeline], alone["per_s"]))
         log(f"s3 {kind}: deaths recorded alone {alone['per_s']:,.0f}/s; lateness floor p99 {floor['p99']} ms")
@@ -233,7 +252,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             "deadline_spread_ms": 1000 * (timeline[-1][0] - t_first) if timeline else None,
             "death_batches": sorted(batches.items())[:40],
             "store": kind, "n": n, "registered": registered, "others": others_registered, "grace_s": grace, "all_recovered": bool(done),
-            "history_events": ctx.seed_events.get(kind, 0) if history else 0,  # the events the store held before
+            "history_events": history_events,  # the events the store held before the run
             "deaths_seen": len(late), "frames_seen": len(frame), "drop_to_all_deleted_s": t_done - t_drop,
             "detect_ms": stats_ms(detect),                 # Disconnected.at - the drop
             "lateness_ms": stats_ms(late),                 # DeclaredDead.at - deadline
@@ -256,6 +275,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         if srv is not None:
             srv.kill()
         wd.remove()
+        for url in databases:
+            ctx.pg.drop_db(url)
 
 
 def run(ctx: Any) -> dict[str, Any]:

@@ -41,7 +41,9 @@ SAVE_GROUP = 500  # aggregates per save (one transaction)
 STARTS = 3  # restarts timed on the store once its read models are current
 
 
-def generate(store_url: str, events: int) -> dict[str, Any]:
+def generate(store_url: str, events: int, pending_ahead: timedelta = timedelta(hours=1)) -> dict[str, Any]:
+    """``events`` (about) in the store, as the section's docstring says; the :data:`PENDING` executors
+    left Disconnected have their deadlines ``pending_ahead`` of the end."""
     from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.stores import event_store_env, parse_database_url
     from relay_es.aggregates.executor import Executor
@@ -86,7 +88,7 @@ def generate(store_url: str, events: int) -> dict[str, Any]:
                 ex.delete(at=t)
             relay.save(*group)
             saves += 1
-        leave_pending(relay, PENDING)
+        leave_pending(relay, PENDING, pending_ahead)
         saves += 1
         took = time.perf_counter() - t0
         head = relay.recorder.max_notification_id() or 0
@@ -98,11 +100,10 @@ def generate(store_url: str, events: int) -> dict[str, Any]:
 PENDING = 1_000  # executors left DISCONNECTED at the end, their deadlines an hour ahead: timers to arm at start-up
 
 
-def leave_pending(relay: Any, n: int) -> None:
-    """``n`` executors Registered, Connected, Disconnected with a deadline an hour from now."""
+def leave_pending(relay: Any, n: int, ahead: timedelta = timedelta(hours=1)) -> None:
+    """``n`` executors Registered, Connected, Disconnected with a deadline ``ahead`` of now."""
     now = datetime.now(timezone.utc)
-    relay.save(*disconnected_executors(n, "replay0", deadline=now + timedelta(hours=1), at=now,
-                                       metadata={"bench": True}))
+    relay.save(*disconnected_executors(n, "replay0", deadline=now + ahead, at=now, metadata={"bench": True}))
 
 
 def startup(store_url: str) -> dict[str, Any]:
