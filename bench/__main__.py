@@ -43,7 +43,6 @@ class Context:
         self.stores = stores
         self.history = history  # events in section 3's store before its storm (--history)
         self.seeds: dict[str, str] = {}  # store kind -> URL of a store holding them, made once (bench.s3_detection)
-        self.seed_events: dict[str, int] = {}  # store kind -> the events that store holds
         self._pg: Postgres | None = None
 
     @property

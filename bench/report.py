@@ -798,23 +798,23 @@ def analysis(results_dir: Path) -> str:
     t = _get(results_dir, "throughput")
     if t:
         t_runs = _runs(results_dir, "throughput")
-        rates: dict[tuple[str, str, str], list[float]] = {}
+        rates: dict[tuple[str, str, str], list[float]] = {}  # (store, storm, appended/projected) -> % of raw
+        below: dict[tuple[str, str], int] = {}  # (store, storm) -> runs in which either rate fell below raw
         for run in t_runs:
             for s in run["stores"]:
                 for x in s["storms"]:
+                    key = (s["store"], x["storm"].split()[0])
+                    fell = False
                     for what, k in (("appended", "append"), ("projected", "project")):
                         if x[k]["per_s"] and s["raw"]["per_s"]:
-                            rates.setdefault((s["store"], x["storm"].split()[0], what), []).append(
-                                100 * x[k]["per_s"] / s["raw"]["per_s"])
-        storms = dict.fromkeys((store, storm) for store, storm, _ in rates)
-        missed = []
-        for store, storm in storms:
-            both = {what: rates.get((store, storm, what), []) for what in ("appended", "projected")}
-            below = sum(any(rs[i] < 100 for rs in both.values() if i < len(rs))
-                        for i in range(max(map(len, both.values()))))
-            if below:
-                missed.append(f"{store} {storm} below the raw rate in {below} of {len(t_runs)} runs ("
-                              + ", ".join(f"{what} {_span(rs, '{:.0f}')}%" for what, rs in both.items() if rs) + ")")
+                            pct_raw = 100 * x[k]["per_s"] / s["raw"]["per_s"]
+                            rates.setdefault((*key, what), []).append(pct_raw)
+                            fell = fell or pct_raw < 100
+                    below[key] = below.get(key, 0) + fell
+        missed = [f"{store} {storm} below the raw rate in {n} of {len(t_runs)} runs ("
+                  + ", ".join(f"{what} {_span(rs, '{:.0f}')}%" for what in ("appended", "projected")
+                              if (rs := rates.get((store, storm, what)))) + ")"
+                  for (store, storm), n in below.items() if n]
         regs = [x["registrations_per_s"] for s in t["stores"] for x in s["storms"] if x.get("registrations_per_s")]
         handshakes = ""
         if regs:

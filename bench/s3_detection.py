@@ -125,7 +125,6 @@ def seeded(ctx: Any, kind: str) -> str:
             raise
         log(f"s3 {kind}: {made['events']:,} events generated, read models rebuilt in {done['seconds']:.1f} s")
         ctx.seeds[kind] = url
-        ctx.seed_events[kind] = made["events"]
     return ctx.seeds[kind]
 
 
