@@ -128,6 +128,19 @@ def seeded(ctx: Any, kind: str) -> str:
     return ctx.seeds[kind]
 
 
+def new_store(ctx: Any, kind: str, wd: Workdir, name: str, databases: list[str]) -> str:
+    """A store for one run (``name``: the file or database prefix): fresh, or with ``--history`` a copy
+    of :func:`seeded`'s. A Postgres database is added to ``databases``, which the caller drops."""
+    seed = seeded(ctx, kind) if getattr(ctx, "history", 0) else None
+    if kind == "sqlite":
+        if seed is not None:
+            shutil.copy(seed.removeprefix("sqlite:///"), wd.path / f"{name}.db")
+        return f"sqlite:///{wd.path}/{name}.db"
+    url = ctx.pg.create_db(f"s3{name}", template=seed)
+    databases.append(url)
+    return url
+
+
 def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
               on_drop: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """``on_drop``: called with the server just before the drop (``bench.profile`` attaches there)."""
@@ -139,13 +152,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
     srv = None
     databases: list[str] = []  # Postgres: dropped at the end (a copy of a store with history is as big as it)
     try:
-        if kind == "sqlite":
-            store = f"sqlite:///{wd.path}/relay.db"
-            if history:
-                shutil.copy(seeded(ctx, kind).removeprefix("sqlite:///"), wd.path / "relay.db")
-        else:
-            store = ctx.pg.create_db("s3", template=seeded(ctx, kind) if history else None)
-            databases.append(store)
+        store = new_store(ctx, kind, wd, "relay", databases)
         held = StoreReader(store)
         history_events = held.head() if history else 0  # read from the copy itself
         held.close()
@@ -228,13 +235,7 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             f.close()
         srv.kill()
         srv = None
-        if kind == "sqlite":  # the floor on a store like the run's: fresh, or a copy of the same history
-            floor_url = f"sqlite:///{wd.path}/floor.db"
-            if history:
-                shutil.copy(seeded(ctx, kind).removeprefix("sqlite:///"), wd.path / "floor.db")
-        else:
-            floor_url = ctx.pg.create_db("s3floor", template=seeded(ctx, kind) if history else None)
-            databases.append(floor_url)
+        floor_url = new_store(ctx, kind, wd, "floor", databases)  # like the run's: fresh, or the same history
         alone = record_deaths_alone(floor_url, len(timeline) or n)
         floor = stats_ms(lateness_floor([dl for dl, _ in timeline], alone["per_s"]))
         log(f"s3 {kind}: deaths recorded alone {alone['per_s']:,.0f}/s; lateness floor p99 {floor['p99']} ms")
