@@ -27,7 +27,10 @@ Rules, each enforced here and raised as a domain error:
   incarnation in the same stream; a dispatch already under way still completes.
 
 Public command methods decide and compute; the private ``@event`` methods only
-assign state, because they run again on every replay.
+assign state, because they run again on every replay. A command records its event with
+``trigger_event(self.<Event>, ...)``, the library's public method beneath the decorated
+method's call: the same event, made and applied the same way, without the decorator working
+out the call's arguments again on every event (a DeclaredDead 5.9 against 9.7 us, 2026-12-05).
 """
 
 from __future__ import annotations
@@ -233,7 +236,8 @@ class Executor(Aggregate):
         if connection_id == self.connection_id and self.status == ExecutorStatus.HEALTHY:
             self._refuse("connect", f"connection {connection_id!r} is already current")
         new_incarnation = self.status in (None, ExecutorStatus.DEAD, ExecutorStatus.DELETED)
-        self._connected(
+        self.trigger_event(
+            self.Connected,
             connection_id=connection_id,
             owner=owner,
             app_version=app_version,
@@ -307,7 +311,8 @@ class Executor(Aggregate):
             )
         if deadline < at:
             self._refuse("disconnect", "the deadline is before the disconnect")
-        self._disconnected(connection_id=connection_id, reason=str(reason), deadline=deadline, timestamp=at)
+        self.trigger_event(self.Disconnected, connection_id=connection_id, reason=str(reason), deadline=deadline,
+                           timestamp=at)
 
     @event("Disconnected")
     def _disconnected(self, connection_id: str, reason: str, deadline: datetime, timestamp: datetime) -> None:
@@ -324,7 +329,7 @@ class Executor(Aggregate):
             self._refuse("declare dead", f"the deadline is now {self.deadline.isoformat()}", NotDue)
         if now < self.deadline:
             self._refuse("declare dead", f"the deadline {self.deadline.isoformat()} has not come", NotDue)
-        self._declared_dead(deadline=self.deadline, app_version=self.app_version, timestamp=now)
+        self.trigger_event(self.DeclaredDead, deadline=self.deadline, app_version=self.app_version, timestamp=now)
 
     @event("DeclaredDead")
     def _declared_dead(self, deadline: datetime, app_version: str | None, timestamp: datetime) -> None:
@@ -344,7 +349,7 @@ class Executor(Aggregate):
     def defer_recovery(self, *, reason: str, at: datetime) -> None:
         if self.status != ExecutorStatus.DEAD or self.recovery_phase != RecoveryPhase.PENDING:
             self._refuse("defer recovery", f"recovery is {self.recovery_phase or 'not needed'}")
-        self._recovery_deferred(reason=reason, timestamp=at)
+        self.trigger_event(self.RecoveryDeferred, reason=reason, timestamp=at)
 
     @event("RecoveryDeferred")
     def _recovery_deferred(self, reason: str, timestamp: datetime) -> None:
@@ -361,7 +366,8 @@ class Executor(Aggregate):
             )
         if target_executor_id == self.executor_id:
             self._refuse("dispatch recovery", "an executor cannot recover itself")
-        self._recovery_dispatched(
+        self.trigger_event(
+            self.RecoveryDispatched,
             request_id=request_id,
             target_executor_id=target_executor_id,
             app_version=self.recovery_version,
@@ -386,7 +392,8 @@ class Executor(Aggregate):
 
     def fail_recovery(self, *, request_id: str, reason: str, at: datetime) -> None:
         self._check_outstanding("fail recovery", request_id)
-        self._recovery_failed(request_id=request_id, target_executor_id=self.recovery_target, reason=reason, timestamp=at)
+        self.trigger_event(self.RecoveryFailed, request_id=request_id, target_executor_id=self.recovery_target,
+                           reason=reason, timestamp=at)
 
     @event("RecoveryFailed")
     def _recovery_failed(self, request_id: str, target_executor_id: str | None, reason: str, timestamp: datetime) -> None:
@@ -395,7 +402,8 @@ class Executor(Aggregate):
 
     def confirm_recovery(self, *, request_id: str, pending_found: bool | None, at: datetime) -> None:
         self._check_outstanding("confirm recovery", request_id)
-        self._recovery_confirmed(
+        self.trigger_event(
+            self.RecoveryConfirmed,
             request_id=request_id, target_executor_id=self.recovery_target, pending_found=pending_found, timestamp=at
         )
 
@@ -419,7 +427,7 @@ class Executor(Aggregate):
             self._refuse("withdraw recovery", f"recovery is {self.recovery_phase or 'not needed'}")
         if self.status == ExecutorStatus.DEAD:
             self._refuse("withdraw recovery", "the executor is still dead")
-        self._recovery_withdrawn(reason=reason, timestamp=at)
+        self.trigger_event(self.RecoveryWithdrawn, reason=reason, timestamp=at)
 
     @event("RecoveryWithdrawn")
     def _recovery_withdrawn(self, reason: str, timestamp: datetime) -> None:
@@ -433,7 +441,7 @@ class Executor(Aggregate):
             self._refuse("delete", "only a DEAD executor is deleted")
         if self.recovery_phase != RecoveryPhase.CONFIRMED:
             self._refuse("delete", "its recovery has not been confirmed")
-        self._deleted(timestamp=at)
+        self.trigger_event(self.Deleted, timestamp=at)
 
     @event("Deleted")
     def _deleted(self, timestamp: datetime) -> None:

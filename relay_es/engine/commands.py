@@ -99,7 +99,7 @@ def _execute_once(relay: "Relay", ops: list[Op], recorded: Recorded | None = Non
         touched[op.stream_id] = result
         results.append(True)
     if touched:
-        recordings = relay.save(*touched.values())
+        recordings = relay.save_handed_over(*touched.values())  # the batch's own copies: cached as they are
         if recorded is not None:
             recorded.extend((r.notification.id, str(r.domain_event.originator_id), r.domain_event)
                             for r in recordings)

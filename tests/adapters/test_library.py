@@ -12,26 +12,32 @@ so that a library upgrade that changes one fails here, not in production:
 * aggregates saved beneath ``Application.save`` (its ``_record``, ``_take_snapshots`` and
   ``_notify``) are stored as its own save stores them;
 * a batch inserted at once (on Postgres as arrays of base types, on SQLite in multi-row statements)
-  is recorded as the library's own insert records it, with the same notification ids.
+  is recorded as the library's own insert records it, with the same notification ids;
+* the fast encoder writes the library's ``JSONTranscoder`` bytes, byte for byte, or leaves the object
+  to the library's path (events and snapshots as stored, and any value a property test makes).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import timedelta, timezone
+from enum import IntEnum, StrEnum
 from typing import Any
 from uuid import UUID
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscoder, StoredEvent, UUIDAsHex
 
-from relay_es.adapters.library import (ArrayInsertRecorder, EventLog, FastReads, ManyInsertRecorder, copy_aggregate,
-                                       select_streams, store_kind)
+from relay_es.adapters.library import (ArrayInsertRecorder, EventLog, FastJSONTranscoder, FastReads,
+                                       ManyInsertRecorder, copy_aggregate, select_streams, store_kind)
 from relay_es.aggregates.application import app_stream_id
 from relay_es.aggregates.executor import OpaqueJSON, executor_stream_id
 from relay_es.aggregates import SettingsPatch
 from relay_es.engine.service import Relay
+from relay_es.engine.store import TimedeltaAsMicroseconds
 from relay_es.projections.shares import StreamShare
 from tests.projections.history import busy_history
 from tests.support import World, info
@@ -115,6 +121,7 @@ def test_an_unreadable_state_fails_as_the_library_fails(world: World) -> None:
 def test_the_store_s_factory_offers_the_fast_reads(world: World, store_url: str) -> None:
     assert store_kind(world.relay) == store_url.split(":")[0].replace("postgresql", "postgres")
     assert isinstance(world.relay.reads, FastReads)
+    assert type(world.relay.mapper.transcoder) is FastJSONTranscoder
     # the library's recorder, subclassed to insert a batch at once (the next test)
     assert type(world.relay.recorder).__mro__[1].__module__ == f"eventsourcing.{store_kind(world.relay)}"
 
@@ -289,6 +296,69 @@ def test_an_aggregate_is_its_dict_with_its_own_pending_events(world: World) -> N
 def test_the_transcoder_names_its_transcodings(world: World) -> None:
     names = world.relay.mapper.transcoder.names
     assert {"datetime_iso", "timedelta_us", "json_text", "app_settings", "uuid_hex"} <= set(names)
+
+
+def library_transcoder(relay: Relay) -> JSONTranscoder:
+    """The library's own transcoder, with Relay's transcodings."""
+    plain = JSONTranscoder()
+    for transcoding in relay.mapper.transcoder.types.values():
+        plain.register(transcoding)
+    return plain
+
+
+def test_every_state_stored_is_the_library_s_encoding_byte_for_byte(world: World) -> None:
+    # Every event and snapshot Relay stored (through the fast encoder), decoded by the library and
+    # encoded again by the library's own transcoder: the same bytes. An application's snapshot holds
+    # its settings (a registered type whose encoding holds more: durations, datetimes).
+    busy_history(world)
+    world.relay.executor_connected("local", "app", info("M", executor_metadata={"k": [1, "é\u2028"]}),
+                                   connection_id="c-M", owner="relay-1")
+    relay = world.relay
+    relay.take_snapshot(app_stream_id("local", "app"))
+    relay.take_snapshot(executor_stream_id("local", "app", "B"))
+    plain = library_transcoder(relay)
+    stored = list(relay.recorder.select_notifications(start=0, limit=100_000, inclusive_of_start=False))
+    snapshots = [s for sid in {n.originator_id for n in stored} for s in relay.snapshots.recorder.select_events(sid)]
+    assert len(snapshots) == 2 and len(stored) > 30
+    for n in stored + snapshots:
+        assert plain.encode(plain.decode(n.state)) == n.state, n
+
+
+class Level(StrEnum):
+    ONE = "one"
+    TWO = "two"
+
+
+class Number(IntEnum):
+    ONE = 1
+
+
+ATOMS = (st.text() | st.integers() | st.booleans() | st.none()
+         | st.floats(allow_nan=True, allow_infinity=True) | st.datetimes(timezones=st.just(timezone.utc))
+         | st.datetimes() | st.uuids() | st.decimals(allow_nan=False) | st.timedeltas()
+         | st.sampled_from([Level.ONE, Level.TWO, Number.ONE, b"bytes", {1, 2}]))
+VALUES = st.recursive(ATOMS, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                      | st.dictionaries(st.text(max_size=8) | st.integers() | st.booleans(), inner, max_size=4),
+                      max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=VALUES)
+def test_the_fast_encoder_writes_the_library_s_bytes_or_refuses_as_it_does(value: Any) -> None:
+    fast = FastJSONTranscoder()
+    theirs = JSONTranscoder()
+    for t in (TimedeltaAsMicroseconds(), UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        fast.register(t)
+        theirs.register(t)
+    try:
+        expected: Any = theirs.encode(value)
+    except Exception as e:
+        expected = type(e)
+    try:
+        got: Any = fast.encode(value)
+    except Exception as e:
+        got = type(e)
+    assert got == expected
 
 
 def test_aggregates_saved_beneath_the_library_are_recorded_as_its_save_records_them(world: World, clock) -> None:
