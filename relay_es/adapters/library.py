@@ -176,7 +176,8 @@ class FastReads:
 
 
 class _NotPlain(Exception):
-    """A value the fast encoder leaves to the library's (a float, a subclass, a key that is not a str)."""
+    """A value the fast encoder leaves to the library's (a float, a subclass, a key that is not a str,
+    an unregistered type)."""
 
 
 class FastJSONTranscoder(JSONTranscoder):
@@ -207,10 +208,9 @@ class FastJSONTranscoder(JSONTranscoder):
 
     def encode(self, obj: Any) -> bytes:
         try:
-            wrapped = self._wrap(obj)
-        except (_NotPlain, RecursionError):  # the library's path writes it, or refuses it, its own way
+            return self._encode_fast(self._wrap(obj))
+        except Exception:  # not plain (or msgspec refused it): the library's path writes it, or refuses it, its own way
             return super().encode(obj)
-        return self._encode_fast(wrapped)
 
     def _wrap(self, o: Any) -> Any:
         t = type(o)
@@ -232,8 +232,12 @@ class FastJSONTranscoder(JSONTranscoder):
             return out
         if t is list or t is tuple:
             return [self._wrap(v) for v in o]
+        if isinstance(o, (str, int, float, list, tuple, dict)):
+            # A float; a subclass of a plain type, which the library writes as the plain value even when
+            # a transcoding is registered for it (its encoder never asks): the library's path
+            raise _NotPlain
         transcoding = self.types.get(t)
-        if transcoding is None:  # a float, a subclass, an unregistered type: the library's path
+        if transcoding is None:  # an unregistered type: the library's path refuses it
             raise _NotPlain
         data = transcoding.encode(o)
         td = type(data)
@@ -248,9 +252,11 @@ class FastReadsFactory:
     def relay_reads(self, app: Any) -> FastReads:
         return FastReads(app)
 
-    def transcoder(self) -> JSONTranscoder:
-        """:class:`FastJSONTranscoder` (Relay's environment names no other: ``TRANSCODER_TOPIC``
-        is never set, see ``Relay.construct_env``)."""
+    def transcoder(self) -> Any:
+        """:class:`FastJSONTranscoder`, unless the environment names another (``TRANSCODER_TOPIC``,
+        which Relay's own environment never sets: see ``Relay.construct_env``)."""
+        if self.env.get(self.TRANSCODER_TOPIC):  # type: ignore[attr-defined]
+            return super().transcoder()  # type: ignore[misc]
         return FastJSONTranscoder()
 
 

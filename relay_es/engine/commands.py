@@ -35,7 +35,9 @@ class Op:
     ``run(aggregate_or_None, batch)`` applies the domain command to the
     aggregate (creating it if it returns a new one) and returns the aggregate
     to save, or ``None`` when there is nothing to do. A domain refusal
-    (``IllegalTransition``) makes the op a no-op.
+    (``IllegalTransition``) makes the op a no-op. ``run`` keeps no reference to the aggregate it
+    returns: once saved, it is cached as it is (``Relay.save_handed_over``), and a change made to it
+    later would be a change to the cache.
     """
 
     stream_id: UUID
@@ -99,7 +101,7 @@ def _execute_once(relay: "Relay", ops: list[Op], recorded: Recorded | None = Non
         touched[op.stream_id] = result
         results.append(True)
     if touched:
-        recordings = relay.save_handed_over(*touched.values())  # the batch's own copies: cached as they are
+        recordings = relay.save_handed_over(*touched.values())  # the batch's alone (see Op): cached as they are
         if recorded is not None:
             recorded.extend((r.notification.id, str(r.domain_event.originator_id), r.domain_event)
                             for r in recordings)

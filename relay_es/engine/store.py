@@ -59,7 +59,6 @@ MAX_ATTEMPTS = 8
 SNAPSHOT_EVERY = 100
 SNAPSHOTTED: dict[type, int] = {Application: SNAPSHOT_EVERY, Gate: SNAPSHOT_EVERY, Executor: SNAPSHOT_EVERY,
                                 AlertFirings: SNAPSHOT_EVERY, OrgRoles: SNAPSHOT_EVERY, OrgMembers: SNAPSHOT_EVERY}
-_ANY_INTERVAL = math.gcd(*SNAPSHOTTED.values())  # a version due for any interval is a multiple of it
 
 
 class TimedeltaAsMicroseconds(Transcoding):
@@ -285,8 +284,9 @@ class RelayStore(ESApplication[UUID]):
 
     def save_handed_over(self, *objs: Any) -> list[Any]:
         """:meth:`save` for aggregates that nothing else holds or will change once saved (the command
-        bus's, each a copy :meth:`load_many` made): the cache keeps them as they are, not copies of
-        them (a copy was a twentieth of a death's cost recorded alone)."""
+        bus's: copies :meth:`load_many` made of cached ones, ones it read from the store, whose copies
+        it cached, and new ones): the cache keeps them as they are, not copies of them (a copy was a
+        twentieth of a death's cost recorded alone)."""
         return self._save(objs, {}, handed_over=True)
 
     def _save(self, objs: Sequence[Any], kwargs: dict[str, Any], *, handed_over: bool) -> list[Any]:
@@ -314,7 +314,10 @@ class RelayStore(ESApplication[UUID]):
         A snapshot is a saving, never a command's outcome: failing to take one (the store
         went away just after the events were recorded) must not make a recorded command
         look failed, and be run again; the next interval takes one."""
-        due = [r.domain_event for r in recordings if not r.domain_event.originator_version % _ANY_INTERVAL]
+        if not SNAPSHOTTED:
+            return
+        every = math.gcd(*SNAPSHOTTED.values())  # a version due for any interval is a multiple of it
+        due = [r.domain_event for r in recordings if not r.domain_event.originator_version % every]
         if not due:  # most saves (hashing the ids below is a part of a death's cost)
             return
         types = {obj.id: type(obj) for obj in objs if hasattr(obj, "id")}
