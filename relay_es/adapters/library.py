@@ -200,16 +200,17 @@ class FastJSONTranscoder(JSONTranscoder):
     def __init__(self) -> None:
         super().__init__()
         self._encode_fast = msgspec.json.Encoder().encode
-        self._iso = False  # whether datetimes are the library's DatetimeAsISO (written inline)
+        self._iso: str | None = None  # the name datetimes are wrapped with, if the library's DatetimeAsISO (inline)
 
     def register(self, transcoding: Transcoding) -> None:
         super().register(transcoding)
-        self._iso = type(self.types.get(datetime)) is DatetimeAsISO
+        found = self.types.get(datetime)
+        self._iso = found.name if type(found) is DatetimeAsISO else None
 
     def encode(self, obj: Any) -> bytes:
         try:
             return self._encode_fast(self._wrap(obj))
-        except Exception:  # not plain (or msgspec refused it): the library's path writes it, or refuses it, its own way
+        except Exception:  # not plain, or msgspec refused it: the library's path writes it, or refuses it
             return super().encode(obj)
 
     def _wrap(self, o: Any) -> Any:
@@ -225,8 +226,8 @@ class FastJSONTranscoder(JSONTranscoder):
                 tv = type(v)
                 if tv is str or tv is int or tv is bool or v is None:
                     out[k] = v
-                elif tv is datetime and iso:  # an event's timestamp, a deadline: most of what is wrapped
-                    out[k] = {"_type_": "datetime_iso", "_data_": v.isoformat()}
+                elif tv is datetime and iso is not None:  # an event's timestamp, a deadline: most of what is wrapped
+                    out[k] = {"_type_": iso, "_data_": v.isoformat()}
                 else:
                     out[k] = self._wrap(v)
             return out
