@@ -858,8 +858,8 @@ def analysis(results_dir: Path) -> str:
                 + " " + WRITER_THREAD + " What would move it: the sockets in more than one process (ADR 7: the "
                 "owner of a socket is in every Connected event, dispatch goes through the owner), so that taking "
                 "in sockets, recording their events and following the log no longer share one GIL; a writer "
-                "beneath the library (goal 3; not tried on storms). On this 2-core machine the clients compete for the same cores (their CPU is in the "
-                "tables).", ""]
+                "beneath the library (goal 3; not tried on storms). On this 2-core machine the clients compete for "
+                "the same cores (their CPU is in the tables).", ""]
     d = _get(results_dir, "detection")
     if d:
         d_runs = _runs(results_dir, "detection")
