@@ -946,10 +946,11 @@ def analysis(results_dir: Path) -> str:
             else:
                 history_text = (" The section's store is fresh. On a store that already holds a million events a "
                                 "death costs more, on SQLite above all (`bench/run --only detection --history "
-                                "1000000`, 2026-12-05 14:23-14:31 UTC, 3 runs, `bench/results/full-history1000000/`: "
-                                "the process manager's CPU sqlite 87-101 us a death, postgres 62-63; p99 sqlite "
-                                "326-518 ms, postgres 125-187; deaths recorded alone sqlite 12,789-15,027/s, postgres "
-                                "15,327-20,129/s): " + why)
+                                "1000000`, 2026-12-05 17:53-18:01 UTC, 3 runs, `bench/results/full-history1000000/`: "
+                                "the process manager's CPU sqlite 75-86 us a death, postgres 47-49; p99 sqlite "
+                                "276-401 ms, postgres 108-203; deaths recorded alone sqlite 14,205-14,763/s, postgres "
+                                "15,083-19,406/s; at 14:23-14:31, before the cheaper events: 87-101 and 62-63 us, "
+                                "326-518 and 125-187 ms): " + why)
             missed_runs = ", ".join(
                 f"{st} in {sum((x['lateness_ms']['p99'] or 0) >= 100 or x['n'] < 10_000 for x in xs)} of {len(xs)} "
                 f"run{'s' if len(xs) > 1 else ''}" for st, xs in by_store.items() if st in missed_on)
