@@ -300,14 +300,14 @@ def s3(d: dict[str, Any], goals: list[Goal]) -> str:
                  line("RecoveryConfirmed `at` - DeclaredDead `at`", "confirm_after_death_ms"),
                  line("survivor got the frame - (drop + grace)", "frame_after_drop_plus_grace_ms")]
         p99 = s["lateness_ms"]["p99"]
-        enough = s["n"] >= 10_000
+        enough = s["n"] >= GOAL3_DEATHS
         fl = s.get("lateness_floor_ms")
         had = s.get("history_events") or r.get("history_events")
         held = f", store of {had:,} events" if had else ""
         goals.append(goal(f"3. DeclaredDead lateness p99, {s['store']}, {s['n']:,} at once{held}", f"{f0(p99)} ms",
                           f"p50 {f0(s['lateness_ms']['p50'])} ms, max {f0(s['lateness_ms']['max'])} ms"
                           + (f"; floor p99 {f0(fl['p99'])} ms" if fl else ""), "-",
-                          "< 100 ms with 10,000 at once", p99 is not None and p99 < 100 and enough, p99, "ms",
+                          "< 100 ms with 10,000 at once", goal3_met(s), p99, "ms",
                           (f" by {p99 - 100:.0f} ms" if p99 is not None and p99 >= 100 else "")
                           + ("" if enough else f" (measured with {s['n']:,}, not 10,000)")))
     out.append(table(["store", "interval", "n", "p50 ms", "p99 ms", "max ms"], rows))
@@ -753,6 +753,15 @@ WRITER_THREAD = ("A writer thread of its own for the outbox, tried on 2026-12-05
                  "drop later (Disconnected p50 766-1,064 against 533-601 ms after 10,000 drops, SQLite): on one GIL, what "
                  "the writer gains the loop loses.")
 
+GOAL3_DEATHS = 10_000  # deadlines due at once that goal 3 asks for
+
+
+def goal3_met(s: dict[str, Any]) -> bool:
+    """Goal 3 in one run of one store: DeclaredDead lateness p99 under 100 ms with 10,000 at once."""
+    p99 = s["lateness_ms"]["p99"]
+    return p99 is not None and p99 < 100 and s["n"] >= GOAL3_DEATHS
+
+
 CHEAPER_EVENTS = ("Since 2026-12-05 (6302734) an event costs less to make and to store: it is encoded by `msgspec` "
                   "into the library's own bytes (ADR 5), a command records it through the library's "
                   "`trigger_event` without the decorator matching its arguments again, and the command bus's "
@@ -868,8 +877,7 @@ def analysis(results_dir: Path) -> str:
             for x in run["stores"]:
                 by_store.setdefault(x["store"], []).append(x)
         # judged over every run, as the goals table judges it: a store is missed if any run missed
-        missed_on = {st for st, xs in by_store.items()
-                     if any((x["lateness_ms"]["p99"] or 0) >= 100 or x["n"] < 10_000 for x in xs)}
+        missed_on = {st for st, xs in by_store.items() if not all(map(goal3_met, xs))}
         bad = [s for s in d["stores"] if s["store"] in missed_on]
         if bad:
             s = bad[0]
@@ -952,7 +960,7 @@ def analysis(results_dir: Path) -> str:
                                 "15,083-19,406/s; at 14:23-14:31, before the cheaper events: 87-101 and 62-63 us, "
                                 "326-518 and 125-187 ms): " + why)
             missed_runs = ", ".join(
-                f"{st} in {sum((x['lateness_ms']['p99'] or 0) >= 100 or x['n'] < 10_000 for x in xs)} of {len(xs)} "
+                f"{st} in {sum(not goal3_met(x) for x in xs)} of {len(xs)} "
                 f"run{'s' if len(xs) > 1 else ''}" for st, xs in by_store.items() if st in missed_on)
             out += [f"**3. Detection lateness** (missed on {missed_runs}, with "
                     f"{d['n']:,} deadlines at once while {d.get('others') or 0:,} other executors keep pinging). "

@@ -153,9 +153,11 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
     databases: list[str] = []  # Postgres: dropped at the end (a copy of a store with history is as big as it)
     try:
         store = new_store(ctx, kind, wd, "relay", databases)
-        held = StoreReader(store)
-        history_events = held.head() if history else 0  # read from the copy itself
-        held.close()
+        history_events = 0
+        if history:  # read from the copy itself
+            held = StoreReader(store)
+            history_events = held.head()
+            held.close()
         srv = relay_server(wd.path, store)
         assert httpx.put(srv.http + f"/v2/orgs/local/apps/{APP}", timeout=10).status_code == 204
         r = httpx.patch(srv.http + f"/v2/orgs/local/apps/{APP}", json={"executorTimeoutSecs": grace}, timeout=10)
