@@ -1255,6 +1255,100 @@ def test_answers_are_recorded_as_many_as_fit_before_the_next_deadline_not_a_whol
     assert not world.pm.answers  # and every answer was taken
 
 
+def _slow_deaths(world: World, monkeypatch: Any, seconds: float, seen: list[tuple[float, int, set[str]]]) -> None:
+    """Recording each batch of deaths takes ``seconds`` of the process manager's time; ``seen`` gets, per batch,
+    (the clock as it starts, its size, the streams the process manager's rows then hold DEAD)."""
+    real = world.pm._fire_deadlines
+
+    def fire(items: list[Any]) -> None:
+        dead = {sid for sid, row in world.pm.rows.items() if row.status == "DEAD"}
+        seen.append((world.clock.monotonic(), len(items), dead))
+        world.clock.advance(seconds)
+        real(items)
+
+    monkeypatch.setitem(world.pm._fire, "deadline", (fire, True))
+
+
+def test_deaths_are_folded_once_no_more_deadlines_are_due_not_between_them(world: World, monkeypatch) -> None:
+    # 10 executors die together and 10 more 5 ms later; recording the first 10 takes 10 ms. Folding the first
+    # ones (their rows, their dispatches armed) would come between the two: the second 10 are recorded
+    # first, and then all 20 are folded and dispatched, in the order they died.
+    world.connect("B")
+    first, second = [f"A{i}" for i in range(10)], [f"C{i}" for i in range(10)]
+    for name in first + second:
+        world.connect(name)
+    for name in first:
+        world.drop(name)
+    world.clock.advance(0.005)
+    for name in second:
+        world.drop(name)
+    seen: list[tuple[float, int, set[str]]] = []
+    _slow_deaths(world, monkeypatch, 0.01, seen)
+    world.advance(10.0)
+    assert [n for _, n, _ in seen] == [10, 10]
+    assert seen[1][2] == set()  # the first ten were recorded, not folded, when the second ten were
+    assert {world.status(n) for n in first + second} == {"DEAD"}
+    assert [r.dead_executor_id for r in world.dispatcher.sent] == first + second
+    assert world.pm._unfolded == [] and world.pm.derived_indexes() == world.pm.rebuilt_indexes()
+
+
+def test_in_a_storm_that_does_not_end_the_deaths_are_folded_within_the_urgent_round(world: World,
+                                                                                   monkeypatch) -> None:
+    # A group of executors dies every 100 ms for 3 s, and recording a group takes 200 ms: there is always a
+    # deadline due. The deaths recorded are folded, and dispatched, once firing them has gone on for
+    # URGENT_ROUND (0.5 s), and the round after goes on with the next: no death waits for the storm's end.
+    from relay_es.engine.process_manager import URGENT_ROUND
+
+    world.connect("B")
+    groups = [[f"G{g}-{i}" for i in range(3)] for g in range(30)]
+    for group in groups:
+        for name in group:
+            world.connect(name)
+    for group in groups:
+        for name in group:
+            world.drop(name)
+        world.clock.advance(0.1)
+    seen: list[tuple[float, int, set[str]]] = []
+    _slow_deaths(world, monkeypatch, 0.2, seen)
+    sends: list[tuple[float, str]] = []
+    world.dispatcher.on_send = lambda request: sends.append((world.clock.monotonic(), request.dead_executor_id))
+    world.advance(12.0)
+    assert {world.status(n) for g in groups for n in g} == {"DEAD"}
+    first_recorded = seen[0][0] + 0.2
+    first_sent = next(t for t, dead in sends if dead == groups[0][0])
+    # Recorded at 0.2 s. The round fires a batch while it began under URGENT_ROUND ago (one batch more at most),
+    # and the deadlines that come due meanwhile go first in the round's chunk of other timers (one more).
+    assert first_sent - first_recorded <= URGENT_ROUND + 2 * 0.2 + 1e-9
+    assert first_sent < sends[-1][0] - 1.0  # not with the last ones, at the storm's end
+    assert sends[-1][0] - seen[-1][0] <= 0.2 + 1e-9  # and the last ones as soon as none is due
+    assert len(sends) == 90 and world.pm._unfolded == []
+    assert any(dead for _, _, dead in seen[1:])  # rounds of folds came between the batches
+
+
+def test_the_deaths_cpu_counts_their_folds(world: World, monkeypatch) -> None:
+    # Folding a death costs 1 s of (fake) CPU here and recording the 5 of them nothing: the deadline's CPU is 5 s.
+    pm = world.pm
+    cpu = [0.0]
+    pm._cpu = lambda: cpu[0]
+    pm.stats.cpu_seconds.update(dict.fromkeys([*pm._fire, "answers", "following"], 0.0))
+    real = pm._fold
+
+    def fold(nid: int, event: Any, where: str) -> None:
+        cpu[0] += 1.0
+        real(nid, event, where)
+
+    dying = [f"A{i}" for i in range(5)]
+    for name in dying:
+        world.connect(name)
+    for name in dying:
+        world.drop(name)
+    before = dict(pm.stats.cpu_seconds)
+    monkeypatch.setattr(pm, "_fold", fold)
+    world.advance(10.0)
+    assert {world.status(n) for n in dying} == {"DEAD"}
+    assert pm.stats.cpu_seconds["deadline"] - before["deadline"] == 5.0
+
+
 def test_a_deadline_coming_due_while_a_backlog_is_followed_waits_for_one_batch_not_all(world: World) -> None:
     # 100 connects the process manager has not followed yet; folding each takes it 10 ms. A
     # deadline comes due 200 ms into that backlog: it is fired after the batch being folded (10
