@@ -30,7 +30,7 @@ What it does, per executor row (the same fold as the executors table):
 * What it records itself (deaths, dispatches, answers) it folds at once, as it is saved
   (:meth:`ProcessManager._execute`), and following the log later skips those events without
   decoding them: a death's dispatch waits for no read of the log. Deaths alone wait while more
-  deadlines are due, at most :data:`URGENT_ROUND` (:meth:`ProcessManager._fire_urgent`).
+  deadlines are due, about :data:`URGENT_ROUND` at most (:meth:`ProcessManager._fire_urgent`).
 * An application with a HEALTHY executor here -> a retention timer (when the
   constructor is given a ``retention_interval``): every interval its plan
   (:func:`relay_es.protocol.retention.plan`) goes to :meth:`Dispatcher.send_retention`;
@@ -64,7 +64,7 @@ from __future__ import annotations
 import logging
 import secrets
 import traceback
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -117,8 +117,9 @@ URGENT = ("deadline", "orphan")
 ORPHANS_PER_SAVE = 1000  # orphans recorded per transaction: the hub's reconnects are written between them
 ANSWERS_PER_SAVE = 500  # recovery answers recorded per transaction, when no deadline is near (see Pace)
 # While deadlines keep coming due, the deaths recorded are folded only when none is (FOLD_CHUNK at a time,
-# then a look for due ones again), or once firing them has gone on for URGENT_ROUND seconds: a death is
-# not late for the folds of those before it, and its dispatch waits at most that long for them.
+# then a look for due ones again), or once firing them has gone on for URGENT_ROUND seconds (and the
+# batch then being fired): a death is not late for the folds of those before it, and its dispatch waits
+# about that long at most for them.
 FOLD_CHUNK = 500
 URGENT_ROUND = 0.5
 
@@ -249,7 +250,7 @@ class ProcessManager:
         self._folded_ahead: dict[str, int] = {}
         self._defer_later: set[str] = set()  # no candidate, but the log was behind: decided again when it isn't
         # Deaths recorded and not folded yet, in the order saved (see _fire_urgent); only while _deferring.
-        self._unfolded: list[tuple[int, str, Any]] = []
+        self._unfolded: deque[tuple[int, str, Any]] = deque()
         self._deferring = False
 
         self._fire: dict[str, tuple[Callable[..., None], bool]] = {  # timer kind -> (handler, batched)
@@ -458,7 +459,8 @@ class ProcessManager:
         that follows on from its row's version is folded: one recorded after another writer's event
         this process manager has not followed yet waits for the log, with that one. While
         :attr:`_deferring` (deaths, while more are due: :meth:`_fire_urgent`), what they record waits in
-        :attr:`_unfolded` instead; anything else recorded, or followed, folds those first."""
+        :attr:`_unfolded` instead; any other batch run here, and following the log, folds those first
+        (what :meth:`_guarded` records is never folded ahead: the log gives it, after them)."""
         if not self._deferring:
             self._fold_unfolded()
         recorded: list[tuple[int, str, Any]] = []
@@ -466,7 +468,7 @@ class ProcessManager:
             return self.relay.execute(ops, recorded)
         finally:
             if self._deferring:
-                self._unfolded += recorded
+                self._unfolded.extend(recorded)
             else:
                 self._fold_recorded(recorded)
 
@@ -474,9 +476,8 @@ class ProcessManager:
         """Folds what :meth:`_execute` deferred (``limit`` of it, or all), oldest first. Whatever is not
         folded here (a store error in the middle) is not lost: its row is behind, so the log folds it."""
         if self._unfolded:
-            n = len(self._unfolded) if limit is None else limit
-            taken, self._unfolded = self._unfolded[:n], self._unfolded[n:]
-            self._fold_recorded(taken)
+            n = len(self._unfolded) if limit is None else min(limit, len(self._unfolded))
+            self._fold_recorded([self._unfolded.popleft() for _ in range(n)])
 
     def _fold_recorded(self, recorded: list[tuple[int, str, Any]]) -> None:
         """Folds events this process manager recorded (``(id, stream id, event)``, in the order
@@ -782,12 +783,16 @@ class ProcessManager:
 
     def _fire_urgent(self) -> int:
         """Fires every :data:`URGENT` timer due, kind by kind (an orphan's deadline that is due
-        already, too), and those that come due meanwhile, for at most :data:`URGENT_ROUND` seconds:
-        then the round goes on to the other work (a store error's retry, a second later, never keeps
-        it going). The deaths recorded are folded (their rows, their dispatches armed) only once none
-        is due, :data:`FOLD_CHUNK` at a time, each chunk followed by a look for due ones, or when the
-        round ends: in a storm of deaths a deadline waits for the records of those before it, not for
-        their folds too (bench section 3: a death took the process manager 41 us, 10 of them folding)."""
+        already, too), and those that come due meanwhile, while the round has gone on for less than
+        :data:`URGENT_ROUND` seconds (so at most that, plus a batch); then the round goes on to the
+        other work. A timer armed again meanwhile fires again in the round if it comes due in it (a
+        death refused because the wall clock was behind its deadline is armed for when it is not; a
+        store error's retry comes a second later). The deaths recorded are folded (their rows, their
+        dispatches armed) only once none is due, :data:`FOLD_CHUNK` at a time, each chunk followed
+        by a look for due ones, or when the round ends: in a storm of deaths a deadline waits for the
+        records of those before it, not for their folds too (bench section 3: a death took the
+        process manager 41 us, 10 of them folding it). Meanwhile the rows of the deaths recorded
+        still say DISCONNECTED: the metrics and alerts that read them lag, no decision does (ADR 3)."""
         start = self.clock.monotonic()
         total = 0
         try:
@@ -803,7 +808,7 @@ class ProcessManager:
                         finally:
                             self._deferring = False
                 total += fired
-                if fired and now - start < URGENT_ROUND:
+                if fired and self.clock.monotonic() - start < URGENT_ROUND:
                     continue
                 if fired or not self._unfolded:
                     return total

@@ -1289,7 +1289,7 @@ def test_deaths_are_folded_once_no_more_deadlines_are_due_not_between_them(world
     assert seen[1][2] == set()  # the first ten were recorded, not folded, when the second ten were
     assert {world.status(n) for n in first + second} == {"DEAD"}
     assert [r.dead_executor_id for r in world.dispatcher.sent] == first + second
-    assert world.pm._unfolded == [] and world.pm.derived_indexes() == world.pm.rebuilt_indexes()
+    assert not world.pm._unfolded and world.pm.derived_indexes() == world.pm.rebuilt_indexes()
 
 
 def test_in_a_storm_that_does_not_end_the_deaths_are_folded_within_the_urgent_round(world: World,
@@ -1321,7 +1321,7 @@ def test_in_a_storm_that_does_not_end_the_deaths_are_folded_within_the_urgent_ro
     assert first_sent - first_recorded <= URGENT_ROUND + 2 * 0.2 + 1e-9
     assert first_sent < sends[-1][0] - 1.0  # not with the last ones, at the storm's end
     assert sends[-1][0] - seen[-1][0] <= 0.2 + 1e-9  # and the last ones as soon as none is due
-    assert len(sends) == 90 and world.pm._unfolded == []
+    assert len(sends) == 90 and not world.pm._unfolded
     assert any(dead for _, _, dead in seen[1:])  # rounds of folds came between the batches
 
 
