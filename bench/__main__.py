@@ -19,7 +19,8 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.common import ROOT, Postgres, calibrate, calibrate_store, code_version, log, machine, raise_fd_limit
+from bench.common import (ROOT, Postgres, calibrate, calibrate_store, code_version, cpu_text, log, machine,
+                          raise_fd_limit)
 from bench.report import render
 
 SECTIONS = {
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("NO_PROXY", "*")
     ctx = Context(args.quick, args.scale, [s.strip() for s in args.stores.split(",") if s.strip()], args.history)
     repeat = args.repeat or (1 if args.quick else 3)
-    (results_dir / "machine.json").write_text(json.dumps({**machine(), "calibration_s": calibrate(),
+    here = machine()
+    (results_dir / "machine.json").write_text(json.dumps({**here, "calibration_s": calibrate(),
                                                           "calibration_store_s": calibrate_store()}, indent=2))
     started = time.monotonic()
     try:
@@ -138,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             doc = {"section": name, "mode": mode, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                    "took_s": took, "code": code, "loadavg_before": " ".join(load_before),
                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3]), "result": runs[-1],
-                   "runs": runs, "calibration_s": calibration, "calibration_store_s": calibration_store}
+                   "runs": runs, "calibration_s": calibration, "calibration_store_s": calibration_store,
+                   "cpu": cpu_text(here)}
             if ctx._pg is not None:
                 doc["postgres_settings"] = ctx._pg.settings
             (results_dir / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str))

@@ -214,6 +214,13 @@ def code_version() -> str:
         return "?"
 
 
+def cpu_text(m: dict[str, Any]) -> str:
+    """The CPU of :func:`machine`'s answer, as the report names it (each section records its own:
+    machines of one kind differ, and the report's sections may come from several)."""
+    return f"{m.get('cores', '?')} cores, {m.get('cpu_model', '?')}" + (
+        f" ({m['cpu_mhz']:.0f} MHz)" if m.get("cpu_mhz") else "")
+
+
 def machine() -> dict[str, Any]:
     model = "?"
     mhz = None
