@@ -997,8 +997,8 @@ def analysis(results_dir: Path) -> str:
                     "(aa7aec1, ADR 3) the deaths recorded wait for their folds while more deadlines are due (at most "
                     "about 0.5 s, `URGENT_ROUND`) and are folded 500 at a time once none is. In this section, runs "
                     "interleaved with the commit before (19:14-19:47 UTC, on an Intel Xeon at 2.1 GHz, calibration "
-                    "loop 0.28-0.52 s, where the runs before were on an AMD EPYC at 2.6 GHz, 0.25 s): p99 SQLite 96-333 ms (median 150) over 12 runs "
-                    "against 152-462 (median 282) over 9, Postgres 96-519 (median 166) against 147-542 (median 304); "
+                    "loop 0.28-0.52 s, where the runs before were on an AMD EPYC at 2.6 GHz, 0.25 s): p99 SQLite "
+                    "96-333 ms (median 150) over 12 runs against 152-462 (median 282) over 9, Postgres 96-519 (median 166) against 147-542 (median 304); "
                     "the goal met in 3 of 24 runs against none of 18. The process manager's CPU a death did not "
                     "change (SQLite median 84 against 85 us, Postgres 78 against 77): the deaths are recorded "
                     "first, the folds are not cheaper.", ""]
