@@ -1073,7 +1073,12 @@ def analysis(results_dir: Path) -> str:
                 "(ADR 7), so that writing and projecting the Connected events does not take the loop's time. "
                 "20,000 clients, as the goal asks, need a file limit above 20,000 per process (section 1).", ""]
     p = _get(results_dir, "replay")
-    if p and all((s["rebuild"]["per_s"] or 0) >= 0.5 * s["raw"]["per_s"] for s in p["stores"]):
+
+    def replay_met(r: dict[str, Any]) -> bool:
+        return all((s["rebuild"]["per_s"] or 0) >= 0.5 * s["raw"]["per_s"] for s in r["stores"])
+
+    runs5 = _runs(results_dir, "replay")  # judged over every run, as the goals table judges it
+    if p and all(map(replay_met, runs5 or [p])):
         out += ["**5. Replay:** met (ADR 11). The projections read the log themselves (one query per batch, "
                 "msgspec decoding); a rebuild creates the tables without secondary indexes, fills every read model "
                 "in one process per core, each over its own share of the streams (the log decoded once in all), "
@@ -1084,8 +1089,12 @@ def analysis(results_dir: Path) -> str:
     elif p:
         ratios5 = ", ".join(f"{s['store']} {100 * (s['rebuild']['per_s'] or 0) / s['raw']['per_s']:.1f}%"
                             for s in p["stores"])
-        out += [f"**5. Replay** (the run the tables show: {ratios5} of the raw scan; the goals table judges every "
-                "run). A rebuild creates the tables without secondary indexes, fills every read model in one "
+        missed5 = sum(not replay_met(r) for r in runs5)
+        short5 = sorted({s["store"] for r in runs5 for s in r["stores"]
+                         if (s["rebuild"]["per_s"] or 0) < 0.5 * s["raw"]["per_s"]})
+        out += [f"**5. Replay** (missed on {', '.join(short5)} in {missed5} of {_of(runs5)}; the run the tables "
+                f"show: {ratios5} of the "
+                "raw scan). A rebuild creates the tables without secondary indexes, fills every read model in one "
                 "process per core, each over its own share of the streams (the store filters by stream id in the "
                 "batch's query, so the log is decoded once in all), appends audit rows with `COPY` on Postgres and "
                 "multi-row statements on SQLite, builds the indexes once at the end and runs without the cyclic "
@@ -1102,9 +1111,12 @@ def analysis(results_dir: Path) -> str:
                 "one process, the fastest baseline of the two and the one that moves most with the machine. "
                 "Postgres's margin is the speed of its raw scan in the hour (its store is vacuumed before anything "
                 "is timed, as a store a rebuild meets has long been). What would move SQLite: a share's CPU an "
-                "event cut by a fifth or more, and what is left is spread thin (in a profile of one share the "
-                "storability check 5%, the audit detail's JSON 4%, the timestamps decoded and formatted again "
-                "7-9%); or a third core." + startup_text(p), ""]
+                "event cut by 7-15% on the Xeon of the latest runs (timed there on 2026-12-05: of a share's "
+                "7.0-7.6 s, reading and decoding 2.3-2.5 s, writing 1.7-2.3 s, waiting for SQLite's write lock "
+                "0.14-0.36 s; the history has them), by a fifth on the EPYC of the runs before, whose raw scan "
+                "was faster; and what is left is spread thin (in a profile of one share the storability check "
+                "5%, the audit detail's JSON 4%, the timestamps decoded and formatted again 7-9%); or a third "
+                "core." + startup_text(p), ""]
     e = _get(results_dir, "e2e")
     for run in (e2e_sdks(e) if e else []):
         if run.get("max_s") is None:
