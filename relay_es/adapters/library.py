@@ -58,6 +58,7 @@ from psycopg.sql import SQL, Identifier
 
 from relay_es.adapters.failures import is_store_error
 from relay_es.adapters.readmodels.bulk import sqlite_insert_flat
+from relay_es.adapters.sealing import StoreKeys
 from relay_es.engine.store import read_notifications
 from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
@@ -252,6 +253,11 @@ class FastReadsFactory:
 
     def relay_reads(self, app: Any) -> FastReads:
         return FastReads(app)
+
+    def relay_keys(self, app: Any) -> StoreKeys:
+        """The keys of sealed values, in a table of the store's database (:mod:`relay_es.adapters.sealing`)."""
+        return StoreKeys(app.recorder.datastore, self.kind,
+                         create_table=self.env_create_table())  # type: ignore[attr-defined]
 
     def transcoder(self) -> Any:
         """:class:`FastJSONTranscoder`, unless the environment names another (``TRANSCODER_TOPIC``,

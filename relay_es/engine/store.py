@@ -42,6 +42,7 @@ from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.members import OrgMembers
 from relay_es.aggregates.roles import OrgRoles
 from relay_es.domain.clock import Clock
+from relay_es.domain.sealing import KeyStore, MemoryKeys
 from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
 
@@ -209,6 +210,10 @@ class RelayStore(ESApplication[UUID]):
         self.clock = clock
         make = getattr(self.factory, "relay_reads", None)
         self.reads: StoreReads = make(self) if make is not None else LibraryReads(self)
+        # The keys of sealed values (webhooks' URLs and secrets), outside the log: a table of the store's
+        # own database (relay_es.adapters.sealing), in memory beside an in-memory store.
+        make_keys = getattr(self.factory, "relay_keys", None)
+        self.keys: KeyStore = make_keys(self) if make_keys is not None else MemoryKeys()
         self._listeners: list[Callable[[int], None]] = []
         self._recordings_listeners: list[Callable[[list[Any]], None]] = []
         self._listeners_lock = threading.Lock()
