@@ -7,5 +7,6 @@ package, does no I/O, reads no clock.
 * :mod:`~relay_es.domain.clock` -- the ``Clock`` interface, and ``FakeClock`` for tests;
 * :mod:`~relay_es.domain.defaults` -- the timing defaults, each stated once;
 * :mod:`~relay_es.domain.autoscaling` -- an autoscaling policy and its bounds;
-* :mod:`~relay_es.domain.alerting` -- alerting rules: their types, parameters and webhooks.
+* :mod:`~relay_es.domain.alerting` -- alerting rules: their types, parameters and webhooks;
+* :mod:`~relay_es.domain.sealing` -- values sealed under a key kept outside the log, erased to forget them.
 """

@@ -23,19 +23,23 @@ plane sees:
 refused, so a typo is never a rule that silently watches something else) and, for any type,
 ``webhooks``: up to :data:`MAX_WEBHOOKS` of ``{"url", "format": "json" | "slack", "secret"}``.
 A ``json`` webhook with a secret is signed (``docs/alerting.md``); a secret is never answered
-back (``"signed": true`` instead). :meth:`AlertingRule.check` is the one check of a new rule: the
-command calls it, never the replay of a stored one (a rule tightened later cannot make an
-application's stream unreadable).
+back (``"signed": true`` instead). A rule's webhooks are kept sealed (:class:`SealedWebhook`): the
+URL and the secret under a key of the rule's own, which deleting the rule erases
+(:mod:`relay_es.domain.sealing`, ADR 28; rules made before 2026-12-05 keep theirs in the clear).
+:meth:`AlertingRule.check` is the one check of a new rule: the command calls it, never the replay
+of a stored one (a rule tightened later cannot make an application's stream unreadable).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.sealing import seal, unseal
 from relay_es.domain.text import has_controls
 
 CONDUCTOR_TYPES = ("WorkflowFailure", "SlowQueue", "UnresponsiveApplication")
@@ -78,6 +82,44 @@ class Webhook:
         shown = f"{parts.scheme}://{parts.netloc}" + ("/…" if parts.path.strip("/") or parts.query else "")
         return {"url": shown, "format": self.format, "signed": self.secret is not None}
 
+    def sealed_with(self, key: bytes, rule_id: str, index: int) -> SealedWebhook:
+        """This webhook as a rule keeps it: URL and secret sealed under ``key``, for the ``index``-th
+        webhook of rule ``rule_id`` alone."""
+        shown = self.public()
+        plain = json.dumps({"url": self.url, "secret": self.secret}).encode()
+        return SealedWebhook(shown["url"], self.format, shown["signed"],
+                             seal(key, plain, _place(rule_id, index, self.format)))
+
+
+@dataclass(frozen=True)
+class SealedWebhook:
+    """A webhook as the rule's event and the aggregate hold it: what may be answered of it in the
+    clear, the URL and the secret sealed (:meth:`Webhook.sealed_with`)."""
+
+    shown: str  # the URL as answered: scheme and host, no path or query
+    format: str
+    signed: bool
+    sealed: str = field(repr=False)
+
+    def public(self) -> dict[str, Any]:
+        return {"url": self.shown, "format": self.format, "signed": self.signed}
+
+    def opened(self, key: bytes, rule_id: str, index: int) -> Webhook:
+        """The webhook, with the rule's key; :class:`~relay_es.domain.sealing.Unsealable` when it does
+        not open (another key, or moved from its rule or place)."""
+        d = json.loads(unseal(key, self.sealed, _place(rule_id, index, self.format)))
+        return Webhook(d["url"], self.format, d["secret"])
+
+
+def _place(rule_id: str, index: int, format: str) -> bytes:
+    """What a sealed webhook is bound to (its additional authenticated data)."""
+    return f"relay alerting rule {rule_id} webhook {index} {format}".encode()
+
+
+def key_scope(rule_id: str) -> str:
+    """The scope of a rule's key in the key store."""
+    return f"alerting-rule:{rule_id}"
+
 
 @dataclass(frozen=True)
 class AlertingRule:
@@ -87,7 +129,7 @@ class AlertingRule:
     receiving_app: str
     rule_type: str
     parameters: dict[str, Any] = field(default_factory=dict)  # the type's, defaults filled in
-    webhooks: tuple[Webhook, ...] = ()
+    webhooks: tuple[Webhook | SealedWebhook, ...] = ()
     min_interval_secs: int = DEFAULT_MIN_INTERVAL
 
     def public_metadata(self) -> dict[str, Any]:
@@ -108,19 +150,36 @@ class AlertingRule:
                                                      "name another application")
         return self
 
+    def sealed(self, key: bytes) -> AlertingRule:
+        """This rule with every webhook sealed under ``key``, the rule's own."""
+        return replace(self, webhooks=tuple(w.sealed_with(key, self.id, i) if isinstance(w, Webhook) else w
+                                            for i, w in enumerate(self.webhooks)))
+
     def as_dict(self) -> dict[str, Any]:
         """Primitives, as the aggregate keeps it (snapshots hold only what the transcoder knows)."""
         return {"id": self.id, "org": self.org, "app": self.app, "receiving_app": self.receiving_app,
                 "rule_type": self.rule_type, "parameters": dict(self.parameters),
-                "webhooks": [{"url": w.url, "format": w.format, "secret": w.secret} for w in self.webhooks],
+                "webhooks": [_webhook_dict(w) for w in self.webhooks],
                 "min_interval_secs": self.min_interval_secs}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AlertingRule:
         return cls(id=d["id"], org=d["org"], app=d["app"], receiving_app=d["receiving_app"],
                    rule_type=d["rule_type"], parameters=dict(d["parameters"]),
-                   webhooks=tuple(Webhook(w["url"], w["format"], w["secret"]) for w in d["webhooks"]),
+                   webhooks=tuple(_webhook_of(w) for w in d["webhooks"]),
                    min_interval_secs=d["min_interval_secs"])
+
+
+def _webhook_dict(w: Webhook | SealedWebhook) -> dict[str, Any]:
+    if isinstance(w, SealedWebhook):
+        return {"shown": w.shown, "format": w.format, "signed": w.signed, "sealed": w.sealed}
+    return {"url": w.url, "format": w.format, "secret": w.secret}
+
+
+def _webhook_of(d: dict[str, Any]) -> Webhook | SealedWebhook:
+    if "sealed" in d:
+        return SealedWebhook(d["shown"], d["format"], d["signed"], d["sealed"])
+    return Webhook(d["url"], d["format"], d["secret"])  # a rule made before webhooks were sealed
 
 
 def parse_metadata(rule_type: str, metadata: Any) -> tuple[dict[str, Any], tuple[Webhook, ...]]:

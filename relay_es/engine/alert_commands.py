@@ -13,15 +13,21 @@ from typing import Any
 
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application
-from relay_es.domain.alerting import AlertingRule, parse_metadata
-from relay_es.domain.errors import InvalidSetting, UnknownAlertingRule
+from relay_es.domain.alerting import AlertingRule, Webhook, key_scope, parse_metadata
+from relay_es.domain.errors import InvalidSetting, RelayError, UnknownAlertingRule
 from relay_es.domain.ids import new_id
+from relay_es.domain.sealing import KeyStore
 from relay_es.domain.text import sanitized
 
 
 class AlertCommands:
-    """Needs the store's ``_maybe``, ``save``, ``retrying``, ``now``, ``load_many``, and the
-    service's ``get_app`` and ``_change_app``."""
+    """Needs the store's ``_maybe``, ``save``, ``retrying``, ``now``, ``load_many``, ``keys``, and the
+    service's ``get_app`` and ``_change_app``.
+
+    A rule's webhooks are sealed under a key of the rule's own (``keys``, outside the log) before
+    the rule is recorded, and the key is erased before the rule's deletion, or its application's,
+    is recorded: a deletion recorded has always erased them (a deletion that fails after the erasure
+    leaves a rule whose webhooks no longer open, which deleting it again ends)."""
 
     _maybe: Callable[[uuid.UUID], Any]
     save: Callable[..., Any]
@@ -29,6 +35,7 @@ class AlertCommands:
     now: Callable[[], datetime]
     load_many: Callable[[list[uuid.UUID]], dict[uuid.UUID, Any]]
     get_app: Callable[[str, str], Application]
+    keys: KeyStore
     app_exists: Callable[[str, str], bool]
     _change_app: Callable[[str, str, Callable[[Application], bool]], bool]
 
@@ -53,18 +60,47 @@ class AlertCommands:
             raise InvalidSetting("receivingAppName", f"no application {receiver[:256]!r} is registered in org {org!r}")
         rule = AlertingRule(id=new_id(), org=org, app=app, receiving_app=receiver, rule_type=rule_type,
                             parameters=parameters, webhooks=webhooks, min_interval_secs=min_interval_secs).check()
+        if rule.webhooks:
+            rule = rule.sealed(self.keys.create(key_scope(rule.id)))  # the key kept before the rule is recorded
 
         def create(a: Application) -> bool:
             a.create_alerting_rule(rule, at=self.now())
             return True
 
-        self._change_app(org, app, create)
+        try:
+            self._change_app(org, app, create)
+        except RelayError:  # refused (no such application, too many rules): nothing was recorded under the key
+            if rule.webhooks:
+                self.keys.delete(key_scope(rule.id))
+            raise
         return rule
 
     def delete_alerting_rule(self, org: str, app: str, rule_id: str) -> None:
-        """:class:`UnknownAlertingRule` when the application has no rule of that id."""
+        """:class:`UnknownAlertingRule` when the application has no rule of that id. The rule's key
+        is erased first (only a rule of this application's: a rule id is no capability)."""
+        rule = self.get_app(org, app).alerting_rule(rule_id)
+        if rule is None:
+            raise UnknownAlertingRule(org, app, rule_id)
+        if rule.webhooks:
+            self.keys.delete(key_scope(rule.id))
         if not self._change_app(org, app, lambda a: a.delete_alerting_rule(rule_id, at=self.now())):
             raise UnknownAlertingRule(org, app, rule_id)
+
+    def erase_rules_keys(self, org: str, app: str) -> None:
+        """Erases the keys of every rule of the application, before it is deleted."""
+        for rule in self.get_app(org, app).alerting_rules:
+            if rule.webhooks:
+                self.keys.delete(key_scope(rule.id))
+
+    def open_webhook(self, rule: AlertingRule, index: int) -> Webhook | None:
+        """The rule's ``index``-th webhook with its URL and secret, to post to; None once the rule's
+        key is erased. :class:`~relay_es.domain.sealing.Unsealable` when it does not open with the key
+        (the store's key or event altered). A rule made before webhooks were sealed holds them as they are."""
+        hook = rule.webhooks[index]
+        if isinstance(hook, Webhook):
+            return hook
+        key = self.keys.get(key_scope(rule.id))
+        return None if key is None else hook.opened(key, rule.id, index)
 
     def fire_alert(self, rule: AlertingRule, *, alert_id: str, message: str, metadata: dict[str, str],
                    channels: list[str], cause: str | None = None, at: datetime | None = None) -> bool:

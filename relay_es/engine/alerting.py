@@ -47,6 +47,7 @@ from relay_es.aggregates.executor import DisconnectReason, Executor, ExecutorSta
 from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
 from relay_es.domain.clock import Clock
 from relay_es.domain.ids import new_id
+from relay_es.domain.sealing import Unsealable
 from relay_es.engine.service import Relay
 from relay_es.engine.timers import TimerHeap
 from relay_es.projections.unreadable import Unreadable
@@ -508,7 +509,16 @@ class AlertManager:
                                                  attempt=p.attempts + 1, ok=False, final=True,
                                                  detail="not sent: the rule was deleted")
                 return
-            webhook = rule.webhooks[i]
+            try:
+                webhook = self.relay.open_webhook(rule, i)
+                why = "not sent: the rule's webhook credentials are erased (the rule was deleted)"
+            except Unsealable:
+                webhook, why = None, "not sent: the webhook's sealed credentials do not open with the rule's key"
+            if webhook is None:
+                log.warning("alert %s on %s of rule %s: %s", p.alert_id, p.channel, p.rule_id, why)
+                self.relay.record_alert_delivery(p.org, p.app, p.rule_id, alert_id=p.alert_id, channel=p.channel,
+                                                 attempt=p.attempts + 1, ok=False, final=True, detail=why)
+                return
         self.sender.deliver(Delivery(p.org, p.app, p.rule_id, p.alert_id, p.channel, p.attempts + 1, p.rule_type,
                                      p.receiving_app, p.message, p.metadata, p.fired_at, webhook))
         self._inflight[key] = mono + self.timing.lost_after  # after the hand-over: a failed one is not in flight

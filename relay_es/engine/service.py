@@ -135,6 +135,9 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
         return self._change_app(org, name, lambda app: app.clear_autoscaling_policy(at=self.now()))
 
     def delete_app(self, org: str, name: str) -> None:
+        """Records the application deleted; its alerting rules' keys are erased first (ADR 28)."""
+        self.erase_rules_keys(org, name)
+
         def run() -> None:
             app = self.get_app(org, name)
             app.delete(at=self.now())

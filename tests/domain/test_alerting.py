@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -474,3 +475,57 @@ def test_any_json_metadata_parses_or_is_refused_as_invalid(data: st.DataObject, 
     other = tuple(replace(w, secret=None if w.secret is None else "\x00" + w.secret) for w in webhooks)
     assert replace(r, webhooks=other).public_metadata() == r.public_metadata()
     assert all(set(h) == {"url", "format", "signed"} for h in r.public_metadata().get("webhooks", ()))
+
+
+# ------------------------------------------------------------------ sealed
+
+
+def sealed_rule() -> tuple[AlertingRule, bytes]:
+    from relay_es.domain.sealing import new_key
+
+    key = new_key()
+    rule = AlertingRule(id="r1", org="acme", app="shop", receiving_app="shop", rule_type="ExecutorDead",
+                        webhooks=(Webhook("https://hooks.example/a?token=T0KEN", "json", "s" * 16),
+                                  Webhook("https://hooks.slack.example/services/XYZ", "slack", None)))
+    return rule.sealed(key), key
+
+
+def test_a_sealed_rule_answers_what_the_plain_one_did_and_opens_with_its_key() -> None:
+    from relay_es.domain.alerting import SealedWebhook
+
+    rule, key = sealed_rule()
+    assert all(isinstance(w, SealedWebhook) for w in rule.webhooks)
+    assert rule.public_metadata()["webhooks"] == [
+        {"url": "https://hooks.example/…", "format": "json", "signed": True},
+        {"url": "https://hooks.slack.example/…", "format": "slack", "signed": False}]
+    assert rule.webhooks[0].opened(key, "r1", 0) == Webhook("https://hooks.example/a?token=T0KEN", "json", "s" * 16)
+    assert rule.webhooks[1].opened(key, "r1", 1) == Webhook("https://hooks.slack.example/services/XYZ", "slack", None)
+    assert "T0KEN" not in repr(rule) and "XYZ" not in repr(rule) and rule.webhooks[0].sealed not in repr(rule)
+    assert rule.sealed(key) == rule  # sealed once
+
+
+def test_a_sealed_rule_survives_its_primitives_and_they_hold_nothing_secret() -> None:
+    rule, key = sealed_rule()
+    d = rule.as_dict()
+    assert AlertingRule.from_dict(d) == rule
+    text = json.dumps(d)
+    assert "T0KEN" not in text and "s" * 16 not in text and "XYZ" not in text
+
+
+def test_a_sealed_webhook_opens_only_in_its_own_place() -> None:
+    from relay_es.domain.sealing import Unsealable
+
+    rule, key = sealed_rule()
+    with pytest.raises(Unsealable):
+        rule.webhooks[0].opened(key, "r2", 0)  # another rule's
+    with pytest.raises(Unsealable):
+        rule.webhooks[0].opened(key, "r1", 1)  # another place in the rule
+    swapped = type(rule.webhooks[0])(rule.webhooks[0].shown, "slack", False, rule.webhooks[0].sealed)
+    with pytest.raises(Unsealable):
+        swapped.opened(key, "r1", 0)  # its format changed
+
+
+def test_a_rule_kept_in_the_clear_reads_back_as_it_was() -> None:
+    plain = AlertingRule(id="r1", org="acme", app="shop", receiving_app="shop", rule_type="ExecutorDead",
+                         webhooks=(Webhook("https://hooks.example/a", "json", "s" * 16),))
+    assert AlertingRule.from_dict(plain.as_dict()) == plain

@@ -168,12 +168,34 @@ def check_alerts(gs: list[Ground]) -> None:
         assert all(len(g.executor.alerts) == 1 for g in gs)  # once: the interval is an hour
 
 
-def test_queues_schedules_and_versions_through_relay(grounds: dict[str, Ground]) -> None:
+def check_secret_never_kept(store_url: str, server_log: Any) -> None:
+    """The webhooks' secret reached the receiver, signed; no event, snapshot or log line of Relay's
+    holds it (sealed under each rule's key, erased with the rule: ADR 23)."""
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.engine.service import Relay
+
+    relay = Relay({**event_store_env(parse_database_url(store_url)), "CREATE_TABLE": "false"}, clock=SystemClock())
+    try:
+        log = relay.recorder.select_notifications(start=1, limit=1_000_000)
+        states = [n.state for n in log]
+        if relay.snapshots is not None:
+            for stream in {n.originator_id for n in log}:
+                states += [e.state for e in relay.snapshots.recorder.select_events(stream)]
+        assert sum(b'"sealed"' in s for s in states) >= 2, "the rules' sealed webhooks are in the store"
+        assert not [s for s in states if HOOK_SECRET.encode() in s]
+    finally:
+        relay.close()
+    assert HOOK_SECRET not in server_log.read_text(errors="replace")
+
+
+def test_queues_schedules_and_versions_through_relay(grounds: dict[str, Ground], store_url: str) -> None:
     gs = list(grounds.values())
     for g in gs:
         check_reads(g)
         check_autoscale(g)
     check_alerts(gs)
+    check_secret_never_kept(store_url, gs[0].scene.server.log_path)
 
     # pause: the row says PAUSED, and once the SDK has noticed, no tick comes for a while
     for g in gs:

@@ -13,8 +13,9 @@ import pytest
 
 from relay_es.aggregates.alert import MAX_DETAIL, AlertFirings, firings_stream_id
 from relay_es.aggregates.application import app_stream_id
-from relay_es.domain.alerting import DEFAULT_MIN_INTERVAL, AlertingRule, Webhook
+from relay_es.domain.alerting import DEFAULT_MIN_INTERVAL, MAX_RULES, AlertingRule, SealedWebhook, Webhook, key_scope
 from relay_es.domain.errors import InvalidSetting, UnknownAlertingRule, UnknownApplication
+from relay_es.domain.sealing import MemoryKeys, Unsealable
 from relay_es.engine.service import Relay
 from tests.engine.support import kinds
 
@@ -64,10 +65,111 @@ def test_a_rule_is_created_on_the_applications_stream(relay: Relay) -> None:
     assert (rule.org, rule.app, rule.receiving_app, rule.rule_type, rule.min_interval_secs) == (
         ORG, APP, OPS, "WorkflowFailure", 120)
     assert rule.parameters == {"workflowName": "checkout", "threshold": 1, "windowSecs": 300}
-    assert rule.webhooks == (Webhook("https://example.com/h", "json", "s" * 16),)
+    assert rule.webhooks == (SealedWebhook("https://example.com/…", "json", True, rule.webhooks[0].sealed),)
+    assert relay.open_webhook(rule, 0) == Webhook("https://example.com/h", "json", "s" * 16)
     assert kinds(relay, app_stream_id(ORG, APP))[-1] == "AlertingRuleCreated"
     assert relay.get_app(ORG, APP).alerting_rules == [rule]
     assert relay.alerting_rules(ORG, OPS) == []  # the watched application's rule, not the receiver's
+
+
+SLACK_URL = "https://hooks.slack.example/services/T000/B000/XXXXSECRETPATH"
+SECRET = "topsecret-0123456789"
+
+
+def hooks() -> dict[str, Any]:
+    return {"webhooks": [{"url": "https://hooks.example/relay?token=QUERYSECRET", "secret": SECRET},
+                         {"url": SLACK_URL, "format": "slack"}]}
+
+
+def stored_states(relay: Relay, stream_id: uuid.UUID) -> list[bytes]:
+    """Every stored event and snapshot of a stream, as the store's tables hold them."""
+    out = [e.state for e in relay.recorder.select_events(stream_id)]
+    if relay.snapshots is not None:
+        out += [e.state for e in relay.snapshots.recorder.select_events(stream_id)]
+    return out
+
+
+def test_a_rules_webhooks_are_stored_sealed_and_open_on_every_writer(writers: tuple[Relay, Relay]) -> None:
+    mine, other = writers
+    rule = create(mine, metadata=hooks())
+    mine.take_snapshot(app_stream_id(ORG, APP))
+    states = stored_states(mine, app_stream_id(ORG, APP))
+    assert len(states) >= 3 and any(b"hooks.example" in s for s in states)
+    for state in states:  # neither the secret nor a URL's credential part, in any event or snapshot
+        assert b"topsecret" not in state and b"SECRETPATH" not in state and b"QUERYSECRET" not in state
+    assert [w.public() for w in rule.webhooks] == [
+        {"url": "https://hooks.example/…", "format": "json", "signed": True},
+        {"url": "https://hooks.slack.example/…", "format": "slack", "signed": False}]
+    (again, _), = other.alerting_rules(ORG, APP)  # another instance on the store opens them
+    assert other.open_webhook(again, 0) == Webhook("https://hooks.example/relay?token=QUERYSECRET", "json", SECRET)
+    assert other.open_webhook(again, 1) == Webhook(SLACK_URL, "slack", None)
+
+
+def test_deleting_a_rule_erases_its_webhooks_from_the_history(writers: tuple[Relay, Relay]) -> None:
+    mine, other = writers
+    rule, kept = create(mine, metadata=hooks()), create(mine, metadata=hooks())
+    mine.delete_alerting_rule(ORG, APP, rule.id)
+    assert mine.keys.get(key_scope(rule.id)) is None and other.keys.get(key_scope(rule.id)) is None
+    assert other.open_webhook(rule, 0) is None  # the sealed copy the history keeps opens no more
+    with pytest.raises(Unsealable):  # nor with another rule's key
+        rule.webhooks[0].opened(other.keys.get(key_scope(kept.id)), rule.id, 0)
+    assert other.open_webhook(kept, 0) is not None  # the other rule's are untouched
+
+
+def test_deleting_the_application_erases_its_rules_webhooks(relay: Relay) -> None:
+    rule, plain = create(relay, metadata=hooks()), create(relay)
+    relay.delete_app(ORG, APP)
+    assert relay.keys.get(key_scope(rule.id)) is None
+    assert relay.open_webhook(rule, 1) is None
+    assert plain.webhooks == ()
+
+
+def test_a_rule_id_names_no_key_outside_its_application(relay: Relay) -> None:
+    rule = create(relay, metadata=hooks())
+    with pytest.raises(UnknownAlertingRule):
+        relay.delete_alerting_rule(ORG, OPS, rule.id)  # a caller of another application cannot erase it
+    with pytest.raises(UnknownApplication):
+        relay.delete_alerting_rule("other", APP, rule.id)
+    assert relay.open_webhook(relay.get_app(ORG, APP).alerting_rule(rule.id), 0) is not None
+
+
+class CountedKeys(MemoryKeys):
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[str] = []
+
+    def create(self, scope: str) -> bytes:
+        self.made.append(scope)
+        return super().create(scope)
+
+
+def test_a_refused_rule_leaves_no_key(relay: Relay) -> None:
+    relay.keys = keys = CountedKeys()
+    with pytest.raises(UnknownApplication):
+        relay.create_alerting_rule(ORG, "nowhere", rule_type="ExecutorDead", metadata=hooks(), min_interval_secs=60,
+                                   receiving_app=OPS)
+    full = relay.get_app(ORG, APP)
+    for i in range(MAX_RULES):
+        full.create_alerting_rule(AlertingRule(id=f"r{i}", org=ORG, app=APP, receiving_app=APP,
+                                               rule_type="ExecutorDead"), at=relay.now())
+    relay.save(full)
+    with pytest.raises(InvalidSetting):
+        create(relay, metadata=hooks())
+    assert len(keys.made) == 2 and all(keys.get(scope) is None for scope in keys.made)
+
+
+def test_a_rule_kept_in_the_clear_before_sealing_still_delivers(relay: Relay) -> None:
+    """Rules made before 2026-12-05 hold their webhooks as they were given; they still open, and
+    deleting them needs no key."""
+    plain = AlertingRule(id=str(uuid.uuid4()), org=ORG, app=APP, receiving_app=APP, rule_type="ExecutorDead",
+                         webhooks=(Webhook("https://hooks.example/old", "json", SECRET),))
+    app = relay.get_app(ORG, APP)
+    app.create_alerting_rule(plain, at=relay.now())
+    relay.save(app)
+    ((found, _),) = relay.alerting_rules(ORG, APP)
+    assert found == plain and relay.open_webhook(found, 0) == plain.webhooks[0]
+    relay.delete_alerting_rule(ORG, APP, plain.id)
+    assert relay.alerting_rules(ORG, APP) == []
 
 
 def test_the_receiving_application_is_the_watched_one_by_default(relay: Relay) -> None:

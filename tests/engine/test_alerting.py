@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
-from relay_es.domain.alerting import AlertingRule
+from relay_es.domain.alerting import AlertingRule, key_scope
 from relay_es.engine.alerting import ALERT_TOPICS, AlertManager, AlertTiming, Delivered, Delivery, Probed
 from tests.support import World
 
@@ -308,6 +308,24 @@ def test_a_deleted_rule_is_no_longer_checked_and_its_webhooks_are_not_posted(aw:
     assert len(aw.sender.probes) == probes
     assert aw.sender.take() == []  # the webhook's retry is not posted
     assert aw.attempts(rule)[-1] == ("webhook:0", 2, False, True)
+
+
+def test_a_webhook_whose_key_is_erased_is_not_posted(aw: AlertWorld) -> None:
+    """The rule deleted by another instance (its key erased there) before this one folded the deletion:
+    the webhook's attempt is recorded as final, with why, and nothing is posted."""
+    rule = aw.relay.create_alerting_rule(
+        "local", "app", rule_type="ExecutorDead", min_interval_secs=0, receiving_app="ops",
+        metadata={"webhooks": [{"url": "https://hooks.example/a", "secret": "s" * 16}]})
+    aw.sync()
+    aw.relay.keys.delete(key_scope(rule.id))
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    assert [d.channel for d in aw.sender.take()] == ["app"]
+    assert aw.attempts(rule) == [("webhook:0", 1, False, True)]
+    (attempt,) = [e for e in aw.relay.stream(firings_stream_id("local", "app", rule.id))
+                  if isinstance(e, AlertFirings.DeliveryAttempted)]
+    assert "erased" in attempt.detail
 
 
 def test_deleting_the_application_forgets_its_rules(aw: AlertWorld) -> None:
