@@ -10,16 +10,32 @@ URL itself, honoured it. :func:`relay_es.adapters.stores.event_store_env`
 passes the rest of the URL's parameters as a libpq connection string under
 :data:`EXTRA_CONNINFO`; this factory adds them to the pool's connection
 arguments before the pool opens (it opens on first use).
+
+It also makes the store's tables one process at a time. The library creates its
+types, tables and functions with no guard against another process doing the same:
+four Relays opening an empty database at once failed in every one of ten tries
+(``duplicate key value violates unique constraint "pg_type_typname_nsp_index"``,
+``tuple concurrently updated``). Today's lease lets one ``relay serve`` run on a store,
+but a ``relay admin`` or ``relay projections`` command may open it beside the server's
+first start, and the several instances to come will start together. Each recorder's
+tables, and the sealing keys' table, are made while this process holds the advisory
+lock ``stores.CREATE_LOCK``, as the read models' are (``Database.schema``;
+``tests/adapters/test_pgfactory.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from eventsourcing.postgres import PostgresFactory
 from psycopg.conninfo import conninfo_to_dict
 
 from relay_es.adapters.library import ArrayInsertRecorder, FastReadsFactory, add_conninfo
+from relay_es.adapters.sealing import StoreKeys
+from relay_es.adapters.stores import CREATE_LOCK
 
 EXTRA_CONNINFO = "POSTGRES_EXTRA_CONNINFO"
 
@@ -36,3 +52,34 @@ class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
         extra = self.env.get(EXTRA_CONNINFO)
         if extra:
             add_conninfo(self.datastore, conninfo_to_dict(extra))
+
+    @contextmanager
+    def creating(self) -> Iterator[None]:
+        """Holds ``CREATE_LOCK`` (on a connection of the pool, for the session) while the
+        tables are made; nothing when this factory makes none (``CREATE_TABLE`` false)."""
+        if not self.env_create_table():
+            yield
+            return
+        with self.datastore.get_connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (CREATE_LOCK,))
+            conn.commit()
+            try:
+                yield
+            finally:
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (CREATE_LOCK,))
+                    conn.commit()
+                except psycopg.Error:
+                    conn.close()  # its session ends, and the lock with it (the pool drops a closed connection)
+
+    def aggregate_recorder(self, purpose: str = "events") -> Any:
+        with self.creating():
+            return super().aggregate_recorder(purpose)
+
+    def application_recorder(self) -> Any:
+        with self.creating():
+            return super().application_recorder()
+
+    def relay_keys(self, app: Any) -> StoreKeys:
+        with self.creating():
+            return super().relay_keys(app)

@@ -63,7 +63,7 @@ class MetricSeries:
         self.db = db
 
     def create(self) -> None:
-        with self.db.transaction() as cur:
+        with self.db.schema() as cur:
             for stmt in DDL:
                 cur.execute(stmt)
 

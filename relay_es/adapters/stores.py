@@ -186,10 +186,18 @@ class Cursor(Protocol):
     def rowcount(self) -> int: ...
 
 
+# Postgres' advisory lock under which a process makes tables, so that processes opening an empty
+# database together do not race in its catalog (a unique violation on pg_type): the event store's
+# (adapters/pgfactory.py), the read models' and the metric series' (Database.schema).
+CREATE_LOCK = 0x52454C415A
+
+
 class Database(Protocol):
     dialect: str
 
     def transaction(self) -> Any: ...  # context manager yielding a Cursor, committed on exit
+
+    def schema(self) -> Any: ...  # transaction() for making tables: one process at a time
 
     def read(self) -> Any: ...  # context manager yielding a Cursor for a consistent read
 
@@ -273,6 +281,9 @@ class SQLiteDatabase(ReadModelStore):
             finally:
                 cur.close()
 
+    def schema(self) -> Any:
+        return self.transaction()  # BEGIN IMMEDIATE: SQLite's one writer makes tables one process at a time
+
     @contextmanager
     def read(self) -> Iterator[_SQLiteCursor]:
         conn = getattr(self._local, "conn", None)
@@ -311,6 +322,12 @@ class PostgresDatabase(ReadModelStore):
             with conn.transaction():
                 with conn.cursor() as cur:
                     yield cur
+
+    @contextmanager
+    def schema(self) -> Iterator[Any]:
+        with self.transaction() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (CREATE_LOCK,))  # held until this one commits
+            yield cur
 
     @contextmanager
     def read(self) -> Iterator[Any]:

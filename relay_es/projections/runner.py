@@ -96,6 +96,8 @@ class ReadModelStore(Protocol):
 
     def transaction(self) -> Any: ...  # context manager yielding a cursor, committed on exit
 
+    def schema(self) -> Any: ...  # transaction() for making tables: one process at a time
+
     def read(self) -> Any: ...  # context manager yielding a cursor for a consistent read
 
     def table(self, name: str) -> Table: ...
@@ -248,7 +250,7 @@ class ProjectionRunner:
         """Creates what is missing: tables, indexes (after a rebuild, all of them), positions.
         Tables stored in an older version are emptied (position 0): catching up rebuilds them."""
         versions = {p.name: self._tables[p.name].version for p in self.projections}
-        with self.db.transaction() as cur:
+        with self.db.schema() as cur:
             self.db.create_tracking(cur, [p.name for p in self.projections])
             outdated = set(self.db.outdated(cur, versions))
             for p in self.projections:
