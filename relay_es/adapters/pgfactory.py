@@ -61,9 +61,9 @@ class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
             yield
             return
         with self.datastore.get_connection() as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (CREATE_LOCK,))
-            conn.commit()
-            try:
+            try:  # from before the lock is asked for: interrupted as it is granted, it is still let go
+                conn.execute("SELECT pg_advisory_lock(%s)", (CREATE_LOCK,))
+                conn.commit()
                 yield
             finally:
                 try:

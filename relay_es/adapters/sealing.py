@@ -7,7 +7,8 @@ never touch it (a rebuild drops only the read models' tables). It is made with t
 tables (unless ``CREATE_TABLE`` says not to, as in a rebuild's share processes, which never seal).
 
 Each call is its own short transaction on the library's datastore: a key is kept (committed)
-before anything is sealed with it, and deleted after the event that ends its scope is recorded.
+before anything sealed with it is recorded, and deleted before the event that ends its scope is
+recorded (the engine's order: ``relay_es.engine.alert_commands``).
 """
 
 from __future__ import annotations

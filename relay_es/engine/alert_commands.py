@@ -86,9 +86,9 @@ class AlertCommands:
         if not self._change_app(org, app, lambda a: a.delete_alerting_rule(rule_id, at=self.now())):
             raise UnknownAlertingRule(org, app, rule_id)
 
-    def erase_rules_keys(self, org: str, app: str) -> None:
-        """Erases the keys of every rule of the application, before it is deleted."""
-        for rule in self.get_app(org, app).alerting_rules:
+    def erase_rules_keys(self, app: Application) -> None:
+        """Erases the keys of every rule of ``app``, before its deletion is recorded."""
+        for rule in app.alerting_rules:
             if rule.webhooks:
                 self.keys.delete(key_scope(rule.id))
 

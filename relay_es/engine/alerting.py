@@ -511,7 +511,7 @@ class AlertManager:
                 return
             try:
                 webhook = self.relay.open_webhook(rule, i)
-                why = "not sent: the rule's webhook credentials are erased (the rule was deleted)"
+                why = "not sent: the rule's key is erased (the rule was deleted, or its deletion did not finish)"
             except Unsealable:
                 webhook, why = None, "not sent: the webhook's sealed credentials do not open with the rule's key"
             if webhook is None:

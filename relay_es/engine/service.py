@@ -135,11 +135,12 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
         return self._change_app(org, name, lambda app: app.clear_autoscaling_policy(at=self.now()))
 
     def delete_app(self, org: str, name: str) -> None:
-        """Records the application deleted; its alerting rules' keys are erased first (ADR 28)."""
-        self.erase_rules_keys(org, name)
+        """Records the application deleted; its alerting rules' keys are erased first (ADR 28), those of
+        the very version deleted: a rule made meanwhile conflicts with the save, and the retry erases its key."""
 
         def run() -> None:
             app = self.get_app(org, name)
+            self.erase_rules_keys(app)
             app.delete(at=self.now())
             self.save(app)
 

@@ -508,7 +508,7 @@ class ProjectionRunner:
         if unknown:
             raise ValueError(f"unknown projection(s): {', '.join(sorted(unknown))}")
         with self._lock:
-            with self.db.transaction() as cur:
+            with self.db.schema() as cur:
                 for p in self.projections:
                     if p.name in wanted:
                         table = self._tables[p.name]

@@ -124,6 +124,24 @@ def test_deleting_the_application_erases_its_rules_webhooks(relay: Relay) -> Non
     assert plain.webhooks == ()
 
 
+def test_a_rule_made_while_its_application_is_deleted_has_its_key_erased_too(writers: tuple[Relay, Relay]) -> None:
+    mine, other = writers
+    other.register_app(ORG, OPS)
+    made: list[AlertingRule] = []
+    erase = mine.erase_rules_keys
+
+    def then_another_writer_makes_a_rule(app: Any) -> None:
+        erase(app)
+        if not made:  # between this writer's read of the application and its save
+            made.append(create(other, metadata=hooks()))
+
+    mine.erase_rules_keys = then_another_writer_makes_a_rule  # type: ignore[method-assign]
+    mine.delete_app(ORG, APP)  # its save conflicts; the retry reads the rule and erases its key
+    assert made and other.keys.get(key_scope(made[0].id)) is None
+    with pytest.raises(UnknownApplication):
+        other.get_app(ORG, APP)
+
+
 def test_a_rule_id_names_no_key_outside_its_application(relay: Relay) -> None:
     rule = create(relay, metadata=hooks())
     with pytest.raises(UnknownAlertingRule):
