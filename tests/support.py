@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,28 @@ from relay_es.engine.executor_commands import ExecutorInfo
 from relay_es.engine.service import Relay
 
 POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+
+
+def at_once(n: int, prepare: Callable[[], Any], act: Callable[[Any], None]) -> list[BaseException]:
+    """``act(prepare())`` in ``n`` threads, every ``act`` started together once each ``prepare`` is
+    done; returns what they raised (a ``prepare`` that fails breaks the start: the others raise too)."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(n)
+
+    def run() -> None:
+        try:
+            prepared = prepare()
+            start.wait(timeout=30)
+            act(prepared)
+        except BaseException as e:  # noqa: BLE001  # returned to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
 
 
 @dataclass

@@ -25,7 +25,6 @@ class StoreKeys:
 
     def __init__(self, datastore: Any, kind: str, *, create_table: bool) -> None:
         self.datastore = datastore
-        self.kind = kind
         if kind == "postgres":
             from psycopg.sql import SQL, Identifier
 
@@ -56,8 +55,7 @@ class StoreKeys:
             row = curs.fetchone()
         if row is None:
             return None
-        value = row[0] if isinstance(row, (tuple, list)) else row["key"]
-        return bytes.fromhex(value)
+        return bytes.fromhex(row["key"])  # the library's rows: sqlite3.Row, psycopg's dict rows
 
     def delete(self, scope: str) -> None:
         with self.datastore.transaction(commit=True) as curs:

@@ -7,7 +7,7 @@ A mixin of :class:`~relay_es.engine.service.Relay`, like the action commands.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -70,8 +70,7 @@ class AlertCommands:
         try:
             self._change_app(org, app, create)
         except RelayError:  # refused (no such application, too many rules): nothing was recorded under the key
-            if rule.webhooks:
-                self.keys.delete(key_scope(rule.id))
+            self.erase_rules_keys([rule])
             raise
         return rule
 
@@ -81,14 +80,13 @@ class AlertCommands:
         rule = self.get_app(org, app).alerting_rule(rule_id)
         if rule is None:
             raise UnknownAlertingRule(org, app, rule_id)
-        if rule.webhooks:
-            self.keys.delete(key_scope(rule.id))
+        self.erase_rules_keys([rule])
         if not self._change_app(org, app, lambda a: a.delete_alerting_rule(rule_id, at=self.now())):
             raise UnknownAlertingRule(org, app, rule_id)
 
-    def erase_rules_keys(self, app: Application) -> None:
-        """Erases the keys of every rule of ``app``, before its deletion is recorded."""
-        for rule in app.alerting_rules:
+    def erase_rules_keys(self, rules: Iterable[AlertingRule]) -> None:
+        """Erases the keys of ``rules`` (those with webhooks have one), before their end is recorded."""
+        for rule in rules:
             if rule.webhooks:
                 self.keys.delete(key_scope(rule.id))
 

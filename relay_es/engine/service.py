@@ -140,7 +140,7 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
 
         def run() -> None:
             app = self.get_app(org, name)
-            self.erase_rules_keys(app)
+            self.erase_rules_keys(app.alerting_rules)
             app.delete(at=self.now())
             self.save(app)
 

@@ -27,31 +27,17 @@ def test_the_url_s_query_parameters_reach_the_event_store_s_connections(postgres
 def test_relays_opening_an_empty_database_together_make_its_tables_one_at_a_time() -> None:
     """Without the factory's lock, four Relays made at once on an empty database failed in ten of ten
     tries in the library's table creation (a unique violation in Postgres' catalog)."""
-    import threading
     import uuid
 
     from tests.conftest import create_database, drop_database, postgres_admin_url
+    from tests.support import at_once
 
     admin = postgres_admin_url()
     for _ in range(3):
         name = f"relay_test_{uuid.uuid4().hex[:12]}"
-        url = create_database(admin, name)
-        errors: list[BaseException] = []
+        env = event_store_env(parse_database_url(create_database(admin, name)))
         made: list[Relay] = []
-        start = threading.Barrier(4)
-
-        def make() -> None:
-            start.wait()
-            try:
-                made.append(Relay(event_store_env(parse_database_url(url)), clock=FakeClock()))
-            except BaseException as e:  # noqa: BLE001  # asserted below
-                errors.append(e)
-
-        threads = [threading.Thread(target=make) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = at_once(4, lambda: None, lambda _: made.append(Relay(env, clock=FakeClock())))
         try:
             assert errors == [] and len(made) == 4
             key = made[0].keys.create("alerting-rule:r")

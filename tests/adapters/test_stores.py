@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+from typing import Any
 
 import pytest
 
@@ -143,39 +144,28 @@ def test_the_read_models_writer_frees_pages_without_zeroing_them(tmp_path) -> No
 def test_runners_opening_an_empty_database_together_make_the_read_models_tables_one_at_a_time() -> None:
     """``Database.schema``: without its advisory lock, four runners making the read models' tables at
     once on an empty Postgres database failed in six of six tries (a unique violation on pg_type)."""
-    import threading
     import uuid
 
     from relay_es.adapters.series import MetricSeries
     from relay_es.projections import all_projections
     from relay_es.projections.runner import ProjectionRunner
     from tests.conftest import create_database, drop_database, postgres_admin_url
+    from tests.support import at_once
 
     admin = postgres_admin_url()
     for _ in range(3):
         name = f"relay_test_{uuid.uuid4().hex[:12]}"
         cfg = parse_database_url(create_database(admin, name))
         Relay(event_store_env(cfg), clock=FakeClock()).close()  # the event store's tables (pgfactory's own test)
-        errors: list[BaseException] = []
-        start = threading.Barrier(4)
-
-        def make() -> None:
+        def make(opened: tuple[Relay, Any]) -> None:
+            relay, db = opened
             try:
-                relay, db = Relay(event_store_env(cfg), clock=FakeClock()), open_database(cfg)
-                try:
-                    start.wait(timeout=30)  # a thread that failed before it breaks the barrier for the others
-                    ProjectionRunner(relay, db, all_projections())
-                    MetricSeries(db).create()
-                finally:
-                    db.close()
-                    relay.close()
-            except BaseException as e:  # noqa: BLE001  # asserted below
-                errors.append(e)
+                ProjectionRunner(relay, db, all_projections())
+                MetricSeries(db).create()
+            finally:
+                db.close()
+                relay.close()
 
-        threads = [threading.Thread(target=make) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = at_once(4, lambda: (Relay(event_store_env(cfg), clock=FakeClock()), open_database(cfg)), make)
         drop_database(admin, name)
         assert errors == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from relay_es.projections import audit
 from relay_es.projections.executors import all_rows
 from relay_es.projections.shares import StreamShare
 from tests.projections.history import busy_history, tables
-from tests.support import World, info
+from tests.support import World, at_once, info
 
 
 @pytest.fixture
@@ -145,20 +144,8 @@ def test_each_event_is_applied_once_even_with_crashes_and_concurrent_runners(wor
     with pytest.raises(RuntimeError):
         world.runner.run_batch()
     assert world.runner.position() == 0
-    # Two runners racing over the same store.
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            world.runner.catch_up()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # Runners racing over the same store.
+    errors = at_once(3, lambda: None, lambda _: world.runner.catch_up())
     assert not errors
     world.runner.catch_up()
     assert tables(world) == expected
