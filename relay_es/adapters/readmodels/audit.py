@@ -32,8 +32,11 @@ DDL = [
         detail TEXT NOT NULL
     )
     """,
-    "CREATE INDEX IF NOT EXISTS relay_audit_org ON relay_audit (org, seq)",
-    "CREATE INDEX IF NOT EXISTS relay_audit_app ON relay_audit (org, app, executor_id, seq)",
+    # Both in seq's order within their key. On SQLite seq is the rowid, which ends every index entry
+    # already ({seq} is empty there): naming it again only made the entries longer and a rebuild's
+    # index build slower (1,000,000 entries: relay_audit_app 1.25-1.33 against 1.37-1.59 s).
+    "CREATE INDEX IF NOT EXISTS relay_audit_org ON relay_audit (org{seq})",
+    "CREATE INDEX IF NOT EXISTS relay_audit_app ON relay_audit (org, app, executor_id{seq})",
     # listMetrics' recovery_count (recoveries()): an application's recoveries confirmed, by time.
     # Partial: it holds those entries alone (1% of bench section 5's), so a rebuild builds it in a tenth
     # of the time an index of every entry's action took (1,000,000 entries: SQLite 0.11 against 0.90 s,
@@ -70,9 +73,9 @@ class AuditTable:
 
     def create(self, cur: Any, *, indexes: bool = True) -> None:
         # SQLite: INTEGER PRIMARY KEY makes seq the rowid (one b-tree, not a table and an index)
-        seq_type = "INTEGER" if is_sqlite(cur) else "BIGINT"
+        seq_type, seq = ("INTEGER", "") if is_sqlite(cur) else ("BIGINT", ", seq")
         for stmt in DDL if indexes else [s for s in DDL if "CREATE INDEX" not in s]:
-            cur.execute(stmt.replace("{seq_type}", seq_type))
+            cur.execute(stmt.replace("{seq_type}", seq_type).replace("{seq}", seq))
 
     def drop(self, cur: Any) -> None:
         for t in self.tables:
@@ -110,6 +113,16 @@ class AuditTable:
 
 def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None = None, after: int | None = None,
           limit: int = 100) -> list[AuditEntry]:
+    sql, params = query_sql(org=org, app=app, executor_id=executor_id, after=after, limit=limit)
+    with db.read() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    return [AuditEntry(r[0], from_epoch_us(r[1]), r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+
+def query_sql(*, org: str, app: str | None, executor_id: str | None, after: int | None,
+              limit: int) -> tuple[str, dict[str, Any]]:
+    """:func:`query`'s statement and parameters."""
     sql = "SELECT seq, at, org, app, executor_id, action, detail FROM relay_audit WHERE org = %(org)s"
     params: dict[str, Any] = {"org": org, "limit": limit}
     if app is not None:
@@ -122,10 +135,7 @@ def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None 
         sql += " AND seq > %(after)s"
         params["after"] = after
     sql += " ORDER BY seq LIMIT %(limit)s"
-    with db.read() as cur:
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-    return [AuditEntry(r[0], from_epoch_us(r[1]), r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+    return sql, params
 
 
 RECOVERIES_SQL = (
