@@ -104,10 +104,20 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
     if row is None:
         raise ValueError(f"{kind.__qualname__} before Registered in stream {e.originator_id}")
     d = row.__dict__.copy()
+    _step(d, e)
+    return _row(d)
+
+
+def _step(d: dict[str, Any], e: Any) -> None:
+    """Applies one executor event but Registered to a row's fields ``d``, in place. Every
+    field is read before it is written, so ``d`` may be the row's own ``__dict__`` (see
+    :meth:`ExecutorsProjection.apply`)."""
+    at: datetime = e.timestamp
+    kind = type(e)
     d["version"] = e.originator_version
     d["updated_at"] = at
     if kind is Executor.Connected:
-        if e.incarnation != row.incarnation or row.created_at is None:
+        if e.incarnation != d["incarnation"] or d["created_at"] is None:
             d["created_at"] = at
         d["status"] = _HEALTHY
         d["incarnation"] = e.incarnation
@@ -127,14 +137,15 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
         d["connection_id"] = None
         d["owner"] = None
     elif kind is Executor.DeclaredDead:
-        fresh = row.recovery_phase in (None, RecoveryPhase.CONFIRMED)
+        phase = d["recovery_phase"]
+        fresh = phase in (None, RecoveryPhase.CONFIRMED)
         d["status"] = _DEAD
         d["deadline"] = None
         d["declared_dead_at"] = at
         if fresh:
             d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=e.app_version, recovery_attempt=0,
                      recovery_request_id=None, recovery_target=None, recovery_dispatched_at=None)
-        if row.recovery_phase == RecoveryPhase.DISPATCHED:
+        if phase == RecoveryPhase.DISPATCHED:
             d["recovery_redo_version"] = e.app_version
     elif kind is Executor.RecoveryDeferred:
         d["recovery_phase"] = RecoveryPhase.DEFERRED.value
@@ -149,8 +160,8 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
     elif kind is Executor.RecoveryFailed:
         d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_request_id=None)
     elif kind is Executor.RecoveryConfirmed:
-        if row.recovery_redo_version is not None and row.status == ExecutorStatus.DEAD:
-            d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=row.recovery_redo_version,
+        if d["recovery_redo_version"] is not None and d["status"] == ExecutorStatus.DEAD:
+            d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=d["recovery_redo_version"],
                      recovery_attempt=0, recovery_request_id=None, recovery_target=None, recovery_redo_version=None)
         else:
             d.update(recovery_phase=RecoveryPhase.CONFIRMED.value, recovery_redo_version=None)
@@ -159,7 +170,6 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
     elif kind is Executor.Deleted:
         d.update(status=ExecutorStatus.DELETED.value, recovery_phase=None, recovery_request_id=None,
                  recovery_target=None)
-    return _row(d)
 
 
 _HEALTHY = ExecutorStatus.HEALTHY.value
@@ -213,8 +223,15 @@ class ExecutorsProjection:
         if current is not None and current.version >= event.originator_version:
             return  # already applied (a rebuilt or replayed view never moves backwards)
         check_event(event)  # Unstorable: the runner skips this event (ADR 16)
+        dirty = self.dirty
+        if sid in dirty and type(event) is not Executor.Registered:
+            # A row this projection made since the last changes(): nobody else holds it yet, so the
+            # event is applied to it in place rather than to a copy (a rebuild folds each stream's
+            # events in runs). A failed batch forgets every row it touched.
+            _step(current.__dict__, event)  # type: ignore[union-attr]
+            return
         self.rows[sid] = reduce(current, event)
-        self.dirty.add(sid)
+        dirty.add(sid)
 
     def changes(self) -> list[ExecutorRow]:
         """The rows changed since the last call."""
