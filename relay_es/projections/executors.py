@@ -109,9 +109,9 @@ def reduce(row: ExecutorRow | None, e: Any) -> ExecutorRow:
 
 
 def _step(d: dict[str, Any], e: Any) -> None:
-    """Applies one executor event but Registered to a row's fields ``d``, in place. Every
-    field is read before it is written, so ``d`` may be the row's own ``__dict__`` (see
-    :meth:`ExecutorsProjection.apply`)."""
+    """Applies one executor event but Registered to a row's fields ``d``, in place. Each field
+    is read before it is written, so the result does not depend on whether ``d`` is a copy of the
+    row (:func:`reduce`) or the row's own ``__dict__`` (:meth:`ExecutorsProjection.apply`)."""
     at: datetime = e.timestamp
     kind = type(e)
     d["version"] = e.originator_version

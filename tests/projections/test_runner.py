@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,6 +100,27 @@ def test_rebuild_command_a_user_can_run(world: World) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "rebuilt executors, audit, apps, actions from" in out.stdout
+    world._open()
+    assert tables(world) == live
+
+
+def test_rebuild_command_run_beside_another_relay_es_runs_its_own_code(world: World, tmp_path: Path) -> None:
+    """The share processes come from a fork server, which Python starts on its own path, the
+    current directory first: `relay` run from a directory holding another `relay_es` (an older
+    checkout) must not import it there."""
+    busy_history(world)
+    world.runner.catch_up()
+    live = tables(world)
+    world.close()
+    decoy = tmp_path / "relay_es"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text('raise RuntimeError("the decoy relay_es was imported")\n')
+    env = {**os.environ, "RELAY_DATABASE_URL": world.store_url}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([str(Path(sys.executable).with_name("relay")), "projections", "rebuild"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "decoy" not in out.stderr
     world._open()
     assert tables(world) == live
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver
@@ -97,12 +98,30 @@ def _fork_server() -> BaseContext:
     store, dropping the tables) instead of each share process importing Relay after it. A rebuild
     of bench section 5 starts its shares some 0.2 s sooner than spawned ones (2026-12-06). Forked
     from the server, not from the caller: the shares inherit none of the caller's connections or
-    threads. Spawned processes where there is no fork server (no ``fork``)."""
+    threads. Spawned processes where there is no fork server (no ``fork``).
+
+    The fork server runs ``python -c``, and Python (3.11 to 3.13) imports its preload on the
+    server's own path, the current directory first, not the caller's (``forkserver.main`` ignores
+    the ``sys_path`` it is given): a ``relay_es`` or a dependency's name in the directory ``relay``
+    was run from would be imported and run in the shares. So it is started on the caller's path
+    (``PYTHONPATH``) without the current directory (``PYTHONSAFEPATH``), and the shares run the
+    very code the caller runs, as spawned ones do. One fork server serves the process for its
+    life, started on the environment of the first call."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
-    forkserver.ensure_running()
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)  # "" is the current directory
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return ctx
 
 
