@@ -785,6 +785,18 @@ CHEAPER_EVENTS = ("Since 2026-12-05 (6302734) an event costs less to make and to
                   "against 38-55 us a death, Postgres 31-38 against 36-51.")
 
 
+MACHINES2 = ("The same storms measured on two machines of this kind show the two bounds pulling apart. On "
+             "2026-12-05 (6302734, an AMD EPYC at 2.6 GHz, calibration loop 0.25 s, store loop 0.61-0.65 s) the "
+             "raw baseline committed 6,218-8,000 rows/s and every storm met the goal in every run (106-271%). On "
+             "2026-12-06 (2cae3e8, an Intel Xeon at 2.1 GHz, calibration loop 0.33-0.54 s, store loop 0.94-1.21 s) "
+             "the baseline committed 10,301-12,792 rows/s, its disk's commits faster, while Relay's CPU-bound path "
+             "ran no faster or slower (drop storm appended SQLite 6,621/s against 6,906/s, reconnect 5,227/s against "
+             "9,734/s, the runs nearest the median): the drop and reconnect storms at 39-73% of the raw rate. "
+             "Alternated runs of that hour with the session's first commit (ab9b58c, four runs of the section) "
+             "scattered the same way (drop storm SQLite 5,959-8,359 against 5,540-8,314/s), so the drop is the "
+             "machine's, not the commit's.")
+
+
 def analysis(results_dir: Path) -> str:
     """What bounds each goal now, the measurement that shows it, and what would move it.
     Figures come from the results (over every run of a section where a goal is judged on every
@@ -878,7 +890,7 @@ def analysis(results_dir: Path) -> str:
                 "run (the calibration and store loops above the section's tables), and the same commit's storms "
                 "scatter by tens of points from run to run (the goals table's spread). " + CHEAPER_EVENTS
                 + " In the runs before that (2026-12-05, feb1a03) the drop storm fell below the raw rate in 2 of 3 "
-                "runs on each store (appended SQLite 98-124%, Postgres 87-119%)." + drop_text + handshakes
+                "runs on each store (appended SQLite 98-124%, Postgres 87-119%). " + MACHINES2 + drop_text + handshakes
                 + " " + WRITER_THREAD + " What would move it: the sockets in more than one process (ADR 7: the "
                 "owner of a socket is in every Connected event, dispatch goes through the owner), so that taking "
                 "in sockets, recording their events and following the log no longer share one GIL; a writer "
