@@ -1130,7 +1130,7 @@ def analysis(results_dir: Path) -> str:
                 "the commit before (ab9b58c) on 2026-12-06 01:11-01:14 UTC, took 11.3-16.0 s (median 15.2) against "
                 "14.1-18.7 s (median 16.4). **The machine's own speed moves the ratio more than that.** In those "
                 "three minutes the raw scan alone took 5.5-9.5 s; in the section's runs the store loop read "
-                "0.80-1.16 s (0.67-0.73 s in the runs before) and the calibration loop 0.32-0.48 s, and over the "
+                "0.80-1.16 s (0.71-0.73 s in the run half an hour before) and the calibration loop 0.32-0.48 s, and over the "
                 "hour the calibration loop read 0.31-0.59 s, and 0.31 and 0.49 s run twice at once. A run of the "
                 "section half an hour earlier (00:29-00:44 UTC, 9e0e1ba: the same code but the in-place fold) gave "
                 "sqlite 37-71% and postgres 48-60% (rebuild 11.8-16.0 and 11.6-15.7 s, raw scan 5.6-8.3 and "
