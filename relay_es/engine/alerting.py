@@ -511,9 +511,10 @@ class AlertManager:
                 return
             try:
                 webhook = self.relay.open_webhook(rule, i)
-                why = "not sent: the rule's key is erased (the rule was deleted, or its deletion did not finish)"
             except Unsealable:
                 webhook, why = None, "not sent: the webhook's sealed credentials do not open with the rule's key"
+            else:
+                why = "not sent: the rule's key is erased (the rule was deleted, or its deletion did not finish)"
             if webhook is None:
                 log.warning("alert %s on %s of rule %s: %s", p.alert_id, p.channel, p.rule_id, why)
                 self.relay.record_alert_delivery(p.org, p.app, p.rule_id, alert_id=p.alert_id, channel=p.channel,

@@ -90,28 +90,14 @@ def test_a_rebuild_interrupted_mid_share_is_finished_by_folding_from_the_start(w
     assert tables(world) == live
 
 
-def test_rebuild_command_a_user_can_run(world: World) -> None:
+def test_rebuild_command_a_user_can_run(world: World, tmp_path: Path) -> None:
+    """Run as a user runs it: the `relay` script, here from a directory holding another `relay_es`
+    (an older checkout). The share processes come from a fork server, which Python starts on its
+    own path, the current directory first: that `relay_es` must not be imported there."""
     busy_history(world)
     world.runner.catch_up()
     live = tables(world)
     world.close()  # the command runs against the store, as a user would
-    env = {**os.environ, "RELAY_DATABASE_URL": world.store_url}
-    out = subprocess.run([sys.executable, "-m", "relay_es", "projections", "rebuild"], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "rebuilt executors, audit, apps, actions from" in out.stdout
-    world._open()
-    assert tables(world) == live
-
-
-def test_rebuild_command_run_beside_another_relay_es_runs_its_own_code(world: World, tmp_path: Path) -> None:
-    """The share processes come from a fork server, which Python starts on its own path, the
-    current directory first: `relay` run from a directory holding another `relay_es` (an older
-    checkout) must not import it there."""
-    busy_history(world)
-    world.runner.catch_up()
-    live = tables(world)
-    world.close()
     decoy = tmp_path / "relay_es"
     decoy.mkdir()
     (decoy / "__init__.py").write_text('raise RuntimeError("the decoy relay_es was imported")\n')
@@ -121,6 +107,7 @@ def test_rebuild_command_run_beside_another_relay_es_runs_its_own_code(world: Wo
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "decoy" not in out.stderr
+    assert "rebuilt executors, audit, apps, actions from" in out.stdout
     world._open()
     assert tables(world) == live
 
