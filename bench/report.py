@@ -319,17 +319,26 @@ def s3(d: dict[str, Any], goals: list[Goal]) -> str:
     for s in r["stores"]:
         if s.get("lateness_floor_ms") is not None:
             a, fl = s["deaths_alone"], s["lateness_floor_ms"]
+            tries = a.get("tries_per_s") or []
+            rate = (f"{f0(a['per_s'])} deaths/s, the fastest of {len(tries)} such batches measured just after the "
+                    f"run, without the garbage collector ({', '.join(f0(x) for x in tries)}/s)" if len(tries) > 1
+                    else f"{f0(a['per_s'])} deaths/s")
+            beaten = s["lateness_ms"]["p99"] < fl["p99"]
             out += ["", f"**{s['store']}, the floor.** The same {f0(a['n'])} deaths recorded alone, as the process "
                     f"manager records deaths due together (one `Relay.execute`, a command per executor, one "
                     f"transaction) but in a process of their own with no socket, read model or other thread: "
-                    f"{f0(a['per_s'])} deaths/s. Recording this run's deadlines at that rate as the process manager "
+                    f"{rate}. Recording this run's deadlines at that rate as the process manager "
                     f"records them -- whenever it is free, every death due stamped at once and saved in one batch, "
                     f"the deaths that come due meanwhile waiting for the next -- with stamping free and nothing "
                     f"else to do, would make them late by p50 {f0(fl['p50'])} ms, p99 {f0(fl['p99'])} ms, max "
-                    f"{f0(fl['max'])} ms (`lateness_floor`): no thread recording deaths at that rate on this "
-                    f"machine and store does better than that; what the run measured above it is the time the "
-                    f"process manager was not recording deaths (following the log, dispatching), spent stamping "
-                    f"and folding them, or did not hold the GIL."]
+                    f"{f0(fl['max'])} ms (`lateness_floor`): no thread recording deaths at that rate does better; "
+                    + ("this run's storm did (p99 " + f0(s["lateness_ms"]["p99"]) + " ms), so in its bursts a death "
+                       "cost the process manager less than in the floor's batches a few seconds later (the process "
+                       "manager batches as the floor does; this machine's speed moves within minutes: the "
+                       "calibration loops above)." if beaten else
+                       "what the run measured above it is the time the process manager was not recording deaths "
+                       "(following the log, dispatching), spent stamping and folding them, or did not hold the "
+                       "GIL.")]
         if s.get("lateness_at_pm_cost_ms") is not None:
             cpu, pf = s["pm_cpu_s"], s["lateness_at_pm_cost_ms"]
             others = ", ".join(f"{WORK.get(k, k)} {v:.2f} s" for k, v in sorted(cpu.items()) if k != "deadline")
@@ -952,6 +961,8 @@ def analysis(results_dir: Path) -> str:
             if floored:
                 at_cost = {st: [x["lateness_at_pm_cost_ms"]["p99"] for x in xs if x.get("lateness_at_pm_cost_ms")]
                            for st, xs in floored.items()}
+                beaten = sum(x["lateness_ms"]["p99"] < x["lateness_floor_ms"]["p99"]
+                             for xs in floored.values() for x in xs)
                 floor_text = (
                     " **The floor.** The same deaths recorded alone, in a process of their own (the section's "
                     "notes), ran at "
@@ -963,9 +974,13 @@ def analysis(results_dir: Path) -> str:
                     + ", ".join(f"{st} {_span([x['lateness_floor_ms']['p99'] for x in xs], '{:.0f}')} ms"
                                 for st, xs in floored.items())
                     + ". Where that floor is above 100 ms, no thread recording deaths through the event store "
-                    "library meets the goal on this machine; where it is below, the goal is within reach of one "
-                    "that records them in the server as cheaply as alone. At the process manager's own cost in "
-                    "the server the same estimate gives p99 "
+                    "library at that rate meets the goal; where it is below, the goal is within reach of one "
+                    "that records them in the server as cheaply as alone."
+                    + (f" In {beaten} of the runs the storm beat its floor: in its bursts a death cost the process "
+                       "manager less than in the floor's batches a few seconds later (it batches as the floor does; "
+                       "this machine's speed moves within minutes), so the floor is the rate of its own minute, "
+                       "not a bound on another's." if beaten else "")
+                    + " At the process manager's own cost in the server the same estimate gives p99 "
                     + ", ".join(f"{st} {_span(v, '{:.0f}')} ms" for st, v in at_cost.items() if v)
                     + ", against a measured p99 of "
                     + ", ".join(f"{st} {_span([x['lateness_ms']['p99'] for x in xs], '{:.0f}')} ms"
