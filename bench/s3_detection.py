@@ -6,15 +6,15 @@ the application's grace is set to 5 s (PATCH executorTimeoutSecs); the N drop
 at once (no close frame, like SIGKILL), so N deadlines come due together. From the lifecycle feed (REST, paged):
 DeclaredDead's ``at`` against the deadline its Disconnected carried, and the
 recovery dispatch against the death; from the survivor's fleet: when the
-``exist_pending_workflows`` frame for each dead executor arrived. Then the floor: the same
+``exist_pending_workflows`` frame for each dead executor arrived. Then the rate alone: the same
 number of deaths recorded alone (``record_deaths_alone``, one transaction, nothing else running)
-gives a rate, and ``lateness_floor`` the lateness the run's own deadlines would have had if
-recording them at that rate, in batches as the process manager records them, were all there was
-to do.
+gives a rate, and ``lateness_floor`` the lateness the run's own deadlines would have had if the
+process manager recorded them at that rate, as it batches them, with nothing else to do (an
+estimate, not a bound: see there).
 
 ``bench/run --history EVENTS``: the storm runs on a copy of a store that already holds that many
 events (:func:`seeded`), whose primary key and tables a fresh store does not have: a death costs
-more there (docs/benchmarks-history.md, goal 3). The floor is measured on another copy of it.
+more there (docs/benchmarks-history.md, goal 3). The deaths alone are recorded on another copy of it.
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ OTHERS = "detect-others"
 
 
 def record_deaths_alone(store_url: str, n: int, tries: int = 3) -> dict[str, Any]:
-    """The floor of recording deaths: ``n`` executors Disconnected with their deadline passed, then
-    declared dead in one ``Relay.execute`` (as the process manager records the deaths due together:
-    one command per executor, one transaction), in this process, with no socket, read model or other
-    thread, and without the cyclic garbage collector (what exists frozen, collections off while it is
-    timed: the server pays for its collections, a floor does not). ``tries`` such batches on the same
-    store, each of its own ``n`` executors; the fastest is the floor (a slower one is the machine's
+    """The cost of recording deaths alone: ``n`` executors Disconnected with their deadline passed,
+    then declared dead in one ``Relay.execute`` (as the process manager records the deaths due
+    together: one command per executor, one transaction), in this process, with no socket, read
+    model or other thread, and without the cyclic garbage collector while it is timed (the server
+    pays for its collections; this is the recording's own cost). ``tries`` such batches on the same
+    store, each of its own ``n`` executors; the fastest is the rate (a slower one is the machine's
     minute, not the recording's cost). Deaths recorded per second."""
     import gc
     from datetime import timedelta, timezone
@@ -73,9 +73,10 @@ def record_deaths_alone(store_url: str, n: int, tries: int = 3) -> dict[str, Any
     from relay_es.adapters.stores import event_store_env, parse_database_url
     from relay_es.engine.service import Relay
 
+    if tries < 1:
+        raise ValueError("tries must be at least 1")
     relay = Relay(event_store_env(parse_database_url(store_url)), clock=SystemClock())
-    took: list[float] = []
-    done: list[bool] = []
+    runs: list[tuple[float, int]] = []  # (seconds, deaths recorded) per batch
     try:
         relay.register_app("local", "floor")
         for t in range(tries):
@@ -85,33 +86,38 @@ def record_deaths_alone(store_url: str, n: int, tries: int = 3) -> dict[str, Any
             for i in range(0, n, 500):
                 relay.save(*executors[i:i + 500])
             ops = [relay.op_declare_dead(ex.id, ex.deadline) for ex in executors]
+            was_enabled = gc.isenabled()
             gc.collect()
-            gc.freeze()
             gc.disable()
             try:
                 t0 = time.perf_counter()
                 done = relay.execute(ops)
-                took.append(time.perf_counter() - t0)
+                runs.append((time.perf_counter() - t0, sum(done)))
             finally:
-                gc.enable()
-                gc.unfreeze()
+                if was_enabled:
+                    gc.enable()
     finally:
         relay.close()
-    best = min(took)
-    return {"n": n, "recorded": sum(done), "seconds": best, "per_s": n / best,
-            "tries_per_s": [n / x for x in took]}
+    best, recorded = min(runs)
+    return {"n": n, "recorded": recorded, "seconds": best, "per_s": recorded / best,
+            "tries_per_s": [k / x for x, k in runs], "model": "batched"}
 
 
 def lateness_floor(deadlines: list[float], per_s: float) -> list[float]:
-    """Each death's lateness if one thread recorded them as the process manager does, in batches,
-    at ``per_s`` and for free otherwise: whenever it is free it takes every death due by then and
-    stamps them all at once (``DeclaredDead.at`` is taken before the batch is saved), then is busy
-    for the batch's cost, ``len(batch) / per_s``, with no time to notice a deadline and nothing
-    else to do. Deaths that come due while it is busy wait for the next batch. Stamping costs
-    nothing here and a small batch costs no more a death than the 10,000 measured together, so
-    no thread recording the deaths at that rate does better: a floor for the run's deadlines.
-    (Until 2026-12-06 each death was stamped when its own recording ended, one after another,
-    which the server's batches beat in some runs: not a floor.)"""
+    """The deaths' lateness, in the order of their deadlines, under the process manager's own policy at
+    ``per_s`` with nothing else to do: whenever it is free it takes every death due by then, stamps
+    them all at once (``DeclaredDead.at`` is taken before the batch is saved) and is then busy for the
+    batch's cost, ``len(batch) / per_s``; deaths that come due meanwhile wait for the next batch.
+    Stamping costs nothing here, so this is what the process manager would measure if a death cost
+    it in the server what it costs alone (:func:`record_deaths_alone`).
+
+    Not a lower bound, despite its name (kept for the results files): a thread that waited a little
+    before a batch, to take more deaths into it, would stamp those earlier than this policy does,
+    and the process manager, late to look because of other work, sometimes does just that (bench
+    runs of 2026-12-06 measured below it). Until 2026-12-06 each death was stamped when its own
+    recording ended, one after another, which the server beat more often."""
+    if not per_s > 0:
+        raise ValueError("per_s must be positive")
     ds = sorted(deadlines)
     per = 1.0 / per_s
     late: list[float] = []
@@ -271,12 +277,12 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         srv = None
         floor_url = new_store(ctx, kind, wd, "floor", databases)  # like the run's: fresh, or the same history
         alone = record_deaths_alone(floor_url, len(timeline) or n)
-        floor = stats_ms(lateness_floor([dl for dl, _ in timeline], alone["per_s"]))
-        log(f"s3 {kind}: deaths recorded alone {alone['per_s']:,.0f}/s; lateness floor p99 {floor['p99']} ms")
+        floor = stats_ms(lateness_floor([dl for dl, _ in timeline], alone["per_s"])) if alone["per_s"] > 0 else None
+        log(f"s3 {kind}: deaths recorded alone {alone['per_s']:,.0f}/s; lateness at that rate p99 "
+            f"{floor and floor['p99']} ms")
         # The process manager's own CPU a death in the server (its thread's, deadline work over the deaths), and
-        # the lateness of the deaths recorded in batches at that cost, as the floor's (lateness_floor), with
-        # nothing else between them: the scale of its own work on the deaths. Not a floor: its CPU a death
-        # counts the stamping too, and the folds of the deaths recorded.
+        # the lateness of the deaths recorded in batches at that cost, as lateness_floor records them, with
+        # nothing else between them: the scale of its own work on the deaths (that CPU counts the folds too).
         per_death = pm_cpu_s.get("deadline", 0.0) / len(timeline) if timeline else 0.0
         at_cost = stats_ms(lateness_floor([dl for dl, _ in timeline], 1 / per_death)) if per_death else None
         log(f"s3 {kind}: process manager CPU {', '.join(f'{k} {v:.2f} s' for k, v in sorted(pm_cpu_s.items()))}; "
