@@ -993,17 +993,19 @@ def analysis(results_dir: Path) -> str:
                                 for st, xs in floored.items())
                     + (": what the process manager would measure if a death cost it in the server what it costs "
                        "alone. Where that is under 100 ms, the goal is within reach of a process manager that "
-                       "records the deaths in the server as cheaply as alone. An estimate, not a bound (`lateness_floor`: a thread that waited to take "
-                       "more deaths into a batch would stamp them sooner)." if batched else
+                       "records the deaths in the server as cheaply as alone. An estimate, not a bound "
+                       "(`lateness_floor`: a thread that waited to take more deaths into a batch would stamp them "
+                       "sooner)." if batched else
                        ": the scale of the recording's own cost, not a bound (the process manager stamps a batch "
                        "before it saves it).")
                     + (f" In {below} of the {len(storms)} storms the measured p99 was below it." if below else "")
-                    + " At the process manager's own cost in the server the same estimate gives p99 "
-                    + ", ".join(f"{st} {_span(v, '{:.0f}')} ms" for st, v in at_cost.items() if v)
-                    + ", against a measured p99 of "
+                    + (" At the process manager's own cost in the server the same estimate gives p99 "
+                       + ", ".join(f"{st} {_span(v, '{:.0f}')} ms" for st, v in at_cost.items() if v) + "."
+                       if any(at_cost.values()) else "")
+                    + " The runs measured p99 "
                     + ", ".join(f"{st} {_span([x['lateness_ms']['p99'] for x in xs], '{:.0f}')} ms"
                                 for st, xs in floored.items())
-                    + ". The runs scatter widely: read each against its own estimate.")
+                    + ". They scatter widely: read each against its own estimate.")
             gcs = [f"{x['store']} {f0(g['ms'])} ms in {g['count']} young collection{'s' if g['count'] > 1 else ''}"
                    for x in d["stores"] for key, g in sorted((x.get("gc_during_storm") or {}).items())
                    if key.startswith("generation")]
