@@ -132,18 +132,21 @@ class Executor:
 
     def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = {"event": "garbage", "line": line}
-            if event.get("event") == "alert":  # whenever it comes: kept apart from the replies
-                self.alerts.append(event)
-                continue
-            self._events.put(event)
+        try:
+            for line in self.proc.stdout:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = {"event": "garbage", "line": line}
+                if event.get("event") == "alert":  # whenever it comes: kept apart from the replies
+                    self.alerts.append(event)
+                    continue
+                self._events.put(event)
+        except (ValueError, OSError):  # closed under it by close() (ValueError: I/O operation on closed file)
+            pass
         self._events.put(None)  # EOF
 
     def _next_event(self, wanted: str, timeout: float) -> dict[str, Any]:
@@ -261,6 +264,9 @@ class Executor:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 pass
+        # The process is gone, so its stdout ends: let the reader drain it before the stream is closed
+        # under it (a child that inherited the pipe could keep it open: then the reader ends on the close).
+        self._reader.join(10)
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 if stream is not None:
