@@ -331,14 +331,10 @@ def s3(d: dict[str, Any], goals: list[Goal]) -> str:
                     f"one transaction) but in a process of their own with no socket, read model or other thread: "
                     f"{rate}. ")
             if _batched(s):
-                body = ("Recorded at that rate as the process manager records them -- whenever it is free, every "
-                        "death due stamped at once and saved in one batch, the deaths that come due meanwhile "
-                        "waiting for the next -- with nothing else to do, this run's deadlines would have been late "
-                        f"by p50 {f0(fl['p50'])} ms, p99 {f0(fl['p99'])} ms, max {f0(fl['max'])} ms "
-                        "(`lateness_floor`): what the process manager would measure if a death cost it in the "
-                        "server what it costs alone. An estimate, not a bound: a thread that waited to take more "
-                        "deaths into a batch would stamp them sooner, and the process manager, late to look while "
-                        "it does other work, can.")
+                body = (f"Recorded at that rate as the process manager records them -- {ALONE_POLICY} -- with "
+                        "nothing else to do, this run's deadlines would have been late by p50 "
+                        f"{f0(fl['p50'])} ms, p99 {f0(fl['p99'])} ms, max {f0(fl['max'])} ms: what the process "
+                        "manager would measure if a death cost it in the server what it costs alone. " + NOT_A_BOUND)
             else:
                 body = ("Recorded one after another at that rate, each stamped when its own recording ended, this "
                         f"run's deadlines would have been late by p50 {f0(fl['p50'])} ms, p99 {f0(fl['p99'])} ms, "
@@ -765,9 +761,16 @@ HISTORY = "[docs/benchmarks-history.md](benchmarks-history.md)"
 
 def _batched(s: dict[str, Any]) -> bool:
     """Whether a section 3 store result's ``lateness_floor_ms`` comes from the batched estimate
-    (``bench.s3_detection.lateness_floor`` since 2026-12-06) rather than the one-by-one one before it."""
-    a = s.get("deaths_alone") or {}
-    return a.get("model") == "batched" or "tries_per_s" in a
+    (``bench.s3_detection.lateness_floor`` since 2026-12-06, whose rate is the fastest of
+    ``tries_per_s``) rather than the one-by-one one before it."""
+    return "tries_per_s" in (s.get("deaths_alone") or {})
+
+
+# The batched estimate in words, in a store's notes and in the closing section alike.
+ALONE_POLICY = ("whenever it is free, every death due stamped at once and saved in one batch, the deaths that "
+                "come due meanwhile waiting for the next")
+NOT_A_BOUND = ("An estimate, not a bound (`lateness_floor`): a thread that waited to take more deaths into a batch "
+               "would stamp them sooner, and the process manager, late to look while it does other work, can.")
 
 
 def _span(xs: list[float], fmt: str) -> str:
@@ -984,18 +987,15 @@ def analysis(results_dir: Path) -> str:
                     + ", ".join(f"{st} {_span([x['deaths_alone']['per_s'] for x in xs], '{:,.0f}')}/s"
                                 for st, xs in floored.items())
                     + f" over the {_of(d_runs)}; "
-                    + ("recorded at that rate as the process manager records them (whenever free, every death due "
-                       "stamped at once, then saved in one batch) and nothing else, each run's own deadlines "
-                       "would have been late by p99 " if batched else
+                    + (f"recorded at that rate as the process manager records them ({ALONE_POLICY}) and nothing "
+                       "else, each run's own deadlines would have been late by p99 " if batched else
                        "recorded one after another at that rate, each stamped when its own recording ended, each "
                        "run's own deadlines would have been late by p99 ")
                     + ", ".join(f"{st} {_span([x['lateness_floor_ms']['p99'] for x in xs], '{:.0f}')} ms"
                                 for st, xs in floored.items())
                     + (": what the process manager would measure if a death cost it in the server what it costs "
                        "alone. Where that is under 100 ms, the goal is within reach of a process manager that "
-                       "records the deaths in the server as cheaply as alone. An estimate, not a bound "
-                       "(`lateness_floor`: a thread that waited to take more deaths into a batch would stamp them "
-                       "sooner)." if batched else
+                       "records the deaths in the server as cheaply as alone. " + NOT_A_BOUND if batched else
                        ": the scale of the recording's own cost, not a bound (the process manager stamps a batch "
                        "before it saves it).")
                     + (f" In {below} of the {len(storms)} storms the measured p99 was below it." if below else "")
