@@ -568,5 +568,9 @@ def test_recovering_executor_that_never_answers_is_timed_out_and_a_newcomer_reco
     assert f"no answer within {timeout}s" in first_failure["detail"]["reason"], first_failure
     first_dispatch = of(scene.events(a.executor_id), "recovery.dispatched")[0]
     waited = (at(first_failure) - at(first_dispatch)).total_seconds()
-    assert timeout <= waited < timeout + 1.0, f"the dispatch failed {waited:.3f}s after it went out"
+    # The response timer runs from a deadline the process manager takes just before it records the
+    # dispatch (so it is never earlier than the one the dispatcher obeys), and the feed's times are
+    # cut to the millisecond: the failure can be stamped a few ms less than the timeout after the
+    # dispatch's stamp (2.999 s was seen), never a whole batch's worth.
+    assert timeout - 0.05 <= waited < timeout + 1.0, f"the dispatch failed {waited:.3f}s after it went out"
     stage.finish(deaths=2, recoveries=2)
