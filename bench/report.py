@@ -767,6 +767,23 @@ def _batched(s: dict[str, Any]) -> bool:
 
 
 # The batched estimate in words, in a store's notes and in the closing section alike.
+PROCESS_OF_THEIR_OWN = (
+    " Deaths declared in a process of their own, the step this report named until 2026-12-06, gave a mixed answer"
+    " when tried: a throwaway prototype (2026-12-06, 05:44-06:20 UTC, calibration loop 0.28-0.55 s) left the"
+    " deadlines to a second process that followed the log, read each Disconnected executor's stream into its cache"
+    " as its Disconnected came, and recorded the deaths due in one transaction, as the process manager does."
+    " Interleaved runs of this section's storm gave p99 SQLite 95 and 108 ms with it against 90-435 ms (median 245,"
+    " five runs) without; Postgres 207 and 242 ms with it against 68-84 ms without (three runs, one with the read"
+    " models paused as below; all three under the goal). Without the cache read ahead, SQLite gave 161-839 ms (three"
+    " runs). In its batches of 500 deaths or more the second process took 44-158 us of wall time a death (35-78 us"
+    " of its CPU), against 26-31 us for the same deaths recorded alone just after each of those runs: the cores are"
+    " shared with the server, the read models and the clients. And the runs with it were lighter than a real split"
+    " would be: the server's cached copies of the dead executors still said DISCONNECTED, so it recorded none of"
+    " its 10,000 recovery dispatches (each refused on a stale copy; ADR 12 says what a second writer needs)."
+    " Nor are the read models' SQLite writes what delays the deaths: with the read models' process paused from"
+    " just before the deadlines until after the last death, SQLite p99 was 310 and 374 ms, against 131 and 245 ms"
+    " in the runs between, the server at 0.9 of a core and the machine 54-57% busy."
+)
 ALONE_POLICY = ("whenever it is free, every death due stamped at once and saved in one batch, the deaths that "
                 "come due meanwhile waiting for the next")
 NOT_A_BOUND = ("An estimate, not a bound (`lateness_floor`): a thread that waited to take more deaths into a batch "
@@ -1036,10 +1053,8 @@ def analysis(results_dir: Path) -> str:
                     f"{s['store']}); the deaths are then recorded in groups, each group in one transaction (the "
                     "instants under the table). Noticing the drops takes up to a second "
                     f"(Disconnected - drop: {detect}), which spreads the deadlines over {spread}." + bound_text
-                    + floor_text + gc_text + history_text + " What would move it: deaths declared in more than one "
-                    "process (ADR "
-                    "7's ownership), so that a burst is shared by several GILs; and a writer beneath the library. "
-                    "A throwaway prototype of that writer (2026-12-04; SQLite, 10,000 deaths in one transaction, no "
+                    + floor_text + gc_text + history_text + PROCESS_OF_THEIR_OWN + " What is left to try: a writer "
+                    "beneath the library. A throwaway prototype of that writer (2026-12-04; SQLite, 10,000 deaths in one transaction, no "
                     "fold, cache or listeners) that built each DeclaredDead directly, encoded it with `msgspec` and "
                     "inserted it through the library's recorder took 19-20 us a death alone against 33-34 us through "
                     "`Relay.execute` that day (29-31 us in the first round since the cuts above): not tried in the "
