@@ -767,6 +767,13 @@ def _batched(s: dict[str, Any]) -> bool:
 
 
 # The batched estimate in words, in a store's notes and in the closing section alike.
+SPELLS = (
+    " The machine's spell moves the figure more than any change to the code measured here did: on 2026-12-06 the"
+    " same code gave"
+    " p99 SQLite 479-707 ms and Postgres 363-457 ms at 03:58-04:03 UTC (store loop 0.86-1.19 s; the process manager"
+    " 94-104 us of CPU a death) and SQLite 58-154 ms and Postgres 51-373 ms at 06:25-06:29 (store loop 0.66-0.75 s;"
+    " 44-90 us), three runs each (docs/benchmarks-history.md)."
+)
 PROCESS_OF_THEIR_OWN = (
     " Deaths declared in a process of their own, the step this report named until 2026-12-06, gave a mixed answer"
     " when tried: a throwaway prototype (2026-12-06, 05:44-06:20 UTC, calibration loop 0.28-0.55 s) left the"
@@ -1053,7 +1060,7 @@ def analysis(results_dir: Path) -> str:
                     f"{s['store']}); the deaths are then recorded in groups, each group in one transaction (the "
                     "instants under the table). Noticing the drops takes up to a second "
                     f"(Disconnected - drop: {detect}), which spreads the deadlines over {spread}." + bound_text
-                    + floor_text + gc_text + history_text + PROCESS_OF_THEIR_OWN + " What is left to try: a writer "
+                    + floor_text + SPELLS + gc_text + history_text + PROCESS_OF_THEIR_OWN + " What is left to try: a writer "
                     "beneath the library. A throwaway prototype of that writer (2026-12-04; SQLite, 10,000 deaths in one transaction, no "
                     "fold, cache or listeners) that built each DeclaredDead directly, encoded it with `msgspec` and "
                     "inserted it through the library's recorder took 19-20 us a death alone against 33-34 us through "
