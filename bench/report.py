@@ -276,6 +276,18 @@ def s2(d: dict[str, Any], goals: list[Goal]) -> str:
     return "\n".join(out)
 
 
+def cores_text(c: dict[str, Any]) -> str:
+    """A :class:`bench.common.CpuTimeline` window over the deaths, in words."""
+    k = c["cores"]
+    busy = c.get("machine_busy")
+    return (f"(from the first deadline to the last death, {1000 * c['seconds']:.0f} ms between samples of `/proc` "
+            f"taken ten times a second): the server {k['server']:.2f} of a core (its event loop "
+            f"{k['server event loop']:.2f}, its other threads, the process manager's among them, "
+            f"{k['server other threads']:.2f}), the read models' process {k['read models']:.2f}, the clients "
+            f"{k.get('clients', 0):.2f}; the machine " + (f"{100 * busy:.0f}% busy" if busy is not None else "?")
+            + " (of all its cores)")
+
+
 def s3(d: dict[str, Any], goals: list[Goal]) -> str:
     r = d["result"]
     out = [f"{r['n']:,} executors and one survivor (same app and version) connected"
@@ -353,6 +365,9 @@ def s3(d: dict[str, Any], goals: list[Goal]) -> str:
                     f"by p50 {f0(pf['p50'])} ms, p99 {f0(pf['p99'])} ms, max {f0(pf['max'])} ms: the scale of the "
                     f"process manager's own work on the deaths, not a prediction (that CPU counts the deaths' "
                     f"folds too)."]
+    for s in r["stores"]:
+        if s.get("cpu_during_deaths"):
+            out += ["", f"**{s['store']}, the cores over the deaths** " + cores_text(s["cpu_during_deaths"]) + "."]
     gc_rows = []
     for s in r["stores"]:
         for key, g in sorted((s.get("gc_during_storm") or {}).items()):
@@ -998,6 +1013,21 @@ def analysis(results_dir: Path) -> str:
                         "decorated method 17%, the process manager's fold 15%, the row's insert 11%, the rest "
                         "spread thin. " + CHEAPER_EVENTS + " The encoding now takes 3.1 us, against 5.3, and the "
                         "event is made in 5.9 us, against 9.7.")
+            with_cores = {st: [x["cpu_during_deaths"] for x in xs if x.get("cpu_during_deaths")]
+                          for st, xs in by_store.items()}
+            with_cores = {st: cs for st, cs in with_cores.items() if cs}
+            if with_cores:
+                busy = [100 * c["machine_busy"] for cs in with_cores.values() for c in cs
+                        if c.get("machine_busy") is not None]
+                bound_text += (
+                    " Over the deaths (from the first deadline to the last death; `/proc` sampled ten times a "
+                    "second, the section's notes) the server used "
+                    + ", ".join(f"{st} {_span([c['cores']['server'] for c in cs], '{:.2f}')} of a core (its event "
+                                f"loop {_span([c['cores']['server event loop'] for c in cs], '{:.2f}')})"
+                                for st, cs in with_cores.items())
+                    + (f", while the machine was {_span(busy, '{:.0f}')}% busy of its cores" if busy else "")
+                    + ": averages over a second in which the deaths come in bursts and the process manager "
+                    "waits between them, so they cannot show whether a thread or the machine was full during a burst.")
             floor_text = ""
             if floored:
                 at_cost = {st: [x["lateness_at_pm_cost_ms"]["p99"] for x in xs if x.get("lateness_at_pm_cost_ms")]

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import (Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, gc_between, gc_histograms,
+from bench.common import (CpuTimeline, Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, gc_between, gc_histograms,
                           largest_fleet, log, past_settle, pct, pm_cpu, relay_server, scrape, split, wait_until)
 
 APP = "detect"
@@ -225,10 +225,15 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             on_drop(srv)
         before = scrape(srv.http)
         gc_before, cpu_before = gc_histograms(before), pm_cpu(before)
+        cores = CpuTimeline(srv.proc.pid, {"clients": [f.pid for f in fleets + fleets_keep + [survivor]]}).start()
         t_drop = time.time()
         fleets_call(fleets, "abort")
         # every death recovered and deleted, or give up
-        done = wait_until(lambda: reader.count_status(APP, "DELETED") >= registered, timeout=grace + 120, interval=0.2)
+        try:
+            done = wait_until(lambda: reader.count_status(APP, "DELETED") >= registered, timeout=grace + 120,
+                              interval=0.2)
+        finally:
+            cores.stop()
         t_done = time.time()
         after = scrape(srv.http)
         gc_storm = gc_between(gc_before, gc_histograms(after))  # the drop to every death deleted
@@ -267,6 +272,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
                 confirm.append(ts(conf["at"]) - ts(dead["at"]))
         timeline.sort()
         t_first = timeline[0][0] if timeline else 0.0
+        # who used the cores from the first deadline to the last death
+        cpu_deaths = cores.window(t_first, max(at for _, at in timeline)) if timeline else None
         # how the deaths were recorded: distinct DeclaredDead instants (one per PM batch), with how many each
         batches: dict[float, int] = {}
         for _, at in timeline:
@@ -302,11 +309,16 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             "confirm_after_death_ms": stats_ms(confirm),
             "frame_after_drop_plus_grace_ms": stats_ms(e2e),
             "gc_during_storm": gc_storm,
+            "cpu_during_deaths": cpu_deaths,  # CpuTimeline.window: cores by process, the machine's busy share
         }
         log(f"s3 {kind}: lateness p50 {out['lateness_ms']['p50']} p99 {out['lateness_ms']['p99']} max "
             f"{out['lateness_ms']['max']} ms; dispatch p99 {out['dispatch_after_death_ms']['p99']} ms; "
             f"frame p99 {out['frame_after_death_ms']['p99']} ms; collections "
             + (", ".join(f"{k}: {v['count']} ({v['ms']:.0f} ms)" for k, v in sorted(gc_storm.items())) or "none"))
+        if cpu_deaths is not None:
+            log(f"s3 {kind}: over the deaths ({cpu_deaths['seconds']:.2f} s) "
+                + ", ".join(f"{k} {v:.2f}" for k, v in cpu_deaths["cores"].items())
+                + f" cores; the machine {100 * (cpu_deaths['machine_busy'] or 0):.0f}% busy")
         return out
     finally:
         for f in fleets + fleets_keep:
