@@ -206,12 +206,16 @@ def _stat_cpu(path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) clock ticks of all the machine's cores since boot (``/proc/stat``; idle and iowait
-    are not busy)."""
+def machine_jiffies() -> tuple[int, int, int]:
+    """(busy, stolen, total) clock ticks of all the machine's cores since boot (``/proc/stat``): busy is
+    user, nice, system, irq and softirq; stolen is what the hypervisor gave to others while this
+    machine wanted to run; idle and iowait are neither. The guest columns are left out: user and
+    nice hold them already."""
     with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    return sum(values) - values[3] - values[4], sum(values)
+        values = [int(v) for v in f.readline().split()[1:9]]
+    values += [0] * (8 - len(values))  # an old kernel without steal
+    user, nice, system, idle, iowait, irq, softirq, steal = values
+    return user + nice + system + irq + softirq, steal, sum(values)
 
 
 class CpuTimeline:
@@ -219,28 +223,34 @@ class CpuTimeline:
     of this process samples ``/proc`` every ``every`` seconds between :meth:`start` and :meth:`stop`, for
     the server (its own process, and its main thread, the event loop, on its own), the server's child
     processes (the read models', ADR 8), some other processes (the clients) and the whole machine.
-    Sampling costs this process well under a millisecond a sample."""
+    Sampling costs this process well under a millisecond a sample. A sample that fails ends the
+    sampling (:attr:`error` says why) and every window is None from then: a window read across the
+    gap would average over the wrong time."""
 
     def __init__(self, server: int, others: dict[str, list[int]], *, every: float = 0.1) -> None:
         self.server = server
         self.others = others
         self.every = every
-        self.samples: list[tuple[float, dict[str, float], tuple[int, int]]] = []
+        self.samples: list[tuple[float, dict[str, float], tuple[int, int, int]]] = []
+        self.error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-cpu-timeline", daemon=True)
 
     def _sample(self) -> None:
         from tests.server import children_of
 
-        cpu = {"server": _stat_cpu(f"/proc/{self.server}/stat"),
-               "server event loop": _stat_cpu(f"/proc/{self.server}/task/{self.server}/stat"),
-               "read models": sum(_stat_cpu(f"/proc/{c}/stat") for c in children_of(self.server))}
-        for name, pids in self.others.items():
-            cpu[name] = sum(_stat_cpu(f"/proc/{p}/stat") for p in pids)
-        self.samples.append((time.time(), cpu, machine_jiffies()))
+        try:
+            cpu = {"server": _stat_cpu(f"/proc/{self.server}/stat"),
+                   "server event loop": _stat_cpu(f"/proc/{self.server}/task/{self.server}/stat"),
+                   "read models": sum(_stat_cpu(f"/proc/{c}/stat") for c in children_of(self.server))}
+            for name, pids in self.others.items():
+                cpu[name] = sum(_stat_cpu(f"/proc/{p}/stat") for p in pids)
+            self.samples.append((time.time(), cpu, machine_jiffies()))
+        except Exception as e:  # noqa: BLE001 -- a bench reading: recorded, never raised into the run
+            self.error = self.error or f"{type(e).__name__}: {e}"
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every):
+        while self.error is None and not self._stop.wait(self.every):
             self._sample()
 
     def start(self) -> "CpuTimeline":
@@ -255,24 +265,28 @@ class CpuTimeline:
 
     def window(self, t0: float, t1: float) -> dict[str, Any] | None:
         """The cores each used from the last sample at or before ``t0`` to the first at or after ``t1``
-        (wall clock, ``time.time()``), the server's other threads apart from its event loop, and how
-        busy the machine was (a fraction of all its cores); None if the samples do not cover it. A
+        (wall clock, ``time.time()``), the server's other threads apart from its event loop, and the
+        machine's busy and stolen shares (fractions of all its cores); None if the samples do not cover
+        it, if they are further apart than the window plus three periods, or if a sample failed. A
         child process that ended within the window loses what it used there (``/proc`` forgets it). The
         process and its main thread are read one after the other, not at one instant: the other threads'
         share is their difference, at least zero, to within a tick or so."""
+        if self.error is not None:
+            return None
         before = [x for x in self.samples if x[0] <= t0]
         after = [x for x in self.samples if x[0] >= t1]
         if not before or not after:
             return None
         (ta, a, ja), (tb, b, jb) = before[-1], after[0]
         wall = tb - ta
-        if wall <= 0:
+        if wall <= 0 or wall > (t1 - t0) + 3 * self.every:
             return None
         cores = {k: max(0.0, b[k] - a.get(k, 0.0)) / wall for k in b}
         cores["server other threads"] = max(0.0, cores["server"] - cores["server event loop"])
-        total = jb[1] - ja[1]
+        total = jb[2] - ja[2]
         return {"from": ta, "seconds": wall, "cores": cores,
-                "machine_busy": (jb[0] - ja[0]) / total if total > 0 else None}
+                "machine_busy": (jb[0] - ja[0]) / total if total > 0 else None,
+                "machine_stolen": (jb[1] - ja[1]) / total if total > 0 else None}
 
 
 def _cpu_or_zero(pid: int) -> float:

@@ -285,7 +285,9 @@ def cores_text(c: dict[str, Any]) -> str:
             f"{k['server event loop']:.2f}, its other threads, the process manager's among them, "
             f"{k['server other threads']:.2f}), the read models' process {k['read models']:.2f}, the clients "
             f"{k.get('clients', 0):.2f}; the machine " + (f"{100 * busy:.0f}% busy" if busy is not None else "?")
-            + " (of all its cores)")
+            + " (of all its cores)"
+            + (f", {100 * stolen:.0f}% stolen by the hypervisor" if (stolen := c.get("machine_stolen")) is not None
+               else ""))
 
 
 def s3(d: dict[str, Any], goals: list[Goal]) -> str:
@@ -781,31 +783,35 @@ def _batched(s: dict[str, Any]) -> bool:
     return "tries_per_s" in (s.get("deaths_alone") or {})
 
 
-# The batched estimate in words, in a store's notes and in the closing section alike.
 SPELLS = (
     " The machine's spell moves the figure more than any change to the code measured here did: on 2026-12-06 the"
     " same code gave"
     " p99 SQLite 479-707 ms and Postgres 363-457 ms at 03:58-04:03 UTC (store loop 0.86-1.19 s; the process manager"
-    " 94-104 us of CPU a death) and SQLite 58-154 ms and Postgres 51-373 ms at 06:25-06:29 (store loop 0.66-0.75 s;"
-    " 44-90 us), three runs each (docs/benchmarks-history.md)."
+    " 94-104 us of CPU a death), SQLite 58-154 ms and Postgres 51-373 ms at 06:25-06:29 (store loop 0.66-0.75 s;"
+    " 44-90 us), SQLite 94-156 ms and Postgres 70-134 ms at 06:31-06:35 (store loop 0.56-0.60 s), and SQLite"
+    " 89-325 ms and Postgres 159-253 ms at 06:54-06:58 (store loop 0.76-1.09 s), three runs each"
+    " (docs/benchmarks-history.md). The hypervisor reported no stolen time over the deaths in the last of these"
+    " (`/proc/stat`'s steal, the section's notes): what slows a spell is not time it says it took."
 )
 PROCESS_OF_THEIR_OWN = (
-    " Deaths declared in a process of their own, the step this report named until 2026-12-06, gave a mixed answer"
-    " when tried: a throwaway prototype (2026-12-06, 05:44-06:20 UTC, calibration loop 0.28-0.55 s) left the"
-    " deadlines to a second process that followed the log, read each Disconnected executor's stream into its cache"
-    " as its Disconnected came, and recorded the deaths due in one transaction, as the process manager does."
-    " Interleaved runs of this section's storm gave p99 SQLite 95 and 108 ms with it against 90-435 ms (median 245,"
-    " five runs) without; Postgres 207 and 242 ms with it against 68-84 ms without (three runs, one with the read"
-    " models paused as below; all three under the goal). Without the cache read ahead, SQLite gave 161-839 ms (three"
-    " runs). In its batches of 500 deaths or more the second process took 44-158 us of wall time a death (35-78 us"
-    " of its CPU), against 26-31 us for the same deaths recorded alone just after each of those runs: the cores are"
-    " shared with the server, the read models and the clients. And the runs with it were lighter than a real split"
-    " would be: the server's cached copies of the dead executors still said DISCONNECTED, so it recorded none of"
-    " its 10,000 recovery dispatches (each refused on a stale copy; ADR 12 says what a second writer needs)."
-    " Nor are the read models' SQLite writes what delays the deaths: with the read models' process paused from"
-    " just before the deadlines until after the last death, SQLite p99 was 310 and 374 ms, against 131 and 245 ms"
-    " in the runs between, the server at 0.9 of a core and the machine 54-57% busy."
+    " Deaths declared outside the server's GIL, in one second process (part of the step this report named until"
+    " 2026-12-06: deaths in more than one process, ADR 7), showed no gain when tried: a throwaway prototype"
+    " (2026-12-06, 05:44-06:20 UTC, calibration loop 0.28-0.55 s) left the deadlines to a second process that"
+    " followed the log, read each Disconnected executor's stream into its cache as its Disconnected came, and"
+    " recorded the deaths due in one transaction, as the process manager does. Interleaved runs of this section's"
+    " storm gave p99 SQLite 95 and 108 ms with it, against 90-435 ms (median 245, five runs) without: within the"
+    " server alone's range that morning; Postgres 207 and 242 ms with it, against 68 and 84 ms without (83 with the"
+    " read models paused, as below): worse. Without the cache read ahead, SQLite gave 161-839 ms (three runs). In"
+    " its batches of 500 deaths or more the second process took 44-158 us of wall time a death (35-78 us of its"
+    " CPU), against 26-31 us for the same deaths recorded alone just after each of those runs: the cores are shared"
+    " with the server, the read models and the clients. And the runs with it were lighter than a real split would"
+    " be: the server's cached copies of the dead executors still said DISCONNECTED, so it recorded none of its"
+    " 10,000 recovery dispatches (each refused on a stale copy; ADR 12 says what a second writer needs). Pausing"
+    " the read models' process (whose SQLite writes hold the store's one write lock) from just before the"
+    " deadlines until after the last death did not help SQLite either: p99 310 and 374 ms in two runs, against"
+    " 131 and 245 ms in the runs between, the server at 0.9 of a core and the machine 54-57% busy."
 )
+# The batched estimate in words, in a store's notes and in the closing section alike.
 ALONE_POLICY = ("whenever it is free, every death due stamped at once and saved in one batch, the deaths that "
                 "come due meanwhile waiting for the next")
 NOT_A_BOUND = ("An estimate, not a bound (`lateness_floor`): a thread that waited to take more deaths into a batch "
@@ -1019,9 +1025,10 @@ def analysis(results_dir: Path) -> str:
             if with_cores:
                 busy = [100 * c["machine_busy"] for cs in with_cores.values() for c in cs
                         if c.get("machine_busy") is not None]
+                sampled = ", ".join(f"{st} {len(cs)}" for st, cs in with_cores.items())
                 bound_text += (
                     " Over the deaths (from the first deadline to the last death; `/proc` sampled ten times a "
-                    "second, the section's notes) the server used "
+                    f"second, the section's notes; runs that sampled it: {sampled}) the server used "
                     + ", ".join(f"{st} {_span([c['cores']['server'] for c in cs], '{:.2f}')} of a core (its event "
                                 f"loop {_span([c['cores']['server event loop'] for c in cs], '{:.2f}')})"
                                 for st, cs in with_cores.items())

@@ -226,10 +226,10 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         before = scrape(srv.http)
         gc_before, cpu_before = gc_histograms(before), pm_cpu(before)
         cores = CpuTimeline(srv.proc.pid, {"clients": [f.pid for f in fleets + fleets_keep + [survivor]]}).start()
-        t_drop = time.time()
-        fleets_call(fleets, "abort")
-        # every death recovered and deleted, or give up
         try:
+            t_drop = time.time()
+            fleets_call(fleets, "abort")
+            # every death recovered and deleted, or give up
             done = wait_until(lambda: reader.count_status(APP, "DELETED") >= registered, timeout=grace + 120,
                               interval=0.2)
         finally:
@@ -318,7 +318,10 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
         if cpu_deaths is not None:
             log(f"s3 {kind}: over the deaths ({cpu_deaths['seconds']:.2f} s) "
                 + ", ".join(f"{k} {v:.2f}" for k, v in cpu_deaths["cores"].items())
-                + f" cores; the machine {100 * (cpu_deaths['machine_busy'] or 0):.0f}% busy")
+                + f" cores; the machine {100 * (cpu_deaths['machine_busy'] or 0):.0f}% busy, "
+                  f"{100 * (cpu_deaths['machine_stolen'] or 0):.0f}% stolen")
+        elif cores.error:
+            log(f"s3 {kind}: no CPU timeline ({cores.error})")
         return out
     finally:
         for f in fleets + fleets_keep:
