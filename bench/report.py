@@ -1097,8 +1097,9 @@ def analysis(results_dir: Path) -> str:
                     f"{s['store']}); the deaths are then recorded in groups, each group in one transaction (the "
                     "instants under the table). Noticing the drops takes up to a second "
                     f"(Disconnected - drop: {detect}), which spreads the deadlines over {spread}." + bound_text
-                    + floor_text + SPELLS + gc_text + history_text + PROCESS_OF_THEIR_OWN + " What is left to try: a writer "
-                    "beneath the library. A throwaway prototype of that writer (2026-12-04; SQLite, 10,000 deaths in one transaction, no "
+                    + floor_text + SPELLS + gc_text + history_text + PROCESS_OF_THEIR_OWN
+                    + " What is left to try: a writer beneath the library. A throwaway prototype of that writer "
+                    "(2026-12-04; SQLite, 10,000 deaths in one transaction, no "
                     "fold, cache or listeners) that built each DeclaredDead directly, encoded it with `msgspec` and "
                     "inserted it through the library's recorder took 19-20 us a death alone against 33-34 us through "
                     "`Relay.execute` that day (29-31 us in the first round since the cuts above): not tried in the "

@@ -27,8 +27,9 @@ from typing import Any
 
 import httpx
 
-from bench.common import (CpuTimeline, Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, gc_between, gc_histograms,
-                          largest_fleet, log, past_settle, pct, pm_cpu, relay_server, scrape, split, wait_until)
+from bench.common import (CpuTimeline, Fleet, StoreReader, Workdir, disconnected_executors, fleets_call, gc_between,
+                          gc_histograms, largest_fleet, log, past_settle, pct, pm_cpu, relay_server, scrape, split,
+                          wait_until)
 
 APP = "detect"
 
@@ -309,7 +310,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, others: int,
             "confirm_after_death_ms": stats_ms(confirm),
             "frame_after_drop_plus_grace_ms": stats_ms(e2e),
             "gc_during_storm": gc_storm,
-            "cpu_during_deaths": cpu_deaths,  # CpuTimeline.window: cores by process, the machine's busy share
+            # CpuTimeline.window: cores by process, the machine's busy and stolen shares
+            "cpu_during_deaths": cpu_deaths,
         }
         log(f"s3 {kind}: lateness p50 {out['lateness_ms']['p50']} p99 {out['lateness_ms']['p99']} max "
             f"{out['lateness_ms']['max']} ms; dispatch p99 {out['dispatch_after_death_ms']['p99']} ms; "

@@ -61,7 +61,8 @@ def test_a_failed_sample_ends_the_sampling_and_every_window():
 
 def test_a_process_gone_within_the_window_counts_nothing_negative():
     # the read models' process restarted: its CPU starts again from zero
-    t = timeline([(10.0, cpu(1.0, 0.5, models=3.0), (100, 0, 1000)), (10.2, cpu(1.1, 0.55, models=0.5), (150, 0, 1200))])
+    t = timeline([(10.0, cpu(1.0, 0.5, models=3.0), (100, 0, 1000)),
+                  (10.2, cpu(1.1, 0.55, models=0.5), (150, 0, 1200))])
     assert t.window(10.0, 10.2)["cores"]["read models"] == 0.0
 
 
