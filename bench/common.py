@@ -107,13 +107,19 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def _read_cpu(path: str) -> float:
+    """utime + stime of a ``/proc/.../stat`` (a process's own, all its threads; or one thread's), in
+    seconds. Raises FileNotFoundError once it is gone."""
+    with open(path) as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads) and of its living child processes (Relay's
     read-model process, ADR 8), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        data = f.read()
-    fields = data[data.rindex(")") + 2:].split()
-    own = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    own = _read_cpu(f"/proc/{pid}/stat")
     from tests.server import children_of
 
     return own + sum(_cpu_or_zero(child) for child in children_of(pid))
@@ -137,12 +143,9 @@ def thread_cpu(pid: int) -> dict[int, float]:
         return out
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                data = f.read()
+            out[int(tid)] = _read_cpu(f"/proc/{pid}/task/{tid}/stat")
         except FileNotFoundError:
             continue
-        fields = data[data.rindex(")") + 2:].split()
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
     return out
 
 
@@ -195,15 +198,11 @@ class CpuMeter:
 
 
 def _stat_cpu(path: str) -> float:
-    """utime + stime of a ``/proc/.../stat`` (a process's own, all its threads; or one thread's), in
-    seconds; 0.0 once it is gone."""
+    """:func:`_read_cpu`, 0.0 once it is gone."""
     try:
-        with open(path) as f:
-            data = f.read()
+        return _read_cpu(path)
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
-    fields = data[data.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def machine_jiffies() -> tuple[int, int, int]:
