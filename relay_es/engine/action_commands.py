@@ -1,10 +1,16 @@
 """The action commands: what an operator asked through the API, and how it ended.
 
-Every REST operation that changes something (applications, tokens, and those that act
-on executors: cancel, resume, fork, delete, the bulk forms, schedules, versions, stranded
-work) calls :meth:`ActionCommands.record_action_requested` before it acts and
-:meth:`ActionCommands.record_action_completed` when it ends, however it ends; a call
-Relay refuses (credentials, permission) is :meth:`ActionCommands.record_action_refused`.
+Every REST operation that changes something is on record, however it ends:
+
+* one that acts on executors (cancel, resume, fork, delete, the bulk forms, schedules, versions,
+  stranded work) calls :meth:`ActionCommands.record_action_requested` before it sends anything
+  and :meth:`ActionCommands.record_action_completed` when it ends: until then the action is
+  ``pending``, and it stays so if Relay stops while the executor is asked;
+* one that changes Relay's own state (applications, tokens, roles, members, rules, policies)
+  runs in :meth:`ActionCommands.recording_change`: its action, requested and completed, is
+  written in the change's own transaction, or with its failure when nothing was changed, so
+  the change and its record exist both or neither;
+* a call Relay refuses (credentials, permission) is :meth:`ActionCommands.record_action_refused`.
 All are recorded on the action's own stream (:class:`~relay_es.aggregates.action.Action`)
 and are the audit log (:mod:`relay_es.projections.actions`).
 
@@ -18,7 +24,9 @@ bug in the caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +43,8 @@ from relay_es.aggregates.action import (
 )
 from relay_es.domain.errors import IllegalTransition
 from relay_es.domain.text import sanitized
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,78 @@ class ActionCommands:
             return True
 
         return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
+
+    @contextmanager
+    def recording_change(
+        self,
+        org: str,
+        app: str | None,
+        *,
+        request_id: str,
+        operation: str,
+        actor: Actor,
+        source: str | None,
+        target_type: str,
+        target_ids: Sequence[str] = (),
+        parameters: Mapping[str, Any] | None = None,
+        why: Callable[[BaseException], str] = lambda e: f"relay: {type(e).__name__}",
+    ) -> Iterator[UUID]:
+        """A change to Relay's own state, on record in its own transaction (blocking: the block
+        runs in this thread). The block's commands save as usual; the first save that succeeds
+        also records the action, requested and ``succeeded`` with what the commands noted
+        (``note``: a rule's id, the tokens revoked), through the store's :meth:`riding`. When no
+        save carried it, the action is written after the block, in one transaction: ``failed``
+        with ``why(error)`` if the block raised (nothing was changed), else ``succeeded`` (a
+        change that found nothing to do). A change never stands without its record, nor a
+        record of a change never made: a crash leaves both or neither.
+
+        Fields as :meth:`record_action_requested`'s, checked before the block runs
+        (:class:`~relay_es.domain.errors.InvalidSetting`). Yields the action's id. Writing the
+        record after the block may fail (the store away): that is logged, never raised over the
+        block's own outcome. A save that carried the record and a block that raised after it: the
+        change was made, and its record says so."""
+        fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids)
+        fields["parameters"] = _summary(parameters)
+        Action.request(**fields, at=self.now())  # a field Relay got wrong is refused before anything is done
+        sid = action_stream_id(org, request_id)
+
+        def made(_objs: Sequence[Any]) -> list[Action]:
+            return [self._action_ended(fields, Outcome.SUCCEEDED, None, rider.noted)]
+
+        error: BaseException | None = None
+        with self.riding(made) as rider:  # type: ignore[attr-defined]
+            try:
+                yield sid
+            except BaseException as e:  # noqa: BLE001  # recorded below, then raised again
+                error = e
+        if not rider.rode:
+            outcome, message = (Outcome.SUCCEEDED, None) if error is None else (Outcome.FAILED, why(error))
+            self._write_action_ended(fields, outcome, message, rider.noted)
+        elif error is not None:
+            log.info("%s %s raised after its change was recorded: it stays succeeded", operation, sid)
+        if error is not None:
+            raise error
+
+    def _action_ended(self, fields: dict[str, Any], outcome: Outcome, message: str | None,
+                      result: Mapping[str, Any]) -> Action:
+        """A new action, requested and completed (not saved)."""
+        action = Action.request(**fields, at=self.now())
+        action.complete(outcome=outcome, message=sanitized(message, MESSAGE_CHARS), executor_id=None,
+                        result=_summary(result) or None, at=self.now())
+        return action
+
+    def _write_action_ended(self, fields: dict[str, Any], outcome: Outcome, message: str | None,
+                            result: Mapping[str, Any]) -> None:
+        """:meth:`_action_ended`, saved; never raises (logged)."""
+        def run() -> None:
+            if self._maybe(action_stream_id(fields["org"], fields["request_id"])) is None:  # not after a lost answer
+                self.save(self._action_ended(fields, outcome, message, result))  # type: ignore[attr-defined]
+
+        try:
+            self.retrying(run)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            log.warning("could not record how %s ended (%s): it is not in the audit log", fields["operation"],
+                        outcome, exc_info=True)
 
     def record_action_refused(
         self,

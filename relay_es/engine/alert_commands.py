@@ -31,6 +31,7 @@ class AlertCommands:
 
     _maybe: Callable[[uuid.UUID], Any]
     save: Callable[..., Any]
+    note: Callable[..., None]
     retrying: Callable[[Callable[[], Any]], Any]
     now: Callable[[], datetime]
     load_many: Callable[[list[uuid.UUID]], dict[uuid.UUID, Any]]
@@ -65,6 +66,7 @@ class AlertCommands:
 
         def create(a: Application) -> bool:
             a.create_alerting_rule(rule, at=self.now())
+            self.note(ruleId=rule.id)  # for the operator's record
             return True
 
         try:

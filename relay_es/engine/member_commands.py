@@ -27,6 +27,7 @@ def _check_username(username: str) -> None:
 class MemberCommands:
     _maybe: Callable[[uuid.UUID], Any]
     save: Callable[..., Any]
+    note: Callable[..., None]
     retrying: Callable[[Callable[[], Any]], Any]
     now: Callable[[], datetime]
     role: Callable[[str, str], list[str] | None]
@@ -71,7 +72,9 @@ class MemberCommands:
             if self.role(org, role) is None:  # read again on a retry: a role deleted meanwhile is not granted
                 raise UnknownRole(org, role)
             m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
-            if not m.grant(username, role, at=self.now()):
+            changed = m.grant(username, role, at=self.now())
+            self.note(changed=changed)  # for the operator's record
+            if not changed:
                 return False
             self.save(m)
             return True
@@ -96,6 +99,7 @@ class MemberCommands:
                 if tok is not None and not tok.revoked and tok.secret_hash == secret_hash:
                     tok.revoke(at=self.now())
                     revoked.append(tok)
+            self.note(revokedTokens=len(revoked))  # for the operator's record
             self.save(m, *revoked)
             return known, [t.name for t in revoked]
 

@@ -132,7 +132,13 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
         return self._change_app(org, name, lambda app: app.set_autoscaling_policy(policy, at=self.now()))
 
     def clear_autoscaling_policy(self, org: str, name: str) -> bool:
-        return self._change_app(org, name, lambda app: app.clear_autoscaling_policy(at=self.now()))
+        """Whether there was a policy to clear (noted for the operator's record)."""
+        def clear(app: Application) -> bool:
+            cleared = app.clear_autoscaling_policy(at=self.now())
+            self.note(cleared=cleared)
+            return cleared
+
+        return self._change_app(org, name, clear)
 
     def delete_app(self, org: str, name: str) -> None:
         """Records the application deleted; its alerting rules' keys are erased first (ADR 28), those of

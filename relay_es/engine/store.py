@@ -10,7 +10,9 @@ process manager follow. This module is its plumbing, and nothing else:
 * save listeners (``add_listener``) and observers (``save_observers``);
 * a cache of executors as last saved, and :meth:`RelayStore.load_many`, which
   reads many streams in one query;
-* conflicting saves retried (:meth:`RelayStore.retrying`).
+* conflicting saves retried (:meth:`RelayStore.retrying`);
+* a record that rides on the next save of a block (:meth:`RelayStore.riding`): an operator's
+  change and its action in one transaction.
 
 What needs more than the library's public API (reading the log fast, many streams
 in one query, copying an aggregate) is asked of the store's factory through the
@@ -27,6 +29,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
@@ -199,6 +203,26 @@ class LibraryReads:
         return ESApplication.save(self.app, *objs, **kwargs)  # the library's own, not RelayStore's
 
 
+class Rider:
+    """What :meth:`RelayStore.riding` adds to the first save of its block: ``make(objs)``, the
+    aggregates to save with ``objs`` (built afresh for each attempt: a failed save has taken their
+    events); ``rode``: a save with them succeeded; ``noted``: what the block's commands said they
+    did (:meth:`RelayStore.note`), for ``make`` to record."""
+
+    __slots__ = ("make", "rode", "noted")
+
+    def __init__(self, make: Callable[[Sequence[Any]], Sequence[Any]]) -> None:
+        self.make = make
+        self.rode = False
+        self.noted: dict[str, Any] = {}
+
+
+# The rider of the block running in this context (a thread of the REST layer's: the block and its
+# commands run in it), or None: every other save (the process manager's, the hub's command bus) pays
+# one lookup.
+_RIDER: ContextVar[Rider | None] = ContextVar("relay_rider", default=None)
+
+
 class RelayStore(ESApplication[UUID]):
     name = "Relay"
     # Snapshots are taken by :meth:`save` (see SNAPSHOTTED), not by the library's own
@@ -296,11 +320,16 @@ class RelayStore(ESApplication[UUID]):
 
     def _save(self, objs: Sequence[Any], kwargs: dict[str, Any], *, handed_over: bool) -> list[Any]:
         started = time.perf_counter()
+        rider = _RIDER.get()
+        if rider is not None and not rider.rode:
+            objs = (*rider.make(objs), *objs)
         try:
             recordings = self.reads.record(objs, **kwargs)  # the library's save (beneath it: FastReads)
         except IntegrityError:
             self._forget(obj.id for obj in objs if isinstance(obj, Executor))
             raise
+        if rider is not None:
+            rider.rode = True
         self._take_due_snapshots(objs, recordings)
         self._tell_listeners(recordings)
         self._remember((obj for obj in objs if isinstance(obj, Executor)), copied=not handed_over)
@@ -352,6 +381,31 @@ class RelayStore(ESApplication[UUID]):
                 fn(top)
             except Exception:  # a listener must never fail a save
                 log.exception("notification listener failed")
+
+    @contextmanager
+    def riding(self, make: Callable[[Sequence[Any]], Sequence[Any]]) -> Iterator[Rider]:
+        """Within the block, in this thread, the first save that succeeds also saves ``make(objs)``
+        (before ``objs``, in the same transaction); a save that fails (a conflict, the store away)
+        takes nothing with it, and the next attempt calls ``make`` again. After the block,
+        ``rider.rode`` says whether any save carried them. What a REST change does to Relay's own
+        state and the operator's action that records it are written this way: both or neither
+        (:meth:`~relay_es.engine.action_commands.ActionCommands.recording_change`). Blocks do not nest."""
+        if _RIDER.get() is not None:
+            raise RuntimeError("a block riding on a save within another")
+        rider = Rider(make)
+        token = _RIDER.set(rider)
+        try:
+            yield rider
+        finally:
+            _RIDER.reset(token)
+
+    def note(self, **summary: Any) -> None:
+        """What a command did, for the record of the block it runs in (:meth:`riding`), if any (a
+        rule's id, how many tokens were revoked): said before its save, so that the record written
+        with the save can hold it. Outside such a block, nothing."""
+        rider = _RIDER.get()
+        if rider is not None:
+            rider.noted.update(summary)
 
     def retrying(self, fn: Callable[[], T]) -> T:
         """``fn()``, run again on a conflicting save (another writer got there first)."""

@@ -76,13 +76,12 @@ class AlertingController(Controller):
 
         def create() -> AlertingRule:
             with recorded(ctx, request, org, app, operation="createAlertingRule", target_type="alerting_rule",
-                          parameters=parameters_of(b)) as result:
+                          parameters=parameters_of(b)):
                 rule = ctx.relay.create_alerting_rule(
                     org, app, rule_type=b.rule_type, metadata=b.rule_metadata,
                     min_interval_secs=DEFAULT_MIN_INTERVAL if b.min_interval_secs is UNSET else b.min_interval_secs,
                     receiving_app=None if b.receiving_app_name is UNSET else b.receiving_app_name)
-                result["ruleId"] = rule.id
-                return rule
+                return rule  # its id noted
 
         rule = await asyncio.to_thread(create)
         return calling.answer(rule_out(rule, None), HTTP_201_CREATED)

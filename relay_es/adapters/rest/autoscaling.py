@@ -127,8 +127,8 @@ class AutoscalingController(Controller):
     def delete_autoscaling_policy(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                                   ctx: Context) -> None:
         with recorded(ctx, request, org, app, operation="deleteAutoscalingPolicy", target_type="application",
-                      target_ids=[app]) as result:
-            result["cleared"] = ctx.relay.clear_autoscaling_policy(org, app)
+                      target_ids=[app]):
+            ctx.relay.clear_autoscaling_policy(org, app)  # notes whether there was one
 
     @get("/autoscale", operation_id="getAutoscale", summary="Get autoscaling recommendation",
          description="Executors each version of the application needs now, from its backlog on the policy's queue; "

@@ -107,22 +107,21 @@ class OrgController(Controller):
     def grant_role(self, org: FromPath[str], username: FromPath[str], role_name: FromPath[str],
                    request: Request[Any, Any, Any], ctx: Context) -> None:
         with recorded(ctx, request, org, None, operation="grantRole", target_type="user", target_ids=[username],
-                      parameters={"role": role_name}) as result:
+                      parameters={"role": role_name}):
             perms = ctx.relay.role(org, role_name)
             if perms is not None:
                 within(request, perms, "the role granted")
             _may_change(ctx, request, org, username)
-            result["changed"] = ctx.relay.grant_role(org, username, role_name)
+            ctx.relay.grant_role(org, username, role_name)  # notes whether it changed anything
 
     @delete("/members/{username:str}", operation_id="removeMember", summary="Remove member (OIDC)",
             status_code=200, sync_to_thread=True)
     def remove_member(self, org: FromPath[str], username: FromPath[str], request: Request[Any, Any, Any],
                       ctx: Context) -> Response[m.Member]:
         with recorded(ctx, request, org, None, operation="removeMember", target_type="user",
-                      target_ids=[username]) as result:
+                      target_ids=[username]):
             _may_change(ctx, request, org, username)
-            known, revoked = ctx.relay.remove_member(org, username)
-            result["revokedTokens"] = len(revoked)
+            known, revoked = ctx.relay.remove_member(org, username)  # notes how many tokens it revoked
         for name in revoked:
             ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
         if revoked:

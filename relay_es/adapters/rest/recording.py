@@ -5,9 +5,10 @@ Three kinds of call are recorded as operator actions
 
 * a change carried to an executor (workflows, schedules, versions, stranded work):
   :func:`relay_es.adapters.rest.calling.act`;
-* a change to Relay's own state (applications, tokens): :func:`recorded`, around the
-  change -- requested before it, completed after it, ``failed`` with the refusal's detail
-  when it raises (an unknown application, a bad setting);
+* a change to Relay's own state (applications, tokens, roles, members, rules, policies):
+  :func:`recorded`, around the change -- the action written in the change's own transaction,
+  or ``failed`` with the refusal's detail when it raises (an unknown application, a bad
+  setting) and nothing was changed;
 * a call Relay refused (401: no or an unknown token; 403: a token without the permission,
   or, in development mode, a request from another machine): :class:`Refusals`, from the
   guard. The caller chooses how many refusals there are, so at most one a minute per client
@@ -40,7 +41,7 @@ from relay_es.adapters.hub.throttle import Throttle
 from relay_es.adapters.rest.context import RestContext
 from relay_es.domain.errors import RelayError
 from relay_es.domain.ids import new_id
-from relay_es.engine.action_commands import Actor, Outcome
+from relay_es.engine.action_commands import Actor
 
 log = logging.getLogger(__name__)
 
@@ -74,31 +75,15 @@ def _why(e: BaseException) -> str:
 @contextmanager
 def recorded(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str | None, *, operation: str,
              target_type: str, target_ids: Sequence[str] = (),
-             parameters: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-    """Records a change to Relay's own state (blocking: call it off the event loop). The
-    block may fill the yielded dict with a result summary (scalars; never a secret)."""
-    action_id = ctx.relay.record_action_requested(
-        org, app, request_id=new_id(), operation=operation, actor=actor_of(request),
-        source=source_of(request), target_type=target_type, target_ids=target_ids, parameters=parameters)
-    result: dict[str, Any] = {}
-    try:
-        yield result
-    except BaseException as e:
-        _complete(ctx, action_id, operation, outcome=Outcome.FAILED, message=_why(e))
-        raise
-    _complete(ctx, action_id, operation, outcome=Outcome.SUCCEEDED, result=result or None)
-
-
-def _complete(ctx: RestContext, action_id: uuid.UUID, operation: str, **kw: Any) -> None:
-    """The change is done (or refused) whether or not its end can be written: a completion
-    that fails is logged and the action stays ``pending`` in the log; it never turns a
-    change that happened into an error (a token made would never show its secret) nor
-    replaces the change's own refusal."""
-    try:
-        ctx.relay.record_action_completed(action_id, **kw)
-    except Exception:  # noqa: BLE001
-        log.warning("could not record how %s %s ended; it stays pending in the audit log", operation, action_id,
-                    exc_info=True)
+             parameters: Mapping[str, Any] | None = None) -> Iterator[uuid.UUID]:
+    """Records a change to Relay's own state in the change's own transaction (blocking: call it off
+    the event loop; :meth:`~relay_es.engine.action_commands.ActionCommands.recording_change`).
+    What the change did (a rule's id, the tokens revoked) is what its command noted; a failure
+    is recorded with the refusal's detail. Yields the action's id."""
+    with ctx.relay.recording_change(
+            org, app, request_id=new_id(), operation=operation, actor=actor_of(request), source=source_of(request),
+            target_type=target_type, target_ids=target_ids, parameters=parameters, why=_why) as action_id:
+        yield action_id
 
 
 class Refusals:

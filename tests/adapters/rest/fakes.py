@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +43,17 @@ class ActionRecords:
     def record_action_refused(self, org: str, app: str | None, **kw: Any) -> str:
         self.records.append(("refused", kw["operation"]))
         return f"action-{len(self.records)}"
+
+    @contextmanager
+    def recording_change(self, org: str, app: str | None, **kw: Any) -> Iterator[str]:
+        """The real one writes both in the change's transaction; here, both in order."""
+        self.records.append(("requested", kw["operation"]))
+        try:
+            yield f"action-{len(self.records)}"
+        except BaseException:
+            self.records.append(("completed", "failed"))
+            raise
+        self.records.append(("completed", "succeeded"))
 
 
 def fake_context(**given: Any) -> RestContext:

@@ -93,6 +93,9 @@ def test_a_policy_is_checked_stored_echoed_and_drives_the_recommendation(relay: 
 
     [(req, done)] = actions(relay, "shop", "deleteAutoscalingPolicy")[:1]
     assert req["target"]["ids"] == ["shop"] and done is not None and done["outcome"] == "succeeded"
+    # what each found, as the command noted it: written with the change, or after a change with nothing to do
+    assert [d and d["result"] for _, d in actions(relay, "shop", "deleteAutoscalingPolicy")] == [
+        {"cleared": True}, {"cleared": False}]
     sets = [req["parameters"] for req, _ in actions(relay, "shop", "setAutoscalingPolicy")]
     assert sorted(sets, key=len) == [{"queue": "orders_queue", "rollout": False}, {
         "queue": "orders_queue", "rollout": True, "maxOldApplicationVersions": 1,

@@ -152,6 +152,9 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     assert call(s, "GET", O + "/apps", admin).status_code == 200
     tokens = {t["tokenName"]: t for t in call(s, "GET", O + "/tokens", admin).json()}
     assert made["tokenName"] not in tokens  # revoked tokens are not listed
+    removals = [d["result"] for _, d in actions(s, None, "removeMember", org="acme", token=admin)  # type: ignore[arg-type]
+                if d is not None and d["outcome"] == "succeeded"]
+    assert removals == [{"revokedTokens": 0}, {"revokedTokens": 1}]  # on record as the command counted them
 
 
 def test_a_members_role_from_groups_is_listed_as_their_newest_token_gave_it_and_guards_them(

@@ -1,37 +1,34 @@
-"""Operator actions on record from the REST layer: a change around its block, refusals throttled.
+"""Operator actions on record from the REST layer: a change and its record in one transaction,
+refusals throttled.
 
 The routes' own records are checked on a real ``relay serve`` in ``test_audit.py``; here the
-helpers' rules, with fakes and a fake clock."""
+helpers' rules: a change's on a real store (both), the refusals' with fakes and a fake clock."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import IntegrityError, PersistenceError
 from litestar.exceptions import NotFoundException
 
 from relay_es.adapters.rest.recording import MAX_REFUSALS_PER_WINDOW, REFUSAL_WINDOW, Refusals, recorded
+from relay_es.adapters.stores import event_store_env, parse_database_url
+from relay_es.aggregates.action import DEVELOPMENT_USER, Action
+from relay_es.aggregates.application import SettingsPatch
 from relay_es.domain.errors import InvalidSetting
-from relay_es.engine.action_commands import Actor, Outcome
+from relay_es.engine.action_commands import Actor
+from relay_es.engine.service import Relay
 from tests.adapters.rest.fakes import fake_context
 
 
 class FakeRelay:
-    def __init__(self, *, fail: bool = False, fail_completion: bool = False) -> None:
+    def __init__(self, *, fail: bool = False) -> None:
         self.made: list[tuple[str, Any, dict[str, Any]]] = []
         self.fail = fail
-        self.fail_completion = fail_completion
-
-    def record_action_requested(self, org: str, app: str | None, **kw: Any) -> str:
-        self.made.append(("requested", (org, app), kw))
-        return "action-1"
-
-    def record_action_completed(self, action_id: str, **kw: Any) -> bool:
-        if self.fail_completion:
-            raise ConnectionError("the store went away")
-        self.made.append(("completed", action_id, kw))
-        return True
 
     def record_action_refused(self, org: str, app: str | None, **kw: Any) -> str:
         if self.fail:
@@ -45,17 +42,73 @@ def request(token: str | None = "deploy", host: str = "10.0.0.7") -> Any:
                            client=SimpleNamespace(host=host))
 
 
-def test_a_change_is_requested_before_its_block_and_completed_after_it() -> None:
-    relay = FakeRelay()
+@pytest.fixture
+def relay(clock, store_url) -> Iterator[Relay]:
+    r = Relay(event_store_env(parse_database_url(store_url)), clock=clock)
+    r.register_app("acme", "orders")
+    yield r
+    r.close()
+
+
+def saves_of(relay: Relay) -> list[list[str]]:
+    """Each save's events from now on, by kind (``Action.Requested``...)."""
+    saves: list[list[str]] = []
+    relay.save_observers.append(lambda took, events: saves.append([type(e).__qualname__ for e in events]))
+    return saves
+
+
+def actions(relay: Relay) -> list[Action]:
+    return [relay.repository.get(e.originator_id) for _, _, e in relay.notifications(0, 1000)
+            if isinstance(e, Action.Requested)]
+
+
+def completions(relay: Relay) -> list[Any]:
+    """Every action's ``Completed`` event (its message and result), in the log's order."""
+    return [e for _, _, e in relay.notifications(0, 1000) if isinstance(e, Action.Completed)]
+
+
+def test_a_change_and_its_action_are_written_in_one_transaction(relay: Relay) -> None:
+    saves = saves_of(relay)
+    with recorded(fake_context(relay=relay), request(), "acme", "orders", operation="updateApp",
+                  target_type="application", target_ids=["orders"], parameters={"privateMode": True}) as action_id:
+        relay.update_app("acme", "orders", SettingsPatch(private_mode=True))
+        assert relay.repository.get(action_id).outcome == "succeeded"  # already: with the change
+    assert saves == [["Action.Requested", "Action.Completed", "Application.SettingsChanged"]]
+    (action,) = actions(relay)
+    assert (action.operation, action.actor_kind, action.actor, action.source) == (
+        "updateApp", "token", "deploy", "10.0.0.7")
+    assert action.parameters == {"privateMode": True} and completions(relay)[0].result == {}
+
+
+def test_a_conflicting_save_is_retried_and_takes_its_record_along_once(relay: Relay) -> None:
+    record = relay.reads.record
+    calls = []
+
+    def conflicting_once(objs: Any, **kw: Any) -> Any:
+        calls.append([type(o).__name__ for o in objs])
+        if len(calls) == 1:
+            raise IntegrityError("another writer got there first")
+        return record(objs, **kw)
+
+    relay.reads.record = conflicting_once  # type: ignore[method-assign]
+    with recorded(fake_context(relay=relay), request(), "acme", "orders", operation="updateApp",
+                  target_type="application", target_ids=["orders"]) as action_id:
+        relay.update_app("acme", "orders", SettingsPatch(private_mode=True))
+    assert calls == [["Action", "Application"], ["Action", "Application"]]
+    assert [type(e).__qualname__ for e in relay.stream(action_id)] == ["Action.Requested", "Action.Completed"]
+
+
+def test_what_the_command_noted_is_in_the_record_it_rides_with(relay: Relay) -> None:
+    relay.create_role("acme", "ops", ["application.read"])
     ctx = fake_context(relay=relay)
-    with recorded(ctx, request(), "acme", "orders", operation="updateApp", target_type="application",
-                  target_ids=["orders"], parameters={"privateMode": True}) as result:
-        assert [m[0] for m in relay.made] == ["requested"]
-        result["changed"] = 1
-    (_, where, asked), (_, action_id, done) = relay.made
-    assert where == ("acme", "orders") and asked["actor"] == Actor.token("deploy") and asked["source"] == "10.0.0.7"
-    assert asked["operation"] == "updateApp" and asked["parameters"] == {"privateMode": True}
-    assert action_id == "action-1" and done == {"outcome": Outcome.SUCCEEDED, "result": {"changed": 1}}
+    saves = saves_of(relay)
+    with recorded(ctx, request(), "acme", None, operation="grantRole", target_type="user", target_ids=["ada"]):
+        relay.grant_role("acme", "ada", "ops")
+    with recorded(ctx, request(), "acme", None, operation="grantRole", target_type="user", target_ids=["ada"]):
+        relay.grant_role("acme", "ada", "ops")  # nothing to change: no save carries it; written after
+    assert saves == [["Action.Requested", "Action.Completed", "OrgMembers.Opened", "OrgMembers.RoleGranted"],
+                     ["Action.Requested", "Action.Completed"]]
+    assert [c.result for c in completions(relay)] == [{"changed": True}, {"changed": False}]
 
 
 @pytest.mark.parametrize(("error", "message"), [
@@ -63,14 +116,60 @@ def test_a_change_is_requested_before_its_block_and_completed_after_it() -> None
     (NotFoundException("no such application"), "no such application"),
     (KeyError("secret-looking text"), "relay: KeyError"),  # a bug's text is not recorded
 ])
-def test_a_change_that_raises_is_completed_failed_with_what_was_wrong(error: Exception, message: str) -> None:
-    relay = FakeRelay()
+def test_a_change_that_raises_before_saving_is_recorded_failed_with_what_was_wrong(
+        relay: Relay, error: Exception, message: str) -> None:
+    saves = saves_of(relay)
     with pytest.raises(type(error)), recorded(fake_context(relay=relay), request(token=None), "local", None,
                                               operation="deleteToken", target_type="token", target_ids=["ci"]):
         raise error
-    (_, _, asked), (_, _, done) = relay.made
-    assert asked["actor"] == Actor.development()
-    assert done["outcome"] == Outcome.FAILED and message in done["message"]
+    assert saves == [["Action.Requested", "Action.Completed"]]
+    (action,) = actions(relay)
+    assert (action.actor_kind, action.actor) == ("user", DEVELOPMENT_USER)
+    assert action.outcome == "failed" and message in completions(relay)[0].message
+
+
+def test_a_block_that_raises_after_its_change_was_saved_leaves_it_succeeded(relay: Relay) -> None:
+    with pytest.raises(RuntimeError), recorded(fake_context(relay=relay), request(), "acme", "orders",
+                                               operation="deleteApp", target_type="application", target_ids=["orders"]):
+        relay.delete_app("acme", "orders")
+        raise RuntimeError("after the change")
+    (action,) = actions(relay)
+    assert action.outcome == "succeeded" and relay.app_deleted("acme", "orders")
+
+
+def test_with_the_store_away_neither_the_change_nor_its_record_is_written(
+        relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    record = relay.reads.record
+
+    def away(objs: Any, **kw: Any) -> Any:
+        raise PersistenceError("the store went away")
+
+    relay.reads.record = away  # type: ignore[method-assign]
+    with pytest.raises(PersistenceError), recorded(fake_context(relay=relay), request(), "acme", "orders",
+                                                   operation="deleteApp", target_type="application",
+                                                   target_ids=["orders"]):
+        relay.delete_app("acme", "orders")
+    relay.reads.record = record  # type: ignore[method-assign]
+    assert "deleteApp" in caplog.text and "not in the audit log" in caplog.text
+    assert actions(relay) == [] and not relay.app_deleted("acme", "orders")
+
+
+def test_another_thread_s_saves_do_not_carry_the_record(relay: Relay) -> None:
+    saves = saves_of(relay)
+    with recorded(fake_context(relay=relay), request(), "acme", None, operation="registerApp",
+                  target_type="application", target_ids=["billing"]):
+        elsewhere = threading.Thread(target=relay.register_app, args=("acme", "other"))
+        elsewhere.start()
+        elsewhere.join()
+        relay.register_app("acme", "billing")
+    assert saves == [["Application.Registered"], ["Action.Requested", "Action.Completed", "Application.Registered"]]
+
+
+def test_blocks_do_not_nest(relay: Relay) -> None:
+    with recorded(fake_context(relay=relay), request(), "acme", None, operation="registerApp",
+                  target_type="application", target_ids=["billing"]):
+        with pytest.raises(RuntimeError, match="within another"), relay.riding(lambda objs: []):
+            pass
 
 
 def test_refusals_are_recorded_once_a_window_per_client_status_operation_and_org() -> None:
@@ -112,15 +211,3 @@ def test_a_refusal_s_record_never_fails_the_refusal(caplog: pytest.LogCaptureFix
     ((_, where, kw),) = ok.made
     assert where == ("acme", "orders") and kw["target_type"] == "workflow" and kw["target_ids"] == ["wf-1"]
     assert kw["status"] == 403 and kw["suppressed"] == 4
-
-
-def test_a_completion_that_cannot_be_written_neither_fails_the_change_nor_hides_its_refusal(
-        caplog: pytest.LogCaptureFixture) -> None:
-    relay = FakeRelay(fail_completion=True)
-    ctx = fake_context(relay=relay)
-    with recorded(ctx, request(), "acme", None, operation="createToken", target_type="token", target_ids=["ci"]):
-        pass  # the token is made: its secret must still be shown
-    assert "stays pending in the audit log" in caplog.text
-    with pytest.raises(InvalidSetting, match="appNames"), recorded(
-            ctx, request(), "acme", None, operation="createToken", target_type="token", target_ids=["ci"]):
-        raise InvalidSetting("appNames", "must name 1 to 100 applications")
