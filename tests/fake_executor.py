@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import uuid
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -40,11 +41,19 @@ class FakeExecutor:
     background: list[dict[str, Any]] = field(default_factory=list)
     ws: ClientConnection | None = None
     close_code: int | None = None
+    receive_buffer: int | None = None  # SO_RCVBUF of its socket (None: the system's)
     _task: asyncio.Task[Any] | None = None
 
     async def connect(self, *, wait_registered: bool = True) -> "FakeExecutor":
+        sock = None
+        if self.receive_buffer is not None:  # set before connecting: the window is agreed at the handshake
+            host, _, port = self.url.removeprefix("ws://").partition(":")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
         self.ws = await websockets.connect(f"{self.url}/websocket/{self.app}/{self.key}", ping_interval=None,
-                                           max_size=None, open_timeout=5)
+                                           max_size=None, open_timeout=5, sock=sock)
         self._task = asyncio.ensure_future(self._loop())
         if wait_registered:
             await self.wait_for("executor_info")

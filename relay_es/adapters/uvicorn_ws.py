@@ -27,6 +27,8 @@ fails the connection with 1009.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +39,7 @@ from websockets.server import ServerProtocol
 from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
 
 COMPRESS_MIN_BYTES = 1024
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection, dropping what is unsent
 # Connections the kernel holds for the server before it accepts them (the kernel caps it at
 # net.core.somaxconn: 4,096 by default). uvicorn's default, 2,048, overflowed when a fleet reconnected
 # at once while the process was busy: a client whose handshake the kernel drops tries again 1 s, then
@@ -213,7 +216,17 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
     * A keepalive ping that is not answered fails the connection with 1011 and
       closes the transport; the application would hear 1005. Relay reports it
       as the 1011 it is, so the executor is recorded ``ping_timeout``.
-    * ``close_timeout`` bounds the closing handshake Relay starts (4001-4005).
+    * ``close_timeout`` bounds the closing handshake Relay starts (4001-4005), and every close:
+      once a close has begun (a close frame sent, a keepalive ping unanswered), the transport is
+      aborted ``close_timeout`` later if the connection is not lost by then. asyncio's ``close()``
+      waits for the write buffer to drain, and a peer that stopped reading (a frozen process, a
+      zero receive window) never drains it: without the abort such a socket was never reported
+      lost, and its executor stayed HEALTHY for ever.
+    * While the transport's write buffer is over its high-water mark, the socket is not read:
+      what a peer sends can make Relay write (every ping gets a pong, every request an answer),
+      and a peer that sends without reading would otherwise fill the buffer without bound (a
+      ping flood from a client that never reads grew the server by 59 MiB). The kernel's own
+      flow control then stops the peer; an unanswered keepalive ping closes the socket.
     * The first message is capped at ``handshake_frame_cap`` bytes, later ones at
       ``pending_frame_cap``, until the application calls
       ``scope["extensions"]["relay.frame_cap"](n)``; a disconnect caused by our
@@ -234,6 +247,8 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
+            self._abort_timer: asyncio.TimerHandle | None = None
+            self._write_paused = False
             if self.conn.available_extensions:  # uvicorn's factory keeps a compressor per socket
                 self.conn.available_extensions = [DEFLATE]
             self.queue = _Inbox()  # type: ignore[assignment]
@@ -263,6 +278,9 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
 
         def connection_lost(self, exc: Exception | None) -> None:
             super().connection_lost(exc)
+            if self._abort_timer is not None:  # the handle holds this protocol: let go of it
+                self._abort_timer.cancel()
+                self._abort_timer = None
             # Nothing is parsed once the connection is lost, and websockets' parser is a generator
             # kept on the object it parses for, whose frame holds that object: a cycle, since the
             # generator never ends (after EOF, discard() waits at its last yield). Closed, it lets go.
@@ -284,6 +302,42 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
         def keepalive_timeout(self) -> None:
             self.keepalive_timed_out = True
             super().keepalive_timeout()
+            self._abort_later()
+
+        def _abort_later(self) -> None:
+            """The transport aborted ``close_timeout`` from now unless the connection is lost first."""
+            if self._abort_timer is None and not self.disconnected:
+                self._abort_timer = self.loop.call_later(self.close_timeout, self._abort)
+
+        def _abort(self) -> None:
+            self._abort_timer = None
+            if not self.disconnected:
+                # A reset, not a FIN behind the unread bytes: without SO_LINGER 0 the kernel keeps the
+                # closed socket and what it could not send (megabytes) while it probes a zero window.
+                sock = self.transport.get_extra_info("socket")
+                if sock is not None:
+                    try:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                    except OSError:
+                        pass
+                self.transport.abort()  # connection_lost follows: the application hears the disconnect
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._write_paused = True
+            if not self.read_paused:
+                self.transport.pause_reading()
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._write_paused = False
+            if not self.read_paused and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._write_paused and not self.transport.is_closing():
+                self.transport.pause_reading()  # uvicorn may have resumed reading for its own queue meanwhile
 
         async def receive(self) -> Any:
             message = await super().receive()
@@ -295,6 +349,8 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             return message
 
         async def send(self, message: Any) -> None:
+            if message.get("type") == "websocket.close":
+                self._abort_later()  # the close frame may wait behind what the peer has not read
             guard = message.get("relay.guard")
             if guard is not None:
                 await self.writable.wait()

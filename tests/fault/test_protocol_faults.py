@@ -24,6 +24,7 @@ import json
 import os
 import random
 import resource
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -762,6 +763,66 @@ def test_dispatch_to_a_socket_already_gone_fails_over_at_once() -> None:
     raised, outcomes = asyncio.run(main())
     assert raised is None, f"the dispatch task raised {raised!r} and reported nothing"
     assert len(outcomes) == 1 and not outcomes[0].ok and "lost" in (outcomes[0].reason or ""), outcomes
+
+
+@WIRE_ONLY
+def test_a_frozen_executor_that_never_reads_a_large_send_is_reported_lost(
+        make_server: Callable[..., RelayServer], store_url: str) -> None:
+    """Invariant: an executor that stops reading while Relay has more to send it than the two
+    sockets' buffers hold (a frozen process; a 9 MB import it never reads) is reported lost
+    within the ping wait, like any silent executor. asyncio's ``close()`` waits for the write
+    buffer to drain, which a peer that reads nothing never lets happen: before Relay aborted
+    such a socket, it stayed open and its executor HEALTHY for ever (a helper's review, 2026-12-06)."""
+    server = make_server(env={"RELAY_PING_INTERVAL_SECS": "1", "RELAY_PING_WAIT_SECS": "4",
+                              "RELAY_CALL_TIMEOUT_SECS": "3"})
+
+    async def main() -> None:
+        a = await FakeExecutor(server.ws, executor_id="A", receive_buffer=4096).connect()
+        await until(lambda: listing(server).get("A", {}).get("status") == "HEALTHY", what="A registered")
+        a.freeze()
+        blob = base64.b64encode(os.urandom(9_000_000)).decode()  # random: deflate cannot shrink it
+        imported = asyncio.ensure_future(asyncio.to_thread(
+            rest, server, "POST", "/v2/orgs/local/apps/app/workflows/import", json={"serializedWorkflow": blob}))
+        await until(lambda: listing(server).get("A", {}).get("status") != "HEALTHY", timeout=20,
+                    what="the frozen executor reported lost")
+        assert (await imported).status_code in (503, 504)  # its call ended with it, not with an answer
+        gone = await until(lambda: [e["detail"]["reason"] for e in events_all(server, "local", None, executorId="A",
+                                                                            app="app")
+                                    if e["action"] == "executor.disconnected"], what="its Disconnected")
+        assert gone == ["ping_timeout"]
+        await a.close()
+
+    asyncio.run(main())
+
+
+def test_a_client_that_sends_without_reading_cannot_make_relay_buffer_without_bound(tmp_path: Path) -> None:
+    """Invariant: every ping gets a pong, so a client that floods pings and reads nothing would
+    make Relay buffer pongs without end (61 MiB of pings grew the server by 59 MiB, a helper's
+    review, 2026-12-06). Relay stops reading a socket whose write buffer is full, so the
+    kernel's flow control stops the client: it cannot push 32 MiB, and the unfinished handshake
+    is dropped. (The HTTP and WebSocket layers alone: SQLite only.)"""
+    server = RelayServer(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/relay.db"], env=BASE_ENV).start()
+    try:
+        c = socket.create_connection(("127.0.0.1", server.port))
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.sendall(UPGRADE)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += c.recv(1)
+        assert head.startswith(b"HTTP/1.1 101")
+        ping = bytes([0x89, 0x80 | 125]) + b"\x00\x00\x00\x00" + b"p" * 125  # masked with zeros
+        chunk = ping * (1024 * 1024 // len(ping))
+        c.settimeout(30)
+        sent = 0
+        with pytest.raises(OSError):  # the send blocks (timeout) or the dropped handshake resets it
+            while sent < 32 * 1024 * 1024:
+                c.sendall(chunk)
+                sent += len(chunk)
+        c.close()
+        assert sent < 32 * 1024 * 1024
+        assert rest(server, "GET", "/healthz").status_code == 200
+    finally:
+        server.stop()
 
 
 def test_unfinished_handshakes_are_dropped(tmp_path: Path) -> None:
