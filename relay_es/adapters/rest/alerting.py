@@ -69,14 +69,15 @@ class AlertingController(Controller):
                                    ctx: Context) -> Response[m.AlertingRule]:
         b: m.CreateAlertInputBody = await calling.body(request)
         who = getattr(request.state, "principal", None)
-        if b.receiving_app_name is not UNSET and who is not None and not who.covers(b.receiving_app_name):
-            # a token limited to applications sends alerts only to those: not into another's alert handler
-            raise PermissionDeniedException(detail=f"this token is limited to applications that do not include "
-                                                   f"receivingAppName {b.receiving_app_name[:256]!r}")
 
         def create() -> AlertingRule:
             with recorded(ctx, request, org, app, operation="createAlertingRule", target_type="alerting_rule",
                           parameters=parameters_of(b)):
+                if b.receiving_app_name is not UNSET and who is not None and not who.covers(b.receiving_app_name):
+                    # a token limited to applications sends alerts only to those: not into another's alert
+                    # handler (refused on record)
+                    raise PermissionDeniedException(detail=f"this token is limited to applications that do not "
+                                                           f"include receivingAppName {b.receiving_app_name[:256]!r}")
                 rule = ctx.relay.create_alerting_rule(
                     org, app, rule_type=b.rule_type, metadata=b.rule_metadata,
                     min_interval_secs=DEFAULT_MIN_INTERVAL if b.min_interval_secs is UNSET else b.min_interval_secs,

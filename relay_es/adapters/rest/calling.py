@@ -26,6 +26,7 @@ such workflow" in prose, so a route that can tell passes a function of the messa
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -48,6 +49,8 @@ from relay_es.engine.calls import (
     NoHealthyExecutor,
 )
 from relay_es.protocol import messages as wire
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
@@ -154,31 +157,39 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
         answer = await ask(ctx, org, app, make_request, prefer_latest=prefer_latest, failed_status=failed_status,
                            chosen=asked.append)
     except NoHealthyExecutor as e:
-        await _completed(ctx, action_id, Outcome.NO_HEALTHY_EXECUTOR, e.detail, None)
+        await completed(ctx, action_id, Outcome.NO_HEALTHY_EXECUTOR, e.detail, None)
         raise
     except ExecutorTimedOut as e:
-        await _completed(ctx, action_id, Outcome.TIMED_OUT, e.detail, e.executor_id)
+        await completed(ctx, action_id, Outcome.TIMED_OUT, e.detail, e.executor_id)
         raise
     except (CallFailed, ExecutorProblem) as e:
-        await _completed(ctx, action_id, Outcome.FAILED, getattr(e, "detail", str(e)),
+        await completed(ctx, action_id, Outcome.FAILED, getattr(e, "detail", str(e)),
                          getattr(e, "executor_id", None) or (asked[0] if asked else None))
         raise
     except BaseException as e:  # cancelled (client gone) or a bug: the action still ends on record
-        await asyncio.shield(_completed(ctx, action_id, Outcome.FAILED, f"relay: {type(e).__name__}",
+        await asyncio.shield(completed(ctx, action_id, Outcome.FAILED, f"relay: {type(e).__name__}",
                                             asked[0] if asked else None))
         raise
     try:
         summary = result(answer)
     except Exception:  # noqa: BLE001  # an answer the route cannot summarise is still a success on record
         summary = None
-    await _completed(ctx, action_id, Outcome.SUCCEEDED, None, asked[0] if asked else None, summary)
+    await completed(ctx, action_id, Outcome.SUCCEEDED, None, asked[0] if asked else None, summary)
     return answer
 
 
-async def _completed(ctx: RestContext, action_id: uuid.UUID, outcome: Outcome, message: str | None,
+async def completed(ctx: RestContext, action_id: uuid.UUID, outcome: Outcome, message: str | None,
                      executor_id: str | None, result: Mapping[str, Any] | None = None) -> None:
-    await asyncio.to_thread(ctx.relay.record_action_completed, action_id, outcome=outcome, message=message,
-                            executor_id=executor_id, result=result)
+    """Records how an action carried to an executor ended. Never raises: what the executor did (a
+    fork's new id, a trigger) or the refusal it met is answered whether or not its end can be
+    written (the store away); the action then stays ``pending`` in the audit log (logged). A 500
+    instead would hide a change that happened, and a client retrying would make it twice."""
+    try:
+        await asyncio.to_thread(ctx.relay.record_action_completed, action_id, outcome=outcome, message=message,
+                                executor_id=executor_id, result=result)
+    except Exception:  # noqa: BLE001
+        log.warning("could not record how action %s ended (%s); it stays pending in the audit log", action_id,
+                    outcome, exc_info=True)
 
 
 def answer(value: Any, status: int = 200) -> Response[Any]:

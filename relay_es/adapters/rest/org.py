@@ -24,6 +24,7 @@ runs, as Conductor does.
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 from typing import Any
 
 from litestar import Controller, Request, Response, delete, get, patch, post, put
@@ -39,6 +40,7 @@ from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
 from relay_es.adapters.rest.roles import within
 from relay_es.aggregates.members import members_stream_id
+from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.roles import ordered
 
@@ -63,6 +65,12 @@ def _roles(ctx: Any, org: str) -> dict[str, tuple[bool, list[str]]]:
     return {name: (built_in, perms) for name, built_in, perms in ctx.relay.roles(org)}
 
 
+def _stamp(since: str | None) -> str:
+    """A member's ``since`` (ISO, as the members' stream keeps it) as every time Relay answers: RFC 3339,
+    UTC, milliseconds; the epoch when there is none."""
+    return units.rfc3339(datetime.fromisoformat(since)) if since else "1970-01-01T00:00:00.000Z"
+
+
 def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, username: str) -> None:
     """403 unless the caller holds everything the member's roles hold, the one granted them and the
     one their groups gave them (as recorded): nobody demotes or removes a stronger member
@@ -77,9 +85,9 @@ class OrgController(Controller):
 
     @get("/", operation_id="getOrg", summary="Get org (OIDC)", sync_to_thread=True)
     def get_org(self, org: FromPath[str], ctx: Context) -> Response[m.Organization]:
-        since = min((v.get("since") or "" for v in ctx.relay.members(org).values()), default="") or "1970-01-01T00:00:00Z"
+        since = min((v.get("since") or "" for v in ctx.relay.members(org).values()), default="")  # ISO, all UTC
         return calling.answer(m.Organization(
-            id=_org_id(org), name=org, created_at=since.replace("+00:00", "Z"), subscription_plan="team",
+            id=_org_id(org), name=org, created_at=_stamp(since), subscription_plan="team",
             max_database_instances=0, max_apps=INT32_MAX, max_vms=0, default_rds_instance_class_type="",
             max_team_members=INT32_MAX, max_conductor_apps=INT32_MAX, audit_log_retention_days=RETENTION_DAYS))
 
@@ -157,5 +165,5 @@ class UsersController(Controller):
         return calling.answer(m.UserProfile(
             name=info.get("name") or who.user, email=info.get("email") or "", org_name=who.org,
             org_id=_org_id(who.org), subscription_plan="team",
-            created_at=(info.get("since") or "1970-01-01T00:00:00Z").replace("+00:00", "Z"),
+            created_at=_stamp(info.get("since")),
             role=UNSET if role is None else role))

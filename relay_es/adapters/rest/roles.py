@@ -53,11 +53,11 @@ class RolesController(Controller):
                           ctx: Context) -> Response[m.CreateRoleOutputBody]:
         b: m.CreateRoleInputBody = await calling.body(request)
         asked = [] if b.permissions is UNSET or b.permissions is None else list(b.permissions)
-        within(request, asked, "a role")
 
         def create() -> list[str]:
             with recorded(ctx, request, org, None, operation="createRole", target_type="role",
                           target_ids=[b.name[:64]], parameters={"permissions": ",".join(map(str, asked))[:400]}):
+                within(request, asked, "a role")  # refused on record, as grantRole's refusal is
                 return ctx.relay.create_role(org, b.name, asked)
 
         chosen = await asyncio.to_thread(create)
@@ -68,6 +68,9 @@ class RolesController(Controller):
     def delete_role(self, org: FromPath[str], role_name: FromPath[str], request: Request[Any, Any, Any],
                     ctx: Context) -> None:
         with recorded(ctx, request, org, None, operation="deleteRole", target_type="role", target_ids=[role_name]):
+            # nobody weaker removes a stronger role: the members it gives more than the caller holds would fall
+            # back to what their groups give them, a demotion that removeMember and grantRole refuse alike
+            within(request, ctx.relay.role(org, role_name) or [], "a role deleted")
             ctx.relay.delete_role(org, role_name)
 
     @get("/permissions", operation_id="listPermissions", summary="List permissions", sync_to_thread=True,

@@ -406,9 +406,8 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
             message = f"relay: {type(e).__name__}"
             raise
         finally:
-            await asyncio.shield(asyncio.to_thread(
-                ctx.relay.record_action_completed, action_id, outcome=outcome, message=message,
-                executor_id=executor_id,
-                result={"executorCount": len(ids)} if outcome == Outcome.SUCCEEDED else None))
+            await asyncio.shield(calling.completed(
+                ctx, action_id, outcome, message, executor_id,
+                {"executorCount": len(ids)} if outcome == Outcome.SUCCEEDED else None))
         done.append({"appVersion": version, "executorIds": ids})
     return done

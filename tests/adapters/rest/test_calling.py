@@ -181,6 +181,26 @@ def test_an_action_is_recorded_before_it_is_sent_and_completed_however_it_ends(f
         assert done["executor_id"] == "e1"
 
 
+class AwayOnCompletion(FakeRelay):
+    def record_action_completed(self, action_id: Any, **kw: Any) -> bool:
+        self.completed.append(kw)  # tried
+        raise OSError("the store went away")
+
+
+@pytest.mark.parametrize("failure,status", [(None, 200), (NoHealthyExecutor("local", "shop"), 503),
+                                            (ExecutorTimedOut("e1", 20), 504)])
+def test_an_action_whose_end_cannot_be_written_is_still_answered_as_it_ended(
+        failure: Any, status: int) -> None:
+    """What the executor did (or the refusal it met) is the answer whether or not the action's end
+    can be written: a 500 instead would hide a change that happened, and a client retrying a fork
+    or a trigger would make it twice. The action stays pending, logged."""
+    relay = AwayOnCompletion()
+    with client(FakeCalls(failure if failure is not None else 3), relay) as c:
+        r = c.post("/act/shop")
+    assert r.status_code == status, r.text
+    assert len(relay.requested) == 1 and len(relay.completed) == 1  # its end was tried, once
+
+
 def test_an_action_on_an_unknown_application_records_nothing() -> None:
     relay = FakeRelay()
     with client(FakeCalls(1), relay) as c:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from typing import Any
 
@@ -31,6 +32,8 @@ OAUTH_ONLY = [("GET", O, "getOrg"), ("PATCH", O, "updateOrg"), ("GET", O + "/mem
               ("PUT", O + "/members/bob@example.com/roles/viewer", "grantRole"),
               ("DELETE", O + "/members/bob@example.com", "removeMember"), ("GET", "/v2/users/me", "getCurrentUser"),
               ("POST", O + "/secrets", "generateSecret")]
+
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")  # RFC 3339, UTC, milliseconds
 
 
 def conforms(operation: str, r: Any, status: int) -> Any:  # noqa: D103
@@ -80,6 +83,7 @@ def test_a_users_permissions_are_their_groups_role(oidc: tuple[RelayServer, Issu
     assert call(s, "GET", O + "/apps", nobody).status_code == 403  # no role: no permission
 
     me = conforms("getCurrentUser", call(s, "GET", "/v2/users/me", ops), 200)
+    assert STAMP.fullmatch(me["createdAt"]), me["createdAt"]
     assert me["email"] == "olga@example.com" and me["orgName"] == "acme" and me["name"] == "Olga"
     assert me["role"] == {"name": "operator", "isGlobal": True, "permissions": [
         "application.read", "application.write", "metric.read", "organization.read", "token.read"]}
@@ -129,6 +133,7 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     conforms("getOrg", call(s, "GET", "/v2/orgs/other", admin), 404)  # only the OIDC org has members
 
     org = conforms("getOrg", call(s, "GET", O, boss), 200)
+    assert STAMP.fullmatch(org["createdAt"]), org["createdAt"]  # as every time Relay answers
     assert org["name"] == "acme" and org["subscriptionPlan"] == "team"
     conforms("updateOrg", call(s, "PATCH", O, boss, json={}), 204)
     assert "renamed" in conforms("updateOrg", call(s, "PATCH", O, boss, json={"newName": "acme_two"}), 422)["detail"]

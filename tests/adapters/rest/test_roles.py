@@ -65,17 +65,42 @@ def test_roles_are_listed_made_and_deleted_in_conductors_shapes(acme: tuple[Rela
                          ({"name": "ok_name", "extra": 1}, 422)):
         r = conforms("createRole", call(s, "POST", O + "/roles", admin, json=body), status)
         assert "\n" not in r["detail"]
+    # organization.write alone hands out no more than it holds, nor takes away more: it neither makes nor
+    # deletes a role stronger than itself (deleting one would demote whoever held it), and both are on record
+    writer = call(s, "POST", O + "/tokens/org-writer", admin,
+                  json={"permissions": ["organization.write", "organization.read"]}).json()["token"]
+    conforms("createRole", call(s, "POST", O + "/roles", writer, json={"name": "sneaky",
+                                                                      "permissions": ["token.write"]}), 403)
+    r = conforms("deleteRole", call(s, "DELETE", O + "/roles/deployer", writer), 403)
+    assert "application.write" in r["detail"]
+    conforms("deleteRole", call(s, "DELETE", O + "/roles/nobody", writer), 204)  # holds all of nothing
     conforms("deleteRole", call(s, "DELETE", O + "/roles/deployer", admin), 204)
     conforms("deleteRole", call(s, "DELETE", O + "/roles/deployer", admin), 404)
     conforms("deleteRole", call(s, "DELETE", O + "/roles/operator", admin), 409)
-    assert [r["name"] for r in call(s, "GET", O + "/roles", admin).json()] == ["admin", "operator", "viewer", "nobody"]
+    assert [r["name"] for r in call(s, "GET", O + "/roles", admin).json()] == ["admin", "operator", "viewer"]
 
     done = [(req, end) for req, end in actions(s, None, "createRole", org="acme", token=admin)  # type: ignore[arg-type]
             if end is not None and end["outcome"] == "succeeded"]
     assert [req["target"] for req, _ in done] == [{"type": "role", "ids": ["deployer"], "count": 1},
                                                   {"type": "role", "ids": ["nobody"], "count": 1}]
-    assert [end["outcome"] for _, end in actions(s, None, "deleteRole", org="acme", token=admin)  # type: ignore[arg-type]
-            ] == ["succeeded", "failed", "failed"]
+    assert [(req["actor"]["id"], end["outcome"]) for req, end in actions(  # type: ignore[arg-type]
+        s, None, "deleteRole", org="acme", token=admin)] == [
+        ("org-writer", "failed"), ("org-writer", "succeeded"), ("admin", "succeeded"), ("admin", "failed"),
+        ("admin", "failed")]
+    refused = [(req["target"]["ids"], end["message"]) for req, end in actions(  # type: ignore[arg-type]
+        s, None, "createRole", org="acme", token=admin) if end is not None and end["outcome"] == "failed"]
+    assert [ids for ids, _ in refused if ids == ["sneaky"]] == [["sneaky"]]
+    assert any("token.write" in (message or "") for ids, message in refused if ids == ["sneaky"])
+
+    # a token limited to applications sends alerts only to those, and its attempt at another is on record
+    billing = call(s, "POST", O + "/tokens/billing-writer", admin,
+                   json={"appNames": ["billing"], "permissions": ["application.read", "application.write"]}
+                   ).json()["token"]
+    r = call(s, "POST", O + "/apps/billing/alerting-rules", billing, json={
+        "ruleType": "UnresponsiveApplication", "ruleMetadata": {}, "receivingAppName": "orders"})
+    assert r.status_code == 403 and "receivingAppName" in r.json()["detail"], r.text
+    [(req, end)] = actions(s, "billing", "createAlertingRule", org="acme", token=admin)
+    assert req["actor"]["id"] == "billing-writer" and end is not None and end["outcome"] == "failed"
 
 
 @pytest.fixture
