@@ -244,6 +244,9 @@ class ProcessManager:
         self._waiting: dict[tuple[str, str, str | None], set[str]] = defaultdict(set)  # no candidate last time
         self._tried: dict[str, set[str]] = defaultdict(set)  # dead sid -> targets that failed it
         self._backoff_until: dict[str, float] = {}  # dead sid -> monotonic time of its next attempt
+        # app -> monotonic time its next retention plan is due, kept while it has no HEALTHY executor: an
+        # application whose executors all blip more often than the interval is still served every interval
+        self._retention_due: dict[tuple[str, str], float] = {}
         self._requests: dict[str, str] = {}  # request id -> stream id
         self._deadlines: dict[str, float] = {}  # request id -> monotonic deadline of a dispatch sent from here
         # stream id -> notification id of the last event recorded here and folded before the log reached it
@@ -602,13 +605,18 @@ class ProcessManager:
     def _follow_schedules(self, app: tuple[str, str]) -> None:
         """One retention timer per application with a HEALTHY executor here, first due one
         interval after the first is seen, and one metrics timer, first due at the end of the
-        current bucket; both dropped when the last one goes."""
+        current bucket; both dropped when the last one goes. The retention plan's due time is
+        kept meanwhile: when an executor is back the timer is armed for it (at once, if it passed),
+        not a whole interval later, so an application whose only executor is away for a moment
+        more often than the interval still gets its plan every interval."""
         healthy = app in self._indexes.apps_healthy
         if self.retention_interval is not None:
             if not healthy:
                 self.timers.cancel(("retention", app))
             elif ("retention", app) not in self.timers:
-                self.timers.arm(("retention", app), self.clock.monotonic() + self.retention_interval)
+                now = self.clock.monotonic()
+                due = self._retention_due.setdefault(app, now + self.retention_interval)
+                self.timers.arm(("retention", app), max(now, due))
         if self.metrics_interval is not None:
             if not healthy:
                 self.timers.cancel(("metrics", app))
@@ -651,7 +659,9 @@ class ProcessManager:
         elif isinstance(event, Executor.RecoveryConfirmed):
             self._requests.pop(event.request_id, None)
             self._deadlines.pop(event.request_id, None)
-        elif isinstance(event, Executor.Deleted):
+        elif isinstance(event, (Executor.Deleted, Executor.RecoveryWithdrawn, Executor.DeclaredDead)):
+            # Who failed to recover a death, and its backoff, belong to that death: a withdrawal ends it,
+            # and a new death (a later incarnation's) starts with every candidate untried.
             self._tried.pop(sid, None)
             self._backoff_until.pop(sid, None)
         try:  # after the bookkeeping above: an observer sees the failed target among those tried
@@ -713,11 +723,20 @@ class ProcessManager:
             else:
                 self.timers.cancel(("dispatch", sid))
                 self._unwait(sid)
-                self._guarded(sid, lambda: self.relay.withdraw_recovery(
-                    UUID(sid), reason=f"executor reconnected (incarnation {row.incarnation})"))
+                self._guarded(sid, lambda: self._withdraw(row))
         else:
             self.timers.cancel(("dispatch", sid))
             self._unwait(sid)
+
+    def _withdraw(self, row: ExecutorRow) -> None:
+        """Withdraws the recovery of an executor that is back. A refusal means the command found it
+        still dead: a copy in this process's cache older than the Connected this row folded (the
+        hub's thread had committed it, not yet cached it). A refusal records nothing, so no version
+        check catches it: the copy is forgotten and the row reacted to again, read from the store."""
+        sid = row.stream_id
+        if not self.relay.withdraw_recovery(UUID(sid), reason=f"executor reconnected (incarnation {row.incarnation})"):
+            self.relay.forget_cached([UUID(sid)])
+            self.timers.arm(("react", sid), self.clock.monotonic() + RETRY_SECS)
 
     def _arm_dispatch(self, sid: str) -> None:
         at = max(self.clock.monotonic(), self._backoff_until.get(sid, 0.0))
@@ -882,7 +901,8 @@ class ProcessManager:
         p = retention.plan(self.relay.app_settings(org, name), self.clock.now())
         if p is not None:
             self.dispatcher.send_retention(org, name, p)
-        self.timers.arm(("retention", app), self.clock.monotonic() + self.retention_interval)
+        due = self._retention_due[app] = self.clock.monotonic() + self.retention_interval
+        self.timers.arm(("retention", app), due)
 
     def _fire_metrics(self, app: tuple[str, str], due: float | None) -> None:
         """Asks for the application's metrics that are due; re-arms one bucket later. A timer
@@ -908,7 +928,10 @@ class ProcessManager:
             if row is not None and deleted[(row.org, row.app)]:
                 # Its application is gone (its sockets were closed with 4007): nobody is left to
                 # recover it, and a death would only wait for a candidate for ever. Left DISCONNECTED.
+                # Its deadline is kept, checked again BUG_RETRY_SECS later: if the application is registered
+                # again, it is declared dead then, as a restart would declare it.
                 log.info("executor %s of deleted application %s/%s not declared dead", sid, row.org, row.app)
+                self.timers.arm(("deadline", sid), self.clock.monotonic() + BUG_RETRY_SECS, d)
                 continue
             if row is None or not self._back_already("deadline", row, d):
                 live.append((sid, d))

@@ -331,8 +331,10 @@ class RelayStore(ESApplication[UUID]):
         if rider is not None:
             rider.rode = True
         self._take_due_snapshots(objs, recordings)
-        self._tell_listeners(recordings)
+        # Cached before anyone is told: a listener wakes the process manager, whose command on a copy
+        # older than what was just saved would refuse, record nothing, and so never be retried.
         self._remember((obj for obj in objs if isinstance(obj, Executor)), copied=not handed_over)
+        self._tell_listeners(recordings)
         if self.save_observers:
             took = time.perf_counter() - started
             events = [r.domain_event for r in recordings]
@@ -468,6 +470,12 @@ class RelayStore(ESApplication[UUID]):
         self._evictions += 1
         self._evicted.clear()
         self._evicted_floor = self._evictions
+
+    def forget_cached(self, ids: Iterable[UUID]) -> None:
+        """This process's copies of these executors dropped: the next command on them reads the store.
+        For a command that refused on what it found when the store may hold newer (a refusal records
+        nothing, so no version check tells)."""
+        self._forget(ids)
 
     def _forget(self, ids: Iterable[UUID]) -> None:
         with self._cache_lock:

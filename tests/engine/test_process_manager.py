@@ -152,6 +152,68 @@ def test_dead_executor_coming_back_before_dispatch_withdraws_the_recovery(world:
     assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryWithdrawn"]
 
 
+def test_the_peers_that_failed_one_death_are_not_held_against_the_next(world: World) -> None:
+    """Who failed to recover a death belongs to that death: after a withdrawal, the next death starts
+    with every HEALTHY peer untried (until 2026-12-06 the failures carried over, and an alert said every
+    peer had failed a recovery that had asked one)."""
+    for n in "ABC":
+        world.connect(n)
+    world.drop("A")
+    world.advance(10)
+    world.answer(world.dispatcher.last(), ok=False, reason="boom")
+    world.advance(1)
+    world.answer(world.dispatcher.last(), ok=False, reason="boom")  # B and C both failed death 1
+    sid = str(world.executor("A").id)
+    assert world.pm.untried_candidates(sid) == 0
+    world.connect("A")  # back: the recovery is withdrawn
+    world.advance(600)
+    world.drop("A")
+    world.advance(10)  # death 2
+    req = world.dispatcher.last()
+    world.answer(req, ok=False, reason="boom")
+    assert world.pm.untried_candidates(sid) == 1  # the other peer, never asked for this death
+
+
+def test_an_executor_of_a_deleted_application_is_declared_dead_once_it_is_registered_again(world: World) -> None:
+    """A DISCONNECTED executor of a deleted application is not declared dead (nobody is left to
+    recover it), but its deadline is kept: registered again, the application's executor is declared
+    dead as a restart would declare it (until 2026-12-06 the running Relay never did)."""
+    world.connect("A")
+    world.drop("A")
+    world.relay.delete_app("local", "app")
+    world.advance(11)
+    assert world.status("A") == "DISCONNECTED"
+    world.relay.register_app("local", "app")
+    world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=10)))
+    world.connect("C")
+    world.advance(61)
+    assert world.status("A") == "DEAD"
+    assert [r.target_executor_id for r in world.dispatcher.sent if r.dead_executor_id == "A"] == ["C"]
+
+
+def test_a_recovery_is_withdrawn_even_when_the_process_manager_runs_before_the_saver_caches_the_connect(
+        world: World) -> None:
+    """The hub's thread saves A's Connected and tells the listeners; the process manager, woken, may run
+    before that thread goes on. It must not decide on a cached copy that still says DEAD: that withdrawal
+    would be refused, record nothing, and never be retried (a helper's review, 2026-12-06)."""
+    world.connect("A")
+    world.drop("A")
+    world.advance(10)  # DEAD, no candidate: deferred
+    assert world.executor("A").recovery_phase == "deferred"
+    woken = {"now": True}
+
+    def process_manager_runs_now(recordings: Any) -> None:  # the process manager's thread, woken by this save
+        if woken["now"]:
+            woken["now"] = False
+            world.pm.step()
+
+    world.relay.add_recordings_listener(process_manager_runs_now)
+    world.relay.executor_connected("local", "app", info("A"), connection_id="A-2", owner=world.owner)
+    world.advance(2)
+    assert world.executor("A").recovery_phase is None
+    assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryWithdrawn"]
+
+
 def test_recovery_under_way_completes_when_the_dead_executor_comes_back(world: World) -> None:
     world.connect("A")
     world.connect("B")
@@ -840,9 +902,30 @@ def test_retention_is_a_timer_per_application_with_a_healthy_executor(clock) -> 
         world.drop("B")  # no HEALTHY executor left: the timer is dropped
         world.advance(300)
         assert len(d.retention) == 2
-        world.connect("A")  # back: one interval from now
+        world.connect("A")  # back: the plan due while nobody was there is sent at once, then every interval
+        world.advance(0)
+        assert len(d.retention) == 3 and d.retention[2][3] - t0 == 420.0
         world.advance(60)
-        assert len(d.retention) == 3
+        assert len(d.retention) == 4 and d.retention[3][3] - t0 == 480.0
+    finally:
+        world.close()
+
+
+def test_retention_keeps_its_interval_for_an_application_whose_executors_all_blip(clock) -> None:
+    """An application whose only executor is away for a moment more often than the interval still
+    gets a plan every interval (until 2026-12-06 each return armed a whole interval afresh, and
+    such an application never got one: no retention, no global timeout)."""
+    world, d = _retention_world(clock)
+    try:
+        world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(hours=1)))  # nobody dies
+        t0 = clock.monotonic()
+        world.connect("A")
+        for _ in range(6):  # away 1 s every 40 s, for 4 minutes
+            world.advance(39)
+            world.drop("A")
+            world.advance(1)
+            world.connect("A")
+        assert [at - t0 for _, _, _, at in d.retention] == [60.0, 120.0, 180.0, 240.0]
     finally:
         world.close()
 
