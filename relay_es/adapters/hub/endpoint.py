@@ -266,13 +266,15 @@ class Hub:
             await asyncio.sleep(min(0.1 * 2 ** (strikes - 1), 5.0))
 
     async def _audit_refusal(self, app: str, host: str, r: Refused) -> None:
-        """One audit entry per (org, app, address) per interval, counting the rest. A
+        """One audit entry per (org, address, status) per interval, counting the rest (the entry names
+        the first refusal's application). Not per application: the path's application is the client's
+        choice, and a revoked key sent under a new name each time would write an entry each time. A
         refusal that names no org (a key no token ever had) is counted and logged, never
         audited: an anonymous client must not write into anyone's audit log (ADR 14)."""
         org = r.org
         if org is None:
             return
-        hit = self._refusal_audit.hit((org, app, host))
+        hit = self._refusal_audit.hit((org, host, r.status))
         if not hit.passed:
             return
         try:
@@ -334,9 +336,11 @@ class Hub:
 
     async def _handshake_timed_out(self, conn: Connection) -> None:
         if conn.session.state is State.AWAITING_INFO and not conn.closed:
+            # Closed before anything is awaited (close marks it closed at once): an executor_info reply that
+            # arrived while the violation was being recorded registered an executor only to see it closed.
+            await conn.close(CLOSE_HANDSHAKE_TIMEOUT, "executor_info not answered in time")
             await self._violation(conn, Violation("handshake_timeout",
                                                   f"executor_info not answered within {self.handshake_timeout:g}s"))
-            await conn.close(CLOSE_HANDSHAKE_TIMEOUT, "executor_info not answered in time")
 
     async def _on_event(self, conn: Connection, ev: Any) -> None:
         if isinstance(ev, Answered):

@@ -10,7 +10,9 @@ mode, so no table may keep every key ever used.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from relay_es.adapters.hub.admission import Refused
@@ -21,6 +23,9 @@ from relay_es.aggregates.executor import executor_stream_id
 from relay_es.protocol.limits import ResourceLimits, printable
 
 Counted = tuple[tuple[str, ...], tuple[str, str]]  # (key, (org, app)) a socket is counted against
+# A key at its limit of executor ids has its ids pruned (those gone forgotten) at most this often: a prune
+# walks every id of the key on the event loop (10,000: 49 ms), and a key holder could ask for one a refusal.
+PRUNE_EVERY = 5.0
 
 
 class Roster(Protocol):
@@ -47,8 +52,10 @@ def key_id(org: str, token: str | None, key: str) -> tuple[str, ...]:
 
 
 class Quotas:
-    def __init__(self, limits: ResourceLimits, *, roster: Roster, registry: Registry, outbox: Outbox) -> None:
+    def __init__(self, limits: ResourceLimits, *, roster: Roster, registry: Registry, outbox: Outbox,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
+        self.clock = clock
         self.roster = roster
         self.registry = registry
         self.outbox = outbox
@@ -56,6 +63,10 @@ class Quotas:
         self._by_key: Counter[tuple[str, ...]] = Counter()  # key -> open sockets
         self._by_app: Counter[tuple[str, str]] = Counter()  # (org, app) -> open sockets
         self._key_ids: dict[tuple[str, ...], dict[ExecutorKey, None]] = {}  # key -> executor ids it registered
+        self._pruned_at: dict[tuple[str, ...], float] = {}  # key at its limit -> when its ids were last pruned
+        # (org, app) -> new executor ids admitted here that the roster may not list yet (their Connected on its
+        # way): counted against the application's limit with those it lists, or a burst of new ids got past it
+        self._admitted: dict[tuple[str, str], dict[ExecutorKey, None]] = {}
 
     # ------------------------------------------------------------ handshakes
     def handshake_begins(self, host: str) -> None:
@@ -107,15 +118,35 @@ class Quotas:
         known = self.roster.is_listed(str(executor_stream_id(*key)))
         ids = self._key_ids.setdefault(conn.key_id, {})
         if key not in ids and not known and len(ids) >= self.limits.executors_per_key:
-            self._prune_key_ids(ids)
+            now = self.clock()
+            if now - self._pruned_at.get(conn.key_id, -PRUNE_EVERY) >= PRUNE_EVERY:
+                self._pruned_at[conn.key_id] = now
+                self._prune_key_ids(ids)
             if len(ids) >= self.limits.executors_per_key:
                 return (f"this key already has {len(ids)} executor ids (RELAY_MAX_EXECUTORS_PER_KEY); "
                         f"executor {printable(executor_id, 80)!r} refused")
-        if not known and self.roster.listed(conn.org, conn.app) >= self.limits.executors_per_app:
-            return (f"application {conn.app!r} already has {self.limits.executors_per_app} executors "
-                    f"(RELAY_MAX_EXECUTORS_PER_APP); executor {printable(executor_id, 80)!r} refused")
+        app = (conn.org, conn.app)
+        admitted = self._admitted.setdefault(app, {})
+        if not known and key not in admitted:
+            if self.roster.listed(*app) + len(admitted) >= self.limits.executors_per_app:
+                self._prune_admitted(admitted)  # those listed by now are counted once
+            if self.roster.listed(*app) + len(admitted) >= self.limits.executors_per_app:
+                if not admitted:
+                    del self._admitted[app]
+                return (f"application {conn.app!r} already has {self.limits.executors_per_app} executors "
+                        f"(RELAY_MAX_EXECUTORS_PER_APP); executor {printable(executor_id, 80)!r} refused")
+            admitted[key] = None
+        elif not admitted:
+            del self._admitted[app]
         ids[key] = None
         return None
+
+    def _prune_admitted(self, admitted: dict[ExecutorKey, None]) -> None:
+        """Forgets the admitted ids the roster lists now (counted there), and those gone before it did."""
+        for key in list(admitted):
+            if self.roster.is_listed(str(executor_stream_id(*key))) or (
+                    self.registry.executor(key) is None and not self.outbox.holds(key)):
+                del admitted[key]
 
     def sweep_keys(self) -> int:
         """Forgets the executor ids remembered per key that are gone, and the keys with none
@@ -124,6 +155,11 @@ class Quotas:
             self._prune_key_ids(ids)
             if not ids:
                 del self._key_ids[kid]
+                self._pruned_at.pop(kid, None)
+        for app, admitted in list(self._admitted.items()):
+            self._prune_admitted(admitted)
+            if not admitted:
+                del self._admitted[app]
         return len(self._key_ids)
 
     def _prune_key_ids(self, ids: dict[ExecutorKey, None]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import websockets
 
-from tests.adapters.hub.support import actions, at, build, set_grace
+from tests.adapters.hub.support import actions, at, build, set_grace, settle
 from tests.conftest import WIRE_ONLY
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import events, listing as executors, rest as api
@@ -185,6 +185,32 @@ def test_a_refusal_naming_no_org_is_not_audited() -> None:
     assert recorded == [("acme", "app", 403)]
 
 
+def test_refused_handshakes_are_audited_once_per_org_and_address_whatever_application_they_name() -> None:
+    """The path's application is the client's choice: a revoked key sent under a new name each time
+    must not write an entry each time (500 made-up names wrote 500 entries before)."""
+    from relay_es.adapters.hub.admission import Refused
+
+    recorded: list[tuple[Any, ...]] = []
+
+    class Store:
+        def record_refusal(self, org: str, **kw: Any) -> None:
+            recorded.append((org, kw["app"], kw["peer"]))
+
+    async def main() -> None:
+        parts = build(Store())
+        try:
+            for i in range(50):
+                await parts.hub._audit_refusal(f"made-up-{i}", "10.0.0.1", Refused(401, "Unauthorized", "revoked",
+                                                                                 org="acme"))
+            await parts.hub._audit_refusal("app", "10.0.0.2", Refused(401, "Unauthorized", "revoked", org="acme"))
+            await parts.hub._audit_refusal("app", "10.0.0.1", Refused(403, "Forbidden", "not covered", org="acme"))
+        finally:
+            parts.close()
+
+    asyncio.run(main())
+    assert recorded == [("acme", "made-up-0", "10.0.0.1"), ("acme", "app", "10.0.0.2"), ("acme", "app", "10.0.0.1")]
+
+
 def test_handshakes_are_refused_with_503_while_the_outbox_holds_its_cap() -> None:
     """The store is away and transitions pile up: past RELAY_MAX_QUEUED_TRANSITIONS a new
     executor is answered 503 (try again later) instead of queueing more."""
@@ -309,3 +335,83 @@ def test_an_executor_that_closes_its_socket_itself_stopped_cleanly_and_a_dropped
             assert [x["detail"]["reason"] for x in gone] == [reason]
 
     asyncio.run(main())
+
+
+def test_a_handshake_that_timed_out_is_closed_before_its_violation_is_recorded() -> None:
+    """An executor_info reply that arrives while the timeout's violation is being written must not
+    register an executor that is then closed (a spurious Connected and Disconnected, and a forced
+    reconnect): the socket is closed first."""
+    import datetime
+    import threading
+
+    writing = threading.Event()
+    release = threading.Event()
+
+    class Store:
+        log: list[tuple[Any, ...]] = []
+
+        class clock:  # noqa: N801
+            @staticmethod
+            def now() -> datetime.datetime:
+                return datetime.datetime.now(datetime.timezone.utc)
+
+        def app_exists(self, org: str, app: str) -> bool:
+            return True
+
+        def record_violation(self, org: str, app: str, **kw: Any) -> bool:
+            writing.set()
+            release.wait(10)  # the audit write under way
+            self.log.append(("violation", kw["kind"]))
+            return True
+
+        def op_connected(self, org: str, app: str, info: Any, **kw: Any) -> Any:
+            self.log.append(("connected", info.executor_id))
+            return ("op", "connected")
+
+        def op_disconnected(self, stream_id: Any, **kw: Any) -> Any:
+            self.log.append(("disconnected", kw["reason"]))
+            return ("op", "disconnected")
+
+        def execute(self, ops: list[Any]) -> list[bool]:
+            return [True] * len(ops)
+
+    store = Store()
+
+    async def main() -> list[Any]:
+        parts = build(store)
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return await inbox.get()
+
+        async def send(msg: dict[str, Any]) -> None:
+            sent.append(msg)
+            if msg["type"] == "websocket.close":
+                await inbox.put({"type": "websocket.disconnect", "code": msg["code"]})
+
+        await inbox.put({"type": "websocket.connect"})
+        task = asyncio.ensure_future(parts.hub({"type": "websocket", "path": "/websocket/app/key",
+                                                "client": ("127.0.0.1", 5555), "headers": []}, receive, send))
+        try:
+            while not any(m["type"] == "websocket.send" for m in sent):
+                await asyncio.sleep(0.001)
+            req = json.loads([m for m in sent if m["type"] == "websocket.send"][0]["text"])
+            (conn,) = parts.registry.connections.values()
+            timed_out = asyncio.ensure_future(parts.hub._handshake_timed_out(conn))  # the timer fired
+            await asyncio.to_thread(writing.wait, 10)
+            await inbox.put({"type": "websocket.receive", "text": json.dumps({
+                "type": "executor_info", "request_id": req["request_id"], "executor_id": "X",
+                "application_version": "v1"})})
+            await settle()
+            release.set()
+            await asyncio.wait_for(timed_out, 10)
+            await asyncio.wait_for(task, 10)
+            return [(m["type"], m.get("code")) for m in sent if m["type"] == "websocket.close"]
+        finally:
+            release.set()
+            parts.close()
+
+    closes = asyncio.run(main())
+    assert closes == [("websocket.close", 4002)]
+    assert ("connected", "X") not in store.log and ("violation", "handshake_timeout") in store.log

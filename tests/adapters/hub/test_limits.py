@@ -108,6 +108,61 @@ def test_new_executor_ids_are_refused_over_the_key_and_application_limits_but_a_
     assert quotas.over_limit(conn_of(("key", "local", "three")), "A") is None  # listed: a reconnect
 
 
+def test_a_burst_of_new_executor_ids_cannot_outrun_the_application_s_limit() -> None:
+    """The roster lists an executor once its Connected is followed: ids admitted here meanwhile count
+    against the application's limit too (10 concurrent connects got past a limit of 3 before)."""
+    from relay_es.aggregates.executor import executor_stream_id
+
+    listed: set[str] = set()
+
+    class PM:
+        def is_listed(self, stream_id: str) -> bool:
+            return stream_id in listed
+
+        def listed(self, org: str, app: str) -> int:
+            return len(listed)
+
+    registry = Registry()
+    quotas = Quotas(ResourceLimits(executors_per_app=3), roster=PM(), registry=registry,
+                    outbox=Outbox(None, None))  # type: ignore[arg-type]
+    for i, eid in enumerate("ABC"):
+        conn = conn_of(("key", "local", f"k{i}"))
+        assert quotas.over_limit(conn, eid) is None
+        registry.claim(("local", "app", eid), conn)  # registered here, its Connected not followed yet
+    assert "RELAY_MAX_EXECUTORS_PER_APP" in (quotas.over_limit(conn_of(("key", "local", "k9")), "D") or "")
+    assert quotas.over_limit(conn_of(("key", "local", "k0")), "A") is None  # one of them again: no new id
+    listed.update(str(executor_stream_id("local", "app", e)) for e in "ABC")  # followed: counted once
+    assert "RELAY_MAX_EXECUTORS_PER_APP" in (quotas.over_limit(conn_of(("key", "local", "k9")), "D") or "")
+    listed.discard(str(executor_stream_id("local", "app", "C")))  # C deleted, and gone from here
+    registry.remove(registry.executor(("local", "app", "C")))  # type: ignore[arg-type]
+    assert quotas.over_limit(conn_of(("key", "local", "k9")), "D") is None
+
+
+def test_a_key_at_its_limit_is_pruned_at_most_once_per_interval() -> None:
+    """Pruning walks every id of the key on the event loop: a refusal does not buy one each time."""
+    from relay_es.adapters.hub.limits import PRUNE_EVERY
+
+    now = [0.0]
+    walks = []
+    quotas = Quotas(ResourceLimits(executors_per_key=2), roster=NoRoster(), registry=Registry(),
+                    outbox=Outbox(None, None), clock=lambda: now[0])  # type: ignore[arg-type]
+    prune = quotas._prune_key_ids
+    quotas._prune_key_ids = lambda ids: (walks.append(len(ids)), prune(ids))  # type: ignore[method-assign]
+    key = ("key", "local", "one")
+    registry_held = Registry()
+    quotas.registry = registry_held
+    for eid in "AB":
+        conn = conn_of(key)
+        assert quotas.over_limit(conn, eid) is None
+        registry_held.claim(("local", "app", eid), conn)  # connected: pruning keeps them
+    for _ in range(50):
+        assert "RELAY_MAX_EXECUTORS_PER_KEY" in (quotas.over_limit(conn_of(key), "X") or "")
+    assert walks == [2]
+    now[0] = PRUNE_EVERY
+    assert "RELAY_MAX_EXECUTORS_PER_KEY" in (quotas.over_limit(conn_of(key), "X") or "")
+    assert walks == [2, 2]
+
+
 def test_a_key_is_counted_as_its_token_or_a_digest_of_it() -> None:
     assert key_id("acme", "exec", "relay_secret") == ("token", "acme", "exec")
     dev = key_id("local", None, "relay_secret")
