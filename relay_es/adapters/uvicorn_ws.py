@@ -217,16 +217,19 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
       closes the transport; the application would hear 1005. Relay reports it
       as the 1011 it is, so the executor is recorded ``ping_timeout``.
     * ``close_timeout`` bounds the closing handshake Relay starts (4001-4005), and every close:
-      once a close has begun (a close frame sent, a keepalive ping unanswered), the transport is
-      aborted ``close_timeout`` later if the connection is not lost by then. asyncio's ``close()``
+      once a close has begun (Relay's close frame sent, a keepalive ping unanswered, or uvicorn
+      closing the transport itself: the peer's close frame, a frame over the cap, the
+      application's end, shutdown), the transport is aborted ``close_timeout`` later if the
+      connection is not lost by then. asyncio's ``close()``
       waits for the write buffer to drain, and a peer that stopped reading (a frozen process, a
       zero receive window) never drains it: without the abort such a socket was never reported
       lost, and its executor stayed HEALTHY for ever.
-    * While the transport's write buffer is over its high-water mark, the socket is not read:
-      what a peer sends can make Relay write (every ping gets a pong, every request an answer),
-      and a peer that sends without reading would otherwise fill the buffer without bound (a
-      ping flood from a client that never reads grew the server by 59 MiB). The kernel's own
-      flow control then stops the peer; an unanswered keepalive ping closes the socket.
+    * While the transport's write buffer is over its high-water mark, a ping gets no pong (RFC
+      6455 5.5.3 lets an endpoint answer only the latest ping): a pong is the one thing a peer can
+      make Relay write, and a ping flood from a client that never reads grew the server by 59 MiB.
+      The socket is read as before: a DBOS executor sends its answer before it reads again, so
+      not reading while Relay's writes back up would stall a busy, healthy executor until the
+      keepalive gave up on it.
     * The first message is capped at ``handshake_frame_cap`` bytes, later ones at
       ``pending_frame_cap``, until the application calls
       ``scope["extensions"]["relay.frame_cap"](n)``; a disconnect caused by our
@@ -274,6 +277,8 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
         def on_task_complete(self, task: asyncio.Task[None]) -> None:
             super().on_task_complete(task)
             self.app_running = False
+            if self.transport.is_closing():  # uvicorn closes the transport as the application's task ends
+                self._abort_later()
             self._report_lost()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -325,19 +330,25 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
         def pause_writing(self) -> None:
             super().pause_writing()
             self._write_paused = True
-            if not self.read_paused:
-                self.transport.pause_reading()
 
         def resume_writing(self) -> None:
             super().resume_writing()
             self._write_paused = False
-            if not self.read_paused and not self.transport.is_closing():
-                self.transport.resume_reading()
+
+        def handle_ping(self) -> None:
+            if self._write_paused:
+                self.conn.data_to_send()  # the pong websockets queued, dropped: the peer is not reading ours
+                return
+            super().handle_ping()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self._write_paused and not self.transport.is_closing():
-                self.transport.pause_reading()  # uvicorn may have resumed reading for its own queue meanwhile
+            if self.transport.is_closing():  # uvicorn closed it (the peer's close, a frame over the cap...)
+                self._abort_later()
+
+        def shutdown(self) -> None:
+            super().shutdown()
+            self._abort_later()
 
         async def receive(self) -> Any:
             message = await super().receive()

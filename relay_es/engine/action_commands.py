@@ -220,8 +220,8 @@ class ActionCommands:
         Action.request(**fields, at=self.now())  # a field Relay got wrong is refused before anything is done
         sid = action_stream_id(org, request_id)
 
-        def made(_objs: Sequence[Any]) -> list[Action]:
-            return [self._action_ended(fields, Outcome.SUCCEEDED, None, rider.noted)]
+        def made(_objs: Sequence[Any], noted: dict[str, Any]) -> list[Action]:
+            return [self._action_ended(fields, Outcome.SUCCEEDED, None, noted)]
 
         error: BaseException | None = None
         with self.riding(made) as rider:  # type: ignore[attr-defined]

@@ -109,6 +109,7 @@ EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 EARLY = 0.001  # a metrics timer this close to its wall-clock time is on time (the wall clock has microseconds)
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
+PARKED_MAX_SECS = 3600.0  # at most this long between two checks of a deleted application's executor
 # Timers fired in full every round, before the others, which go a chunk at a time: a deadline, and an
 # orphan (HEALTHY on a Relay that is gone), whose Disconnected carries a deadline a grace from Relay's
 # start (moved by the settle window's extension); recorded a chunk at a time, the last ones would be
@@ -247,6 +248,10 @@ class ProcessManager:
         # app -> monotonic time its next retention plan is due, kept while it has no HEALTHY executor: an
         # application whose executors all blip more often than the interval is still served every interval
         self._retention_due: dict[tuple[str, str], float] = {}
+        # DISCONNECTED executor of a deleted application -> seconds until its deadline is checked again
+        # (doubling from BUG_RETRY_SECS to PARKED_MAX_SECS): registered again, its application's executors are
+        # declared dead as a restart would; deleted for good, they cost a timer each and a read an hour
+        self._parked: dict[str, float] = {}
         self._requests: dict[str, str] = {}  # request id -> stream id
         self._deadlines: dict[str, float] = {}  # request id -> monotonic deadline of a dispatch sent from here
         # stream id -> notification id of the last event recorded here and folded before the log reached it
@@ -613,10 +618,14 @@ class ProcessManager:
         if self.retention_interval is not None:
             if not healthy:
                 self.timers.cancel(("retention", app))
+                if not self._indexes.listed.get(app):  # no executor left at all (deleted, or never one)
+                    self._retention_due.pop(app, None)
             elif ("retention", app) not in self.timers:
                 now = self.clock.monotonic()
                 due = self._retention_due.setdefault(app, now + self.retention_interval)
-                self.timers.arm(("retention", app), max(now, due))
+                if due < now:  # overdue (after an outage, every application's): spread, as metrics are
+                    due = now + spread(app, int(self.retention_interval))
+                self.timers.arm(("retention", app), due)
         if self.metrics_interval is not None:
             if not healthy:
                 self.timers.cancel(("metrics", app))
@@ -664,6 +673,8 @@ class ProcessManager:
             # and a new death (a later incarnation's) starts with every candidate untried.
             self._tried.pop(sid, None)
             self._backoff_until.pop(sid, None)
+        if isinstance(event, (Executor.Connected, Executor.Deleted, Executor.DeclaredDead)):
+            self._parked.pop(sid, None)
         try:  # after the bookkeeping above: an observer sees the failed target among those tried
             self.on_event(event, old, row)
         except Exception:
@@ -928,11 +939,14 @@ class ProcessManager:
             if row is not None and deleted[(row.org, row.app)]:
                 # Its application is gone (its sockets were closed with 4007): nobody is left to
                 # recover it, and a death would only wait for a candidate for ever. Left DISCONNECTED.
-                # Its deadline is kept, checked again BUG_RETRY_SECS later: if the application is registered
-                # again, it is declared dead then, as a restart would declare it.
-                log.info("executor %s of deleted application %s/%s not declared dead", sid, row.org, row.app)
-                self.timers.arm(("deadline", sid), self.clock.monotonic() + BUG_RETRY_SECS, d)
+                # Its deadline is kept and checked again later (self._parked): if the application is
+                # registered again, it is declared dead then, as a restart would declare it.
+                wait = self._parked[sid] = min(self._parked.get(sid, BUG_RETRY_SECS / 2) * 2, PARKED_MAX_SECS)
+                log.info("executor %s of deleted application %s/%s not declared dead (again in %gs)", sid, row.org,
+                         row.app, wait)
+                self.timers.arm(("deadline", sid), self.clock.monotonic() + wait, d)
                 continue
+            self._parked.pop(sid, None)
             if row is None or not self._back_already("deadline", row, d):
                 live.append((sid, d))
         items = live

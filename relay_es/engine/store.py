@@ -204,14 +204,15 @@ class LibraryReads:
 
 
 class Rider:
-    """What :meth:`RelayStore.riding` adds to the first save of its block: ``make(objs)``, the
+    """What :meth:`RelayStore.riding` adds to the first save of its block: ``make(objs, noted)``, the
     aggregates to save with ``objs`` (built afresh for each attempt: a failed save has taken their
     events); ``rode``: a save with them succeeded; ``noted``: what the block's commands said they
-    did (:meth:`RelayStore.note`), for ``make`` to record."""
+    did (:meth:`RelayStore.note`), given to ``make`` to record (so that ``make`` need not hold the
+    rider: no reference cycle)."""
 
     __slots__ = ("make", "rode", "noted")
 
-    def __init__(self, make: Callable[[Sequence[Any]], Sequence[Any]]) -> None:
+    def __init__(self, make: Callable[[Sequence[Any], dict[str, Any]], Sequence[Any]]) -> None:
         self.make = make
         self.rode = False
         self.noted: dict[str, Any] = {}
@@ -322,7 +323,7 @@ class RelayStore(ESApplication[UUID]):
         started = time.perf_counter()
         rider = _RIDER.get()
         if rider is not None and not rider.rode:
-            objs = (*rider.make(objs), *objs)
+            objs = (*rider.make(objs, rider.noted), *objs)
         try:
             recordings = self.reads.record(objs, **kwargs)  # the library's save (beneath it: FastReads)
         except IntegrityError:
@@ -385,8 +386,8 @@ class RelayStore(ESApplication[UUID]):
                 log.exception("notification listener failed")
 
     @contextmanager
-    def riding(self, make: Callable[[Sequence[Any]], Sequence[Any]]) -> Iterator[Rider]:
-        """Within the block, in this thread, the first save that succeeds also saves ``make(objs)``
+    def riding(self, make: Callable[[Sequence[Any], dict[str, Any]], Sequence[Any]]) -> Iterator[Rider]:
+        """Within the block, in this thread, the first save that succeeds also saves ``make(objs, noted)``
         (before ``objs``, in the same transaction); a save that fails (a conflict, the store away)
         takes nothing with it, and the next attempt calls ``make`` again. After the block,
         ``rider.rode`` says whether any save carried them. What a REST change does to Relay's own

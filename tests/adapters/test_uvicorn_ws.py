@@ -32,6 +32,7 @@ class Transport:
     def __init__(self) -> None:
         self.written: list[bytes] = []
         self.closed = False
+        self.aborted = False
 
     def write(self, data: bytes) -> None:
         self.written.append(data)
@@ -40,7 +41,10 @@ class Transport:
         return self.closed
 
     def close(self) -> None:
-        self.closed = True
+        self.closed = True  # "closing": asyncio's close() would wait for the write buffer to drain
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
 
     def pause_reading(self) -> None:
         pass
@@ -52,7 +56,8 @@ class Transport:
         return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8090)}.get(name, default)
 
 
-def run_socket(chunks: list[bytes], *, register_after: int | None = None) -> tuple[list[dict[str, Any]], Any]:
+def run_socket(chunks: list[bytes], *, register_after: int | None = None,
+               before: Any = None) -> tuple[list[dict[str, Any]], Any]:
     """Feeds ``chunks`` (after the upgrade) to a protocol whose application accepts,
     collects what it receives and, after ``register_after`` messages, raises the
     cap as the hub does. Returns (messages received, the protocol)."""
@@ -84,6 +89,8 @@ def run_socket(chunks: list[bytes], *, register_after: int | None = None) -> tup
         proto.data_received(UPGRADE)
         for _ in range(20):
             await asyncio.sleep(0)
+        if before is not None:
+            before(proto)
         for chunk in chunks:
             proto.data_received(chunk)
             for _ in range(20):
@@ -124,3 +131,30 @@ def test_unregistered_messages_after_the_first_stay_capped() -> None:
     received, proto = run_socket([frame(b"a"), frame(b"b" * (MAX_PENDING_FRAME + 1))])
     assert texts(received) == [1]
     assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009
+
+
+def test_a_peer_that_does_not_read_gets_no_pongs() -> None:
+    """A pong is the one thing a peer can make Relay write: while the write buffer is over its
+    high-water mark, pings are not answered (RFC 6455 5.5.3), so a flood of them costs no memory."""
+    written_before: list[int] = []
+
+    def paused(proto: Any) -> None:
+        proto.pause_writing()
+        written_before.append(len(proto.transport.written))
+
+    _, proto = run_socket([frame(b"p" * 125, opcode=0x9)] * 1000, before=paused)
+    assert len(proto.transport.written) == written_before[0]  # not one pong
+    proto.resume_writing()
+    proto.data_received(frame(b"q", opcode=0x9))
+    assert proto.transport.written[-1] == b"\x8a\x01q"  # writable again: answered
+
+
+def test_every_close_the_peer_or_uvicorn_starts_is_bounded() -> None:
+    """uvicorn closes the transport itself on the peer's close frame (and on a frame over the cap, and
+    as the application ends); a peer that stopped reading would hold that close open for ever, since
+    close() waits for the write buffer to drain. The protocol aborts it ``close_timeout`` later."""
+    _, proto = run_socket([frame(b"\x03\xe8", opcode=0x8)])  # the peer's close frame, code 1000
+    assert proto.transport.closed and not proto.transport.aborted
+    assert proto._abort_timer is not None  # armed for close_timeout later
+    proto._abort()
+    assert proto.transport.aborted

@@ -183,10 +183,13 @@ def test_an_executor_of_a_deleted_application_is_declared_dead_once_it_is_regist
     world.relay.delete_app("local", "app")
     world.advance(11)
     assert world.status("A") == "DISCONNECTED"
+    world.advance(60 + 120 + 240)  # checked at 60 s, then 120 s and 240 s later: deleted still
+    assert world.status("A") == "DISCONNECTED"
+    assert [k for k in world.pm.timers._by_key if k[0] == "deadline"]  # kept, not dropped
     world.relay.register_app("local", "app")
     world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=10)))
     world.connect("C")
-    world.advance(61)
+    world.advance(480)  # the next check
     assert world.status("A") == "DEAD"
     assert [r.target_executor_id for r in world.dispatcher.sent if r.dead_executor_id == "A"] == ["C"]
 
@@ -209,6 +212,29 @@ def test_a_recovery_is_withdrawn_even_when_the_process_manager_runs_before_the_s
 
     world.relay.add_recordings_listener(process_manager_runs_now)
     world.relay.executor_connected("local", "app", info("A"), connection_id="A-2", owner=world.owner)
+    assert not woken["now"]  # it ran, inside the save
+    assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryWithdrawn"]  # at once: the cache was fresh
+
+
+def test_a_withdrawal_refused_on_a_stale_cached_copy_is_made_again_from_the_store(world: World,
+                                                                                  monkeypatch) -> None:
+    """Another writer's Connected (another instance, or this one's cache behind): the copy the process
+    manager's command finds still says DEAD, and the refusal records nothing that a version check could
+    catch. The copy is forgotten and the row reacted to again, read from the store."""
+    world.connect("A")
+    world.drop("A")
+    world.advance(10)
+    stale = world.relay.load_many([world.executor("A").id])  # a copy: DEAD, deferred
+    remember = world.relay._remember
+
+    def keep_the_old_copy(aggregates: Any, **kw: Any) -> None:
+        list(aggregates)  # what this save recorded is not cached: the old copy stays
+
+    monkeypatch.setattr(world.relay, "_remember", keep_the_old_copy)
+    world.relay._cache.update(stale)
+    world.connect("A")
+    monkeypatch.setattr(world.relay, "_remember", remember)
+    assert world.executor("A").recovery_phase == "deferred"  # refused on the stale copy
     world.advance(2)
     assert world.executor("A").recovery_phase is None
     assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryWithdrawn"]
@@ -902,11 +928,14 @@ def test_retention_is_a_timer_per_application_with_a_healthy_executor(clock) -> 
         world.drop("B")  # no HEALTHY executor left: the timer is dropped
         world.advance(300)
         assert len(d.retention) == 2
-        world.connect("A")  # back: the plan due while nobody was there is sent at once, then every interval
-        world.advance(0)
-        assert len(d.retention) == 3 and d.retention[2][3] - t0 == 420.0
+        # back: the plan due while nobody was there is sent soon (spread like metrics, so that after an outage
+        # every application's does not go at once), then every interval
+        late = spread(("local", "app"), 60)
+        world.connect("A")
+        world.advance(late)
+        assert len(d.retention) == 3 and d.retention[2][3] - t0 == pytest.approx(420.0 + late)
         world.advance(60)
-        assert len(d.retention) == 4 and d.retention[3][3] - t0 == 480.0
+        assert len(d.retention) == 4 and d.retention[3][3] - t0 == pytest.approx(480.0 + late)
     finally:
         world.close()
 

@@ -168,7 +168,7 @@ def test_another_thread_s_saves_do_not_carry_the_record(relay: Relay) -> None:
 def test_blocks_do_not_nest(relay: Relay) -> None:
     with recorded(fake_context(relay=relay), request(), "acme", None, operation="registerApp",
                   target_type="application", target_ids=["billing"]):
-        with pytest.raises(RuntimeError, match="within another"), relay.riding(lambda objs: []):
+        with pytest.raises(RuntimeError, match="within another"), relay.riding(lambda objs, noted: []):
             pass
 
 
