@@ -220,10 +220,10 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
       once a close has begun (Relay's close frame sent, a keepalive ping unanswered, or uvicorn
       closing the transport itself: the peer's close frame, a frame over the cap, the
       application's end, shutdown), the transport is aborted ``close_timeout`` later if the
-      connection is not lost by then. asyncio's ``close()``
-      waits for the write buffer to drain, and a peer that stopped reading (a frozen process, a
-      zero receive window) never drains it: without the abort such a socket was never reported
-      lost, and its executor stayed HEALTHY for ever.
+      connection is not lost by then. asyncio's ``close()`` waits for the write buffer to drain,
+      and a peer that stopped reading (a frozen process, a zero receive window) never drains it:
+      without the abort such a socket was never reported lost, and its executor stayed HEALTHY
+      for ever.
     * While the transport's write buffer is over its high-water mark, a ping gets no pong (RFC
       6455 5.5.3 lets an endpoint answer only the latest ping): a pong is the one thing a peer can
       make Relay write, and a ping flood from a client that never reads grew the server by 59 MiB.

@@ -12,23 +12,31 @@ from relay_es.protocol.limits import ResourceLimits
 from tests.adapters.hub.support import NoRoster
 
 
+class Listed:
+    """The process manager's roster, as the hub asks it: the executor streams in ``streams`` exist
+    (every one counted against the one application these tests use)."""
+
+    def __init__(self) -> None:
+        self.streams: set[str] = set()
+
+    def is_listed(self, stream_id: str) -> bool:
+        return stream_id in self.streams
+
+    def listed(self, org: str, app: str) -> int:
+        return len(self.streams)
+
+
 def test_executor_ids_remembered_per_key_are_forgotten_once_deleted() -> None:
     """Keys are the client's choice in development mode: the hub's table of
     executor ids per key (for RELAY_MAX_EXECUTORS_PER_KEY) drops ids once the
     process manager no longer lists them, and keys with none left."""
     from relay_es.adapters.hub.limits import Quotas
 
-    listed: set[str] = set()
-
-    class PM:
-        def is_listed(self, stream_id: str) -> bool:
-            return stream_id in listed
-
-        def listed(self, org: str, app: str) -> int:
-            return len(listed)
+    roster = Listed()
+    listed = roster.streams
 
     async def main() -> None:
-        quotas = Quotas(ResourceLimits(), roster=PM(), registry=Registry(), outbox=Outbox(None, None))  # type: ignore[arg-type]
+        quotas = Quotas(ResourceLimits(), roster=roster, registry=Registry(), outbox=Outbox(None, None))  # type: ignore[arg-type]
         from relay_es.adapters.hub import Connection
         from relay_es.aggregates.executor import executor_stream_id
 
@@ -84,17 +92,11 @@ def test_handshakes_in_flight_are_capped_per_address() -> None:
 def test_new_executor_ids_are_refused_over_the_key_and_application_limits_but_a_known_one_returns() -> None:
     from relay_es.aggregates.executor import executor_stream_id
 
-    listed: set[str] = set()
-
-    class PM:
-        def is_listed(self, stream_id: str) -> bool:
-            return stream_id in listed
-
-        def listed(self, org: str, app: str) -> int:
-            return len(listed)
+    roster = Listed()
+    listed = roster.streams
 
     registry = Registry()
-    quotas = Quotas(ResourceLimits(executors_per_key=2, executors_per_app=3), roster=PM(), registry=registry,
+    quotas = Quotas(ResourceLimits(executors_per_key=2, executors_per_app=3), roster=roster, registry=registry,
                     outbox=Outbox(None, None))  # type: ignore[arg-type]
     one = ("key", "local", "one")
     for eid in ("A", "B"):
@@ -113,17 +115,11 @@ def test_a_burst_of_new_executor_ids_cannot_outrun_the_application_s_limit() -> 
     against the application's limit too (10 concurrent connects got past a limit of 3 before)."""
     from relay_es.aggregates.executor import executor_stream_id
 
-    listed: set[str] = set()
-
-    class PM:
-        def is_listed(self, stream_id: str) -> bool:
-            return stream_id in listed
-
-        def listed(self, org: str, app: str) -> int:
-            return len(listed)
+    roster = Listed()
+    listed = roster.streams
 
     registry = Registry()
-    quotas = Quotas(ResourceLimits(executors_per_app=3), roster=PM(), registry=registry,
+    quotas = Quotas(ResourceLimits(executors_per_app=3), roster=roster, registry=registry,
                     outbox=Outbox(None, None))  # type: ignore[arg-type]
     for i, eid in enumerate("ABC"):
         conn = conn_of(("key", "local", f"k{i}"))
