@@ -22,6 +22,7 @@ with a role is recorded (``listMembers``); one without a role is not (strangers 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import threading
@@ -200,7 +201,12 @@ def secure_url(url: str, *, loopback_http: bool = False) -> bool:
         return True
     if loopback_http and url.startswith("http://"):
         host = urlsplit(url).hostname or ""
-        return host == "localhost" or host.startswith("127.") or host == "::1"
+        if host == "localhost":
+            return True
+        try:  # an address, not a name that merely starts like one (127.evil.example resolves anywhere)
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
     return False
 
 

@@ -86,7 +86,24 @@ class Egress:
 
     def permits(self, address: str) -> bool:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
-        return ip.is_global or any(ip in net for net in self.allowed)
+        if any(ip in net for net in self.allowed):
+            return True
+        if not ip.is_global:
+            return False
+        # An IPv6 address that carries an IPv4 one (mapped, 6to4, NAT64) reaches that IPv4 address through
+        # a gateway: it must be public too (64:ff9b::a9fe:a9fe is a cloud's metadata address via NAT64).
+        if isinstance(ip, ipaddress.IPv6Address):
+            if ip in _NAT64_LOCAL:  # RFC 8215: where the IPv4 address sits depends on the local prefix
+                return False
+            inner = ip.ipv4_mapped or ip.sixtofour or (
+                ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
+            if inner is not None and not inner.is_global:
+                return False
+        return True
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix: the IPv4 address in the last 32 bits
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 
 
 async def _resolve(host: str, port: int) -> list[str]:
@@ -104,12 +121,18 @@ async def post(client: httpx.AsyncClient, d: Delivery, hook: Webhook, egress: Eg
     between a check and the connection cannot slip through. What it says of a failure is coarse
     (``HTTP 503``, ``no answer``, ``connection failed``): the lifecycle feed is no port scanner."""
     body, headers = request_for(d, hook)
-    url = httpx.URL(hook.url)
+    try:
+        url = httpx.URL(hook.url)
+        # The host as the request names it (IDNA 2008, as httpx writes the Host header), also for DNS and
+        # TLS: Python's own codec (IDNA 2003) maps some names elsewhere (faß.de to fass.de).
+        host = url.raw_host.decode("ascii")
+    except (httpx.InvalidURL, UnicodeError):  # a URL the rule's check let through and httpx cannot send
+        return Posted(False, False, "not sent: the webhook's URL is not one this client can send to")
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         async with asyncio.timeout(TIMEOUT):  # the whole attempt: httpx's own timeout is per read
             try:
-                addresses = await _resolve(url.host, port)
+                addresses = await _resolve(host, port)
             except OSError:
                 return Posted(False, True, "could not resolve the webhook's host")
             permitted = [a for a in addresses if egress.permits(a)]
@@ -118,7 +141,7 @@ async def post(client: httpx.AsyncClient, d: Delivery, hook: Webhook, egress: Eg
                                             "RELAY_ALERT_WEBHOOK_ALLOW")
             headers["Host"] = url.netloc.decode("ascii")
             target = url.copy_with(host=permitted[0])
-            extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+            extensions = {"sni_hostname": host} if url.scheme == "https" else {}
             async with client.stream("POST", target, content=body, headers=headers, timeout=TIMEOUT,
                                      follow_redirects=False, extensions=extensions) as r:
                 status = r.status_code

@@ -294,6 +294,10 @@ class Settings:
             for key in ("oidc_audience", "oidc_org"):
                 if not oidc[key]:
                     raise InvalidSetting(f"RELAY_{key.upper()}", "is needed with RELAY_OIDC_ISSUER")
+            from relay_es.aggregates.application import ORG_NAME
+            if not ORG_NAME.fullmatch(str(oidc["oidc_org"])):  # else every /v2/orgs/{org}/... path refuses it
+                raise InvalidSetting("RELAY_OIDC_ORG", "must be an org name: letters, digits and ._~- (at most 128, "
+                                                       "starting with a letter or digit)")
             try:
                 from relay_es.adapters.oidc import parse_group_roles
                 parse_group_roles(str(oidc["oidc_group_roles"] or ""))

@@ -232,6 +232,9 @@ def test_a_plain_http_issuer_elsewhere_than_loopback_is_not_trusted() -> None:
 
     assert secure_url("https://id.example.com") and secure_url("http://127.0.0.1:9/x", loopback_http=True)
     assert not secure_url("http://id.example.com", loopback_http=True) and not secure_url("http://127.0.0.1/")
+    assert secure_url("http://[::1]:9/x", loopback_http=True) and secure_url("http://localhost/x", loopback_http=True)
+    for name in ("http://127.evil.example/x", "http://127.corp.internal/keys", "http://localhost.evil.example/"):
+        assert not secure_url(name, loopback_http=True), name  # a name that starts like loopback resolves anywhere
     docs = {"https://id.example.com/.well-known/openid-configuration":
             {"issuer": "https://id.example.com", "jwks_uri": "http://keys.example.com/jwks"}}
     with pytest.raises(OidcError, match="jwks_uri"):

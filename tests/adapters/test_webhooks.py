@@ -24,7 +24,7 @@ import pytest
 from relay_es import __version__
 from relay_es.adapters import webhooks
 from relay_es.adapters.webhooks import Posted, payload, post, request_for, signature
-from relay_es.domain.alerting import Webhook
+from relay_es.domain.alerting import Webhook, check_url
 from relay_es.engine.alerting import Delivery
 
 SECRET = "s3cret-of-sixteen-chars-or-more"
@@ -442,3 +442,50 @@ def test_egress_parses_networks_and_addresses() -> None:
     assert webhooks.Egress().permits("8.8.8.8") and not webhooks.Egress().permits("100.64.0.1")  # CGNAT: not global
     with pytest.raises(ValueError):
         webhooks.Egress.parse("nonsense")
+
+
+def test_egress_refuses_a_private_ipv4_address_carried_in_an_ipv6_one() -> None:
+    """Mapped, 6to4 and NAT64 addresses reach their IPv4 address through a gateway: where NAT64 runs,
+    64:ff9b::a9fe:a9fe is the cloud's metadata address (a helper's review, 2026-12-06)."""
+    e = webhooks.Egress()
+    for private in ("64:ff9b::a9fe:a9fe", "64:ff9b::a00:1", "2002:a9fe:a9fe::1", "2002:7f00:1::1",
+                    "::ffff:10.0.0.1", "64:ff9b:1::808:808"):
+        assert not e.permits(private), private
+    for public in ("64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111"):
+        assert e.permits(public), public
+    assert webhooks.Egress.parse("64:ff9b::/96").permits("64:ff9b::a00:1")  # an operator may allow it
+
+
+def test_a_unicode_host_is_resolved_and_named_as_the_request_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS, TLS and the Host header all name the host's IDNA 2008 form: Python's own codec (IDNA 2003)
+    would have resolved faß.de as fass.de, another domain, and sent it the body and signature."""
+    resolved: list[str] = []
+    seen: list[httpx.Request] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        resolved.append(host)
+        return ["93.184.215.14"]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    monkeypatch.setattr(webhooks, "_resolve", resolve)
+
+    async def main() -> Posted:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            return await post(client, delivery(), Webhook("https://faß.de/hook", "json", SECRET))
+
+    got = asyncio.run(main())
+    assert got.ok and resolved == ["xn--fa-hia.de"]
+    (request,) = seen
+    assert request.headers["Host"] == "xn--fa-hia.de" and request.extensions["sni_hostname"] == "xn--fa-hia.de"
+    assert request.url.host == "93.184.215.14"
+
+
+def test_a_url_this_client_cannot_send_to_is_a_final_failure_not_a_retried_one() -> None:
+    """A host the rule's check lets through and httpx refuses (a soft hyphen in it): not tried ten times
+    over half an hour with a traceback each time."""
+    check_url("webhooks[0].url", "http://a\u00adb.com/hook")  # accepted when the rule was made
+    got, _ = post_now(delivery(), Webhook("http://a\u00adb.com/hook"))
+    assert not got.ok and not got.retry and "not sent" in got.detail

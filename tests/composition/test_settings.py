@@ -122,3 +122,14 @@ def test_serve_gives_the_runtime_its_read_model_process(monkeypatch: pytest.Monk
     monkeypatch.setattr("relay_es.composition.runtime.Runtime", runtime)
     assert main(["serve", *flag]) == 2
     assert seen["projection_process"] is child and seen["manage_gc"] is True
+
+
+@pytest.mark.parametrize(("issuer", "org", "field"), [
+    ("http://127.evil.example", "acme", "RELAY_OIDC_ISSUER"),  # a name, not a loopback address: plain http refused
+    ("https://id.example.com", "Acme Corp", "RELAY_OIDC_ORG"),  # no path could name it: every call would be refused
+])
+def test_oidc_settings_that_could_never_work_safely_are_refused_at_start(issuer: str, org: str, field: str) -> None:
+    with pytest.raises(InvalidSetting, match=field):
+        Settings.from_sources({"auth": True, "oidc_issuer": issuer, "oidc_audience": "relay", "oidc_org": org}, {})
+    Settings.from_sources({"auth": True, "oidc_issuer": "https://id.example.com", "oidc_audience": "relay",
+                           "oidc_org": "acme"}, {})  # the same, right
