@@ -90,15 +90,17 @@ def _summary(values: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _request_fields(org: str, app: str | None, request_id: str, operation: str, actor: Actor, source: str | None,
-                    target_type: str, target_ids: Sequence[str]) -> dict[str, Any]:
+                    target_type: str, target_ids: Sequence[str],
+                    parameters: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``Action.request``'s fields: what the caller sent (the actor's id, the source, the
-    target ids) escaped and cut; what Relay supplies as given, for the aggregate to check."""
+    target ids, the parameters' summary) escaped and cut; what Relay supplies as given, for the
+    aggregate to check."""
     if isinstance(target_ids, (str, bytes)):
         target_ids = [target_ids]  # type: ignore[list-item]  # one id, not its letters
     ids = [sanitized(t if isinstance(t, str) else repr(t), ID_CHARS) or "" for t in target_ids]
     return dict(org=org, app=app, request_id=request_id, operation=operation, actor_kind=actor.kind,
                 actor=sanitized(actor.id, ID_CHARS) or "", source=sanitized(source, ID_CHARS),
-                target_type=target_type, target_ids=ids)
+                target_type=target_type, target_ids=ids, parameters=_summary(parameters))
 
 
 class ActionCommands:
@@ -134,8 +136,7 @@ class ActionCommands:
         the caller. Recording the same request again returns the same id and
         records nothing (a retry after a lost answer); a different action under a
         request id already used raises :class:`IllegalTransition`."""
-        fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids)
-        fields["parameters"] = _summary(parameters)
+        fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids, parameters)
         sid = action_stream_id(org, request_id)
 
         def run() -> UUID:
@@ -215,8 +216,7 @@ class ActionCommands:
         record after the block may fail (the store away): that is logged, never raised over the
         block's own outcome. A save that carried the record and a block that raised after it: the
         change was made, and its record says so."""
-        fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids)
-        fields["parameters"] = _summary(parameters)
+        fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids, parameters)
         Action.request(**fields, at=self.now())  # a field Relay got wrong is refused before anything is done
         sid = action_stream_id(org, request_id)
 
@@ -245,15 +245,24 @@ class ActionCommands:
                         result=_summary(result) or None, at=self.now())
         return action
 
+    def _save_action_ended(self, fields: dict[str, Any], outcome: Outcome, message: str | None,
+                           result: Mapping[str, Any]) -> UUID:
+        """:meth:`_action_ended`, saved in one transaction, unless it was already (a retry after a lost
+        answer). Returns the action's id."""
+        sid = action_stream_id(fields["org"], fields["request_id"])
+
+        def run() -> UUID:
+            if self._maybe(sid) is None:
+                self.save(self._action_ended(fields, outcome, message, result))  # type: ignore[attr-defined]
+            return sid
+
+        return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
+
     def _write_action_ended(self, fields: dict[str, Any], outcome: Outcome, message: str | None,
                             result: Mapping[str, Any]) -> None:
-        """:meth:`_action_ended`, saved; never raises (logged)."""
-        def run() -> None:
-            if self._maybe(action_stream_id(fields["org"], fields["request_id"])) is None:  # not after a lost answer
-                self.save(self._action_ended(fields, outcome, message, result))  # type: ignore[attr-defined]
-
+        """:meth:`_save_action_ended` that never raises (logged)."""
         try:
-            self.retrying(run)  # type: ignore[attr-defined]
+            self._save_action_ended(fields, outcome, message, result)
         except Exception:  # noqa: BLE001
             log.warning("could not record how %s ended (%s): it is not in the audit log", fields["operation"],
                         outcome, exc_info=True)
@@ -279,19 +288,7 @@ class ActionCommands:
         last that was, in its result; ``detail``, the refusal's, as its message. Returns the
         action's id."""
         fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids)
-        message = sanitized(detail, MESSAGE_CHARS)
-        sid = action_stream_id(org, request_id)
-
-        def run() -> UUID:
-            if self._maybe(sid) is not None:
-                return sid  # a retry after a lost answer: recorded already
-            action = Action.request(**fields, at=self.now())
-            action.complete(outcome=Outcome.REFUSED, message=message,
-                            result={"status": status, "suppressed": suppressed}, at=self.now())
-            self.save(action)  # type: ignore[attr-defined]
-            return sid
-
-        return self.retrying(run)  # type: ignore[attr-defined,no-any-return]
+        return self._save_action_ended(fields, Outcome.REFUSED, detail, {"status": status, "suppressed": suppressed})
 
 
 def _same_request(a: Action, b: Action) -> bool:
