@@ -225,6 +225,11 @@ class ExecutorsAndProcessManager(RuleBasedStateMachine):
         self.run(i, "delete", at=self.clock.now())
         self.follow()
 
+    @rule(i=executors)
+    def reorder(self, i: int) -> None:
+        self.run(i, "reorder_recovery", at=self.clock.now())
+        self.follow()
+
     @rule(seconds=steps)
     def time_passes(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -259,12 +264,13 @@ class ExecutorsAndProcessManager(RuleBasedStateMachine):
         if i is not None:
             self.disconnect(i, True, max(grace, timedelta(0)), reason)
 
-    @rule(k=st.integers(min_value=0), c=connections, owner=owners)
-    def a_dead_one_comes_back(self, k: int, c: str, owner: str) -> None:
-        # A new incarnation, maybe while a recovery of the old one is on the wire.
+    @rule(k=st.integers(min_value=0), c=connections, owner=owners, version=versions)
+    def a_dead_one_comes_back(self, k: int, c: str, owner: str, version: str) -> None:
+        # A new incarnation, maybe while a recovery of the old one is on the wire (and, on another
+        # version, to die again behind it: the process manager may then reorder the two).
         i = self.in_state(k, status=ExecutorStatus.DEAD)
         if i is not None:
-            self.connect(i, c, "v1", owner)
+            self.connect(i, c, version, owner)
 
     @rule(past=st.sampled_from([0.0, 0.0, 0.5, 5.0]))
     def time_runs_to_the_next_deadline(self, past: float) -> None:

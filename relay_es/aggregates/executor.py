@@ -14,6 +14,7 @@ The recovery obligation is a second, orthogonal machine (``recovery_phase``)::
     None --declare_dead--> pending --dispatch--> dispatched --confirm--> confirmed
               pending --defer--> deferred --dispatch--> dispatched --fail--> pending
               pending|deferred --withdraw (executor came back)--> None
+              pending|deferred --reorder (a later death first)--> pending
 
 Rules, each enforced here and raised as a domain error:
 
@@ -22,6 +23,11 @@ Rules, each enforced here and raised as a domain error:
 * DeclaredDead only when DISCONNECTED and the deadline has come by the clock.
 * At most one outstanding dispatch; RecoveryConfirmed / RecoveryFailed only
   for the outstanding request.
+* A death recorded while a dispatch for an earlier one is outstanding is kept as
+  ``recovery_redo_version`` and recovered after it. When the earlier one cannot go on (no
+  HEALTHY executor of its version) and the later one can, the two are reordered
+  (``RecoveryReordered``): the later death's version is recovered first, the earlier one's
+  after it, so neither waits behind the other.
 * Deleted only after a confirmed recovery, and only while DEAD.
 * The same executor id connecting while DEAD or DELETED starts a new
   incarnation in the same stream; a dispatch already under way still completes.
@@ -422,6 +428,26 @@ class Executor(Aggregate):
         else:
             self.recovery_phase = RecoveryPhase.CONFIRMED
         self.recovery_redo_version = None
+
+    def reorder_recovery(self, *, at: datetime) -> None:
+        """Recovers the later death's version first (the process manager's choice, when only it has
+        a candidate); the obligation's own version becomes the one recovered after it."""
+        if self.status != ExecutorStatus.DEAD or self.recovery_phase not in (RecoveryPhase.PENDING,
+                                                                            RecoveryPhase.DEFERRED):
+            self._refuse("reorder recovery", f"recovery is {self.recovery_phase or 'not needed'}")
+        if self.recovery_redo_version is None:
+            self._refuse("reorder recovery", "no later death waits behind this recovery")
+        self.trigger_event(self.RecoveryReordered, app_version=self.recovery_redo_version,
+                           postponed_version=self.recovery_version, timestamp=at)
+
+    @event("RecoveryReordered")
+    def _recovery_reordered(self, app_version: str, postponed_version: str | None, timestamp: datetime) -> None:
+        self.recovery_phase = RecoveryPhase.PENDING
+        self.recovery_version = app_version
+        self.recovery_redo_version = postponed_version
+        self.recovery_attempt = 0
+        self.recovery_request_id = None
+        self.recovery_target = None
 
     def withdraw_recovery(self, *, reason: str, at: datetime) -> None:
         if self.recovery_phase not in (RecoveryPhase.PENDING, RecoveryPhase.DEFERRED):

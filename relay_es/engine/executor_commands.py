@@ -156,6 +156,9 @@ class ExecutorCommands:
         reason = sanitized(reason)
         return _on_executor(stream_id, lambda ex: ex.defer_recovery(reason=reason, at=self.now()))
 
+    def op_reorder(self, stream_id: UUID) -> Op:
+        return _on_executor(stream_id, lambda ex: ex.reorder_recovery(at=self.now()))
+
     def op_withdraw(self, stream_id: UUID, *, reason: str) -> Op:
         return _on_executor(stream_id, lambda ex: ex.withdraw_recovery(reason=reason, at=self.now()))
 
@@ -168,6 +171,7 @@ class ExecutorCommands:
     confirm_recovery = single(op_confirm)
     defer_recovery = single(op_defer)
     withdraw_recovery = single(op_withdraw)
+    reorder_recovery = single(op_reorder)
 
     def get_executor(self, org: str, app: str, executor_id: str) -> Executor:
         ex = self._maybe(executor_stream_id(org, app, executor_id))

@@ -17,7 +17,9 @@ What it does, per executor row (the same fold as the executors table):
 * DEAD with recovery pending -> pick a candidate (same org and app, HEALTHY,
   same application version, connected to a live Relay), record the dispatch,
   then hand it to the dispatcher. No candidate -> record that it waits; the
-  moment an eligible executor connects, dispatch.
+  moment an eligible executor connects, dispatch. A later death kept behind it (a death while
+  an earlier one's dispatch was out, of another version) that has a candidate goes first
+  (RecoveryReordered), and the earlier one after it.
 * An outstanding dispatch -> a response timer. A failure, a timeout or the
   target going away -> RecoveryFailed, then a retry to another candidate after
   an exponential backoff. The dispatch carries its deadline
@@ -66,7 +68,7 @@ import secrets
 import traceback
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -243,6 +245,7 @@ class ProcessManager:
         self._indexes = Indexes(self.live_owners)
         # Decisions taken here, not derivable from the rows:
         self._waiting: dict[tuple[str, str, str | None], set[str]] = defaultdict(set)  # no candidate last time
+        self._waits: dict[str, tuple[tuple[str, str, str | None], ...]] = {}  # dead sid -> its keys in _waiting
         self._tried: dict[str, set[str]] = defaultdict(set)  # dead sid -> targets that failed it
         self._backoff_until: dict[str, float] = {}  # dead sid -> monotonic time of its next attempt
         # app -> monotonic time its next retention plan is due, kept while it has no HEALTHY executor: an
@@ -670,6 +673,8 @@ class ProcessManager:
         elif isinstance(event, Executor.RecoveryConfirmed):
             self._requests.pop(event.request_id, None)
             self._deadlines.pop(event.request_id, None)
+        elif isinstance(event, Executor.RecoveryReordered):
+            self._backoff_until.pop(sid, None)  # the earlier death's failed attempt does not delay the later one
         elif isinstance(event, (Executor.Deleted, Executor.RecoveryWithdrawn, Executor.DeclaredDead)):
             # Who failed to recover a death, and its backoff, belong to that death: a withdrawal ends it,
             # and a new death (a later incarnation's) starts with every candidate untried.
@@ -755,11 +760,23 @@ class ProcessManager:
         at = max(self.clock.monotonic(), self._backoff_until.get(sid, 0.0))
         self.timers.arm(("dispatch", sid), self._at(at))
 
+    def _wait(self, row: ExecutorRow) -> None:
+        """Dispatched again the moment an executor of its version connects, or of the later death's
+        version kept behind it (:meth:`_fire_dispatches` then reorders them)."""
+        keys = [(row.org, row.app, row.recovery_version)]
+        if row.recovery_redo_version not in (None, row.recovery_version):
+            keys.append((row.org, row.app, row.recovery_redo_version))
+        self._forget_waits(row.stream_id)
+        for key in keys:
+            self._waiting[key].add(row.stream_id)
+        self._waits[row.stream_id] = tuple(keys)
+
     def _unwait(self, sid: str) -> None:
         self._defer_later.discard(sid)
-        row = self.rows.get(sid)
-        if row is not None:
-            key = (row.org, row.app, row.recovery_version)
+        self._forget_waits(sid)
+
+    def _forget_waits(self, sid: str) -> None:
+        for key in self._waits.pop(sid, ()):
             waiting = self._waiting.get(key)
             if waiting is not None:
                 waiting.discard(sid)
@@ -1016,10 +1033,15 @@ class ProcessManager:
             row = self.rows.get(sid)
             if row is None or row.status != S.DEAD or row.recovery_phase not in (P.PENDING, P.DEFERRED):
                 continue
-            key = (row.org, row.app, row.recovery_version)
             target = self._best_candidate(row, assigned, peers)
+            if target is None and self._later_first(row, assigned, peers):
+                # A later death kept behind this one has a candidate, this one none: that one first (ADR 9).
+                self._unwait(sid)
+                ops.append(self.relay.op_reorder(UUID(sid)))
+                sends.append((sid, None))
+                continue
             if target is None:
-                self._waiting[key].add(sid)
+                self._wait(row)
                 if row.recovery_phase == P.PENDING and sid in self._folded_ahead:
                     # Folded as recorded, ahead of the log: a peer's Connected recorded before it may not be
                     # followed yet. Deferring now would record (and alert on) a wait that isn't one.
@@ -1066,6 +1088,14 @@ class ProcessManager:
             self.stats.dispatched += 1
             self._requests[req.request_id] = sid
             self.dispatcher.send_recovery(req)
+
+    def _later_first(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int],
+                     peers: dict[tuple[str, str, str | None], list[ExecutorRow]]) -> bool:
+        """Whether the later death kept behind ``dead``'s recovery (``recovery_redo_version``), of another
+        version, has a candidate."""
+        later = dead.recovery_redo_version
+        return (later is not None and later != dead.recovery_version
+                and self._best_candidate(replace(dead, recovery_version=later), assigned, peers) is not None)
 
     def _best_candidate(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int] | None = None,
                         peers: dict[tuple[str, str, str | None], list[ExecutorRow]] | None = None

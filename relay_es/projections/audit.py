@@ -79,6 +79,8 @@ _EXECUTOR_ENTRIES: dict[type, Callable[[Any], tuple[str, dict[str, Any]]]] = {
     Executor.DeclaredDead: lambda e: ("executor.declared_dead", {
         "deadline": rfc3339(e.deadline), "appVersion": e.app_version}),
     Executor.RecoveryDeferred: lambda e: ("recovery.deferred", {"reason": e.reason}),
+    Executor.RecoveryReordered: lambda e: ("recovery.reordered", {
+        "appVersion": e.app_version, "postponedVersion": e.postponed_version}),
     Executor.RecoveryDispatched: lambda e: ("recovery.dispatched", {
         "requestId": e.request_id, "targetExecutorId": e.target_executor_id, "appVersion": e.app_version,
         "attempt": e.attempt}),

@@ -66,6 +66,7 @@ EXECUTOR_EVENTS = (
     Executor.Disconnected,
     Executor.DeclaredDead,
     Executor.RecoveryDeferred,
+    Executor.RecoveryReordered,
     Executor.RecoveryDispatched,
     Executor.RecoveryFailed,
     Executor.RecoveryConfirmed,
@@ -165,6 +166,10 @@ def _step(d: dict[str, Any], e: Any) -> None:
                      recovery_attempt=0, recovery_request_id=None, recovery_target=None, recovery_redo_version=None)
         else:
             d.update(recovery_phase=RecoveryPhase.CONFIRMED.value, recovery_redo_version=None)
+    elif kind is Executor.RecoveryReordered:
+        d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=e.app_version,
+                 recovery_redo_version=e.postponed_version, recovery_attempt=0, recovery_request_id=None,
+                 recovery_target=None)
     elif kind is Executor.RecoveryWithdrawn:
         d.update(recovery_phase=None, recovery_request_id=None, recovery_target=None, recovery_redo_version=None)
     elif kind is Executor.Deleted:

@@ -57,6 +57,7 @@ def assert_fold_agrees(agg: Executor, events: list[Any]) -> None:
     assert row.recovery_attempt == agg.recovery_attempt
     assert row.recovery_target == agg.recovery_target
     assert row.recovery_version == agg.recovery_version
+    assert row.recovery_redo_version == agg.recovery_redo_version
     assert row.connection_id == agg.connection_id
     assert row.owner == agg.owner
     assert row.app_version == agg.app_version

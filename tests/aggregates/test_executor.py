@@ -678,6 +678,53 @@ def test_a_second_death_while_a_dispatch_is_outstanding_is_not_discharged_by_tha
     assert_clear(err, "delete", "DEAD")
 
 
+def a_later_death_behind_a_failed_one(h: Driver) -> None:
+    h.to_dispatched()  # death of incarnation 1 (v1); r1 goes out for v1
+    h.connect("c2", app_version="v2")
+    h.disconnect("c2")
+    h.declare_dead()  # incarnation 2 (v2) dies while r1 is out: kept behind it
+    h.fail("r1")  # v1's recovery is pending again, v2's still behind it
+    assert (h.agg.recovery_phase, h.agg.recovery_version, h.agg.recovery_redo_version) == (P.PENDING, "v1", "v2")
+
+
+def test_a_later_death_is_recovered_first_when_reordered_then_the_earlier_one(h: Driver) -> None:
+    a_later_death_behind_a_failed_one(h)
+    h.defer()  # no v1 executor left
+    (e,) = h.do("reorder_recovery", at=h.tick())
+    assert isinstance(e, Executor.RecoveryReordered)
+    assert (e.app_version, e.postponed_version) == ("v2", "v1")
+    agg = h.agg
+    assert (agg.recovery_phase, agg.recovery_version, agg.recovery_redo_version) == (P.PENDING, "v2", "v1")
+    assert agg.recovery_attempt == 0 and agg.recovery_request_id is None and agg.recovery_target is None
+    d = h.dispatch("r2", "t2")
+    assert d.app_version == "v2" and d.attempt == 1
+    h.confirm("r2")  # v2's workflows recovered; v1's still wait: not deletable
+    assert (agg.recovery_phase, agg.recovery_version, agg.recovery_redo_version) == (P.PENDING, "v1", None)
+    h.refused("delete", at=h.tick())
+    h.dispatch("r3", "t3")
+    h.confirm("r3")
+    h.delete()
+    assert agg.status == S.DELETED
+
+
+@pytest.mark.parametrize("setup", ["healthy", "dead, nothing behind", "dispatched, a death behind", "came back"])
+def test_reorder_is_refused_unless_a_later_death_waits_behind_an_unfinished_recovery(h: Driver, setup: str) -> None:
+    if setup == "healthy":
+        h.to_healthy()
+    elif setup == "dead, nothing behind":
+        h.to_dead()
+    elif setup == "dispatched, a death behind":
+        h.to_dispatched()
+        h.connect("c2", app_version="v2")
+        h.disconnect("c2")
+        h.declare_dead()
+    else:
+        a_later_death_behind_a_failed_one(h)
+        h.connect("c3", app_version="v3")
+    err = h.refused("reorder_recovery", at=h.tick())
+    assert "reorder recovery" in str(err)
+
+
 def test_full_life_cycle_through_deletion_and_rebirth(h: Driver) -> None:
     h.connect("c1")
     h.connect("c2")

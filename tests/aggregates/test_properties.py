@@ -52,6 +52,7 @@ RECOVERY_EVENTS = (
     Executor.RecoveryFailed,
     Executor.RecoveryConfirmed,
     Executor.RecoveryWithdrawn,
+    Executor.RecoveryReordered,
 )
 
 # Filled while the machine runs; printed by hand when tuning the strategies.
@@ -119,6 +120,12 @@ class ExecutorMachine(RuleBasedStateMachine):
             assert prev_phase == P.DISPATCHED and before["recovery_request_id"] == e.request_id
         if command == "withdraw_recovery":
             assert prev_status != S.DEAD and prev_phase in (P.PENDING, P.DEFERRED)
+        if command == "reorder_recovery":
+            # Only a death kept behind an unfinished recovery, which then goes first: the two swap.
+            assert prev_status == S.DEAD and prev_phase in (P.PENDING, P.DEFERRED)
+            assert (e.app_version, e.postponed_version) == (before["recovery_redo_version"],
+                                                            before["recovery_version"])
+            assert agg.recovery_phase == P.PENDING and agg.recovery_attempt == 0
         if command == "connect":
             expect_new = prev_status in (None, S.DEAD, S.DELETED)
             assert e.incarnation == before["incarnation"] + (1 if expect_new else 0)
@@ -196,6 +203,10 @@ class ExecutorMachine(RuleBasedStateMachine):
     def delete(self, dt: timedelta) -> None:
         self.run("delete", at=self.advance(dt))
 
+    @rule(dt=steps)
+    def reorder(self, dt: timedelta) -> None:
+        self.run("reorder_recovery", at=self.advance(dt))
+
     # ------------------------------------------------------- guided rules
     # The same commands, with the same random arguments, offered more often in
     # the states where they can matter: without them a uniform choice of nine
@@ -224,10 +235,22 @@ class ExecutorMachine(RuleBasedStateMachine):
         else:
             self.fail(r, dt)
 
+    @precondition(lambda self: self.agg.status == S.DEAD and self.agg.recovery_phase == P.DISPATCHED)
+    @rule(c=new_connections, version=versions, dt=steps)
+    def connect_when_dispatched(self, c: str, version: str, dt: timedelta) -> None:
+        # Back while its recovery is out: dying again then leaves a later death behind it.
+        self.connect(c, version, dt)
+
     @precondition(lambda self: self.agg.recovery_phase == P.CONFIRMED)
     @rule(dt=steps)
     def delete_when_confirmed(self, dt: timedelta) -> None:
         self.delete(dt)
+
+    @precondition(lambda self: self.agg.recovery_redo_version is not None and self.agg.status == S.DEAD
+                  and self.agg.recovery_phase in (P.PENDING, P.DEFERRED))
+    @rule(dt=steps)
+    def reorder_when_a_later_death_waits(self, dt: timedelta) -> None:
+        self.reorder(dt)
 
     # ---------------------------------------------------------- invariants
     @invariant()
@@ -240,6 +263,12 @@ class ExecutorMachine(RuleBasedStateMachine):
         assert (agg.owner is not None) == (agg.status == S.HEALTHY)
         REACHED[f"status {agg.status}"] += 1
         REACHED[f"phase {agg.recovery_phase}"] += 1
+
+    @invariant()
+    def a_later_death_waits_only_behind_an_unfinished_recovery(self) -> None:
+        if self.agg.recovery_redo_version is not None:
+            REACHED["a later death waits"] += 1
+            assert self.agg.recovery_phase in (P.DISPATCHED, P.PENDING, P.DEFERRED)
 
     @invariant()
     def deadline_iff_disconnected(self) -> None:

@@ -254,6 +254,55 @@ def test_recovery_under_way_completes_when_the_dead_executor_comes_back(world: W
     assert len(world.dispatcher.sent) == 1
 
 
+def die_again_on_v2_while_v1s_recovery_is_out(world: World) -> Any:
+    world.connect("A", "v1")
+    world.connect("B", "v1")
+    world.drop("A")
+    world.advance(10)  # A (v1) dead: its recovery goes to B
+    first = world.dispatcher.last()
+    assert (first.app_version, first.target_executor_id) == ("v1", "B")
+    world.connect("A", "v2")  # back on v2 while that dispatch is out, and dead again
+    world.drop("A")
+    world.advance(10)
+    assert world.status("A") == "DEAD" and len(world.dispatcher.sent) == 1  # v2's death waits behind v1's
+    return first
+
+
+def test_a_later_death_with_a_candidate_goes_before_an_earlier_one_without(world: World) -> None:
+    """A died on v1 and again on v2 while v1's recovery was out. When v1's fails and no v1 executor is
+    left, v2's recovery goes out at once, not after a v1 executor comes; v1's follows when one does."""
+    world.connect("C", "v2")
+    die_again_on_v2_while_v1s_recovery_is_out(world)
+    world.drop("B")  # v1's recovery fails with its target, and no v1 executor is left
+    world.advance(2)
+    req = world.dispatcher.last()
+    assert (req.app_version, req.target_executor_id) == ("v2", "C")
+    assert recoveries(world, "A") == ["RecoveryDispatched", "RecoveryFailed", "RecoveryReordered",
+                                      "RecoveryDispatched"]
+    world.answer(req)
+    assert world.status("A") == "DEAD"  # v1's workflows still wait: not deleted
+    assert world.executor("A").recovery_version == "v1"
+    world.advance(60)
+    assert recoveries(world, "A")[-1] == "RecoveryDeferred" and len(world.dispatcher.sent) == 2
+    world.connect("D", "v1")  # B's recovery (dead meanwhile) goes to D too
+    (req,) = [r for r in world.dispatcher.sent[2:] if r.dead_executor_id == "A"]
+    assert (req.app_version, req.target_executor_id) == ("v1", "D")
+    world.answer(req)
+    assert world.status("A") == "DELETED"
+
+
+def test_a_later_death_waiting_behind_a_deferred_one_goes_when_its_version_connects(world: World) -> None:
+    die_again_on_v2_while_v1s_recovery_is_out(world)
+    world.drop("B")
+    world.advance(60)
+    assert recoveries(world, "A")[-2:] == ["RecoveryFailed", "RecoveryDeferred"]  # neither v1 nor v2 has one
+    assert len(world.dispatcher.sent) == 1
+    world.connect("C", "v2")  # an executor of the later death's version: that one first
+    req = world.dispatcher.last()
+    assert (req.app_version, req.target_executor_id) == ("v2", "C")
+    assert recoveries(world, "A")[-2:] == ["RecoveryReordered", "RecoveryDispatched"]
+
+
 def test_new_process_manager_started_mid_grace_fires_at_the_original_deadline(world: World) -> None:
     world.connect("A")
     world.connect("B")

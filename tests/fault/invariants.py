@@ -11,7 +11,10 @@ For every executor stream in the store:
 3. **Every death is accounted for**: an executor still DEAD is either waiting
    with a recorded reason (RecoveryDeferred or RecoveryFailed) or has a
    dispatch outstanding; a DELETED one had its recovery confirmed.
-4. **Nothing is recovered twice**: per death, at most one RecoveryConfirmed.
+4. **Nothing is recovered twice**: per death and application version, at most one
+   RecoveryConfirmed of a dispatch sent after it (a dispatch still out when the executor died
+   again was sent for the death before; the versions of two deaths, one kept behind the other's
+   recovery, are recovered by a dispatch each).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ AUDITED = {
     "RecoveryFailed": ("recovery.failed",),
     "RecoveryConfirmed": ("recovery.confirmed",),
     "RecoveryWithdrawn": ("recovery.withdrawn",),
+    "RecoveryReordered": ("recovery.reordered",),
     "Deleted": ("executor.deleted",),
 }
 
@@ -82,6 +86,8 @@ def _replay(events: list[Any]) -> str | None:
                 ex.confirm_recovery(request_id=e.request_id, pending_found=e.pending_found, at=t)
             elif name == "RecoveryWithdrawn":
                 ex.withdraw_recovery(reason=e.reason, at=t)
+            elif name == "RecoveryReordered":
+                ex.reorder_recovery(at=t)
             elif name == "Deleted":
                 ex.delete(at=t)
             else:
@@ -135,16 +141,21 @@ def check_store(store_url: str) -> Report:
             if len(got) != len(expected) or any(a not in AUDITED[n] for a, n in zip(got, expected)):
                 report.violations.append(f"{label}: audit {got} does not match stream {expected}")
             # deaths and recoveries
-            confirmed_since_death = 0
-            for n in names:
+            sent_since_death: dict[str, str | None] = {}  # request id -> its application version
+            confirmed_since_death: set[str | None] = set()
+            for e, n in zip(events, names):
                 if n == "DeclaredDead":
                     report.deaths += 1
-                    confirmed_since_death = 0
+                    sent_since_death, confirmed_since_death = {}, set()
+                elif n == "RecoveryDispatched":
+                    sent_since_death[e.request_id] = e.app_version
                 elif n == "RecoveryConfirmed":
                     report.recoveries += 1
-                    confirmed_since_death += 1
-                    if confirmed_since_death > 1:
-                        report.violations.append(f"{label}: recovered twice for one death: {names}")
+                    if e.request_id in sent_since_death:
+                        version = sent_since_death[e.request_id]
+                        if version in confirmed_since_death:
+                            report.violations.append(f"{label}: recovered twice for one death: {names}")
+                        confirmed_since_death.add(version)
             final = relay.repository.get(UUID(sid))
             if final.status == "DEAD":
                 last_death = len(names) - 1 - names[::-1].index("DeclaredDead")
