@@ -75,6 +75,7 @@ def rest_context(runtime: Runtime) -> RestContext:
         on_startup=lambda: runtime.start(asyncio.get_running_loop()),
         on_shutdown=runtime.stop,
         calls=runtime.calls,
+        executor_here=runtime.dispatcher.is_connected,
         call_timeout=settings.call_timeout,
         series=runtime.series,
         metrics_interval=int(settings.metrics_interval.total_seconds()),

@@ -27,7 +27,9 @@ Fixes (:func:`fixes_for`), in this order:
 
 * ``recover`` -- Relay has an executor of the same version recover the executor's PENDING
   workflows now: for an executor DEAD with recovery pending, failed or deferred, or DISCONNECTED
-  (then only when forced: it may still be running), when an executor of its version is HEALTHY;
+  (then only when forced: it may still be running), when an executor of its version is HEALTHY,
+  and only for a workflow of that version (the SDKs recover only their own version's workflows:
+  one of another version would stay PENDING);
 * ``resume`` -- the workflow is enqueued again. The SDKs keep its application version (dbos
   3.2.0 and dbos-sdk 5.2.11 alike: an executor dequeues only its own version's workflows), so
   it applies only when an executor of the workflow's version is HEALTHY;
@@ -173,9 +175,9 @@ def fixes_for(row: ExecutorRow | None, healthy_versions: Iterable[str | None],
     versions = set(healthy_versions)
     own = recovery_version(row) if row is not None else None
     fixes = []
-    if row is not None and recoverable(row) and own is not None and own in versions:
-        fixes.append(Fix.RECOVER)
     version = workflow_version if workflow_version is not None else own
+    if row is not None and recoverable(row) and own is not None and own in versions and version == own:
+        fixes.append(Fix.RECOVER)  # an executor recovers only the workflows of its own version
     if version is not None and version in versions:
         fixes.append(Fix.RESUME)
     return (*fixes, Fix.FORK, Fix.CANCEL)

@@ -94,8 +94,11 @@ def test_the_reason_of_each_executor_state(r: ExecutorRow | None, reason: Reason
     (dead(version="v2", recovery_version_="v1"), {"v2"}, None, FORK),
     (disconnected(), {"v1"}, None, ALL),
     (disconnected(), {"v9"}, None, FORK),
-    # the workflow's own version decides resume (an executor dequeues only its own version's)
-    (disconnected(), {"v1"}, "v0", (Fix.RECOVER, Fix.FORK, Fix.CANCEL)),
+    # the workflow's own version decides resume (an executor dequeues only its own version's) and
+    # recover (an executor recovers only its own version's: v1's leaves a v0 workflow PENDING)
+    (disconnected(), {"v1"}, "v0", (Fix.FORK, Fix.CANCEL)),
+    (disconnected(), {"v1"}, "v1", ALL),
+    (dead(version="v2", recovery_version_="v2"), {"v2"}, "v1", (Fix.FORK, Fix.CANCEL)),
     (disconnected(), {"v9"}, "v9", (Fix.RESUME, Fix.FORK, Fix.CANCEL)),
     (row(status="DELETED"), {"v1"}, None, NO_RECOVER),
     (row(status="DELETED"), {"v2"}, None, FORK),

@@ -62,6 +62,9 @@ class RestContext:
     """How an operation asks one executor of an application something (on the loop: ``await
     calls.call(org, app, make_request, timeout=...)``), or None where no hub runs (tests of
     the routes alone)."""
+    executor_here: Callable[[str, str, str], bool] = lambda org, app, executor_id: False
+    """Whether ``(org, app, executor_id)`` has a registered socket here now, or transitions on their way
+    to the store (the dispatcher's ``is_connected``): the read models may still say otherwise."""
     call_timeout: timedelta = timedelta(seconds=20)
     """How long an executor has to answer one operation (``RELAY_CALL_TIMEOUT_SECS``)."""
     series: MetricSeries | None = None

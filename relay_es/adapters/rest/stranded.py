@@ -31,7 +31,8 @@ connected), ``appVersion``, ``disconnectReason``, ``deadline`` (a DISCONNECTED e
 declared dead then), ``declaredDeadAt``, ``recoveryPhase`` (pending, deferred, dispatched,
 confirmed or null), ``recoveryVersion``, ``recoveryAttempt``, ``recoveryTarget``,
 ``recoveryDispatchedAt``. Queue counts: at most :data:`MAX_QUEUE_COUNTS` queues a page are
-counted (the rest ``enqueued`` null), each up to :data:`ENQUEUED_CAP`.
+counted (the rest ``enqueued`` null), each up to :data:`ENQUEUED_CAP`, all at once within one
+call's timeout; a count that failed or did not come in time is null too.
 
 ``POST .../stranded-workflows/fix`` with ``{"fix": "resume"|"cancel", "workflowIds": [...]}``
 (1-1000 ids) sends one bulk ``resume`` or ``cancel`` and answers ``{"fix", "workflowIds"}``.
@@ -213,6 +214,9 @@ def checked(b: FixBody) -> FixBody:
     return b
 
 
+BACK = "the executor is connected again: its workflows are not stranded"
+
+
 class Refused(Exception):
     """A fix refused before anything was sent (409), each reason by id."""
 
@@ -338,22 +342,35 @@ async def _fork_version(ctx: RestContext, org: str, app: str, b: FixBody) -> str
 
 async def _queue_counts(ctx: RestContext, org: str, app: str, got: Classified) -> list[BlockedQueueOut]:
     """Each blocked queue's ENQUEUED workflows (the first :data:`MAX_QUEUE_COUNTS` queues),
-    counted up to :data:`ENQUEUED_CAP`: one executor call per queue, one after another."""
-    out = []
-    for i, q in enumerate(got.queues):
-        enqueued: int | None = None
-        capped = False
-        if i < MAX_QUEUE_COUNTS:
-            body = m.WorkflowSearchBody(status=["ENQUEUED"], queue_name=[q.name], limit=ENQUEUED_CAP + 1,
-                                        load_input=False, load_output=False)
+    counted up to :data:`ENQUEUED_CAP`: one executor call per queue, all asked at once and given one
+    call's timeout in all. A count that failed or was not answered in time is null: the listing,
+    classified already, does not fail or wait for it."""
+
+    async def count(name: str) -> tuple[int | None, bool]:
+        body = m.WorkflowSearchBody(status=["ENQUEUED"], queue_name=[name], limit=ENQUEUED_CAP + 1,
+                                    load_input=False, load_output=False)
+        try:
             answer: c.ListWorkflowsResponse = await calling.ask(
-                ctx, org, app, lambda rid, body=body: mapping.search_request(body, request_id=rid))
-            # counted by what each says it is: an executor that ignores a filter does not inflate it
-            n = sum(1 for w in answer.output or () if w.Status == "ENQUEUED" and w.QueueName == q.name)
-            enqueued, capped = min(n, ENQUEUED_CAP), n > ENQUEUED_CAP
-        out.append(BlockedQueueOut(queue_name=q.name, stranded_workflows=q.stranded, enqueued=enqueued,
-                                   enqueued_capped=capped))
-    return out
+                ctx, org, app, lambda rid: mapping.search_request(body, request_id=rid), app_checked=True)
+        except (CallFailed, calling.ExecutorProblem):
+            return None, False
+        # counted by what each says it is: an executor that ignores a filter does not inflate it
+        n = sum(1 for w in answer.output or () if w.Status == "ENQUEUED" and w.QueueName == name)
+        return min(n, ENQUEUED_CAP), n > ENQUEUED_CAP
+
+    tasks = [asyncio.ensure_future(count(q.name)) for q in got.queues[:MAX_QUEUE_COUNTS]]
+    if tasks:
+        await asyncio.wait(tasks, timeout=ctx.call_timeout.total_seconds())
+    counts: list[tuple[int | None, bool]] = []
+    for t in tasks:
+        if t.done():
+            counts.append(t.result())
+        else:
+            t.cancel()
+            counts.append((None, False))
+    counts += [(None, False)] * (len(got.queues) - len(counts))
+    return [BlockedQueueOut(queue_name=q.name, stranded_workflows=q.stranded, enqueued=n, enqueued_capped=capped)
+            for q, (n, capped) in zip(got.queues, counts)]
 
 
 async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str, executor_ids: list[str],
@@ -363,6 +380,13 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
     await calling.app_must_exist(ctx, org, app)
     rows = await asyncio.to_thread(all_rows, ctx.db, org=org, app=app)
     plan = plan_recovery(executor_ids, rows, force=force)
+    for version, ids in list(plan.groups.items()):
+        # The table trails the hub: one back a moment ago is still DISCONNECTED or DEAD there.
+        for x in [x for x in ids if ctx.executor_here(org, app, x)]:
+            ids.remove(x)
+            plan.refused[x] = BACK
+        if not ids:
+            del plan.groups[version]
     calls = ctx.calls
     for version, ids in plan.groups.items():  # HEALTHY in the table; connected here, now?
         chosen = None
@@ -390,6 +414,11 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
             target_ids=ids, parameters={"appVersion": version, "executorCount": len(ids), "force": force})
         outcome, message, executor_id = Outcome.FAILED, None, None
         try:
+            if back := [x for x in ids if ctx.executor_here(org, app, x)]:  # since the check above
+                message = f"{', '.join(back)}: {BACK}"
+                raise Refused(f"{len(back)} of {len(ids)} executors of version {version!r} came back; nothing "
+                              f"was sent for them" + (f" (recovered before: {done})" if done else ""),
+                              {x: BACK for x in back})
             await calls.call(org, app, lambda rid, ids=ids: c.RecoveryRequest(request_id=rid, executor_ids=ids),
                              timeout=ctx.call_timeout.total_seconds(), only_version=version)
             outcome = Outcome.SUCCEEDED
@@ -401,6 +430,8 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
             raise
         except CallFailed as e:
             message, executor_id = e.detail, getattr(e, "executor_id", None)
+            raise
+        except Refused:
             raise
         except BaseException as e:  # cancelled (client gone) or a bug: the action still ends on record
             message = f"relay: {type(e).__name__}"

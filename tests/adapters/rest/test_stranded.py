@@ -11,7 +11,9 @@ cannot be done now, 422 for a body that does not say what to fix)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +23,8 @@ import pytest
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import as_records, audit_log
 from tests.rest_client import rest as call
-from tests.server import RelayServer
+from tests.adapters.readmodels.test_follower import is_follower
+from tests.server import RelayServer, children_of
 
 L = "/v2/orgs/local"
 ORDERS = L + "/apps/orders"
@@ -259,6 +262,83 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_fork_not_r
     assert forked["parameters"] == {"workflowCount": 1, "fromLastStep": True, "appVersion": "v2"}
     assert outcome and outcome["result"] == {"forkedCount": 1}
     assert defaulted["parameters"]["appVersion"] == "v2"  # the version it was sent with, on record
+
+
+def test_a_queue_count_not_answered_is_null_and_the_listing_does_not_fail(tmp_path: Any, store_url: str) -> None:
+    """The blocked queues are counted at once, within one call's timeout in all: one the executor never
+    answers is ``enqueued: null``, the rest are counted (before: the listing failed with a 504, after
+    waiting for each count in turn)."""
+    server = RelayServer(tmp_path, args=["--database-url", store_url, "--call-timeout-secs", "1"]).start()
+    db = SystemDatabase([workflow("w1", "A", queue="payments", n=1), workflow("w2", "A", queue="slow", n=2),
+                         workflow("q1", None, status="ENQUEUED", queue="payments", n=3)])
+
+    def list_workflows(msg: dict[str, Any]) -> dict[str, Any] | None:
+        return None if msg["body"].get("queue_name") == ["slow"] else db.list_workflows(msg)
+
+    async def go() -> None:
+        a = await FakeExecutor(server.ws, app="orders", executor_id="A", version="v1").connect()
+        b = await FakeExecutor(server.ws, app="orders", executor_id="B", version="v2",
+                               answers={"list_workflows": list_workflows}).connect()
+        try:
+            await a.close()
+            await asyncio.to_thread(wait, lambda: status_of(server, "A") == "DISCONNECTED", "A disconnected")
+            r = await asyncio.to_thread(call, server, "GET", STRANDED)
+            assert r.status_code == 200, r.text
+            assert [w["workflowId"] for w in r.json()["workflows"]] == ["w1", "w2"]
+            assert r.json()["queues"] == [
+                {"queueName": "payments", "strandedWorkflows": 1, "enqueued": 1, "enqueuedCapped": False},
+                {"queueName": "slow", "strandedWorkflows": 1, "enqueued": None, "enqueuedCapped": False}]
+        finally:
+            await b.close()
+
+    try:
+        assert call(server, "PUT", ORDERS).status_code == 204
+        asyncio.run(go())
+    finally:
+        server.stop()
+
+
+def test_recover_now_refuses_an_executor_back_before_the_table_has_it(server: RelayServer) -> None:
+    """The executors table trails the hub: an executor back a moment ago is DISCONNECTED there still.
+    Held there (the read models' process stopped), a forced recover of it must send nothing: its
+    workflows run on it again, and a recovery elsewhere (or on itself) would run them twice."""
+    call(server, "PUT", ORDERS)
+    db = SystemDatabase([workflow("w1", "A", n=1)])
+
+    async def go() -> None:
+        c = await FakeExecutor(server.ws, app="orders", executor_id="C", version="v1", **answering(db)).connect()
+        a = await FakeExecutor(server.ws, app="orders", executor_id="A", version="v1").connect()
+        await a.close()
+        await asyncio.to_thread(wait, lambda: status_of(server, "A") == "DISCONNECTED", "A disconnected")
+        for _ in range(50):
+            frozen = [p for p in children_of(server.proc.pid) if is_follower(p)]
+            for p in frozen:
+                os.kill(p, signal.SIGSTOP)
+            back = await FakeExecutor(server.ws, app="orders", executor_id="A", version="v1").connect()
+            await asyncio.sleep(0.3)
+            if frozen and await asyncio.to_thread(status_of, server, "A") == "DISCONNECTED":
+                break  # the child follows the log, and it is stopped: the table is stale
+            # the child was not following yet (the server folds meanwhile): again, once it does
+            for p in frozen:
+                os.kill(p, signal.SIGCONT)
+            await back.close()
+            await asyncio.to_thread(wait, lambda: status_of(server, "A") == "DISCONNECTED", "A disconnected")
+        else:
+            raise AssertionError("the read models' process never followed the log")
+        try:
+            r = await asyncio.to_thread(call, server, "POST", FIX, json={"fix": "recover", "executorIds": ["A"],
+                                                                         "force": True})
+            body = assert_problem(r, 409)
+            assert body["errors"] == [{"location": "executorIds[A]",
+                                       "message": "the executor is connected again: its workflows are not stranded"}]
+            assert not [q for q in c.requests + back.requests if q["type"] == "recovery"]
+        finally:
+            for p in frozen:
+                os.kill(p, signal.SIGCONT)
+        await back.close()
+        await c.close()
+
+    asyncio.run(go())
 
 
 def test_recover_now_sends_recovery_to_an_executor_of_its_version_and_is_audited(server: RelayServer) -> None:
