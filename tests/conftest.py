@@ -24,11 +24,12 @@ def postgres_admin_url() -> str:
     return url
 
 
-def create_database(admin_url: str, name: str) -> str:
+def create_database(admin_url: str, name: str, options: str = "") -> str:
+    """``options``: the rest of the CREATE DATABASE statement (a collation, say)."""
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" {options}')
     base, _, _ = admin_url.rpartition("/")
     return f"{base}/{name}"
 

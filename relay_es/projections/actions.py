@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from relay_es.aggregates.action import Action
-from relay_es.projections.storable import check_event, check_key
+from relay_es.projections.storable import check_event, check_keys
 
 # Conductor's AuditTarget types (the reference's enum).
 CONDUCTOR_TARGETS = frozenset({"application", "token", "role", "user", "organization", "workflow", "schedule",
@@ -113,10 +113,11 @@ class ActionsProjection:
         if row is None and not isinstance(event, Action.Requested):
             return  # its request was skipped as unstorable (ADR 16): nothing to complete
         check_event(event)  # Unstorable: the runner skips this event (ADR 16)
-        if isinstance(event, Action.Requested):
-            check_key("org", event.org)
-            check_key("app", event.app)
-        self.rows[sid] = reduce(row, notification_id, event)
+        new = reduce(row, notification_id, event)
+        if isinstance(event, Action.Requested):  # its keys, and those indexed together (org, target)
+            check_keys(org=event.org, app=event.app)
+            check_keys(org=event.org, target_id=conductor_target(new)[1])
+        self.rows[sid] = new
         self.dirty.add(sid)
 
     def changes(self) -> list[ActionRow]:

@@ -26,7 +26,7 @@ from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.aggregates.token import Token
 from relay_es.projections.executors import EXECUTOR_EVENTS
-from relay_es.projections.storable import check_key
+from relay_es.projections.storable import check_keys
 from relay_es.domain.units import duration_to_millis, duration_to_seconds, rfc3339, to_epoch_ms
 
 
@@ -229,9 +229,7 @@ class AuditProjection:
             self.entries.append(entry)
 
     def _check_keys(self, entry: AuditEntry) -> None:
-        check_key("org", entry.org)  # Unstorable: the runner skips this event (ADR 16)
-        check_key("app", entry.app)
-        check_key("executor_id", entry.executor_id)
+        check_keys(org=entry.org, app=entry.app, executor_id=entry.executor_id)  # Unstorable: skipped (ADR 16)
         if len(self._keys_ok) > self.cache_limit:
             self._keys_ok = {None}
         self._keys_ok.update((entry.org, entry.app, entry.executor_id))

@@ -9,10 +9,13 @@ then), whatever the batch boundaries: a rebuild gives identical rows.
 
 The rules: no NUL character in a string (Postgres ``TEXT`` refuses it), no
 integer beyond 64 bits (``BIGINT``, SQLite's ``INTEGER``), and the values of
-indexed columns (org, app, executor id, name) at most
-:data:`~relay_es.domain.text.MAX_ID_BYTES` bytes, the service's own cap, so
-that ``org + app + executor_id`` stays under a b-tree page's third. The
-store's errors remain the backstop for anything else.
+indexed columns (org, app, executor id, name, an action's target) at most
+:data:`~relay_es.domain.text.MAX_ID_BYTES` bytes each, the service's own cap, and
+those indexed together at most :data:`MAX_KEYS_BYTES` in all, so that an index
+entry stays within a b-tree page's third (Postgres refuses one over 2,704 bytes:
+three keys of 1,024 bytes each did not fit, and a rebuild that met one failed at
+its index build, and so did every start after it). The store's errors remain
+the backstop for anything else.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from typing import Any
 
 from relay_es.domain.text import MAX_ID_BYTES
 
+# The values of one index entry, UTF-8 bytes in all: under Postgres's 2,704 with room for the entry's
+# headers and a BIGINT, and above what Relay's own names allow (org 128 ASCII characters, app 256
+# characters, executor id 1,024 bytes: 2,176 bytes).
+MAX_KEYS_BYTES = 2560
 _INT64 = 2**63
 _KEYS = frozenset({"org", "app", "executor_id", "name"})
 
@@ -42,14 +49,33 @@ def check_event(e: Any) -> None:
         elif t is int and not -_INT64 <= v < _INT64:
             raise Unstorable(f"{_field(d, v)} is wider than 64 bits")
     if "org" in d:  # the events that name a stream's keys (Registered, Created)
+        n = 0
         for k in _KEYS:
             v = d.get(k)
-            if type(v) is str and len(v) * 4 > MAX_ID_BYTES:
-                check_key(k, v)
+            if type(v) is str:
+                n += len(v)
+                if len(v) * 4 > MAX_ID_BYTES:
+                    check_key(k, v)
+        if n * 4 > MAX_KEYS_BYTES:
+            check_keys(**{k: v for k in _KEYS if type(v := d.get(k)) is str})
 
 
 def _field(d: dict[str, Any], value: Any) -> str:
     return next(k for k, v in d.items() if v is value)
+
+
+def check_keys(**values: str | None) -> None:
+    """Values indexed together: each as :func:`check_key`, and all of them within :data:`MAX_KEYS_BYTES`."""
+    n = 0
+    for field, value in values.items():
+        check_key(field, value)
+        if value is not None:
+            n += len(value)
+    if n * 4 > MAX_KEYS_BYTES:
+        size = sum(len(v.encode("utf-8", "surrogatepass")) for v in values.values() if v is not None)
+        if size > MAX_KEYS_BYTES:
+            raise Unstorable(f"{' + '.join(values)} are {size} bytes together, more than an index entry holds "
+                             f"({MAX_KEYS_BYTES})")
 
 
 def check_key(field: str, value: str | None) -> None:

@@ -4,6 +4,7 @@ in-process on a fake clock, then through the REST API."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -211,3 +212,36 @@ def test_history_is_readable_in_order_after_deletion(short_world: World) -> None
     assert h[2]["data"]["deadline"].endswith("Z")
     assert h[4]["data"]["target_executor_id"] == "B"
     assert all(x["at"].endswith("Z") and len(x["at"]) == 24 for x in h)
+
+
+@pytest.fixture
+def icu_postgres_url() -> Iterator[str]:
+    """A Postgres database whose collation orders text as people read it (ICU ``en-US``: ``a, B, c,
+    D``), as the official image's ``en_US.utf8`` does, where the suite's cluster is ``C.UTF-8``."""
+    from tests.conftest import create_database, drop_database, postgres_admin_url
+
+    admin, name = postgres_admin_url(), f"relay_test_icu_{uuid.uuid4().hex[:12]}"
+    yield create_database(admin, name, "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'")
+    drop_database(admin, name)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres, ICU collation"])
+def test_as_of_pages_lose_no_executor_whatever_the_database_s_collation(
+        kind: str, clock: Any, tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    url = f"sqlite:///{tmp_path}/relay.db" if kind == "sqlite" else request.getfixturevalue("icu_postgres_url")
+    w = World(clock, url, grace=3600)
+    try:
+        for x in ("a", "B", "c", "D"):
+            w.connect(x)
+        w.sync()
+        assert [r.executor_id for r in all_rows(w.db, org="local", app="app")] == ["B", "D", "a", "c"]
+        seen, cursor = [], None
+        while True:
+            rows, cursor = queries.executors_as_of_page(w.relay, w.db, "local", "app", clock.now(), after=cursor,
+                                                        limit=1)
+            seen += [r.executor_id for r in rows]
+            if cursor is None:
+                break
+        assert seen == ["B", "D", "a", "c"]
+    finally:
+        w.close()

@@ -32,3 +32,16 @@ def test_keys() -> None:
         check_key("org", "x" * (MAX_ID_BYTES + 1))
     with pytest.raises(Unstorable):
         check_key("app", "\x00")
+
+
+def test_keys_indexed_together() -> None:
+    from relay_es.projections.storable import MAX_KEYS_BYTES, check_keys
+
+    check_keys(org="o" * 128, app="é" * 256, executor_id="x" * MAX_ID_BYTES)  # the most Relay's names allow
+    with pytest.raises(Unstorable, match="org \\+ app \\+ executor_id are 3000 bytes together"):
+        check_keys(org="o" * 1000, app="a" * 1000, executor_id="x" * 1000)
+    with pytest.raises(Unstorable, match="executor_id is"):
+        check_keys(org="o", executor_id="x" * (MAX_ID_BYTES + 1))
+    with pytest.raises(Unstorable, match="together"):  # an event's own keys, as the executors read model checks them
+        check_event(SimpleNamespace(org="o" * 1000, app="a" * 1000, executor_id="x" * 1000))
+    assert MAX_KEYS_BYTES < 2704 - 3 * 4 - 8 - 8  # Postgres's b-tree entry: headers and a BIGINT beside them

@@ -147,14 +147,14 @@ def list_apps(db: Any, org: str, *, include_deleted: bool = False) -> list[AppRo
     if not include_deleted:
         sql += " AND deleted = 0"
     with db.read() as cur:
-        cur.execute(sql + " ORDER BY name", (org,))
-        return [app_from_db(v) for v in cur.fetchall()]
+        cur.execute(sql, (org,))
+        return sorted((app_from_db(v) for v in cur.fetchall()), key=lambda a: a.name)  # code points: see all_rows
 
 
 def list_tokens(db: Any, org: str) -> list[TokenRow]:
     with db.read() as cur:
-        cur.execute(f"SELECT {_TOKEN_COLS} FROM relay_tokens WHERE org = %s AND revoked = 0 ORDER BY name", (org,))
-        return [token_from_db(v) for v in cur.fetchall()]
+        cur.execute(f"SELECT {_TOKEN_COLS} FROM relay_tokens WHERE org = %s AND revoked = 0", (org,))
+        return sorted((token_from_db(v) for v in cur.fetchall()), key=lambda t: t.name)  # code points: see all_rows
 
 
 def token_by_hash(db: Any, secret_hash: str) -> TokenRow | None:

@@ -117,7 +117,11 @@ class ExecutorsTable:
 
 
 def all_rows(db: Any, *, org: str | None = None, app: str | None = None) -> list[ExecutorRow]:
-    """Every row (of an org, of an application), in (org, app, executor id) order."""
+    """Every row (of an org, of an application), in (org, app, executor id) order: of their code points,
+    as Python compares them, on both stores. Sorted here, not by the database: a Postgres cluster's
+    collation (``en_US.utf8``, the official image's default) orders ``a, B, c, D`` where Python and
+    SQLite order ``B, D, a, c``, and the "as of" pages, which resume after an executor id as Python
+    compares them, lost ``B`` and ``D``."""
     sql, params = _SELECT, {}
     if org is not None:
         sql += " WHERE org = %(org)s"
@@ -125,10 +129,9 @@ def all_rows(db: Any, *, org: str | None = None, app: str | None = None) -> list
         if app is not None:
             sql += " AND app = %(app)s"
             params["app"] = app
-    sql += " ORDER BY org, app, executor_id"
     with db.read() as cur:
         cur.execute(sql, params)
-        return [row_from_db(r) for r in cur.fetchall()]
+        return sorted((row_from_db(r) for r in cur.fetchall()), key=lambda r: (r.org, r.app, r.executor_id))
 
 
 def get_row(db: Any, stream_id: UUID | str) -> ExecutorRow | None:
