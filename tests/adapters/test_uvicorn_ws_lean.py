@@ -329,6 +329,34 @@ def test_inbox_is_fifo_and_counts() -> None:
     asyncio.run(main())
 
 
+def test_inbox_takes_in_constant_time_and_holds_only_what_is_not_taken() -> None:
+    """One read of a socket may queue tens of thousands of tiny frames: each is taken without moving the
+    rest (list.pop(0) moved them all), and a queue that never drains does not keep what was taken."""
+
+    class Counted(list):  # type: ignore[type-arg]
+        moved = 0
+
+        def pop(self, i: int = -1) -> Any:
+            Counted.moved += len(self) - 1 if i == 0 else 0
+            return super().pop(i)
+
+    async def main() -> None:
+        inbox = _Inbox()
+        inbox._items = Counted()
+        for i in range(40_000):
+            inbox.put_nowait(i)
+        assert [await inbox.get() for _ in range(40_000)] == list(range(40_000))
+        assert Counted.moved == 0 and inbox.empty()
+        inbox.put_nowait("first")
+        for i in range(10_000):  # one behind for ever: never drained
+            inbox.put_nowait(i)
+            assert await inbox.get() == ("first" if i == 0 else i - 1)
+            assert inbox.qsize() == 1
+        assert len(inbox._items) <= 130
+
+    asyncio.run(main())
+
+
 def test_inbox_get_waits_for_a_put() -> None:
     async def main() -> None:
         inbox = _Inbox()
