@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay_es.engine.metric_windows import Window
-from relay_es.protocol.metrics import Sample
+from relay_es.protocol.metrics import MAX_VALUE, Sample
 
 DDL = [
     """
@@ -115,7 +115,8 @@ class MetricSeries:
         """The samples of windows starting in ``[start, end)``, oldest first, then by type and
         name (names in the store's collation: callers that need one order sort again); at most
         ``limit`` (ask one more to know there are more). With ``width`` (seconds), the windows
-        are added up into buckets of that width aligned on the epoch, each of that granularity."""
+        are added up into buckets of that width aligned on the epoch, each of that granularity (a sum
+        above ``MAX_VALUE``, 2**63 - 1, is ``MAX_VALUE``, as the collector caps one window's)."""
         with self.db.read() as cur:
             if width is None:
                 cur.execute(
@@ -123,12 +124,17 @@ class MetricSeries:
                     "WHERE org = %s AND app = %s AND bucket >= %s AND bucket < %s "
                     "ORDER BY bucket, metric_type, metric_name LIMIT %s", (org, app, start, end, limit))
             else:
+                # Each value may be up to MAX_VALUE: their sum is taken in two halves (high and low 32 bits)
+                # that cannot overflow a 64-bit SUM (SQLite's raises), and capped at MAX_VALUE here, the
+                # same on both stores (Postgres' SUM would pass the reference's int64 Metric.value).
                 cur.execute(
                     "SELECT metric_type, metric_name, (bucket / CAST(%(w)s AS BIGINT)) * CAST(%(w)s AS BIGINT) AS b, "
-                    "%(w)s, SUM(value) FROM relay_metric_samples "
+                    "%(w)s, SUM(value >> 32), SUM(value & 4294967295) FROM relay_metric_samples "
                     "WHERE org = %(org)s AND app = %(app)s AND bucket >= %(s)s AND bucket < %(e)s "
                     "GROUP BY b, metric_type, metric_name ORDER BY b, metric_type, metric_name LIMIT %(n)s",
                     {"w": width, "org": org, "app": app, "s": start, "e": end, "n": limit})
+                return [Point(r[0], r[1], int(r[2]), int(r[3]), min(MAX_VALUE, (int(r[4]) << 32) + int(r[5])))
+                        for r in cur.fetchall()]
             return [Point(r[0], r[1], int(r[2]), int(r[3]), int(r[4])) for r in cur.fetchall()]
 
     def prune(self, before: int) -> int:

@@ -3,9 +3,11 @@
 One stream per rule (made at its first alert). :meth:`AlertFirings.fire` is conditional: an
 alert is recorded only when the rule's ``minIntervalSecs`` has passed since its last one, so
 the interval holds through a restart and between two writers (the stream's version is the
-lock). Each delivery attempt, on each channel (the receiving application's executors,
-``app``; a webhook, ``webhook:<i>``), is an event with its outcome; ``final`` marks the last
-one of a channel (delivered, refused for good, or out of attempts).
+lock). The interval is measured between the alerts' wall times, either way: a wall clock set
+back by more than the interval does not silence the rule. Each delivery attempt, on each
+channel (the receiving application's executors, ``app``; a webhook, ``webhook:<i>``), is an
+event with its outcome; ``final`` marks the last one of a channel (delivered, refused for good,
+or out of attempts).
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ class AlertFirings(Aggregate):
 
     def fire(self, *, alert_id: str, rule_type: str, receiving_app: str, message: str, metadata: dict[str, str],
              channels: list[str], cause: str | None, min_interval: timedelta, at: datetime) -> bool:
-        """Records an alert, unless the last one is less than ``min_interval`` old. Returns
-        whether it was recorded."""
-        if self.last_fired_at is not None and at < self.last_fired_at + min_interval:
+        """Records an alert, unless the last one is less than ``min_interval`` away from ``at``,
+        either side. Returns whether it was recorded. A last alert "later" than ``at`` by less than
+        the interval is a concurrent one (another writer, its clock a little ahead or its command
+        a little later); by the interval or more, the wall clock went back since: it does not
+        silence the rule until the clock catches up."""
+        if self.last_fired_at is not None and abs(at - self.last_fired_at) < min_interval:
             return False
         self._fired(alert_id=alert_id, rule_type=rule_type, receiving_app=receiving_app, message=message,
                     metadata=dict(metadata), channels=list(channels), cause=cause, timestamp=at)

@@ -14,8 +14,20 @@ What fires a rule (:mod:`relay_es.domain.alerting` has the types and their param
   told, so a restart never fires for an old event.
 * **Checks**, every ``check_interval`` per rule: ``WorkflowFailure`` and ``SlowQueue`` ask one
   executor of the watched application (:meth:`AlertSender.probe`; the answer comes back through
-  :meth:`AlertManager.probed`); ``UnresponsiveApplication`` needs no executor: the application
-  has had no HEALTHY executor (the process manager's index) for ``thresholdSecs``.
+  :meth:`AlertManager.probed`); a ``WorkflowFailure`` probe looks back ``windowSecs``, or to the
+  start of the rule's last probe answered if that is earlier, so no failure falls between two
+  probes (a window shorter than the interval, a check skipped, a probe that failed); over such a
+  longer span it fires on ``threshold`` failures within ``windowSecs`` of one another.
+  ``UnresponsiveApplication`` needs no executor: the application has had no HEALTHY executor
+  (the process manager's index) for ``thresholdSecs``, counted from when this process saw it
+  lose its last one (told of every application's executor events, whether it has a rule or not),
+  or, where it did not see that (before it started, before its settle window closed), from when
+  it first found the application without one.
+
+Every duration is measured on the monotonic clock (the time without an executor, the interval
+since the last alert, a delivery's backoff): a wall clock that steps neither fires a rule early
+nor silences it. Events carry wall times; an alert recorded by another process or before a
+restart is placed on the monotonic clock by its age on the wall clock when it is read.
 
 Firing is the conditional command :meth:`Relay.fire_alert`: it records the alert only when the
 rule's ``minIntervalSecs`` has passed since its last one, on the rule's own stream, so a rule
@@ -42,7 +54,7 @@ from typing import Any, Protocol
 from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.alert import AlertFirings
-from relay_es.aggregates.application import Application
+from relay_es.aggregates.application import Application, app_stream_id
 from relay_es.aggregates.executor import DisconnectReason, Executor, ExecutorStatus as S
 from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
 from relay_es.domain.clock import Clock
@@ -124,9 +136,12 @@ class Probed:
 
 
 class AlertSender(Protocol):
-    def probe(self, rule: AlertingRule, now: datetime) -> None:
+    def probe(self, rule: AlertingRule, now: datetime, since: datetime | None = None) -> None:
         """Asks an executor of ``rule.app`` whether a polled rule's condition holds; answers
-        :meth:`AlertManager.probed` (from any thread), always, within a bounded time."""
+        :meth:`AlertManager.probed` (from any thread), always, within a bounded time.
+        ``since`` (``WorkflowFailure``): the start of the rule's last probe answered; failures
+        from then on have not been counted, so the probe looks back to it when that is further
+        than ``windowSecs`` (None: ``windowSecs``)."""
 
     def deliver(self, delivery: Delivery) -> None:
         """Makes one delivery attempt; answers :meth:`AlertManager.delivered` (from any thread),
@@ -190,12 +205,18 @@ class AlertManager:
         self._app_of_stream: dict[Any, tuple[str, str]] = {}
         self._firing_streams: dict[Any, tuple[str, str, str]] = {}  # AlertFirings id -> org, app, rule id
         self.pending: dict[tuple[str, str], _Pending] = {}  # (alert id, channel) -> what is left to deliver
-        self.last_fired: dict[str, datetime] = {}  # rule id -> its last alert, as the log has it
+        # Rule id -> its last alert (its id, and its time on the monotonic clock): this process's own
+        # alert when it fired it, another's placed by its age on the wall clock when it was read.
+        self.last_fired: dict[str, tuple[str, float]] = {}
         # Handed to the sender and not answered yet -> monotonic time after which it is given up for lost.
         self._inflight: dict[tuple[str, str], float] = {}
         self._probing: dict[str, float] = {}
+        self._asked: dict[str, float] = {}  # rule id -> monotonic start of its probe out
+        self._seen: dict[str, float] = {}  # rule id -> monotonic start of its last probe answered (no error)
         self._to_fire: deque[tuple[str, str, dict[str, str], str | None]] = deque()  # decided, not recorded yet
-        self._unhealthy_since: dict[tuple[str, str], datetime] = {}
+        # (org, app) -> monotonic time since which it has had no HEALTHY executor, for every application
+        # this process has seen without one (a rule or not); gone when it has one, or is deleted.
+        self._unhealthy_since: dict[tuple[str, str], float] = {}
         self._flaps: dict[tuple[str, str, str], deque[datetime]] = {}
         self.timers = TimerHeap()
         self._inbox: deque[Probed | Delivered] = deque()
@@ -285,11 +306,16 @@ class AlertManager:
             app = self._app_of_stream.get(e.originator_id)
             for rule_id in list(self.by_app.get(app, ())) if app else ():
                 self._forget(rule_id)
+            # An application registered again is another one: its time without an executor starts afresh.
+            for key in [k for k in self._unhealthy_since if app_stream_id(*k) == e.originator_id]:
+                del self._unhealthy_since[key]
         elif isinstance(e, AlertFirings.Opened):
             self._firing_streams[e.originator_id] = (e.org, e.app, e.rule_id)
         elif isinstance(e, AlertFirings.Fired):
             org, app, rule_id = self._firing_streams[e.originator_id]
-            self.last_fired[rule_id] = e.timestamp
+            if self.last_fired.get(rule_id, ("",))[0] != e.alert_id:  # not the one this process just fired
+                age = (self.clock.now() - e.timestamp).total_seconds()  # < 0: recorded "later" than now
+                self.last_fired[rule_id] = (e.alert_id, self.clock.monotonic() - age)
             for channel in e.channels:
                 key = (e.alert_id, channel)
                 p = _Pending(org, app, rule_id, e.alert_id, channel, e.rule_type, e.receiving_app, e.message,
@@ -322,6 +348,8 @@ class AlertManager:
                 del self.by_app[(rule.org, rule.app)]
         self.timers.cancel(("check", rule_id))
         self._probing.pop(rule_id, None)
+        self._asked.pop(rule_id, None)
+        self._seen.pop(rule_id, None)
         if not any(r.rule_type == "ExecutorFlapping" for r in self.rules.values()
                    if (r.org, r.app) == (rule.org, rule.app)):
             for key in [k for k in self._flaps if k[:2] == (rule.org, rule.app)]:
@@ -332,7 +360,8 @@ class AlertManager:
         if rule.rule_type in CHECKED and ("check", rule.id) not in self.timers:
             self.timers.arm(("check", rule.id), self.clock.monotonic() + self.timing.check_interval)
         if rule.rule_type == "UnresponsiveApplication" and not self.healthy(rule.org, rule.app) and self.ready():
-            self._unhealthy_since.setdefault((rule.org, rule.app), self.clock.now())
+            # Kept when this process saw the application lose its last executor; from now when it did not.
+            self._unhealthy_since.setdefault((rule.org, rule.app), self.clock.monotonic())
 
     # -------------------------------------------------------- executor events
     def executor_event(self, e: Any, old: Any, row: Any) -> None:
@@ -340,16 +369,18 @@ class AlertManager:
         only: what fires is queued and recorded at the next :meth:`step` (no store I/O here, on the
         process manager's fold path), retried there while the store is away."""
         app = (row.org, row.app)
-        if app not in self.by_app:
-            return
-        now = self.clock.now()
+        # Every application's, a rule or not: a rule made later counts from when the executor went.
         if self.healthy(*app):
             self._unhealthy_since.pop(app, None)
         elif self.ready():
-            self._unhealthy_since.setdefault(app, now)
+            self._unhealthy_since.setdefault(app, self.clock.monotonic())
+        if app not in self.by_app:
+            return
         who = {"executorId": row.executor_id, "appVersion": row.app_version or "", "hostname": row.hostname or ""}
         cause = f"{e.originator_id}@{e.originator_version}"
         if isinstance(e, Executor.DeclaredDead):
+            # The disconnects that led to a death are that incarnation's: the next one starts clean.
+            self._flaps.pop((*app, row.executor_id), None)
             self._decide(app, "ExecutorDead", lambda r: (
                 f"executor {row.executor_id} of {row.app} (version {row.app_version}) was declared DEAD: "
                 "it did not come back within its grace period", who), cause)
@@ -390,7 +421,7 @@ class AlertManager:
                         f"{r.parameters['windowSecs']} s", {**who, "disconnects": str(n)})
 
             self._decide(app, "ExecutorFlapping", flaps, cause)
-        elif isinstance(e, (Executor.Deleted, Executor.DeclaredDead)):
+        elif isinstance(e, Executor.Deleted):
             self._flaps.pop((*app, row.executor_id), None)
 
     def _decide(self, app: tuple[str, str], rule_type: str,
@@ -423,20 +454,24 @@ class AlertManager:
 
     # ------------------------------------------------------------- deciding
     def _fire(self, rule: AlertingRule, message: str, metadata: dict[str, str], cause: str | None) -> bool:
-        """Records an alert of ``rule`` unless its interval has not passed: known from the log
-        already (no store read), or found so by the conditional command."""
+        """Records an alert of ``rule`` unless its interval has not passed: known already (no store
+        read), or found so by the conditional command. Known on the monotonic clock: the last alert
+        less than the interval away, either side (one placed "later" than now is another process's, or
+        the wall clock went back since it was recorded: by the interval or more, it silences nothing)."""
         now = self.clock.now()
+        mono = self.clock.monotonic()
         last = self.last_fired.get(rule.id)
-        if last is not None and now < last + timedelta(seconds=rule.min_interval_secs):
+        if last is not None and abs(mono - last[1]) < rule.min_interval_secs:
             self.stats.suppressed += 1
             return False
         channels = ["app", *(f"webhook:{i}" for i in range(len(rule.webhooks)))]
         meta = {"ruleId": rule.id, "app": rule.app, **metadata}
-        fired = self.relay.fire_alert(rule, alert_id=new_id(), message=message, metadata=meta,
+        alert_id = new_id()
+        fired = self.relay.fire_alert(rule, alert_id=alert_id, message=message, metadata=meta,
                                       channels=channels, cause=cause, at=now)
         if fired:
             self.stats.fired += 1
-            self.last_fired[rule.id] = now
+            self.last_fired[rule.id] = (alert_id, mono)
         else:
             self.stats.suppressed += 1
         return fired
@@ -463,30 +498,35 @@ class AlertManager:
             return
         self.timers.arm(("check", rule_id), self.clock.monotonic() + self.timing.check_interval)
         now = self.clock.now()
+        mono = self.clock.monotonic()
         if rule.rule_type == "UnresponsiveApplication":
             app = (rule.org, rule.app)
             if self.healthy(*app) or not self.ready():
                 self._unhealthy_since.pop(app, None)  # after a restart, counted once executors had their chance
                 return
-            since = self._unhealthy_since.setdefault(app, now)
-            gone = (now - since).total_seconds()
+            gone = mono - self._unhealthy_since.setdefault(app, mono)
             if gone >= rule.parameters["thresholdSecs"]:
+                since = now - timedelta(seconds=gone)  # on the wall clock as it reads now
                 self._fire(rule, f"application {rule.app} has had no HEALTHY executor for {gone:.0f} s",
                            {"unresponsiveSecs": f"{gone:.0f}", "since": since.isoformat()}, None)
             return
         if not self.healthy(rule.org, rule.app):
             return  # nobody to ask (UnresponsiveApplication is the rule for that)
-        mono = self.clock.monotonic()
         if self._probing.get(rule_id, mono) > mono:
             return  # the last check is still out
-        self.sender.probe(rule, now)
+        seen = self._seen.get(rule_id)
+        self.sender.probe(rule, now, None if seen is None else now - timedelta(seconds=mono - seen))
         self._probing[rule_id] = mono + self.timing.lost_after  # after the hand-over: a failed one is not out
+        self._asked[rule_id] = mono
 
     def _arm_delivery(self, key: tuple[str, str], p: _Pending) -> None:
-        now = self.clock.now()
-        at = now if p.last_at is None or p.attempts == 0 else p.last_at + timedelta(
-            seconds=self.timing.backoff(p.attempts))
-        self.timers.arm(("deliver", key), self.clock.monotonic() + max(0.0, (at - now).total_seconds()))
+        """The next attempt after the backoff left since the last one (recorded at a wall time), never
+        more than the whole backoff: a wall clock set back since does not stretch it."""
+        wait = 0.0
+        if p.last_at is not None and p.attempts > 0:
+            backoff = self.timing.backoff(p.attempts)
+            wait = min(backoff, max(0.0, backoff - (self.clock.now() - p.last_at).total_seconds()))
+        self.timers.arm(("deliver", key), self.clock.monotonic() + wait)
 
     def _deliver(self, key: tuple[str, str]) -> None:
         p = self.pending.get(key)
@@ -547,11 +587,15 @@ class AlertManager:
 
     def _on_probed(self, a: Probed) -> None:
         self._probing.pop(a.rule_id, None)
+        asked = self._asked.pop(a.rule_id, None)
         rule = self.rules.get(a.rule_id)
         if a.error is not None:
-            self.stats.probe_failures += 1
+            self.stats.probe_failures += 1  # what it was to count is left to the next one
             log.info("alert rule %s could not be checked: %s", a.rule_id, a.error)
-        elif rule is not None and a.holds:
+            return
+        if asked is not None and rule is not None:
+            self._seen[a.rule_id] = asked  # counted up to its start: the next probe looks back to it
+        if rule is not None and a.holds:
             self._fire(rule, a.message, a.metadata, None)
 
     def _on_delivered(self, a: Delivered) -> None:

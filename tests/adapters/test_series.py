@@ -202,3 +202,21 @@ def test_a_query_with_a_width_adds_windows_up_into_wider_buckets(series: MetricS
     assert len(series.query("acme", "orders", T, T + 6 * P, limit=3, width=4 * P)) == 3
     begun = series.begin("acme", "billing", T)
     assert begun == T and series.begin("acme", "billing", T + 99) == T  # the first cursor stays
+
+
+def test_a_sum_past_the_largest_value_is_capped_at_it_on_every_store(series: MetricSeries) -> None:
+    # Each stored value may be MAX_VALUE (2**63 - 1, the reference's int64): SQLite's SUM raised "integer
+    # overflow" and Postgres' answered a sum beyond it. Below the cap the sum is exact, across 32-bit halves.
+    windows = [[wf("big", MAX_VALUE), wf("edge", MAX_VALUE - 1), wf("exact", 2**32 - 1), st("over", 1)],
+               [wf("big", MAX_VALUE), wf("edge", 1), wf("exact", 2**32 + 1), st("over", MAX_VALUE)],
+               [wf("big", MAX_VALUE), wf("exact", 2**40 + 7)]]
+    cursor = None
+    for k, samples in enumerate(windows):
+        assert series.record("acme", "orders", cursor, w(k), samples)
+        cursor = w(k).end
+    wide = series.query("acme", "orders", T, T + 3 * P, limit=100, width=3 * P)  # T is a multiple of 900
+    assert [(p.bucket, p.metric_type, p.metric_name, p.granularity, p.value) for p in wide] == [
+        (T, "step_count", "over", 3 * P, MAX_VALUE),
+        (T, "workflow_count", "big", 3 * P, MAX_VALUE),
+        (T, "workflow_count", "edge", 3 * P, MAX_VALUE),
+        (T, "workflow_count", "exact", 3 * P, 2**33 + 2**40 + 7)]

@@ -117,12 +117,26 @@ def test_an_interval_of_zero_records_every_alert() -> None:
     assert f.fired == 6 and f.last_fired_at == at(2)
 
 
-def test_an_alert_timed_before_the_last_one_is_refused() -> None:
-    # The wall clock stepped back: the last alert is "in the future", so less than any interval old.
+def test_an_alert_timed_before_the_last_one_by_less_than_the_interval_is_refused() -> None:
+    # Another writer's alert, its clock a little ahead or its command a little later, or a small step back:
+    # the last alert is "in the future", but less than the interval away.
     f = new_firings()
     assert fire(f, at(100))
     refused_fire(f, at(50))
-    refused_fire(f, at(50), interval=timedelta(0))
+    refused_fire(f, at(40) + timedelta(microseconds=1))
+    assert fire(f, at(50), interval=timedelta(0)) is True  # no interval: every alert
+
+
+def test_a_wall_clock_set_back_by_the_interval_or_more_does_not_silence_the_rule() -> None:
+    # The last alert "in the future" by hours: the wall clock went back since. It refused every alert
+    # until the clock caught up (6 h for a 1 min interval).
+    f = new_firings()
+    assert fire(f, at(6 * 3600))
+    assert fire(f, at(600), alert_id="a2") is True
+    assert f.last_fired_at == at(600) and f.fired == 2
+    refused_fire(f, at(659), alert_id="a3")  # and the interval runs from that one, either way
+    refused_fire(f, at(540) + timedelta(microseconds=1), alert_id="a3")
+    assert fire(f, at(540), alert_id="a4") is True  # a whole interval before it
 
 
 # ---------------------------------------------------------------- deliveries

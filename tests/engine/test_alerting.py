@@ -28,10 +28,12 @@ TIMING = AlertTiming(check_interval=10.0, retry_base=2.0, retry_max=8.0, max_att
 class FakeSender:
     def __init__(self) -> None:
         self.probes: list[tuple[AlertingRule, Any]] = []
+        self.since: list[Any] = []  # each probe's: where a WorkflowFailure probe looks back to at least
         self.deliveries: list[Delivery] = []
 
-    def probe(self, rule: AlertingRule, now: Any) -> None:
+    def probe(self, rule: AlertingRule, now: Any, since: Any = None) -> None:
         self.probes.append((rule, now))
+        self.since.append(since)
 
     def deliver(self, delivery: Delivery) -> None:
         self.deliveries.append(delivery)
@@ -516,3 +518,159 @@ def test_a_batch_of_alerting_events_longer_than_a_read_is_followed_whole(aw: Ale
     aw.w.connect("X")
     aw.sync()
     assert set(aw.alerts.rules) >= {r.id for r in rules} and aw.alerts.position == aw.relay.head()
+
+
+# ------------------------------------------------------- the time without an executor
+
+
+def test_unresponsive_counts_from_when_the_last_executor_went_not_from_an_earlier_outage(aw: AlertWorld) -> None:
+    # An outage a deleted rule saw, a day of health no rule watched: the start of the old outage was kept,
+    # and a new 3600 s rule fired 10 s after it was made ("no HEALTHY executor for 86455 s").
+    old = aw.rule("UnresponsiveApplication", {"thresholdSecs": 3600}, interval=0)
+    aw.advance(30)
+    aw.relay.delete_alerting_rule("local", "app", old.id)
+    aw.sync()
+    aw.w.connect("A")
+    aw.advance(86_400)
+    aw.w.drop("A")
+    went = aw.clock.now()
+    aw.advance(15)  # A dead
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 3600}, interval=0)
+    aw.advance(3580)  # checked every 10 s from the rule: the last one 3595 s after A went
+    assert aw.fired(rule) == []
+    aw.advance(10)
+    (alert,) = aw.fired(rule)
+    assert alert.metadata["unresponsiveSecs"] == "3605" and alert.metadata["since"] == went.isoformat()
+
+
+def test_a_rule_made_after_the_last_executor_went_counts_from_when_it_went(aw: AlertWorld) -> None:
+    aw.w.connect("A")
+    aw.w.drop("A")
+    went = aw.clock.now()
+    aw.advance(100)  # no rule watches the application yet
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 60}, interval=0)
+    aw.advance(10)  # the first check: 110 s without one (it counted from the rule: 60 s more)
+    (alert,) = aw.fired(rule)
+    assert alert.metadata["unresponsiveSecs"] == "110" and alert.metadata["since"] == went.isoformat()
+
+
+def test_an_application_registered_again_does_not_inherit_the_old_ones_outage(aw: AlertWorld) -> None:
+    aw.rule("UnresponsiveApplication", {"thresholdSecs": 600}, interval=0)  # no executor: counted from here
+    aw.advance(30)
+    aw.relay.delete_app("local", "app")
+    aw.sync()
+    aw.advance(7 * 86_400)
+    aw.relay.register_app("local", "app")  # another application of that name, no executor ever
+    aw.sync()
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 600}, interval=0)
+    aw.advance(590)
+    assert aw.fired(rule) == []  # it fired at the first check: "for 604855 s"
+    aw.advance(10)
+    (alert,) = aw.fired(rule)
+    assert alert.metadata["unresponsiveSecs"] == "600"  # unknown before: from when the rule watched it
+
+
+def test_disconnects_before_a_death_do_not_count_for_the_next_incarnation(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorFlapping", {"disconnects": 3, "windowSecs": 300}, interval=0)
+    for _ in range(2):
+        aw.w.connect("D")
+        aw.w.drop("D")
+    aw.advance(10.1)  # D declared DEAD: that incarnation ends with its disconnects
+    assert aw.w.status("D") == "DEAD"
+    aw.w.connect("D")  # a new incarnation
+    aw.w.drop("D")
+    assert aw.fired(rule) == []  # it fired here: "3 times", two of them the dead one's
+    for _ in range(2):
+        aw.w.connect("D")
+        aw.w.drop("D")
+    (flap,) = aw.fired(rule)
+    assert flap.metadata["disconnects"] == "3"
+
+
+# --------------------------------------------------------------- wall-clock steps
+
+
+def test_a_wall_clock_step_forward_does_not_shorten_the_time_without_an_executor(aw: AlertWorld) -> None:
+    aw.w.connect("A")
+    rule = aw.rule("UnresponsiveApplication", {"thresholdSecs": 3600}, interval=0)
+    aw.w.drop("A")
+    aw.advance(15)
+    aw.clock.step_wall(3600)  # it fired 35 s after A went, "for 3635 s"
+    aw.advance(3575)
+    assert aw.fired(rule) == []
+    aw.advance(10)
+    (alert,) = aw.fired(rule)
+    assert alert.metadata["unresponsiveSecs"] == "3600"
+
+
+def test_a_wall_clock_step_back_does_not_silence_a_rule_beyond_its_interval(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead", interval=60)
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    assert len(aw.fired(rule)) == 1
+    aw.clock.step_wall(-6 * 3600)  # every death was suppressed for 6 h
+    aw.advance(60)
+    aw.w.connect("B")
+    aw.w.drop("B")
+    aw.advance(10.1)  # 70 s after the first alert
+    assert len(aw.fired(rule)) == 2 and aw.alerts.stats.suppressed == 0
+
+
+def test_a_wall_clock_step_forward_does_not_end_a_rules_interval_early(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead", interval=300)
+    aw.w.connect("A")
+    aw.w.connect("B")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    aw.clock.step_wall(3600)
+    aw.w.drop("B")
+    aw.advance(10.1)  # 10 s after the first alert, whatever the wall clock says
+    assert len(aw.fired(rule)) == 1 and aw.alerts.stats.suppressed == 1
+
+
+def test_a_wall_clock_set_back_does_not_stretch_a_deliverys_backoff(stored: AlertWorld) -> None:
+    aw = stored
+    rule = aw.rule("ExecutorDead", interval=0)
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    (d,) = aw.sender.take()
+    aw.answer(d, ok=False, detail="no executor")  # the next attempt 2 s after this one
+    aw.clock.step_wall(-3600)
+    aw.restart(down_for=0.5)
+    aw.advance(2)  # at most the whole backoff (it waited an hour and 2 s)
+    (again,) = aw.sender.take()
+    assert (again.alert_id, again.attempt) == (d.alert_id, 2)
+    aw.answer(again)
+    assert aw.attempts(rule)[-1] == ("app", 2, True, True)
+
+
+# ------------------------------------------------------- WorkflowFailure: no gaps
+
+
+def test_a_workflow_failure_probe_looks_back_to_the_start_of_the_last_one_answered(aw: AlertWorld) -> None:
+    # windowSecs 1, checked every 10 s: each probe looked back 1 s, so 9 s of every 10 went unseen.
+    aw.w.connect("A")
+    rule = aw.rule("WorkflowFailure", {"windowSecs": 1}, interval=0)
+    aw.advance(10)
+    first = aw.clock.now()
+    assert aw.sender.since == [None]  # the rule's first: its window
+    aw.alerts.probed(Probed(rule.id, holds=False))
+    aw.sync()
+    aw.advance(10)
+    assert aw.sender.since == [None, first]
+    aw.alerts.probed(Probed(rule.id, error="no answer within 1s"))  # counted nothing
+    aw.sync()
+    aw.advance(10)
+    third = aw.clock.now()
+    assert aw.sender.since[-1] == first
+    aw.advance(10)  # still out: not asked again
+    assert len(aw.sender.since) == 3
+    aw.alerts.probed(Probed(rule.id, holds=False))
+    aw.sync()
+    aw.w.drop("A")
+    aw.advance(30)  # nobody to ask: the checks skipped
+    aw.w.connect("B")
+    aw.advance(10)
+    assert len(aw.sender.since) == 4 and aw.sender.since[-1] == third

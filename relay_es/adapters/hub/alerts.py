@@ -7,8 +7,8 @@ through :meth:`~relay_es.engine.alerting.AlertManager.probed` and
 
 * **probes** ask one executor of the watched application (through :class:`Calls`, observed like
   the API's calls): ``WorkflowFailure``, ``list_workflows`` of ``ERROR`` workflows completed in
-  the window (or gave up after too many recovery attempts; of the rule's workflow, at most
-  ``threshold``, no inputs or outputs);
+  the window, or since the rule's last probe answered when that is earlier (or gave up after too
+  many recovery attempts; of the rule's workflow, at most ``threshold``, no inputs or outputs);
   ``SlowQueue``, ``list_queued_workflows`` of the oldest ``ENQUEUED`` workflow created before the
   threshold (on the rule's queue);
 * **deliveries** send the ``alert`` message to one executor of the receiving application (the
@@ -37,6 +37,7 @@ from relay_es.protocol.limits import printable
 log = logging.getLogger(__name__)
 
 IDS_IN_ALERT = 10  # workflow ids an alert's metadata names
+FAILURES_SCANNED = 1000  # failures a WorkflowFailure probe reads when it looks back further than its window
 FAILED = ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")  # a workflow that ended without its result
 
 
@@ -71,13 +72,13 @@ class AlertSender:
         task.add_done_callback(self._tasks.discard)
 
     # --------------------------------------------------------------- probes
-    def probe(self, rule: AlertingRule, now: datetime) -> None:
-        self._submit(self._probe(rule, now))
+    def probe(self, rule: AlertingRule, now: datetime, since: datetime | None = None) -> None:
+        self._submit(self._probe(rule, now, since))
 
-    async def _probe(self, rule: AlertingRule, now: datetime) -> None:
+    async def _probe(self, rule: AlertingRule, now: datetime, since: datetime | None) -> None:
         assert self.manager is not None
         try:
-            answer = await self._ask(rule, now)
+            answer = await self._ask(rule, now, since)
         except CallFailed as e:
             answer = Probed(rule.id, error=printable(str(e)))
         except Exception as e:  # noqa: BLE001  # the manager must hear back, whatever happened
@@ -85,20 +86,28 @@ class AlertSender:
             answer = Probed(rule.id, error=f"relay: {type(e).__name__}")
         self.manager.probed(answer)
 
-    async def _ask(self, rule: AlertingRule, now: datetime) -> Probed:
+    async def _ask(self, rule: AlertingRule, now: datetime, since: datetime | None) -> Probed:
         p = rule.parameters
         if rule.rule_type == "WorkflowFailure":
-            window = p["windowSecs"]
-            body = c.ListWorkflowsBody(status=list(FAILED), completed_after=(now - timedelta(seconds=window)).isoformat(),
-                                       workflow_name=p.get("workflowName"), limit=p["threshold"], sort_desc=True,
-                                       load_input=False, load_output=False)
+            window, threshold = p["windowSecs"], p["threshold"]
+            start = now - timedelta(seconds=window)
+            further = since is not None and since < start  # the last probe answered is further back: from there
+            if further:
+                start = since  # type: ignore[assignment]
+            body = c.ListWorkflowsBody(status=list(FAILED), completed_after=start.isoformat(),
+                                       workflow_name=p.get("workflowName"),
+                                       limit=max(threshold, FAILURES_SCANNED) if further else threshold,
+                                       sort_desc=True, load_input=False, load_output=False)
             got = await self.calls.call(rule.org, rule.app, lambda rid: c.ListWorkflowsRequest(request_id=rid, body=body),
                                         timeout=self.timeout)
-            rows = got.output or []
-            if len(rows) < p["threshold"]:
+            rows = list(got.output or [])
+            if further:  # threshold failures within windowSecs of one another, anywhere in the longer span
+                rows = _densest(rows, window)
+            if len(rows) < threshold:
                 return Probed(rule.id)
             which = f" of {p['workflowName']}" if p.get("workflowName") else ""
-            return Probed(rule.id, True, f"{len(rows)} workflow(s){which} of {rule.app} failed in the last {window} s",
+            when = f"within {window} s of one another" if further else f"in the last {window} s"
+            return Probed(rule.id, True, f"{len(rows)} workflow(s){which} of {rule.app} failed {when}",
                           {"failedWorkflows": str(len(rows)), "windowSecs": str(window),
                            "workflowName": p.get("workflowName") or "",
                            "workflowIds": ",".join(printable(w.WorkflowUUID) for w in rows[:IDS_IN_ALERT])})
@@ -157,6 +166,25 @@ class AlertSender:
         except CallFailed as e:
             return Delivered(d, False, printable(f"executor {executor}: {e}"))
         return Delivered(d, True, f"executor {executor} handled it")
+
+
+def _densest(rows: list[Any], window: float) -> list[Any]:
+    """The most failures completed within ``window`` seconds of one another (by ``CompletedAt``, else
+    ``UpdatedAt``: epoch milliseconds), latest first; a row with neither time counts with none."""
+    timed = []
+    for w in rows:
+        try:
+            timed.append((int((w.CompletedAt or w.UpdatedAt or "")[:20]), w))
+        except (ValueError, OverflowError):
+            continue
+    timed.sort(key=lambda t: t[0])
+    best, lo = (0, 0), 0
+    for hi in range(len(timed)):
+        while timed[hi][0] - timed[lo][0] > window * 1000:
+            lo += 1
+        if hi + 1 - lo > best[1] - best[0]:
+            best = (lo, hi + 1)
+    return [w for _, w in reversed(timed[best[0]:best[1]])]
 
 
 def _age(created_ms: str | None, now: datetime) -> str:

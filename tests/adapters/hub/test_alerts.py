@@ -97,9 +97,9 @@ class Harness:
         assert thread == "alert-loop"  # answered from the loop, not from the asking thread
         return answer
 
-    def probe(self, rule: AlertingRule, answer: Any, now: datetime = NOW) -> Probed:
+    def probe(self, rule: AlertingRule, answer: Any, now: datetime = NOW, since: datetime | None = None) -> Probed:
         self.calls.answer = answer
-        self.sender.probe(rule, now)
+        self.sender.probe(rule, now) if since is None else self.sender.probe(rule, now, since)
         return self.answer("probed")
 
     def deliver(self, d: Delivery, answer: Any = None) -> Delivered:
@@ -199,6 +199,36 @@ def test_workflow_failure_asks_for_errored_workflows_completed_in_the_window(h):
     assert wire["body"]["completed_after"].endswith("+00:00")
     assert wire["body"]["status"] == ["ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"] and wire["body"]["limit"] == 3
     assert wire["body"]["load_input"] is False and wire["body"]["load_output"] is False
+
+
+def failed_at(*seconds_ago: float) -> c.ListWorkflowsResponse:
+    """Failures completed so many seconds before NOW, latest first (as the probe asks for them)."""
+    return c.ListWorkflowsResponse(type="list_workflows", request_id="rid", output=[
+        c.WorkflowsOutput(WorkflowUUID=f"wf-{s:g}", Status="ERROR", CompletedAt=ms(NOW - timedelta(seconds=s)))
+        for s in sorted(seconds_ago)])
+
+
+def test_workflow_failure_looks_back_to_the_last_probe_answered_when_that_is_further(h):
+    # windowSecs 10, checked every 60 s: each probe reads the failures since the start of the last one
+    # answered, so none falls between two probes (it looked back 10 s only: 50 s of every minute unseen),
+    # and fires on threshold failures within windowSecs of one another anywhere in that span.
+    rule = failure_rule(threshold=2, window=10)
+    got = h.probe(rule, failed_at(65, 58), since=NOW - timedelta(seconds=70))
+    call = h.calls.calls[0]
+    assert datetime.fromisoformat(call.request.body.completed_after) == NOW - timedelta(seconds=70)
+    assert call.request.body.limit == 1000  # the span's failures, not the threshold's most recent
+    assert got.holds and got.metadata["windowSecs"] == "10" and got.metadata["workflowIds"] == "wf-58,wf-65"
+    assert got.message == "2 workflow(s) of shop failed within 10 s of one another"
+    assert not h.probe(rule, failed_at(65, 50, 35, 20, 5), since=NOW - timedelta(seconds=70)).holds  # 15 s apart
+    assert h.probe(rule, failed_at(65, 50, 35, 30, 5), since=NOW - timedelta(seconds=70)).holds
+
+
+def test_workflow_failure_looks_back_its_window_at_least(h):
+    h.probe(failure_rule(window=600), workflows(0), since=NOW - timedelta(seconds=60))
+    h.probe(failure_rule(window=600), workflows(0), since=None)  # no probe answered yet (a new rule, a restart)
+    assert [datetime.fromisoformat(c.request.body.completed_after) for c in h.calls.calls] == [
+        NOW - timedelta(seconds=600)] * 2
+    assert [c.request.body.limit for c in h.calls.calls] == [3, 3]  # the threshold's most recent: enough
 
 
 def test_workflow_failure_names_the_rules_workflow(h):
