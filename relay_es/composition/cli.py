@@ -3,6 +3,11 @@
 ``relay serve`` runs the server. ``relay projections rebuild`` drops the read
 models and rebuilds them from the event stream. The other subcommands talk to
 a running server over its REST API (see :mod:`relay_es.composition.client_cli`).
+
+``relay serve`` exits with 0 when stopped, 2 for a setting it refuses (or another
+instance serving the store), 1 when it cannot start (the store cannot be opened,
+the address cannot be bound) and 3 when another instance took the store's lease.
+A store that cannot be opened is one line on stderr, its URL without the password.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from relay_es.composition.settings import (
 )
 
 log = logging.getLogger("relay")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # uvicorn's own timers, not settings (no flag, no variable; nothing else reads them):
 FIRST_REQUEST_SECS = 10.0  # an opened connection must start its first request within this
@@ -68,7 +75,8 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--projections", choices=PROJECTION_MODES,
                    help="where the read models follow the log: process (a process of its own, using a second "
                         "core) or thread (in the server's process) (RELAY_PROJECTIONS, default process)")
-    p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"),
+                   help=f"{', '.join(LOG_LEVELS)} (RELAY_LOG_LEVEL, default INFO)")
     for key, t in TIMINGS.items():
         p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {t.default:g})")
     for key, lim in LIMITS.items():
@@ -104,23 +112,54 @@ def admin(args: argparse.Namespace) -> int:
     from relay_es.engine.service import Relay
 
     logs.configure("WARNING")
+    url = args.database_url or os.environ.get("RELAY_DATABASE_URL")
     try:
-        store = parse_database_url(args.database_url or os.environ.get("RELAY_DATABASE_URL"))
-        relay = Relay(event_store_env(store), clock=SystemClock())
+        store = parse_database_url(url)
     except ValueError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
     try:
-        secret = relay.create_token(args.org, args.name, app_names=args.apps,
-                                    permissions=getattr(args, "permissions", None))
+        relay = Relay(event_store_env(store), clock=SystemClock())
+        try:
+            secret = relay.create_token(args.org, args.name, app_names=args.apps,
+                                        permissions=getattr(args, "permissions", None))
+        finally:
+            relay.close()
     except RelayError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 1
-    finally:
-        relay.close()
+    except store_errors() as e:
+        print(f"relay: {store_failure(e, store.url)}", file=sys.stderr)
+        return 1
     print(f"token {args.name} of org {args.org} created; this is the only time its secret is shown:", file=sys.stderr)
     print(secret)
     return 0
+
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What opening or using a store raises when it cannot be reached or written (imported only
+    when one is raised: the client's commands do not load the drivers)."""
+    import sqlite3
+
+    from eventsourcing.persistence import PersistenceError
+    from psycopg import Error as PostgresError
+
+    return (PersistenceError, PostgresError, sqlite3.Error, OSError)
+
+
+def store_failure(e: BaseException, url: str | None) -> str:
+    """One line for the store of ``url`` (accepted by ``parse_database_url``) that cannot be used: its
+    URL without the password and the first line of what the driver said, the password (should the
+    driver quote it) hidden there too."""
+    from relay_es.adapters.stores import parse_database_url, postgres_params, redact_url
+
+    store = parse_database_url(url)
+    said = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if store.is_postgres:
+        password = postgres_params(store.url)["password"]
+        if password:
+            said = said.replace(password, "***")
+    return f"cannot open the store {redact_url(store.url)}: {said}"
 
 
 def _raise_open_file_limit() -> None:
@@ -147,6 +186,10 @@ def serve(args: argparse.Namespace) -> int:
     from relay_es.adapters.uvicorn_ws import LISTEN_BACKLOG, http_protocol_class, protocol_class, split_ping_wait
     from relay_es.composition.runtime import Runtime
 
+    if args.log_level.upper() not in LOG_LEVELS:
+        print(f"relay: --log-level (RELAY_LOG_LEVEL) must be one of {', '.join(LOG_LEVELS)}, "
+              f"got {args.log_level[:60]!r}", file=sys.stderr)
+        return 2
     logs.configure(args.log_level.upper())
     _raise_open_file_limit()
     server: uvicorn.Server | None = None
@@ -164,6 +207,9 @@ def serve(args: argparse.Namespace) -> int:
     except (InvalidSetting, LeaseHeld, ValueError) as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
+    except store_errors() as e:
+        print(f"relay: {store_failure(e, settings.database_url)}", file=sys.stderr)
+        return 1
     app = RelayASGI(runtime)
     ping = settings.ping_interval.total_seconds()
     ping_timeout, close_timeout = split_ping_wait(ping, settings.ping_wait.total_seconds())
@@ -191,7 +237,22 @@ def serve(args: argparse.Namespace) -> int:
         backlog=LISTEN_BACKLOG,
     )
 
+    bind_error = _BindError()
+
     class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            try:
+                await super().startup(sockets)
+            except SystemExit:  # uvicorn's start-up failure, its code 3: Relay's code for a lost lease
+                if self.lifespan.should_exit:
+                    raise StartFailed("the application did not start (the error above says why)") from None
+                raise StartFailed(f"cannot listen on {settings.host}:{settings.port}: "
+                                  f"{bind_error.said or 'the error above says why'}") from None
+            port = self.servers[0].sockets[0].getsockname()[1] if self.servers[0].sockets else settings.port
+            log.info("relay serving on http://%s:%d (store: %s, auth: %s)",
+                     f"[{settings.host}]" if ":" in settings.host else settings.host, port, runtime.store.kind,
+                     "on" if settings.auth else "off (development mode, org 'local')")
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             # Before uvicorn closes the sockets: a shutdown is not a disconnect.
             runtime.begin_shutdown()
@@ -201,11 +262,15 @@ def serve(args: argparse.Namespace) -> int:
     if not settings.auth:
         log.warning("DEVELOPMENT MODE (no --auth, RELAY_AUTH unset or off): any key is accepted; org local. "
                     "Pass --auth or RELAY_AUTH=true to require tokens.")
-    log.info("relay serving on http://%s:%d (store: %s, auth: %s)", settings.host, settings.port,
-             runtime.store.kind, "on" if settings.auth else "off (development mode, org 'local')")
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addFilter(bind_error)
     try:
         server.run()
+    except StartFailed as e:
+        print(f"relay: {e}", file=sys.stderr)
+        return 1
     finally:
+        uvicorn_log.removeFilter(bind_error)
         if not runtime.started:
             runtime.close()
     if runtime.lease_lost:
@@ -213,11 +278,25 @@ def serve(args: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
+class StartFailed(Exception):
+    """``relay serve`` could not start serving (exit code 1)."""
+
+
+class _BindError(logging.Filter):
+    """Keeps what uvicorn logs when it cannot bind (it logs the ``OSError`` itself, then exits)."""
+
+    said = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, OSError):  # "[Errno 98] error while attempting to bind on address ...: ..."
+            e = record.msg
+            self.said = os.strerror(e.errno) if e.errno and e.errno > 0 else str(e)  # "Address already in use"
+        return True
+
+
 def projections(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
-    from relay_es.adapters.lease import Lease, LeaseHeld
     from relay_es.adapters.stores import parse_database_url
-    from relay_es.adapters.readmodels.rebuild import rebuild_in_processes
 
     logs.configure("WARNING")
     try:
@@ -225,6 +304,17 @@ def projections(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
+    try:
+        return _rebuild(args, store)
+    except store_errors() as e:
+        print(f"relay: {store_failure(e, store.url)}", file=sys.stderr)
+        return 1
+
+
+def _rebuild(args: argparse.Namespace, store: Any) -> int:
+    from relay_es.adapters.lease import Lease, LeaseHeld
+    from relay_es.adapters.readmodels.rebuild import rebuild_in_processes
+
     # The read models are the running server's to write: a rebuild beside it would drop its tables
     # under it and race its projection runner. Holding the lease also keeps a server from starting.
     lease = Lease(store)

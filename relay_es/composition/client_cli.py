@@ -2,8 +2,13 @@
 
 Readable tables by default, ``--json`` for scripts; on error a one-line
 message on stderr (a problem's field errors that its detail does not say, one
-a line under it) and a non-zero exit (1: the server refused, 2: usage or
-connection).
+a line under it) and a non-zero exit (1: the server refused, redirected or
+answered what the command cannot use; 2: usage or connection; 141: stdout's
+reader went away, as ``relay events -f | head -1`` does, with nothing on stderr).
+Only a 2xx is success: a redirect is not followed (the token goes to
+``--server`` only). A reply's body must arrive whole within
+:data:`REQUEST_TIMEOUT_SECS` of the request and be at most
+:data:`MAX_REPLY_BYTES`; an error's text is cut to :data:`MAX_SHOWN` characters.
 
 Every string printed in a table, a key/value listing or an error comes from
 executors, paths or the server and is escaped first (:func:`printable`): no
@@ -40,7 +45,15 @@ import httpx
 from relay_es.composition.settings import DEFAULT_HOST, DEFAULT_PORT
 
 DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where ``relay serve`` listens with no options
-REQUEST_TIMEOUT_SECS = 30  # one REST call, connect to last byte; the server's own deadline is RELAY_HTTP_REQUEST_TIMEOUT_SECS
+# One REST call: no single wait (to connect, to send, for the reply's next bytes) longer than this, and the
+# reply's body whole within this of sending the request, checked as each part arrives (so, once its headers
+# are in, a call ends at most about twice this after it began); the server's own deadline is
+# RELAY_HTTP_REQUEST_TIMEOUT_SECS.
+REQUEST_TIMEOUT_SECS = 30
+MAX_REPLY_BYTES = 64 << 20  # a reply's body, decoded; a larger one is refused
+MAX_PROBLEM_BYTES = 64 << 10  # what is read of an error's body: its text is cut to MAX_SHOWN anyway
+MAX_SHOWN = 200  # characters shown of an error's text or of a reply that is not JSON
+MAX_DETAILS = 20  # a problem's field errors shown, one a line
 FOLLOW_INTERVAL_SECS = 1.0  # ``events --follow``: how often to ask for new entries
 EXTENDED = {"relay": "extended"}  # Conductor's fields and Relay's (executors' deadline, tokens' appNames)
 
@@ -325,35 +338,67 @@ def _nullable_int(text: str) -> int | None:
 
 class Client:
     def __init__(self, args: argparse.Namespace) -> None:
-        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-        self.http = httpx.Client(base_url=args.server.rstrip("/"), headers=headers, timeout=REQUEST_TIMEOUT_SECS)
+        token = _token(args.token)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            self.http = httpx.Client(base_url=args.server.rstrip("/"), headers=headers, timeout=REQUEST_TIMEOUT_SECS)
+        except httpx.InvalidURL as e:
+            raise CliError(f"--server {_clip(args.server)!r} is not a URL: {e}", 2) from None
         self.org = args.org
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
-        return self._json(self._send(method, path, **kw))
+        return self._json(self._send(self._request(method, path, **kw)))
 
     def pages(self, path: str, params: dict[str, Any]) -> list[Any]:
-        """Every page of a list the server pages with ``Link: <next>; rel="next"``."""
+        """Every page of a list the server pages with ``Link: <next>; rel="next"``; a link to a page
+        already read is refused (the pages would never end)."""
         out: list[Any] = []
-        r = self._send("GET", path, params=params)
+        request = self._request("GET", path, params=params)
+        read: set[httpx.URL] = set()
         while True:
-            out.extend(self._json(r) or [])
+            read.add(request.url)
+            r = self._send(request)
+            out.extend(_list(self._json(r), "pages"))
             nxt = r.links.get("next", {}).get("url")
             if not nxt:
                 return out
             if not nxt.startswith("/") or nxt.startswith("//"):  # the token goes to this server only
-                raise CliError(f"the server linked a next page elsewhere: {nxt[:200]!r}")
-            r = self._send("GET", nxt)
+                raise CliError(f"the server linked a next page elsewhere: {_clip(nxt)!r}")
+            request = self._request("GET", nxt)
+            if request.url in read:
+                raise CliError(f"the server linked a page already read as the next: {_clip(nxt)!r}")
 
-    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Request:
         try:
-            return self.http.request(method, path, **kw)
+            return self.http.build_request(method, path, **kw)
+        except httpx.InvalidURL as e:
+            raise CliError(f"cannot make a URL of {_clip(path)!r}: {e}", 2) from None
+
+    def _send(self, request: httpx.Request) -> httpx.Response:
+        """The reply with its whole body, decoded (a redirect is not followed)."""
+        deadline = time.monotonic() + REQUEST_TIMEOUT_SECS
+        try:
+            r = self.http.send(request, stream=True)
+            try:
+                body = _read(r, deadline)
+            finally:
+                r.close()
+        except httpx.LocalProtocolError:  # its text quotes the header it refused, which may be the token
+            raise CliError("cannot send the request: a header or value of it cannot be sent over HTTP", 2) from None
         except httpx.HTTPError as e:
             raise CliError(f"cannot reach {self.http.base_url}: {e}", 2) from None
+        # the body as read: decoded already, so no Content-Encoding is applied to it again
+        headers = [(k, v) for k, v in r.headers.raw if k.lower() != b"content-encoding"]
+        return httpx.Response(r.status_code, headers=headers, content=body, request=request)
 
     @staticmethod
     def _json(r: httpx.Response) -> Any:
-        if r.status_code >= 400:
+        if 300 <= r.status_code < 400:  # not followed: the token goes to --server only
+            where = r.headers.get("Location")
+            to = f" to {_clip(where)!r}" if where else ""
+            raise CliError(f"{r.status_code} a redirect{to}, not followed (the token goes to --server only; "
+                           "give it that URL if it is Relay)")
+        if not r.is_success:
             details: list[str] = []
             try:
                 body = r.json()
@@ -364,21 +409,55 @@ class Client:
                 errors = body.get("errors") if isinstance(body, dict) else None
                 for e in errors if isinstance(errors, list) else []:
                     if isinstance(e, dict) and str(e.get("message", "")) not in str(msg):
-                        details.append(f"{e.get('location', '')}: {e.get('message', '')}")
+                        details.append(_clip(f"{e.get('location', '')}: {e.get('message', '')}"))
+            if len(details) > MAX_DETAILS:
+                details[MAX_DETAILS:] = [f"(and {len(details) - MAX_DETAILS} more)"]
+            msg = _clip(str(msg))
             if r.status_code == 503 and r.headers.get("Retry-After", "").isdigit():
-                msg = f"{msg} (retry in {r.headers['Retry-After']}s)"
+                msg = f"{msg} (retry in {_clip(r.headers['Retry-After'])}s)"
             raise CliError(f"{r.status_code} {msg}", details=tuple(details))
         if r.status_code == 204 or not r.content:
             return None
         try:
             return r.json()
         except ValueError:
-            raise CliError(f"{r.status_code} from the server, but not JSON: {r.text[:200]}") from None
+            raise CliError(f"{r.status_code} from the server, but not JSON: {_clip(r.text)}") from None
+
+
+def _token(raw: str | None) -> str | None:
+    """``--token`` (``RELAY_TOKEN``) without the whitespace around it (a file's last newline); one
+    holding a character no header carries is refused, and never shown."""
+    token = (raw or "").strip()
+    if any(not "!" <= ch <= "~" for ch in token):  # visible ASCII only, as a Bearer token is
+        raise CliError("the token (--token, RELAY_TOKEN) holds a character that cannot be sent in a header "
+                       "(a space, a control character or non-ASCII); it is not shown here", 2)
+    return token or None
+
+
+def _read(r: httpx.Response, deadline: float) -> bytes:
+    """The body of ``r``, decoded, read as it arrives: past ``deadline`` or :data:`MAX_REPLY_BYTES` it
+    is refused. Of an error only its first :data:`MAX_PROBLEM_BYTES` are read."""
+    most = MAX_REPLY_BYTES if r.is_success else MAX_PROBLEM_BYTES
+    body = bytearray()
+    for chunk in r.iter_bytes():
+        body += chunk
+        if time.monotonic() > deadline:
+            raise CliError(f"the server did not send its whole reply within {REQUEST_TIMEOUT_SECS}s", 2)
+        if len(body) > most:
+            if not r.is_success:
+                return bytes(body[:most])
+            raise CliError(f"the server's reply is larger than {MAX_REPLY_BYTES // (1 << 20)} MiB")
+    return bytes(body)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "…"
 
 
 # Control characters (C0, DEL, C1), format characters (bidirectional overrides,
-# zero-width ones) and the Unicode line and paragraph separators.
-_UNSAFE = {"Cc", "Cf", "Zl", "Zp"}
+# zero-width ones), the Unicode line and paragraph separators, and lone surrogates
+# (JSON's "\ud800": no encoding can write one).
+_UNSAFE = {"Cc", "Cf", "Zl", "Zp", "Cs"}
 
 
 def printable(text: str) -> str:
@@ -417,26 +496,29 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 
 def emit(args: argparse.Namespace, data: Any, kind: str, columns: list[str] | None = None) -> None:
-    """``data`` as JSON (``--json``), else a list as a table of ``columns`` (default:
-    ``COLUMNS[kind]``) and an object as a key/value listing."""
+    """``data`` as JSON (``--json``, as it came), else a list of ``kind`` (a kind of :data:`COLUMNS`,
+    or one given ``columns``) as a table of those columns, and one ``kind`` (any other) as a
+    key/value listing; an answer of another shape is refused."""
     if args.json:
         print(json.dumps(data, indent=2))
-    elif isinstance(data, list):
-        if not all(isinstance(r, dict) for r in data):
-            raise CliError(f"the server answered a list of {kind} that are not all objects")
-        if not data:
-            print(f"(no {kind})")
-            return
-        print(table(data, columns or COLUMNS[kind]))
+        return
+    columns = columns or COLUMNS.get(kind)
+    if columns is not None:
+        rows = _objects(_list(data, kind))
+        print(table(rows, columns) if rows else f"(no {kind})")
     elif isinstance(data, dict):
         width = max(len(printable(k)) for k in data) if data else 0
         for k, v in data.items():
             print(f"{printable(k).ljust(width)}  {_cell(v)}")
+    else:
+        raise CliError(f"the server's answer is not a {kind} (an object)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return _run(args)
+        code = _run(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone is the BrokenPipeError below
+        return code
     except CliError as e:
         print(f"relay: {printable(str(e))}", file=sys.stderr)
         for line in e.details:
@@ -444,6 +526,18 @@ def run(args: argparse.Namespace) -> int:
         return e.code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _drop_stdout()
+        return 141  # as a shell reports a command that SIGPIPE ended
+
+
+def _drop_stdout() -> None:
+    """stdout's reader is gone (``relay events -f | head -1``): what is still buffered goes to
+    /dev/null, so the flush at exit raises nothing (as Python's documentation of SIGPIPE does)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout that is no file (captured)
+        pass
 
 
 def seg(name: str) -> str:
@@ -461,9 +555,9 @@ def _run(args: argparse.Namespace) -> int:
         elif action == "register":
             body = {} if args.private_mode is None else {"privateMode": args.private_mode == "true"}
             c.call("PUT", f"{base}/apps/{seg(args.app)}", json=body)
-            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "apps")
+            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "app")
         elif action == "show":
-            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "apps")
+            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "app")
         elif action == "update":
             body: dict[str, Any] = {}
             for flag, key in (("executor_timeout_secs", "executorTimeoutSecs"),
@@ -476,7 +570,7 @@ def _run(args: argparse.Namespace) -> int:
             if not body:
                 raise CliError("nothing to update: give at least one setting", 2)
             c.call("PATCH", f"{base}/apps/{seg(args.app)}", json=body)
-            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "apps")
+            emit(args, c.call("GET", f"{base}/apps/{seg(args.app)}"), "app")
         elif action == "delete":
             c.call("DELETE", f"{base}/apps/{seg(args.app)}")
             if not args.json:
@@ -489,11 +583,13 @@ def _run(args: argparse.Namespace) -> int:
             if args.permissions:
                 body["permissions"] = args.permissions
             created = c.call("POST", f"{base}/tokens/{seg(args.name)}", json=body)
+            secret = _field(created, "token")
             if args.json:
                 print(json.dumps(created, indent=2))
-            else:
-                print(f"token {printable(str(created['tokenName']))} created; this is the only time its secret is shown:")
-                print(printable(str(created["token"])))
+            else:  # the note on stderr, as admin create-token's: stdout is the secret alone
+                print(f"token {_cell(_field(created, 'tokenName'))} created; this is the only time its secret is "
+                      "shown:", file=sys.stderr)
+                print(_cell(secret))
         elif action == "revoke":
             c.call("DELETE", f"{base}/tokens/{seg(args.name)}")
             if not args.json:
@@ -502,14 +598,7 @@ def _run(args: argparse.Namespace) -> int:
         params = {**EXTENDED, **({"asOf": args.as_of} if args.as_of else {})}
         emit(args, c.pages(f"{base}/apps/{seg(args.app)}/executors", params), "executors")
     elif cmd == "history":
-        events: list[Any] = []
-        while True:  # pages of up to 1000 events, by version
-            page = c.call("GET", f"{base}/apps/{seg(args.app)}/executors/{seg(args.executor)}/history",
-                          params={"after": events[-1]["version"]} if events else {})
-            events.extend(page)
-            if len(page) < 1000:
-                break
-        emit(args, events, "history")
+        emit(args, _history(c, f"{base}/apps/{seg(args.app)}/executors/{seg(args.executor)}/history"), "history")
     elif cmd == "events":
         return _events(args, c, base)
     elif cmd == "audit":
@@ -536,6 +625,29 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _history(c: Client, path: str) -> list[dict[str, Any]]:
+    """An executor's events, every page (up to 1000 events each, by version)."""
+    events: list[dict[str, Any]] = []
+    after: int | None = None
+    while True:
+        page = _objects(_list(c.call("GET", path, params={} if after is None else {"after": after}), "events"))
+        events.extend(page)
+        if len(page) < 1000:
+            return events
+        after = _advance(page[-1], "version", after)
+
+
+def _advance(row: dict[str, Any], key: str, after: int | None) -> int:
+    """``row[key]``, where the next page starts: a whole number past ``after``, the last one's
+    (pages that do not move on would be asked for ever)."""
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CliError(f"the server's answer has an entry with no whole-number {key}")
+    if after is not None and value <= after:
+        raise CliError(f"the server's next entries do not move past {key} {after}")
+    return value
+
+
 def _done(args: argparse.Namespace, text: str) -> None:
     """An action's one line (nothing with ``--json``: the server answered no content)."""
     if not args.json:
@@ -556,7 +668,7 @@ def _workflows(args: argparse.Namespace, c: Client, app: str) -> None:
         if not args.json and isinstance(rows, list) and args.limit and len(rows) == args.limit:
             print(f"({len(rows)} shown; --offset {(args.offset or 0) + len(rows)} for the next)", file=sys.stderr)
     elif action == "get":
-        emit(args, c.call("GET", one), "workflows")
+        emit(args, c.call("GET", one), "workflow")
     elif action == "steps":
         params = {k: v for k, v in (("limit", args.limit), ("offset", args.offset)) if v is not None}
         emit(args, c.call("GET", f"{one}/steps", params=params), "steps")
@@ -634,13 +746,19 @@ def _stranded(args: argparse.Namespace, answer: Any) -> None:
         print(f"stranded workflows ({len(workflows)} of {_cell(answer.get('examined'))} PENDING examined):")
         emit(args, [{**w, "fixes": _fixes(w)} for w in _objects(workflows)], "stranded workflows")
         print(f"\nblocked queues ({len(queues)}):")
-        emit(args, [{**q, "enqueued": f"{q['enqueued']}+" if q.get("enqueuedCapped") else q.get("enqueued")}
+        emit(args, [{**q, "enqueued": f"{_cell(q.get('enqueued'))}+" if q.get("enqueuedCapped") else q.get("enqueued")}
                     for q in _objects(queues)], "blocked queues")
     print(f"\nexecutors not alive ({len(executors)}):")
     emit(args, [{**_state(e.get("relayState")), **e, "fixes": _fixes(e)} for e in _objects(executors)],
          "executors not alive")
     if answer.get("nextOffset") is not None:
         print(f"\nmore PENDING workflows: --offset {_cell(answer['nextOffset'])} for the next page")
+
+
+def _list(answer: Any, kind: str) -> list[Any]:
+    if not isinstance(answer, list):
+        raise CliError(f"the server's answer is not a list of {kind}")
+    return answer
 
 
 def _objects(rows: list[Any]) -> list[dict[str, Any]]:
@@ -740,7 +858,10 @@ def _alerts(args: argparse.Namespace, c: Client, app: str) -> None:
 def _queues_schedules_versions(args: argparse.Namespace, c: Client, app: str) -> None:
     cmd, action = args.command, args.action
     if cmd == "queues":
-        emit(args, c.call("GET", f"{app}/queues" + (f"/{seg(args.queue)}" if action == "get" else "")), "queues")
+        if action == "get":
+            emit(args, c.call("GET", f"{app}/queues/{seg(args.queue)}"), "queue")
+        else:
+            emit(args, c.call("GET", f"{app}/queues"), "queues")
     elif cmd == "versions":
         if action == "list":
             emit(args, c.call("GET", f"{app}/versions"), "versions")
@@ -757,7 +878,7 @@ def _queues_schedules_versions(args: argparse.Namespace, c: Client, app: str) ->
     else:
         one, shown = f"{app}/schedules/{seg(args.schedule)}", printable(args.schedule)
         if action == "get":
-            emit(args, c.call("GET", one), "schedules")
+            emit(args, c.call("GET", one), "schedule")
         elif action in ("pause", "resume"):
             c.call("POST", f"{one}/{action}")
             _done(args, f"{'paused' if action == 'pause' else 'resumed'} {shown}")
@@ -787,10 +908,9 @@ def _audit(args: argparse.Namespace, c: Client, base: str) -> None:
         if value is not None:
             params[name] = value
     entries = c.call("GET", f"{base}/audit-logs", params=params)
-    if args.json or not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        emit(args, entries, "audit entries")
-        return
-    emit(args, [_audit_row(e) for e in entries], "audit entries", COLUMNS["audit"])
+    if not args.json:
+        entries = [_audit_row(e) for e in _objects(_list(entries, "audit entries"))]
+    emit(args, entries, "audit entries", COLUMNS["audit"])
 
 
 def _metrics(args: argparse.Namespace, c: Client, base: str) -> None:
@@ -831,7 +951,9 @@ def _events(args: argparse.Namespace, c: Client, base: str) -> int:
     while True:
         if after is not None:
             params["after"] = after
-        entries = c.call("GET", f"{base}/executor-events", params=params)
+        entries = _objects(_list(c.call("GET", f"{base}/executor-events", params=params), "events"))
+        if entries:
+            after = _advance(entries[-1], "seq", after)
         if entries or first:
             if args.json:
                 for e in entries:
@@ -841,9 +963,7 @@ def _events(args: argparse.Namespace, c: Client, base: str) -> int:
                 print(text if first else "\n".join(text.splitlines()[1:]), flush=True)
             elif not args.follow:
                 print("(no events)")
-        if entries:
-            after = entries[-1]["seq"]
-            first = False
+        first = first and not entries
         if not args.follow:
             return 0
         if len(entries) < args.limit:

@@ -167,6 +167,7 @@ def limit_default(key: str) -> int:
 
 MAX_COUNT = 10_000_000  # the largest limit a setting takes
 MAX_DURATION_SECS = 7 * 24 * 3600  # the longest duration a setting takes: a week
+MIN_DURATION_SECS = 1e-6  # the shortest: a microsecond, timedelta's resolution (less would round to 0)
 
 
 def _count(name: str, raw: Any) -> int:
@@ -185,8 +186,8 @@ def _duration(name: str, raw: Any, most: float = 0.0) -> timedelta:
         v = float(raw)
     except (TypeError, ValueError):
         raise InvalidSetting(name, f"must be a number of seconds, got {raw!r}") from None
-    if not (v > 0) or v > most:
-        raise InvalidSetting(name, f"must be more than 0 and at most {most:g} seconds, got {raw!r}")
+    if not MIN_DURATION_SECS <= v <= most:  # NaN too
+        raise InvalidSetting(name, f"must be at least {MIN_DURATION_SECS:g} and at most {most:g} seconds, got {raw!r}")
     return timedelta(seconds=v)
 
 

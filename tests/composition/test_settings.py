@@ -133,3 +133,11 @@ def test_oidc_settings_that_could_never_work_safely_are_refused_at_start(issuer:
         Settings.from_sources({"auth": True, "oidc_issuer": issuer, "oidc_audience": "relay", "oidc_org": org}, {})
     Settings.from_sources({"auth": True, "oidc_issuer": "https://id.example.com", "oidc_audience": "relay",
                            "oidc_org": "acme"}, {})  # the same, right
+
+
+@pytest.mark.parametrize("raw", ["1e-7", "0.0000004", "0", "-1", "nan", "inf"])
+def test_a_duration_that_would_round_to_nothing_is_refused_naming_the_least(raw: str) -> None:
+    with pytest.raises(InvalidSetting) as e:
+        Settings.from_sources({}, {"RELAY_PING_INTERVAL_SECS": raw})
+    assert "RELAY_PING_INTERVAL_SECS" in str(e.value) and "at least 1e-06" in str(e.value)
+    assert Settings.from_sources({}, {"RELAY_PING_INTERVAL_SECS": "1e-6"}).ping_interval.total_seconds() == 1e-6
