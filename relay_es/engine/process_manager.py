@@ -260,6 +260,9 @@ class ProcessManager:
         # stream id -> notification id of the last event recorded here and folded before the log reached it
         self._folded_ahead: dict[str, int] = {}
         self._defer_later: set[str] = set()  # no candidate, but the log was behind: decided again when it isn't
+        # The wall time retention plans are cut from (see _retention_now): the lowest wall clock reading seen,
+        # moved on by the monotonic clock since, as (wall, monotonic).
+        self._timeline = (clock.now(), clock.monotonic())
         # Deaths recorded and not folded yet, in the order saved (see _fire_urgent); only while _deferring.
         self._unfolded: deque[tuple[int, str, Any]] = deque()
         self._deferring = False
@@ -928,11 +931,28 @@ class ProcessManager:
         if app not in self._indexes.apps_healthy or self.retention_interval is None:
             return
         org, name = app
-        p = retention.plan(self.relay.app_settings(org, name), self.clock.now())
+        p = retention.plan(self.relay.app_settings(org, name), self._retention_now())
         if p is not None:
             self.dispatcher.send_retention(org, name, p)
         due = self._retention_due[app] = self.clock.monotonic() + self.retention_interval
         self.timers.arm(("retention", app), due)
+
+    def _retention_now(self) -> datetime:
+        """The time a retention plan's cutoffs are cut from: the wall clock, but never ahead of the
+        lowest reading of it seen, moved on by the monotonic clock since. A plan deletes history and
+        cancels workflows older than its cutoffs, on the executors' own clocks: a wall clock stepped
+        an hour ahead would have put both cutoffs an hour into the future and taken everything. A clock
+        stepped back is followed (the plans delete less); one corrected forward while Relay runs is not,
+        until a restart (said at WARNING each round)."""
+        wall, mono = self.clock.now(), self.clock.monotonic()
+        then_wall, then_mono = self._timeline
+        now = min(wall, then_wall + timedelta(seconds=mono - then_mono))
+        self._timeline = (now, mono)
+        if (wall - now).total_seconds() > 1:
+            log.warning("the wall clock is %.0f s ahead of where it stood, moved on by the monotonic clock: "
+                        "retention plans are cut from the earlier time until Relay restarts",
+                        (wall - now).total_seconds())
+        return now
 
     def _fire_metrics(self, app: tuple[str, str], due: float | None) -> None:
         """Asks for the application's metrics that are due; re-arms one bucket later. A timer

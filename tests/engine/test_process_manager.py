@@ -989,6 +989,30 @@ def test_retention_is_a_timer_per_application_with_a_healthy_executor(clock) -> 
         world.close()
 
 
+def test_a_wall_clock_stepped_forward_does_not_move_the_retention_cutoffs_ahead(clock, caplog) -> None:
+    """A plan deletes history and cancels workflows older than its cutoffs, on the executors' clocks:
+    cut from a wall clock stepped two hours ahead, a one-hour threshold's cutoff was an hour in the
+    future, and the round took everything. A step back is followed (the plan deletes less)."""
+    world, d = _retention_world(clock)
+    try:
+        world.relay.update_app("local", "app", SettingsPatch(global_timeout=timedelta(hours=1)))
+        world.connect("A")
+        world.advance(60)
+        real = clock.now()
+        assert d.retention[-1][2].gc_cutoff == real - timedelta(hours=1)
+        clock.step_wall(7200)
+        world.advance(60)
+        plan = d.retention[-1][2]
+        real += timedelta(seconds=60)
+        assert plan.gc_cutoff == real - timedelta(hours=1) and plan.timeout_cutoff == real - timedelta(hours=1)
+        assert "retention plans are cut from the earlier time" in caplog.text
+        clock.step_wall(-3 * 7200)  # now an hour and more behind: followed
+        world.advance(60)
+        assert d.retention[-1][2].gc_cutoff == clock.now() - timedelta(hours=1) < real
+    finally:
+        world.close()
+
+
 def test_retention_keeps_its_interval_for_an_application_whose_executors_all_blip(clock) -> None:
     """An application whose only executor is away for a moment more often than the interval still
     gets a plan every interval (until 2026-12-06 each return armed a whole interval afresh, and
