@@ -42,6 +42,8 @@ both stores, so a library upgrade that changes one fails there first:
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -50,7 +52,15 @@ from uuid import UUID
 import msgspec
 from eventsourcing.application import ProcessingEvent
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, StoredEvent, Transcoding
+from eventsourcing.persistence import (
+    DatetimeAsISO,
+    IntegrityError,
+    InterfaceError,
+    JSONTranscoder,
+    OperationalError,
+    StoredEvent,
+    Transcoding,
+)
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteFactory
 from eventsourcing.utils import resolve_topic
@@ -112,6 +122,12 @@ def add_conninfo(datastore: Any, conninfo: dict[str, str]) -> None:
     datastore.pool.kwargs.update(conninfo)
 
 
+# The library's insert without its retry decorator (ArrayInsertRecorder.insert_events retries it knowingly).
+_LIBRARY_INSERT = PostgresApplicationRecorder.insert_events.__wrapped__  # type: ignore[attr-defined]
+INSERT_ATTEMPTS = 10  # as the library's: attempts and questions in all, INSERT_WAIT apart
+INSERT_WAIT = 0.2
+
+
 class ArrayInsertRecorder(PostgresApplicationRecorder):
     """The library's Postgres application recorder, inserting a batch of events as four arrays
     (ids, versions, topics, states) rather than one array of its composite type: psycopg dumps a
@@ -137,6 +153,58 @@ class ArrayInsertRecorder(PostgresApplicationRecorder):
             " RETURNING notification_id"
         ).format(schema=Identifier(datastore.schema), table=Identifier(events_table_name),
                  id_type=Identifier(datastore.originator_id_type))
+        table = SQL("{schema}.{table}").format(schema=Identifier(datastore.schema),
+                                                 table=Identifier(events_table_name))
+        self._stored_state = SQL("SELECT state FROM {t} WHERE originator_id = %s AND originator_version = %s"
+                                 ).format(t=table)
+        self._stored_ids = SQL(
+            "SELECT notification_id FROM {t} WHERE (originator_id, originator_version) IN"
+            " (SELECT * FROM unnest(%b::{id_type}[], %b::bigint[])) ORDER BY notification_id"
+        ).format(t=table, id_type=Identifier(datastore.originator_id_type))
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """The library's insert, tried again on a lost connection only once it is known that the lost
+        attempt did not commit. The library tries again blindly (10 times, 0.2 s apart): when the server
+        had committed and only its answer was lost, the second insert met the first one's rows, and
+        that IntegrityError read as another writer's conflict, so the command ran again on the store's
+        newer state (a refusal recorded twice, a reordered recovery swapped back, a dispatch recorded
+        and reported as not). Whether it committed is asked (:meth:`_committed`) until the store answers,
+        within the same :data:`INSERT_ATTEMPTS`; a store that never answers raises, the outcome unknown
+        to the caller, as any store error (its caches forget what it saved: ``RelayStore._save``)."""
+        attempts = 0
+        while True:
+            try:
+                return _LIBRARY_INSERT(self, stored_events, **kwargs)
+            except (InterfaceError, OperationalError):
+                attempts += 1
+                if attempts >= INSERT_ATTEMPTS or not stored_events:
+                    raise
+            while True:
+                time.sleep(INSERT_WAIT * (0.95 + 0.1 * random.random()))  # noqa: S311
+                try:
+                    ids = self._committed(stored_events)
+                    break
+                except (InterfaceError, OperationalError):
+                    attempts += 1
+                    if attempts >= INSERT_ATTEMPTS:
+                        raise
+            if ids is not None:
+                return ids
+
+    def _committed(self, stored_events: Sequence[StoredEvent]) -> list[int] | None:
+        """The notification ids of ``stored_events`` if a lost attempt committed them (a transaction: all
+        or none), else None; IntegrityError if another writer's event holds the first one's place."""
+        first = stored_events[0]
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(self._stored_state, (first.originator_id, first.originator_version), binary=True)
+            row = curs.fetchone()
+            if row is None:
+                return None
+            if bytes(row["state"]) != bytes(first.state):
+                raise IntegrityError(f"event {first.originator_version} of {first.originator_id} is another writer's")
+            curs.execute(self._stored_ids, ([e.originator_id for e in stored_events],
+                                            [e.originator_version for e in stored_events]), binary=True)
+            return [r["notification_id"] for r in curs.fetchall()]
 
     def _insert_stored_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
         self._lock_table(curs)

@@ -529,3 +529,84 @@ def test_the_in_memory_store_reads_a_share_as_the_others_do(clock) -> None:
         assert_the_shares_make_the_log(relay.notifications)
     finally:
         relay.close()
+
+
+def lose_the_answer(world: World, monkeypatch: pytest.MonkeyPatch, *, committed: bool) -> dict[str, bool]:
+    """The next insert's connection is lost: after its transaction committed (only the answer is lost),
+    or before it could (``committed=False``: the insert fails as a dropped connection does)."""
+    import contextlib
+
+    from eventsourcing.persistence import OperationalError
+
+    rec = world.relay.recorder
+    ds, state = rec.datastore, {"armed": False, "hit": False}
+    real_get, real_insert = ds.get_connection, rec._insert_stored_events
+
+    @contextlib.contextmanager
+    def get_connection(*a: Any, **k: Any) -> Any:
+        with real_get(*a, **k) as conn:
+            yield conn
+        if state.pop("lost", False):  # the transaction has committed: its answer is lost
+            raise OperationalError("server closed the connection unexpectedly (simulated, after COMMIT)")
+
+    def insert(*a: Any, **k: Any) -> None:
+        if state["armed"]:
+            state["armed"], state["hit"] = False, True
+            if not committed:
+                raise OperationalError("server closed the connection unexpectedly (simulated, before COMMIT)")
+            state["lost"] = True
+        real_insert(*a, **k)
+
+    monkeypatch.setattr(ds, "get_connection", get_connection)
+    monkeypatch.setattr(rec, "_insert_stored_events", insert)
+    monkeypatch.setattr("relay_es.adapters.library.INSERT_WAIT", 0.001, raising=False)
+    return state
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("committed", [True, False])
+def test_a_lost_connection_during_an_insert_records_its_events_once(world: World, monkeypatch: pytest.MonkeyPatch,
+                                                                    committed: bool) -> None:
+    """The library tried a lost insert again blindly: when it had committed, the second met its rows,
+    and that IntegrityError read as another writer's, so the command ran again (a refusal recorded
+    twice). Now it is tried again only once it is known not to have committed."""
+    from relay_es.aggregates.gate import gate_stream_id
+
+    relay = world.relay
+    relay.record_refusal("acme", app="a", peer="1.2.3.4", status=401, reason="bad token")
+    state = lose_the_answer(world, monkeypatch, committed=committed)
+    state["armed"] = True
+    relay.record_refusal("acme", app="a", peer="5.6.7.8", status=403, reason="second")
+    assert state["hit"]
+    peers = [getattr(e, "peer", None) for e in relay.stream(gate_stream_id("acme"))]
+    assert peers.count("5.6.7.8") == 1 and peers.count("1.2.3.4") == 1
+    # what was recorded is told with its notification ids, as the log has them
+    assert relay.head() == max(n.id for n in relay.recorder.select_notifications(start=0, limit=1000))
+
+
+def test_a_save_that_fails_after_its_insert_leaves_no_stale_copy_in_the_cache(world: World,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library commits, then raises what went wrong after the insert: the executor's cached copy
+    was left behind the store, and a command refused on it (a recovery's failure) was lost."""
+    from relay_es.engine.executor_commands import ExecutorInfo
+
+    relay, clock = world.relay, world.clock
+    relay.executor_connected("local", "app", ExecutorInfo("A", "v1", "h", "python", "3"), connection_id="c1",
+                             owner="o")
+    sid = executor_stream_id("local", "app", "A")
+    relay.executor_disconnected(sid, connection_id="c1", reason="socket_closed")
+    clock.advance(10_000)
+    assert relay.declare_dead_if_due(sid)
+    reads = relay.reads
+    real = reads.record
+
+    def record(*a: Any, **k: Any) -> Any:
+        real(*a, **k)  # committed
+        monkeypatch.setattr(reads, "record", real)
+        raise RuntimeError("injected after the insert")
+
+    monkeypatch.setattr(reads, "record", record)
+    with pytest.raises(RuntimeError):
+        relay.dispatch_recovery(sid, request_id="r1", target_executor_id="B")
+    assert relay.fail_recovery(sid, request_id="r1", reason="no answer")  # refused on the stale copy before
+    assert relay.get_executor("local", "app", "A").recovery_phase == "pending"

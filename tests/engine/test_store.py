@@ -191,3 +191,25 @@ def test_an_application_with_an_autoscaling_policy_is_snapshotted_and_loads_from
     assert [s.originator_version for s in relay.snapshots.recorder.select_events(sid)] == [SNAPSHOT_EVERY]
     assert relay.get_app("local", "shop").version == SNAPSHOT_EVERY
     assert relay.autoscaling_policy("local", "shop") == final
+
+
+def test_a_conflict_is_tried_again_after_a_random_wait_that_doubles(relay: Relay, monkeypatch) -> None:
+    """Run again at once, the threads that conflicted on one stream conflicted again (8 threads recording
+    refusals on one org's stream: 32 of 160 gave up after 8 attempts)."""
+    from eventsourcing.persistence import IntegrityError
+
+    from relay_es.engine import store
+
+    waits: list[float] = []
+    monkeypatch.setattr(store.time, "sleep", waits.append)
+    monkeypatch.setattr(store.random, "uniform", lambda low, high: high)  # the longest wait each time
+    tries = iter([IntegrityError("conflict")] * 7 + [None])
+
+    def fn() -> str:
+        if (e := next(tries)) is not None:
+            raise e
+        return "saved"
+
+    assert relay.retrying(fn) == "saved"
+    assert waits == [min(store.RETRY_WAIT * 2 ** a, store.RETRY_WAIT_MAX) for a in range(1, 8)]
+    assert waits[0] == 0.002 and waits[-1] == 0.05
