@@ -21,7 +21,11 @@ unregistered client cannot make Relay buffer a 128 MiB message. The second
 stage exists because the parser reads every frame of a TCP read at once: a
 client that sends a reply right behind its ``executor_info`` answer has it
 parsed before the application has seen the answer. A message over the cap
-fails the connection with 1009.
+fails the connection with 1009, and so do messages that add up to more than
+the two caps together before registration: the parser decompresses every
+message of a TCP read at once, and 250 deflated messages of 1 MiB each fit in
+270 KB on the wire (one socket grew the server by 230 MiB; 16 stalled its
+event loop for seconds).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
+from websockets.exceptions import PayloadTooBig
 from websockets.frames import CONT, CTRL_OPCODES, Frame
 from websockets.server import ServerProtocol
 
@@ -88,8 +93,13 @@ class _StagedCap(ServerProtocol):
 
     staged = False
     pending_frame_cap: int | None = None
+    budget: int | None = None  # message bytes (decompressed) it may still receive until the cap is raised
 
     def recv_frame(self, frame: Frame) -> None:  # called by the parser after each frame, before the next is read
+        if self.budget is not None and frame.opcode.value in (0, 1, 2):
+            self.budget -= len(frame.data)
+            if self.budget < 0:  # the parser's own handling of a cap: fails the connection with 1009
+                raise PayloadTooBig(len(frame.data), len(frame.data) + self.budget)
         super().recv_frame(frame)
         if self.staged and frame.fin and frame.opcode.value in (0, 1, 2):
             self.staged = False
@@ -98,6 +108,7 @@ class _StagedCap(ServerProtocol):
     def raise_frame_cap(self, size: int | None) -> None:
         """Takes effect from the next frame parsed."""
         self.staged = False
+        self.budget = None
         self.max_message_size = size
 
 
@@ -279,6 +290,7 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                 self.conn.max_message_size = handshake_frame_cap
                 self.conn.pending_frame_cap = pending_frame_cap
                 self.conn.staged = True
+                self.conn.budget = None if pending_frame_cap is None else handshake_frame_cap + pending_frame_cap
 
         def handle_connect(self, event: Any) -> None:
             super().handle_connect(event)

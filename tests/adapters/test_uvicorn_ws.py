@@ -133,6 +133,18 @@ def test_unregistered_messages_after_the_first_stay_capped() -> None:
     assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009
 
 
+def test_unregistered_messages_add_up_to_the_two_caps_at_most() -> None:
+    """Each under its cap, many of them in one read: the parser takes them all at once (deflated, 250
+    messages of 1 MiB fit in 270 KB on the wire), so together they are capped too until registration."""
+    many = [frame(b"a")] + [frame(b"b" * (MAX_PENDING_FRAME // 4)) for _ in range(8)]
+    received, proto = run_socket([b"".join(many)])
+    assert len(texts(received)) < 6  # the handshake cap and the pending cap's worth: 1 + 4 at most
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009
+    reply = json.dumps({"type": "executor_info"}).encode()
+    received, proto = run_socket([frame(reply)] + many[1:], register_after=1)  # registered first: no total
+    assert texts(received) == [len(reply)] + [MAX_PENDING_FRAME // 4] * 8 and proto.conn.close_sent is None
+
+
 def test_a_peer_that_does_not_read_gets_no_pongs() -> None:
     """A pong is the one thing a peer can make Relay write: while the write buffer is over its
     high-water mark, pings are not answered (RFC 6455 5.5.3), so a flood of them costs no memory."""
