@@ -79,6 +79,10 @@ def test_metadata_byte_cap() -> None:
     # many small entries add up too (the cap is on the whole object, keys included)
     assert refused(executor_metadata={f"key-{i}": i for i in range(3000)}).field == "executor_metadata"
     assert refused(executor_metadata={"a": [[] for _ in range(MAX_METADATA_BYTES)]}).field == "executor_metadata"
+    # as JSON writes it: a control character is six bytes (\u0001), a quote two
+    assert refused(executor_metadata={"k": "\x01" * (MAX_METADATA_BYTES // 5)}).field == "executor_metadata"
+    assert refused(executor_metadata={"k": '"' * (MAX_METADATA_BYTES // 2 + 10)}).field == "executor_metadata"
+    check_executor_info(info(executor_metadata={"k": "é" * (MAX_METADATA_BYTES // 2 - 20)}))  # 2 bytes each
 
 
 def test_metadata_holds_no_nul_anywhere() -> None:
