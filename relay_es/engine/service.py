@@ -297,6 +297,14 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
             tok.set_permissions(permissions, at=self.now())
         return tok
 
+    def token_scope(self, org: str, name: str) -> tuple[list[str] | None, list[str] | None] | None:
+        """A live token's ``(app_names, permissions)`` as it was made (None: org-wide, those of its scope),
+        from the store; None when there is no live token of that name."""
+        tok = self._maybe(token_stream_id(org, name))
+        if tok is None or tok.revoked:
+            return None
+        return tok.app_names, getattr(tok, "permissions", None)
+
     def revoke_token(self, org: str, name: str) -> None:
         def run() -> None:
             tok = self._maybe(token_stream_id(org, name))

@@ -45,6 +45,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
@@ -77,6 +78,7 @@ CLOSE_OUT_OF_BOUNDS = 4004
 CLOSE_LIMIT = 4005
 CLOSE_HELD = 4006
 CLOSE_APP_DELETED = 4007
+CLOSED_KEPT = 10_000  # tokens revoked and applications deleted remembered for handshakes under way
 
 CLOSE_FOR = {"info_out_of_bounds": CLOSE_OUT_OF_BOUNDS, "limit_exceeded": CLOSE_LIMIT}  # other fatal kinds: 1008
 
@@ -143,6 +145,12 @@ class Hub:
         self._violations = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, kind)
         self._refusals = Throttle(REFUSAL_QUIET, clock=monotonic)  # address: slow-down strikes, one log line
         self._refusal_audit = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, address)
+        # What was closed for good, for the handshakes admitted before it and registered after it (close_token
+        # and close_app close only the registered sockets): ("token" | "app", org, name) -> its number in
+        # self._closings, the last CLOSED_KEPT of them.
+        self._closings = 0
+        self._closed: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._forgotten = 0  # the latest number of a closing no longer kept
 
     # ------------------------------------------------------------- lifecycle
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -199,6 +207,7 @@ class Hub:
                 quotas.check_queue()
                 quotas.check_handshakes(host)
                 app, key = parsed
+                admitting = self._closings  # what is closed from now on, this handshake's admission may not know
                 org, token = await self.gate.admit(app, key, peer, headers=scope.get("headers") or [])
                 kid = key_id(org, token, key)
                 counted = quotas.take_socket(kid, org, app)
@@ -219,6 +228,8 @@ class Hub:
                               key_id=kid, raise_frame_cap=ext)
             self.registry.add(conn)
             self.on_connection_change(len(self.registry))
+            if self._closings != admitting:  # a token revoked or the application deleted since it was admitted
+                await self._close_if_closed(conn, admitting)
             code: int | None = None
             # A timer, not a task: most executors answer at once, and a task per socket is memory and work.
             handshake = asyncio.get_running_loop().call_later(self.handshake_timeout, self._handshake_expired, conn)
@@ -297,6 +308,7 @@ class Hub:
         """Closes every socket of a deleted application (4007). Their disconnects are
         recorded (reason ``app_deleted``); the process manager declares none of them dead."""
         self.gate.forget(org, app=app)
+        self._closing("app", org, app)
         closed = await self._close_where(lambda c: c.org == org and c.app == app, "app_deleted",
                                          CLOSE_APP_DELETED, "application deleted")
         if closed:
@@ -306,6 +318,7 @@ class Hub:
     async def close_token(self, org: str, name: str) -> int:
         """Disconnects every executor that connected with a revoked token."""
         self.gate.forget(org, token=name)
+        self._closing("token", org, name)
         return await self._close_where(lambda c: c.org == org and c.token == name, "token_revoked",
                                        CLOSE_REVOKED, "token revoked")
 
@@ -318,6 +331,26 @@ class Hub:
         """From any thread: :meth:`close_token` on the hub's loop (once started)."""
         if self.loop is not None:
             asyncio.run_coroutine_threadsafe(self.close_token(org, name), self.loop)
+
+    def _closing(self, kind: str, org: str, name: str) -> None:
+        self._closings += 1
+        self._closed[(kind, org, name)] = self._closings
+        self._closed.move_to_end((kind, org, name))
+        while len(self._closed) > CLOSED_KEPT:
+            self._forgotten = max(self._forgotten, self._closed.popitem(last=False)[1])
+
+    async def _close_if_closed(self, conn: Connection, admitting: int) -> None:
+        """Closes ``conn``, registered just now, if its token was revoked or its application deleted after
+        its handshake's admission read them (number ``admitting`` in :attr:`_closings`): the close of
+        those did not find it in the registry, and it would have stayed open for good (a helper's run:
+        about one revocation in five, under a stream of handshakes). A handshake admitted before the last
+        :data:`CLOSED_KEPT` closings is closed, whatever they were."""
+        token_gone = self._closed.get(("token", conn.org, conn.token or ""), 0) > admitting
+        app_gone = self._closed.get(("app", conn.org, conn.app), 0) > admitting
+        if admitting < self._forgotten or token_gone or app_gone:
+            conn.close_reason = "app_deleted" if app_gone else "token_revoked"
+            await conn.close(*((CLOSE_APP_DELETED, "application deleted") if app_gone
+                               else (CLOSE_REVOKED, "token revoked")))
 
     async def _close_where(self, which: Callable[[Connection], bool], reason: str, code: int, text: str) -> int:
         """Closes every open connection ``which`` picks, recording ``reason`` as its disconnect's."""

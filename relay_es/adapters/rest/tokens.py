@@ -15,7 +15,11 @@ Conductor client sends) each also carries Relay's ``appNames`` (null for an
 org-wide token). A creation may send Conductor's ``permissions``: null (those
 of its scope), or the ones it is to carry: known (422 otherwise), at least
 one, and all held by its maker (403 otherwise: a key that makes keys cannot
-make a stronger one; the same holds for a scope's own).
+make a stronger one; the same holds for a scope's own). Likewise a token is
+revoked only by a caller holding every permission it carries (403 otherwise,
+in the audit log: where Conductor lets ``token.write`` revoke any key, a weak
+key could lock out the admin's, as no weaker caller may delete a stronger role
+or remove a stronger member).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
+from relay_es.adapters.rest.roles import within
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import roles, units
 from relay_es.domain.errors import InvalidSetting
@@ -155,6 +160,9 @@ class TokensController(Controller):
     def revoke(self, org: FromPath[str], token_name: FromPath[str], ctx: Context,
                request: Request[Any, Any, Any]) -> None:
         with recorded(ctx, request, org, None, operation="deleteToken", target_type="token", target_ids=[token_name]):
+            scope = ctx.relay.token_scope(org, token_name)
+            if scope is not None:  # nobody weaker revokes a stronger key, as none deletes a stronger role
+                within(request, sorted(authz.permissions_for(*scope)), "a token revoked")
             ctx.relay.revoke_token(org, token_name)
         ctx.token_revoked(org, token_name)  # refused and disconnected now, not once the read models follow
         ctx.read_your_writes()

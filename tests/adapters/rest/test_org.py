@@ -130,6 +130,16 @@ def test_a_granted_role_wins_over_groups_and_members_are_listed_and_removed(
     conforms("grantRole", call(s, "PUT", O + "/members/mallory@example.com/roles/viewer", org_writer), 403)
     conforms("grantRole", call(s, "PUT", O + "/members/carl@example.com/roles/viewer", boss), 204)
     conforms("removeMember", call(s, "DELETE", O + "/members/carl@example.com", org_writer), 403)  # a stronger one
+    # nor does a key that revokes keys revoke a stronger one (it locked out the admin's: only relay admin
+    # create-token on the store brought one back)
+    revoker = call(s, "POST", O + "/tokens/revoker", admin, json={"permissions": ["token.write", "token.read"]}
+                   ).json()["token"]
+    assert call(s, "POST", O + "/tokens/reader", admin, json={"permissions": ["token.read"]}).status_code == 201
+    conforms("deleteToken", call(s, "DELETE", O + "/tokens/org-writer", revoker), 403)
+    conforms("deleteToken", call(s, "DELETE", O + "/tokens/admin", revoker), 403)
+    assert call(s, "GET", O, org_writer).status_code == 200 and call(s, "GET", O + "/apps", admin).status_code == 200
+    conforms("deleteToken", call(s, "DELETE", O + "/tokens/reader", revoker), 204)  # no stronger than itself
+    conforms("deleteToken", call(s, "DELETE", O + "/tokens/revoker", revoker), 204)
     conforms("getOrg", call(s, "GET", "/v2/orgs/other", admin), 404)  # only the OIDC org has members
 
     org = conforms("getOrg", call(s, "GET", O, boss), 200)
