@@ -29,6 +29,7 @@ from typing import Any
 
 from eventsourcing.persistence import IntegrityError
 
+from relay_es.protocol.retention import RetentionPlan, plan as retention_plan
 from relay_es.aggregates.action import Action
 from relay_es.aggregates.application import (
     Application,
@@ -176,6 +177,25 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
             self.save(app)
 
         self.retrying(run)
+
+    def record_retention_plan(self, org: str, name: str, *, request_id: str, target_executor_id: str,
+                              plan: RetentionPlan) -> RetentionPlan | None:
+        """Records a retention round of ``plan``'s time (:meth:`record_retention_dispatched`) cut from the
+        application's settings as the transaction reads them, and returns what was recorded: what to send.
+        None (nothing recorded) when they want no retention now. A plan cut from the settings when its
+        timer fired could outlive a change made since (a global timeout cleared, and sent anyway)."""
+        def run() -> RetentionPlan | None:
+            app = self.get_app(org, name)
+            fresh = retention_plan(app.settings, plan.at or self.now())
+            if fresh is None:
+                return None
+            app.record_retention_dispatched(
+                request_id=request_id, target_executor_id=target_executor_id, gc_cutoff=fresh.gc_cutoff,
+                gc_rows_threshold=fresh.gc_rows_threshold, timeout_cutoff=fresh.timeout_cutoff, at=self.now())
+            self.save(app)
+            return fresh
+
+        return self.retrying(run)
 
     def record_retention_answered(self, org: str, name: str, *, request_id: str, success: bool, error: str | None) -> None:
         def run() -> None:

@@ -10,7 +10,7 @@ the wire message is built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from relay_es.aggregates.application import AppSettings
@@ -23,6 +23,7 @@ class RetentionPlan:
     gc_cutoff: datetime | None
     gc_rows_threshold: int | None
     timeout_cutoff: datetime | None
+    at: datetime | None = field(default=None, compare=False)  # the time it was cut from
 
     def body(self) -> RetentionBody:
         return RetentionBody(
@@ -41,4 +42,5 @@ def plan(settings: AppSettings, now: datetime) -> RetentionPlan | None:
         gc_cutoff=None if settings.gc_time_threshold is None else now - settings.gc_time_threshold,
         gc_rows_threshold=settings.gc_rows_threshold,
         timeout_cutoff=None if settings.global_timeout is None else now - settings.global_timeout,
+        at=now,
     )

@@ -212,3 +212,28 @@ def test_app_deleted_is_true_only_for_a_registered_application_deleted_since(clo
     assert relay.app_deleted("other", "orders") is False  # per org
     other.register_app("acme", "orders")
     assert relay.app_deleted("acme", "orders") is False  # registered again
+
+
+def test_a_retention_round_is_cut_from_the_settings_it_is_recorded_with(clock, store_url) -> None:
+    """The plan is cut when its timer fires; a settings change made before the round is recorded holds
+    (a global timeout cleared meanwhile was sent anyway, with its cutoff)."""
+    from datetime import timedelta
+
+    from relay_es.aggregates import SettingsPatch
+    from relay_es.aggregates.application import app_stream_id
+    from relay_es.protocol import retention
+
+    relay, other = two_writers(clock, store_url)
+    relay.register_app("local", "app")
+    relay.update_app("local", "app", SettingsPatch(global_timeout=timedelta(minutes=1), gc_rows_threshold=1000))
+    plan = retention.plan(relay.get_app("local", "app").settings, clock.now())
+    assert plan is not None and plan.timeout_cutoff == clock.now() - timedelta(minutes=1)
+    other.update_app("local", "app", SettingsPatch(global_timeout=None))  # meanwhile, elsewhere
+    clock.advance(5)
+    sent = relay.record_retention_plan("local", "app", request_id="r1", target_executor_id="A", plan=plan)
+    assert sent is not None and sent.timeout_cutoff is None and sent.gc_rows_threshold == 1000
+    (e,) = [e for e in relay.stream(app_stream_id("local", "app")) if type(e).__name__ == "RetentionDispatched"]
+    assert e.timeout_cutoff is None and e.gc_rows_threshold == 1000
+    other.update_app("local", "app", SettingsPatch(gc_rows_threshold=None))  # no retention at all now
+    assert relay.record_retention_plan("local", "app", request_id="r2", target_executor_id="A", plan=plan) is None
+    assert len([e for e in relay.stream(app_stream_id("local", "app")) if type(e).__name__ == "RetentionDispatched"]) == 1

@@ -208,13 +208,15 @@ class Dispatcher:
     async def _send_retention(self, conn: Connection, p: retention.RetentionPlan) -> None:
         """Recorded first, then sent; the answer is recorded when it comes (or does not)."""
         rid = new_id()
-        try:
-            await self.run(self.relay.record_retention_dispatched, conn.org, conn.app, request_id=rid,
-                           target_executor_id=conn.executor_id or "", gc_cutoff=p.gc_cutoff,
-                           gc_rows_threshold=p.gc_rows_threshold, timeout_cutoff=p.timeout_cutoff)
+        try:  # cut again from the settings the record reads: a change since the timer fired holds
+            recorded = await self.run(self.relay.record_retention_plan, conn.org, conn.app, request_id=rid,
+                                      target_executor_id=conn.executor_id or "", plan=p)
         except Exception:
             log.exception("could not record a retention round for %s/%s; not sending it", conn.org, conn.app)
             return
+        if recorded is None:
+            return  # the settings want no retention any more
+        p = recorded
         try:
             answer = await self._call(conn, lambda _: m.RetentionRequest(request_id=rid, body=p.body()),
                                       self.response_timeout)

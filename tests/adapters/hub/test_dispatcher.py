@@ -292,8 +292,9 @@ def test_retention_goes_to_the_newest_registered_connection_and_is_recorded() ->
     recorded: list[tuple[Any, ...]] = []
 
     class Store:
-        def record_retention_dispatched(self, org: str, app: str, **kw: Any) -> None:
-            recorded.append(("dispatched", org, app, kw["target_executor_id"], kw["gc_rows_threshold"]))
+        def record_retention_plan(self, org: str, app: str, **kw: Any) -> Any:
+            recorded.append(("dispatched", org, app, kw["target_executor_id"], kw["plan"].gc_rows_threshold))
+            return kw["plan"]
 
         def record_retention_answered(self, org: str, app: str, **kw: Any) -> None:
             recorded.append(("answered", org, app, kw["success"], kw["error"]))
