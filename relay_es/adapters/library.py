@@ -64,7 +64,7 @@ from eventsourcing.persistence import (
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteFactory
 from eventsourcing.utils import resolve_topic
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Identifier, Literal
 
 from relay_es.adapters.failures import is_store_error
 from relay_es.adapters.readmodels.bulk import sqlite_insert_flat
@@ -126,6 +126,7 @@ def add_conninfo(datastore: Any, conninfo: dict[str, str]) -> None:
 _LIBRARY_INSERT = PostgresApplicationRecorder.insert_events.__wrapped__  # type: ignore[attr-defined]
 INSERT_ATTEMPTS = 10  # as the library's: attempts and questions in all, INSERT_WAIT apart
 INSERT_WAIT = 0.2
+LOST_LOCK_WAIT = 2.0  # seconds the question "did it commit?" waits for the lost transaction to end
 
 
 class ArrayInsertRecorder(PostgresApplicationRecorder):
@@ -157,6 +158,7 @@ class ArrayInsertRecorder(PostgresApplicationRecorder):
                                                  table=Identifier(events_table_name))
         self._stored_state = SQL("SELECT state FROM {t} WHERE originator_id = %s AND originator_version = %s"
                                  ).format(t=table)
+        self._lock_shared = SQL("LOCK TABLE {t} IN SHARE MODE").format(t=table)
         self._stored_ids = SQL(
             "SELECT notification_id FROM {t} WHERE (originator_id, originator_version) IN"
             " (SELECT * FROM unnest(%b::{id_type}[], %b::bigint[])) ORDER BY notification_id"
@@ -193,9 +195,16 @@ class ArrayInsertRecorder(PostgresApplicationRecorder):
 
     def _committed(self, stored_events: Sequence[StoredEvent]) -> list[int] | None:
         """The notification ids of ``stored_events`` if a lost attempt committed them (a transaction: all
-        or none), else None; IntegrityError if another writer's event holds the first one's place."""
+        or none), else None; IntegrityError if another writer's event holds the first one's place. Read
+        under a lock that waits for every inserting transaction to end (the insert holds the table in
+        EXCLUSIVE mode, which SHARE mode waits for): the lost one may still be committing, and read before
+        it ended, its rows were not there yet, and the insert tried again met them. It waits at most
+        :data:`LOST_LOCK_WAIT` (a session the server has not noticed is dead holds its lock until it does):
+        then it raises, and is asked again."""
         first = stored_events[0]
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(SQL("SET LOCAL lock_timeout = {}").format(Literal(f"{int(LOST_LOCK_WAIT * 1000)}ms")))
+            curs.execute(self._lock_shared)
             curs.execute(self._stored_state, (first.originator_id, first.originator_version), binary=True)
             row = curs.fetchone()
             if row is None:

@@ -610,3 +610,49 @@ def test_a_save_that_fails_after_its_insert_leaves_no_stale_copy_in_the_cache(wo
         relay.dispatch_recovery(sid, request_id="r1", target_executor_id="B")
     assert relay.fail_recovery(sid, request_id="r1", reason="no answer")  # refused on the stale copy before
     assert relay.get_executor("local", "app", "A").recovery_phase == "pending"
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_lost_connection_whose_commit_is_still_under_way_records_its_events_once(
+        world: World, store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection is lost while the server is still committing (a deferred trigger makes the commit
+    take 1.5 s): asked at once, the question "did it commit?" saw no rows, the insert tried again met
+    them, and the command ran again. It waits for the lost transaction to end before it reads."""
+    import socket
+    import threading
+    import time
+
+    import psycopg
+
+    from relay_es.aggregates.gate import gate_stream_id
+
+    relay = world.relay
+    rec = relay.recorder
+    relay.record_refusal("acme", app="a", peer="1.2.3.4", status=401, reason="first")
+    with psycopg.connect(store_url, autocommit=True) as c:
+        c.execute("CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                  "IF current_setting('relay_test.slow', true) = 'on' THEN PERFORM pg_sleep(1.5); END IF; "
+                  "RETURN NULL; END $$")
+        c.execute(f"CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON {rec.datastore.schema}.{rec.events_table_name} "
+                  "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()")
+    real_insert, armed = rec._insert_stored_events, [True]
+
+    def insert(curs: Any, events: Any, **k: Any) -> None:
+        if armed and armed.pop():
+            curs.execute("SET LOCAL relay_test.slow = 'on'")
+            fd = curs.connection.fileno()
+
+            def cut() -> None:  # the answer to COMMIT is lost while the server still commits
+                time.sleep(0.4)
+                s = socket.socket(fileno=socket.dup(fd))
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+            threading.Thread(target=cut, daemon=True).start()
+        real_insert(curs, events, **k)
+
+    monkeypatch.setattr(rec, "_insert_stored_events", insert)
+    relay.record_refusal("acme", app="a", peer="5.6.7.8", status=403, reason="second")
+    assert not armed
+    peers = [getattr(e, "peer", None) for e in relay.stream(gate_stream_id("acme"))]
+    assert peers.count("5.6.7.8") == 1
