@@ -640,6 +640,11 @@ class TriggerScheduleRequest(Request, kw_only=True):
 class TriggerScheduleResponse(Response, kw_only=True):
     workflow_id: str | None = None
 
+    @property
+    def failed(self) -> bool:
+        # No workflow started: the trigger did not happen (audited as failed, not succeeded and then a 502).
+        return self.error_message is not None or self.workflow_id is None
+
 
 # --- application versions (5.20) -------------------------------------------
 

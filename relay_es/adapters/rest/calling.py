@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 NOT_FOUND_WORDS = ("does not exist", "not found", "no workflow", "nonexistent", "non-existent")
+# An executor in metadata-only mode refusing a data operation ("<type> is not allowed in conductor
+# metadata-only mode", protocol section 6): a 403, no retry or other body will help. Not its other
+# errors, which end "(details withheld in metadata-only mode)" whatever they were.
+METADATA_ONLY_REFUSAL = "not allowed in conductor metadata-only mode"
 UNKNOWN_TYPE = "unknown message type"  # every SDK's answer to a type it does not know (protocol section 6)
 
 # The first SDK release that answers each type newer than the recovery half's (protocol section 8;
@@ -77,10 +81,12 @@ class ExecutorProblem(Exception):
 
 def not_found_or(status: int) -> Callable[[str], int]:
     """A ``failed_status`` for operations on one named thing: 404 when the executor's message
-    says it does not exist, else ``status``."""
+    says it does not exist, 403 when it refuses data in metadata-only mode, else ``status``."""
 
     def pick(message: str) -> int:
         low = message.lower()
+        if METADATA_ONLY_REFUSAL in low:
+            return 403
         return 404 if any(w in low for w in NOT_FOUND_WORDS) else status
 
     return pick

@@ -72,8 +72,9 @@ IMPORT_BODY = m.MAX_SERIALIZED_WORKFLOW + 64 * 1024
 
 WORKFLOW = "workflow"  # the actions' target type in the audit log
 
-CONFLICT_WORDS = ("already exists", "conflicting workflow", "duplicate key", "unique constraint")
-METADATA_ONLY = "metadata-only mode"
+# "conflictingworkflow": DBOSConflictingWorkflowError, as metadata-only mode names an error and nothing more
+CONFLICT_WORDS = ("already exists", "conflicting workflow", "conflictingworkflow", "duplicate key",
+                  "unique constraint")
 # What the SDKs say of a payload they cannot load: bad base64 (Python's binascii, padding), not
 # gzip (Python's gzip, Node's zlib), not a pickle (Python), not JSON (Node's JSON.parse).
 UNLOADABLE_WORDS = ("padding", "base64", "not a gzipped file", "incorrect header check", "unpickl", "pickle",
@@ -88,7 +89,7 @@ def failed_status(default: int = 500, *, payload: bool = False) -> Callable[[str
 
     def pick(message: str) -> int:
         low = message.lower()
-        if METADATA_ONLY in low:
+        if calling.METADATA_ONLY_REFUSAL in low:
             return 403  # the executors refuse data operations: no retry or other body will help
         if any(w in low for w in CONFLICT_WORDS):
             return 409

@@ -46,6 +46,8 @@ def scheduler(tick: dict[str, Any]) -> dict[str, Any]:
         return handle
 
     def trigger(req: dict[str, Any]) -> dict[str, Any]:
+        if req["schedule_name"] == "silent":  # no workflow, and no error said
+            return {"workflow_id": None, "error_message": None}
         if req["schedule_name"] != state["schedule_name"]:
             return {"workflow_id": None, "error_message": f"Schedule '{req['schedule_name']}' does not exist"}
         return {"workflow_id": f"sched-{req['schedule_name']}-trigger-2026-12-01T10:00:05.123456+00:00"}
@@ -111,6 +113,7 @@ def test_schedule_actions_are_sent_answered_and_recorded(relay: RelayServer) -> 
         conforms("resumeSchedule", call(relay, "POST", S + "/nope/resume"), 404)
         assert len(sent(py, "pause_schedule")) == 1 and len(sent(py, "resume_schedule")) == 1
         conforms("triggerSchedule", call(relay, "POST", S + "/nope/trigger"), 404)  # the executor says so
+        conforms("triggerSchedule", call(relay, "POST", S + "/silent/trigger"), 500)  # no workflow: not triggered
 
         # bad backfill bodies: 422 (400 for what is not JSON), nothing sent, nothing recorded
         for body, status in (({"startTime": "2026-12-01T10:00:00Z"}, 422),
@@ -133,10 +136,11 @@ def test_schedule_actions_are_sent_answered_and_recorded(relay: RelayServer) -> 
         assert req["parameters"] == {"scheduleName": "tick"} and req["actor"]["kind"] == "user"
         assert done["outcome"] == "succeeded"
         assert [d["outcome"] for _, d in recorded["resumeSchedule"]] == ["succeeded"]
-        (_, ok_done), (bad, bad_done) = recorded["triggerSchedule"]
+        (_, ok_done), (bad, bad_done), (_, silent_done) = recorded["triggerSchedule"]
         assert ok_done["result"] == {"workflowId": made["workflowId"]}
         assert bad["target"]["ids"] == ["nope"] and bad_done["outcome"] == "failed"
         assert "does not exist" in bad_done["message"]
+        assert silent_done["outcome"] == "failed"  # it was audited as succeeded, and answered 502
         [(req, done)] = recorded["backfillSchedule"]
         assert req["parameters"] == {"scheduleName": "tick", **window} and done["result"] == {"count": 3}
 

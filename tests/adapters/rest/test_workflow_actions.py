@@ -520,6 +520,13 @@ def test_an_app_limited_token_cannot_act(tmp_path, store_url) -> None:
     ("psycopg.errors.UniqueViolation: duplicate key value violates unique constraint", True, 409),
     ("sqlite3.IntegrityError: UNIQUE constraint failed: workflow_status.workflow_uuid", True, 409),
     ("import_workflow is not allowed in conductor metadata-only mode", True, 403),
+    # metadata-only mode names an error's class and withholds the rest: what it was still decides
+    ("Exception encountered when resuming workflow(s) ['nope']: DBOSNonExistentWorkflowError (details withheld "
+     "in metadata-only mode)", False, 404),
+    ("Exception encountered when forking workflow wf-1: DBOSConflictingWorkflowError (details withheld in "
+     "metadata-only mode)", False, 409),
+    ("Exception encountered when cancelling workflow(s): OperationalError (details withheld in metadata-only "
+     "mode)", False, 500),
     ("_pickle.UnpicklingError: invalid load key, '['.", True, 422),
     ("gzip.BadGzipFile: Not a gzipped file (b'ab')", True, 422),
     ("Error: incorrect header check", True, 422),
