@@ -73,6 +73,8 @@ class EscapingFormatter(logging.Formatter):
         return super().formatMessage(record)
 
     def formatException(self, ei: object) -> str:
+        # scrubbed here too, line by line: ScrubKeys sees the message, and a traceback ends with the
+        # exception's own text
         return _indented(super().formatException(ei))  # type: ignore[arg-type]
 
     def formatStack(self, stack_info: str) -> str:
@@ -80,7 +82,7 @@ class EscapingFormatter(logging.Formatter):
 
 
 def _indented(text: str) -> str:
-    return "\n".join("  " + escape_controls(line) for line in text.split("\n"))
+    return "\n".join("  " + escape_controls(scrub_text(line)) for line in text.split("\n"))
 
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

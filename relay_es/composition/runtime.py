@@ -336,9 +336,19 @@ class Runtime:
             if new.declared_dead_at is not None:
                 m.dead_to_confirmed.observe((e.timestamp - new.declared_dead_at).total_seconds())
 
+    def _listed_executors(self) -> list[Any]:
+        """The process manager's rows, but those of deleted applications: it keeps them (DISCONNECTED for
+        good, checked again should the application be registered again), and on /metrics they counted
+        for ever (RelayNoHealthyExecutor firing for an application that is gone, ADR 21)."""
+        from relay_es.adapters.readmodels.apps import deleted_apps
+
+        rows = list(self.pm.rows.values())
+        gone = deleted_apps(self.db) if rows else set()
+        return [r for r in rows if (r.org, r.app) not in gone]
+
     def _observe(self) -> None:
         m = self.metrics
-        m.watch_executors(lambda: list(self.pm.rows.values()))
+        m.watch_executors(self._listed_executors)
         m.watch_outbox(self.outbox)
         m.watch_collector(self.collector)
         m.watch_process_manager(self.pm.stats)

@@ -51,6 +51,19 @@ def test_a_traceback_keeps_its_lines_indented_with_hostile_text_escaped() -> Non
     assert "  2026-12-01 ERROR forged\\x1b[2J'" in lines  # the forged line: indented, its escape escaped
 
 
+def test_a_key_in_a_tracebacks_text_is_scrubbed() -> None:
+    """The filter scrubs the message; a traceback ends with the exception's own text, which it never saw."""
+    out = io.StringIO()
+    secret = "relay_" + "k" * 43
+    try:
+        raise RuntimeError(f"token {secret} refused\nfor /websocket/orders/{secret}")
+    except RuntimeError:
+        _logger(out).exception("handshake failed")
+    lines = out.getvalue().split("\n")
+    assert secret not in out.getvalue()
+    assert "  RuntimeError: token relay_*** refused" in lines and "  for /websocket/orders/***" in lines
+
+
 def test_configure_installs_the_escaping_formatter() -> None:
     root = logging.getLogger()
     saved, level = root.handlers[:], root.level

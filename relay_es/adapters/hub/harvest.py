@@ -52,7 +52,8 @@ class Harvest:
         self.collected = collected
         self.outcome = outcome
         self._running: set[tuple[str, str]] = set()
-        self._generation: dict[tuple[str, str], int] = {}  # moved on by forget(): a collection under way stops
+        # Moved on by forget() while a collection runs, which then stops; kept only while one runs.
+        self._generation: dict[tuple[str, str], int] = {}
         self._failing: dict[tuple[str, str], str] = {}  # the last failure logged, per application
         self._pruned_at = float("-inf")
         # missed buckets asked for at most: a day's worth at the default period, never more than kept
@@ -69,13 +70,17 @@ class Harvest:
             stored = await self._collect(org, app)
         finally:
             self._running.discard(key)
+            self._generation.pop(key, None)
         await self._prune()
         return stored
 
     def forget(self, org: str, app: str) -> None:
-        """The application was deleted: a collection of it under way stores and tells nothing more."""
+        """The application was deleted: a collection of it under way stores and tells nothing more, and
+        nothing of it is kept (one registered again under its name starts with no failure behind it)."""
         key = (org, app)
-        self._generation[key] = self._generation.get(key, 0) + 1
+        self._failing.pop(key, None)
+        if key in self._running:
+            self._generation[key] = self._generation.get(key, 0) + 1
 
     async def _collect(self, org: str, app: str) -> int:
         key = (org, app)

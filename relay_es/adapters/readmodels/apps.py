@@ -151,6 +151,13 @@ def list_apps(db: Any, org: str, *, include_deleted: bool = False) -> list[AppRo
         return sorted((app_from_db(v) for v in cur.fetchall()), key=lambda a: a.name)  # code points: see all_rows
 
 
+def deleted_apps(db: Any) -> set[tuple[str, str]]:
+    """Every deleted application, as ``(org, name)``."""
+    with db.read() as cur:
+        cur.execute("SELECT org, name FROM relay_apps WHERE deleted = 1")
+        return {(org, name) for org, name in cur.fetchall()}
+
+
 def list_tokens(db: Any, org: str) -> list[TokenRow]:
     with db.read() as cur:
         cur.execute(f"SELECT {_TOKEN_COLS} FROM relay_tokens WHERE org = %s AND revoked = 0", (org,))

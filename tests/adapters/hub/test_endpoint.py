@@ -149,6 +149,10 @@ def test_deleting_an_application_closes_its_executors_with_4007(server: RelaySer
                                        if x["action"] == "executor.disconnected"])
         assert reasons == ["app_deleted"]
         assert other.ws is not None and other.ws.close_code is None  # another application's executor stays
+        # nor are they counted on /metrics, where they stayed DISCONNECTED for ever (alerts firing for an
+        # application that is gone); the other application's are
+        scraped = await until(lambda: t if 'app="other"' in (t := server.get("/metrics").text) else None)
+        assert 'relay_executors{app="app"' not in scraped
         await other.close()
 
     asyncio.run(main())
