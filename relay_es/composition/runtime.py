@@ -17,7 +17,9 @@ Threads:
 * the **collector worker** runs the full garbage collections itself, at quiet
   moments (``adapters/collector.py``, ADR 13);
 * the **lease worker** checks every 2 s that this instance still holds the
-  store's leader lease, takes it again after a lost Postgres session, and stops
+  store's leader lease (the process manager decides nothing on a confirmation
+  older than 5 s, and asks first), takes it again after a lost Postgres session
+  (one it cannot confirm for 30 s is lost), and stops
   the server if another instance took it meanwhile;
 * the **cache warmer**, once the process manager has started, reads the executors
   the store holds into the executor cache before their sockets come back
@@ -114,6 +116,10 @@ def view_bootstrap(db: Database, runner: ProjectionRunner,
 COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
 CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
 READY_LAG = 1_000  # events (one projection batch): read models this close to the log are current for /readyz
+# The leader lease, confirmed on the monotonic clock: the process manager decides nothing on a confirmation
+# older than LEASE_FRESH_SECS (it asks for one first), and a lease not confirmed for LEASE_LOST_SECS is lost.
+LEASE_FRESH_SECS = 5.0
+LEASE_LOST_SECS = 30.0
 
 
 class Runtime:
@@ -246,6 +252,8 @@ class Runtime:
         self.warmed: int | None = None  # executors the cache warmer read (None until it is done)
         self.lease_lost = False
         self._lease_state = "held"
+        self._lease_ok_at = time.monotonic()  # the last time the lease was confirmed this instance's
+        self._lease_lock = threading.Lock()  # one check at a time: the lease worker's, or the process manager's
         self._head = self.relay.head()  # the newest event: the read models' lag
         self.relay.add_listener(self._saved)
         self.relay.add_listener(self.projection_worker.wake)
@@ -394,7 +402,10 @@ class Runtime:
 
     def _pm_tick(self) -> None:
         """The process manager, then the alert manager (one thread: the alert manager is told of
-        executor events as the process manager folds them)."""
+        executor events as the process manager folds them). Nothing is decided on a lease not confirmed
+        lately (:meth:`_lease_confirmed`)."""
+        if not self._lease_confirmed():
+            return
         if not self._pm_started.is_set():
             self.pm.start()  # rebuilds timers and dispatches from the store
             self._pm_started.set()
@@ -428,22 +439,49 @@ class Runtime:
             return
         log.info("executor cache: %d executors read in %.2fs", self.warmed, time.monotonic() - t0)
 
+    def _lease_confirmed(self) -> bool:
+        """Whether the lease was confirmed this instance's within :data:`LEASE_FRESH_SECS`, asked now if
+        not. The lease worker asks every 2 s; a process that was paused (SIGSTOP, a stalled VM) or whose
+        store session ended and cannot be opened again may have lost it meanwhile to another instance,
+        which then declares deaths and dispatches recoveries too: a paused instance, resumed, recorded a
+        death and its dispatch before its lease worker noticed it had lost the lease."""
+        if time.monotonic() - self._lease_ok_at <= LEASE_FRESH_SECS:
+            return True
+        self._check_lease()
+        return not self.lease_lost and time.monotonic() - self._lease_ok_at <= LEASE_FRESH_SECS
+
     def _check_lease(self) -> None:
-        if self.lease_lost:
-            return
-        try:
-            state = self.lease.check()
-        except LeaseLost as e:
-            self.lease_lost = True
-            self.pm_worker.stop()  # decide nothing more: the other instance leads
-            log.error("%s; this instance stops serving", e)
-            self.on_lease_lost()
-            return
-        if state == "retaken":
-            log.warning("the store session holding the leader lease had ended; the lease is taken again")
-        elif state == "unreachable" and self._lease_state != "unreachable":  # once per outage, not every 2 s
-            log.warning("the store is unreachable; the leader lease will be taken again when it returns")
-        self._lease_state = state
+        with self._lease_lock:
+            if self.lease_lost:
+                return
+            try:
+                state = self.lease.check()
+            except LeaseLost as e:
+                self._lose_lease(f"{e}")
+                return
+            if state in ("held", "retaken"):
+                self._lease_ok_at = time.monotonic()
+            if state == "retaken":
+                log.warning("the store session holding the leader lease had ended; the lease is taken again")
+            elif state == "unreachable":
+                unconfirmed = time.monotonic() - self._lease_ok_at
+                if unconfirmed > LEASE_LOST_SECS:
+                    # Unreachable from here need not be unreachable from everywhere (this instance's logins
+                    # refused, its network cut): another instance may lead by now.
+                    self._lose_lease(f"the leader lease could not be confirmed for {unconfirmed:.0f} s (the "
+                                     "store unreachable from this instance); another instance may lead")
+                    return
+                if self._lease_state != "unreachable":  # once per outage, not every 2 s
+                    log.warning("the store is unreachable; the leader lease will be taken again when it returns "
+                                "(this instance decides nothing meanwhile, and stops serving after %.0f s)",
+                                LEASE_LOST_SECS)
+            self._lease_state = state
+
+    def _lose_lease(self, why: str) -> None:
+        self.lease_lost = True
+        self.pm_worker.stop()  # decide nothing more: the other instance leads
+        log.error("%s; this instance stops serving", why)
+        self.on_lease_lost()
 
     def _collect(self) -> None:
         if self.collector.tick():

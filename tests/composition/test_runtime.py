@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -365,3 +366,53 @@ def test_a_cache_warmer_that_fails_is_logged_and_changes_nothing(tmp_path: Path,
         rt.close()
     assert rt.warmed is None
     assert "reading the executors into the cache failed (ZeroDivisionError" in caplog.text
+
+
+def test_the_process_manager_decides_nothing_on_a_lease_not_confirmed_lately(tmp_path: Path, monkeypatch) -> None:
+    """A paused instance (SIGSTOP, a stalled VM), resumed, recorded a death and its dispatch before its
+    lease worker noticed another instance had taken the lease; and one whose store session ended and
+    could not be opened again (its logins refused) led beside the new leader for good, each declaring
+    the other's executors dead. The process manager now asks first, and a lease unconfirmed for 30 s
+    is lost."""
+    from relay_es.adapters.lease import LeaseLost
+    from relay_es.composition import runtime as rt_module
+
+    now = [1000.0]
+    monkeypatch.setattr(rt_module.time, "monotonic", lambda: now[0])
+    lost: list[bool] = []
+    rt = Runtime(settings(tmp_path), on_lease_lost=lambda: lost.append(True))
+    steps: list[str] = []
+    monkeypatch.setattr(rt.pm, "start", lambda: steps.append("start"))
+    monkeypatch.setattr(rt.pm, "step", lambda: steps.append("step"))
+    monkeypatch.setattr(rt.alerts, "step", lambda: None)
+    rt.alerts.started = True
+    answers: list[Any] = []
+
+    def check() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(rt.lease, "check", check)
+    try:
+        rt._pm_tick()
+        assert steps == ["start"]  # confirmed at start: no question
+        now[0] += 7  # paused: the confirmation is 7 s old
+        answers[:] = [LeaseLost("another instance took the lease")]
+        rt._pm_tick()
+        assert steps == ["start"] and rt.lease_lost and lost == [True]  # asked first, and nothing decided
+
+        rt.lease_lost, lost[:] = False, []
+        answers[:] = ["unreachable"]
+        rt._pm_tick()
+        assert steps == ["start"] and not rt.lease_lost  # not confirmed: nothing decided, not lost yet
+        answers[:] = ["retaken"]
+        rt._pm_tick()
+        assert steps == ["start", "step"]
+        now[0] += 31
+        answers[:] = ["unreachable"]
+        rt._check_lease()  # the lease worker, 31 s after the last confirmation
+        assert rt.lease_lost and lost == [True]
+    finally:
+        rt.close()

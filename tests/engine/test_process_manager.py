@@ -342,6 +342,38 @@ def test_executor_that_reconnects_inside_the_settle_window_is_not_declared_dead(
     assert world.history("A") == ["Registered", "Connected", "Disconnected", "Connected"]
 
 
+def test_the_settle_window_and_the_orphans_grace_start_once_the_executors_are_loaded(world: World,
+                                                                                     monkeypatch) -> None:
+    """A start whose read models take long to fill (15-20 s for a million events) had spent the settle
+    window and most of the orphans' grace before it knew them: an executor back 1.5 s after it was
+    ready was declared dead and recovered, while connected."""
+    from relay_es.engine import process_manager
+
+    real = process_manager.ProcessManager.start
+
+    def slow_start(pm) -> None:  # type: ignore[no-untyped-def]
+        loading = pm._bootstrap
+
+        def bootstrap():  # type: ignore[no-untyped-def]
+            world.clock.advance(8)  # filling the read models
+            return loading()
+
+        pm._bootstrap = bootstrap
+        real(pm)
+
+    world.connect("A")
+    world.connect("B")
+    monkeypatch.setattr(process_manager.ProcessManager, "start", slow_start)
+    world.restart(down_for=1.0)
+    world.connect("B")
+    world.advance(6.5)  # the settle window (5 s) over, once loaded: A is an orphan, with its grace from then
+    assert world.status("A") == "DISCONNECTED"
+    world.advance(1.5)
+    world.connect("A")
+    world.advance(60)
+    assert world.status("A") == "HEALTHY" and world.dispatcher.sent == []
+
+
 def test_healthy_executor_of_a_stopped_relay_gets_a_full_fresh_grace(world: World) -> None:
     world.connect("A")
     world.connect("B")
