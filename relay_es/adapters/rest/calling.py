@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -48,11 +49,15 @@ from relay_es.engine.calls import (
     ExecutorTimedOut,
     NoHealthyExecutor,
 )
+from relay_es.protocol import catalogue as c
 from relay_es.protocol import messages as wire
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+
+LATEST_TTL_SECS = 30.0  # how long the version a user made latest is taken as known, per application
+LATEST_ASK_SECS = 5.0  # the longest a call waits to learn it (then: the newest registered version)
 
 NOT_FOUND_WORDS = ("does not exist", "not found", "no workflow", "nonexistent", "non-existent")
 # An executor in metadata-only mode refusing a data operation ("<type> is not allowed in conductor
@@ -109,6 +114,32 @@ async def app_must_exist(ctx: RestContext, org: str, app: str) -> None:
         raise UnknownApplication(org, app)
 
 
+async def latest_version(ctx: RestContext, org: str, app: str) -> str | None:
+    """The version a user made latest (``setLatestAppVersion``: the highest ``version_timestamp`` in the
+    executors' registry), which an operation that prefers the latest version goes to (routing, rule 2);
+    None when unknown (an SDK without the registry, no answer within :data:`LATEST_ASK_SECS`): then the
+    newest registered version. Asked of an executor at most every :data:`LATEST_TTL_SECS` per
+    application, and set at once by this process's own ``setLatestAppVersion``; another instance's
+    change is seen within that time. Resume and fork went to the newest registered version, whatever
+    the user had made latest."""
+    hit = ctx.latest_versions.get((org, app))
+    now = time.monotonic()
+    if hit is not None and now - hit[1] < LATEST_TTL_SECS:
+        return hit[0]
+    version = None
+    if ctx.calls is not None:
+        try:
+            answer = await ctx.calls.call(org, app, lambda rid: c.ListApplicationVersionsRequest(request_id=rid),
+                                          timeout=min(LATEST_ASK_SECS, ctx.call_timeout.total_seconds()))
+            stamped = [v for v in answer.output or () if v.version_timestamp is not None]
+            if stamped:
+                version = max(stamped, key=lambda v: v.version_timestamp).version_name
+        except CallFailed:
+            pass
+    ctx.latest_versions[(org, app)] = (version, now)
+    return version
+
+
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
               chosen: Callable[[str], None] | None = None, app_checked: bool = False) -> Any:
@@ -130,9 +161,10 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
         sent.append(request.type)
         return request
 
+    latest = await latest_version(ctx, org, app) if prefer_latest else None
     try:
         return await ctx.calls.call(org, app, made, timeout=ctx.call_timeout.total_seconds(),
-                                    prefer_latest=prefer_latest, chosen=chosen)
+                                    prefer_latest=prefer_latest, latest_version=latest, chosen=chosen)
     except ExecutorFailed as e:
         if e.message.strip().lower() == UNKNOWN_TYPE:
             kind = sent[0] if sent else "this operation"

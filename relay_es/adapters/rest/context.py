@@ -9,7 +9,7 @@ by declaring ``ctx: Context``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,9 @@ class RestContext:
     """Whether ``(org, app, executor_id)`` has a registered socket here now, or transitions on their way
     to the store (the dispatcher's ``is_connected``): the read models may still say otherwise."""
     call_timeout: timedelta = timedelta(seconds=20)
+    latest_versions: dict[tuple[str, str], tuple[str | None, float]] = field(default_factory=dict)
+    """(org, app) -> the version a user made latest, as the executors' registry said it, and when (monotonic
+    seconds): :func:`relay_es.adapters.rest.calling.latest_version`'s memory."""
     """How long an executor has to answer one operation (``RELAY_CALL_TIMEOUT_SECS``)."""
     series: MetricSeries | None = None
     """The executors' metrics as collected (``listMetrics``), or None where nothing collects."""

@@ -337,7 +337,8 @@ async def _fork_version(ctx: RestContext, org: str, app: str, b: FixBody) -> str
     await calling.app_must_exist(ctx, org, app)
     if ctx.calls is None:
         raise NoHealthyExecutor(org, app)
-    return ctx.calls.choose(org, app, prefer_latest=True).app_version  # None: one that never said
+    latest = await calling.latest_version(ctx, org, app)
+    return ctx.calls.choose(org, app, prefer_latest=True, latest_version=latest).app_version  # None: one that never said
 
 
 async def _queue_counts(ctx: RestContext, org: str, app: str, got: Classified) -> list[BlockedQueueOut]:

@@ -8,7 +8,9 @@ protocol section 5.20), so any healthy executor answers and acts. The list is Co
 the latest (the executor sets its timestamp to now): 204. The SDKs update the row without
 looking whether it exists, so Relay first lists the versions and answers 404 for an unknown
 name (nothing recorded, nothing changed, like a refused body). The change is recorded before it
-is sent and completed however it ends (target ``version``, its name).
+is sent and completed however it ends (target ``version``, its name). The version made latest is
+where resume and fork go from then on (:func:`~relay_es.adapters.rest.calling.latest_version`:
+at once on this instance, within 30 s on another).
 
 An SDK that predates the registry (Python dbos before 2.15) answers "Unknown message type": a
 501 (:mod:`~relay_es.adapters.rest.calling`).
@@ -16,6 +18,7 @@ An SDK that predates the registry (Python dbos before 2.15) answers "Unknown mes
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from litestar import Controller, Request, Response, get, patch
@@ -60,3 +63,4 @@ class VersionsController(Controller):
             ctx, request, org, app, operation="setLatestAppVersion", target_type="version",
             target_ids=[b.version_name], parameters={"versionName": b.version_name},
             make_request=sent_as(wire_request), failed_status=failed_status)
+        ctx.latest_versions[(org, app)] = (b.version_name, time.monotonic())  # resume and fork go there now

@@ -50,7 +50,7 @@ class FakeCalls:
         self.sent: list[Any] = []
 
     async def call(self, org: str, app: str, make_request: Any, *, timeout: float, prefer_latest: bool = False,
-                   chosen: Any = None) -> Any:
+                   latest_version: str | None = None, chosen: Any = None) -> Any:
         if chosen is not None:
             chosen("e7")
         self.sent.append((make_request("rid-1"), timeout, prefer_latest))

@@ -121,3 +121,22 @@ def test_an_application_limited_token_reads_versions_and_queues_but_does_not_act
                  204)
         [(req, _)] = actions(s, "billing", "setLatestAppVersion", org="acme", token=admin)
         assert req["actor"] == {"kind": "token", "id": "admin"}
+
+
+def test_resume_and_fork_go_to_the_version_a_user_made_latest(relay: RelayServer) -> None:
+    """The routing's 'latest' was always the newest registered version: a version made latest with
+    setLatestAppVersion was ignored by resume and fork. It is asked of the executors' registry (and
+    known at once after this Relay's own setLatestAppVersion)."""
+    shared = registry("v1", "v2")  # one system database: both executors answer from it
+    answers = {**shared, "resume": lambda req: {"success": True},
+               "fork_workflow": lambda req: {"new_workflow_id": "wf-1-fork"}}
+    W = L + "/apps/shop/workflows"
+    with executors(relay, {"app": "shop", "executor_id": "ex-v1", "version": "v1", "answers": answers},
+                   {"app": "shop", "executor_id": "ex-v2", "version": "v2", "answers": answers}) as (one, two):
+        conforms("resumeWorkflow", call(relay, "POST", W + "/wf-1/resume"), 204)
+        assert sent(two, "resume") and not sent(one, "resume")  # v2: the registry's latest, and the newest
+        conforms("setLatestAppVersion", call(relay, "PATCH", V + "/latest", json={"versionName": "v1"}), 204)
+        conforms("resumeWorkflow", call(relay, "POST", W + "/wf-1/resume"), 204)
+        conforms("forkWorkflow", call(relay, "POST", W + "/wf-1/fork", json={"startStep": 1}), 201)
+        assert len(sent(one, "resume")) == 1 and len(sent(one, "fork_workflow")) == 1
+        assert len(sent(two, "resume")) == 1 and not sent(two, "fork_workflow")
