@@ -13,7 +13,9 @@ default), ``value`` its count:
 
 Ordered by bucket, then type, then name. An answer holds at most :data:`MAX_POINTS`
 metrics: a window holding more is answered in wider buckets (2, 4, 8... periods, aligned on
-the epoch, each metric's ``granularity`` saying so), the counts added up. ``appId`` is the
+the epoch, each metric's ``granularity`` saying so), the counts added up: each wide bucket adds up
+the periods of it that start in ``[startTime, endTime)``, recoveries as the executors' counts, so
+the first may start before ``startTime`` and the last hold less than its width. ``appId`` is the
 application's id, as ``getApp`` tells it; recoveries count from its registration (a deleted
 application's do not carry over to a new one of the same name).
 """
@@ -93,7 +95,9 @@ def _points(ctx: RestContext, org: str, app: str, first: int, stop: int, since: 
     found = [] if ctx.series is None else ctx.series.query(org, app, first, stop, limit=MAX_POINTS + 1, width=width)
     out = [(p.bucket, p.metric_type, p.metric_name, p.granularity, p.value) for p in found]
     w = width or period
-    lo, hi = -(-first // w) * w, -(-stop // w) * w
+    # the periods starting in [first, stop), as the executors' counts are chosen, added up in w-wide buckets
+    # as theirs are (recoveries of a wider bucket's first periods were left out, its others counted past stop)
+    lo, hi = -(-first // period) * period, -(-stop // period) * period
     counts = ctx.db.recoveries(org=org, app=app, start_us=max(lo, since) * US, end_us=hi * US, width_us=w * US)
     out += [(b // US, *RECOVERY, w, n) for b, n in counts]
     return out[:MAX_POINTS + 1]

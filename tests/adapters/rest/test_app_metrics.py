@@ -210,6 +210,11 @@ def stored(tmp_path) -> Iterator[Any]:
     """The REST API in process on a real SQLite store: application ``shop`` registered an hour
     before ``T0``, its series holding one 60 s window a minute for two hours from ``T0``, three
     names each."""
+    yield from _stored(tmp_path)
+
+
+def _stored(tmp_path: Any, recovered_at: float | None = None) -> Iterator[Any]:
+    """:func:`stored`, and one recovery confirmed at ``recovered_at`` (epoch seconds)."""
     from litestar.testing import TestClient
 
     from relay_es.adapters.rest.app import build_app
@@ -229,6 +234,17 @@ def stored(tmp_path) -> Iterator[Any]:
     db = open_database(cfg)
     runner = ProjectionRunner(relay, db, all_projections())
     relay.register_app("local", "shop")
+    if recovered_at is not None:
+        from relay_es.aggregates.executor import executor_stream_id
+        from tests.support import info
+
+        sid = executor_stream_id("local", "shop", "A")
+        relay.executor_connected("local", "shop", info("A"), connection_id="c1", owner="o")
+        relay.executor_disconnected(sid, connection_id="c1", reason="socket_closed")
+        clock.advance(recovered_at - clock.now().timestamp())
+        assert relay.declare_dead_if_due(sid)
+        assert relay.dispatch_recovery(sid, request_id="r1", target_executor_id="B")
+        assert relay.confirm_recovery(sid, request_id="r1", pending_found=True)
     runner.catch_up()
     series = MetricSeries(db)
     series.create()
@@ -262,6 +278,29 @@ def test_a_window_with_too_many_metrics_is_answered_in_wider_buckets(stored, mon
     assert [(m["metricName"], m["value"]) for m in first] == [("a", 10), ("b", 10), ("c", 10)]  # 1+2+3+4
     monkeypatch.setattr(app_metrics, "MAX_POINTS", 2)  # fewer than the names themselves
     conforms("listMetrics", stored.get(M, params=whole), 422)
+
+
+def test_recoveries_in_wider_buckets_cover_the_periods_the_executors_counts_do(tmp_path, monkeypatch) -> None:
+    """Widened, the executors' counts add up the periods starting in the window into epoch-aligned
+    buckets (the first starting before startTime); the recoveries of that first bucket were left out."""
+    from relay_es.adapters.rest import app_metrics
+
+    client = _stored(tmp_path, recovered_at=T0 + 90)  # in the window's first period (T0+60), bucket T0 (240 s)
+    stored = next(client)
+    try:
+        window = {"startTime": iso(T0 + 60), "endTime": iso(T0 + 7200)}
+        fine = stored.get(M, params=window).json()
+        assert [(m["timeBucket"], m["value"]) for m in fine if m["metricType"] == "recovery_count"] == [
+            ("2026-11-30T12:01:00.000Z", 1)]
+        monkeypatch.setattr(app_metrics, "MAX_POINTS", 100)
+        wide = conforms("listMetrics", stored.get(M, params=window), 200)
+        assert {m["granularity"] for m in wide} == {240}
+        recovered = [(m["timeBucket"], m["value"]) for m in wide if m["metricType"] == "recovery_count"]
+        assert recovered == [("2026-11-30T12:00:00.000Z", 1)]  # in the bucket its period's counts are in
+        first = [m for m in wide if m["timeBucket"] == "2026-11-30T12:00:00.000Z" and m["metricName"] == "a"]
+        assert [m["value"] for m in first] == [2 + 3 + 4]  # the periods starting in the window
+    finally:
+        next(client, None)
 
 
 def test_buckets_start_in_the_window_and_partial_seconds_round_up(stored) -> None:
