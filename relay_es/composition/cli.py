@@ -4,10 +4,13 @@
 models and rebuilds them from the event stream. The other subcommands talk to
 a running server over its REST API (see :mod:`relay_es.composition.client_cli`).
 
-``relay serve`` exits with 0 when stopped, 2 for a setting it refuses (or another
-instance serving the store), 1 when it cannot start (the store cannot be opened,
-the address cannot be bound) and 3 when another instance took the store's lease.
-A store that cannot be opened is one line on stderr, its URL without the password.
+``relay serve`` exits with 0 when stopped with Ctrl-C (SIGTERM: it shuts down as
+cleanly, then ends by that signal, as uvicorn raises it again: 143 in a shell, a
+clean stop to systemd), 2 for a setting it refuses (or another instance serving
+the store), 1 when it cannot start (the store cannot be opened, the address
+cannot be bound) and 3 when it lost the store's lease (another instance took it,
+or it went unconfirmed for 30 s). A store that cannot be opened is one line on
+stderr, its URL without the password.
 """
 
 from __future__ import annotations
