@@ -80,7 +80,11 @@ class Lease:
         """A new session holding the advisory lock, or None if another session holds it."""
         import psycopg
 
-        conn = psycopg.connect(self.config.url, autocommit=True, connect_timeout=5)
+        # A session whose network went silent (no reset, no answer) fails its next check within about 10 s,
+        # not when TCP gives up (some 15 minutes): tcp_user_timeout bounds what is sent and not acknowledged,
+        # the keepalives an idle session.
+        conn = psycopg.connect(self.config.url, autocommit=True, connect_timeout=5, tcp_user_timeout=10_000,
+                               keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3)
         try:
             got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]
         except BaseException:

@@ -254,6 +254,7 @@ class Runtime:
         self._lease_state = "held"
         self._lease_ok_at = time.monotonic()  # the last time the lease was confirmed this instance's
         self._lease_lock = threading.Lock()  # one check at a time: the lease worker's, or the process manager's
+        self._deleted_apps: set[tuple[str, str]] = set()  # as last read, for /metrics (_listed_executors)
         self._head = self.relay.head()  # the newest event: the read models' lag
         self.relay.add_listener(self._saved)
         self.relay.add_listener(self.projection_worker.wake)
@@ -351,8 +352,13 @@ class Runtime:
         from relay_es.adapters.readmodels.apps import deleted_apps
 
         rows = list(self.pm.rows.values())
-        gone = deleted_apps(self.db) if rows else set()
-        return [r for r in rows if (r.org, r.app) not in gone]
+        if rows:
+            try:
+                self._deleted_apps = deleted_apps(self.db)
+            except Exception as e:  # the store away: the last set read (a scrape must not fail with it)
+                if not self.relay.is_store_error(e):
+                    raise
+        return [r for r in rows if (r.org, r.app) not in self._deleted_apps]
 
     def _observe(self) -> None:
         m = self.metrics
@@ -447,35 +453,46 @@ class Runtime:
         death and its dispatch before its lease worker noticed it had lost the lease."""
         if time.monotonic() - self._lease_ok_at <= LEASE_FRESH_SECS:
             return True
-        self._check_lease()
+        # Not behind a check under way for long: the lease worker's may hang on a silent network (about
+        # 10 s, the lease session's timeout); meanwhile nothing is decided, and the next step asks again.
+        self._check_lease(wait=1.0)
         return not self.lease_lost and time.monotonic() - self._lease_ok_at <= LEASE_FRESH_SECS
 
-    def _check_lease(self) -> None:
-        with self._lease_lock:
-            if self.lease_lost:
+    def _check_lease(self, wait: float = -1) -> None:
+        """Asks whether the lease is still this instance's (``wait``: how long to wait for a check under
+        way on another thread; by default for as long as it takes)."""
+        if not self._lease_lock.acquire(timeout=wait):
+            return
+        try:
+            self._checking_lease()
+        finally:
+            self._lease_lock.release()
+
+    def _checking_lease(self) -> None:
+        if self.lease_lost:
+            return
+        try:
+            state = self.lease.check()
+        except LeaseLost as e:
+            self._lose_lease(f"{e}")
+            return
+        if state in ("held", "retaken"):
+            self._lease_ok_at = time.monotonic()
+        if state == "retaken":
+            log.warning("the store session holding the leader lease had ended; the lease is taken again")
+        elif state == "unreachable":
+            unconfirmed = time.monotonic() - self._lease_ok_at
+            if unconfirmed > LEASE_LOST_SECS:
+                # Unreachable from here need not be unreachable from everywhere (this instance's logins
+                # refused, its network cut): another instance may lead by now.
+                self._lose_lease(f"the leader lease could not be confirmed for {unconfirmed:.0f} s (the "
+                                 "store unreachable from this instance); another instance may lead")
                 return
-            try:
-                state = self.lease.check()
-            except LeaseLost as e:
-                self._lose_lease(f"{e}")
-                return
-            if state in ("held", "retaken"):
-                self._lease_ok_at = time.monotonic()
-            if state == "retaken":
-                log.warning("the store session holding the leader lease had ended; the lease is taken again")
-            elif state == "unreachable":
-                unconfirmed = time.monotonic() - self._lease_ok_at
-                if unconfirmed > LEASE_LOST_SECS:
-                    # Unreachable from here need not be unreachable from everywhere (this instance's logins
-                    # refused, its network cut): another instance may lead by now.
-                    self._lose_lease(f"the leader lease could not be confirmed for {unconfirmed:.0f} s (the "
-                                     "store unreachable from this instance); another instance may lead")
-                    return
-                if self._lease_state != "unreachable":  # once per outage, not every 2 s
-                    log.warning("the store is unreachable; the leader lease will be taken again when it returns "
-                                "(this instance decides nothing meanwhile, and stops serving after %.0f s)",
-                                LEASE_LOST_SECS)
-            self._lease_state = state
+            if self._lease_state != "unreachable":  # once per outage, not every 2 s
+                log.warning("the store is unreachable; the leader lease will be taken again when it returns "
+                            "(this instance decides nothing meanwhile, and stops serving after %.0f s)",
+                            LEASE_LOST_SECS)
+        self._lease_state = state
 
     def _lose_lease(self, why: str) -> None:
         self.lease_lost = True

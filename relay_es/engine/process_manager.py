@@ -293,14 +293,15 @@ class ProcessManager:
     def start(self) -> None:
         """Rebuilds pending deadlines and outstanding dispatches from the store. The settle window, and
         the grace of the executors found HEALTHY on a Relay that is gone, start once they are loaded:
-        a long load (read models filled from a large log) had used them up before it knew them."""
+        a long load (read models filled from a large log) had used them up before it knew them. The hub's
+        count of admitted sockets is taken before the load: those admitted during it came back."""
+        self._sample_admissions()
         if self._bootstrap is not None:
             rows, self.position = self._bootstrap()
             for row in rows:
                 self._put(row)
         self.started_at = self.clock.now()
         self.settle.start(self.clock.monotonic())
-        self._sample_admissions()
         self.settle.set_orphans(sum(1 for r in self.rows.values() if self._is_orphan(r)))
         cap = self.clock.now() + timedelta(seconds=self.settle.cap - self.clock.monotonic())
         self.settle.set_held(sum(1 for r in self.rows.values() if self._held_by_settle(r, cap)))

@@ -410,9 +410,39 @@ def test_the_process_manager_decides_nothing_on_a_lease_not_confirmed_lately(tmp
         answers[:] = ["retaken"]
         rt._pm_tick()
         assert steps == ["start", "step"]
+        now[0] += 7
+        assert rt._lease_lock.acquire()  # the lease worker's check hangs (a silent network)
+        try:
+            rt._pm_tick()  # the process manager does not wait behind it: it decides nothing, and asks later
+            assert steps == ["start", "step"] and not rt.lease_lost
+        finally:
+            rt._lease_lock.release()
         now[0] += 31
         answers[:] = ["unreachable"]
-        rt._check_lease()  # the lease worker, 31 s after the last confirmation
+        rt._check_lease()  # the lease worker, 38 s after the last confirmation
         assert rt.lease_lost and lost == [True]
+    finally:
+        rt.close()
+
+
+def test_metrics_leave_out_deleted_applications_and_a_store_away_fails_no_scrape(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    import sqlite3
+    from types import SimpleNamespace
+
+    from relay_es.adapters.readmodels import apps
+
+    rt = Runtime(settings(tmp_path))
+    try:
+        rows = {"a": SimpleNamespace(org="local", app="gone"), "b": SimpleNamespace(org="local", app="here")}
+        monkeypatch.setattr(rt.pm, "rows", rows)
+        monkeypatch.setattr(apps, "deleted_apps", lambda db: {("local", "gone")})
+        assert [r.app for r in rt._listed_executors()] == ["here"]
+
+        def away(db: Any) -> set[tuple[str, str]]:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(apps, "deleted_apps", away)
+        assert [r.app for r in rt._listed_executors()] == ["here"]  # the last set read: the scrape goes on
     finally:
         rt.close()

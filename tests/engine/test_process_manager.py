@@ -374,6 +374,38 @@ def test_the_settle_window_and_the_orphans_grace_start_once_the_executors_are_lo
     assert world.status("A") == "HEALTHY" and world.dispatcher.sent == []
 
 
+def test_executors_back_during_a_slow_load_count_as_back(world: World, monkeypatch) -> None:
+    """Sockets the hub let in while the executors were loading came back: counted from before the load
+    (taken after it, they were the starting count, the window waited for a first return to its cap,
+    and an orphan that never came back was declared dead 15 s late)."""
+    from relay_es.engine import process_manager
+
+    real = process_manager.ProcessManager.start
+
+    def slow_start(pm) -> None:  # type: ignore[no-untyped-def]
+        loading = pm._bootstrap
+
+        def bootstrap():  # type: ignore[no-untyped-def]
+            world.clock.advance(3)
+            for e in "BC":  # back 3 s into the load: admitted, and their Connected loaded with the rest
+                world.dispatcher.let_in(e)
+                world.relay.executor_connected("local", "app", info(e), connection_id=f"{e}@2", owner="relay-2")
+            world.clock.advance(5)
+            return loading()
+
+        pm._bootstrap = bootstrap
+        real(pm)
+
+    for e in "ABC":
+        world.connect(e)
+    monkeypatch.setattr(process_manager.ProcessManager, "start", slow_start)
+    world.restart(down_for=1.0)
+    world.advance(5.1)  # the settle window (5 s) after the load: A never came back
+    assert world.status("A") == "DISCONNECTED" and world.pm.settle.extension < 1
+    world.advance(10)  # its grace (10 s) from the load
+    assert world.status("A") == "DEAD"
+
+
 def test_healthy_executor_of_a_stopped_relay_gets_a_full_fresh_grace(world: World) -> None:
     world.connect("A")
     world.connect("B")
