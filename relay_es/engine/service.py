@@ -24,12 +24,11 @@ Where the rest lives:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from eventsourcing.persistence import IntegrityError
 
-from relay_es.protocol.retention import RetentionPlan, plan as retention_plan
 from relay_es.aggregates.action import Action
 from relay_es.aggregates.application import (
     Application,
@@ -55,6 +54,7 @@ from relay_es.engine.member_commands import MemberCommands
 from relay_es.engine.role_commands import RoleCommands
 from relay_es.engine.executor_commands import ExecutorCommands
 from relay_es.engine.store import RelayStore
+from relay_es.protocol.retention import RetentionPlan, plan as retention_plan
 
 
 class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, ExecutorCommands, RelayStore):
@@ -153,35 +153,11 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
 
         self.retrying(run)
 
-    def record_retention_dispatched(
-        self,
-        org: str,
-        name: str,
-        *,
-        request_id: str,
-        target_executor_id: str,
-        gc_cutoff: datetime | None,
-        gc_rows_threshold: int | None,
-        timeout_cutoff: datetime | None,
-    ) -> None:
-        def run() -> None:
-            app = self.get_app(org, name)
-            app.record_retention_dispatched(
-                request_id=request_id,
-                target_executor_id=target_executor_id,
-                gc_cutoff=gc_cutoff,
-                gc_rows_threshold=gc_rows_threshold,
-                timeout_cutoff=timeout_cutoff,
-                at=self.now(),
-            )
-            self.save(app)
-
-        self.retrying(run)
-
     def record_retention_plan(self, org: str, name: str, *, request_id: str, target_executor_id: str,
                               plan: RetentionPlan) -> RetentionPlan | None:
-        """Records a retention round of ``plan``'s time (:meth:`record_retention_dispatched`) cut from the
-        application's settings as the transaction reads them, and returns what was recorded: what to send.
+        """Records a retention round (``Application.record_retention_dispatched``) of ``plan``'s time, cut
+        from the application's settings as the transaction reads them, and returns what was recorded: what
+        to send.
         None (nothing recorded) when they want no retention now. A plan cut from the settings when its
         timer fired could outlive a change made since (a global timeout cleared, and sent anyway)."""
         def run() -> RetentionPlan | None:

@@ -50,6 +50,7 @@ from relay_es.aggregates import SettingsPatch  # noqa: E402
 from relay_es.aggregates.application import app_stream_id  # noqa: E402
 from relay_es.aggregates.gate import gate_stream_id  # noqa: E402
 from relay_es.engine.store import SNAPSHOT_EVERY  # noqa: E402
+from relay_es.protocol.retention import RetentionPlan  # noqa: E402
 
 
 def _counting(relay: Relay) -> list[int]:
@@ -75,8 +76,8 @@ def test_growing_streams_load_a_snapshot_and_a_bounded_tail(clock, store_url) ->
                                                   gc_rows_threshold=1000))
     for i in range(n // 2):
         relay.record_refusal("local", app="app", peer=f"10.0.0.{i % 250}", status=401, reason="unknown key")
-        relay.record_retention_dispatched("local", "app", request_id=f"r{i}", target_executor_id="A",
-                                          gc_cutoff=None, gc_rows_threshold=1000, timeout_cutoff=None)
+        relay.record_retention_plan("local", "app", request_id=f"r{i}", target_executor_id="A",
+                                    plan=RetentionPlan(None, 1000, None))
     counts = _counting(other)  # another process: nothing of these streams in memory
     assert other.grace_for("local", "app") == timedelta(seconds=42)
     gate = other.repository.get(gate_stream_id("local"))

@@ -202,11 +202,11 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
         raise
     except (CallFailed, ExecutorProblem) as e:
         await completed(ctx, action_id, Outcome.FAILED, getattr(e, "detail", str(e)),
-                         getattr(e, "executor_id", None) or (asked[0] if asked else None))
+                        getattr(e, "executor_id", None) or (asked[0] if asked else None))
         raise
     except BaseException as e:  # cancelled (client gone) or a bug: the action still ends on record
         await asyncio.shield(completed(ctx, action_id, Outcome.FAILED, f"relay: {type(e).__name__}",
-                                            asked[0] if asked else None))
+                                       asked[0] if asked else None))
         raise
     try:
         summary = result(answer)
@@ -217,7 +217,7 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
 
 
 async def completed(ctx: RestContext, action_id: uuid.UUID, outcome: Outcome, message: str | None,
-                     executor_id: str | None, result: Mapping[str, Any] | None = None) -> None:
+                    executor_id: str | None, result: Mapping[str, Any] | None = None) -> None:
     """Records how an action carried to an executor ended. Never raises: what the executor did (a
     fork's new id, a trigger) or the refusal it met is answered whether or not its end can be
     written (the store away); the action then stays ``pending`` in the audit log (logged). A 500

@@ -90,6 +90,25 @@ def registered(send: Any, executor_id: str = "T", *, id: str = "c1", app: str = 
     return conn
 
 
+class Handshake:
+    """One socket driven through the hub's ASGI endpoint by hand: ``inbox`` what it receives next,
+    ``sent`` what the hub sent (a close is answered with the disconnect it causes), ``task`` the
+    endpoint's run."""
+
+    def __init__(self, parts: Parts, path: str = "/websocket/app/key") -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+        self.inbox.put_nowait({"type": "websocket.connect"})
+        self.task = asyncio.ensure_future(parts.hub({"type": "websocket", "path": path,
+                                                     "client": ("127.0.0.1", 5555), "headers": []},
+                                                    self.inbox.get, self.send))
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        self.sent.append(msg)
+        if msg["type"] == "websocket.close":
+            await self.inbox.put({"type": "websocket.disconnect", "code": msg["code"]})
+
+
 async def settle() -> None:
     """Lets the loop run what was scheduled on it."""
     for _ in range(5):

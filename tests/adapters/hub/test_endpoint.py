@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import websockets
 
-from tests.adapters.hub.support import actions, at, build, set_grace, settle
+from tests.adapters.hub.support import Handshake, actions, at, build, set_grace, settle
 from tests.conftest import WIRE_ONLY
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import events, listing as executors, rest as api
@@ -383,20 +383,8 @@ def test_a_handshake_that_timed_out_is_closed_before_its_violation_is_recorded()
 
     async def main() -> list[Any]:
         parts = build(store)
-        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        sent: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            return await inbox.get()
-
-        async def send(msg: dict[str, Any]) -> None:
-            sent.append(msg)
-            if msg["type"] == "websocket.close":
-                await inbox.put({"type": "websocket.disconnect", "code": msg["code"]})
-
-        await inbox.put({"type": "websocket.connect"})
-        task = asyncio.ensure_future(parts.hub({"type": "websocket", "path": "/websocket/app/key",
-                                                "client": ("127.0.0.1", 5555), "headers": []}, receive, send))
+        h = Handshake(parts)
+        sent, inbox, task = h.sent, h.inbox, h.task
         try:
             while not any(m["type"] == "websocket.send" for m in sent):
                 await asyncio.sleep(0.001)
@@ -441,17 +429,8 @@ def test_a_handshake_admitted_before_a_revocation_and_registered_after_it_is_clo
             return "acme", "ci"
 
         monkeypatch.setattr(parts.hub.gate, "admit", admit)
-        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        sent: list[dict[str, Any]] = []
-
-        async def send(msg: dict[str, Any]) -> None:
-            sent.append(msg)
-            if msg["type"] == "websocket.close":
-                await inbox.put({"type": "websocket.disconnect", "code": msg["code"]})
-
-        await inbox.put({"type": "websocket.connect"})
-        task = asyncio.ensure_future(parts.hub({"type": "websocket", "path": "/websocket/orders/key",
-                                                "client": ("127.0.0.1", 5555), "headers": []}, inbox.get, send))
+        h = Handshake(parts, "/websocket/orders/key")
+        sent, inbox, task = h.sent, h.inbox, h.task
         await admitted.wait()
         if closing == "token":
             await parts.hub.close_token("acme", "ci")
