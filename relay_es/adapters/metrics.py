@@ -10,7 +10,10 @@ The executors' own metrics, collected with ``get_metrics`` (``adapters/hub/harve
 are added up per application: ``relay_app_workflows_total{org,app,workflow}`` and
 ``relay_app_steps_total{org,app,step}``. Names come from executors, so an application
 gets at most :data:`MAX_APP_NAMES` of each, cut to :data:`MAX_LABEL` characters; more are
-counted under ``(other)``. The scrape is rendered on a worker thread, not the event loop.
+counted under ``(other)``. The scrape is rendered on a worker thread, not the event loop,
+for one org: a series labelled with another ``org`` is left out (a tenant's token does not
+read another tenant's applications and workflow names), the process-wide series (no ``org``
+label: transitions, connections, the store, the workers) are the whole server's.
 ``tests/adapters/test_metrics.py`` checks each is exposed with its name and labels;
 ``docs/observability/`` holds a Grafana dashboard and alert rules made of them.
 """
@@ -23,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_APP_NAMES = 200  # workflow (and step) names one application may have on /metrics
@@ -280,5 +283,23 @@ class Metrics:
         """Exposes the alert manager's counters, read from ``stats`` (its ``AlertStats``) at each scrape."""
         self.registry.register(_AlertCounters(stats))
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, org: str | None = None) -> bytes:
+        """The Prometheus text of every series, or with ``org`` of those labelled with that org and
+        those with no org label."""
+        return generate_latest(self.registry if org is None else _OneOrg(self.registry, org))
+
+
+class _OneOrg:
+    """``registry``'s families, each without the samples labelled with an org other than ``org``."""
+
+    def __init__(self, registry: CollectorRegistry, org: str) -> None:
+        self.registry, self.org = registry, org
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.registry.collect():
+            if all(s.labels.get("org", self.org) == self.org for s in family.samples):
+                yield family
+                continue
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [s for s in family.samples if s.labels.get("org", self.org) == self.org]
+            yield kept

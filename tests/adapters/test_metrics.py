@@ -304,3 +304,27 @@ def test_the_alert_managers_counters_are_read_at_scrape_time() -> None:
     assert got["relay_alert_check_failures"] == [("relay_alert_check_failures_total", {}, 4.0)]
     stats.fired += 1  # read again at the next scrape, not copied
     assert exposed(m)["relay_alerts_fired"] == [("relay_alerts_fired_total", {}, 4.0)]
+
+
+def test_a_scrape_for_one_org_leaves_out_the_series_of_the_others() -> None:
+    """A tenant's token reads its own applications' series and the process-wide ones, nothing of
+    another org's (its application and workflow names)."""
+    m = Metrics()
+    m.watch_executors(lambda: [row("acme", "orders", "HEALTHY"), row("other", "secret-app", "HEALTHY")])
+    m.app_collected("acme", "orders", 1_800_000_300, [sample("workflow_count", "checkout", 3)])
+    m.app_collected("other", "secret-app", 1_800_000_300, [sample("workflow_count", "launch-codes", 2)])
+    m.transitions.labels("Connected").inc(2)
+    whole = m.render().decode()
+    assert "secret-app" in whole and "launch-codes" in whole
+    acme = m.render("acme").decode()
+    assert "secret-app" not in acme and "launch-codes" not in acme and 'org="other"' not in acme
+    families = {f.name: {(s.name, tuple(sorted(s.labels.items()))): s.value for s in f.samples}
+                for f in text_string_to_metric_families(acme)}
+    assert families["relay_executors"] == {("relay_executors", (("app", "orders"), ("org", "acme"),
+                                                                 ("status", "HEALTHY"))): 1.0}
+    assert families["relay_app_workflows"] == {("relay_app_workflows_total", (("app", "orders"), ("org", "acme"),
+                                                                               ("workflow", "checkout"))): 3.0}
+    assert families["relay_transitions"][("relay_transitions_total", (("event", "Connected"),))] == 2.0
+    nobody = m.render("nobody").decode()
+    assert "relay_app_workflows_total{" not in nobody and "# TYPE relay_app_workflows_total counter" in nobody
+    assert 'relay_transitions_total{event="Connected"} 2.0' in nobody

@@ -7,7 +7,8 @@ development mode or to an org-wide token. ``/readyz`` answers 200 once the
 instance should be sent traffic -- its process manager started and its read
 models current -- and 503 with the reason before that, after a bug, and from
 the start of a shutdown (a load balancer holds requests back or drains). ``/metrics``
-renders every org's series (an org-wide token in auth mode). The API's own
+renders the caller's org's series and the process-wide ones (an org-wide token in auth mode;
+in development mode the only org is ``local``). The API's own
 OpenAPI document, ``/openapi.json``, is :mod:`relay_es.adapters.rest.openapi`'s.
 """
 
@@ -53,6 +54,8 @@ async def readyz(ctx: Context) -> Response[dict[str, Any]]:
 
 @get("/metrics", operation_id="getRelayMetrics", sync_to_thread=True, media_type="text/plain",
      summary="Prometheus metrics",
-     description="Every org's series. In auth mode an org-wide token (metric.read) is required.")
-def metrics(ctx: Context) -> Response[bytes]:
-    return Response(content=ctx.metrics.render(), media_type=CONTENT_TYPE)
+     description="The series of the caller's org (those labelled `org`) and the process-wide ones (no `org` "
+                 "label: the whole server's). In auth mode an org-wide token (metric.read) is required, and a "
+                 "series of another org is left out.")
+def metrics(request: Request[Any, Any, Any], ctx: Context) -> Response[bytes]:
+    return Response(content=ctx.metrics.render(request.state.principal.org), media_type=CONTENT_TYPE)

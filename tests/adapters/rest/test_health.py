@@ -97,3 +97,27 @@ def test_healthz_tells_the_instance_only_to_an_operator_in_auth_mode(
     r = call(s, "GET", "/v2/orgs/acme/apps/orders", t["acme"], headers={"X-Forwarded-For": "203.0.113.9",
                                                                        "X-Forwarded-Proto": "https"})
     assert r.status_code == 200
+
+
+def test_an_org_wide_token_scrapes_its_own_org_s_series_only(auth_server: tuple[RelayServer, dict[str, str]]) -> None:
+    """Two tenants on one Relay: ``other``'s token does not read ``acme``'s application names on
+    ``/metrics``; ``acme``'s does, and both read the process-wide series."""
+    s, tokens = auth_server
+
+    async def main() -> None:
+        a = await FakeExecutor(s.ws, app="orders", executor_id="A", key=tokens["acme"]).connect()
+        healthy = 'relay_executors{app="orders",org="acme",status="HEALTHY"} 1.0'
+
+        def counted() -> str | None:
+            text = call(s, "GET", "/metrics", tokens["acme"]).text
+            return text if healthy in text else None
+
+        await until(counted, what="A counted HEALTHY")
+        other = call(s, "GET", "/metrics", tokens["other"])
+        assert other.status_code == 200
+        assert 'org="acme"' not in other.text and "orders" not in other.text
+        assert "relay_open_connections 1.0" in other.text
+        assert call(s, "GET", "/metrics", tokens["scoped"]).status_code == 403
+        await a.close()
+
+    asyncio.run(main())
