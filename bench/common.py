@@ -471,16 +471,26 @@ class StoreReader:
         r = self.query(f"SELECT MAX({col}) FROM {t}")
         return int(r[0][0] or 0)
 
-    def positions(self) -> dict[str, int]:
+    def positions(self) -> dict[str, int] | None:
+        """Each read model's position; {} before the read models' table exists, None when it could
+        not be read (a busy store): not position 0, which would move a rate's window."""
         try:
             return {n: int(p) for n, p in self.query("SELECT name, position FROM relay_tracking")}
-        except Exception:
+        except Exception as e:
             self.reset()
-            return {}
+            if "no such table" in str(e) or type(e).__name__ == "UndefinedTable":
+                return {}
+            return None
 
-    def projected(self) -> int:
+    def projected(self) -> int | None:
+        """The read models' lowest position (0 before they exist), None when it could not be read."""
         ps = self.positions()
-        return min(ps.values()) if ps else 0
+        return None if ps is None else min(ps.values()) if ps else 0
+
+    def caught_up(self) -> bool:
+        """Have the read models folded the whole log (False when their position could not be read)?"""
+        p = self.projected()
+        return p is not None and p >= self.head()
 
     def count_status(self, app: str, status: str, owner: str | None = None) -> int:
         sql = "SELECT count(*) FROM relay_executors WHERE app = ? AND status = ?"
@@ -518,7 +528,9 @@ class Poller(threading.Thread):
     def run(self) -> None:
         while not self._halt.is_set():
             try:
-                self.samples.append((time.monotonic(), self.reader.head(), self.reader.projected()))
+                t, head, projected = time.monotonic(), self.reader.head(), self.reader.projected()
+                if projected is not None:  # else not read: no sample
+                    self.samples.append((t, head, projected))
             except Exception:
                 self.reader.reset()
             self._halt.wait(self.interval)

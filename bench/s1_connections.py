@@ -74,7 +74,7 @@ def measure(kind: str, n: int, window: float, idle_window: float, pause: float =
         failed = sum(a["failed"] for a in answers)
         if kind == "relay":
             reader = StoreReader(store)
-            wait_until(lambda: reader.count_status("conn", "HEALTHY") >= registered and reader.projected() >= reader.head(),
+            wait_until(lambda: reader.count_status("conn", "HEALTHY") >= registered and reader.caught_up(),
                        timeout=300, interval=0.25)
             reader.close()
         time.sleep(pause)

@@ -8,7 +8,8 @@ of ``relay_tracking``) every 20 ms: the append and projection rates are the
 events of a storm over the time the counter took to move from its value
 before the storm to its value after.
 
-Baselines, in the same run and the same database: raw single-row inserts
+Baselines, in the same run and on the same store (Postgres: the same database; SQLite: a file of its own
+beside Relay's, with Relay's ``synchronous``): raw single-row inserts
 with one commit each (psycopg autocommit into a table shaped like
 ``relay_events``; sqlite3 ``BEGIN; INSERT; COMMIT`` into a table shaped like
 the SQLite recorder's, same pragmas). A diagnostic measures Relay's own
@@ -42,7 +43,7 @@ def settle(reader: StoreReader, quiet: float = 1.0, timeout: float = 300, target
         head = reader.head()
         if head != last:
             last, since = head, time.monotonic()
-        elif (time.monotonic() - since >= quiet and reader.projected() >= head
+        elif (time.monotonic() - since >= quiet and (p := reader.projected()) is not None and p >= head
               and (target is None or head >= target or time.monotonic() - since >= 10 * quiet)):
             return head
         time.sleep(0.05)
@@ -67,6 +68,12 @@ def storm(name: str, fn: Any, poller: Poller, reader: StoreReader, pids: dict[st
     """``events_per_client``: how many events each registered client's transition records."""
     head0 = reader.head()
     proj0 = reader.projected()
+    for _ in range(200):  # None while it cannot be read (a busy store)
+        if proj0 is not None:
+            break
+        time.sleep(0.05)
+        proj0 = reader.projected()
+    assert proj0 is not None, "the read models' position could not be read for 10 s"
     meter = CpuMeter(pids).start()
     threads = ThreadMeter(pids["server"]).start()
     overflows0 = listen_overflows()
@@ -275,6 +282,7 @@ def one_store(ctx: Any, kind: str, n: int, raw_rows: int, single_n: int) -> dict
     fleets: list[Fleet] = []
     srv = None
     poller = None
+    single_url = None
     try:
         srv = relay_server(wd.path, store)
         assert srv.get("/healthz").status_code == 200
@@ -316,6 +324,10 @@ def one_store(ctx: Any, kind: str, n: int, raw_rows: int, single_n: int) -> dict
         if srv is not None:
             srv.kill()
         wd.remove()
+        if kind == "postgres":  # a database left in the cluster is vacuumed beside the runs after it
+            for url in (store, single_url):
+                if url is not None:
+                    ctx.pg.drop_db(url)
 
 
 def sqlite_synchronous(store_url: str) -> int:

@@ -137,6 +137,8 @@ def one_store(ctx: Any, kind: str, n: int, grace: int, settle: float,
             if s is not None:
                 s.kill()
         wd.remove()
+        if kind == "postgres":  # a database left in the cluster is vacuumed beside the runs after it
+            ctx.pg.drop_db(store)
 
 
 def bare_baseline(n: int) -> dict[str, Any]:

@@ -306,6 +306,8 @@ def one_store(ctx: Any, kind: str, sizes: list[tuple[str, int, int]], rounds: in
         if srv is not None:
             srv.kill()
         wd.remove()
+        if kind == "postgres":  # a database left in the cluster is vacuumed beside the runs after it
+            ctx.pg.drop_db(store)
 
 
 def run(ctx: Any) -> dict[str, Any]:
@@ -324,7 +326,7 @@ def run(ctx: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ report
 def render(d: dict[str, Any], goals: list["Goal"]) -> str:
-    from bench.report import f0, f1, f2, goal, ratio, table
+    from bench.report import f0, f1, f2, goal, incomplete, ratio, table
 
     r = d["result"]
     out = ["`listWorkflows` through Relay (REST -> WebSocket -> executor -> back, mapped to Conductor's shape) "
@@ -354,11 +356,13 @@ def render(d: dict[str, Any], goals: list["Goal"]) -> str:
                          f0((pg.get("latency_ms") or {}).get("p50")), f0((pg.get("latency_ms") or {}).get("p99")),
                          "yes" if ph["all_recovered"] else "NO"])
         p99, base = ld["lateness_ms"]["p99"], b["lateness_ms"]["p99"]
-        ok = p99 is not None and p99 < 250
+        why = incomplete(ld)
+        ok = p99 is not None and p99 < 250 and not why
         goals.append(goal(f"8. DeclaredDead lateness p99 while {r['pagers']} clients page workflows, {s['store']}",
                           f"{f0(p99)} ms", f"{f0(base)} ms without them", f2(ratio(p99, base)),
                           "< 250 ms (round 1's section 3 goal)", ok, p99, "ms",
-                          f" by {p99 - 250:.0f} ms" if p99 is not None else ""))
+                          (f" by {p99 - 250:.0f} ms" if p99 is not None and p99 >= 250 else "")
+                          + (f" ({why})" if why else "")))
         errors = (ld["pages"] or {}).get("errors")
         if errors:
             out.append(f"{s['store']}: pages that failed under load: {errors}.")
