@@ -4,7 +4,8 @@
 validates a response's body against the schema the document gives the operation for that
 status (``default`` for errors: ``ErrorModel``, problem+json); :func:`check_schema` validates a
 value against one component schema. Conductor's schemas are closed
-(``additionalProperties: false``): an extra field fails.
+(``additionalProperties: false``): an extra field fails. Formats are checked too (``date-time``,
+``uri``, ...): under Draft 2020-12 a validator treats ``format`` as a note unless told otherwise.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def operations() -> dict[str, tuple[str, str, dict[str, Any]]]:
 
 def _validator(schema: dict[str, Any]) -> Any:
     # The component schemas travel with the schema so that "#/components/schemas/X" resolves.
-    return jsonschema_rs.Draft202012Validator({**schema, "components": document()["components"]})
+    return jsonschema_rs.Draft202012Validator({**schema, "components": document()["components"]},
+                                              validate_formats=True)
 
 
 @cache

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from relay_es.adapters import authz
 from relay_es.adapters.rest import build_app
@@ -132,6 +133,17 @@ def listed(server: RelayServer, app: str, token: str | None = None, org: str = "
 
 def _shape(template: str) -> str:
     return re.sub(r"\{[^}]*\}", "{}", template)
+
+
+def test_the_checker_refuses_a_field_out_of_its_format() -> None:
+    """A timestamp that is not RFC 3339 fails as an extra field does (``format`` is checked)."""
+    good = {"versionId": "v", "versionName": "v1", "versionTimestamp": "2026-12-06T12:00:00.000Z",
+            "createdAt": "2026-12-06T12:00:00Z"}
+    check_schema("ApplicationVersion", good)
+    for bad in ({**good, "createdAt": "1767225600000"}, {**good, "versionTimestamp": "yesterday"},
+                {**good, "extra": 1}):
+        with pytest.raises(AssertionError):
+            check_schema("ApplicationVersion", bad)
 
 
 def test_every_conductor_path_relay_serves_is_checked_here() -> None:
