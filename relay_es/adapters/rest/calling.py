@@ -119,13 +119,15 @@ async def latest_version(ctx: RestContext, org: str, app: str) -> str | None:
     executors' registry), which an operation that prefers the latest version goes to (routing, rule 2);
     None when unknown (an SDK without the registry, no answer within :data:`LATEST_ASK_SECS`): then the
     newest registered version. Asked of an executor at most every :data:`LATEST_TTL_SECS` per
-    application, and set at once by this process's own ``setLatestAppVersion``; another instance's
-    change is seen within that time. Resume and fork went to the newest registered version, whatever
-    the user had made latest."""
-    hit = ctx.latest_versions.get((org, app))
+    application, and asked again after this process's own ``setLatestAppVersion``
+    (:func:`latest_changed`); another instance's change is seen within that time. An answer asked for
+    before such a change is not kept (it would stand for the old version until the time ran out)."""
+    key = (org, app)
+    hit = ctx.latest_versions.get(key)
     now = time.monotonic()
     if hit is not None and now - hit[1] < LATEST_TTL_SECS:
         return hit[0]
+    changes = ctx.latest_changes.get(key, 0)
     version = None
     if ctx.calls is not None:
         try:
@@ -136,8 +138,18 @@ async def latest_version(ctx: RestContext, org: str, app: str) -> str | None:
                 version = max(stamped, key=lambda v: v.version_timestamp).version_name
         except CallFailed:
             pass
-    ctx.latest_versions[(org, app)] = (version, now)
+    if ctx.latest_changes.get(key, 0) == changes:  # else made latest meanwhile: the next call asks again
+        ctx.latest_versions[key] = (version, now)
     return version
+
+
+def latest_changed(ctx: RestContext, org: str, app: str) -> None:
+    """``setLatestAppVersion`` of ``org``/``app`` is done: what :func:`latest_version` remembers is
+    forgotten, and an answer on its way from before is not kept. Asking again (rather than taking the
+    request's version) keeps the registry's order when two such changes race."""
+    key = (org, app)
+    ctx.latest_changes[key] = ctx.latest_changes.get(key, 0) + 1
+    ctx.latest_versions.pop(key, None)
 
 
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,

@@ -66,10 +66,12 @@ class RestContext:
     """Whether ``(org, app, executor_id)`` has a registered socket here now, or transitions on their way
     to the store (the dispatcher's ``is_connected``): the read models may still say otherwise."""
     call_timeout: timedelta = timedelta(seconds=20)
+    """How long an executor has to answer one operation (``RELAY_CALL_TIMEOUT_SECS``)."""
     latest_versions: dict[tuple[str, str], tuple[str | None, float]] = field(default_factory=dict)
     """(org, app) -> the version a user made latest, as the executors' registry said it, and when (monotonic
     seconds): :func:`relay_es.adapters.rest.calling.latest_version`'s memory."""
-    """How long an executor has to answer one operation (``RELAY_CALL_TIMEOUT_SECS``)."""
+    latest_changes: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(org, app) -> how many times this process made a version latest (:func:`~relay_es.adapters.rest.calling.latest_changed`)."""
     series: MetricSeries | None = None
     """The executors' metrics as collected (``listMetrics``), or None where nothing collects."""
     metrics_interval: int = 300

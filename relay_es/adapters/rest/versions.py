@@ -18,7 +18,6 @@ An SDK that predates the registry (Python dbos before 2.15) answers "Unknown mes
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from litestar import Controller, Request, Response, get, patch
@@ -63,4 +62,4 @@ class VersionsController(Controller):
             ctx, request, org, app, operation="setLatestAppVersion", target_type="version",
             target_ids=[b.version_name], parameters={"versionName": b.version_name},
             make_request=sent_as(wire_request), failed_status=failed_status)
-        ctx.latest_versions[(org, app)] = (b.version_name, time.monotonic())  # resume and fork go there now
+        calling.latest_changed(ctx, org, app)  # resume and fork ask the registry again

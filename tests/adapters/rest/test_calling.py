@@ -219,3 +219,47 @@ def test_a_bad_body_is_refused_and_nothing_is_recorded(raw: bytes, status: int) 
         r = c.post("/act/shop", content=raw)
     assert r.status_code == status, r.text
     assert relay.requested == []
+
+
+def test_a_latest_version_answer_older_than_a_change_made_meanwhile_is_not_kept() -> None:
+    """A resume asks the registry which version is latest; while the answer is on its way the user
+    makes v2 latest (setLatestAppVersion, done). The answer read before the change (v1) must not
+    stand in the cache for 30 s: the next resume asks again and goes to v2."""
+    import asyncio
+
+    from relay_es.protocol import catalogue as c
+
+    def versions(latest: str) -> Any:
+        return c.ListApplicationVersionsResponse(type="list_application_versions", request_id="r", output=[
+            c.ApplicationVersionOutput(version_id=v, version_name=v, version_timestamp=1 if v != latest else 2,
+                                       created_at=1) for v in ("v1", "v2")])
+
+    class SlowRegistry:
+        def __init__(self) -> None:
+            self.latest, self.asked = "v1", 0
+            self.gate: asyncio.Event | None = None
+
+        async def call(self, org: str, app: str, make_request: Any, **kw: Any) -> Any:
+            self.asked += 1
+            answer = versions(self.latest)  # read now, delivered later
+            if self.gate is not None:
+                await self.gate.wait()
+            return answer
+
+    async def go() -> None:
+        reg = SlowRegistry()
+        ctx: RestContext = fake_context(relay=FakeRelay(), calls=reg)
+        reg.gate = asyncio.Event()
+        first = asyncio.create_task(calling.latest_version(ctx, "local", "shop"))
+        await asyncio.sleep(0)
+        assert reg.asked == 1
+        reg.latest = "v2"  # setLatestAppVersion reached the executor...
+        calling.latest_changed(ctx, "local", "shop")  # ...and the route says so
+        reg.gate.set()
+        assert await first == "v1"  # its own answer: asked before the change
+        reg.gate = None
+        assert await calling.latest_version(ctx, "local", "shop") == "v2"  # asked again, not the stale v1
+        assert reg.asked == 2
+        assert await calling.latest_version(ctx, "local", "shop") == "v2" and reg.asked == 2  # kept now
+
+    asyncio.run(go())

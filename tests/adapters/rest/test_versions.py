@@ -126,7 +126,7 @@ def test_an_application_limited_token_reads_versions_and_queues_but_does_not_act
 def test_resume_and_fork_go_to_the_version_a_user_made_latest(relay: RelayServer) -> None:
     """The routing's 'latest' was always the newest registered version: a version made latest with
     setLatestAppVersion was ignored by resume and fork. It is asked of the executors' registry (and
-    known at once after this Relay's own setLatestAppVersion)."""
+    asked again after this Relay's own setLatestAppVersion)."""
     shared = registry("v1", "v2")  # one system database: both executors answer from it
     answers = {**shared, "resume": lambda req: {"success": True},
                "fork_workflow": lambda req: {"new_workflow_id": "wf-1-fork"}}
