@@ -39,12 +39,15 @@ call's timeout; a count that failed or did not come in time is null too.
 A resumed workflow keeps its application version (every SDK: it is enqueued again and only an
 executor of that version dequeues it), so resume fixes a workflow whose version still runs.
 ``{"fix": "fork", "workflowIds": [...], "appVersion": "v2"}`` is the fix when none of its
-version is left: the workflows are cancelled (so that no executor of the old version ever runs
+version is left: once an executor has listed every one of them (an id the application does not
+have is a 404 with nothing done: DBOS refuses a bulk fork with one unknown id whole), the
+workflows are cancelled (so that no executor of the old version ever runs
 them again), then forked from their last recorded step (the protocol's ``fork_from_failure``
 with ``from_last_step``: new workflow ids, the steps before it copied) on ``appVersion``,
 by default the latest version running (Relay names it: an SDK left to choose keeps the
 original's); it answers
-``{"fix", "workflowIds", "forkedWorkflowIds"}``. With
+``{"fix", "workflowIds", "forkedWorkflowIds"}``; a fork that fails after the cancel is the
+fork's problem, its detail saying the workflows are CANCELLED and not forked. With
 ``{"fix": "recover", "executorIds": [...], "force": false}`` (1-20 ids) Relay has a HEALTHY
 executor *of each one's application version* recover its PENDING workflows now (the
 protocol's ``recovery`` message, one per version), without waiting for the process
@@ -66,7 +69,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, Response, get, post
-from litestar.exceptions import ValidationException
+from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import FromPath, QueryParameter
 from msgspec import UNSET, Meta, UnsetType
 
@@ -302,6 +305,8 @@ class StrandedController(Controller):
         assert b.workflow_ids is not UNSET
         ids = list(b.workflow_ids)
         fork_version = await _fork_version(ctx, org, app, b) if b.fix == Fix.FORK else None
+        if b.fix == Fix.FORK:
+            await _all_exist(ctx, org, app, ids)
         if b.fix == Fix.RESUME:
             made: c.Request = mapping.bulk_resume_request(m.BulkResumeInputBody(workflow_ids=ids), request_id="")
         else:  # cancel, and fork's first step
@@ -317,14 +322,51 @@ class StrandedController(Controller):
             return calling.answer({"fix": b.fix, "workflowIds": ids})
         fork = m.BulkForkFromFailureBody(workflow_ids=ids, from_last_step=True,
                                          app_version=UNSET if fork_version is None else fork_version)
-        answer = await calling.act(
-            ctx, request, org, app, operation="strandedFork", target_type=WORKFLOW, target_ids=ids,
-            parameters={"workflowCount": len(ids), "fromLastStep": True, "appVersion": fork_version},
-            make_request=lambda rid: mapping.fork_from_failure_request(fork, request_id=rid),
-            result=lambda a: {"forkedCount": len(a.forked_workflow_ids or ())},
-            prefer_latest=True, failed_status=calling.not_found_or(500))
-        forked = mapping.fork_from_failure_out(answer).workflow_ids
+        try:
+            answer = await calling.act(
+                ctx, request, org, app, operation="strandedFork", target_type=WORKFLOW, target_ids=ids,
+                parameters={"workflowCount": len(ids), "fromLastStep": True, "appVersion": fork_version},
+                make_request=lambda rid: mapping.fork_from_failure_request(fork, request_id=rid),
+                result=lambda a: {"forkedCount": len(a.forked_workflow_ids or ())},
+                prefer_latest=True, failed_status=calling.not_found_or(500))
+            forked = mapping.fork_from_failure_out(answer).workflow_ids
+        except (CallFailed, calling.ExecutorProblem, mapping.ExecutorReplyError) as e:
+            raise _cancelled_not_forked(e, len(ids)) from None
         return calling.answer({"fix": "fork", "workflowIds": ids, "forkedWorkflowIds": forked})
+
+
+async def _all_exist(ctx: RestContext, org: str, app: str, ids: list[str]) -> None:
+    """404 naming the workflows the application does not have, before fork's cancel: DBOS refuses a
+    bulk fork with one unknown id whole, and the others would be left cancelled, not forked."""
+    asked = c.ListWorkflowsRequest(request_id="", body=c.ListWorkflowsBody(
+        workflow_uuids=ids, limit=len(ids), load_input=False, load_output=False))
+    reply: c.ListWorkflowsResponse = await calling.ask(
+        ctx, org, app, lambda rid: msgspec.structs.replace(asked, request_id=rid), app_checked=True)
+    found = {w.WorkflowUUID for w in reply.output or ()}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise NotFoundException(
+            f"no such workflow in application {app[:200]!r}: " + ", ".join(repr(i[:256]) for i in missing[:10])
+            + (f" and {len(missing) - 10} more" if len(missing) > 10 else "") + "; nothing was cancelled or forked")
+
+
+def _cancelled_not_forked(e: Exception, count: int) -> calling.ExecutorProblem:
+    """The fork's failure, saying what its cancel did: the workflows are CANCELLED and not forked
+    (or, when the executor did not answer, perhaps forked: look before trying again)."""
+    if isinstance(e, mapping.ExecutorReplyError):
+        status, title, detail = 502, "executor reply refused", str(e)
+    else:
+        status, title = getattr(e, "status", 502), getattr(e, "title", "executor call failed")
+        detail = getattr(e, "detail", str(e))
+    them = "the workflow was" if count == 1 else f"the {count} workflows were"
+    if isinstance(e, ExecutorTimedOut):
+        after = (f" {them.capitalize()} cancelled first (strandedCancel, in the audit log); whether the fork was "
+                 "made is not known: list the workflows forked from them before trying again.")
+    else:
+        after = (f" {them.capitalize()} cancelled first (strandedCancel, in the audit log) and "
+                 f"{'is' if count == 1 else 'are'} CANCELLED now, not forked: fix=fork again forks "
+                 f"{'it' if count == 1 else 'them'}.")
+    return calling.ExecutorProblem(status, title, detail + after)
 
 
 async def _fork_version(ctx: RestContext, org: str, app: str, b: FixBody) -> str | None:

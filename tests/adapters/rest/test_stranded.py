@@ -77,8 +77,9 @@ class SystemDatabase:
             return None if v is None else v if isinstance(v, list) else [v]
 
         status, queue = values(body.get("status")), values(body.get("queue_name"))
+        ids = values(body.get("workflow_uuids"))
         rows = [w for w in self.rows if (status is None or w["Status"] in status)
-                and (queue is None or w["QueueName"] in queue)]
+                and (queue is None or w["QueueName"] in queue) and (ids is None or w["WorkflowUUID"] in ids)]
         rows.sort(key=lambda w: int(w["CreatedAt"]), reverse=bool(body.get("sort_desc")))
         offset = body.get("offset") or 0
         rows = rows[offset:]
@@ -248,6 +249,16 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_fork_not_r
             assert r.status_code == 200, r.text
             fork = [q for q in b.requests if q["type"] == "fork_from_failure"][-1]["body"]
             assert fork["application_version"] == "v2"
+
+            # an id the application does not have: DBOS refuses the whole fork, so nothing is
+            # cancelled (it was, and the others were left CANCELLED and not forked)
+            before = len(b.requests)
+            r = await asyncio.to_thread(call, server, "POST", FIX, json={"fix": "fork",
+                                                                         "workflowIds": ["w1", "no-such"]})
+            body = assert_problem(r, 404)
+            assert "'no-such'" in body["detail"] and "nothing was cancelled" in body["detail"]
+            assert [q["type"] for q in b.requests[before:]] == ["list_workflows"]
+            assert db.asked[-1]["workflow_uuids"] == ["w1", "no-such"]
         finally:
             await b.close()
 
@@ -262,6 +273,30 @@ def test_a_dead_executor_deferred_for_want_of_its_version_is_fixed_by_fork_not_r
     assert forked["parameters"] == {"workflowCount": 1, "fromLastStep": True, "appVersion": "v2"}
     assert outcome and outcome["result"] == {"forkedCount": 1}
     assert defaulted["parameters"]["appVersion"] == "v2"  # the version it was sent with, on record
+
+
+def test_a_fork_that_fails_after_the_cancel_says_the_workflows_are_cancelled(server: RelayServer) -> None:
+    """The fork fix cancels, then forks: a fork the executor refuses leaves the workflows
+    CANCELLED, and the problem says so (a client reading only 'fork failed' would think nothing
+    changed)."""
+    call(server, "PUT", ORDERS)
+    db = SystemDatabase([workflow("w1", "A", version="v2")])
+    kw = answering(db)
+    kw["answers"]["fork_from_failure"] = lambda msg: {"error_message": "Exception encountered when bulk forking"}
+
+    async def go() -> None:
+        b = await FakeExecutor(server.ws, app="orders", executor_id="B", version="v2", **kw).connect()
+        try:
+            r = await asyncio.to_thread(call, server, "POST", FIX, json={"fix": "fork", "workflowIds": ["w1"]})
+            body = assert_problem(r, 500)
+            assert "Exception encountered when bulk forking" in body["detail"]
+            assert "cancelled" in body["detail"] and "CANCELLED now, not forked" in body["detail"]
+            assert [q["type"] for q in b.requests if q["type"] not in ("executor_info", "list_application_versions")] == [
+                "list_workflows", "cancel", "fork_from_failure"]
+        finally:
+            await b.close()
+
+    asyncio.run(go())
 
 
 def test_a_queue_count_not_answered_is_null_and_the_listing_does_not_fail(tmp_path: Any, store_url: str) -> None:
