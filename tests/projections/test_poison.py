@@ -298,3 +298,20 @@ def test_keys_too_long_together_are_skipped_live_in_a_rebuild_and_at_the_next_st
         world._open()  # a start: the read models' schema (and its indexes) made again
     assert tables(world) == before
     assert len(skipped(world)) == entries
+
+
+def test_a_fill_at_start_counts_the_events_its_share_processes_skipped(world: World) -> None:
+    """A server's start filling empty read models in processes (``fill_at_start``): what they skipped is
+    counted by the server's runner, as the follower's skips are (``/metrics``), not lost with them."""
+    from relay_es.adapters.readmodels.rebuild import fill_at_start
+    from relay_es.adapters.stores import parse_database_url
+
+    connect_bypassing(world, "nul", hostname="evil\x00host")
+    world.runner.catch_up()
+    live = world.runner.poisoned
+    assert live >= 1
+    world.runner.reset(["audit", "executors"])  # as a read model stored in an older version is emptied
+    seen: list[Any] = []
+    world.runner.on_poison.append(seen.append)
+    assert fill_at_start(world.relay, world.runner, parse_database_url(world.store_url), least=1, count=2) > 0
+    assert world.runner.poisoned > live and seen

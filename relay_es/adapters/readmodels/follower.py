@@ -55,6 +55,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from relay_es.adapters.readmodels.children import die_with_parent
 from relay_es.adapters.stores import StoreConfig
 from relay_es.projections.runner import Poison
 
@@ -258,22 +259,10 @@ class ProjectionProcess:
 # ------------------------------------------------------------------ the child
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL when the server (the thread that started this process) ends, however it ends."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the closed pipe ends it
-
-
 def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: float, server: int) -> None:
     """The child: folds the log into the read models until told to stop or the server is gone.
     ``server``: the server's process id."""
-    _die_with_parent()
+    die_with_parent()  # SIGKILL when the server (the thread that started this process) ends
     if os.getppid() != server:
         return  # the server ended before the line above took effect
     # A Ctrl-C reaches the whole process group, and so may a supervisor's SIGTERM: the server stops us.

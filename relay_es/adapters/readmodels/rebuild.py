@@ -4,24 +4,28 @@ filled from the event store, one process per core.
 Each process folds every read model over one share of the streams
 (:class:`~relay_es.projections.shares.StreamShare`): it reads and decodes only its
 own streams' events (the store filters by stream id), so the log is decoded once in
-all, and the work is split evenly whatever the read models' costs (ADR 11).
+all, and the work is split evenly whatever the read models' costs (ADR 11). A share process
+ends with the process it works for (:mod:`~relay_es.adapters.readmodels.children`), logs as
+it does, and hands back the events it skipped, which are counted there (``/metrics``).
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 
 from relay_es.adapters.clock import SystemClock
+from relay_es.adapters.readmodels.children import die_with_parent, exit_if_gone
 from relay_es.adapters.stores import StoreConfig, event_store_env, open_database
 from relay_es.engine.service import Relay
 from relay_es.projections import all_projections
-from relay_es.projections.runner import ProjectionRunner
+from relay_es.projections.runner import Poison, ProjectionRunner
 from relay_es.projections.shares import StreamShare
 
 MAX_PROCESSES = 4  # SQLite takes one writer at a time: more processes than this wait on its lock
@@ -50,13 +54,45 @@ def fill_at_start(relay: Relay, runner: ProjectionRunner, store: StoreConfig, *,
     if count < 2 or head < least:
         return 0
     spawn = multiprocessing.get_context("spawn")  # a fork server would outlive the fill, idle, as long as the server
-    return runner.fill_elsewhere(lambda names, until: _fill_shares(store, names, until, count, spawn), head)
+    return runner.fill_elsewhere(
+        lambda names, until: _fill_shares(store, names, until, count, spawn, runner.poisoned_elsewhere), head)
 
 
-def _fill_shares(store: StoreConfig, names: set[str], until: int, count: int, ctx: BaseContext) -> int:
-    with ProcessPoolExecutor(count, mp_context=ctx) as pool:
-        return sum(pool.map(_fill_share, [store] * count, [sorted(names)] * count,
-                            [StreamShare.of(i, count) for i in range(count)], [until] * count))
+def _fill_shares(store: StoreConfig, names: set[str], until: int, count: int, ctx: BaseContext,
+                 poisoned: Callable[[Poison], None] | None = None) -> int:
+    """Fills ``names`` in ``count`` processes of ``ctx``, one share of the streams each; each event a
+    share skipped goes to ``poisoned``. Returns how many events they read."""
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    with ProcessPoolExecutor(count, mp_context=ctx, initializer=_share_started, initargs=(os.getpid(), level)) as pool:
+        read = 0
+        for n, skipped in pool.map(_fill_share, [store] * count, [sorted(names)] * count,
+                                   [StreamShare.of(i, count) for i in range(count)], [until] * count):
+            read += n
+            for poison in skipped:
+                if poisoned is not None:
+                    poisoned(poison)
+        return read
+
+
+def _share_started(caller: int, log_level: str) -> None:
+    """A share process's first act: it ends with its parent (the caller, or the fork server, which
+    ends with the caller) and at once if the caller is gone; it logs as the caller does.
+
+    A process forked by a fork server holds the fork server's "alive" pipe (so that it could use the
+    server itself), and the fork server runs until every holder has closed it: the share and the
+    server would keep each other alive after the caller's death. The share closes its copy."""
+    die_with_parent()
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive is not None:
+        forkserver._forkserver._forkserver_alive_fd = None
+        try:
+            os.close(alive)
+        except OSError:
+            pass
+    exit_if_gone(caller)
+    from relay_es.adapters import logs
+
+    logs.configure(log_level)
 
 
 def rebuild_in_processes(store: StoreConfig, names: Iterable[str] | None = None, *, count: int | None = None) -> int:
@@ -125,13 +161,16 @@ def _fork_server() -> BaseContext:
     return ctx
 
 
-def _fill_share(store: StoreConfig, names: list[str], share: StreamShare, until: int) -> int:
+def _fill_share(store: StoreConfig, names: list[str], share: StreamShare, until: int) -> tuple[int, list[Poison]]:
+    """One share's fill: the events read, and those skipped (logged here, counted by the caller)."""
     # The parent created every table; workers creating them again at once race in Postgres' catalog.
     relay = Relay({**event_store_env(store), "CREATE_TABLE": "false"}, clock=SystemClock())
     db = open_database(store)
     try:
         runner = ProjectionRunner(relay, db, [p for p in all_projections() if p.name in names], schema=False)
-        return runner.fill(set(names), share=share, until=until)
+        skipped: list[Poison] = []
+        runner.on_poison.append(skipped.append)
+        return runner.fill(set(names), share=share, until=until), skipped
     finally:
         db.close()
         relay.close()

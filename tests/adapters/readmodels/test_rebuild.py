@@ -51,3 +51,61 @@ def test_a_start_fills_the_read_models_that_have_folded_nothing_in_processes(wor
     assert world.runner.positions() == dict.fromkeys(folded, head)
     assert tables(world) == live
     assert fill_at_start(world.relay, world.runner, store, least=1, count=2) == 0  # none is behind now
+
+
+CALLER = """
+import os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+from relay_es.adapters.readmodels import rebuild
+
+ctx = multiprocessing.get_context(sys.argv[1])
+if sys.argv[1] == "forkserver":
+    ctx = rebuild._fork_server()
+with ProcessPoolExecutor(1, mp_context=ctx, initializer=rebuild._share_started, initargs=(os.getpid(), "INFO")) as pool:
+    print(pool.submit(os.getpid).result(), flush=True)  # a share, started and working for this process
+    pool.submit(time.sleep, 120).result()  # busy, as a share filling its part of a million events
+"""
+
+
+@pytest.mark.parametrize("start", ["spawn", "forkserver"])
+def test_a_share_process_ends_with_the_process_it_works_for(start: str) -> None:
+    """A share outliving a killed rebuild or server (SIGKILL) went on filling the read models beside
+    the next server's fill of the same tables. It is killed with its parent: the caller, or the
+    fork server, which ends with the caller."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, start], stdout=subprocess.PIPE, text=True)
+    try:
+        share = int(caller.stdout.readline())  # type: ignore[union-attr]
+        os.kill(share, 0)  # alive
+        caller.send_signal(signal.SIGKILL)
+        caller.wait(10)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with open(f"/proc/{share}/stat") as f:
+                    gone = f.read().split(") ")[1].startswith("Z")  # a zombie is dead
+            except FileNotFoundError:
+                gone = True
+            if gone:
+                break
+            assert time.monotonic() < deadline, f"the share process {share} outlived its caller"
+            time.sleep(0.05)
+    finally:
+        caller.kill()
+
+
+def test_a_share_started_for_a_caller_already_gone_ends_at_once() -> None:
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    out = subprocess.run([sys.executable, "-c", "from relay_es.adapters.readmodels.children import exit_if_gone; "
+                          f"exit_if_gone({gone.pid}); print('went on')"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "went on" not in out.stdout
