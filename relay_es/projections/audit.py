@@ -250,7 +250,7 @@ class AuditLog(Protocol):
     """Where the log is read (the read models' database)."""
 
     def audit_entries(self, *, org: str, app: str | None = None, executor_id: str | None = None,
-                      after: int | None = None, limit: int = 100) -> list[AuditEntry]: ...
+                      after: int | None = None, limit: int = 100, folded: bool = False) -> list[AuditEntry]: ...
 
 
 def query(
@@ -261,6 +261,8 @@ def query(
     executor_id: str | None = None,
     after: int | None = None,
     limit: int = 100,
+    folded: bool = False,
 ) -> list[AuditEntry]:
-    """The org's entries (of an application, of an executor) after ``after``, in order, at most ``limit``."""
-    return db.audit_entries(org=org, app=app, executor_id=executor_id, after=after, limit=limit)
+    """The org's entries (of an application, of an executor) after ``after``, in order, at most ``limit``;
+    ``folded``: only those up to the read model's tracked position (a page to follow from)."""
+    return db.audit_entries(org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded)

@@ -112,8 +112,8 @@ class AuditTable:
 
 
 def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None = None, after: int | None = None,
-          limit: int = 100) -> list[AuditEntry]:
-    sql, params = query_sql(org=org, app=app, executor_id=executor_id, after=after, limit=limit)
+          limit: int = 100, folded: bool = False) -> list[AuditEntry]:
+    sql, params = query_sql(org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded)
     with db.read() as cur:
         cur.execute(sql, params)
         rows = cur.fetchall()
@@ -121,8 +121,13 @@ def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None 
 
 
 def query_sql(*, org: str, app: str | None, executor_id: str | None, after: int | None,
-              limit: int) -> tuple[str, dict[str, Any]]:
-    """:func:`query`'s statement and parameters."""
+              limit: int, folded: bool = False) -> tuple[str, dict[str, Any]]:
+    """:func:`query`'s statement and parameters. ``folded``: only the entries up to the audit read
+    model's tracked position, read in the same statement. A live fold writes its rows and moves the
+    position in one transaction, so this leaves nothing out then; a fill in processes (a rebuild, a
+    start on empty read models) commits rows of every share out of order and moves the position
+    once at its end, and a reader paging with ``after`` would have stepped over rows committed
+    behind its page for good."""
     sql = "SELECT seq, at, org, app, executor_id, action, detail FROM relay_audit WHERE org = %(org)s"
     params: dict[str, Any] = {"org": org, "limit": limit}
     if app is not None:
@@ -134,6 +139,8 @@ def query_sql(*, org: str, app: str | None, executor_id: str | None, after: int 
     if after is not None:
         sql += " AND seq > %(after)s"
         params["after"] = after
+    if folded:
+        sql += f" AND seq <= (SELECT position FROM relay_tracking WHERE name = '{NAME}')"
     sql += " ORDER BY seq LIMIT %(limit)s"
     return sql, params
 

@@ -3,7 +3,9 @@
 Every transition Relay recorded in an org, in order (``seq``: the event's notification id):
 executors connected, disconnected, declared dead, their recoveries, retention rounds,
 protocol violations, refused handshakes, applications and tokens made and changed. Optionally of one application or one executor; a page of at
-most ``limit`` after ``after``. Read from :mod:`relay_es.projections.audit`. (Who did what
+most ``limit`` after ``after``. Read from :mod:`relay_es.projections.audit`, up to the entries the
+read model has folded as a whole (its tracked position): while a start fills empty read models
+in processes the feed is empty rather than a page with gaps that a follower would step over. (Who did what
 through the API, in Conductor's shape, is the audit log: :mod:`relay_es.adapters.rest.audit`.)
 """
 
@@ -53,4 +55,5 @@ class ExecutorEventsController(Controller):
                 raise InvalidSetting(name, f"must be at most {most} characters")
         return [ExecutorEvent(seq=a.seq, at=units.rfc3339(a.at) or "", org=a.org, app=a.app, executor_id=a.executor_id,
                            action=a.action, detail=a.detail)
-                for a in audit_view.query(ctx.db, org=org, app=app, executor_id=executor_id, after=after, limit=limit)]
+                for a in audit_view.query(ctx.db, org=org, app=app, executor_id=executor_id, after=after, limit=limit,
+                                          folded=True)]

@@ -26,6 +26,25 @@ def test_entries_are_stored_in_order_and_paged(db: Any) -> None:
     assert [e.seq for e in db.audit_entries(org="acme", app="orders", executor_id="A")] == [1, 5, 9]
 
 
+def test_a_page_to_follow_from_holds_only_what_the_read_model_has_folded_as_a_whole(db: Any) -> None:
+    """A fill in processes commits each share's rows out of order and moves the tracked position once
+    at its end: a follower paging with ``after`` over rows 1 and 3 (2 not yet committed) stepped over 2
+    for good. Its page (``folded``) holds nothing past the position."""
+    from relay_es.adapters.readmodels import tracking
+
+    table = TABLES["audit"]
+    rows = [AuditEntry(seq, T0, "acme", "orders", "A", "x.happened", {}) for seq in (1, 2, 3)]
+    with db.transaction() as cur:
+        table.write(cur, ({}, [rows[0], rows[2]]))  # one share's rows; the other's row 2 to come
+    assert [e.seq for e in db.audit_entries(org="acme")] == [1, 3]
+    assert db.audit_entries(org="acme", folded=True) == []
+    with db.transaction() as cur:
+        table.write(cur, ({}, [rows[1]]))
+        assert tracking.move(cur, "audit", 0, 3)  # the fill is done
+    assert db.audit_entries(org="acme", folded=True) == rows
+    assert db.audit_entries(org="acme", after=1, limit=1, folded=True) == [rows[1]]
+
+
 def test_an_action_s_nested_detail_is_stored_with_sorted_keys_and_read_back_equal(db: Any) -> None:
     """Actions' entries (issue 13) nest their actor, target and summaries; escaped text and "…" survive."""
     from relay_es.adapters.readmodels.audit import encode_detail
@@ -103,8 +122,8 @@ def test_pages_of_entries_are_read_in_an_index_s_order_without_a_sort(db: Any) -
         TABLES["audit"].write(cur, ({}, [AuditEntry(seq, T0, "acme", "orders", "A", "x.happened", {})
                                          for seq in range(1, 50)]))
     for index, keys in [("relay_audit_org", {}), ("relay_audit_app", {"app": "orders", "executor_id": "A"})]:
-        for after in (None, 5):
+        for after, folded in ((None, False), (5, False), (5, True)):
             plan = _plan(db, *query_sql(org="acme", **{"app": None, "executor_id": None, **keys}, after=after,
-                                        limit=100))
+                                        limit=100, folded=folded))
             assert index in plan, plan
             assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan
