@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from relay_es.adapters import faults
+from relay_es.adapters import authz, faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
 from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
@@ -115,6 +115,7 @@ def view_bootstrap(db: Database, runner: ProjectionRunner,
 
 COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
 CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
+STARTING = "Relay is starting (its read models are being filled from the store): the key cannot be checked yet"
 READY_LAG = 1_000  # events (one projection batch): read models this close to the log are current for /readyz
 # The leader lease, confirmed on the monotonic clock: the process manager decides nothing on a confirmation
 # older than LEASE_FRESH_SECS (it asks for one first), and a lease not confirmed for LEASE_LOST_SECS is lost.
@@ -271,15 +272,19 @@ class Runtime:
         far; True when they were behind (what they answered may have changed). Blocking. One caller
         waits at a time: any key can ask (an unknown one, on any route), and a second caller while
         one waits is answered False at once, so unknown keys hold at most one thread. At the start
-        the read models follow the log once the process manager has started: that is waited for too,
-        within the same bound."""
+        the read models follow the log once the process manager has started (a start on empty read
+        models fills them first, which can take a minute): that is waited for too, within the same
+        bound, and until then a key they do not hold cannot be checked (``StoreUnavailable``: a 503,
+        not a 401 for a live key)."""
         if not self._catching_up.acquire(blocking=False):
+            if not self._pm_started.is_set():
+                raise authz.StoreUnavailable(STARTING)
             return False
         try:
             end = time.monotonic() + CATCH_UP_SECS
             running = self._pm_started.is_set()
             if not self._pm_started.wait(CATCH_UP_SECS):
-                return False
+                raise authz.StoreUnavailable(STARTING)
             if self.wait_for_read_models(max(0.0, end - time.monotonic())) is None:
                 return not running  # they have followed the log since the caller looked
             return True

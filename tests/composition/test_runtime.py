@@ -62,6 +62,31 @@ def test_auth_mode_admits_with_the_auth_gate(tmp_path: Path) -> None:
         rt.close()
 
 
+def test_a_key_the_read_models_do_not_hold_before_the_start_is_unavailable_not_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start on empty read models fills them in processes before the process manager starts (up to a
+    minute on a large store), and serves meanwhile: a live key the tokens read model does not hold yet
+    was refused (401) by every request; it is a 503 (try again) until the start is done."""
+    from relay_es.adapters import authz
+    from relay_es.composition import runtime
+
+    monkeypatch.setattr(runtime, "CATCH_UP_SECS", 0.05)
+    rt = Runtime(settings(tmp_path, auth=True))
+    try:
+        secret = rt.relay.create_token("acme", "ci")  # in the store, not yet in the read models
+        credentials = rt.gate.credentials  # type: ignore[attr-defined]
+        with pytest.raises(authz.StoreUnavailable, match="starting"):
+            credentials.identify(secret)
+        with pytest.raises(authz.StoreUnavailable, match="starting"):
+            credentials.identify("relay_unknown")  # no key is refused before the start: none can be looked up
+        rt._pm_started.set()  # started: the read models follow the log
+        rt.runner.catch_up()
+        assert credentials.check(secret) is not None
+        assert credentials.check("relay_unknown") is None
+    finally:
+        rt.close()
+
+
 def test_a_runtime_starts_and_stops_and_closing_gives_the_lease_back(tmp_path: Path) -> None:
     lost: list[bool] = []
     rt = Runtime(settings(tmp_path), on_lease_lost=lambda: lost.append(True))
