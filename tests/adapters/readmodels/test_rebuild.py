@@ -99,13 +99,3 @@ def test_a_share_process_ends_with_the_process_it_works_for(start: str) -> None:
     finally:
         caller.kill()
 
-
-def test_a_share_started_for_a_caller_already_gone_ends_at_once() -> None:
-    import subprocess
-    import sys
-
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    out = subprocess.run([sys.executable, "-c", "from relay_es.adapters.readmodels.children import exit_if_gone; "
-                          f"exit_if_gone({gone.pid}); print('went on')"], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 1 and "went on" not in out.stdout
