@@ -69,6 +69,7 @@ from psycopg.sql import SQL, Identifier, Literal
 from relay_es.adapters.failures import is_store_error
 from relay_es.adapters.readmodels.bulk import sqlite_insert_flat
 from relay_es.adapters.sealing import StoreKeys
+from relay_es.domain.text import sanitized
 from relay_es.engine.store import read_notifications
 from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
@@ -619,7 +620,11 @@ class EventLog:
                 out.extend(self._events([row], skip))
             except Exception as error:
                 nid, raw_id, version, topic, _ = row
-                oid, sid = self._stream(raw_id)
+                try:
+                    oid, sid = self._stream(raw_id)
+                except Exception:  # not a stream id (a row a tool or a hand wrote): skipped all the same
+                    oid = sid = sanitized(raw_id if isinstance(raw_id, str) else repr(raw_id), 100) or ""
+                    error = ValueError(f"stream id '{sid}' is not a UUID")
                 out.append((nid, sid, Unreadable(oid, version, topic, error)))
         return out
 

@@ -8,7 +8,9 @@ have no indexes until the end, so an oversized index entry would only fail
 then), whatever the batch boundaries: a rebuild gives identical rows.
 
 The rules: no NUL character in a string (Postgres ``TEXT`` refuses it), no
-integer beyond 64 bits (``BIGINT``, SQLite's ``INTEGER``), and the values of
+integer beyond 64 bits (``BIGINT``, SQLite's ``INTEGER``), an executor's
+incarnation and recovery attempt within 0..2^31-1 (the executors read model's
+``INTEGER`` columns: 32 bits on Postgres, 64 on SQLite), and the values of
 indexed columns (org, app, executor id, name, an action's target) at most
 :data:`~relay_es.domain.text.MAX_ID_BYTES` bytes each, the service's own cap, and
 those indexed together at most :data:`MAX_KEYS_BYTES` in all, so that an index
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay_es.aggregates.executor import Executor
 from relay_es.domain.text import MAX_ID_BYTES
 
 # The values of one index entry, UTF-8 bytes in all: under Postgres's 2,704 with room for the entry's
@@ -30,6 +33,9 @@ from relay_es.domain.text import MAX_ID_BYTES
 MAX_KEYS_BYTES = 2560
 _INT64 = 2**63
 _KEYS = frozenset({"org", "app", "executor_id", "name"})
+_INT32 = 2**31
+# The fields that fill a 32-bit column (Postgres ``INTEGER``), by event class.
+_INT32_FIELDS = {Executor.Connected: "incarnation", Executor.RecoveryDispatched: "attempt"}
 
 
 class Unstorable(ValueError):
@@ -38,9 +44,15 @@ class Unstorable(ValueError):
 
 def check_event(e: Any) -> None:
     """Every top-level string of the event without NUL, every integer within 64 bits,
-    and its key fields within :data:`MAX_ID_BYTES`. (About a microsecond an event: the
-    loop is kept to type tests and C-level searches.)"""
+    those of 32-bit columns (:data:`_INT32_FIELDS`) within 0..2^31-1, and its key fields
+    within :data:`MAX_ID_BYTES`. (About a microsecond an event: the loop is kept to type
+    tests and C-level searches.)"""
     d = e.__dict__  # not vars(e): a builtin call per event
+    small = _INT32_FIELDS.get(type(e))
+    if small is not None:
+        v = d.get(small)
+        if type(v) is int and not 0 <= v < _INT32:
+            raise Unstorable(f"{small} is outside 0..{_INT32 - 1} (a 32-bit column)")
     for v in d.values():
         t = type(v)
         if t is str:

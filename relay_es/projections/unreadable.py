@@ -6,14 +6,15 @@ from uuid import UUID
 
 
 class Unreadable:
-    """A stored event that cannot be decoded: its class is gone (an unknown topic) or
-    its state is not what the class reads. Returned in its place to a reader that asked
-    for them (the projection runner, which skips and reports it: ADR 16); other readers
-    get the decoding error, as before."""
+    """A stored event that cannot be decoded: its class is gone (an unknown topic), its
+    state is not what the class reads, or its stream id is not a UUID (a row a tool or a
+    hand wrote on SQLite, whose ids are text: ``originator_id`` is then that text, escaped
+    and cut). Returned in its place to a reader that asked for them (the projection runner,
+    which skips and reports it: ADR 16); other readers get the decoding error, as before."""
 
     __slots__ = ("originator_id", "originator_version", "topic", "error")
 
-    def __init__(self, originator_id: UUID, originator_version: int, topic: str, error: BaseException) -> None:
+    def __init__(self, originator_id: UUID | str, originator_version: int, topic: str, error: BaseException) -> None:
         self.originator_id = originator_id
         self.originator_version = originator_version
         self.topic = topic

@@ -118,6 +118,29 @@ def test_an_unreadable_state_fails_as_the_library_fails(world: World) -> None:
     assert type(mine.value) is type(theirs.value)
 
 
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)  # Postgres's uuid column holds no other text
+def test_a_row_whose_stream_id_is_not_a_uuid_comes_back_unreadable_with_its_id_as_text(world: World) -> None:
+    import sqlite3
+
+    from relay_es.projections.unreadable import Unreadable
+
+    world.connect("A")
+    with sqlite3.connect(world.store_url.removeprefix("sqlite:///")) as conn:  # as a tool or a hand writes it
+        conn.executemany("INSERT INTO stored_events (originator_id, originator_version, topic, state) "
+                         "VALUES (?, ?, ?, ?)", [("not-a-uuid", 1, "relay_es.gone:Thing.Happened", b"{}"),
+                                                 (b"\x01" * 16, 1, "relay_es.gone:Thing.Happened", b"{}")])
+    conn.close()
+    world.connect("B")
+    whole = world.relay.notifications(0, 1000, unreadable=True)
+    bad = [(sid, e) for _, sid, e in whole if type(e) is Unreadable]
+    assert [(sid, e.originator_id) for sid, e in bad] == [("not-a-uuid",) * 2, (repr(b"\x01" * 16),) * 2]
+    assert all("is not a UUID" in str(e.error) for _, e in bad)
+    assert [n for n, _, _ in whole] == sorted(n for n, _, _ in whole) and len(whole) > 4  # each in its place
+    assert [e.executor_id for _, _, e in whole if type(e).__qualname__ == "Executor.Registered"] == ["A", "B"]
+    with pytest.raises(ValueError):  # readers that did not ask for them get the error, as before
+        world.relay.notifications(0, 1000)
+
+
 # ------------------------------------------------------------------ what the fast paths rely on
 
 

@@ -315,3 +315,58 @@ def test_a_fill_at_start_counts_the_events_its_share_processes_skipped(world: Wo
     world.runner.on_poison.append(seen.append)
     assert fill_at_start(world.relay, world.runner, parse_database_url(world.store_url), least=1, count=2) > 0
     assert world.runner.poisoned > live and seen
+
+
+def incarnation_over_32_bits(world: World) -> None:
+    """A Connected event whose incarnation (2^31) fits SQLite's INTEGER but not Postgres's."""
+    relay = world.relay
+    ex = Executor(org="local", app="app", executor_id="big", timestamp=relay.now())
+    ex.connect(connection_id="c1", owner=world.owner, app_version="v1", hostname="h", language="python",
+               dbos_version="3.2.0", executor_metadata=None, at=relay.now())
+    ex.incarnation = 2**31 - 1
+    ex.disconnect(connection_id="c1", reason="x", deadline=relay.now(), at=relay.now())
+    ex.declare_dead(now=relay.now())
+    ex.connect(connection_id="c2", owner=world.owner, app_version="v1", hostname="h", language="python",
+               dbos_version="3.2.0", executor_metadata=None, at=relay.now())
+    relay.save(ex)
+
+
+def test_an_incarnation_beyond_32_bits_is_skipped_alike_on_both_stores(world: World) -> None:
+    """Before, SQLite stored it and Postgres skipped it on the store's error (INTEGER out of range)."""
+    seen: list[Poison] = []
+    world.runner.on_poison.append(seen.append)
+    incarnation_over_32_bits(world)
+    connect(world, "A")
+    world.runner.catch_up()
+    assert "A" in listed(world)
+    assert [(p.projection, p.event_type) for p in seen] == [("executors", "Executor.Connected")]
+    assert "incarnation is outside 0..2147483647" in seen[0].reason
+    big = [r for r in all_rows(world.db, org="local", app="app") if r.executor_id == "big"]
+    assert [r.incarnation for r in big] == [1]  # as its first connection left it: the second one is skipped
+    before = tables(world)
+    world.runner.rebuild()
+    assert tables(world) == before
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)  # Postgres's uuid column holds no other text
+def test_a_row_whose_stream_id_is_not_a_uuid_is_skipped_and_reported(world: World) -> None:
+    """Before, reading it raised on the stream id while skipping it: every batch failed, for ever."""
+    seen: list[Poison] = []
+    world.runner.on_poison.append(seen.append)
+    connect(world, "A")
+    world.runner.catch_up()
+    with sqlite3.connect(world.store_url.removeprefix("sqlite:///")) as conn:  # as a tool or a hand writes it
+        conn.execute("INSERT INTO stored_events (originator_id, originator_version, topic, state) VALUES (?, ?, ?, ?)",
+                     ("not-a-uuid\x00", 1, "relay_es.aggregates.executor:Executor.Connected", b"{}"))
+    conn.close()
+    connect(world, "B")
+    world.runner.catch_up()
+    assert {"A", "B"} <= listed(world)
+    assert [(p.projection, p.stream_id) for p in seen] == [("all", "not-a-uuid\\x00")]
+    assert "is not a UUID" in seen[0].reason and seen[0].recorded
+    assert [(e.detail["projection"], e.detail["streamId"]) for e in skipped(world)] == [("all", "not-a-uuid\\x00")]
+    world.restart()  # the process manager follows the log past it too
+    assert {"A", "B"} <= {r.executor_id for r in world.pm.rows.values()}
+    before = tables(world)
+    world.runner.rebuild()
+    assert tables(world) == before
