@@ -26,6 +26,16 @@ the two caps together before registration: the parser decompresses every
 message of a TCP read at once, and 250 deflated messages of 1 MiB each fit in
 270 KB on the wire (one socket grew the server by 230 MiB; 16 stalled its
 event loop for seconds).
+
+Frames that carry nothing are bounded too, registered or not: a peer may send
+:data:`CONTROL_BURST` pings and pongs at once and :data:`CONTROL_RATE` a second
+after that, and a message may have at most :data:`MAX_FRAGMENTS` frames; past
+either the connection fails with 1002. The parser takes every frame of a read
+at once, about 3 us each, and uvicorn stops reading a socket only once a whole
+message is queued: one registered socket sending 6-byte pings, or a message of
+endless empty continuation frames, held the event loop for seconds on end
+(``/healthz`` answered in 11-15 s, every other executor missed its keepalive
+and was declared dead), and the empty frames grew the server without bound.
 """
 
 from __future__ import annotations
@@ -33,11 +43,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
-from websockets.exceptions import PayloadTooBig
+from websockets.exceptions import PayloadTooBig, ProtocolError
 from websockets.frames import CONT, CTRL_OPCODES, Frame
 from websockets.server import ServerProtocol
 
@@ -50,6 +61,9 @@ _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connec
 # at once while the process was busy: a client whose handshake the kernel drops tries again 1 s, then
 # 3 s, 7 s later, so one overflow stretched a storm of 5,000 reconnects from about 1.5 s to 6 s (ADR 2).
 LISTEN_BACKLOG = 65_535
+CONTROL_BURST = 100  # pings and pongs a peer may send at once...
+CONTROL_RATE = 10.0  # ...and a second after that (the SDKs ping every 20 s; Relay's pings are answered once each)
+MAX_FRAGMENTS = 1024  # frames of one message (the SDKs send each message in one)
 
 
 class _PerMessageDeflate(PerMessageDeflate):
@@ -94,9 +108,29 @@ class _StagedCap(ServerProtocol):
     staged = False
     pending_frame_cap: int | None = None
     budget: int | None = None  # message bytes (decompressed) it may still receive until the cap is raised
+    # Set on the object by its first ping or fragment (an idle socket holds none): the control frames it
+    # may still send now (a bucket refilled at CONTROL_RATE), when it was last filled, the frames of the
+    # message under way.
+    controls = float(CONTROL_BURST)
+    controls_at = 0.0
+    fragments = 0
 
     def recv_frame(self, frame: Frame) -> None:  # called by the parser after each frame, before the next is read
-        if self.budget is not None and frame.opcode.value in (0, 1, 2):
+        op = frame.opcode.value
+        if op == 0:
+            self.fragments += 1
+            if self.fragments >= MAX_FRAGMENTS:  # the parser fails the connection with 1002
+                raise ProtocolError(f"a message of more than {MAX_FRAGMENTS} frames")
+        elif op in (1, 2):
+            if self.fragments:
+                self.fragments = 0
+        elif op in (9, 10):
+            now = time.monotonic()
+            self.controls = min(CONTROL_BURST, self.controls + (now - self.controls_at) * CONTROL_RATE) - 1
+            self.controls_at = now
+            if self.controls < 0:
+                raise ProtocolError(f"more than {CONTROL_RATE:g} pings and pongs a second")
+        if self.budget is not None and op in (0, 1, 2):
             self.budget -= len(frame.data)
             if self.budget < 0:  # the parser's own handling of a cap: fails the connection with 1009
                 raise PayloadTooBig(len(frame.data), len(frame.data) + self.budget)

@@ -12,7 +12,7 @@ from typing import Any
 
 import uvicorn
 
-from relay_es.adapters.uvicorn_ws import protocol_class
+from relay_es.adapters.uvicorn_ws import CONTROL_BURST, MAX_FRAGMENTS, protocol_class
 from relay_es.protocol.limits import MAX_FRAME, MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
 
 UPGRADE = ("GET /websocket/app/k HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -154,11 +154,41 @@ def test_a_peer_that_does_not_read_gets_no_pongs() -> None:
         proto.pause_writing()
         written_before.append(len(proto.transport.written))
 
-    _, proto = run_socket([frame(b"p" * 125, opcode=0x9)] * 1000, before=paused)
+    _, proto = run_socket([frame(b"p" * 125, opcode=0x9)] * (CONTROL_BURST - 1), before=paused)
     assert len(proto.transport.written) == written_before[0]  # not one pong
     proto.resume_writing()
     proto.data_received(frame(b"q", opcode=0x9))
     assert proto.transport.written[-1] == b"\x8a\x01q"  # writable again: answered
+
+
+def test_a_flood_of_pings_fails_the_connection() -> None:
+    """Every frame of a read is parsed at once: one socket's 6-byte pings held the event loop for seconds
+    and every other executor missed its keepalive. A burst is answered; past it the connection fails
+    with 1002, and what else came in that read is not parsed."""
+    pings = b"".join(frame(b"p", opcode=0x9) for _ in range(CONTROL_BURST - 1))
+    _, proto = run_socket([pings])
+    assert proto.conn.close_sent is None and b"".join(proto.transport.written).count(b"\x8a\x01p") == CONTROL_BURST - 1
+    received, proto = run_socket([pings + b"".join(frame(b"p", opcode=0x9) for _ in range(50_000))
+                                  + frame(b"after")])
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1002
+    assert "pings" in proto.conn.close_sent.reason and texts(received) == []
+    assert b"".join(proto.transport.written).count(b"\x8a\x01p") == CONTROL_BURST  # then no pong
+
+
+def test_a_message_of_endless_fragments_fails_the_connection() -> None:
+    """Empty continuation frames add nothing to a message's size, so no cap stopped them: the server grew
+    without bound. A message may have :data:`MAX_FRAGMENTS` frames."""
+    def part(payload: bytes, opcode: int, fin: bool) -> bytes:
+        return struct.pack("!BB", (0x80 if fin else 0) | opcode, 0x80 | len(payload)) + b"\x00" * 4 + payload
+
+    ok = part(b"{", 0x1, False) + b"".join(part(b"", 0x0, False) for _ in range(MAX_FRAGMENTS - 3)) \
+        + part(b"}", 0x0, True)
+    received, proto = run_socket([ok])
+    assert texts(received) == [2] and proto.conn.close_sent is None
+    endless = part(b"{", 0x1, False) + b"".join(part(b"", 0x0, False) for _ in range(100_000))
+    received, proto = run_socket([endless])
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1002 and texts(received) == []
+    assert len(proto.frames) < MAX_FRAGMENTS
 
 
 def test_every_close_the_peer_or_uvicorn_starts_is_bounded() -> None:
