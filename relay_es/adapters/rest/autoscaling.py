@@ -12,7 +12,8 @@ is a 204, as Conductor's.
 queues, its registered versions and its backlog on the policy's queue per version
 (``get_workflow_aggregates``: ENQUEUED and PENDING, grouped by application version), and answers
 :func:`relay_es.engine.autoscale.recommend`'s ``QueueAutoscale`` per version; ``observedAt`` is
-when the answers were in. Relay recommends; it scales nothing.
+when the answers were in. A count or a queue's number out of its format is a bad reply (502);
+backlogs and executors stop at ``INT64_MAX``. Relay recommends; it scales nothing.
 """
 
 from __future__ import annotations
@@ -69,10 +70,26 @@ def parameters_of(p: AutoscalingPolicy) -> dict[str, Any]:
 
 
 def queue_of(answer: c.ListQueuesResponse, name: str) -> autoscale.Queue | None:
+    """The queue ``name`` of an executor's list, its numbers checked as ``listQueues`` checks them
+    (:class:`~relay_es.adapters.rest.conductor.mapping.ExecutorReplyError`, a 502, for one out of bounds)."""
     for q in answer.output or ():
         if q.name == name:
-            return autoscale.Queue(q.name, q.worker_concurrency, bool(q.partition_queue))
+            queue = mapping.queue_out(q)
+            return autoscale.Queue(queue.name, queue.worker_concurrency, queue.partition_queue)
     return None
+
+
+def backlog_of(answer: c.GetWorkflowAggregatesResponse) -> dict[str | None, int]:
+    """ENQUEUED and PENDING workflows by application version (None: enqueued without one). Each
+    row's count is an ``int64`` from 0 (else :class:`~relay_es.adapters.rest.conductor.mapping.ExecutorReplyError`,
+    a 502); a version's sum stops at ``INT64_MAX``."""
+    depth: dict[str | None, int] = {}
+    for row in answer.output or ():
+        version = (row.group or {}).get("application_version")
+        n = mapping.whole_number("count", row.count)
+        if n is not None:
+            depth[version] = min(m.INT64_MAX, depth.get(version, 0) + n)
+    return depth
 
 
 async def _policy(ctx: RestContext, org: str, app: str) -> AutoscalingPolicy | None:
@@ -146,15 +163,12 @@ class AutoscalingController(Controller):
             _ask(ctx, org, app, mapping.list_versions_request(request_id="")),
             _ask(ctx, org, app, backlog_request))
         observed_at = int(time.time() * 1000)
-        depth: dict[str | None, int] = {}
-        for row in backlog.output or ():
-            version = (row.group or {}).get("application_version")  # None: enqueued without a version
-            if isinstance(row.count, int):
-                depth[version] = depth.get(version, 0) + max(0, row.count)
+        depth = backlog_of(backlog)
         known = [autoscale.Version(v.version_name, v.created_at or 0, v.version_timestamp or 0)
                  for v in versions.output or ()]
         recs = autoscale.recommend(policy, known, queue_of(queues, policy.queue), depth)
+        # int64, as the reference has them: the latest's backlog adds those enqueued without a version
         return calling.answer([m.QueueAutoscale(
-            application_version=r.version, is_latest=r.is_latest, desired_executors=r.desired,
-            queue_depth=r.backlog, observed_at=observed_at, queue_name=UNSET if r.queue is None else r.queue)
-            for r in recs])
+            application_version=r.version, is_latest=r.is_latest, desired_executors=min(r.desired, m.INT64_MAX),
+            queue_depth=min(r.backlog, m.INT64_MAX), observed_at=observed_at,
+            queue_name=UNSET if r.queue is None else r.queue) for r in recs])

@@ -2,8 +2,9 @@
 
 ``GET .../queues`` lists the queues registered in the application's system database
 (``list_queues``, protocol section 5.21; ``[]`` when none is); ``GET .../queues/{queue_name}``
-is one of them (``get_queue``), or 404 when the executor knows none by that name. Each is
-Conductor's ``Queue``, exactly its fields. Any healthy executor answers: the queues are the
+is one of them (``get_queue``), or 404 when the executor knows none by that name (a queue of
+another name is a 502). Each is Conductor's ``Queue``, exactly its fields, each number within
+its format (:func:`~relay_es.adapters.rest.conductor.mapping.queue_out`). Any healthy executor answers: the queues are the
 system database's, not one process's.
 
 An executor whose SDK predates a message (``list_queues`` and ``get_queue`` came with Python
@@ -58,4 +59,5 @@ class QueuesController(Controller):
         answer: c.GetQueueResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         if answer.output is None:
             raise NotFoundException(detail=f"queue {queue_name[:200]!r} not found in application {app!r}")
+        mapping.same_as_asked("name", queue_name, answer.output.name)
         return calling.answer(mapping.queue_out(answer.output))

@@ -12,7 +12,7 @@ Actions are recorded before they are sent and completed however they end
   first reads the schedule and answers 404 for an unknown name (nothing recorded, nothing
   changed, like a refused body).
 * trigger: 201, ``{"workflowId"}`` of the workflow the executor enqueued now, ``Location`` its
-  ``getWorkflow`` path; recorded with that id.
+  ``getWorkflow`` path; recorded with that id (an empty id is a 502).
 * backfill: 200, ``{"workflowIds"}`` enqueued for the times the cron names in
   [``startTime``, ``endTime``) that have no workflow yet; ``endTime`` before ``startTime`` is a
   422. Recorded with the window and the count.
@@ -52,11 +52,12 @@ LoadContext = Annotated[bool | None, QueryParameter(
 
 
 async def _get(ctx: RestContext, org: str, app: str, schedule_name: str) -> c.ScheduleOutput:
-    """The schedule the executor reads, or 404."""
+    """The schedule the executor reads, or 404 (502 for a schedule of another name)."""
     request = mapping.get_schedule_request(schedule_name, request_id="")
     answer: c.GetScheduleResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
     if answer.output is None:
         raise NotFoundException(detail=f"schedule {schedule_name[:200]!r} not found in application {app!r}")
+    mapping.same_as_asked("schedule_name", schedule_name, answer.output.schedule_name)
     return answer.output
 
 

@@ -19,7 +19,7 @@ reference's bodies and encoded once (:func:`~relay_es.adapters.rest.calling.answ
   out, as the reference has it: no body is ``{}``, every workflow (or step) the executor has.
   ``queuesOnly`` lists the enqueued workflows only (``list_queued_workflows``).
 * A workflow the executor does not know is a 404 for ``getWorkflow`` (the executor answers
-  ``null`` without an error); for its steps, events, notifications and streams it is what the
+  ``null`` without an error), one of another id than asked for a 502; for its steps, events, notifications and streams it is what the
   executor answers (an empty list, or its error: 404 when the message says the workflow does
   not exist, else 500 with the executor's text).
 * ``getStepAggregates`` is at ``.../steps/aggregates``, beside ``.../workflows``: one controller,
@@ -165,4 +165,5 @@ async def get_workflow(org: FromPath[str], app: FromPath[str], workflow_id: From
         failed_status=ONE_WORKFLOW)
     if reply.output is None:
         raise no_such_workflow(workflow_id)
+    mapping.same_as_asked("WorkflowUUID", workflow_id, reply.output.WorkflowUUID)
     return calling.answer(mapping.workflow_out(reply.output))

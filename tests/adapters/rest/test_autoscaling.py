@@ -143,6 +143,37 @@ def test_a_policy_survives_a_restart_and_goes_with_the_application(relay: RelayS
     conforms("getAutoscalingPolicy", call(relay, "GET", A + "/autoscaling-policy"), 404)
 
 
+def test_a_backlog_out_of_int64_is_a_502_and_sums_stop_at_int64_max(relay: RelayServer) -> None:
+    system = System()
+    system.queues = [SCALED | {"worker_concurrency": 1}]
+    rows: list[dict[str, Any]] = []
+    with executors(relay, {"app": "shop", "answers": system.answers()}) as (ex,):
+        conforms("setAutoscalingPolicy", call(relay, "PUT", A + "/autoscaling-policy",
+                                              json={"queue": "orders_queue"}), 200)
+        ex.answers["get_workflow_aggregates"] = lambda req: {"output": rows}
+        for bad in (10**25, 2**63, -1):
+            rows[:] = [{"group": {"application_version": "v3"}, "count": bad}] * 2
+            body = conforms("getAutoscale", call(relay, "GET", A + "/autoscale"), 502)
+            assert "count" in body["detail"] and body["title"] == "executor reply refused", body
+
+        top = 2**63 - 1  # valid counts whose sums pass it
+        rows[:] = [{"group": {"application_version": "v3"}, "count": top}] * 2 + [
+            {"group": {"application_version": None}, "count": top}, {"group": {"application_version": "v2"}, "count": 5}]
+        recs = conforms("getAutoscale", call(relay, "GET", A + "/autoscale"), 200)
+        assert [(r["applicationVersion"], r["queueDepth"], r["desiredExecutors"]) for r in recs] == [
+            ("v3", top, top), ("v2", 5, 5), ("v1", 0, 1)]
+
+
+def test_a_policy_queue_with_numbers_out_of_bounds_is_a_502(relay: RelayServer) -> None:
+    system = System()
+    system.queues = [SCALED | {"worker_concurrency": 2**35}]
+    with executors(relay, {"app": "shop", "answers": system.answers()}):
+        body = conforms("setAutoscalingPolicy", call(relay, "PUT", A + "/autoscaling-policy",
+                                                     json={"queue": "orders_queue"}), 502)
+        assert "worker_concurrency" in body["detail"], body
+        conforms("getAutoscalingPolicy", call(relay, "GET", A + "/autoscaling-policy"), 404)
+
+
 def test_an_sdk_without_the_messages_is_501(relay: RelayServer) -> None:
     with executors(relay, {"app": "shop"}):  # answers every type it was given no handler for as unknown
         body = conforms("setAutoscalingPolicy", call(relay, "PUT", A + "/autoscaling-policy",

@@ -167,6 +167,24 @@ def test_failed_calls_are_their_problems(relay: RelayServer) -> None:
         conforms("getQueue", call(relay, "GET", L + "/apps/broken/queues/q"), 502)
 
 
+def test_a_queue_of_another_name_or_with_numbers_out_of_bounds_is_a_502(relay: RelayServer) -> None:
+    huge = PY_QUEUE | {"concurrency": 2**40, "worker_concurrency": 2**35}
+    negative = PY_QUEUE | {"rate_limit_max": -7, "rate_limit_period_sec": -1.5}
+    with executors(relay,
+                   {"app": "other", "answers": {
+                       "get_queue": lambda req: {"output": PY_QUEUE | {"name": "not-what-you-asked"}}}},
+                   {"app": "huge", "answers": {"list_queues": lambda req: {"output": [huge]},
+                                               "get_queue": lambda req: {"output": huge}}},
+                   {"app": "negative", "answers": {"list_queues": lambda req: {"output": [negative]},
+                                                   "get_queue": lambda req: {"output": negative}}}):
+        body = conforms("getQueue", call(relay, "GET", L + "/apps/other/queues/orders_queue"), 502)
+        assert "not-what-you-asked" in body["detail"] and body["title"] == "executor reply refused", body
+        for app, field in (("huge", "concurrency"), ("negative", "rate_limit_max")):
+            for op, path in (("listQueues", "/queues"), ("getQueue", "/queues/orders_queue")):
+                body = conforms(op, call(relay, "GET", L + f"/apps/{app}" + path), 502)
+                assert field in body["detail"], (app, op, body)
+
+
 def test_failed_status_reads_the_executors_message() -> None:
     assert queues.failed_status("Exception: Schedule 'x' does not exist") == 404
     assert queues.failed_status("Traceback ... OperationalError") == 500

@@ -480,6 +480,22 @@ def test_hostile_replies_are_refused_and_liveness_is_undisturbed(srv: RelayServe
         assert ex.close_code is None
 
 
+def test_a_workflow_of_another_id_and_counts_out_of_int64_are_refused(srv: RelayServer) -> None:
+    ex = FakeExecutor(srv.ws, app="shop", executor_id="ex-o", answers={
+        "get_workflow": lambda req: {"output": workflow("someone-elses", "python")},
+        "get_workflow_aggregates": lambda req: {"output": [{"group": {"application_version": "v1"}, "count": 10**25}]},
+        "get_step_aggregates": lambda req: {"output": [{"group": {}, "count": 1, "max_duration_ms": 2**63}]}})
+    with executors(srv, ex):
+        A = L + "/apps/shop"
+        for op, method, path, field in (("getWorkflow", "GET", "/workflows/w1", "WorkflowUUID"),
+                                        ("getWorkflowAggregates", "POST", "/workflows/aggregates", "count"),
+                                        ("getStepAggregates", "POST", "/steps/aggregates", "max_duration_ms")):
+            r = conforms(op, call(srv, method, A + path, json={} if method == "POST" else None), 502)
+            assert r["title"] == "executor reply refused" and field in r["detail"], (op, r)
+        assert "someone-elses" in call(srv, "GET", A + "/workflows/w1").json()["detail"]
+        assert status_of(srv, "shop", "ex-o") == "HEALTHY"
+
+
 def test_a_large_answer_round_trips(srv: RelayServer) -> None:
     """5,000 workflows with inputs and outputs (a frame of about 9 MiB) through one call."""
     blob = "y" * 800

@@ -15,14 +15,19 @@ as ``null``; older SDKs lack newer keys), so what an SDK did not send is ``None`
 filled as the reference requires: ``null`` where it is nullable, else the SDK default
 (``priority`` 0, ``wasForkedFrom`` false, ``pollingIntervalSecs`` 1.0, ...). Epoch
 milliseconds (decimal strings in workflow and step objects, ints elsewhere) become RFC 3339 UTC
-with milliseconds, ``Z`` suffix. What cannot be mapped (a time that is no number, a workflow
-without a creation time) raises :class:`ExecutorReplyError` naming the executor's field.
+with milliseconds, ``Z`` suffix. Counts, concurrencies, limits and durations are whole numbers
+from 0 within the reference's ``int32`` / ``int64`` (a duration below 0, two hosts' clocks apart,
+reads as 0); intervals and periods finite numbers from 0.
+What cannot be mapped (a time that is no number, a workflow without a creation time, a count
+out of its format, an empty id, an answer about another object than the one asked for) raises
+:class:`ExecutorReplyError` naming the executor's field.
 
 Export and import blobs pass through as the strings they are: never decoded.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -147,6 +152,44 @@ def _present(field: str, value: str | None) -> str:
     return value
 
 
+def _id(field: str, value: str | None) -> str:
+    """An id Relay answers and links to (``Location``): present and not empty."""
+    value = _present(field, value)
+    if not value:
+        raise ExecutorReplyError(field, "empty")
+    return value
+
+
+def whole_number(field: str, value: int | None, bound: int = m.INT64_MAX) -> int | None:
+    """A count, concurrency, limit or duration: ``None``, or a whole number from 0 to ``bound``
+    (the reference's ``int32`` / ``int64``)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound):
+        raise ExecutorReplyError(field, f"not a whole number from 0 to {bound}: {str(value)[:64]}")
+    return value
+
+
+def _duration(field: str, value: int | None) -> int | None:
+    """A longest wait or run in milliseconds: within ``int64``, and below 0 read as 0 (the SDKs compute
+    it from the clocks of the processes that enqueued and ran a workflow, which may disagree)."""
+    if value is not None and not isinstance(value, bool) and isinstance(value, int) and -m.INT64_MAX <= value < 0:
+        return 0
+    return whole_number(field, value)
+
+
+def _seconds(field: str, value: float | None) -> float | None:
+    """An interval or period in seconds: ``None``, or a finite number from 0."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or value < 0):
+        raise ExecutorReplyError(field, f"not a finite number of seconds from 0: {str(value)[:64]}")
+    return value
+
+
+def same_as_asked(field: str, asked: str, answered: str | None) -> None:
+    """A ``get_*`` answer is about the object asked for: ``answered`` (its id or name) is ``asked``."""
+    if answered != asked:
+        raise ExecutorReplyError(field, f"answers for {str(answered)[:64]!r}, not the {asked[:64]!r} asked for")
+
+
 # --- executor -> REST ----------------------------------------------------------
 
 
@@ -243,19 +286,21 @@ def workflow_aggregates_out(r: c.GetWorkflowAggregatesResponse) -> list[m.Workfl
     for a in r.output or ():
         created = epoch_ms_to_rfc3339("min_created_at", a.min_created_at)
         out.append(m.WorkflowAggregate(
-            group=_group(a.group), count=_unset(a.count),
+            group=_group(a.group), count=_unset(whole_number("count", a.count)),
             min_created_at=UNSET if created is None else created,
-            max_queue_wait_ms=_unset(a.max_queue_wait_ms), max_total_latency_ms=_unset(a.max_total_latency_ms)))
+            max_queue_wait_ms=_unset(_duration("max_queue_wait_ms", a.max_queue_wait_ms)),
+            max_total_latency_ms=_unset(_duration("max_total_latency_ms", a.max_total_latency_ms))))
     return out
 
 
 def step_aggregates_out(r: c.GetStepAggregatesResponse) -> list[m.StepAggregate]:
-    return [m.StepAggregate(group=_group(a.group), count=_unset(a.count), max_duration_ms=_unset(a.max_duration_ms))
+    return [m.StepAggregate(group=_group(a.group), count=_unset(whole_number("count", a.count)),
+                            max_duration_ms=_unset(_duration("max_duration_ms", a.max_duration_ms)))
             for a in r.output or ()]
 
 
 def fork_out(r: c.ForkWorkflowResponse) -> m.ForkWorkflowOutputBody:
-    return m.ForkWorkflowOutputBody(workflow_id=_present("new_workflow_id", r.new_workflow_id))
+    return m.ForkWorkflowOutputBody(workflow_id=_id("new_workflow_id", r.new_workflow_id))
 
 
 def fork_from_failure_out(r: c.ForkFromFailureResponse) -> m.BulkForkFromFailureOutputBody:
@@ -267,17 +312,18 @@ def export_out(r: c.ExportWorkflowResponse) -> m.ExportWorkflowOutputBody:
 
 
 def queue_out(q: c.QueueOutput) -> m.Queue:
-    """Partition limits (newer SDKs) are not in the reference's ``Queue``: left out."""
+    """Partition limits (newer SDKs) are not in the reference's ``Queue``: left out. Concurrencies
+    and the rate limit are ``int32`` from 0, the period and the polling interval finite from 0."""
+    polling = _seconds("polling_interval_sec", q.polling_interval_sec)
     return m.Queue(
         name=q.name,
-        concurrency=q.concurrency,
-        worker_concurrency=q.worker_concurrency,
-        rate_limit_max=q.rate_limit_max,
-        rate_limit_period_secs=q.rate_limit_period_sec,
+        concurrency=whole_number("concurrency", q.concurrency, m.INT32_MAX),
+        worker_concurrency=whole_number("worker_concurrency", q.worker_concurrency, m.INT32_MAX),
+        rate_limit_max=whole_number("rate_limit_max", q.rate_limit_max, m.INT32_MAX),
+        rate_limit_period_secs=_seconds("rate_limit_period_sec", q.rate_limit_period_sec),
         priority_enabled=bool(q.priority_enabled),
         partition_queue=bool(q.partition_queue),
-        polling_interval_secs=(DEFAULT_POLLING_INTERVAL_SECS if q.polling_interval_sec is None
-                               else q.polling_interval_sec),
+        polling_interval_secs=DEFAULT_POLLING_INTERVAL_SECS if polling is None else polling,
         application_name=q.application_name,
     )
 
@@ -311,7 +357,7 @@ def backfill_out(r: c.BackfillScheduleResponse) -> m.BackfillOutputBody:
 
 
 def trigger_out(r: c.TriggerScheduleResponse) -> m.TriggerOutputBody:
-    return m.TriggerOutputBody(workflow_id=_present("workflow_id", r.workflow_id))
+    return m.TriggerOutputBody(workflow_id=_id("workflow_id", r.workflow_id))
 
 
 def version_out(v: c.ApplicationVersionOutput) -> m.ApplicationVersion:

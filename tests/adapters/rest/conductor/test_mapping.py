@@ -243,6 +243,48 @@ def test_step_aggregates() -> None:
         {"group": {}, "maxDurationMs": 7}]
 
 
+@pytest.mark.parametrize("field, value", [(f, v) for f in ("count", "max_queue_wait_ms", "max_total_latency_ms")
+                                          for v in (2**63, 10**25)] + [("count", -1)])
+def test_a_workflow_aggregate_out_of_int64_or_below_0_is_refused(field: str, value: int) -> None:
+    r = c.decode_response_for("get_workflow_aggregates", frame("get_workflow_aggregates", output=[
+        {"group": {"status": "SUCCESS"}, "count": 1, field: value}]))
+    with pytest.raises(mp.ExecutorReplyError, match=field):
+        mp.workflow_aggregates_out(r)  # type: ignore[arg-type]
+
+
+def test_a_duration_below_0_reads_as_0() -> None:
+    """The SDKs compute a queue wait from the clocks of the process that enqueued a workflow and the
+    one that ran it: hosts a few milliseconds apart give a negative wait, not a broken executor."""
+    r = c.decode_response_for("get_workflow_aggregates", frame("get_workflow_aggregates", output=[
+        {"group": {}, "count": 1, "max_queue_wait_ms": -3, "max_total_latency_ms": -1}]))
+    [a] = mp.workflow_aggregates_out(r)  # type: ignore[arg-type]
+    assert (a.max_queue_wait_ms, a.max_total_latency_ms) == (0, 0)
+    s = c.decode_response_for("get_step_aggregates", frame("get_step_aggregates", output=[
+        {"group": {}, "count": 1, "max_duration_ms": -5}]))
+    assert mp.step_aggregates_out(s)[0].max_duration_ms == 0  # type: ignore[arg-type]
+
+
+def test_aggregates_up_to_int64_max_pass() -> None:
+    top = m.INT64_MAX
+    r = c.decode_response_for("get_workflow_aggregates", frame("get_workflow_aggregates", output=[
+        {"group": {}, "count": top, "max_queue_wait_ms": 0, "max_total_latency_ms": top}]))
+    assert [check("WorkflowAggregate", a) for a in mp.workflow_aggregates_out(r)] == [  # type: ignore[arg-type]
+        {"group": {}, "count": top, "maxQueueWaitMs": 0, "maxTotalLatencyMs": top}]
+    s = c.decode_response_for("get_step_aggregates", frame("get_step_aggregates", output=[
+        {"group": {}, "count": 0, "max_duration_ms": top}]))
+    assert [check("StepAggregate", a) for a in mp.step_aggregates_out(s)] == [  # type: ignore[arg-type]
+        {"group": {}, "count": 0, "maxDurationMs": top}]
+
+
+@pytest.mark.parametrize("field, value", [("count", 2**63), ("count", -5), ("max_duration_ms", 2**63),
+                                          ("max_duration_ms", -(2**63))])
+def test_a_step_aggregate_out_of_int64_or_below_0_is_refused(field: str, value: int) -> None:
+    r = c.decode_response_for("get_step_aggregates", frame("get_step_aggregates", output=[
+        {"group": {}, field: value}]))
+    with pytest.raises(mp.ExecutorReplyError, match=field):
+        mp.step_aggregates_out(r)  # type: ignore[arg-type]
+
+
 # --- actions' answers ---------------------------------------------------------------------
 
 
@@ -263,6 +305,15 @@ def test_action_answers() -> None:
     assert check("TriggerOutputBody", mp.trigger_out(t)) == {"workflowId": "sched-x-trigger"}  # type: ignore[arg-type]
     with pytest.raises(mp.ExecutorReplyError, match="workflow_id"):
         mp.trigger_out(c.decode_response_for("trigger_schedule", frame("trigger_schedule")))  # type: ignore[arg-type]
+
+
+def test_an_empty_new_workflow_id_is_refused() -> None:
+    with pytest.raises(mp.ExecutorReplyError, match="new_workflow_id: empty"):
+        mp.fork_out(c.decode_response_for("fork_workflow", frame(  # type: ignore[arg-type]
+            "fork_workflow", new_workflow_id="", error_message=None)))
+    with pytest.raises(mp.ExecutorReplyError, match="workflow_id: empty"):
+        mp.trigger_out(c.decode_response_for("trigger_schedule", frame(  # type: ignore[arg-type]
+            "trigger_schedule", workflow_id="", error_message=None)))
 
 
 def test_export_and_import_pass_the_blob_through_untouched() -> None:
@@ -305,6 +356,32 @@ def test_queues_in_every_dialect() -> None:
     g = c.decode_response_for("get_queue", frame("get_queue", output=PYTHON_QUEUE))
     assert isinstance(g, c.GetQueueResponse) and g.output is not None
     check("Queue", mp.queue_out(g.output))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("concurrency", 2**40), ("concurrency", 2**31), ("worker_concurrency", 2**35), ("worker_concurrency", -1),
+    ("rate_limit_max", -7), ("rate_limit_max", 2**31), ("rate_limit_period_sec", -1.5),
+    ("polling_interval_sec", -3.0), ("polling_interval_sec", float("inf")), ("rate_limit_period_sec", float("nan"))])
+def test_a_queue_number_out_of_its_format_or_below_0_is_refused(field: str, value: Any) -> None:
+    q = msgspec.structs.replace(msgspec.convert(PYTHON_QUEUE, c.QueueOutput), **{field: value})
+    with pytest.raises(mp.ExecutorReplyError, match=field):
+        mp.queue_out(q)
+
+
+def test_queue_numbers_at_their_bounds_pass() -> None:
+    top = m.INT32_MAX
+    q = msgspec.convert(PYTHON_QUEUE | {"concurrency": top, "worker_concurrency": 0, "rate_limit_max": top,
+                                        "rate_limit_period_sec": 0.0, "polling_interval_sec": 0}, c.QueueOutput)
+    out = check("Queue", mp.queue_out(q))
+    assert (out["concurrency"], out["workerConcurrency"], out["rateLimitMax"], out["rateLimitPeriodSecs"],
+            out["pollingIntervalSecs"]) == (top, 0, top, 0.0, 0)
+
+
+def test_an_answer_about_another_object_than_asked_is_refused() -> None:
+    mp.same_as_asked("name", "q", "q")
+    for answered in ("someone-elses", "", None, "Q"):
+        with pytest.raises(mp.ExecutorReplyError, match="name: answers for .*'q' asked for"):
+            mp.same_as_asked("name", "q", answered)
 
 
 PYTHON_SCHEDULE = {"schedule_id": "s-1", "schedule_name": "nightly", "workflow_name": "report",
