@@ -155,8 +155,8 @@ class ForkWorkflowResponse(Response, kw_only=True):
 
     @property
     def failed(self) -> bool:
-        # Every SDK answers null here when the fork did not happen.
-        return self.error_message is not None or self.new_workflow_id is None
+        # Every SDK answers null here when the fork did not happen; an empty id names no workflow either.
+        return self.error_message is not None or not self.new_workflow_id
 
 
 # --- fork_from_failure (5.7) -----------------------------------------------
@@ -642,8 +642,9 @@ class TriggerScheduleResponse(Response, kw_only=True):
 
     @property
     def failed(self) -> bool:
-        # No workflow started: the trigger did not happen (audited as failed, not succeeded and then a 502).
-        return self.error_message is not None or self.workflow_id is None
+        # No workflow started (null, or an empty id that names none): the trigger did not happen
+        # (audited as failed, not succeeded and then a 502).
+        return self.error_message is not None or not self.workflow_id
 
 
 # --- application versions (5.20) -------------------------------------------

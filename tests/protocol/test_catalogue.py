@@ -388,6 +388,14 @@ def test_error_message_means_failed_whatever_the_payload(wire_type: str, style: 
     assert decode(wire_type, failing).failed
 
 
+@pytest.mark.parametrize("wire_type, field", [("fork_workflow", "new_workflow_id"), ("trigger_schedule", "workflow_id")])
+def test_an_empty_new_workflow_id_means_failed(wire_type: str, field: str) -> None:
+    """An empty id names no workflow: the fork or trigger is on record as failed, not as a success
+    with a workflow nobody can find."""
+    assert not decode(wire_type, {"type": wire_type, "request_id": R, field: "w-1"}).failed
+    assert decode(wire_type, {"type": wire_type, "request_id": R, field: ""}).failed
+
+
 @pytest.mark.parametrize("wire_type", sorted(WIRE_TYPES - {"executor_info"}))
 def test_unknown_message_type_reply_to_a_known_type(wire_type: str) -> None:
     # Section 6: Python 3.x answers this to restart, Go and Java to
