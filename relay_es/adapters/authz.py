@@ -39,6 +39,7 @@ from relay_es.domain.roles import (  # Conductor's eight, defined once
     TOKEN_WRITE,
     WEBSOCKET_CONNECT,
 )
+from relay_es.protocol.limits import OutOfBounds, check_identifier
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +259,8 @@ def decide(rule: Rule, who: Principal, org: str | None, app: str | None) -> None
 
 
 class StoreUnavailable(Exception):
-    """A key could not be checked: the store is away and the key was not seen live before."""
+    """A key could not be checked: the store is away and the key was not seen live before, or the
+    server is starting and its read models do not hold the key yet."""
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,13 @@ class Credentials:
             if self._epoch == epoch:
                 self._seen[digest] = _Seen(who, digest)
         return Checked(who, who.org)
+
+    def org_exists(self, org: str) -> bool:
+        """Whether ``org`` is an org of this Relay: the read models hold a live token of it or an
+        application (a deleted one too). Blocking (store reads): call it off the event loop."""
+        from relay_es.projections.apps import list_apps, list_tokens
+
+        return bool(list_tokens(self.db, org)) or bool(list_apps(self.db, org, include_deleted=True))
 
 
 # ------------------------------------------------------------ this machine
@@ -480,4 +489,10 @@ def valid_name(value: str) -> bool:
 
 
 def valid_executor_id(value: str) -> bool:
-    return 0 < len(value) <= MAX_EXECUTOR_ID and value.isprintable()
+    """The rule the handshake registers an executor id by (:func:`relay_es.protocol.limits.check_identifier`):
+    an id an executor can have is one the path can name."""
+    try:
+        check_identifier("executor_id", value, required=True)
+    except OutOfBounds:
+        return False
+    return True

@@ -9,7 +9,7 @@ only org is ``local``. Auth mode requires ``Authorization: Bearer <token>``, a
 live token of the path's org whose scope and permissions the row accepts.
 Names in the path are checked before anything echoes them. The caller is left
 in ``request.state.principal``. A 401 or 403 is put in the audit log, throttled
-(:mod:`relay_es.adapters.rest.recording`).
+(:mod:`relay_es.adapters.rest.recording`); an anonymous caller's only under an org that exists.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ CREATES = {"apps.register": ("app", "appName"), "tokens.create": ("token_name", 
 # up to the Conductor bodies' bound (a scheduled workflow's id holds ':' and '+'; a queue or
 # schedule name may hold spaces). Relay's own names (org, app, token) keep the names' alphabet.
 FREE_TEXT = frozenset({"workflow_id", "queue_name", "schedule_name", "username"})
+# Path parameters whose encoded "/" reaches the handler as "/": the free text, and an executor id
+# (which the executor chose too, by the handshake's rule: authz.valid_executor_id).
+SLASHED = FREE_TEXT | {"executor_id"}
 
 
 def valid_text(value: str) -> bool:
@@ -116,9 +119,11 @@ class Authorize:
                         refusal: HTTPException, who: authz.Principal | None, why: str) -> None:
         """Puts a refusal in the audit log (throttled: :class:`~relay_es.adapters.rest.recording.Refusals`),
         under the caller's org when its token is known, in development mode ``local``, else the
-        path's org (a valid name only)."""
+        path's org when it exists (an anonymous caller chooses the name: it writes into no org
+        Relay does not have, and its refusals have their own budget)."""
         params = connection.path_params
         org, app = params.get("org"), params.get("app")
+        anonymous = who is None and self.ctx.auth
         if who is not None:
             if org != who.org:
                 app = None
@@ -131,9 +136,11 @@ class Authorize:
             return  # nowhere to file it (/metrics, or a name no org can have)
         operation = handler.operation_id if isinstance(handler.operation_id, str) else "unknownOperation"
         source = source_of(connection)
-        suppressed = self.refusals.should_record(source, refusal.status_code, operation, org)
+        suppressed = self.refusals.should_record(source, refusal.status_code, operation, org, anonymous=anonymous)
         if suppressed is None:
             return
+        if anonymous and not await asyncio.to_thread(self.org_exists, org):
+            return  # after the budget: at most that many look-ups a minute, whatever the names
         if not (isinstance(app, str) and APP_NAME.fullmatch(app)):
             app = None
         target = next(((kind, params[key]) for key, kind in TARGETS.items()
@@ -143,6 +150,16 @@ class Authorize:
         await asyncio.to_thread(self.refusals.record, org=org, app=app, operation=operation, actor=actor,
                                 source=source, status=refusal.status_code,
                                 detail=str(refusal.detail), target=target, suppressed=suppressed)
+
+    def org_exists(self, org: str) -> bool:
+        """Blocking. Never raises: an org that cannot be looked up now is taken for none."""
+        assert self.ctx.credentials is not None  # auth mode has a checker (build_app requires it)
+        try:
+            return self.ctx.credentials.org_exists(org)
+        except Exception:  # noqa: BLE001  # the store away: the refusal stands, unrecorded
+            log.warning("could not tell whether org %r exists; a refusal under it is not recorded", org,
+                        exc_info=True)
+            return False
 
     async def authenticate(self, connection: ASGIConnection[Any, Any, Any, Any]) -> authz.Principal:
         header = connection.headers.get("authorization")
@@ -190,7 +207,7 @@ class Authorize:
 
     async def check(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         scope = connection.scope
-        restore(connection.path_params, FREE_TEXT)  # a workflow id's encoded "/" (relay_es.adapters.rest.slashes)
+        restore(connection.path_params, SLASHED)  # an encoded "/" in an id (relay_es.adapters.rest.slashes)
         rule = authz.rule_for(scope["method"], scope.get("path_template", ""))
         if rule is None:  # fail closed: a route nobody wrote a row for
             log.error("route %s %s is not in the authorization table; refused", scope["method"],

@@ -14,11 +14,14 @@ Three kinds of call are recorded as operator actions
   guard. The caller chooses how many refusals there are, so at most one a minute per client
   address, status, operation and org is recorded (each says how many were held back since the
   last, within the throttle's memory: a burst followed by a quiet minute is recorded once), and at
-  most :data:`MAX_REFUSALS_PER_WINDOW` a minute in all, so that a client rotating addresses
-  cannot make Relay write without end; the rest are counted on ``/metrics`` only
-  (``relay_auth_refused``). A refusal with no org to file it under is not recorded. A recorded
-  refusal is written before the refusal is answered, so at most that many a minute wait on the
-  store.
+  most :data:`MAX_REFUSALS_PER_WINDOW` a minute in all of callers with a known token, and as many
+  of anonymous callers (no token, or one Relay does not know), each their own budget: a client
+  rotating addresses cannot make Relay write without end, and anonymous callers cannot use up
+  the record of known tokens' refusals; the rest are counted on ``/metrics`` only
+  (``relay_auth_refused``). A refusal with no org to file it under is not recorded (in auth mode,
+  an anonymous caller's refusal is filed only under an org that exists: the guard's
+  ``on_record``). A recorded refusal is written before the refusal is answered, so at most that
+  many a minute wait on the store.
 
 Who is the request's principal (a token's name, or the development user); from where is
 the client's address (host only; behind a trusted proxy, the one it forwarded).
@@ -96,22 +99,24 @@ class Refusals:
         self.clock = clock
         self.per_window = per_window
         self._window_start = clock()
-        self._recorded = 0
+        self._recorded = {False: 0, True: 0}  # anonymous? -> recorded in this window
 
-    def should_record(self, source: str | None, status: int, operation: str, org: str) -> int | None:
+    def should_record(self, source: str | None, status: int, operation: str, org: str, *,
+                      anonymous: bool = False) -> int | None:
         """How many refusals of this client, status, operation and org were held back since the
         last one recorded, when this one is to be recorded; None when it is held back -- also
-        when :data:`MAX_REFUSALS_PER_WINDOW` were recorded in this window already, whatever
-        their keys (clients rotating addresses fill the keyed table, not the store)."""
+        when :data:`MAX_REFUSALS_PER_WINDOW` of its budget (``anonymous`` callers' or known
+        tokens') were recorded in this window already, whatever their keys (clients rotating
+        addresses fill the keyed table, not the store)."""
         now = self.clock()
         if now - self._window_start >= REFUSAL_WINDOW:
-            self._window_start, self._recorded = now, 0
-        if self._recorded >= self.per_window:
+            self._window_start, self._recorded = now, {False: 0, True: 0}
+        if self._recorded[anonymous] >= self.per_window:
             return None
         hit = self.throttle.hit((source, status, operation, org))
         if not hit.passed:
             return None
-        self._recorded += 1
+        self._recorded[anonymous] += 1
         return hit.suppressed
 
     def record(self, *, org: str, app: str | None, operation: str, actor: Actor, source: str | None,

@@ -22,6 +22,7 @@ import httpx
 from litestar.testing import TestClient
 
 from relay_es.adapters.rest import build_app
+from relay_es.adapters.rest.recording import MAX_REFUSALS_PER_WINDOW
 from relay_es.composition.asgi import rest_context
 from relay_es.composition.runtime import Runtime
 from relay_es.composition.settings import Settings
@@ -29,7 +30,8 @@ from relay_es.engine.action_commands import Actor
 from tests.conductor_schema import check_response
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import rest as call
-from tests.server import RELAY, RelayServer
+from tests.adapters.rest.servers import known
+from tests.server import RELAY, RelayServer, admin_token
 
 L = "/v2/orgs/local"
 A = "/v2/orgs/acme"
@@ -167,6 +169,24 @@ def test_refusals_are_on_record_under_the_caller_s_org(auth_server: tuple[RelayS
     assert call(s, "GET", A + "/audit-logs", scoped).status_code == 403
     assert call(s, "GET", A + "/audit-logs").status_code == 401
     assert call(s, "GET", A + "/audit-logs", other).status_code == 403
+
+
+def test_anonymous_callers_write_into_no_org_that_does_not_exist_nor_crowd_out_known_tokens(
+        auth_server: tuple[RelayServer, dict[str, str]], tmp_path, store_url) -> None:
+    s, tokens = auth_server
+    for i in range(MAX_REFUSALS_PER_WINDOW + 2):  # more made-up orgs than a window's records
+        assert call(s, "GET", f"/v2/orgs/ghost{i}/executor-events").status_code == 401
+    assert call(s, "GET", "/v2/orgs/ghost0/executor-events", "relay_not-a-real-token").status_code == 401
+    assert call(s, "GET", A + "/audit-logs", tokens["scoped"]).status_code == 403  # a known token, right after
+    (entry,) = conforms(call(s, "GET", A + "/audit-logs", tokens["acme"], params={"operation": "listAuditLogs"}))
+    assert entry["subject"]["id"] == "billing-only" and entry["details"]["result"]["status"] == 403
+
+    ghost = admin_token(tmp_path, store_url, "ghost0", "admin")  # the org made afterwards holds nothing from before
+    known(s, "ghost0", ghost)
+    assert conforms(call(s, "GET", "/v2/orgs/ghost0/audit-logs", ghost, params={"operation": "listExecutorEvents"})) == []
+    metrics = call(s, "GET", "/metrics", tokens["acme"]).text
+    refused = float(metrics.split('relay_auth_refused_total{where="rest"} ')[1].split()[0])
+    assert refused >= MAX_REFUSALS_PER_WINDOW + 4  # every refusal counted
 
 
 def test_development_mode_refuses_and_records_a_request_from_another_machine(server: RelayServer) -> None:

@@ -248,6 +248,23 @@ def test_history_of_an_unknown_executor_or_application_is_a_404_problem(server: 
     assert "'Z'" in call(server, "GET", ORDERS + "/Z/history").json()["detail"]
 
 
+def test_every_executor_id_the_handshake_accepts_has_a_history(server: RelayServer) -> None:
+    """A slash (sent encoded), a no-break space, an ideographic space, a private-use character: ids
+    an executor registers with are read back by id; what the handshake refuses is no executor's."""
+    call(server, "PUT", L + "/apps/orders")
+    odd = ["host/1", "nb\u00a0sp", "ideo\u3000gap", "pua\ue000x", "/", "\u00e9" * 128]
+    connect_and_leave(server, "orders", *odd)
+    for x in odd:
+        r = call(server, "GET", f"{ORDERS}/{quote(x, safe='')}/history")
+        assert r.status_code == 200, (x, r.text)
+        assert [e["type"] for e in r.json()] == ["Registered", "Connected", "Disconnected"], x
+        assert r.json()[0]["data"]["executor_id"] == x
+    assert_problem(call(server, "GET", ORDERS + "/host/1/history"), 404)  # a bare slash separates segments
+    for bad in ("a\nb", "a\u202eb", "a\x00b", "\u00e9" * 129):  # a control, a format character, NUL, 258 bytes
+        body = assert_problem(call(server, "GET", f"{ORDERS}/{quote(bad, safe='')}/history"), 404)
+        assert bad not in body["detail"]
+
+
 @pytest.mark.parametrize("params, location", [
     ({"limit": 0}, "limit"),
     ({"limit": HISTORY_LIMIT + 1}, "limit"),

@@ -16,7 +16,9 @@ from litestar.testing import TestClient
 from relay_es.adapters import authz
 from relay_es.adapters.rest import build_app
 from relay_es.adapters.rest.guard import bearer, check_path_names
+from relay_es.adapters.rest.recording import MAX_REFUSALS_PER_WINDOW
 from relay_es.domain.errors import InvalidSetting
+from relay_es.protocol.limits import OutOfBounds, check_identifier
 from tests.adapters.rest.fakes import fake_context
 from tests.rest_client import rest as call
 from tests.server import RelayServer
@@ -32,6 +34,22 @@ class FakeCredentials:
         if secret == "away":
             raise authz.StoreUnavailable("the store is unavailable; the key cannot be checked now")
         return {"admin": ADMIN, "scoped": SCOPED}.get(secret)
+
+    def org_exists(self, org: str) -> bool:
+        if org == "down":
+            raise ConnectionError("the read models are away")
+        return org == "acme"
+
+
+class Refused:
+    """A relay that keeps the refusals put on record, as ``(org, actor, status)``."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[str, str, int]] = []
+
+    def record_action_refused(self, org: str, app: str | None, **kw: Any) -> str:
+        self.made.append((org, kw["actor"].id, kw["status"]))
+        return f"action-{len(self.made)}"
 
 
 def refused(r: Any, status: int) -> dict[str, Any]:
@@ -96,6 +114,23 @@ def test_auth_mode_needs_a_live_token_whose_row_accepts_it(auth: tuple[TestClien
     assert ctx.metrics.registry.get_sample_value("relay_auth_refused_total", {"where": "rest"}) == 4
 
 
+def test_an_anonymous_caller_s_refusals_go_only_into_an_org_that_exists_on_a_budget_of_their_own() -> None:
+    relay = Refused()
+    ctx = fake_context(auth=True, credentials=FakeCredentials(), relay=relay)
+    with TestClient(build_app(ctx), base_url="http://127.0.0.1") as client:
+        refused(client.get("/v2/orgs/acme/apps"), 401)
+        for i in range(MAX_REFUSALS_PER_WINDOW + 2):  # more made-up orgs than a window's records
+            refused(client.get(f"/v2/orgs/ghost{i}/apps"), 401)
+        refused(client.get("/v2/orgs/ghost0/apps", headers={"Authorization": "Bearer unknown"}), 401)
+        refused(client.get("/v2/orgs/down/apps"), 401)  # the look-up fails: the refusal stands
+        # the anonymous budget is spent; a known token's refusals still go on record
+        refused(client.get("/v2/orgs/acme/apps", headers={"Authorization": "Bearer scoped"}), 403)
+        refused(client.get("/v2/orgs/ghost1/apps/orders", headers={"Authorization": "Bearer admin"}), 403)
+    assert relay.made == [("acme", "no valid token", 401), ("acme", "orders-only", 403), ("acme", "admin", 403)]
+    assert ctx.metrics.registry.get_sample_value("relay_auth_refused_total",
+                                                 {"where": "rest"}) == MAX_REFUSALS_PER_WINDOW + 7
+
+
 def test_healthz_tells_the_instance_to_an_org_wide_token_only(auth: tuple[TestClient, Any]) -> None:
     client, _ = auth
     for headers in ({}, {"Authorization": "garbage"}, {"Authorization": "Bearer scoped"},
@@ -130,6 +165,18 @@ def test_workflow_ids_queue_and_schedule_names_are_the_applications_text() -> No
             check_path_names(rule, {"org": "acme", "app": "orders", "workflow_id": bad})
     with pytest.raises(NotFoundException):  # Relay's own names keep their alphabet
         check_path_names(rule, {"org": "acme", "app": "or ders", "workflow_id": "w"})
+
+
+def test_an_executor_id_in_the_path_is_checked_by_the_handshake_s_rule() -> None:
+    rule = authz.TABLE[("GET", "/v2/orgs/{org}/apps/{app}/executors/{executor_id}/history")]
+    for ok in ("host/1", "nb\u00a0sp", "ideo\u3000gap", "pua\ue000x", "\u00e9" * 128):
+        check_identifier("executor_id", ok, required=True)  # what an executor may register with
+        check_path_names(rule, {"org": "acme", "app": "orders", "executor_id": ok})
+    for bad in ("", "a\nb", "a\u202eb", "a\u2028b", "\u00e9" * 129):
+        with pytest.raises(OutOfBounds):
+            check_identifier("executor_id", bad, required=True)
+        with pytest.raises(NotFoundException):
+            check_path_names(rule, {"org": "acme", "app": "orders", "executor_id": bad})
 
 
 # ------------------------------------------------------- on a real server
