@@ -91,6 +91,8 @@ class Application(Aggregate):
     _autoscaling: dict[str, object] | None = None
     # The alerting rules as primitives, by id, in the order made (None: a stream from before rules).
     _alert_rules: dict[str, dict[str, Any]] | None = None
+    # When its last retention round was recorded (None: never, or a snapshot from before this was kept).
+    last_retention_at: datetime | None = None
 
     @staticmethod
     def create_id(org: str, name: str) -> uuid.UUID:
@@ -284,7 +286,7 @@ class Application(Aggregate):
         timeout_cutoff: datetime | None,
         timestamp: datetime,
     ) -> None:
-        pass
+        self.last_retention_at = timestamp
 
     def record_retention_answered(self, *, request_id: str, success: bool, error: str | None, at: datetime) -> None:
         self._retention_answered(request_id=request_id, success=success, error=error, timestamp=at)

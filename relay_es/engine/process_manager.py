@@ -618,7 +618,8 @@ class ProcessManager:
 
     def _follow_schedules(self, app: tuple[str, str]) -> None:
         """One retention timer per application with a HEALTHY executor here, first due one
-        interval after the first is seen, and one metrics timer, first due at the end of the
+        interval after the application's last round on record (:meth:`_first_retention_due`),
+        and one metrics timer, first due at the end of the
         current bucket; both dropped when the last one goes. The retention plan's due time is
         kept meanwhile (until the application has no executor at all): when an executor is back the
         timer is armed for it, not a whole interval later, so an application whose only executor is
@@ -633,7 +634,9 @@ class ProcessManager:
                     self._retention_due.pop(app, None)
             elif ("retention", app) not in self.timers:
                 now = self.clock.monotonic()
-                due = self._retention_due.setdefault(app, now + self.retention_interval)
+                due = self._retention_due.get(app)
+                if due is None:
+                    due = self._retention_due[app] = self._first_retention_due(app, now)
                 if due < now:  # overdue (after an outage, every application's): spread, as metrics are
                     due = now + spread(app, int(self.retention_interval))
                 self.timers.arm(("retention", app), due)
@@ -642,6 +645,25 @@ class ProcessManager:
                 self.timers.cancel(("metrics", app))
             elif ("metrics", app) not in self.timers:
                 self._arm_metrics(app)
+
+    def _first_retention_due(self, app: tuple[str, str], now: float) -> float:
+        """When this process first sends ``app`` a retention plan (monotonic seconds): one interval
+        after its last round on record, by any instance and before a restart too (at most one
+        interval from now; a plan overdue goes soon, spread), else one interval from now (the first
+        is seen). Counted from this process's start instead, a Relay restarted more often than the
+        interval (a crash loop, frequent deploys) sent no plan at all: no retention, no global
+        timeout."""
+        assert self.retention_interval is not None
+        try:
+            last = self.relay.last_retention_at(*app)
+        except Exception as e:
+            if not self.relay.is_store_error(e):
+                raise
+            last = None  # the store away: as for a first round
+        if last is None:
+            return now + self.retention_interval
+        ahead = (last - self.clock.now()).total_seconds() + self.retention_interval
+        return now + min(ahead, self.retention_interval)
 
     def _arm_metrics(self, app: tuple[str, str], due: float | None = None) -> None:
         """At ``due`` (epoch seconds; by default the end of the current bucket plus its lag and

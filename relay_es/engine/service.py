@@ -24,7 +24,7 @@ Where the rest lives:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from eventsourcing.persistence import IntegrityError
@@ -172,6 +172,12 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
             return fresh
 
         return self.retrying(run)
+
+    def last_retention_at(self, org: str, name: str) -> datetime | None:
+        """When the application's last retention round was recorded, by any instance and before a
+        restart too; None: never, or no such application."""
+        app = self._maybe(app_stream_id(org, name))
+        return None if app is None or app.deleted else app.last_retention_at
 
     def record_retention_answered(self, org: str, name: str, *, request_id: str, success: bool, error: str | None) -> None:
         def run() -> None:

@@ -1006,13 +1006,16 @@ class RetentionDispatcher:
         self.retention.append((org, app, plan, self.world.clock.monotonic()))
 
 
-def _retention_world(clock, interval: float = 60.0):  # type: ignore[no-untyped-def]
+def _retention_world(clock, interval: float = 60.0, before=None):  # type: ignore[no-untyped-def]
+    """``before(world)``: run before the process manager is made (a store a restart meets)."""
     from relay_es.engine.process_manager import ProcessManager, replay_bootstrap
 
     world = World(clock, None, grace=10)
     d = RetentionDispatcher(world)
     world.relay.update_app("local", "app", SettingsPatch(gc_time_threshold=timedelta(hours=1)))
     world.relay.register_app("local", "quiet")  # wants no retention
+    if before is not None:
+        before(world)
     world.pm = ProcessManager(world.relay, clock, d, owner=world.owner, timing=world.timing,
                               bootstrap=replay_bootstrap(world.relay), retention_interval=interval)
     world.pm.start()
@@ -1073,6 +1076,46 @@ def test_a_wall_clock_stepped_forward_does_not_move_the_retention_cutoffs_ahead(
         clock.step_wall(-3 * 7200)  # now an hour and more behind: followed
         world.advance(60)
         assert d.retention[-1][2].gc_cutoff == clock.now() - timedelta(hours=1) < real
+    finally:
+        world.close()
+
+
+def test_a_restart_keeps_the_retention_rhythm_of_the_rounds_on_record(clock) -> None:
+    """The first plan after a start is due one interval after the last round on record (any instance's,
+    before the restart), not one interval after the start: a Relay restarted more often than the
+    interval sent none, ever (no retention, no global timeout)."""
+    from relay_es.protocol import retention
+
+    def sent_50_s_ago(world) -> None:  # type: ignore[no-untyped-def]
+        at = world.clock.now()
+        world.relay.record_retention_plan("local", "app", request_id="r-1", target_executor_id="old",
+                                          plan=retention.plan(world.relay.app_settings("local", "app"), at))
+        world.advance(50)
+
+    world, d = _retention_world(clock, before=sent_50_s_ago)
+    try:
+        t0 = clock.monotonic()
+        world.connect("A")
+        world.advance(9.9)
+        assert d.retention == []
+        world.advance(0.1)
+        assert [at - t0 for _, _, _, at in d.retention] == [10.0]  # 60 s after the round on record
+        world.advance(60)
+        assert [at - t0 for _, _, _, at in d.retention] == [10.0, 70.0]
+    finally:
+        world.close()
+
+    def sent_long_ago(world) -> None:  # type: ignore[no-untyped-def]
+        sent_50_s_ago(world)
+        world.advance(3600)
+
+    world, d = _retention_world(clock, before=sent_long_ago)
+    try:
+        t0 = clock.monotonic()
+        world.connect("A")
+        late = spread(("local", "app"), 60)  # overdue: soon, spread as after an outage
+        world.advance(late)
+        assert [at - t0 for _, _, _, at in d.retention] == [pytest.approx(late)]
     finally:
         world.close()
 
