@@ -11,6 +11,7 @@ unit.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 from relay_es.domain.errors import InvalidSetting
@@ -125,3 +126,26 @@ def parse_rfc3339(field: str, text: str) -> datetime:
         return t.astimezone(timezone.utc)
     except OverflowError:
         raise InvalidSetting(field, f"is out of range: {text!r}") from None
+
+
+# RFC 3339's date-time (section 5.6), nothing looser: ASCII digits, "T", seconds, an optional
+# fraction, then "Z" or a numeric offset.
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})")
+
+
+def parse_as_of(field: str, text: object) -> datetime:
+    """The last instant a strictly RFC 3339 date-time names, in UTC; an :class:`InvalidSetting`
+    naming ``field`` for anything else.
+
+    Relay prints instants to the millisecond (:func:`rfc3339`), so a time given to the
+    millisecond or coarser means the end of that millisecond (its last microsecond): the ``at``
+    of an event, given back, includes that event. A finer time is the instant itself, to the
+    microsecond (further digits dropped)."""
+    m = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise InvalidSetting(field, f"must be an RFC 3339 timestamp (2026-11-30T12:00:05.123Z), "
+                                    f"got {str(text)[:64]!r}")
+    fraction = (m.group(1) or ".")[1:]
+    t = parse_rfc3339(field, text[:19] + (f".{fraction[:6]}" if fraction else "") + m.group(2))
+    return t if len(fraction) > 3 else t.replace(microsecond=t.microsecond + 999)  # within its millisecond

@@ -22,6 +22,7 @@ from relay_es.domain.units import (
     duration_to_seconds,
     from_epoch_ms,
     millis_to_duration,
+    parse_as_of,
     parse_rfc3339,
     rfc3339,
     rows,
@@ -271,3 +272,48 @@ def test_parse_rfc3339_refuses_garbage(text: str) -> None:
     assert info.value.field == "asOf"
     assert str(info.value).startswith("asOf: must be an RFC 3339 timestamp")
     assert repr(text) in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2026-11-30T12:00:05.123Z", datetime(2026, 11, 30, 12, 0, 5, 123999, tzinfo=timezone.utc)),
+    ("2026-11-30t12:00:05.1z", datetime(2026, 11, 30, 12, 0, 5, 100999, tzinfo=timezone.utc)),
+    ("2026-11-30T12:00:05Z", datetime(2026, 11, 30, 12, 0, 5, 999, tzinfo=timezone.utc)),
+    ("2026-11-30T14:00:05.123+02:00", datetime(2026, 11, 30, 12, 0, 5, 123999, tzinfo=timezone.utc)),
+    ("9999-12-31T23:59:59.999Z", datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)),
+])
+def test_an_as_of_to_the_millisecond_or_coarser_means_the_end_of_that_millisecond(text: str,
+                                                                                   expected: datetime) -> None:
+    t = parse_as_of("asOf", text)
+    assert t == expected and t.tzinfo == timezone.utc
+    assert rfc3339(t) == rfc3339(parse_rfc3339("asOf", text))  # the millisecond Relay prints
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2026-11-30T12:00:05.1234Z", datetime(2026, 11, 30, 12, 0, 5, 123400, tzinfo=timezone.utc)),
+    ("2026-11-30T12:00:05.123000Z", datetime(2026, 11, 30, 12, 0, 5, 123000, tzinfo=timezone.utc)),
+    ("2026-11-30T12:00:05.123456789-01:00", datetime(2026, 11, 30, 13, 0, 5, 123456, tzinfo=timezone.utc)),
+])
+def test_a_finer_as_of_is_taken_as_is(text: str, expected: datetime) -> None:
+    assert parse_as_of("asOf", text) == expected
+
+
+def test_every_at_relay_prints_as_of_itself_includes_the_instant() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        t = EPOCH + timedelta(microseconds=rng.randrange(2**52))
+        assert parse_as_of("asOf", rfc3339(t)) >= t > parse_as_of("asOf", rfc3339(t - timedelta(milliseconds=1)))
+
+
+@pytest.mark.parametrize("text", [
+    "2026-12-06 14:00:00Z", "20261206T140000Z", "2026-12-06T14Z", "2026-12-06T14:00Z", "2026-12-06T14:00:00\x00Z",
+    "2026-12-06T14:00:00Z\n", " 2026-12-06T14:00:00Z", "2026-W49-7T14:00:00Z", "2026-12-06T14:00:00.Z",
+    "2026-12-06T14:00:00+0000", "2026-12-06T14:00:00+00", "\u0662026-12-06T14:00:00Z", "2026-12-06T14:00:00",
+    "2026-12-06", "yesterday", "", "2026-13-01T00:00:00Z", "2026-12-06T14:00:60Z", None, 1796040005123,
+])
+def test_an_as_of_is_strictly_rfc_3339(text: Any) -> None:
+    with pytest.raises(InvalidSetting) as info:
+        parse_as_of("asOf", text)
+    assert info.value.field == "asOf"
+    assert str(info.value).startswith("asOf: must be an RFC 3339 timestamp") and repr(str(text)) in str(info.value)

@@ -15,6 +15,7 @@ from relay_es.engine import queries
 from relay_es.engine.queries import executor_history, executors_as_of
 from relay_es.projections.executors import all_rows
 from relay_es.domain.errors import UnknownExecutor
+from relay_es.domain.units import parse_as_of
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer, TLS
 from tests.support import World, until
@@ -113,6 +114,21 @@ def test_as_of_gives_way_between_streams(world: World) -> None:
     paused: list[int] = []
     queries.executors_as_of_page(world.relay, world.db, "local", "app", world.clock.now(), pause=lambda: paused.append(1))
     assert len(paused) == 3
+
+
+def test_an_entry_s_own_at_as_of_is_the_table_with_that_entry(world: World) -> None:
+    """History and feed print ``at`` to the millisecond (the events are stamped to the
+    microsecond); that ``at`` given back as the REST API's asOf includes the entry."""
+    world.connect("A")
+    world.clock.advance(0.0015)
+    world.drop("A")
+    world.clock.advance(0.0015)
+    world.connect("A", conn="A-1")
+    history = executor_history(world.relay, "local", "app", "A")
+    assert len({e["at"] for e in history}) >= 3
+    for entry in history:
+        (row,) = executors_as_of(world.relay, world.db, "local", "app", parse_as_of("asOf", entry["at"]))
+        assert row.version == max(e["version"] for e in history if e["at"] == entry["at"]), entry
 
 
 # ------------------------------------------------------------------ REST

@@ -2,7 +2,8 @@
 
 The list is the executors table as it stands, or with ``asOf`` as it stood at
 a past instant, rebuilt from the event streams one page at a time (a next page
-linked in ``Link``). Each item is Conductor's ``Executor``, exactly its fields;
+linked in ``Link``). ``asOf`` is strictly RFC 3339; given to the millisecond (as
+Relay prints instants) or coarser, it includes the events of that millisecond. Each item is Conductor's ``Executor``, exactly its fields;
 with ``?relay=extended`` (a query parameter no Conductor client sends) each
 also carries Relay's ``deadline``: the instant a DISCONNECTED executor is
 declared dead if it does not come back (RFC 3339), else null.
@@ -130,7 +131,8 @@ class ExecutorsController(Controller):
         ctx: Context, expensive: Expensive,
         # asOf's length is checked below: Litestar's refusal would name the argument, not the parameter.
         as_of: Annotated[str | None, QueryParameter(name="asOf", required=False, schema_extra={"maxLength": 64},
-                                                    description="RFC 3339 instant")] = None,
+                                                    description="RFC 3339 instant; one given to the millisecond "
+                                                                "or coarser includes that whole millisecond")] = None,
         after: Annotated[str | None, QueryParameter(name="after", required=False, max_length=authz.MAX_EXECUTOR_ID,
                                                     description="with asOf: the page after this executor id")] = None,
         limit: Annotated[int, QueryParameter(name="limit", ge=1, le=AS_OF_LIMIT,
@@ -147,7 +149,7 @@ class ExecutorsController(Controller):
             return Response(await asyncio.to_thread(current))
         if len(as_of) > 64:
             raise InvalidSetting("asOf", "must be at most 64 characters")
-        at = units.parse_rfc3339("asOf", as_of)
+        at = units.parse_as_of("asOf", as_of)
 
         def past() -> tuple[list[Executor], str | None]:
             rows, cursor = executors_as_of_page(ctx.relay, ctx.db, org, app, at, after=after, limit=limit,

@@ -8,7 +8,10 @@ Such a route declares it instead, in its decorator's ``opt`` (:func:`body`), and
 document and the decoding cannot part. :class:`DocumentRender` then completes the document:
 each declared body becomes the operation's ``requestBody`` (a ``$ref`` to the model, named as
 the Conductor reference names it), and the models' JSON Schemas (msgspec's own, which know
-its renames, bounds and optional fields) are added to the components.
+its renames, bounds and optional fields) are added to the components. Every operation's
+refusals and failures are its ``default`` response: the ``application/problem+json`` document
+:mod:`~relay_es.adapters.rest.problems` sends (:class:`ProblemDetails`), in place of Litestar's
+400 (a shape Relay never sends: its validation errors are 422 problems).
 
 No rendered pages (Swagger UI, Redoc, Elements, RapiDoc, Scalar load unpinned scripts from
 public CDNs, which would run on Relay's origin with its API at hand): Litestar answers 404
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Litestar, MediaType, Request
@@ -30,6 +33,34 @@ from litestar.routes import HTTPRoute
 
 BODY = "relay.body"  # the key of a route's ``opt`` that declares its body
 REF = "#/components/schemas/{name}"
+PROBLEM = "application/problem+json"
+
+
+class ProblemError(msgspec.Struct):
+    """One thing a refusal names: where (a field or parameter) and what was wrong."""
+
+    location: str
+    message: str
+
+
+class ProblemDetails(msgspec.Struct):
+    """An RFC 7807 problem document: how Relay refuses or fails a request."""
+
+    type: str
+    title: str
+    status: Annotated[int, msgspec.Meta(ge=400, le=599)]
+    detail: str
+    errors: list[ProblemError] | msgspec.UnsetType = msgspec.UNSET
+
+
+PROBLEMS = {
+    "description": "Refused or failed, as an RFC 7807 problem document: 422 invalid input (`errors` names each "
+                   "field or parameter), 401 no or an unknown token, 403 a permission the token does not hold, "
+                   "404 an unknown org, application or object, 409 what the current state refuses, 413 a body "
+                   "too large, 500 Relay's own failure, 502, 503 or 504 an executor's refused, missing or late "
+                   "answer.",
+    "content": {PROBLEM: {"schema": {"$ref": REF.format(name=ProblemDetails.__name__)}}},
+}
 
 
 @dataclass(frozen=True)
@@ -63,15 +94,22 @@ def declared_bodies(app: Litestar) -> dict[str, Body]:
 
 
 def complete(doc: dict[str, Any], bodies: dict[str, Body]) -> dict[str, Any]:
-    """``doc`` with each declared body as its operation's ``requestBody`` and the bodies'
-    schemas (and those they refer to) among the components, msgspec's: where Litestar wrote a
-    component of the same name (a model that is also part of an answer), msgspec's replaces it, as
-    the exact one (closed, bounded). The REST layer's models have distinct names (a test checks)."""
+    """``doc`` with each declared body as its operation's ``requestBody``, every operation's
+    refusals as its ``default`` response (:data:`PROBLEMS`, no other 4xx or 5xx), and the bodies'
+    and :class:`ProblemDetails`'s schemas (and those they refer to) among the components, msgspec's:
+    where Litestar wrote a component of the same name (a model that is also part of an answer),
+    msgspec's replaces it, as the exact one (closed, bounded). The REST layer's models have distinct
+    names (a test checks)."""
     doc = copy.deepcopy(doc)
     seen = set()
     for item in doc.get("paths", {}).values():
         for op in item.values():
-            if not isinstance(op, dict) or op.get("operationId") not in bodies:
+            if not isinstance(op, dict):
+                continue
+            answers = op.get("responses", {})
+            op["responses"] = {code: r for code, r in answers.items() if not code.startswith(("4", "5"))}
+            op["responses"]["default"] = copy.deepcopy(PROBLEMS)
+            if op.get("operationId") not in bodies:
                 continue
             b = bodies[op["operationId"]]
             op["requestBody"] = {"required": b.required, "content": {
@@ -80,7 +118,7 @@ def complete(doc: dict[str, Any], bodies: dict[str, Body]) -> dict[str, Any]:
     missing = sorted(set(bodies) - seen)
     if missing:
         raise ValueError(f"declared bodies of operations not in the document: {missing}")
-    models = sorted({b.model for b in bodies.values()}, key=lambda m: m.__name__)
+    models = sorted({b.model for b in bodies.values()} | {ProblemDetails}, key=lambda m: m.__name__)
     _, components = msgspec.json.schema_components(models, ref_template=REF)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(components)  # msgspec's, where Litestar wrote the same model too (it is looser)

@@ -323,3 +323,27 @@ def test_at_most_two_expensive_reads_run_at_once() -> None:
 
     assert asyncio.run(go()) == [404] * 5  # nothing in the store: unknown executors, each answered
     assert EXPENSIVE_READS == 2 and store.most == 2
+
+
+def test_an_entry_s_own_at_as_of_shows_the_table_with_that_entry(server: RelayServer) -> None:
+    """History prints ``at`` to the millisecond: given back as ``asOf`` (as the README's workflow
+    does) it includes the entry, whatever the microseconds it was stamped at."""
+    call(server, "PUT", L + "/apps/orders")
+    connect_and_leave(server, "orders", "A")
+    history = wait(lambda: call(server, "GET", ORDERS + "/A/history").json(), "A's history")
+    first, last = history[0]["at"], history[-1]["at"]
+
+    def as_of(at: str) -> dict[str, str]:
+        r = call(server, "GET", ORDERS, params={"asOf": at})
+        assert r.status_code == 200, r.text
+        return {e["executorId"]: e["status"] for e in r.json()}
+
+    assert "A" in as_of(first)  # listed from its first event on
+    assert as_of(last) == {"A": "DISCONNECTED"} == {x: e["status"] for x, e in listed(server).items()}
+
+
+@pytest.mark.parametrize("as_of", ["2026-12-06 14:00:00Z", "20261206T140000Z", "2026-12-06T14Z",
+                                   "2026-12-06T14:00:00\x00Z", "2026-W49-7T14:00:00Z", "2100-01-01T00:00:00+0000"])
+def test_an_as_of_not_in_rfc_3339_is_a_422_problem(dev: RelayServer, as_of: str) -> None:
+    body = assert_problem(call(dev, "GET", ORDERS, params={"asOf": as_of}), 422, "asOf")
+    assert "RFC 3339" in body["detail"]

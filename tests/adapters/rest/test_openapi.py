@@ -3,15 +3,17 @@
 Handlers that decode their own body declare it in their route's ``opt``; the document is
 completed from those declarations. Checked here against the Conductor reference: each operation
 Relay serves that takes a body there takes one here, under the reference's name, with the same
-properties and the same requiredness; every ``$ref`` resolves. The served document is checked in
-``test_health.py``; that a declared body is what is decoded, by every route's own tests
-(:func:`calling.body` reads the declaration).
+properties and the same requiredness; every ``$ref`` resolves. Every operation declares its
+refusals as problem documents, and a real ``relay serve``'s refusals are what it declares. The
+served document is otherwise checked in ``test_health.py``; that a declared body is what is
+decoded, by every route's own tests (:func:`calling.body` reads the declaration).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jsonschema_rs
 import msgspec
 import pytest
 from litestar import Request, post
@@ -20,6 +22,8 @@ from relay_es.adapters.rest import build_app, calling
 from relay_es.adapters.rest.openapi import Body, body, complete, declared, declared_bodies
 from tests.adapters.rest.fakes import fake_context
 from tests.conductor_schema import document as reference
+from tests.rest_client import rest as call
+from tests.server import RelayServer
 
 
 def served() -> dict[str, Any]:
@@ -131,3 +135,33 @@ def test_a_declaration_names_its_model_and_a_missing_one_is_a_clear_bug() -> Non
         declared(undeclared_route)
     with pytest.raises(ValueError, match="nowhere"):
         complete({"paths": {}}, {"nowhere": Body(Thing)})
+
+
+def test_every_operation_declares_its_refusals_as_problem_documents_and_they_are_so(
+        auth_server: tuple[RelayServer, dict[str, str]]) -> None:
+    s, tokens = auth_server
+    doc = call(s, "GET", "/openapi.json").json()
+    ops = operations(doc)
+    assert len(ops) > 60
+    for oid, op in ops.items():
+        responses = op["responses"]
+        assert responses["default"]["content"] == {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/ProblemDetails"}}}, oid
+        assert [c for c in responses if c.startswith(("4", "5"))] == [], oid  # no Litestar 400 shape
+        assert [c for c in responses if c.startswith("2")], oid  # the answers are still there
+    problem = jsonschema_rs.Draft202012Validator(
+        {"$ref": "#/components/schemas/ProblemDetails", "components": doc["components"]})
+    acme = "/v2/orgs/acme/apps/orders"
+    refusals = {
+        401: call(s, "GET", "/v2/orgs/acme/apps"),
+        403: call(s, "GET", acme + "/executors", tokens["scoped"]),
+        404: call(s, "GET", "/v2/orgs/acme/apps/nope/executors", tokens["acme"]),
+        422: call(s, "GET", acme + "/executors", tokens["acme"], params={"asOf": "yesterday"}),
+        503: call(s, "GET", acme + "/workflows", tokens["acme"]),  # no executor connected
+    }
+    for status, r in refusals.items():
+        assert r.status_code == status, (status, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json"), status
+        assert [e.message for e in problem.iter_errors(r.json())] == [], (status, r.json())
+    assert [e["location"] for e in refusals[422].json()["errors"]] == ["asOf"]  # the optional part too
+    assert not problem.is_valid({"status_code": 400, "detail": "Bad Request", "extra": {}})  # Litestar's shape
