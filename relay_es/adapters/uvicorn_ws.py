@@ -416,7 +416,7 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             if message.get("type") == "websocket.disconnect":
                 if self.keepalive_timed_out:
                     message = {**message, "code": 1011, "reason": "keepalive ping timeout"}
-                elif self.conn.close_sent is not None and self.conn.close_sent.code == 1009:
+                elif isinstance(self.conn.parser_exc, PayloadTooBig):  # not the peer's own 1009, echoed
                     message = {**message, "relay.too_big": True}
             return message
 

@@ -200,3 +200,12 @@ def test_every_close_the_peer_or_uvicorn_starts_is_bounded() -> None:
     assert proto._abort_timer is not None  # armed for close_timeout later
     proto._abort()
     assert proto.transport.aborted
+
+
+def test_an_executor_s_own_close_with_1009_is_not_taken_for_relay_s_frame_cap() -> None:
+    """websockets echoes the peer's close code in its reply: an executor closing with 1009 itself
+    was audited as a ``frame_too_large`` of Relay's."""
+    received, proto = run_socket([frame(struct.pack("!H", 1009) + b"my own reason", opcode=0x8)])
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009  # the echo
+    assert received[-1]["type"] == "websocket.disconnect" and received[-1]["code"] == 1009
+    assert "relay.too_big" not in received[-1]

@@ -19,6 +19,11 @@ from relay_es.engine.service import Relay
 
 log = logging.getLogger(__name__)
 
+# The longest client address admitted, in characters: an IP address, or at most a DNS name (253), is what a
+# reverse proxy forwards. Behind a proxy ``--forwarded-allow-ips`` trusts, the address is whatever its
+# X-Forwarded-For says, and it is recorded with each connection.
+MAX_ADDRESS = 253
+
 
 class Refused(Exception):
     """A handshake refused before the upgrade, with an HTTP status."""
@@ -99,9 +104,20 @@ class Gate:
         except InvalidSetting as e:
             raise Refused(404, "Unknown application", str(e), audit=False) from None
 
+    @staticmethod
+    def check_peer(peer: str) -> None:
+        """``peer`` (``host:port``) must be an address: a host of at most :data:`MAX_ADDRESS` printable
+        characters. Anything else came from a forwarded header, and is refused with 400 (unaudited: no
+        key is checked yet)."""
+        host = peer.rsplit(":", 1)[0]
+        if len(host) > MAX_ADDRESS or not host.isprintable():
+            raise Refused(400, "Bad request", f"the forwarded client address is not an address (at most {MAX_ADDRESS} "
+                                              "printable characters)", audit=False)
+
     async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
         if authz.proxy_header(headers) is not None:
             raise Refused(403, "Forbidden", authz.BEHIND_A_PROXY, org="local")
+        self.check_peer(peer)
         self.check_name(app)
         origin = authz.header(headers, b"origin")
         if not authz.origin_is_local(origin):
@@ -150,6 +166,7 @@ class AuthGate(Gate):
             self.credentials.forget(org, token)
 
     async def admit(self, app: str, key: str, peer: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[str, str | None]:
+        self.check_peer(peer)
         self.check_name(app)
         try:
             checked = await self.run(self.credentials.identify, key)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -127,10 +127,22 @@ class Connection:
                 fut.set_exception(ConnectionLost(reason))
 
     async def close(self, code: int, reason: str = "") -> None:
+        send = self.closing(code, reason)
+        if send is not None:
+            await send
+
+    def closing(self, code: int, reason: str = "") -> Coroutine[Any, Any, None] | None:
+        """Marks the connection closed at once (no request goes to it, nothing more read from it is
+        acted on, every call waiting fails) and returns the write of its close frame, to be awaited;
+        None if it was closed already. A peer that stopped reading holds that write up to the
+        socket's ``close_timeout``: closing many, the hub marks them all, then writes together."""
         if self.closed:
-            return
+            return None
         self.closed = True
         self._fail_waiting(f"connection {self.id} closed by Relay ({code})")  # nothing more is read from it
+        return self._send_close(code, reason)
+
+    async def _send_close(self, code: int, reason: str) -> None:
         try:
             async with self.lock:
                 await self.send_message({"type": "websocket.close", "code": code, "reason": reason[:120]})

@@ -59,6 +59,7 @@ from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.hub.throttle import Throttle
 from relay_es.adapters.logs import scrub_text
 from relay_es.aggregates.executor import DisconnectReason, executor_stream_id
+from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.ids import new_uuid
 from relay_es.engine.executor_commands import ExecutorInfo
 from relay_es.engine.service import Relay
@@ -178,8 +179,7 @@ class Hub:
         """Closes every socket without recording disconnects: an executor that
         was HEALTHY when Relay stopped gets a fresh grace on restart."""
         self.shutting_down = True
-        for conn in list(self.registry.connections.values()):
-            await conn.close(CLOSE_SHUTDOWN, "relay is shutting down")
+        await self._close_all(list(self.registry.connections.values()), CLOSE_SHUTDOWN, "relay is shutting down")
         await self.outbox.drained(timeout=5.0)
         for t in list(self._tasks):
             t.cancel()
@@ -214,7 +214,8 @@ class Hub:
             except Refused as r:
                 hit = self._refusals.hit(host)
                 if hit.passed:  # one line per address per quiet period, not one per refusal
-                    log.info("refused executor handshake from %s on %s: %s %s%s", peer, printable(scrub(path)),
+                    log.info("refused executor handshake from %s on %s: %s %s%s", printable(peer, 300),
+                             printable(scrub(path)),
                              r.status, r.detail, f" ({hit.suppressed} more refused)" if hit.suppressed else "")
                 await self._slow_down(hit.strikes)
                 if r.audit and parsed is not None:
@@ -354,13 +355,21 @@ class Hub:
 
     async def _close_where(self, which: Callable[[Connection], bool], reason: str, code: int, text: str) -> int:
         """Closes every open connection ``which`` picks, recording ``reason`` as its disconnect's."""
-        closed = 0
-        for conn in list(self.registry.connections.values()):
-            if which(conn) and not conn.closed:
-                conn.close_reason = reason
-                await conn.close(code, text)
-                closed += 1
-        return closed
+        picked = [c for c in list(self.registry.connections.values()) if which(c) and not c.closed]
+        for conn in picked:
+            conn.close_reason = reason
+        await self._close_all(picked, code, text)
+        return len(picked)
+
+    @staticmethod
+    async def _close_all(conns: list[Connection], code: int, text: str) -> None:
+        """Closes ``conns``: every one is marked closed at once (no request goes to it from then on), then
+        their close frames are written together. A socket that stopped reading holds its own close up to
+        the socket's ``close_timeout``, and only its own: written one after the other, the last of many
+        would stay open (and the peer connected) for as long as all those before it took."""
+        sends = [send for conn in conns if (send := conn.closing(code, text)) is not None]
+        if sends:
+            await asyncio.gather(*sends, return_exceptions=True)
 
     # ------------------------------------------------------------- handshake
     def _handshake_expired(self, conn: Connection) -> None:
@@ -416,32 +425,44 @@ class Hub:
         return held
 
     async def _register(self, conn: Connection, info: m.ExecutorInfoResponse) -> None:
+        """Records the executor connected and makes ``conn`` its connection. What the store cannot hold
+        (``op_connected`` refuses it) is refused first, with 4004: the connection is closed, the
+        violation audited, and the executor's live connection, if any, keeps its place."""
         key = (conn.org, conn.app, info.executor_id)
+        try:
+            op = self.relay.op_connected(
+                conn.org,
+                conn.app,
+                ExecutorInfo(
+                    executor_id=info.executor_id,
+                    application_version=info.application_version,
+                    hostname=info.hostname,
+                    language=info.language,
+                    dbos_version=info.dbos_version,
+                    executor_metadata=info.executor_metadata,
+                ),
+                connection_id=conn.id,
+                owner=self.owner,
+                at=self.relay.clock.now(),
+                token=conn.token,  # who registered it: the token's name (None in development mode) and the address
+                peer=conn.peer.rsplit(":", 1)[0],
+            )
+        except InvalidSetting as e:
+            conn.session.close()
+            await conn.close(CLOSE_OUT_OF_BOUNDS, "executor_info out of bounds")
+            await self._violation(conn, Violation("info_out_of_bounds", printable(str(e)), fatal=True))
+            return
         conn.executor_id = info.executor_id
         conn.app_version = info.application_version
         conn.stream_id = executor_stream_id(*key)
         old = self.registry.claim(key, conn)
-        self.outbox.submit(key, self.relay.op_connected(
-            conn.org,
-            conn.app,
-            ExecutorInfo(
-                executor_id=info.executor_id,
-                application_version=info.application_version,
-                hostname=info.hostname,
-                language=info.language,
-                dbos_version=info.dbos_version,
-                executor_metadata=info.executor_metadata,
-            ),
-            connection_id=conn.id,
-            owner=self.owner,
-            at=self.relay.clock.now(),
-            token=conn.token,  # who registered it: the token's name (None in development mode) and the address
-            peer=conn.peer.rsplit(":", 1)[0],
-        ))
+        self.outbox.submit(key, op)
         if old is not None and old is not conn and not old.closed:
             old.superseded = True
             log.info("executor %s: connection %s superseded by %s", printable(info.executor_id), old.id, conn.id)
-            await old.close(CLOSE_SUPERSEDED, "superseded by a newer connection")
+            send = old.closing(CLOSE_SUPERSEDED, "superseded by a newer connection")
+            if send is not None:  # not awaited here: a socket that stopped reading would hold this one's frames
+                self._spawn(send)
         log.info("executor %s of %s/%s connected (version %s) from %s", printable(info.executor_id), conn.org,
                  conn.app, printable(info.application_version), conn.peer)
 

@@ -80,9 +80,10 @@ def build(relay: Any = None, *, monotonic: Any = None, roster: Any = None, respo
     return Parts(pool, outbox, registry, answers, dispatcher, hub)
 
 
-def registered(send: Any, executor_id: str = "T", *, id: str = "c1", app: str = "app") -> Connection:
+def registered(send: Any, executor_id: str = "T", *, id: str = "c1", app: str = "app", org: str = "local",
+               token: str | None = None) -> Connection:
     """A connection whose executor answered executor_info (its frames go to ``send``)."""
-    conn = Connection(id=id, org="local", app=app, peer="127.0.0.1:1", token=None, send_message=send)
+    conn = Connection(id=id, org=org, app=app, peer="127.0.0.1:1", token=token, send_message=send)
     req = json.loads(conn.session.open())
     conn.session.receive(json.dumps({"type": "executor_info", "request_id": req["request_id"],
                                      "executor_id": executor_id, "application_version": "v1"}))

@@ -201,3 +201,15 @@ def test_a_registration_on_its_way_when_the_application_is_deleted_is_not_rememb
         assert ("local", "app") not in gate.known_apps  # the next handshake asks the store again
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("host", ["h" * 254, "10.0.0.1\x1b[2J", "bad\x00host"])
+def test_a_client_address_that_is_not_an_address_is_refused_with_400_unaudited(host: str) -> None:
+    """Behind a trusted proxy the client's address is what its X-Forwarded-For says; it is recorded
+    with the connection, and one of 1,100 characters crashed the executor's registration."""
+    store = Store()
+    with pytest.raises(Refused) as r:
+        asyncio.run(Gate(store, direct).admit("app", "any-key", f"{host}:0"))  # type: ignore[arg-type]
+    assert r.value.status == 400 and not r.value.audit and not store.apps
+    assert asyncio.run(Gate(store, direct).admit("app", "k", f"{'h' * 253}:0")) == ("local", None)  # type: ignore[arg-type]
+    assert asyncio.run(Gate(store, direct).admit("app", "k", "[::1]:0")) == ("local", None)  # type: ignore[arg-type]

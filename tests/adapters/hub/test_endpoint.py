@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import websockets
 
-from tests.adapters.hub.support import Handshake, actions, at, build, set_grace, settle
+from tests.adapters.hub.support import FAST, Handshake, actions, at, build, set_grace, settle
 from tests.conftest import WIRE_ONLY
 from tests.fake_executor import FakeExecutor
 from tests.rest_client import events, listing as executors, rest as api
@@ -453,3 +453,220 @@ def test_a_handshake_admitted_before_a_revocation_and_registered_after_it_is_clo
     sent = asyncio.run(main())
     closes = [m["code"] for m in sent if m["type"] == "websocket.close"]
     assert closes == {"token": [4003], "app": [4007], "another token": [], "many others": [4003]}[closing]
+
+
+class Recorded:
+    """A store that records what the hub asks of it; while ``refusing``, ``op_connected`` fails
+    the way the store's own checks do."""
+
+    def __init__(self) -> None:
+        self.refusing = False
+        self.log: list[tuple[Any, ...]] = []
+
+    class clock:  # noqa: N801
+        @staticmethod
+        def now() -> None:
+            return None
+
+    def app_exists(self, org: str, app: str) -> bool:
+        return True
+
+    def op_connected(self, org: str, app: str, info: Any, **kw: Any) -> Any:
+        from relay_es.domain.errors import InvalidSetting
+
+        if self.refusing:
+            raise InvalidSetting("peer", "must be at most 1024 bytes of UTF-8, got 1100")
+        return ("connected", info.executor_id, kw["connection_id"])
+
+    def op_disconnected(self, stream_id: Any, **kw: Any) -> Any:
+        return ("disconnected", kw["connection_id"])
+
+    def record_violation(self, org: str, app: str, **kw: Any) -> bool:
+        self.log.append(("violation", kw["kind"]))
+        return True
+
+    def execute(self, ops: list[Any]) -> list[bool]:
+        self.log.extend(ops)
+        return [True] * len(ops)
+
+
+async def answer_info(h: Handshake, executor_id: str) -> None:
+    """Answers the hub's executor_info request on ``h``."""
+    while not any(m["type"] == "websocket.send" for m in h.sent):
+        await asyncio.sleep(0.001)
+    req = json.loads([m for m in h.sent if m["type"] == "websocket.send"][0]["text"])
+    await h.inbox.put({"type": "websocket.receive", "text": json.dumps({
+        "type": "executor_info", "request_id": req["request_id"], "executor_id": executor_id,
+        "application_version": "v1"})})
+    await settle()
+
+
+def test_a_registration_the_store_refuses_is_closed_with_4004_and_the_live_connection_keeps_its_place() -> None:
+    """A registration whose Connected the store cannot hold took the executor's index entry from its
+    live connection and then crashed, so the entry was dropped: recovery found no HEALTHY executor
+    although it was connected. It is refused before it claims anything."""
+    store = Recorded()
+
+    async def main() -> tuple[str, list[Any]]:
+        parts = build(store)
+        try:
+            live = Handshake(parts)
+            await answer_info(live, "X")
+            key = ("local", "app", "X")
+            (first_id,) = parts.registry.connections
+            assert parts.registry.executor(key) is parts.registry.connections[first_id]
+            store.refusing = True
+            refused = Handshake(parts)
+            await answer_info(refused, "X")
+            await asyncio.wait_for(refused.task, 5)
+            assert [(m["code"], m["reason"]) for m in refused.sent if m["type"] == "websocket.close"] == [
+                (4004, "executor_info out of bounds")]
+            held = parts.registry.executor(key)
+            assert held is not None and held.id == first_id and held.registered and not held.superseded
+            assert [c.id for c in parts.registry.registered("local", "app")] == [first_id]
+            assert not any(m["type"] == "websocket.close" for m in live.sent)
+            assert await parts.outbox.drained(timeout=5)
+            await live.inbox.put({"type": "websocket.disconnect", "code": 1000})
+            await asyncio.wait_for(live.task, 5)
+            assert await parts.outbox.drained(timeout=5)
+            return first_id, store.log
+        finally:
+            parts.close()
+
+    first_id, log = asyncio.run(main())
+    # nothing of the refused one reaches the store but its violation; no disconnect of it either
+    assert log == [("connected", "X", first_id), ("violation", "info_out_of_bounds"), ("disconnected", first_id)]
+
+
+class Stalled:
+    """A socket whose peer stopped reading: a write waits until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.sent: list[dict[str, Any]] = []
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        await self.release.wait()
+
+
+@pytest.mark.parametrize("closing", ["token", "app", "stop"])
+def test_sockets_that_stopped_reading_do_not_hold_up_the_close_of_the_others(closing: str) -> None:
+    """Each close waited for the one before it, and a socket that stopped reading holds its close
+    frame up to close_timeout: ten of them kept the revoked token's last socket open, registered and
+    routable for 12 s. Every one is unroutable at once, and the close frames go out together."""
+    from tests.adapters.hub.support import registered
+
+    async def main() -> None:
+        parts = build()
+        stalled = [Stalled() for _ in range(3)]
+        conns = [registered(s, f"S{i}", id=f"s{i}", org="acme", app="orders", token="ci")
+                 for i, s in enumerate(stalled)]
+        normal: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            normal.append(message)
+
+        last = registered(send, "N", id="n", org="acme", app="orders", token="ci")
+        for conn in [*conns, last]:
+            parts.registry.add(conn)
+            parts.registry.claim(("acme", "orders", conn.executor_id or ""), conn)
+        run = {"token": lambda: parts.hub.close_token("acme", "ci"),
+               "app": lambda: parts.hub.close_app("acme", "orders"),
+               "stop": parts.hub.stop}[closing]
+        task = asyncio.ensure_future(run())
+        try:
+            await settle()
+            assert parts.registry.registered("acme", "orders") == []  # none routable
+            assert [m["type"] for m in normal] == ["websocket.close"]  # not behind the stalled ones
+            assert all(s.sent and s.sent[-1]["type"] == "websocket.close" for s in stalled)  # all under way
+            assert not task.done()
+        finally:
+            for s in stalled:
+                s.release.set()
+        got = await asyncio.wait_for(task, 5)
+        if closing != "stop":
+            assert got == 4
+        parts.close()
+
+    asyncio.run(main())
+
+
+def test_a_superseded_socket_that_stopped_reading_does_not_hold_up_its_successor() -> None:
+    """The close of a superseded connection was awaited in the new connection's read loop: while the
+    old socket did not read, the new one's answers were not read either."""
+    from relay_es.protocol import messages as m
+    from tests.adapters.hub.support import registered
+
+    async def main() -> None:
+        parts = build(Recorded())
+        stalled = Stalled()
+        old = registered(stalled, "X", id="old")
+        parts.registry.add(old)
+        parts.registry.claim(("local", "app", "X"), old)
+        h = Handshake(parts)
+        try:
+            await answer_info(h, "X")
+            new = parts.registry.executor(("local", "app", "X"))
+            assert new is not None and new is not old and old.closed and old.superseded
+            assert stalled.sent[-1]["code"] == 4001
+            call = asyncio.ensure_future(new.call(lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=["D"]),
+                                                  5))
+            while len([x for x in h.sent if x["type"] == "websocket.send"]) < 2:
+                await asyncio.sleep(0.001)
+            req = json.loads(h.sent[-1]["text"])
+            await h.inbox.put({"type": "websocket.receive", "text": json.dumps({
+                "type": "recovery", "request_id": req["request_id"], "success": True})})
+            got = await asyncio.wait_for(call, 2)  # answered while the old socket's close is still stuck
+            assert got.success is True and not stalled.release.is_set()
+        finally:
+            stalled.release.set()
+            await h.inbox.put({"type": "websocket.disconnect", "code": 1000})
+            await asyncio.wait_for(h.task, 5)
+            parts.close()
+
+    asyncio.run(main())
+
+
+def test_a_forwarded_address_that_is_not_an_address_is_refused_and_the_executor_keeps_its_place(
+        tmp_path: Any, store_url: str) -> None:
+    """Auth mode behind a proxy Relay trusts (127.0.0.1 by default): a handshake forwarded with an address
+    of 1,100 characters registered an executor id already connected, crashed, and took the live
+    connection's place in the hub: when a peer died, recovery found no HEALTHY executor to ask. It is
+    refused before the upgrade; a real forwarded address is recorded as the executor's."""
+    from tests.adapters.rest.servers import known
+    from tests.server import admin_token
+
+    token = admin_token(tmp_path, store_url, "acme", "admin")
+    server = RelayServer(tmp_path, args=["--database-url", store_url, "--auth"], env=FAST).start()
+    try:
+        known(server, "acme", token)
+        assert api(server, "PUT", "/v2/orgs/acme/apps/app", token).status_code in (201, 204)
+        assert api(server, "PATCH", "/v2/orgs/acme/apps/app", token, json={"executorTimeoutSecs": 1}).status_code == 204
+
+        async def forwarded(address: str, executor_id: str) -> websockets.ClientConnection:
+            ws = await websockets.connect(f"{server.ws}/websocket/app/{token}", ping_interval=None,
+                                          additional_headers={"X-Forwarded-For": address})
+            req = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "executor_info", "request_id": req["request_id"],
+                                      "executor_id": executor_id, "application_version": "v1"}))
+            return ws
+
+        async def main() -> None:
+            x = await FakeExecutor(server.ws, key=token, executor_id="X").connect()
+            d = await FakeExecutor(server.ws, key=token, executor_id="D").connect()
+            for address in ("h" * 1100, "h" * 254):
+                with pytest.raises(websockets.InvalidStatus) as refused:
+                    await forwarded(address, "X")
+                assert refused.value.response.status_code == 400
+            via = await forwarded("10.1.2.3", "F")
+            got = await until(lambda: events(server, "acme", token, executorId="F"), what="F recorded")
+            assert got[0]["detail"]["peer"] == "10.1.2.3"
+            await via.close()
+            d.abort()
+            await x.wait_for("recovery", timeout=15)  # X is still the one Relay asks
+            assert x.ws is not None and x.ws.close_code is None
+
+        asyncio.run(main())
+    finally:
+        server.stop()
