@@ -109,6 +109,7 @@ FOLD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError)
 
 EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
+RETENTION_FIRST_LOOK = 10.0  # s: an application's first retention firing here, spread over half of this
 EARLY = 0.001  # a metrics timer this close to its wall-clock time is on time (the wall clock has microseconds)
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
 PARKED_MAX_SECS = 3600.0  # at most this long between two checks of a deleted application's executor
@@ -251,6 +252,9 @@ class ProcessManager:
         # app -> monotonic time its next retention plan is due, kept while it has no HEALTHY executor: an
         # application whose executors all blip more often than the interval is still served every interval
         self._retention_due: dict[tuple[str, str], float] = {}
+        # Applications whose rounds on record the retention timer has not read yet, with when (monotonic)
+        # this process first saw an executor of it (``_fire_retention``).
+        self._retention_unread: dict[tuple[str, str], float] = {}
         # DISCONNECTED executor of a deleted application -> seconds until its deadline is checked again
         # (doubling from BUG_RETRY_SECS to PARKED_MAX_SECS): registered again, its application's executors are
         # declared dead as a restart would; deleted for good, they cost a timer each and a read an hour
@@ -618,9 +622,9 @@ class ProcessManager:
 
     def _follow_schedules(self, app: tuple[str, str]) -> None:
         """One retention timer per application with a HEALTHY executor here, first due one
-        interval after the application's last round on record (:meth:`_first_retention_due`),
-        and one metrics timer, first due at the end of the
-        current bucket; both dropped when the last one goes. The retention plan's due time is
+        interval after the application's last round on record (its first firing, within
+        :data:`RETENTION_FIRST_LOOK` seconds, reads it: :meth:`_fire_retention`), and one metrics
+        timer, first due at the end of the current bucket; both dropped when the last one goes. The retention plan's due time is
         kept meanwhile (until the application has no executor at all): when an executor is back the
         timer is armed for it, not a whole interval later, so an application whose only executor is
         away for a moment more often than the interval still gets its plan every interval. A plan
@@ -632,11 +636,13 @@ class ProcessManager:
                 self.timers.cancel(("retention", app))
                 if not self._indexes.listed.get(app):  # no executor left at all (deleted, or never one)
                     self._retention_due.pop(app, None)
+                    self._retention_unread.pop(app, None)
             elif ("retention", app) not in self.timers:
                 now = self.clock.monotonic()
                 due = self._retention_due.get(app)
-                if due is None:
-                    due = self._retention_due[app] = self._first_retention_due(app, now)
+                if due is None:  # first here: a look at the rounds on record, soon (no store read in a fold)
+                    due = self._retention_due[app] = now + spread(app, int(RETENTION_FIRST_LOOK))
+                    self._retention_unread[app] = now
                 if due < now:  # overdue (after an outage, every application's): spread, as metrics are
                     due = now + spread(app, int(self.retention_interval))
                 self.timers.arm(("retention", app), due)
@@ -645,25 +651,6 @@ class ProcessManager:
                 self.timers.cancel(("metrics", app))
             elif ("metrics", app) not in self.timers:
                 self._arm_metrics(app)
-
-    def _first_retention_due(self, app: tuple[str, str], now: float) -> float:
-        """When this process first sends ``app`` a retention plan (monotonic seconds): one interval
-        after its last round on record, by any instance and before a restart too (at most one
-        interval from now; a plan overdue goes soon, spread), else one interval from now (the first
-        is seen). Counted from this process's start instead, a Relay restarted more often than the
-        interval (a crash loop, frequent deploys) sent no plan at all: no retention, no global
-        timeout."""
-        assert self.retention_interval is not None
-        try:
-            last = self.relay.last_retention_at(*app)
-        except Exception as e:
-            if not self.relay.is_store_error(e):
-                raise
-            last = None  # the store away: as for a first round
-        if last is None:
-            return now + self.retention_interval
-        ahead = (last - self.clock.now()).total_seconds() + self.retention_interval
-        return now + min(ahead, self.retention_interval)
 
     def _arm_metrics(self, app: tuple[str, str], due: float | None = None) -> None:
         """At ``due`` (epoch seconds; by default the end of the current bucket plus its lag and
@@ -952,10 +939,26 @@ class ProcessManager:
                 self._target_lost(row)
 
     def _fire_retention(self, app: tuple[str, str], _payload: Any) -> None:
-        """Sends the application's retention plan, if its settings want one; re-arms."""
+        """Sends the application's retention plan, if its settings want one; re-arms. Its first firing
+        in this process reads the application's last round on record (by any instance, before a restart
+        too) and waits until one interval after it, or after this process first saw an executor of it
+        when there is none: counted from this process's start alone, a Relay restarted more often than
+        the interval (a crash loop, frequent deploys) sent no plan at all, so no retention and no global
+        timeout. A store away is retried a second later, as every firing is."""
         if app not in self._indexes.apps_healthy or self.retention_interval is None:
             return
         org, name = app
+        seen = self._retention_unread.get(app)
+        if seen is not None:
+            last = self.relay.last_retention_at(org, name)
+            del self._retention_unread[app]
+            now = self.clock.monotonic()
+            due = seen + self.retention_interval if last is None else \
+                now + (last - self.clock.now()).total_seconds() + self.retention_interval
+            if due > now:
+                due = self._retention_due[app] = min(due, now + self.retention_interval)
+                self.timers.arm(("retention", app), due)
+                return
         p = retention.plan(self.relay.app_settings(org, name), self._retention_now())
         if p is not None:
             self.dispatcher.send_retention(org, name, p)

@@ -1113,9 +1113,39 @@ def test_a_restart_keeps_the_retention_rhythm_of_the_rounds_on_record(clock) -> 
     try:
         t0 = clock.monotonic()
         world.connect("A")
-        late = spread(("local", "app"), 60)  # overdue: soon, spread as after an outage
-        world.advance(late)
-        assert [at - t0 for _, _, _, at in d.retention] == [pytest.approx(late)]
+        from relay_es.engine.process_manager import RETENTION_FIRST_LOOK
+
+        world.advance(RETENTION_FIRST_LOOK)  # overdue: at its first look (spread, and after the restart's settle)
+        assert len(d.retention) == 1 and 0 < d.retention[0][3] - t0 <= RETENTION_FIRST_LOOK
+    finally:
+        world.close()
+
+
+def test_retention_s_look_at_the_rounds_on_record_is_no_store_read_in_a_fold(clock, monkeypatch) -> None:
+    """The look at an application's last round waits for its timer: a store read in the fold of an
+    event made any failure of it (an application stream a downgraded Relay cannot read) a bug that
+    skipped the rest of the fold and marked the instance unhealthy; a store away is retried."""
+    from eventsourcing.persistence import OperationalError
+
+    world, d = _retention_world(clock)
+    try:
+        real = world.relay.last_retention_at
+
+        def unreadable(org: str, name: str) -> None:
+            raise ValueError("an event class this Relay does not know")
+
+        def away(org: str, name: str) -> None:
+            raise OperationalError("the store is away")
+
+        monkeypatch.setattr(world.relay, "last_retention_at", unreadable)
+        world.connect("A")  # folded: nothing read
+        assert world.pm.last_bug is None and world.status("A") == "HEALTHY"
+        monkeypatch.setattr(world.relay, "last_retention_at", away)
+        world.advance(10)  # the first look failed on the store: retried a second later, as any firing
+        assert d.retention == [] and world.pm.last_bug is None
+        monkeypatch.setattr(world.relay, "last_retention_at", real)
+        world.advance(60)
+        assert len(d.retention) == 1 and world.pm.last_bug is None
     finally:
         world.close()
 
