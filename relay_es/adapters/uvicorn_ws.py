@@ -29,7 +29,8 @@ event loop for seconds).
 
 Frames that carry nothing are bounded too, registered or not: a peer may send
 :data:`CONTROL_BURST` pings and pongs at once and :data:`CONTROL_RATE` a second
-after that, and a message may have at most :data:`MAX_FRAGMENTS` frames; past
+after that (or two for each of Relay's own pings, if it pings faster), and a
+message may have at most :data:`MAX_FRAGMENTS` frames; past
 either the connection fails with 1002. The parser takes every frame of a read
 at once, about 3 us each, and uvicorn stops reading a socket only once a whole
 message is queued: one registered socket sending 6-byte pings, or a message of
@@ -114,6 +115,7 @@ class _StagedCap(ServerProtocol):
     controls = float(CONTROL_BURST)
     controls_at = 0.0
     fragments = 0
+    control_rate = CONTROL_RATE  # set on the object where Relay pings more often: its pongs come back
 
     def recv_frame(self, frame: Frame) -> None:  # called by the parser after each frame, before the next is read
         op = frame.opcode.value
@@ -126,10 +128,10 @@ class _StagedCap(ServerProtocol):
                 self.fragments = 0
         elif op in (9, 10):
             now = time.monotonic()
-            self.controls = min(CONTROL_BURST, self.controls + (now - self.controls_at) * CONTROL_RATE) - 1
+            self.controls = min(CONTROL_BURST, self.controls + (now - self.controls_at) * self.control_rate) - 1
             self.controls_at = now
             if self.controls < 0:
-                raise ProtocolError(f"more than {CONTROL_RATE:g} pings and pongs a second")
+                raise ProtocolError(f"more than {self.control_rate:g} pings and pongs a second")
         if self.budget is not None and op in (0, 1, 2):
             self.budget -= len(frame.data)
             if self.budget < 0:  # the parser's own handling of a cap: fails the connection with 1009
@@ -320,6 +322,9 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                 raise TypeError(f"uvicorn made a {type(self.conn).__qualname__}; Relay's frame cap "
                                 "extends websockets' ServerProtocol")
             self.conn.__class__ = _StagedCap  # the object uvicorn made, with the frame cap's stages
+            interval = self.config.ws_ping_interval
+            if interval and 2 / interval > CONTROL_RATE:  # a pong for each of Relay's pings, and the peer's own
+                self.conn.control_rate = 2 / interval
             if handshake_frame_cap is not None:
                 self.conn.max_message_size = handshake_frame_cap
                 self.conn.pending_frame_cap = pending_frame_cap

@@ -209,3 +209,27 @@ def test_an_executor_s_own_close_with_1009_is_not_taken_for_relay_s_frame_cap() 
     assert proto.conn.close_sent is not None and proto.conn.close_sent.code == 1009  # the echo
     assert received[-1]["type"] == "websocket.disconnect" and received[-1]["code"] == 1009
     assert "relay.too_big" not in received[-1]
+
+
+def test_relay_s_own_fast_pings_are_not_taken_for_a_flood() -> None:
+    """Each of Relay's pings is answered with a pong: pinging 20 times a second, its executors' pongs
+    alone were past the bound and every one was failed with 1002 after 10 s. The bound follows."""
+    from relay_es.adapters.uvicorn_ws import CONTROL_RATE
+
+    class State:
+        connections: set[Any] = set()
+        tasks: set[Any] = set()
+        default_headers: list[Any] = []
+
+    def rate(interval: float) -> float:
+        config = uvicorn.Config(app=lambda *a: None, ws_ping_interval=interval, ws_per_message_deflate=False,
+                                log_config=None)
+        config.load()
+
+        async def made() -> float:  # a protocol is made on the running loop
+            return protocol_class(1.0)(config=config, server_state=State(), app_state={}).conn.control_rate
+
+        return asyncio.run(made())
+
+    assert rate(20.0) == CONTROL_RATE and rate(1.0) == CONTROL_RATE
+    assert rate(0.05) == 40.0  # two a ping: its pong, and room for the peer's own
