@@ -341,7 +341,7 @@ async def _all_exist(ctx: RestContext, org: str, app: str, ids: list[str]) -> No
     asked = c.ListWorkflowsRequest(request_id="", body=c.ListWorkflowsBody(
         workflow_uuids=ids, limit=len(ids), load_input=False, load_output=False))
     reply: c.ListWorkflowsResponse = await calling.ask(
-        ctx, org, app, lambda rid: msgspec.structs.replace(asked, request_id=rid), app_checked=True)
+        ctx, org, app, lambda rid: msgspec.structs.replace(asked, request_id=rid))
     found = {w.WorkflowUUID for w in reply.output or ()}
     missing = [i for i in ids if i not in found]
     if missing:

@@ -493,8 +493,9 @@ def test_bad_listing_parameters_are_422s(dev: RelayServer, params: dict[str, Any
 def test_an_unknown_application_is_a_404(dev: RelayServer) -> None:
     assert_problem(call(dev, "GET", L + "/apps/nope/stranded-workflows"), 404)
     assert_problem(call(dev, "GET", L + "/apps/nope/stranded-workflows", params={"relayOnly": "true"}), 404)
-    assert_problem(call(dev, "POST", L + "/apps/nope/stranded-workflows/fix",
-                        json={"fix": "recover", "executorIds": ["A"]}), 404)
+    for body in ({"fix": "recover", "executorIds": ["A"]}, {"fix": "fork", "workflowIds": ["w1"]},
+                 {"fix": "fork", "workflowIds": ["w1"], "appVersion": "v2"}, {"fix": "cancel", "workflowIds": ["w1"]}):
+        assert_problem(call(dev, "POST", L + "/apps/nope/stranded-workflows/fix", json=body), 404)
 
 
 def test_recover_of_executors_relay_does_not_know_is_a_409_naming_each(dev: RelayServer) -> None:
