@@ -131,7 +131,7 @@ def parse_rfc3339(field: str, text: str) -> datetime:
 # RFC 3339's date-time (section 5.6), nothing looser: ASCII digits, "T", seconds, an optional
 # fraction, then "Z" or a numeric offset.
 _RFC3339 = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})")
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-5][0-9]:[0-9]{2}(\.[0-9]+)?([Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
 
 
 def parse_as_of(field: str, text: object) -> datetime:

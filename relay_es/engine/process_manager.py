@@ -644,7 +644,9 @@ class ProcessManager:
                     due = self._retention_due[app] = now + spread(app, int(RETENTION_FIRST_LOOK))
                     self._retention_unread[app] = now
                 if due < now:  # overdue (after an outage, every application's): spread, as metrics are
-                    due = now + spread(app, int(self.retention_interval))
+                    # (the first look, not yet taken, within its own span: an executor's blip does not delay it)
+                    first = app in self._retention_unread
+                    due = now + spread(app, int(RETENTION_FIRST_LOOK if first else self.retention_interval))
                 self.timers.arm(("retention", app), due)
         if self.metrics_interval is not None:
             if not healthy:

@@ -54,11 +54,12 @@ class ProblemDetails(msgspec.Struct):
 
 
 PROBLEMS = {
-    "description": "Refused or failed, as an RFC 7807 problem document: 422 invalid input (`errors` names each "
+    "description": "Refused or failed, as an RFC 7807 problem document: 400 a malformed request (a query "
+                   "parameter given twice, a body that is not JSON), 422 invalid input (`errors` names each "
                    "field or parameter), 401 no or an unknown token, 403 a permission the token does not hold, "
-                   "404 an unknown org, application or object, 409 what the current state refuses, 413 a body "
-                   "too large, 500 Relay's own failure, 502, 503 or 504 an executor's refused, missing or late "
-                   "answer.",
+                   "404 an unknown org, application or object, 405 a method the path does not take, 409 what the "
+                   "current state refuses, 413 a body too large, 500 the executor's reported error (its text) or "
+                   "Relay's own failure, 502, 503 or 504 an executor's refused, missing or late answer.",
     "content": {PROBLEM: {"schema": {"$ref": REF.format(name=ProblemDetails.__name__)}}},
 }
 

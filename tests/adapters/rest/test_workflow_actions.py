@@ -364,6 +364,18 @@ def test_no_executor_is_503_and_no_answer_504_both_on_record(srv: RelayServer) -
         ("cancelWorkflow", "timed_out", "ex-silent"), ("resumeWorkflow", "timed_out", "ex-silent")]
 
 
+def test_a_fork_answered_with_an_empty_id_is_a_502_on_record_as_failed(srv: RelayServer) -> None:
+    """An empty id names no workflow: the answer is refused (502), not a 500 'the executor reported an
+    error' with no error, and not a success on record with a fork nobody can find."""
+    ex = FakeExecutor(srv.ws, app="shop", executor_id="ex-empty",
+                      answers={"fork_workflow": lambda req: {"new_workflow_id": ""}})
+    with executors(srv, ex):
+        r = conforms("forkWorkflow", call(srv, "POST", L + "/apps/shop/workflows/wf-1/fork", json={}), 502)
+        assert r["title"] == "executor reply refused" and "empty workflow id" in r["detail"]
+    [fork] = actions(srv, "shop", 1)
+    assert (fork["operation"], fork["outcome"]) == ("forkWorkflow", "failed")
+
+
 # The executor's error message -> the status it calls for (workflow_actions.failed_status).
 ERRORS = [
     ("cancelWorkflow", "cancel", ("Exception encountered when cancelling workflow(s) ['wf-1']: Traceback ...\n"
