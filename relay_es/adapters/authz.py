@@ -481,7 +481,7 @@ def repeated_query_parameter(query_string: bytes) -> str | None:
 # ------------------------------------------------------------ path names
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]{0,255}")
-MAX_EXECUTOR_ID = 512
+MAX_EXECUTOR_ID = 512  # characters of an executor id in a query filter (the ids themselves: valid_executor_id)
 
 
 def valid_name(value: str) -> bool:

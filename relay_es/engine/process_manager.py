@@ -624,10 +624,11 @@ class ProcessManager:
         """One retention timer per application with a HEALTHY executor here, first due one
         interval after the application's last round on record (its first firing, within
         :data:`RETENTION_FIRST_LOOK` seconds, reads it: :meth:`_fire_retention`), and one metrics
-        timer, first due at the end of the current bucket; both dropped when the last one goes. The retention plan's due time is
-        kept meanwhile (until the application has no executor at all): when an executor is back the
-        timer is armed for it, not a whole interval later, so an application whose only executor is
-        away for a moment more often than the interval still gets its plan every interval. A plan
+        timer, first due at the end of the current bucket; both dropped when the last one goes.
+        The retention plan's due time is kept meanwhile (until the application has no executor at
+        all): when an executor is back the timer is armed for it, not a whole interval later, so an
+        application whose only executor is away for a moment more often than the interval still gets
+        its plan every interval. A plan
         that fell due meanwhile goes within :func:`~relay_es.engine.metric_windows.spread` of the
         return, so that after an outage the applications' plans do not all go at once."""
         healthy = app in self._indexes.apps_healthy

@@ -368,8 +368,7 @@ class Hub:
         the socket's ``close_timeout``, and only its own: written one after the other, the last of many
         would stay open (and the peer connected) for as long as all those before it took."""
         sends = [send for conn in conns if (send := conn.closing(code, text)) is not None]
-        if sends:
-            await asyncio.gather(*sends, return_exceptions=True)
+        await asyncio.gather(*sends, return_exceptions=True)
 
     # ------------------------------------------------------------- handshake
     def _handshake_expired(self, conn: Connection) -> None:

@@ -68,8 +68,8 @@ def _fill_shares(store: StoreConfig, names: set[str], until: int, count: int, ct
         for n, skipped in pool.map(_fill_share, [store] * count, [sorted(names)] * count,
                                    [StreamShare.of(i, count) for i in range(count)], [until] * count):
             read += n
-            for poison in skipped:
-                if poisoned is not None:
+            if poisoned is not None:
+                for poison in skipped:
                     poisoned(poison)
         return read
 

@@ -338,8 +338,7 @@ class StrandedController(Controller):
 async def _all_exist(ctx: RestContext, org: str, app: str, ids: list[str]) -> None:
     """404 naming the workflows the application does not have, before fork's cancel: DBOS refuses a
     bulk fork with one unknown id whole, and the others would be left cancelled, not forked."""
-    asked = c.ListWorkflowsRequest(request_id="", body=c.ListWorkflowsBody(
-        workflow_uuids=ids, limit=len(ids), load_input=False, load_output=False))
+    asked = mapping.search_request(m.WorkflowSearchBody(workflow_ids=ids, limit=len(ids)), request_id="")
     reply: c.ListWorkflowsResponse = await calling.ask(
         ctx, org, app, lambda rid: msgspec.structs.replace(asked, request_id=rid))
     found = {w.WorkflowUUID for w in reply.output or ()}

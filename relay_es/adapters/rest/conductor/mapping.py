@@ -171,7 +171,7 @@ def whole_number(field: str, value: int | None, bound: int = m.INT64_MAX) -> int
 def _duration(field: str, value: int | None) -> int | None:
     """A longest wait or run in milliseconds: within ``int64``, and below 0 read as 0 (the SDKs compute
     it from the clocks of the processes that enqueued and ran a workflow, which may disagree)."""
-    if value is not None and not isinstance(value, bool) and isinstance(value, int) and -m.INT64_MAX <= value < 0:
+    if isinstance(value, int) and -m.INT64_MAX <= value < 0:  # (a bool is never below 0)
         return 0
     return whole_number(field, value)
 
