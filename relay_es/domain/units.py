@@ -113,25 +113,35 @@ def rfc3339(t: datetime | None) -> str | None:
         t.year, t.month, t.day, t.hour, t.minute, t.second, t.microsecond // 1000)
 
 
-def parse_rfc3339(field: str, text: str) -> datetime:
-    if not isinstance(text, str):
-        raise InvalidSetting(field, f"must be an RFC 3339 timestamp string, got {text!r}")
-    try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise InvalidSetting(field, f"must be an RFC 3339 timestamp, got {text!r}") from None
-    if t.tzinfo is None:
-        raise InvalidSetting(field, f"must carry a UTC offset, got {text!r}")
-    try:
-        return t.astimezone(timezone.utc)
-    except OverflowError:
-        raise InvalidSetting(field, f"is out of range: {text!r}") from None
-
-
 # RFC 3339's date-time (section 5.6), nothing looser: ASCII digits, "T", seconds, an optional
 # fraction, then "Z" or a numeric offset.
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-5][0-9]:[0-9]{2}(\.[0-9]+)?([Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
+# The same without its offset (or without its time): told apart only for a clearer error.
+_LOCAL = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?)?")
+
+
+def parse_rfc3339(field: str, text: object) -> datetime:
+    """The instant a strictly RFC 3339 date-time names, in UTC, to the microsecond (further
+    digits dropped); an :class:`InvalidSetting` naming ``field`` for anything else (a space for
+    the "T", a missing offset, a week date: what ``datetime.fromisoformat`` alone takes)."""
+    if not isinstance(text, str):
+        raise InvalidSetting(field, f"must be an RFC 3339 timestamp string, got {str(text)[:64]!r}")
+    m = _RFC3339.fullmatch(text)
+    if m is None:
+        if _LOCAL.fullmatch(text):
+            raise InvalidSetting(field, f"must carry a UTC offset, got {text!r}")
+        raise InvalidSetting(field, f"must be an RFC 3339 timestamp, got {text[:64]!r}")
+    fraction = (m.group(1) or "")[:7]
+    offset = m.group(2)
+    try:
+        t = datetime.fromisoformat(text[:19] + fraction + ("+00:00" if offset in "Zz" else offset))
+    except ValueError:
+        raise InvalidSetting(field, f"must be an RFC 3339 timestamp, got {text!r}") from None
+    try:
+        return t.astimezone(timezone.utc)
+    except OverflowError:
+        raise InvalidSetting(field, f"is out of range: {text!r}") from None
 
 
 def parse_as_of(field: str, text: object) -> datetime:
@@ -146,6 +156,5 @@ def parse_as_of(field: str, text: object) -> datetime:
     if m is None:
         raise InvalidSetting(field, f"must be an RFC 3339 timestamp (2026-11-30T12:00:05.123Z), "
                                     f"got {str(text)[:64]!r}")
-    fraction = (m.group(1) or ".")[1:]
-    t = parse_rfc3339(field, text[:19] + (f".{fraction[:6]}" if fraction else "") + m.group(2))
-    return t if len(fraction) > 3 else t.replace(microsecond=t.microsecond + 999)  # within its millisecond
+    t = parse_rfc3339(field, text)
+    return t if len(m.group(1) or "") > 4 else t.replace(microsecond=t.microsecond + 999)  # within its millisecond

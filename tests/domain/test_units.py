@@ -248,7 +248,7 @@ def test_rfc3339_round_trip(t: datetime) -> None:
     ("2026-11-30T12:00:05+00:00", datetime(2026, 11, 30, 12, 0, 5, tzinfo=timezone.utc)),
     ("2026-11-30T14:00:05.5+02:00", datetime(2026, 11, 30, 12, 0, 5, 500000, tzinfo=timezone.utc)),
     ("2026-11-30T07:00:05-05:00", datetime(2026, 11, 30, 12, 0, 5, tzinfo=timezone.utc)),
-    ("2026-11-30 12:00:05Z", datetime(2026, 11, 30, 12, 0, 5, tzinfo=timezone.utc)),
+    ("2026-11-30T12:00:05.123456789Z", datetime(2026, 11, 30, 12, 0, 5, 123456, tzinfo=timezone.utc)),
 ])
 def test_parse_rfc3339_accepts_and_normalises_to_utc(text: str, expected: datetime) -> None:
     t = parse_rfc3339("asOf", text)
@@ -256,7 +256,8 @@ def test_parse_rfc3339_accepts_and_normalises_to_utc(text: str, expected: dateti
     assert t.utcoffset() == timedelta(0) and t.tzinfo == timezone.utc
 
 
-@pytest.mark.parametrize("text", ["2026-11-30T12:00:05", "2026-11-30T12:00:05.123", "2026-11-30"])
+@pytest.mark.parametrize("text", ["2026-11-30T12:00:05", "2026-11-30T12:00:05.123", "2026-11-30",
+                                  "2026-11-30 12:00:05"])
 def test_parse_rfc3339_refuses_a_missing_offset(text: str) -> None:
     with pytest.raises(InvalidSetting) as info:
         parse_rfc3339("asOf", text)
@@ -265,7 +266,11 @@ def test_parse_rfc3339_refuses_a_missing_offset(text: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "yesterday", "2026-13-01T00:00:00Z", "2026-11-31T00:00:00Z",
-                                  "2026-11-30T25:00:00Z", "1796040005123", "2026-11-30T12:00:05ZZ"])
+                                  "2026-11-30T25:00:00Z", "1796040005123", "2026-11-30T12:00:05ZZ",
+                                  # what datetime.fromisoformat takes and RFC 3339 does not
+                                  "2026-11-30 12:00:05Z", "2026-11-30T12:00Z", "20261130T120005Z",
+                                  "2026-W48-1T12:00:05Z", "2026-11-30T12:00:05+0000", "2026-11-30T12:00:05,5Z",
+                                  "2026-11-30T12:00:05+00:00:00", "\uff12026-11-30T12:00:05Z"])
 def test_parse_rfc3339_refuses_garbage(text: str) -> None:
     with pytest.raises(InvalidSetting) as info:
         parse_rfc3339("asOf", text)

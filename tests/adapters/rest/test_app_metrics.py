@@ -142,6 +142,7 @@ def test_bad_windows_unknown_applications_and_tokens_are_refused(relay: RelaySer
                    {"startTime": "yesterday", "endTime": iso(now)},
                    {"startTime": iso(now), "endTime": "2026-13-01T00:00:00Z"},
                    {"startTime": "2026-11-30T12:00:00", "endTime": iso(now)},  # no offset
+                   {"startTime": "2026-11-30 12:00:00Z", "endTime": iso(now)},  # ISO 8601, not RFC 3339
                    {"startTime": iso(now), "endTime": iso(now)},  # empty
                    {"startTime": iso(now), "endTime": iso(now - 60)},  # backwards
                    {"startTime": "2" * 5000, "endTime": iso(now)}):

@@ -100,7 +100,7 @@ def test_changes_to_applications_and_tokens_are_on_record_newest_first(server: R
     assert log(server, startTime=later) == []
     assert call(server, "GET", A + "/audit-logs").status_code == 404  # development mode: org local only
     for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"startTime": "yesterday"},
-                {"endTime": "2026-01-01T00:00:00"}, {"operation": "x" * 300}, {"subject": "a\x00b"}):
+                {"endTime": "2026-01-01T00:00:00"}, {"startTime": "2026-01-01 00:00:00Z"}, {"operation": "x" * 300}, {"subject": "a\x00b"}):
         r = call(server, "GET", L + "/audit-logs", params=bad)
         assert r.status_code in (400, 422), (bad, r.text)
         assert r.headers["content-type"].startswith("application/problem+json")
