@@ -77,6 +77,14 @@ class _Body(msgspec.Struct, kw_only=True, omit_defaults=False):
     (msgspec inherits ``omit_defaults`` but not ``kw_only``: subclasses repeat it.)"""
 
 
+def _names_a_workflow(workflow_id: str | None, error_message: str | None) -> None:
+    """An answer that starts a workflow (fork, trigger) names it, or says why not: null is every
+    SDK's "it did not happen" (a failure, its ``error_message`` the reason); an empty id with no
+    error names nothing and breaks the protocol (the reply is refused, a 502)."""
+    if workflow_id == "" and error_message is None:
+        raise ValueError("an empty workflow id names no workflow")
+
+
 class _Output(msgspec.Struct, kw_only=True):
     """An object inside a response. Lenient like the responses: everything but
     its identifying key has a default, unknown keys are ignored."""
@@ -153,9 +161,12 @@ class ForkWorkflowRequest(Request, kw_only=True):
 class ForkWorkflowResponse(Response, kw_only=True):
     new_workflow_id: str | None = None
 
+    def __post_init__(self) -> None:
+        _names_a_workflow(self.new_workflow_id, self.error_message)
+
     @property
     def failed(self) -> bool:
-        # Every SDK answers null here when the fork did not happen; an empty id names no workflow either.
+        # Every SDK answers null here when the fork did not happen.
         return self.error_message is not None or not self.new_workflow_id
 
 
@@ -640,10 +651,13 @@ class TriggerScheduleRequest(Request, kw_only=True):
 class TriggerScheduleResponse(Response, kw_only=True):
     workflow_id: str | None = None
 
+    def __post_init__(self) -> None:
+        _names_a_workflow(self.workflow_id, self.error_message)
+
     @property
     def failed(self) -> bool:
-        # No workflow started (null, or an empty id that names none): the trigger did not happen
-        # (audited as failed, not succeeded and then a 502).
+        # No workflow started (null): the trigger did not happen (audited as failed, not
+        # succeeded and then a 502).
         return self.error_message is not None or not self.workflow_id
 
 

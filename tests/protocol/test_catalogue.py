@@ -389,11 +389,14 @@ def test_error_message_means_failed_whatever_the_payload(wire_type: str, style: 
 
 
 @pytest.mark.parametrize("wire_type, field", [("fork_workflow", "new_workflow_id"), ("trigger_schedule", "workflow_id")])
-def test_an_empty_new_workflow_id_means_failed(wire_type: str, field: str) -> None:
-    """An empty id names no workflow: the fork or trigger is on record as failed, not as a success
-    with a workflow nobody can find."""
+def test_an_empty_new_workflow_id_is_refused_unless_the_executor_said_why(wire_type: str, field: str) -> None:
+    """An empty id names no workflow: with no error the reply breaks the protocol (refused, a 502),
+    not a success with a workflow nobody can find; with one it is the executor's failure."""
     assert not decode(wire_type, {"type": wire_type, "request_id": R, field: "w-1"}).failed
-    assert decode(wire_type, {"type": wire_type, "request_id": R, field: ""}).failed
+    with pytest.raises(msgspec.ValidationError, match="empty workflow id"):
+        decode(wire_type, {"type": wire_type, "request_id": R, field: ""})
+    assert decode(wire_type, {"type": wire_type, "request_id": R, field: "", "error_message": "no"}).failed
+    assert decode(wire_type, {"type": wire_type, "request_id": R, field: None}).failed
 
 
 @pytest.mark.parametrize("wire_type", sorted(WIRE_TYPES - {"executor_info"}))

@@ -152,12 +152,6 @@ def latest_changed(ctx: RestContext, org: str, app: str) -> None:
     ctx.latest_versions.pop(key, None)
 
 
-# Answers that fail when they name no workflow (``failed``), by the field that names it: an empty id
-# with no error text is the executor breaking the protocol rather than reporting a failure (null is
-# its way of saying the fork or trigger did not happen): a 502, on record as failed.
-NO_WORKFLOW = {c.ForkWorkflowResponse: "new_workflow_id", c.TriggerScheduleResponse: "workflow_id"}
-
-
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
               chosen: Callable[[str], None] | None = None, app_checked: bool = False) -> Any:
@@ -184,11 +178,6 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
         return await ctx.calls.call(org, app, made, timeout=ctx.call_timeout.total_seconds(),
                                     prefer_latest=prefer_latest, latest_version=latest, chosen=chosen)
     except ExecutorFailed as e:
-        answer = e.response
-        if type(answer) in NO_WORKFLOW and answer.error_message is None and \
-                getattr(answer, NO_WORKFLOW[type(answer)]) == "":  # no error, and an id that names nothing
-            raise ExecutorProblem(502, "executor reply refused", f"{answer.type} answered an empty workflow id") \
-                from None
         if e.message.strip().lower() == UNKNOWN_TYPE:
             kind = sent[0] if sent else "this operation"
             raise ExecutorProblem(

@@ -153,11 +153,9 @@ def _present(field: str, value: str | None) -> str:
 
 
 def _id(field: str, value: str | None) -> str:
-    """An id Relay answers and links to (``Location``): present and not empty."""
-    value = _present(field, value)
-    if not value:
-        raise ExecutorReplyError(field, "empty")
-    return value
+    """An id Relay answers and links to (``Location``): present (the catalogue refuses an empty one
+    as it decodes the reply, :func:`~relay_es.protocol.catalogue._names_a_workflow`)."""
+    return _present(field, value)
 
 
 def whole_number(field: str, value: int | None, bound: int = m.INT64_MAX) -> int | None:

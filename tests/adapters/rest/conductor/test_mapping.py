@@ -308,12 +308,13 @@ def test_action_answers() -> None:
 
 
 def test_an_empty_new_workflow_id_is_refused() -> None:
-    with pytest.raises(mp.ExecutorReplyError, match="new_workflow_id: empty"):
-        mp.fork_out(c.decode_response_for("fork_workflow", frame(  # type: ignore[arg-type]
-            "fork_workflow", new_workflow_id="", error_message=None)))
-    with pytest.raises(mp.ExecutorReplyError, match="workflow_id: empty"):
-        mp.trigger_out(c.decode_response_for("trigger_schedule", frame(  # type: ignore[arg-type]
-            "trigger_schedule", workflow_id="", error_message=None)))
+    for kind, field in (("fork_workflow", "new_workflow_id"), ("trigger_schedule", "workflow_id")):
+        # with no error, the reply itself is refused (a protocol violation, a 502) ...
+        with pytest.raises(msgspec.ValidationError, match="empty workflow id"):
+            c.decode_response_for(kind, frame(kind, **{field: "", "error_message": None}))
+        # ... with one, it is the executor's failure, its reason kept
+        failed = c.decode_response_for(kind, frame(kind, **{field: "", "error_message": "no such workflow"}))
+        assert failed.failed and failed.error_message == "no such workflow"
 
 
 def test_export_and_import_pass_the_blob_through_untouched() -> None:
