@@ -447,16 +447,21 @@ def origin_is_local(origin: str | None) -> bool:
 # still arrives from 127.0.0.1 with a loopback Host (nginx sends
 # ``Host: $proxy_host``, i.e. 127.0.0.1:8090). uvicorn may already have moved
 # X-Forwarded-For into the connection's client address; the headers stay in
-# the ASGI scope, which is what is checked.
-PROXY_HEADERS = (b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto", b"x-real-ip")
+# the ASGI scope, which is what is checked. Every ``X-Forwarded-*`` counts
+# (-Port, -Server, -Prefix...). A forwarder that adds none (a bare
+# ``proxy_pass``, socat, ssh -L) cannot be told from a local client: the docs
+# say never to put development mode behind one.
+PROXY_HEADERS = (b"forwarded", b"x-real-ip")
+PROXY_HEADER_PREFIX = b"x-forwarded-"
 BEHIND_A_PROXY = "development mode serves this machine only; run with --auth behind a proxy"
 
 
 def proxy_header(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The name of the first reverse-proxy header among raw ASGI headers, if any."""
     for k, _ in headers:
-        if k.lower() in PROXY_HEADERS:
-            return k.lower().decode("latin-1")
+        k = k.lower()
+        if k in PROXY_HEADERS or k.startswith(PROXY_HEADER_PREFIX):
+            return k.decode("latin-1")
     return None
 
 

@@ -63,7 +63,8 @@ def test_a_rebinding_page_cannot_call_the_api_in_development_mode(dev: RelayServ
 
 PROXY_HEADERS = [{"X-Forwarded-For": "203.0.113.9"}, {"X-Forwarded-Host": "relay.example.com"},
                  {"X-Forwarded-Proto": "https"}, {"X-Real-IP": "203.0.113.9"},
-                 {"Forwarded": "for=203.0.113.9;proto=https"}]
+                 {"Forwarded": "for=203.0.113.9;proto=https"}, {"X-Forwarded-Port": "443"},
+                 {"x-forwarded-server": "proxy.example.com"}, {"X-Forwarded-Prefix": "/relay"}]
 
 
 def test_development_mode_behind_a_reverse_proxy_is_refused(dev: RelayServer) -> None:
