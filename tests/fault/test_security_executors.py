@@ -255,6 +255,8 @@ def test_resource_limits_per_address_key_and_application(make_server: Callable[.
     assert "limit_exceeded" in kinds, sorted(kinds)
     refusals = [a for a in events(server, app="app") if a["action"] == "auth.refused"]
     assert any(a["detail"]["status"] == 429 for a in refusals), refusals
+    # a limit is not a refused credential: RelayAuthRefusalsSpike reads this counter as bad or guessed keys
+    assert 'relay_auth_refused_total{where="websocket"} 0.0' in rest(server, "GET", "/metrics").text
     connected = {a["executorId"] for a in events(server, app="app") if a["action"] == "executor.connected"}
     assert "k2-3" not in connected
     assert "Traceback" not in server.log()

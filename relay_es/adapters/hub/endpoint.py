@@ -127,7 +127,8 @@ class Hub:
         ``roster``: which executors exist (the process manager), for the limits of executor
         ids. ``registry``, ``outbox``: shared with the dispatcher. ``pool``: where store
         commands run. ``monotonic``: the throttles' clock. ``on_connection_change``: called
-        with the number of open sockets when it changes; ``on_refused``: on each refusal."""
+        with the number of open sockets when it changes; ``on_refused``: on each handshake refused for
+        its credentials or its origin (401, 403), not for a limit, a full queue or a bad path."""
         self.relay = relay
         self.owner = owner
         self.gate = gate
@@ -217,6 +218,8 @@ class Hub:
                     log.info("refused executor handshake from %s on %s: %s %s%s", printable(peer, 300),
                              printable(scrub(path)),
                              r.status, r.detail, f" ({hit.suppressed} more refused)" if hit.suppressed else "")
+                if r.status in (401, 403):
+                    self.on_refused()
                 await self._slow_down(hit.strikes)
                 if r.audit and parsed is not None:
                     await self._audit_refusal(parsed[0], host, r)
@@ -273,7 +276,6 @@ class Hub:
     async def _slow_down(self, strikes: int) -> None:
         """Repeated refusals from one address are answered more and more slowly
         (0.1 s doubling to 5 s; forgotten after a minute of quiet)."""
-        self.on_refused()
         if strikes:
             await asyncio.sleep(min(0.1 * 2 ** (strikes - 1), 5.0))
 

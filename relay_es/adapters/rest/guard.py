@@ -166,7 +166,10 @@ class Authorize:
         if not header:
             raise self.refused(401, "an Authorization: Bearer <token> header is required",
                                headers={"WWW-Authenticate": "Bearer"})
-        secret = bearer(header)
+        try:
+            secret = bearer(header)
+        except HTTPException as e:  # a malformed header is a refused credential too: counted
+            raise self.refused(e.status_code, e.detail, headers=e.headers) from None
         assert self.ctx.credentials is not None  # auth mode has a checker (build_app requires it)
         if self.ctx.oidc is not None and looks_like_jwt(secret):
             try:

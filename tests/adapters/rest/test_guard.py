@@ -110,8 +110,8 @@ def test_auth_mode_needs_a_live_token_whose_row_accepts_it(auth: tuple[TestClien
     # behind a proxy is what auth mode is for
     assert client.get("/metrics", headers={"Authorization": "Bearer admin", "X-Forwarded-For": "203.0.113.9",
                                            "Host": "relay.example"}).status_code == 200
-    # counted: the missing header, the unknown token, the two denials (a malformed header or the store away is not)
-    assert ctx.metrics.registry.get_sample_value("relay_auth_refused_total", {"where": "rest"}) == 4
+    # counted: the missing header, the three malformed ones, the unknown token, the two denials (the store away is not)
+    assert ctx.metrics.registry.get_sample_value("relay_auth_refused_total", {"where": "rest"}) == 7
 
 
 def test_an_anonymous_caller_s_refusals_go_only_into_an_org_that_exists_on_a_budget_of_their_own() -> None:
