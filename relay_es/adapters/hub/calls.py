@@ -68,30 +68,36 @@ class Calls:
         self.loop = loop
 
     def choose(self, org: str, app: str, *, prefer_latest: bool = False,
-               latest_version: str | None = None, only_version: str | None = None) -> Connection:
+               latest_version: str | None = None, only_version: str | None = None,
+               only_executor: str | None = None) -> Connection:
         """The connection a call of ``org``/``app`` goes to (``only_version``: among that
-        application version's alone); raises ``NoHealthyExecutor``."""
+        application version's alone; ``only_executor``: among that executor's alone, which takes
+        no turn: the choice that named it took one); raises ``NoHealthyExecutor``."""
         conns = {c.id: c for c in self.registry.registered(org, app)
-                 if only_version is None or c.app_version == only_version}
+                 if (only_version is None or c.app_version == only_version)
+                 and (only_executor is None or c.executor_id == only_executor)}
         candidates = [Candidate(id=c.id, executor_id=c.executor_id or "", version=c.app_version,
                                 first_seen=self.first_seen(c), in_flight=len(c.waiters)) for c in conns.values()]
-        chosen = choose(org, app, candidates, turn=next(self._turn), prefer_latest=prefer_latest,
-                        latest_version=latest_version)
+        chosen = choose(org, app, candidates, turn=next(self._turn) if only_executor is None else 0,
+                        prefer_latest=prefer_latest, latest_version=latest_version)
         return conns[chosen.id]
 
     async def call(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
                    prefer_latest: bool = False, latest_version: str | None = None,
-                   only_version: str | None = None, chosen: Callable[[str], None] | None = None) -> m.Response:
+                   only_version: str | None = None, only_executor: str | None = None,
+                   chosen: Callable[[str], None] | None = None) -> m.Response:
         """Sends ``make_request(request_id)`` to one executor of ``org``/``app`` and returns its
         answer, of the catalogue's type for the request. ``prefer_latest``: the latest
         application version first (``latest_version``, when given and running; see
         :mod:`relay_es.engine.routing`). ``chosen(executor_id)`` is told which executor the request
         goes to, before it is sent. ``only_version``: an executor of that application version or
-        none (a recovery must run on the dead executor's version). Raises a
+        none (a recovery must run on the dead executor's version). ``only_executor``: that
+        executor (its ``executor_id``, as :meth:`choose` gave it) or none: the reads of one answer
+        all go to the executor chosen once for it. Raises a
         :class:`~relay_es.engine.calls.CallFailed`."""
         try:
             conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
-                               only_version=only_version)
+                               only_version=only_version, only_executor=only_executor)
         except NoHealthyExecutor:
             self.observe("none", "unavailable", 0.0)  # nothing was built: no type to tell
             raise

@@ -8,12 +8,14 @@ queues first: the queue must be registered, not partitioned and have a worker co
 Setting and deleting are in the audit log (target: the application). Deleting an absent policy
 is a 204, as Conductor's.
 
-``getAutoscale`` (404 without a policy) asks executors of the application, at once, for its
-queues, its registered versions and its backlog on the policy's queue per version
-(``get_workflow_aggregates``: ENQUEUED and PENDING, grouped by application version), and answers
-:func:`relay_es.engine.autoscale.recommend`'s ``QueueAutoscale`` per version; ``observedAt`` is
-when the answers were in. A count or a queue's number out of its format is a bad reply (502);
-backlogs and executors stop at ``INT64_MAX``. Relay recommends; it scales nothing.
+``getAutoscale`` (404 without a policy) asks one executor of the application, chosen once as
+every call is, at once for its queues, its registered versions and its backlog on the policy's
+queue per version (``get_workflow_aggregates``: ENQUEUED and PENDING, grouped by application
+version), and answers :func:`relay_es.engine.autoscale.recommend`'s ``QueueAutoscale`` per version;
+``observedAt`` is when the answers were in. The three reads go to that executor alone, so one that
+does not answer fails only the polls it was chosen for. A count or a queue's number out of its
+format is a bad reply (502); backlogs and executors stop at ``INT64_MAX``. Relay recommends; it
+scales nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from relay_es.adapters.rest.recording import recorded
 from relay_es.domain.autoscaling import AutoscalingPolicy, Rollout
 from relay_es.domain.errors import InvalidSetting
 from relay_es.engine import autoscale
+from relay_es.engine.calls import NoHealthyExecutor
 from relay_es.protocol import catalogue as c
 
 
@@ -96,10 +99,24 @@ async def _policy(ctx: RestContext, org: str, app: str) -> AutoscalingPolicy | N
     return await asyncio.to_thread(ctx.relay.autoscaling_policy, org, app)  # UnknownApplication: 404
 
 
-async def _ask(ctx: RestContext, org: str, app: str, request: Any) -> Any:
+async def _ask(ctx: RestContext, org: str, app: str, request: Any, only_executor: str | None = None) -> Any:
     """Always after :func:`_policy`, which read the application's stream (a 404 for one absent).
-    An executor's error is a 500, whatever it says: a 404 here means "no policy" or "no application"."""
-    return await calling.ask(ctx, org, app, sent_as(request), failed_status=500, app_checked=True)
+    An executor's error is a 500, whatever it says: a 404 here means "no policy" or "no application".
+    ``only_executor``: that executor answers, or none does (:func:`calling.ask`)."""
+    return await calling.ask(ctx, org, app, sent_as(request), failed_status=500, app_checked=True,
+                             only_executor=only_executor)
+
+
+def _one_executor(ctx: RestContext, org: str, app: str) -> str | None:
+    """The executor all the reads of one ``getAutoscale`` go to, chosen as every call is
+    (:meth:`~relay_es.adapters.hub.calls.Calls.choose`); None when there is none (the reads then
+    answer 503, as any call without an executor)."""
+    if ctx.calls is None:
+        return None
+    try:
+        return ctx.calls.choose(org, app).executor_id
+    except NoHealthyExecutor:
+        return None
 
 
 class AutoscalingController(Controller):
@@ -158,10 +175,11 @@ class AutoscalingController(Controller):
         backlog_request = c.GetWorkflowAggregatesRequest(request_id="", body=c.WorkflowAggregatesBody(
             group_by_application_version=True, select_count=True, status=list(autoscale.BACKLOG),
             queue_name=[policy.queue]))
+        executor = _one_executor(ctx, org, app)
         queues, versions, backlog = await asyncio.gather(
-            _ask(ctx, org, app, mapping.list_queues_request(request_id="")),
-            _ask(ctx, org, app, mapping.list_versions_request(request_id="")),
-            _ask(ctx, org, app, backlog_request))
+            _ask(ctx, org, app, mapping.list_queues_request(request_id=""), executor),
+            _ask(ctx, org, app, mapping.list_versions_request(request_id=""), executor),
+            _ask(ctx, org, app, backlog_request, executor))
         observed_at = int(time.time() * 1000)
         depth = backlog_of(backlog)
         known = [autoscale.Version(v.version_name, v.created_at or 0, v.version_timestamp or 0)

@@ -154,14 +154,17 @@ def latest_changed(ctx: RestContext, org: str, app: str) -> None:
 
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
-              chosen: Callable[[str], None] | None = None, app_checked: bool = False) -> Any:
+              chosen: Callable[[str], None] | None = None, app_checked: bool = False,
+              only_executor: str | None = None) -> Any:
     """The answer of one executor of ``org``/``app`` to ``make_request(request_id)``, of the
     catalogue's type for it. Raises :class:`~relay_es.engine.calls.CallFailed` (or
     :class:`ExecutorProblem` for the executor's own error, with the status
     ``failed_status`` gives its message; an executor whose SDK does not know the request's type
     answers "unknown message type": a 501 saying so). ``chosen(executor_id)`` is told which
     executor the request went to. ``app_checked``: the route has read the application's stream
-    already in this request (a 404 for one absent); it is not read again."""
+    already in this request (a 404 for one absent); it is not read again. ``only_executor``: that
+    executor answers or none does (a 503 once it is gone), for a route whose reads make one answer
+    (:meth:`~relay_es.adapters.hub.calls.Calls.call`)."""
     if not app_checked:
         await app_must_exist(ctx, org, app)
     if ctx.calls is None:
@@ -176,7 +179,8 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
     latest = await latest_version(ctx, org, app) if prefer_latest else None
     try:
         return await ctx.calls.call(org, app, made, timeout=ctx.call_timeout.total_seconds(),
-                                    prefer_latest=prefer_latest, latest_version=latest, chosen=chosen)
+                                    prefer_latest=prefer_latest, latest_version=latest, chosen=chosen,
+                                    only_executor=only_executor)
     except ExecutorFailed as e:
         if e.message.strip().lower() == UNKNOWN_TYPE:
             kind = sent[0] if sent else "this operation"

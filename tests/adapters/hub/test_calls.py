@@ -310,6 +310,40 @@ def test_the_latest_version_first_where_the_operation_cares(tmp_path: Path) -> N
     run(main())
 
 
+def test_a_call_for_one_executor_goes_to_it_alone_or_nowhere(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with serving(tmp_path) as s:
+            release = asyncio.Event()
+
+            async def answer(msg: dict[str, Any]) -> dict[str, Any]:
+                if msg["workflow_id"] == "slow":
+                    await release.wait()
+                return dict(output=workflow(msg["workflow_id"]))
+
+            one = await join(s, executor_id="ONE", replies={"get_workflow": answer})
+            other = await join(s, executor_id="OTHER", replies={"get_workflow": answer})
+            calls = s.runtime.calls
+            busy = asyncio.ensure_future(calls.call("local", "app", get_workflow("slow"), timeout=20,
+                                                    only_executor="ONE"))
+            await until(lambda: any(r.get("workflow_id") == "slow" for r in one.requests), what="ONE busy")
+            told: list[str] = []
+            for _ in range(3):  # ONE has a call in flight, OTHER none: still ONE
+                await calls.call("local", "app", get_workflow("w"), timeout=5, only_executor="ONE", chosen=told.append)
+            assert told == ["ONE"] * 3 and calls.choose("local", "app", only_executor="ONE").executor_id == "ONE"
+            assert [r["type"] for r in other.requests].count("get_workflow") == 0
+            release.set()
+            await busy
+            await one.close()
+            await until(lambda: all(conn.executor_id != "ONE" for conn in calls.registry.registered("local", "app")),
+                        what="ONE gone from the registry")
+            with pytest.raises(NoHealthyExecutor):  # OTHER is connected, ONE is not: nothing is sent
+                await calls.call("local", "app", get_workflow("w"), timeout=5, only_executor="ONE")
+            assert [r["type"] for r in other.requests].count("get_workflow") == 0
+            await other.close()
+
+    run(main())
+
+
 def test_a_call_from_another_thread(tmp_path: Path) -> None:
     async def main() -> None:
         async with serving(tmp_path) as s:

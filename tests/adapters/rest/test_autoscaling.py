@@ -102,6 +102,31 @@ def test_a_policy_is_checked_stored_echoed_and_drives_the_recommendation(relay: 
         "maxExecutorsForOldApplicationVersions": 2}]
 
 
+def test_each_poll_reads_from_one_executor_and_a_silent_one_fails_only_its_own_polls(relay: RelayServer) -> None:
+    reads = ("list_queues", "list_application_versions", "get_workflow_aggregates")
+    system = System()
+    with executors(relay, *({"app": "shop", "answers": system.answers()} for _ in range(3))) as exs:
+        conforms("setAutoscalingPolicy", call(relay, "PUT", A + "/autoscaling-policy",
+                                              json={"queue": "orders_queue"}), 200)
+        silent = exs[2]
+        silent.answer = False  # connected and HEALTHY, answers nothing
+
+        def asked() -> list[list[str]]:
+            return [[r["type"] for r in ex.requests if r["type"] in reads] for ex in exs]
+
+        polls: list[tuple[int, int]] = []  # (the executor asked, the status)
+        for _ in range(6):
+            before = asked()
+            r = call(relay, "GET", A + "/autoscale")
+            new = [now[len(was):] for was, now in zip(before, asked())]
+            had = [i for i, got in enumerate(new) if got]
+            assert len(had) == 1 and sorted(new[had[0]]) == sorted(reads), new  # one executor had all three
+            chosen = had[0]
+            conforms("getAutoscale", r, 504 if exs[chosen] is silent else 200)
+            polls.append((chosen, r.status_code))
+        assert any(status == 200 for _, status in polls), polls
+
+
 @pytest.mark.parametrize("queue, why", [("no_such_queue", "is not registered"), ("plain_queue", "worker concurrency"),
                                         ("split_queue", "is partitioned")])
 def test_a_queue_that_cannot_drive_a_policy_is_refused_and_nothing_is_stored(relay: RelayServer, queue: str,

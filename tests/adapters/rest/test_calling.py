@@ -50,7 +50,7 @@ class FakeCalls:
         self.sent: list[Any] = []
 
     async def call(self, org: str, app: str, make_request: Any, *, timeout: float, prefer_latest: bool = False,
-                   latest_version: str | None = None, chosen: Any = None) -> Any:
+                   latest_version: str | None = None, chosen: Any = None, only_executor: str | None = None) -> Any:
         if chosen is not None:
             chosen("e7")
         self.sent.append((make_request("rid-1"), timeout, prefer_latest))
@@ -111,12 +111,12 @@ def test_the_autoscaling_routes_executor_calls_do_not_read_the_application_again
 
     monkeypatch.setattr(calling, "ask", ask)
     asyncio.run(autoscaling._ask(fake_context(), "local", "shop", Req(rid="r")))
-    assert asked == [{"failed_status": 500, "app_checked": True}]  # after _policy, which read it
+    assert asked == [{"failed_status": 500, "app_checked": True, "only_executor": None}]  # after _policy, which read it
 
 
 def test_a_route_that_read_the_application_already_does_not_read_it_again() -> None:
-    """getAutoscale asks three executors after reading the policy from the application's stream:
-    one read of it, not four."""
+    """getAutoscale asks an executor three times after reading the policy from the application's
+    stream: one read of it, not four."""
     import asyncio
 
     read: list[tuple[str, str]] = []
