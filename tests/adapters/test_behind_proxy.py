@@ -196,3 +196,33 @@ def test_the_address_relay_records_is_the_clients_not_the_proxys(proxied: tuple[
     # nginx saw 127.0.0.2 and said so; the address the client claimed for itself was not believed,
     # and the proxy's own address is not what Relay recorded.
     assert "127.0.0.2" in text and "203.0.113.9" not in text, text
+
+
+def test_no_key_reaches_an_nginx_log_while_relay_is_down(proxied: tuple[RelayServer, Nginx, str, str]) -> None:
+    relay, nginx, _admin, key = proxied
+    relay.stop()
+
+    async def handshake() -> int:
+        try:
+            await websockets.connect(f"{nginx.wss}/websocket/orders/{key}", ssl=nginx.ssl, open_timeout=10)
+        except websockets.InvalidStatus as e:
+            return e.response.status_code
+        raise AssertionError("a handshake was admitted with Relay stopped")
+
+    # Each reconnect an executor makes while Relay restarts fails at nginx's connect() to Relay,
+    # which nginx reports (at `error`) with the request line and the upstream URL, both holding the key.
+    assert asyncio.run(handshake()) == 502
+    assert key not in nginx.logs(), "a key reached an nginx log"
+
+
+def test_the_largest_body_relay_takes_reaches_it_through_the_proxy(
+        proxied: tuple[RelayServer, Nginx, str, str]) -> None:
+    _relay, nginx, admin, _key = proxied
+    # An import of the largest serialized workflow Relay takes: Relay reads and decodes it, and
+    # with no executor connected answers with its own problem, not with nginx's 413 page.
+    body = b'{"serializedWorkflow": "' + b"a" * (64 << 20) + b'"}'
+    r = httpx.post(f"{nginx.https}/v2/orgs/acme/apps/orders/workflows/import", content=body,
+                   headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"},
+                   verify=nginx.ssl, timeout=60)
+    assert r.headers["content-type"].startswith("application/problem+json"), r.text[:300]
+    assert r.status_code == 503, r.text
