@@ -214,8 +214,14 @@ class Metrics:
                 getattr(self, attr).labels(org, app, name).inc(s.value)
             self.metrics_collected_until.labels(org, app).set(until)
 
-    def app_outcome(self, org: str, app: str, outcome: str) -> None:
-        self.metrics_collections.labels(org, app, outcome).inc()
+    def app_outcome(self, org: str, app: str, outcome: str, until: float | None = None) -> None:
+        """A collection of ``org``/``app`` ended (``ok`` or ``failed``) with its metrics collected up to
+        ``until`` (epoch seconds, the stored cursor; None: not known), whatever came of it: after a restart
+        the executors may fail every collection, and the stale-collection alert needs the series."""
+        with self._app_lock:
+            if until is not None:
+                self.metrics_collected_until.labels(org, app).set(until)
+            self.metrics_collections.labels(org, app, outcome).inc()
 
     def forget_app(self, org: str, app: str) -> None:
         """An application was deleted: its series leave /metrics."""

@@ -167,7 +167,7 @@ class Runtime:
             self.harvest = Harvest(
                 self.calls, self.series, self.pool.run, period=period,
                 retention=settings.metrics_retention.total_seconds(), timeout=settings.call_timeout.total_seconds(),
-                now=lambda: self.clock.now().timestamp(),
+                now=lambda: self.clock.now().timestamp(), monotonic=self.clock.monotonic,
                 collected=lambda org, app, w, got: self.metrics.app_collected(org, app, w.end, got.kept),
                 outcome=self.metrics.app_outcome,
             )

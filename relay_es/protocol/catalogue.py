@@ -48,7 +48,7 @@ Traps to know when filling these in:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeAlias
+from typing import Annotated, Any, ClassVar, TypeAlias
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -525,13 +525,24 @@ class GetMetricsRequest(Request, kw_only=True):
 
 
 class MetricOutput(_Output, kw_only=True):
+    """One entry of ``metrics``, as :func:`relay_es.protocol.metrics.samples` reads it."""
+
     metric_type: str  # workflow_count (per workflow name) or step_count
     metric_name: str
     value: int
 
 
+# Entries of one get_metrics answer held at all (relay_es.protocol.metrics looks at the first 20,000): an
+# unread entry costs some 56 bytes however short it is ("0," is two), so a 128 MiB frame of them would
+# have held 3.5 GB; past this many the answer is refused whole.
+MAX_METRIC_ENTRIES = 200_000
+
+
 class GetMetricsResponse(Response, kw_only=True):
-    metrics: list[MetricOutput] | None = None
+    # Each entry as the executor sent it (valid JSON, not read yet): relay_es.protocol.metrics reads the
+    # entries one by one as MetricOutput and drops one that is not (a null name, a value of 3.0, true or
+    # 1e400), so a bad entry costs that sample, not the window's answer.
+    metrics: Annotated[list[msgspec.Raw], msgspec.Meta(max_length=MAX_METRIC_ENTRIES)] | None = None
 
 
 # --- alert (5.17) ----------------------------------------------------------

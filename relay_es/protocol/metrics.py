@@ -1,14 +1,17 @@
 """The executors' ``get_metrics`` (protocol 5.15): the request for one window, and its
 answer made fit to store.
 
-An answer is the executor's word, so it is bounded before it is kept: a metric type is
-a short snake-case word (``workflow_count``, ``step_count``; a newer SDK may add others),
-a name is at most :data:`MAX_NAME` characters with control and format characters escaped,
-a value a whole number in ``[0, 2**63)``. A sample breaking these is dropped (and
-counted), and so are the entries past the first :data:`MAX_ENTRIES`. Repeated ``(type, name)``
-pairs are added up. At most :data:`MAX_TYPES` types and :data:`MAX_NAMES` names per type are
-kept from one answer (2,000 rows a window at most); the smaller values beyond that are added up
-under the name :data:`OTHER`, so the totals stay right.
+An answer is the executor's word, so it is bounded before it is kept: each entry is read on
+its own (the answer holds them unread, :class:`~relay_es.protocol.catalogue.GetMetricsResponse`),
+as an object whose metric type is a short snake-case word (``workflow_count``, ``step_count``;
+a newer SDK may add others), whose name is a string, at most :data:`MAX_NAME` characters with
+control and format characters escaped, and whose value is a whole number in ``[0, 2**63)``.
+An entry breaking these (a null or missing name, a value of ``3.0``, ``true`` or ``1e400``, an
+entry that is not an object) is dropped (and counted), and so are the entries past the first
+:data:`MAX_ENTRIES`, unread. Repeated ``(type, name)`` pairs are added up. At most
+:data:`MAX_TYPES` types and :data:`MAX_NAMES` names per type are kept from one answer (2,000
+rows a window at most); the smaller values beyond that are added up under the name
+:data:`OTHER`, so the totals stay right.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from relay_es.protocol.catalogue import GetMetricsRequest, GetMetricsResponse
+import msgspec
+
+from relay_es.protocol.catalogue import GetMetricsRequest, GetMetricsResponse, MetricOutput
 from relay_es.protocol.limits import printable
 
 METRIC_CLASS = "workflow_step_count"  # the only class the SDKs know
@@ -30,6 +35,7 @@ MAX_ENTRIES = 20_000  # entries of one answer looked at; the rest are refused un
 MAX_VALUE = 2**63 - 1
 OTHER = "(other)"
 _TYPE = re.compile(r"[a-z][a-z0-9_]*\Z")
+_ENTRY = msgspec.json.Decoder(MetricOutput)
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,14 @@ def samples(answer: GetMetricsResponse) -> Samples:
     entries = answer.metrics or []
     dropped = max(0, len(entries) - MAX_ENTRIES)
     sums: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for m in entries[:MAX_ENTRIES]:
+    for raw in entries[:MAX_ENTRIES]:
+        try:
+            m = _ENTRY.decode(raw)
+        except (msgspec.DecodeError, RecursionError):  # not an object with a string type and name, an int value
+            dropped += 1
+            continue
         t, name, value = m.metric_type, m.metric_name, m.value
-        if (not isinstance(t, str) or len(t) > MAX_TYPE or not _TYPE.match(t) or not isinstance(name, str)
-                or isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VALUE
+        if (len(t) > MAX_TYPE or not _TYPE.match(t) or not 0 <= value <= MAX_VALUE
                 or (t not in sums and len(sums) >= MAX_TYPES)):
             dropped += 1
             continue

@@ -1,7 +1,9 @@
-"""The Prometheus metrics: each one is exposed under its name, with its labels."""
+"""The Prometheus metrics: each one is exposed under its name, with its labels; those of the
+executors' metrics also on a real ``relay serve`` (both stores) collecting from fake executors."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -9,6 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from relay_es.adapters.metrics import CONTENT_TYPE, Metrics
 from relay_es.engine.process_manager import Stats
+from tests.adapters.rest.test_app_metrics import families
+from tests.adapters.rest.test_queues import executors, sent, wait
+from tests.server import RelayServer
 
 
 class FakeOutbox:
@@ -154,6 +159,18 @@ def test_collection_outcomes_are_counted() -> None:
     assert values(m, "relay_metrics_collections", "_total") == {
         key(org="acme", app="orders", outcome="ok"): 2.0, key(org="acme", app="orders", outcome="failed"): 1.0,
         key(org="acme", app="billing", outcome="failed"): 1.0}
+
+
+def test_every_collection_sets_collected_until_to_the_cursor_it_was_told() -> None:
+    m = Metrics()
+    m.app_outcome("acme", "orders", "failed")  # the cursor could not be read: nothing to say
+    assert values(m, "relay_metrics_collected_until_timestamp_seconds") == {}
+    m.app_outcome("acme", "orders", "failed", 1_800_000_300)
+    assert values(m, "relay_metrics_collected_until_timestamp_seconds") == {key(org="acme", app="orders"):
+                                                                            1_800_000_300.0}
+    m.app_outcome("acme", "orders", "ok", 1_800_000_600)
+    assert values(m, "relay_metrics_collected_until_timestamp_seconds") == {key(org="acme", app="orders"):
+                                                                            1_800_000_600.0}
 
 
 def test_names_beyond_the_cap_are_counted_under_other() -> None:
@@ -328,3 +345,61 @@ def test_a_scrape_for_one_org_leaves_out_the_series_of_the_others() -> None:
     nobody = m.render("nobody").decode()
     assert "relay_app_workflows_total{" not in nobody and "# TYPE relay_app_workflows_total counter" in nobody
     assert 'relay_transitions_total{event="Connected"} 2.0' in nobody
+
+
+# --- on a real relay serve ------------------------------------------------------------------------------------
+
+FAST = {"RELAY_METRICS_INTERVAL_SECS": "1", "RELAY_CALL_TIMEOUT_SECS": "2",
+        "RELAY_PING_INTERVAL_SECS": "1", "RELAY_PING_WAIT_SECS": "2"}
+
+
+def scraped(relay: RelayServer, family: str, **labels: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of ``family`` on relay's /metrics whose labels include ``labels``."""
+    return {key(**s.labels): s.value for s in families(relay).get(family, [])
+            if s.name in (family, family + "_total") and labels.items() <= s.labels.items()}
+
+
+def test_an_answer_with_entries_that_do_not_read_still_counts_its_good_samples(tmp_path, store_url) -> None:
+    bad = ['{"metric_type":"workflow_count","metric_name":null,"value":1}',
+           '{"metric_type":"workflow_count","metric_name":"checkout","value":3.0}',
+           '{"metric_type":"workflow_count","metric_name":"checkout","value":true}',
+           '{"metric_type":"workflow_count","metric_name":"checkout","value":1e400}']
+
+    def answer(req: dict[str, Any]) -> str:
+        good = '{"metric_type":"workflow_count","metric_name":"checkout","value":1}'
+        return ('{"type":"get_metrics","request_id":"%s","error_message":null,"metrics":[%s]}'
+                % (req["request_id"], ",".join([bad[0], good, *bad[1:]])))
+
+    relay = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
+    try:
+        with executors(relay, {"app": "shop", "answers": {"get_metrics": answer}}):
+            wait(lambda: scraped(relay, "relay_metrics_collections", app="shop", outcome="ok"), "a collection")
+            counted = scraped(relay, "relay_app_workflows", app="shop")
+            assert list(counted) == [key(org="local", app="shop", workflow="checkout")]
+            assert list(counted.values())[0] >= 1  # one a window
+            assert not scraped(relay, "relay_metrics_collections", app="shop", outcome="failed")
+        assert "samples refused" in relay.log()
+    finally:
+        relay.stop()
+
+
+def test_after_a_restart_collected_until_is_exposed_while_the_executors_fail(tmp_path, store_url) -> None:
+    relay = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
+    try:
+        with executors(relay, {"app": "shop", "answers": {"get_metrics": lambda req: {"metrics": []}}}):
+            wait(lambda: scraped(relay, "relay_metrics_collected_until_timestamp_seconds", app="shop"),
+                 "a window collected")
+        relay.stop()
+        relay.start()  # a new process, and from now on every collection fails
+        failing = {"metrics": [], "error_message": "the system database is down"}
+        with executors(relay, {"app": "shop", "answers": {"get_metrics": lambda req: failing}}) as (ex,):
+            # what RelayMetricsCollectionStale watches
+            until = wait(lambda: scraped(relay, "relay_metrics_collected_until_timestamp_seconds", app="shop"),
+                         "collected_until exposed")
+            assert list(until) == [key(org="local", app="shop")]
+            asked = min(datetime.fromisoformat(r["start_time"]).timestamp() for r in sent(ex, "get_metrics"))
+            assert list(until.values()) == [asked]  # the stored cursor: where the collection asked from
+            assert scraped(relay, "relay_metrics_collections", app="shop", outcome="failed")
+        assert not scraped(relay, "relay_metrics_collections", app="shop", outcome="ok")
+    finally:
+        relay.stop()

@@ -334,8 +334,17 @@ def with_extra_keys(value: Any) -> Any:
     return value
 
 
+def read(reply: Response) -> Response:
+    """``reply`` with get_metrics' entries, held unread, read as :class:`MetricOutput` (as
+    relay_es.protocol.metrics reads them), so that answers compare by what they say."""
+    if isinstance(reply, c.GetMetricsResponse) and reply.metrics is not None:
+        return msgspec.structs.replace(reply, metrics=[msgspec.json.decode(m, type=c.MetricOutput)
+                                                       for m in reply.metrics])
+    return reply
+
+
 def decode(wire_type: str, obj: dict[str, Any]) -> Response:
-    return c.decode_response_for(wire_type, json.dumps(obj))
+    return read(c.decode_response_for(wire_type, json.dumps(obj)))
 
 
 def test_every_wire_type_has_a_response_sample() -> None:
@@ -373,7 +382,7 @@ def test_unknown_keys_are_ignored(wire_type: str) -> None:
 def test_round_trip(wire_type: str) -> None:
     for sample in (RESPONSE_SAMPLES[wire_type], ts_style(RESPONSE_SAMPLES[wire_type])):
         decoded = decode(wire_type, sample)
-        again = c.decode_response_for(wire_type, encode(decoded))
+        again = read(c.decode_response_for(wire_type, encode(decoded)))
         assert again == decoded
         assert type(again) is type(decoded)
 

@@ -6,8 +6,15 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
+import pytest
 
-from relay_es.protocol.catalogue import GetMetricsRequest, GetMetricsResponse, MetricOutput
+from relay_es.protocol.catalogue import (
+    MAX_METRIC_ENTRIES,
+    GetMetricsRequest,
+    GetMetricsResponse,
+    MetricOutput,
+    decode_response_for,
+)
 from relay_es.protocol.messages import encode
 from relay_es.protocol.metrics import (
     MAX_NAME,
@@ -30,7 +37,9 @@ def m(metric_type: Any, metric_name: Any, value: Any) -> MetricOutput:
 
 
 def answer(*metrics: MetricOutput) -> GetMetricsResponse:
-    return GetMetricsResponse(type="get_metrics", request_id="r1", metrics=list(metrics))
+    """The answer as the session decodes it: each entry's JSON, unread."""
+    return GetMetricsResponse(type="get_metrics", request_id="r1",
+                              metrics=[msgspec.Raw(msgspec.json.encode(x)) for x in metrics])
 
 
 def kept(*metrics: MetricOutput) -> list[tuple[str, str, int]]:
@@ -66,6 +75,32 @@ def test_a_decoded_answer_is_kept_as_it_came() -> None:
     assert sorted(got.kept, key=lambda s: (s.metric_type, s.metric_name)) == [
         Sample("step_count", "charge", 12), Sample("workflow_count", "checkout", 7),
         Sample("workflow_count", "refund", 0)]
+
+
+def test_an_entry_that_does_not_read_is_dropped_not_the_answer() -> None:
+    good = '{"metric_type":"workflow_count","metric_name":"checkout","value":7}'
+    bad = ['{"metric_type":"workflow_count","metric_name":null,"value":1}',  # a workflow with no name (TS)
+           '{"metric_type":"workflow_count","value":1}',  # the name left out: as null
+           '{"metric_type":"workflow_count","metric_name":"checkout","value":3.0}',
+           '{"metric_type":"workflow_count","metric_name":"checkout","value":true}',
+           '{"metric_type":"workflow_count","metric_name":"checkout","value":1e400}',
+           '{"metric_type":"workflow_count","metric_name":"checkout","value":-1e400}',
+           '{"metric_type":"workflow_count","metric_name":{"a":[1e400]},"value":1}',
+           '{"metric_type":null,"metric_name":"checkout","value":1}', "null", "5", '"checkout"', "[[[]]]"]
+    frame = ('{"type":"get_metrics","request_id":"r1","error_message":null,"metrics":[%s]}'
+             % ",".join([bad[0], good, *bad[1:], good]))
+    got = samples(decode_response_for("get_metrics", frame))
+    assert got.kept == [Sample("workflow_count", "checkout", 14)]
+    assert got.dropped == len(bad) and got.folded == 0
+
+
+def test_an_answer_listing_more_entries_than_are_held_is_refused_whole() -> None:
+    """Unread entries cost some 56 bytes however short: a frame of a hundred million "0," is not held."""
+    frame = '{"type":"get_metrics","request_id":"r1","metrics":[%s]}'
+    assert len(decode_response_for("get_metrics", frame % ",".join(["0"] * MAX_METRIC_ENTRIES)).metrics or []) \
+        == MAX_METRIC_ENTRIES
+    with pytest.raises(msgspec.ValidationError, match="length"):
+        decode_response_for("get_metrics", frame % ",".join(["0"] * (MAX_METRIC_ENTRIES + 1)))
 
 
 def test_no_metrics_is_nothing() -> None:

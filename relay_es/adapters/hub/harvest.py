@@ -13,6 +13,14 @@ A call that fails (no executor, no answer in time, the executor's error, an SDK 
 ``get_metrics``) stops the collection there: the cursor stays, and the next one asks
 again from it (an application's first collection sets its cursor before it asks, so
 its backfill does not move while its executors fail). Once a period, samples older than the retention are pruned.
+Every collection, whatever came of it, tells ``outcome`` the cursor as it stands (the stored one, moved by
+what it stored), so ``relay_metrics_collected_until_timestamp_seconds`` is there after a restart even while
+the executors fail.
+
+The windows due and the pruning's cutoff are cut from a :class:`~relay_es.engine.metric_windows.Timeline`
+of the wall and monotonic clocks: a wall clock stepped ahead is not followed until Relay restarts (said at
+WARNING, once a period), so it neither asks the executors for buckets they have not reached nor prunes
+history that is still kept.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 from relay_es.adapters.hub.calls import Calls
 from relay_es.adapters.series import MetricSeries
 from relay_es.engine.calls import CallFailed
-from relay_es.engine.metric_windows import CATCHUP, Window, due
+from relay_es.engine.metric_windows import CATCHUP, Timeline, Window, due
 from relay_es.protocol import metrics as wire
 from relay_es.protocol.limits import printable
 
@@ -35,13 +43,16 @@ log = logging.getLogger(__name__)
 class Harvest:
     def __init__(self, calls: Calls, series: MetricSeries, run: Callable[..., Awaitable[Any]], *,
                  period: int, retention: float, timeout: float, now: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic,
                  collected: Callable[[str, str, Window, wire.Samples], None] = lambda org, app, w, s: None,
-                 outcome: Callable[[str, str, str], None] = lambda org, app, outcome: None) -> None:
+                 outcome: Callable[[str, str, str, int | None], None] = lambda org, app, outcome, until: None,
+                 ) -> None:
         """``run``: how a store call is run off the loop. ``period``: the buckets' length,
         seconds. ``retention``: seconds samples are kept. ``timeout``: one call. ``now``: the
-        wall clock, epoch seconds. ``collected(org, app, window, samples)`` is told of every
-        window stored and ``outcome(org, app, "ok" | "failed")`` of every collection (the
-        metrics)."""
+        wall clock, epoch seconds; ``monotonic``: the monotonic clock. ``collected(org, app, window,
+        samples)`` is told of every window stored and ``outcome(org, app, "ok" | "failed", until)``
+        of every collection, with the application's cursor after it (None: not read, or never set)
+        (the metrics)."""
         self.calls = calls
         self.series = series
         self.run = run
@@ -49,6 +60,9 @@ class Harvest:
         self.retention = retention
         self.timeout = timeout
         self.now = now
+        self.monotonic = monotonic
+        self.timeline = Timeline(now(), monotonic())
+        self._warned_at = float("-inf")  # monotonic time the wall clock's lead was last logged
         self.collected = collected
         self.outcome = outcome
         self._running: set[tuple[str, str]] = set()
@@ -93,9 +107,10 @@ class Harvest:
             cursor = await self.run(self.series.cursor, org, app)
         except Exception:
             log.exception("could not read the metrics cursor of %s/%s", org, app)
-            self.outcome(org, app, "failed")
+            self.outcome(org, app, "failed", None)
             return 0
-        windows = due(cursor, self.now(), self.period, catchup=self.catchup)
+        now = self._now()
+        windows = due(cursor, now, self.period, catchup=self.catchup)
         if cursor is None and windows:  # its first collection: from here on, whatever happens
             if gone():
                 return 0
@@ -103,9 +118,9 @@ class Harvest:
                 cursor = await self.run(self.series.begin, org, app, windows[0].start)
             except Exception:
                 log.exception("could not start the metrics cursor of %s/%s", org, app)
-                self.outcome(org, app, "failed")
+                self.outcome(org, app, "failed", None)
                 return 0
-            windows = due(cursor, self.now(), self.period, catchup=self.catchup)
+            windows = due(cursor, now, self.period, catchup=self.catchup)
         stored = 0
         for window in windows:
             try:
@@ -113,7 +128,7 @@ class Harvest:
                                                timeout=self.timeout, prefer_latest=True)
             except CallFailed as e:
                 if not gone():
-                    self._failed(org, app, f"get_metrics failed: {printable(e, 200)}")
+                    self._failed(org, app, cursor, f"get_metrics failed: {printable(e, 200)}")
                 return stored
             got = await self.run(wire.samples, answer)  # off the loop: up to MAX_ENTRIES entries to add up
             if gone():
@@ -125,7 +140,7 @@ class Harvest:
                 moved = await self.run(self.series.record, org, app, cursor, window, got.kept)
             except Exception:
                 log.exception("could not store the metrics of %s/%s", org, app)
-                self.outcome(org, app, "failed")
+                self.outcome(org, app, "failed", cursor)
                 return stored
             if not moved:  # another collector stored it (and what follows): start again next time
                 log.info("metrics of %s/%s were collected elsewhere meanwhile", org, app)
@@ -137,17 +152,28 @@ class Harvest:
             return stored
         if self._failing.pop((org, app), None) is not None:
             log.info("metrics of %s/%s are collected again", org, app)
-        self.outcome(org, app, "ok")
+        self.outcome(org, app, "ok", cursor)
         return stored
 
-    def _failed(self, org: str, app: str, why: str) -> None:
-        self.outcome(org, app, "failed")
+    def _failed(self, org: str, app: str, cursor: int | None, why: str) -> None:
+        self.outcome(org, app, "failed", cursor)
         if self._failing.get((org, app)) != why:  # once per new reason, not every period
             self._failing[(org, app)] = why
             log.warning("metrics of %s/%s not collected (asked again next period): %s", org, app, why)
 
+    def _now(self) -> float:
+        """The time windows and pruning are cut from (the timeline's)."""
+        mono = self.monotonic()
+        now = self.timeline.now(self.now(), mono)
+        if self.timeline.ahead > 1 and mono - self._warned_at >= self.period:
+            self._warned_at = mono
+            log.warning("the wall clock is %.0f s ahead of where it stood, moved on by the monotonic clock: "
+                        "metrics are collected and pruned by the earlier time until Relay restarts",
+                        self.timeline.ahead)
+        return now
+
     async def _prune(self) -> None:
-        now = self.now()
+        now = self._now()
         if now - self._pruned_at < self.period:
             return
         self._pruned_at = now

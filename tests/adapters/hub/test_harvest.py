@@ -6,9 +6,12 @@ workflows, as an executor's system database would."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from relay_es.adapters.hub.harvest import Harvest
@@ -19,6 +22,11 @@ from relay_es.engine.metric_windows import BACKFILL, Window
 from relay_es.protocol.catalogue import GetMetricsRequest, GetMetricsResponse, MetricOutput
 
 T0 = 1_796_040_000  # 2026-11-30T12:00:00Z, a multiple of 60
+
+
+def entries(*metrics: MetricOutput) -> list[msgspec.Raw]:
+    """An answer's ``metrics`` as the session hands them on: each entry's JSON, unread."""
+    return [msgspec.Raw(msgspec.json.encode(m)) for m in metrics]
 
 
 class FakeCalls:
@@ -37,23 +45,29 @@ class FakeCalls:
         self.asked.append((org, app, req.start_time, req.end_time))
         if self.fail is not None:
             raise self.fail
-        from datetime import datetime
         start = datetime.fromisoformat(req.start_time).timestamp()
         end = datetime.fromisoformat(req.end_time).timestamp()
         counts: dict[str, int] = {}
         for at, name in self.created:
             if start <= at < end:
                 counts[name] = counts.get(name, 0) + 1
-        return GetMetricsResponse(type="get_metrics", request_id="rid-1", metrics=[
-            MetricOutput(metric_type="workflow_count", metric_name=n, value=v) for n, v in sorted(counts.items())])
+        return GetMetricsResponse(type="get_metrics", request_id="rid-1", metrics=entries(
+            *[MetricOutput(metric_type="workflow_count", metric_name=n, value=v) for n, v in sorted(counts.items())]))
 
 
 class Now:
+    """The clocks: ``t`` is the time (setting it moves both on); ``step`` how far the wall clock is
+    stepped from it (an NTP mis-step, a VM resumed), the monotonic clock never."""
+
     def __init__(self, t: float) -> None:
         self.t = t
+        self.step = 0.0
 
     def __call__(self) -> float:
-        return self.t
+        return self.t + self.step
+
+    def monotonic(self) -> float:
+        return self.t - T0
 
 
 @pytest.fixture
@@ -69,12 +83,20 @@ async def _run(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def harvest(calls: FakeCalls, series: MetricSeries, now: Now, **kw: Any) -> tuple[Harvest, list[Any], list[str]]:
+def harvest(calls: FakeCalls, series: MetricSeries, now: Now, *, until: list[Any] | None = None,
+            **kw: Any) -> tuple[Harvest, list[Any], list[str]]:
+    """A harvest on ``now``'s clocks; ``until``, if given, gets each outcome with the cursor told."""
     stored: list[Any] = []
     outcomes: list[str] = []
-    h = Harvest(calls, series, _run, period=60, retention=3600, timeout=5, now=now,  # type: ignore[arg-type]
-                collected=lambda org, app, w, got: stored.append((w, got.kept)),
-                outcome=lambda org, app, o: outcomes.append(o), **kw)
+
+    def outcome(org: str, app: str, o: str, cursor: int | None) -> None:
+        outcomes.append(o)
+        if until is not None:
+            until.append((o, cursor))
+
+    h = Harvest(calls, series, _run, period=60, retention=3600, timeout=5,  # type: ignore[arg-type]
+                now=now, monotonic=now.monotonic, collected=lambda org, app, w, got: stored.append((w, got.kept)),
+                outcome=outcome, **kw)
     return h, stored, outcomes
 
 
@@ -156,10 +178,10 @@ def test_hostile_samples_are_bounded_before_they_are_stored(series: MetricSeries
     class Hostile(FakeCalls):
         async def call(self, org: str, app: str, make_request: Callable[[str], Any], **kw: Any) -> Any:
             await super().call(org, app, make_request, **kw)
-            return GetMetricsResponse(type="get_metrics", request_id="r", metrics=[
+            return GetMetricsResponse(type="get_metrics", request_id="r", metrics=entries(
                 MetricOutput(metric_type="workflow_count", metric_name="evil\x1b[31m" + "x" * 5000, value=3),
                 MetricOutput(metric_type="DROP TABLE", metric_name="a", value=1),
-                MetricOutput(metric_type="step_count", metric_name="s", value=-1)])
+                MetricOutput(metric_type="step_count", metric_name="s", value=-1)))
 
     h, stored, _ = harvest(Hostile(), series, Now(T0 + 5))
     asyncio.run(h.collect("local", "orders"))
@@ -252,3 +274,40 @@ def test_a_deleted_application_leaves_nothing_behind(series: MetricSeries, caplo
     caplog.clear()
     assert asyncio.run(h.collect("local", "orders")) == BACKFILL
     assert not [r for r in caplog.records if "again" in r.getMessage()]
+
+
+def test_a_wall_clock_stepped_ahead_neither_skips_buckets_nor_prunes_history(series: MetricSeries, caplog) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    calls.created = [(T0 - 30 - 60 * i, "a") for i in range(50)]  # a workflow a minute, the last 50 minutes
+    h, _, _ = harvest(calls, series, now)  # retention 3600 s
+    asyncio.run(h.collect("local", "orders"))
+    history = values(series)
+    assert len(history) == BACKFILL
+    for k in range(1, 11):  # ten minutes, a workflow each; the wall clock is a day ahead for the first three
+        calls.created.append((T0 + 60 * k - 30, "b"))
+        now.t, now.step = T0 + 60 * k + 5, 86_400.0 if k <= 3 else 0.0
+        with caplog.at_level(logging.WARNING):
+            asyncio.run(h.collect("local", "orders"))
+        assert max(datetime.fromisoformat(end).timestamp() for *_, end in calls.asked) <= T0 + 60 * k  # none ahead
+    assert series.cursor("local", "orders") == T0 + 600
+    assert values(series) == {**history, **{(T0 + 60 * k - 60, "b"): 1 for k in range(1, 11)}}
+    ahead = [r for r in caplog.records if "ahead" in r.getMessage()]
+    assert ahead and all(r.levelno == logging.WARNING for r in ahead)
+
+
+def test_every_collection_tells_the_stored_cursor_whatever_came_of_it(series: MetricSeries) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    told: list[Any] = []
+    h, _, _ = harvest(calls, series, now, until=told)
+    asyncio.run(h.collect("local", "orders"))
+    assert told == [("ok", T0)]
+    now.t = T0 + 3 * 60 + 5  # Relay restarted; the executors fail every collection since
+    calls.fail = ExecutorTimedOut("e1", 5)
+    told.clear()
+    again, _, _ = harvest(calls, series, now, until=told)
+    asyncio.run(again.collect("local", "orders"))
+    assert told == [("failed", T0)]
+    told.clear()
+    new, _, _ = harvest(calls, series, now, until=told)  # an application failing from its first collection
+    asyncio.run(new.collect("local", "billing"))
+    assert told == [("failed", T0 + 3 * 60 - BACKFILL * 60)]  # the cursor its first collection set
