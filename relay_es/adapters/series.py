@@ -137,6 +137,34 @@ class MetricSeries:
                         for r in cur.fetchall()]
             return [Point(r[0], r[1], int(r[2]), int(r[3]), int(r[4])) for r in cur.fetchall()]
 
+    def sizes(self, org: str, app: str, start: int, end: int) -> list[tuple[int, int]]:
+        """``(bucket, how many samples)`` of each window starting in ``[start, end)``, oldest first."""
+        with self.db.read() as cur:
+            cur.execute("SELECT bucket, COUNT(*) FROM relay_metric_samples "
+                        "WHERE org = %s AND app = %s AND bucket >= %s AND bucket < %s GROUP BY bucket ORDER BY bucket",
+                        (org, app, start, end))
+            return [(int(r[0]), int(r[1])) for r in cur.fetchall()]
+
+    def counts(self, org: str, app: str, start: int, end: int, widths: Sequence[int]) -> list[int]:
+        """How many points :meth:`query` (without a limit) answers for the windows starting in
+        ``[start, end)`` with each of ``widths``, in one pass over them: each series' windows in order,
+        a window starts a point of a width where its bucket of that width is not its previous window's."""
+        if not widths:
+            return []
+        params: dict[str, Any] = {"org": org, "app": app, "s": start, "e": end}
+        sums = []
+        for i, width in enumerate(widths):
+            params[f"w{i}"] = width
+            w = f"CAST(%(w{i})s AS BIGINT)"
+            sums.append(f"SUM(CASE WHEN prev IS NULL OR prev / {w} <> bucket / {w} THEN 1 ELSE 0 END)")
+        with self.db.read() as cur:
+            cur.execute(
+                f"SELECT {', '.join(sums)} FROM (SELECT bucket, LAG(bucket) OVER "
+                "(PARTITION BY metric_type, metric_name ORDER BY bucket) AS prev FROM relay_metric_samples "
+                "WHERE org = %(org)s AND app = %(app)s AND bucket >= %(s)s AND bucket < %(e)s) AS t", params)
+            row = cur.fetchone()
+        return [0 if n is None else int(n) for n in row]
+
     def prune(self, before: int) -> int:
         """Deletes the samples of windows that started before ``before``; returns how many."""
         with self.db.transaction() as cur:

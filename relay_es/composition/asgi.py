@@ -79,5 +79,6 @@ def rest_context(runtime: Runtime) -> RestContext:
         call_timeout=settings.call_timeout,
         series=runtime.series,
         metrics_interval=int(settings.metrics_interval.total_seconds()),
+        metrics_retention=int(settings.metrics_retention.total_seconds()),
         oidc=runtime.oidc,
     )

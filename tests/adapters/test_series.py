@@ -220,3 +220,20 @@ def test_a_sum_past_the_largest_value_is_capped_at_it_on_every_store(series: Met
         (T, "workflow_count", "big", 3 * P, MAX_VALUE),
         (T, "workflow_count", "edge", 3 * P, MAX_VALUE),
         (T, "workflow_count", "exact", 3 * P, 2**33 + 2**40 + 7)]
+
+
+def test_counts_tell_how_many_points_each_width_answers(series: MetricSeries) -> None:
+    cursor = None
+    windows = [Window(T + 120, T + P)] + [w(k) for k in (1, 2, 3, 5, 8, 9, 13, 21, 22, 34, 40)]  # partial, gaps
+    for k, window in enumerate(windows):
+        samples = [wf("always", 1), wf(f"n{k % 5}", k), st("always", 2)] + ([st("odd", 3)] if k % 2 else [])
+        assert series.record("acme", "orders", cursor, window, samples)
+        cursor = window.end
+    assert series.record("acme", "billing", None, w(7), [wf("always", 1), wf("elsewhere", 1)])
+    widths = [2 * P, 4 * P, 8 * P, 16 * P, 32 * P, 64 * P]
+    for start, end in ((T, T + 41 * P), (T + 2 * P + 1, T + 22 * P), (T + 35 * P, T + 40 * P), (T + 41 * P, T + 99 * P)):
+        assert series.counts("acme", "orders", start, end, widths) == [
+            len(series.query("acme", "orders", start, end, limit=10_000, width=width)) for width in widths]
+    assert series.counts("acme", "orders", T, T + 41 * P, widths)[0] > series.counts("acme", "orders", T, T + 41 * P,
+                                                                                      widths)[-1]
+    assert series.counts("acme", "orders", T, T + 41 * P, []) == []

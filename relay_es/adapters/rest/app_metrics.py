@@ -11,9 +11,14 @@ default), ``value`` its count:
 * ``recovery_count``, Relay's own: executors of the application whose recovery Relay
   confirmed, counted from the lifecycle feed (``recovery.confirmed``), named ``recovery``.
 
+The executors' counts of windows that started before the retention
+(``RELAY_METRICS_RETENTION_SECS``, back from now) are not answered, pruned yet or not.
+
 Ordered by bucket, then type, then name. An answer holds at most :data:`MAX_POINTS`
-metrics: a window holding more is answered in wider buckets (2, 4, 8... periods, aligned on
-the epoch, each metric's ``granularity`` saying so), the counts added up: each wide bucket adds up
+metrics: a window holding more is answered in the narrowest wider buckets that fit (2, 4, 8...
+periods, aligned on the epoch, each metric's ``granularity`` saying so; the width is chosen from
+each window's size and, only where names change from window to window, one query counting the metrics
+of every width), the counts added up: each wide bucket adds up
 the periods of it that start in ``[startTime, endTime)``, recoveries as the executors' counts, so
 the first may start before ``startTime`` and the last hold less than its width. ``appId`` is the
 application's id, as ``getApp`` tells it; recoveries count from its registration (a deleted
@@ -73,31 +78,71 @@ class MetricsController(Controller):
         first, stop = math.ceil(start), math.ceil(end)  # whole seconds: a bucket starting in [start, end)
         period = ctx.metrics_interval
         since = max(first, math.ceil(row.created_at.timestamp()))
-        width = None
-        while True:
-            out = _points(ctx, org, app, first, stop, since, period, width)
-            if len(out) <= MAX_POINTS:
-                break
-            if width is not None and width >= stop - first:  # one bucket and still too many names
+        kept = int(ctx.relay.clock.now().timestamp() - ctx.metrics_retention)  # older samples are pruned
+        out = _points(ctx, org, app, first, stop, since, kept, period, None)
+        if len(out) > MAX_POINTS:  # too many: buckets 2, 4, 8... periods wide, the narrowest that fits
+            out = _widened(ctx, org, app, first, stop, since, kept, period)
+            if out is None:  # one bucket and still too many names
                 raise InvalidSetting("endTime", f"the window holds more than {MAX_POINTS} series: ask a narrower one")
-            width = 2 * (width or period)  # too many: buckets twice as wide, until it fits
         out.sort()
         return [Metric(app_id=row.stream_id, metric_type=t, metric_name=name, granularity=g,
                        time_bucket=units.rfc3339(units.from_epoch_us(b * US)) or "", value=v)
                 for b, t, name, g, v in out]
 
 
-def _points(ctx: RestContext, org: str, app: str, first: int, stop: int, since: int, period: int,
+def _points(ctx: RestContext, org: str, app: str, first: int, stop: int, since: int, kept: int, period: int,
             width: int | None) -> list[tuple[int, str, str, int, int]]:
     """``(bucket, type, name, granularity, value)`` of the buckets starting in ``[first, stop)``
-    (``width``: added up into buckets that wide), recoveries since ``since``; at most one more
-    than :data:`MAX_POINTS`."""
-    found = [] if ctx.series is None else ctx.series.query(org, app, first, stop, limit=MAX_POINTS + 1, width=width)
+    (``width``: added up into buckets that wide), samples since ``kept``, recoveries since ``since``;
+    at most one more than :data:`MAX_POINTS`."""
+    found = ([] if ctx.series is None else
+             ctx.series.query(org, app, max(first, kept), stop, limit=MAX_POINTS + 1, width=width))
     out = [(p.bucket, p.metric_type, p.metric_name, p.granularity, p.value) for p in found]
     w = width or period
-    # the periods starting in [first, stop), as the executors' counts are chosen, added up in w-wide buckets
-    # as theirs are (recoveries of a wider bucket's first periods were left out, its others counted past stop)
-    lo, hi = -(-first // period) * period, -(-stop // period) * period
-    counts = ctx.db.recoveries(org=org, app=app, start_us=max(lo, since) * US, end_us=hi * US, width_us=w * US)
+    counts = ctx.db.recoveries(org=org, app=app, width_us=w * US, **_recovered(first, stop, since, period))
     out += [(b // US, *RECOVERY, w, n) for b, n in counts]
     return out[:MAX_POINTS + 1]
+
+
+def _recovered(first: int, stop: int, since: int, period: int) -> dict[str, int]:
+    """Where recoveries are counted: the periods starting in [first, stop), as the executors' counts are
+    chosen, added up in wider buckets as theirs are (recoveries of a wider bucket's first periods were left
+    out, its others counted past stop)."""
+    lo, hi = -(-first // period) * period, -(-stop // period) * period
+    return {"start_us": max(lo, since) * US, "end_us": hi * US}
+
+
+def _widened(ctx: RestContext, org: str, app: str, first: int, stop: int, since: int, kept: int,
+             period: int) -> list[tuple[int, str, str, int, int]] | None:
+    """:func:`_points` in the narrowest of 2, 4, 8... periods (up to the first as wide as the window)
+    whose buckets hold at most :data:`MAX_POINTS` metrics, or None. A bucket holds at least as many as
+    its fullest window: the first width that allows is asked; only if it holds more (names that change
+    from window to window), the metrics of each wider one are counted, in one query."""
+    widths = [2 * period]
+    while widths[-1] < stop - first:
+        widths.append(2 * widths[-1])
+    sizes = [] if ctx.series is None else ctx.series.sizes(org, app, max(first, kept), stop)
+    recovered = [b for b, _ in ctx.db.recoveries(org=org, app=app, width_us=period * US,
+                                                 **_recovered(first, stop, since, period))]
+
+    def recoveries(width: int) -> int:
+        return len({b // (width * US) for b in recovered})
+
+    def least(width: int) -> int:
+        fullest: dict[int, int] = {}
+        for bucket, n in sizes:
+            fullest[bucket // width] = max(fullest.get(bucket // width, 0), n)
+        return sum(fullest.values()) + recoveries(width)
+
+    widths = [w for w in widths if least(w) <= MAX_POINTS]
+    if not widths:
+        return None
+    out = _points(ctx, org, app, first, stop, since, kept, period, widths[0])
+    if len(out) <= MAX_POINTS:
+        return out
+    wider = widths[1:]
+    counted = [0] * len(wider) if ctx.series is None else ctx.series.counts(org, app, max(first, kept), stop, wider)
+    for width, n in zip(wider, counted):
+        if n + recoveries(width) <= MAX_POINTS:
+            return _points(ctx, org, app, first, stop, since, kept, period, width)
+    return None

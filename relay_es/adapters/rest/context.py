@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from litestar.di import NamedDependency
 from litestar.params import SkipValidation
 
+from relay_es.domain.defaults import METRICS_RETENTION
+
 if TYPE_CHECKING:
     from relay_es.adapters.authz import Credentials
     from relay_es.adapters.hub.calls import Calls
@@ -76,6 +78,9 @@ class RestContext:
     """The executors' metrics as collected (``listMetrics``), or None where nothing collects."""
     metrics_interval: int = 300
     """The length of one metrics bucket, seconds (``RELAY_METRICS_INTERVAL_SECS``)."""
+    metrics_retention: int = int(METRICS_RETENTION.total_seconds())
+    """How long the collected series are kept, seconds (``RELAY_METRICS_RETENTION_SECS``): ``listMetrics``
+    answers no sample older, pruned yet or not."""
     readiness: Callable[[], str | None] = lambda: None
     """Why this instance should not be sent traffic now (``starting``, ``catching_up``, ``unhealthy``,
     ``shutting_down``), or None: ready (``/readyz``)."""

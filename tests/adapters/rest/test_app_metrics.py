@@ -12,7 +12,8 @@ are 422, an unknown application 404, an application-limited token 403.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -214,8 +215,12 @@ def stored(tmp_path) -> Iterator[Any]:
     yield from _stored(tmp_path)
 
 
-def _stored(tmp_path: Any, recovered_at: float | None = None) -> Iterator[Any]:
-    """:func:`stored`, and one recovery confirmed at ``recovered_at`` (epoch seconds)."""
+def _stored(tmp_path: Any, recovered_at: float | None = None, url: str | None = None, now: float | None = None,
+            names: Callable[[int], Sequence[str]] = lambda k: "abc", **given: Any) -> Iterator[Any]:
+    """:func:`stored`, and one recovery confirmed at ``recovered_at`` (epoch seconds), on the store at
+    ``url`` (a SQLite file in ``tmp_path`` without), the clock at ``now`` once the series is stored,
+    ``names(k)`` the names of window ``k``, ``given`` for the context; the client holds the ``series``
+    and the ``clock``."""
     from litestar.testing import TestClient
 
     from relay_es.adapters.rest.app import build_app
@@ -229,7 +234,7 @@ def _stored(tmp_path: Any, recovered_at: float | None = None) -> Iterator[Any]:
     from relay_es.protocol.metrics import Sample
     from tests.adapters.rest.fakes import fake_context
 
-    cfg = parse_database_url(f"sqlite:///{tmp_path}/relay.db")
+    cfg = parse_database_url(url or f"sqlite:///{tmp_path}/relay.db")
     clock = FakeClock(datetime.fromtimestamp(T0 - 3600, UTC))
     relay = Relay(event_store_env(cfg), clock=clock)
     db = open_database(cfg)
@@ -252,10 +257,13 @@ def _stored(tmp_path: Any, recovered_at: float | None = None) -> Iterator[Any]:
     cursor = None
     for k in range(120):
         w = Window(T0 + 60 * k, T0 + 60 * (k + 1))
-        assert series.record("local", "shop", cursor, w, [Sample("workflow_count", n, k + 1) for n in "abc"])
+        assert series.record("local", "shop", cursor, w, [Sample("workflow_count", n, k + 1) for n in names(k)])
         cursor = w.end
-    client = TestClient(build_app(fake_context(relay=relay, db=db, series=series, metrics_interval=60)),
+    if now is not None:
+        clock.advance(now - clock.now().timestamp())
+    client = TestClient(build_app(fake_context(relay=relay, db=db, series=series, metrics_interval=60, **given)),
                         base_url="http://127.0.0.1")
+    client.series, client.clock = series, clock  # type: ignore[attr-defined]
     with client:
         yield client
     db.close()
@@ -307,3 +315,104 @@ def test_recoveries_in_wider_buckets_cover_the_periods_the_executors_counts_do(t
 def test_buckets_start_in_the_window_and_partial_seconds_round_up(stored) -> None:
     got = stored.get(M, params={"startTime": iso(T0 + 59.5), "endTime": iso(T0 + 120.5)}).json()
     assert {m["timeBucket"] for m in got} == {"2026-11-30T12:01:00.000Z", "2026-11-30T12:02:00.000Z"}
+
+
+class Counted:
+    """A database noting every statement read from it."""
+
+    def __init__(self, db: Any) -> None:
+        self.db, self.statements = db, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        with self.db.read() as cur:
+            yield Cursor(cur, self.statements)
+
+
+class Cursor:
+    def __init__(self, cur: Any, statements: list[str]) -> None:
+        self.cur, self.statements = cur, statements
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cur, name)
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        self.statements.append(sql)
+        return self.cur.execute(sql, params)
+
+
+def test_a_wide_window_is_answered_in_three_queries_of_the_series(tmp_path, store_url, monkeypatch) -> None:
+    """The width is chosen from each window's size, not by asking the series again at each width (2, 4,
+    8... periods): 60 s windows over two hours, widened to 7,680 s, took eight queries."""
+    from relay_es.adapters.rest import app_metrics
+
+    client = _stored(tmp_path, url=store_url)
+    stored = next(client)
+    try:
+        whole = {"startTime": iso(T0), "endTime": iso(T0 + 7200)}
+        fine = stored.get(M, params=whole).json()
+        stored.series.db = counted = Counted(stored.series.db)
+        monkeypatch.setattr(app_metrics, "MAX_POINTS", 6)  # three names in two buckets 7,680 s wide
+        wide = conforms("listMetrics", stored.get(M, params=whole), 200)
+        assert {m["granularity"] for m in wide} == {7680} and len(wide) == 6
+        assert [m["timeBucket"] for m in wide] == ["2026-11-30T11:12:00.000Z"] * 3 + ["2026-11-30T13:20:00.000Z"] * 3
+        assert sum(m["value"] for m in wide) == sum(m["value"] for m in fine)
+        assert len(counted.statements) == 3  # the windows as they are, their sizes, the answer
+        counted.statements.clear()
+        monkeypatch.setattr(app_metrics, "MAX_POINTS", 5)  # fits no width
+        conforms("listMetrics", stored.get(M, params=whole), 422)
+        assert len(counted.statements) == 2
+    finally:
+        next(client, None)
+
+
+def test_names_that_change_from_window_to_window_are_counted_for_every_width_at_once(tmp_path, store_url,
+                                                                                   monkeypatch) -> None:
+    """Windows of two names, ``a`` and one of each two windows' own: 120 s buckets would hold two metrics
+    each (the size of their windows) but hold 90; the others are counted in one query."""
+    from relay_es.adapters.rest import app_metrics
+
+    client = _stored(tmp_path, url=store_url, names=lambda k: ["a", f"x{k // 2:03}"])
+    stored = next(client)
+    try:
+        whole = {"startTime": iso(T0), "endTime": iso(T0 + 7200)}
+        fine = stored.get(M, params=whole).json()
+        stored.series.db = counted = Counted(stored.series.db)
+        # the metrics of 120, 240... 7,680 s buckets: a's buckets and x's 60 names, 120 90 75 68 65 63 62
+        monkeypatch.setattr(app_metrics, "MAX_POINTS", 66)
+        wide = conforms("listMetrics", stored.get(M, params=whole), 200)
+        assert {m["granularity"] for m in wide} == {1920} and len(wide) == 65
+        assert sum(m["value"] for m in wide) == sum(m["value"] for m in fine)
+        assert len(counted.statements) == 5  # as they are, sizes, 240 s (too many), the counts, the answer
+        counted.statements.clear()
+        monkeypatch.setattr(app_metrics, "MAX_POINTS", 61)
+        conforms("listMetrics", stored.get(M, params=whole), 422)
+        assert len(counted.statements) == 4
+    finally:
+        next(client, None)
+
+
+def test_samples_older_than_the_retention_are_not_answered_though_still_stored(tmp_path, store_url,
+                                                                              monkeypatch) -> None:
+    """The collector prunes only while it collects: whatever it left, the answer stops at the retention."""
+    from relay_es.adapters.rest import app_metrics
+
+    client = _stored(tmp_path, url=store_url, now=T0 + 7800, metrics_retention=3600)
+    stored = next(client)
+    try:
+        whole = {"startTime": iso(T0 - 3600), "endTime": iso(T0 + 7200)}
+        got = conforms("listMetrics", stored.get(M, params=whole), 200)
+        assert len(got) == 150 and got[0]["timeBucket"] == "2026-11-30T13:10:00.000Z"  # T0 + 4200: now - 3600
+        assert len(stored.series.query("local", "shop", T0, T0 + 7200, limit=1000)) == 360  # none pruned
+        monkeypatch.setattr(app_metrics, "MAX_POINTS", 100)  # widened: 120 s buckets of the kept windows only
+        wide = conforms("listMetrics", stored.get(M, params=whole), 200)
+        assert {m["granularity"] for m in wide} == {120} and len(wide) == 75
+        assert [(m["timeBucket"], m["metricName"], m["value"]) for m in wide[:3]] == [
+            ("2026-11-30T13:10:00.000Z", n, 71 + 72) for n in "abc"]
+        stored.clock.advance(3600)  # an hour on, nothing kept
+        assert stored.get(M, params=whole).json() == []
+    finally:
+        next(client, None)
