@@ -179,6 +179,7 @@ class Runtime:
                 crash_point=faults.crash_point,
                 harvest=self.harvest,
                 observe=self.metrics.executor_call,
+                stopping=lambda: self.hub.shutting_down,  # the hub is built below; asked only once it runs
             )
             # What this process saves, handed to the process manager: it follows those from memory and
             # reads the log only for the rest (relay_es.engine.journal).

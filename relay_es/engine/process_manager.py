@@ -50,7 +50,11 @@ is gone get a full fresh grace from start.
 Timers wait on the monotonic clock; a persisted wall-clock deadline ``D`` is
 armed at ``monotonic() + (D - now())``. If the wall clock is stepped back, the
 conditional command refuses and the timer is re-armed; stepped forward, the
-monotonic timer has not fired yet. Either way nothing dies early.
+monotonic timer has not fired yet. Either way nothing dies early. An outstanding
+dispatch found at start waits at most a response timeout from then (its answer
+went with the earlier Relay's sockets), and one whose target is found DISCONNECTED
+or DEAD fails when the settle window closes, as a running Relay fails it when the
+target goes.
 
 A failure is one of two things. A store error (:meth:`Relay.is_store_error`:
 the store is away or failing) is retried: the timer or reaction fires again
@@ -260,7 +264,8 @@ class ProcessManager:
         # declared dead as a restart would; deleted for good, they cost a timer each and a read an hour
         self._parked: dict[str, float] = {}
         self._requests: dict[str, str] = {}  # request id -> stream id
-        self._deadlines: dict[str, float] = {}  # request id -> monotonic deadline of a dispatch sent from here
+        # request id -> monotonic deadline of a dispatch: sent from here, or found outstanding (see _react)
+        self._deadlines: dict[str, float] = {}
         # stream id -> notification id of the last event recorded here and folded before the log reached it
         self._folded_ahead: dict[str, int] = {}
         self._defer_later: set[str] = set()  # no candidate, but the log was behind: decided again when it isn't
@@ -311,6 +316,12 @@ class ProcessManager:
         self.settle.set_held(sum(1 for r in self.rows.values() if self._held_by_settle(r, cap)))
         for row in list(self.rows.values()):
             self._react(row)
+            if row.status in (S.DISCONNECTED, S.DEAD) and self._indexes.outstanding.get(
+                    (row.org, row.app, row.executor_id)):
+                # A target that went away before the stop, its dispatches still outstanding (the Relay that
+                # stopped had not failed them yet): failed as a running Relay fails them (_target_lost), when
+                # the settle window closes, if it is still away then.
+                self.timers.arm(("react", row.stream_id), self._at(self.clock.monotonic()))
         self.stats.armed_at = self.clock.now().timestamp()
         self._armed = True
         self.step()
@@ -746,7 +757,14 @@ class ProcessManager:
         if row.recovery_phase == P.DISPATCHED and row.recovery_dispatched_at is not None:
             at = self._deadlines.get(row.recovery_request_id or "")  # the deadline the dispatcher was given
             if at is None:  # dispatched by an earlier Relay: nobody here is waiting on it
-                at = self._at(self._mono_for(row.recovery_dispatched_at + self.timing.response_timeout))
+                # A response timeout after the dispatch, as the wall clock says, but never more than one from
+                # now: a wall clock set back while Relay was down would have stretched the wait by the step,
+                # for an answer that died with the earlier Relay's sockets. Kept, so that reacting to the row
+                # again does not move it.
+                timeout = self.timing.response_timeout
+                at = self._deadlines[row.recovery_request_id or ""] = self._at(min(
+                    self._mono_for(row.recovery_dispatched_at + timeout),
+                    self.clock.monotonic() + timeout.total_seconds()))
             self.timers.arm(("response", sid), at, row.recovery_request_id)
             self._requests[row.recovery_request_id or ""] = sid
         else:

@@ -685,6 +685,57 @@ def test_outstanding_dispatch_survives_a_restart_and_is_retried(world: World) ->
     assert recoveries(world, "A").count("RecoveryConfirmed") == 1
 
 
+def test_a_dispatch_found_at_start_waits_no_longer_than_a_response_timeout_though_the_wall_clock_went_back(
+        world: World) -> None:
+    """A recovery a killed Relay sent and got no answer to, the wall clock set back ten minutes while Relay
+    was down (an NTP correction at boot): its response timer, rebuilt from the dispatch's wall-clock time,
+    waited the ten minutes too (578 s), for an answer that had gone with the killed Relay's sockets."""
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    lost = world.dispatcher.last()
+    world.clock.step_wall(-600)
+    world.restart(down_for=2.0)
+    world.connect("B")
+    world.connect("C")
+    world.advance(9.9)
+    assert recoveries(world, "A")[-1] == "RecoveryDispatched" and world.dispatcher.sent == []
+    world.advance(0.1)  # a response timeout from the start
+    assert recoveries(world, "A")[-1] == "RecoveryFailed"
+    world.advance(1.0)  # backoff
+    retry = world.dispatcher.last()
+    assert retry.request_id != lost.request_id
+    assert retry.target_executor_id == ({"B", "C"} - {lost.target_executor_id}).pop()
+    world.answer(retry)
+    assert world.status("A") == "DELETED"
+
+
+def test_a_dispatch_to_a_target_found_away_at_start_fails_when_the_settle_window_closes(world: World) -> None:
+    """The target's Disconnected was recorded, and Relay was killed before its process manager failed the
+    dispatch to it: found so at start, the attempt failed only at its response timeout, where a running
+    Relay fails it as the target goes. Now it fails once the settle window closes."""
+    for name in ("A", "B", "C"):
+        world.connect(name)
+    world.drop("A")
+    world.advance(10)
+    lost = world.dispatcher.last()
+    target = world.executor(lost.target_executor_id)
+    # the hub's record; the process manager never followed it
+    world.relay.executor_disconnected(target.id, connection_id=target.connection_id, reason="socket_closed")
+    world.restart(down_for=0.5)
+    other = ({"B", "C"} - {lost.target_executor_id}).pop()
+    world.connect(other)
+    world.advance(4.9)
+    assert recoveries(world, "A")[-1] == "RecoveryDispatched"  # nothing enforced in the settle window
+    world.advance(0.1)
+    assert recoveries(world, "A")[-1] == "RecoveryFailed"
+    world.advance(1.0)  # backoff; the response timer (9.5 s from the start) has not fired
+    assert [r.target_executor_id for r in world.dispatcher.sent] == [other]
+    world.answer(world.dispatcher.last())
+    assert world.status("A") == "DELETED"
+
+
 def test_wall_clock_step_forward_does_not_declare_early(world: World) -> None:
     world.connect("A")
     world.connect("B")

@@ -8,7 +8,8 @@ event loop, with the executor's :class:`~relay_es.adapters.hub.connection.Connec
   deadline the process manager gave the attempt; an attempt it expired sends nothing more
   (a :class:`~relay_es.adapters.hub.connection.Guard` checked again by the socket right
   before it writes). The outcome goes into the process manager's
-  :class:`~relay_es.engine.process_manager.Answers` inbox.
+  :class:`~relay_es.engine.process_manager.Answers` inbox; there is none when Relay's shutdown
+  closed the target's socket (the attempt stays outstanding, as after a kill: ADR 3).
 * **retention**: the process manager's timer hands over an application's plan; it is sent to
   the application's newest registered connection, recorded before it is sent and its answer
   (or the lack of one) recorded after.
@@ -54,6 +55,7 @@ class Dispatcher:
         crash_point: Callable[[str], None] = lambda name: None,
         harvest: Harvest | None = None,
         observe: Callable[[str, str, float], None] | None = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         """``run``: how a store command is run off the loop. ``answers``: where recovery
         outcomes go. ``response_timeout``: an attempt without a deadline of its own, and a
@@ -62,7 +64,8 @@ class Dispatcher:
         ``harvest``: collects the metrics (None: :meth:`collect_metrics` does nothing).
         ``observe(type, outcome, seconds)``: told of every request of a recovery or retention
         conversation once it ended, as :class:`~relay_es.adapters.hub.calls.Calls` tells of the
-        API's (the metrics)."""
+        API's (the metrics). ``stopping``: whether Relay's shutdown has begun (the hub's ``shutting_down``):
+        a recovery whose target's socket then closes, or is closed, is left outstanding, not failed."""
         self.relay = relay
         self.registry = registry
         self.outbox = outbox
@@ -73,6 +76,7 @@ class Dispatcher:
         self.crash_point = crash_point
         self.harvest = harvest
         self.observe = observe or (lambda kind, outcome, seconds: None)
+        self.stopping = stopping
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         # Recovery attempts the process manager expired (see Guard); guarded by _dispatch_lock.
@@ -147,6 +151,8 @@ class Dispatcher:
         try:
             conn = self.registry.executor((req.org, req.app, req.target_executor_id))
             if conn is None or conn.closed or (req.target_connection_id and conn.id != req.target_connection_id):
+                if self.stopping():
+                    return  # the shutdown closed it (see ConnectionLost below)
                 answer(RecoveryOutcome(req.request_id, False, reason=f"target {req.target_executor_id} is not connected"))
                 return
             version = req.app_version or ""
@@ -175,6 +181,12 @@ class Dispatcher:
         except (asyncio.TimeoutError, Withdrawn):
             answer(RecoveryOutcome(req.request_id, False, reason=timeout))
         except ConnectionLost as e:
+            if self.stopping():
+                # Relay's shutdown closed the socket: the target is not at fault (ADR 3). The dispatch stays
+                # outstanding, and the next Relay fails it at its response timeout and tries again, as after a kill.
+                log.info("recovery %s of %s left outstanding: Relay is shutting down", req.request_id,
+                         req.dead_executor_id)
+                return
             answer(RecoveryOutcome(req.request_id, False, reason=f"target connection lost: {e}"))
         finally:
             with self._dispatch_lock:

@@ -151,6 +151,53 @@ def test_retention_carries_cutoffs_from_relays_clock(tmp_path, store_url) -> Non
         s.stop()
 
 
+def test_a_graceful_stop_during_a_recovery_records_nothing_and_the_next_relay_sends_it_again(tmp_path,
+                                                                                           store_url) -> None:
+    """SIGTERM while a recovery waits for its target's answer: the shutdown closed the target's socket and
+    the attempt was recorded failed ('target connection lost'), the healthy target blamed and a failed
+    attempt counted (ADR 3: a graceful shutdown records nothing). Now it stays outstanding, as after a
+    kill, and the restarted Relay sends it again."""
+    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.adapters.clock import SystemClock
+    from relay_es.engine.service import Relay
+
+    env = {**FAST, "RELAY_RECOVERY_RESPONSE_TIMEOUT_SECS": "5"}  # longer than the stop takes
+    s = RelayServer(tmp_path, args=["--database-url", store_url], env=env).start()
+    try:
+        set_grace(s, 1)
+
+        async def before_the_stop() -> None:
+            b = await FakeExecutor(s.ws, executor_id="B").connect()
+            b.answer = False  # keeps its socket but takes its time
+            a = await FakeExecutor(s.ws, executor_id="A").connect()
+            a.abort()
+            await b.wait_for("exist_pending_workflows", timeout=15)  # the recovery is in flight
+            await asyncio.to_thread(s.stop)
+            await b.close()
+
+        asyncio.run(before_the_stop())
+        relay = Relay(event_store_env(parse_database_url(store_url)), clock=SystemClock())
+        try:
+            history = [type(e).__name__ for e in relay.stream(relay.get_executor("local", "app", "A").id)]
+        finally:
+            relay.close()
+        assert history[-2:] == ["DeclaredDead", "RecoveryDispatched"]  # outstanding, as after a kill
+
+        s = RelayServer(tmp_path, args=["--database-url", store_url], env=env).start()
+
+        async def after_the_restart() -> None:
+            b = await FakeExecutor(s.ws, executor_id="B").connect()
+            await b.wait_for("recovery", timeout=20)  # sent again
+            await until(lambda: "executor.deleted" in actions(s, "A"), timeout=15)
+            await b.close()
+
+        asyncio.run(after_the_restart())
+        failed = [x["detail"]["reason"] for x in events(s, executorId="A") if x["action"] == "recovery.failed"]
+        assert failed and not any("connection lost" in r for r in failed), failed
+    finally:
+        s.stop()
+
+
 # ------------------------------------------------ one recovery deadline (hub level)
 
 
