@@ -201,7 +201,10 @@ class AuditProjection:
         self.context: dict[str, Where] = {}
         self.new_streams: dict[str, Where] = {}
         self.entries: list[AuditEntry] = []
-        self._keys_ok: set[str | None] = {None}  # org, app and executor id values that passed check_key
+        # (org, app, executor id) that passed check_keys together: their sum is bounded too, so values
+        # that passed apart may not pass together, and what passed must not depend on what this process
+        # folded before (a rebuild's share sees other streams than the live runner)
+        self._keys_ok: set[tuple[str | None, str | None, str | None]] = set()
 
     def forget(self) -> None:
         self.context = {}
@@ -223,16 +226,15 @@ class AuditProjection:
         if not known and sid in ctx:
             self.new_streams[sid] = ctx[sid]
         if entry is not None:
-            ok = self._keys_ok  # a stream's every entry has the same keys: each value is checked once
-            if entry.org not in ok or entry.app not in ok or entry.executor_id not in ok:
+            if (entry.org, entry.app, entry.executor_id) not in self._keys_ok:  # a stream's entries share them
                 self._check_keys(entry)
             self.entries.append(entry)
 
     def _check_keys(self, entry: AuditEntry) -> None:
         check_keys(org=entry.org, app=entry.app, executor_id=entry.executor_id)  # Unstorable: skipped (ADR 16)
         if len(self._keys_ok) > self.cache_limit:
-            self._keys_ok = {None}
-        self._keys_ok.update((entry.org, entry.app, entry.executor_id))
+            self._keys_ok = set()
+        self._keys_ok.add((entry.org, entry.app, entry.executor_id))
 
     def changes(self) -> tuple[dict[str, Where], list[AuditEntry]]:
         """The streams newly placed and the entries made since the last call."""

@@ -111,3 +111,24 @@ def test_operator_actions_are_not_in_the_lifecycle_feed(world: World) -> None:
     world.sync()
     assert not [e for e in audit.query(world.db, org="local", limit=1000) if e.action.startswith("action.")]
     assert audit.query(world.db, org="local", limit=1000)[-1].action == "executor.connected"
+
+
+def test_keys_that_passed_apart_are_checked_together() -> None:
+    """org, app and executor id of 1,000 bytes each pass one by one (at most 1,024) and not together
+    (at most 2,560): what passed may not depend on the values this process folded before, or a
+    rebuild's share, which saw other streams, keeps or skips other entries than the live runner."""
+    import pytest
+
+    from relay_es.projections.audit import AuditProjection
+    from relay_es.projections.storable import Unstorable
+    from tests.aggregates.support import Driver
+
+    connected = Driver("e").connect()
+    big, small = "x" * 1000, "s"
+    p = AuditProjection()
+    p.context = {"1": (big, small, small), "2": (small, big, small), "3": (small, small, big), "4": (big, big, big)}
+    for sid in "123":
+        p.apply(1, sid, connected)
+    with pytest.raises(Unstorable, match="together"):
+        p.apply(2, "4", connected)
+    assert [(e.org, e.app, e.executor_id) for e in p.entries] == [p.context[sid] for sid in "123"]
