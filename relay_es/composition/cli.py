@@ -111,8 +111,10 @@ def admin(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
     from relay_es.adapters.clock import SystemClock
     from relay_es.adapters.stores import event_store_env, parse_database_url
+    from eventsourcing.utils import TopicError
+
     from relay_es.domain.errors import RelayError
-    from relay_es.engine.service import Relay
+    from relay_es.engine.service import Relay, check_token_arguments
 
     logs.configure("WARNING")
     url = args.database_url or os.environ.get("RELAY_DATABASE_URL")
@@ -121,15 +123,26 @@ def admin(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
+    permissions = getattr(args, "permissions", None)
+    try:  # before the store is opened (or made): a refused token leaves nothing behind
+        check_token_arguments(args.org, args.name, args.apps, permissions)
+    except RelayError as e:
+        print(f"relay: {e}", file=sys.stderr)
+        return 1
+    if store.sqlite_path is not None and not os.path.exists(store.sqlite_path):
+        # the first token may well come before the first `relay serve`; a mistyped path should not pass unseen
+        print(f"relay: no store at {store.sqlite_path} yet: making a new one", file=sys.stderr)
     try:
         relay = Relay(event_store_env(store), clock=SystemClock())
         try:
-            secret = relay.create_token(args.org, args.name, app_names=args.apps,
-                                        permissions=getattr(args, "permissions", None))
+            secret = relay.create_token(args.org, args.name, app_names=args.apps, permissions=permissions)
         finally:
             relay.close()
     except RelayError as e:
         print(f"relay: {e}", file=sys.stderr)
+        return 1
+    except TopicError as e:
+        print(f"relay: the store holds events this Relay cannot read (written by a newer one?): {e}", file=sys.stderr)
         return 1
     except store_errors() as e:
         print(f"relay: {store_failure(e, store.url)}", file=sys.stderr)
@@ -272,6 +285,8 @@ def serve(args: argparse.Namespace) -> int:
     except StartFailed as e:
         print(f"relay: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn shut down cleanly, then raised the SIGINT again
+        pass
     finally:
         uvicorn_log.removeFilter(bind_error)
         if not runtime.started:
@@ -307,6 +322,9 @@ def projections(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"relay: {e}", file=sys.stderr)
         return 2
+    if store.sqlite_path is not None and not os.path.exists(store.sqlite_path):
+        print(f"relay: no store at {store.sqlite_path}: nothing to rebuild", file=sys.stderr)
+        return 1
     try:
         return _rebuild(args, store)
     except store_errors() as e:

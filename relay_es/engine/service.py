@@ -57,6 +57,29 @@ from relay_es.engine.store import RelayStore
 from relay_es.protocol.retention import RetentionPlan, plan as retention_plan
 
 
+def check_token_arguments(org: str, name: str, app_names: list[str] | None,
+                          permissions: list[str] | None) -> list[str] | None:
+    """:meth:`Relay.create_token`'s arguments checked (an :class:`InvalidSetting` naming the first
+    that is not); returns the permissions in their order, or None for those of the token's scope."""
+    check_org_name(org)
+    check_app_name(name)  # same URL-safe alphabet
+    if app_names is not None:
+        if not isinstance(app_names, (list, tuple)):  # a str would be read letter by letter
+            raise InvalidSetting("appNames", f"must be a list of names, got {type(app_names).__name__}")
+        if not app_names:
+            raise InvalidSetting("appNames", "must name at least one application; omit it (None) for an "
+                                             "org-wide token")
+        for a in app_names:
+            check_app_name(a)
+    if permissions is None:
+        return None
+    chosen = ordered(check_permissions("permissions", permissions))
+    if not chosen:
+        raise InvalidSetting("permissions", "must name at least one permission; omit it (null) for those of "
+                                            "the token's scope")
+    return chosen
+
+
 class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, ExecutorCommands, RelayStore):
     """Every command of Relay, on one event store.
 
@@ -261,22 +284,7 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
         a caller that filtered every application out of its list got an org-wide key.
         ``permissions``: what it may do, at least one of the eight; ``None``: those of its scope.
         Whether the caller may grant them is the caller's check (the REST API's)."""
-        check_org_name(org)
-        check_app_name(name)  # same URL-safe alphabet
-        if app_names is not None:
-            if not isinstance(app_names, (list, tuple)):  # a str would be read letter by letter
-                raise InvalidSetting("appNames", f"must be a list of names, got {type(app_names).__name__}")
-            if not app_names:
-                raise InvalidSetting("appNames", "must name at least one application; omit it (None) for an "
-                                                 "org-wide token")
-            for a in app_names:
-                check_app_name(a)
-        chosen = None
-        if permissions is not None:
-            chosen = ordered(check_permissions("permissions", permissions))
-            if not chosen:
-                raise InvalidSetting("permissions", "must name at least one permission; omit it (null) for those of "
-                                                    "the token's scope")
+        chosen = check_token_arguments(org, name, app_names, permissions)
         secret = new_secret()
 
         def run() -> str:

@@ -68,3 +68,60 @@ def test_a_store_that_cannot_be_reached_is_one_line_without_the_password(tmp_pat
         last = _failed(r, 1)
         assert last.startswith("relay: cannot open the store postgresql://postgres:***@127.0.0.1:1/relay: "), argv
         assert "relay serving on" not in r.stderr
+
+
+def test_ctrl_c_stops_serve_with_exit_code_0_and_no_traceback(tmp_path) -> None:
+    import signal
+
+    proc = subprocess.Popen(RELAY + ["serve", "--port", "0"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    timer = threading.Timer(60, proc.kill)
+    timer.start()
+    try:
+        next((line for line in proc.stderr if "relay serving on" in line), "")
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+
+
+def test_admin_checks_its_arguments_before_it_opens_or_makes_a_store(tmp_path) -> None:
+    """A refused token leaves no new store behind; a path with no store yet is said to be made
+    (the first token may come before the first serve; a mistyped path does not pass unseen); a
+    rebuild of a store that is not there is refused."""
+    url = f"sqlite:///{tmp_path}/typo/relay.db"
+    r = subprocess.run(RELAY + ["admin", "create-token", "ci", "--org", "bad org", "--database-url", url],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "org" in _failed(r, 1)
+    assert not (tmp_path / "typo").exists()
+    r = subprocess.run(RELAY + ["projections", "rebuild", "--database-url", url], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)
+    assert _failed(r, 1) == f"relay: no store at {tmp_path}/typo/relay.db: nothing to rebuild"
+    assert not (tmp_path / "typo").exists()
+    r = subprocess.run(RELAY + ["admin", "create-token", "ci", "--org", "acme", "--database-url", url],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    assert f"relay: no store at {tmp_path}/typo/relay.db yet: making a new one" in r.stderr
+    assert (tmp_path / "typo" / "relay.db").exists()
+    r = subprocess.run(RELAY + ["admin", "create-token", "ci2", "--org", "acme", "--database-url", url],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "making a new one" not in r.stderr, r.stderr
+
+
+def test_admin_on_a_store_a_newer_relay_wrote_is_one_line(tmp_path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/relay.db"
+    argv = RELAY + ["admin", "create-token", "ci", "--org", "acme", "--database-url", url]
+    assert subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60).returncode == 0
+    with sqlite3.connect(tmp_path / "relay.db") as db:  # an event of a kind this Relay does not know
+        (sid,) = db.execute("SELECT originator_id FROM stored_events").fetchone()
+        db.execute("INSERT INTO stored_events VALUES (?, 2, 'relay_es.aggregates.token:Token.FutureThing', ?)",
+                   (sid, b'{"timestamp": "2026-12-06T00:00:00+00:00"}'))
+    last = _failed(subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60), 1)
+    assert last.startswith("relay: the store holds events this Relay cannot read"), last
