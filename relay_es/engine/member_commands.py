@@ -81,24 +81,30 @@ class MemberCommands:
 
         return bool(self.retrying(run))
 
-    def remove_member(self, org: str, username: str) -> tuple[dict[str, Any], list[str]]:
+    def remove_member(self, org: str, username: str, *,
+                      may_revoke: Callable[[list[str] | None, list[str] | None], None] = lambda apps, perms: None,
+                      ) -> tuple[dict[str, Any], list[str]]:
         """Forgets a member and their grant, and revokes the tokens they made for themselves
         (:meth:`generate_secret`), in one transaction. Returns what was known of them and the names of
         the tokens revoked (the caller closes their sockets); :class:`UnknownMember` when there is neither
-        a member on record nor a token they made."""
+        a member on record nor a token they made. ``may_revoke(app_names, permissions)`` is asked of
+        each such token before anything changes (its scope as made, as :meth:`token_scope` tells it)
+        and refuses by raising: a member's secrets keep the permissions they had when they made them."""
         def run() -> tuple[dict[str, Any], list[str]]:
             m = self._maybe(members_stream_id(org))
             made = [] if m is None else m.made_by(username)
-            known = None if m is None else m.remove(username, at=self.now())
-            if known is None:
-                raise UnknownMember(org, username)
             revoked = []
             for name, secret_hash in dict(made).items():
                 tok = self._maybe(token_stream_id(org, name))
                 # still the token they made: one made again under that name since (createToken) is not theirs
                 if tok is not None and not tok.revoked and tok.secret_hash == secret_hash:
-                    tok.revoke(at=self.now())
+                    may_revoke(tok.app_names, getattr(tok, "permissions", None))
                     revoked.append(tok)
+            known = None if m is None else m.remove(username, at=self.now())
+            if known is None:
+                raise UnknownMember(org, username)
+            for tok in revoked:
+                tok.revoke(at=self.now())
             self.note(revokedTokens=len(revoked))  # for the operator's record
             self.save(m, *revoked)
             return known, [t.name for t in revoked]

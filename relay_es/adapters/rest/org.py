@@ -33,6 +33,7 @@ from litestar.params import FromPath
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET
 
+from relay_es.adapters import authz
 from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context
@@ -129,7 +130,9 @@ class OrgController(Controller):
         with recorded(ctx, request, org, None, operation="removeMember", target_type="user",
                       target_ids=[username]):
             _may_change(ctx, request, org, username)
-            known, revoked = ctx.relay.remove_member(org, username)  # notes how many tokens it revoked
+            # nor the secrets they made, which keep the permissions the member had then (as deleteToken checks)
+            known, revoked = ctx.relay.remove_member(org, username, may_revoke=lambda apps, perms: within(
+                request, sorted(authz.permissions_for(apps, perms)), "a token the member made"))
         for name in revoked:
             ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
         if revoked:

@@ -257,3 +257,26 @@ def _b64(obj: dict[str, Any]) -> str:
 def _payload(token: str) -> str:
     part = token.split(".")[1]
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)).decode()
+
+
+def test_removing_a_member_revokes_no_secret_stronger_than_the_caller(oidc: tuple[RelayServer, Issuer, str]) -> None:
+    """A member's secrets keep the permissions the member had when making them: removing a member
+    demoted since may revoke them only for a caller who holds those permissions, as deleteToken asks."""
+    s, issuer, admin = oidc
+    boss = issuer.token("ann", email="ann@example.com", groups=["admins"])
+    bob = issuer.token("bob", email="bob@example.com", groups=["ops"])
+    conforms("createRole", call(s, "POST", O + "/roles", boss, json={
+        "name": "minter", "permissions": ["token.write", "application.read"]}), 201)
+    conforms("grantRole", call(s, "PUT", O + "/members/bob@example.com/roles/minter", boss), 204)
+    secret = conforms("generateSecret", call(s, "POST", O + "/secrets", bob), 201)["secret"]
+    conforms("grantRole", call(s, "PUT", O + "/members/bob@example.com/roles/viewer", boss), 204)  # demoted
+    roles = {r["name"]: r["permissions"] for r in call(s, "GET", O + "/roles", admin).json()}
+    held = {*roles["viewer"], *roles["operator"], "organization.write"}  # his grant's and his groups' (ops)
+    assert "token.write" not in held
+    remover = call(s, "POST", O + "/tokens/remover", admin, json={"permissions": sorted(held)}).json()["token"]
+    assert "token.write" in conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", remover),
+                                     403)["detail"]
+    assert call(s, "GET", O + "/apps", secret).status_code == 200  # nothing changed
+    assert "bob@example.com" in conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]
+    conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", boss), 200)
+    assert call(s, "GET", O + "/apps", secret).status_code == 401
