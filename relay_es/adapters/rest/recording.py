@@ -14,10 +14,10 @@ Three kinds of call are recorded as operator actions
   guard. The caller chooses how many refusals there are, so at most one a minute per client
   address, status, operation and org is recorded (each says how many were held back since the
   last, within the throttle's memory: a burst followed by a quiet minute is recorded once), and at
-  most :data:`MAX_REFUSALS_PER_WINDOW` a minute in all of callers with a known token, and as many
-  of anonymous callers (no token, or one Relay does not know), each their own budget: a client
-  rotating addresses cannot make Relay write without end, and anonymous callers cannot use up
-  the record of known tokens' refusals; the rest are counted on ``/metrics`` only
+  most :data:`MAX_REFUSALS_PER_WINDOW` a minute of callers with a known token per org, and as many
+  of anonymous callers (no token, or one Relay does not know) in all, each their own budget: a client
+  rotating addresses cannot make Relay write without end, and neither anonymous callers nor another
+  org's tokens can use up the record of an org's known tokens' refusals; the rest are counted on ``/metrics`` only
   (``relay_auth_refused``). A refusal with no org to file it under is not recorded (in auth mode,
   an anonymous caller's refusal is filed only under an org that exists: the guard's
   ``on_record``). A recorded refusal is written before the refusal is answered, so at most that
@@ -49,7 +49,7 @@ from relay_es.engine.action_commands import Actor
 log = logging.getLogger(__name__)
 
 REFUSAL_WINDOW = 60.0  # seconds: one refusal per client address, status, operation and org is recorded per window
-MAX_REFUSALS_PER_WINDOW = 60  # refusals recorded per window in all, whatever their keys
+MAX_REFUSALS_PER_WINDOW = 60  # refusals recorded per window: of an org's known tokens, of anonymous callers
 
 
 def actor_of(request: Request[Any, Any, Any]) -> Actor:
@@ -99,24 +99,25 @@ class Refusals:
         self.clock = clock
         self.per_window = per_window
         self._window_start = clock()
-        self._recorded = {False: 0, True: 0}  # anonymous? -> recorded in this window
+        self._recorded: dict[str | None, int] = {}  # the org of known tokens (None: anonymous) -> recorded this window
 
     def should_record(self, source: str | None, status: int, operation: str, org: str, *,
                       anonymous: bool = False) -> int | None:
         """How many refusals of this client, status, operation and org were held back since the
         last one recorded, when this one is to be recorded; None when it is held back -- also
-        when :data:`MAX_REFUSALS_PER_WINDOW` of its budget (``anonymous`` callers' or known
-        tokens') were recorded in this window already, whatever their keys (clients rotating
+        when :data:`MAX_REFUSALS_PER_WINDOW` of its budget (``anonymous`` callers', or known
+        tokens' of ``org``) were recorded in this window already, whatever their keys (clients rotating
         addresses fill the keyed table, not the store)."""
         now = self.clock()
         if now - self._window_start >= REFUSAL_WINDOW:
-            self._window_start, self._recorded = now, {False: 0, True: 0}
-        if self._recorded[anonymous] >= self.per_window:
+            self._window_start, self._recorded = now, {}
+        budget = None if anonymous else org  # known tokens' orgs are Relay's own, not the caller's choice
+        if self._recorded.get(budget, 0) >= self.per_window:
             return None
         hit = self.throttle.hit((source, status, operation, org))
         if not hit.passed:
             return None
-        self._recorded[anonymous] += 1
+        self._recorded[budget] = self._recorded.get(budget, 0) + 1
         return hit.suppressed
 
     def record(self, *, org: str, app: str | None, operation: str, actor: Actor, source: str | None,

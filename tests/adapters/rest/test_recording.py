@@ -196,6 +196,15 @@ def test_a_client_rotating_addresses_gets_a_bounded_number_of_records() -> None:
     assert refusals.should_record("192.0.2.1", 401, "deleteApp", "acme") == 0  # the next window has its own
 
 
+def test_another_org_s_tokens_do_not_use_up_an_org_s_record_of_refusals() -> None:
+    refusals = Refusals(fake_context(relay=FakeRelay()), clock=lambda: 0.0, per_window=MAX_REFUSALS_PER_WINDOW)
+    passed = sum(refusals.should_record(f"10.0.{i // 256}.{i % 256}", 403, "deleteToken", "other") is not None
+                 for i in range(1_000))
+    assert passed == MAX_REFUSALS_PER_WINDOW  # the other org's budget is spent...
+    assert refusals.should_record("192.0.2.1", 403, "deleteToken", "acme") == 0  # ...not acme's
+    assert refusals.should_record("192.0.2.2", 401, "listApps", "acme", anonymous=True) == 0  # nor anonymous ones'
+
+
 def test_a_refusal_s_record_never_fails_the_refusal(caplog: pytest.LogCaptureFixture) -> None:
     relay = FakeRelay(fail=True)
     Refusals(fake_context(relay=relay)).record(org="acme", app=None, operation="listApps", actor=Actor.anonymous(),
