@@ -154,7 +154,8 @@ def long_workflow(n_steps: int, step_secs: float) -> int:
 
 # Registered by `ground` (database-backed, so only executors that build a ground write it), global
 # concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED; worker
-# concurrency 1, so that it can drive an autoscaling policy (tests/e2e/test_autoscale_api.py).
+# concurrency 1, so that it can drive an autoscaling policy (check_autoscale in
+# tests/e2e/test_queues_schedules_api.py).
 GROUND_QUEUE = "ground_queue"
 _flaky_attempts: dict[str, int] = {}
 

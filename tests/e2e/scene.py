@@ -23,13 +23,20 @@ FAST = {
 
 
 class Scene:
-    """One Relay, one DBOS system database, the (Python) executors started so far."""
+    """One Relay, one DBOS system database, the (Python) executors started so far.
+
+    In development mode by default (org ``local``); in auth mode every REST call carries ``token``
+    and every executor connects with ``conductor_key``."""
 
     app = APP
 
-    def __init__(self, server: RelayServer, admin_url: str) -> None:
+    def __init__(self, server: RelayServer, admin_url: str, *, org: str = "local", token: str | None = None,
+                 conductor_key: str = "dev-key") -> None:
         self.server = server
         self.admin_url = admin_url
+        self.org = org
+        self.token = token
+        self.conductor_key = conductor_key
         self._prepare()
         self.sys_name, self.steps_name = harness.unique_name("sys"), harness.unique_name("steps")
         self.sys_db = harness.create_database(admin_url, self.sys_name)
@@ -41,7 +48,8 @@ class Scene:
 
     def _new_executor(self, name: str, version: str) -> harness.Executor:
         return harness.Executor(self.python, relay_url=self.server.ws, app_name=self.app, app_version=version,
-                                system_database_url=self.sys_db, steps_db_url=self.steps_db, name=name)
+                                system_database_url=self.sys_db, steps_db_url=self.steps_db, name=name,
+                                conductor_key=self.conductor_key)
 
     def spawn(self, name: str, version: str = "v1") -> harness.Executor:
         """One at a time: it returns once Relay has the executor HEALTHY, so two
@@ -53,10 +61,12 @@ class Scene:
         return ex
 
     def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        if self.token is not None:
+            kw["headers"] = {"Authorization": f"Bearer {self.token}", **kw.get("headers", {})}
         return httpx.request(method, self.server.http + path, timeout=10, verify=TLS, **kw)
 
     def executors_now(self) -> dict[str, dict[str, Any]]:
-        r = self.api("GET", f"/v2/orgs/local/apps/{self.app}/executors")
+        r = self.api("GET", f"/v2/orgs/{self.org}/apps/{self.app}/executors")
         if r.status_code == 404:  # registered by its first executor, not yet in the read model
             return {}
         assert r.status_code == 200, r.text
@@ -67,7 +77,7 @@ class Scene:
 
     def events(self, executor_id: str) -> list[dict[str, Any]]:
         """The executor's entries of the lifecycle feed (``/executor-events``), in order."""
-        r = self.api("GET", "/v2/orgs/local/executor-events", params={"executorId": executor_id, "limit": 1000})
+        r = self.api("GET", f"/v2/orgs/{self.org}/executor-events", params={"executorId": executor_id, "limit": 1000})
         assert r.status_code == 200, r.text
         return r.json()
 
@@ -78,10 +88,10 @@ class Scene:
             raise TimeoutError(f"{e}\n{self.debug()}") from None
 
     def set_grace(self, secs: int) -> None:
-        assert self.api("PUT", f"/v2/orgs/local/apps/{self.app}").status_code == 204
-        r = self.api("PATCH", f"/v2/orgs/local/apps/{self.app}", json={"executorTimeoutSecs": secs})
+        assert self.api("PUT", f"/v2/orgs/{self.org}/apps/{self.app}").status_code == 204
+        r = self.api("PATCH", f"/v2/orgs/{self.org}/apps/{self.app}", json={"executorTimeoutSecs": secs})
         assert r.status_code == 204, r.text
-        assert self.api("GET", f"/v2/orgs/local/apps/{self.app}").json()["executorTimeoutSecs"] == secs
+        assert self.api("GET", f"/v2/orgs/{self.org}/apps/{self.app}").json()["executorTimeoutSecs"] == secs
 
     def close(self) -> None:
         for ex in self.executors:
@@ -119,4 +129,4 @@ class TsScene(Scene):
     def _new_executor(self, name: str, version: str) -> harness.Executor:
         return ts_harness.TsExecutor(relay_url=self.server.ws, app_name=self.app, app_version=version,
                                      system_database_url=self.sys_db, steps_db_url=self.steps_db, name=name,
-                                     app_dir=self.app_dir)
+                                     conductor_key=self.conductor_key, app_dir=self.app_dir)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -90,18 +90,39 @@ def test_killed_executor_is_recovered_by_its_peer(any_sdk_scene: Scene) -> None:
 
 
 def test_executor_that_comes_back_within_grace_is_not_recovered(scene: Scene) -> None:
-    scene.set_grace(30)
+    """A frozen executor back before its deadline: the deadline passes and it is still HEALTHY,
+    never declared dead nor recovered, and the workflow it was running finishes on it."""
+    grace = 8  # the SDK reconnects about a second after its thaw: room for a loaded machine
+    scene.set_grace(grace)
     a = scene.spawn("A")
     b = scene.spawn("B")
+    [wf] = a.start_workflows(count=1, steps=30, step_secs=0.5)  # 15 s: runs past the deadline
+    scene.wait(lambda: harness.step_run_counts(scene.steps_db).get((wf, 1)), "the workflow to start")
     a.stop()  # frozen: pings go unanswered and Relay drops the socket
     scene.wait(lambda: scene.executor(a.executor_id)["status"] == "DISCONNECTED", "A to be DISCONNECTED", timeout=15)
     a.cont()  # thawed: the SDK notices and reconnects with the same executor id
-    scene.wait(lambda: scene.executor(a.executor_id)["status"] == "HEALTHY", "A to be HEALTHY again", timeout=30)
+    scene.wait(lambda: scene.executor(a.executor_id)["status"] == "HEALTHY", "A to be HEALTHY again", timeout=grace)
     # the audit is written with the executors table (one transaction): the reconnect is in it already
+    entries = scene.events(a.executor_id)
+    assert [e["action"] for e in entries][:3] == ["executor.connected", "executor.disconnected",
+                                                  "executor.reconnected"]
+    deadline = datetime.fromisoformat(entries[1]["detail"]["deadline"].replace("Z", "+00:00"))
+    assert at(entries[2]) < deadline
+    # past the deadline the Disconnected recorded, by more than a death takes to be declared (< 1 s)
+    time.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds() + 1.5))
+    assert harness.workflow_statuses(scene.sys_db, [wf])[wf] == "PENDING", "the workflow ended before the deadline"
     actions = [e["action"] for e in scene.events(a.executor_id)]
-    assert actions[:3] == ["executor.connected", "executor.disconnected", "executor.reconnected"]
-    assert not any(x.startswith("recovery.") or x == "executor.declared_dead" for x in actions)
+    assert not any(x.startswith("recovery.") or x == "executor.declared_dead" for x in actions), actions
+    history = scene.api("GET", f"/v2/orgs/local/apps/{scene.app}/executors/{a.executor_id}/history").json()
+    assert [h["type"] for h in history] == ["Registered", "Connected", "Disconnected", "Connected"], history
+    assert scene.executor(a.executor_id)["status"] == "HEALTHY"
     assert scene.executor(b.executor_id)["status"] == "HEALTHY"
+    # what A was running finishes on A, each step once
+    scene.wait(lambda: harness.workflow_statuses(scene.sys_db, [wf])[wf] == "SUCCESS", "the workflow to end SUCCESS")
+    assert harness.workflow_rows(scene.sys_db, [wf])[wf]["executor_id"] == a.executor_id
+    runs = harness.step_runs(scene.steps_db)
+    assert sorted(r["step_no"] for r in runs) == list(range(1, 31)), runs
+    assert {r["executor_id"] for r in runs} == {a.executor_id}
 
 
 def test_no_executor_of_the_version_means_waiting_until_one_connects(scene: Scene) -> None:

@@ -97,9 +97,14 @@ def check_reads(g: Ground) -> None:
     assert set(search(workflowIdPrefix=[prefix], hasParent=False, wasForkedFrom=False)) == \
         set(mine) - set(ids["children"])
     assert search(workflowIdPrefix=[prefix], wasForkedFrom=True) == []
+    # queuesOnly: the queue's workflows still waiting or running, not those done. The one running
+    # is released to finish SUCCESS, the next one then runs, the last one waits.
+    [first] = [wf for wf in ids["queued"] if db.status(wf) == "PENDING"]
+    g.executor.release(first)
+    g.scene.wait(lambda: sorted(map(str, db.statuses(ids["queued"]).values())) == ["ENQUEUED", "PENDING", "SUCCESS"],
+                 "the queue's first workflow to finish and the next one to run")
     assert set(search(queueName=[QUEUE])) == set(ids["queued"])
-    assert set(search(queuesOnly=True, queueName=[QUEUE])) == {
-        wf for wf in ids["queued"] if db.status(wf) in ("ENQUEUED", "PENDING")}
+    assert set(search(queuesOnly=True, queueName=[QUEUE])) == set(ids["queued"]) - {first}
     assert set(search(workflowName=["child_workflow", "parent_workflow"], workflowIdPrefix=[prefix])) == \
         {ids["parent"], *ids["children"]}
     assert set(search(executorId=[g.executor.executor_id], appVersion=["v1"], workflowIdPrefix=[prefix])) == {

@@ -134,7 +134,7 @@ const longWorkflow = DBOS.registerWorkflow(longWorkflowBody, { name: 'long_workf
 
 // Registered by `ground` (database-backed, so only executors that build a ground write it),
 // global concurrency 1: the first workflow enqueued runs (and blocks), the others stay ENQUEUED;
-// worker concurrency 1, so that it can drive an autoscaling policy (tests/e2e/test_autoscale_api.py).
+// worker concurrency 1, so that it can drive an autoscaling policy (check_autoscale in tests/e2e/test_queues_schedules_api.py).
 const GROUND_QUEUE = 'ground_queue';
 const flakyAttempts = new Map();
 
