@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from eventsourcing.persistence import IntegrityError
+
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application
 from relay_es.domain.alerting import AlertingRule, Webhook, key_scope, parse_metadata
@@ -71,7 +73,9 @@ class AlertCommands:
 
         try:
             self._change_app(org, app, create)
-        except RelayError:  # refused (no such application, too many rules): nothing was recorded under the key
+        except (RelayError, IntegrityError):  # refused (no such application, too many rules) or every retry
+            # met another writer's change: nothing was recorded under the key. Another failure may have come
+            # after the commit (a connection lost as it answered): the key is kept, a row, not a rule's secrets
             self.erase_rules_keys([rule])
             raise
         return rule

@@ -176,6 +176,20 @@ def test_a_refused_rule_leaves_no_key(relay: Relay) -> None:
     assert len(keys.made) == 2 and all(keys.get(scope) is None for scope in keys.made)
 
 
+def test_a_rule_whose_every_retry_met_another_writer_leaves_no_key(relay: Relay, monkeypatch) -> None:
+    from eventsourcing.persistence import IntegrityError
+
+    relay.keys = keys = CountedKeys()
+
+    def conflicted(*args: Any, **kw: Any) -> bool:
+        raise IntegrityError("another writer's event holds its place")
+
+    monkeypatch.setattr(relay, "_change_app", conflicted)
+    with pytest.raises(IntegrityError):
+        create(relay, metadata=hooks())
+    assert len(keys.made) == 1 and keys.get(keys.made[0]) is None
+
+
 def test_a_rule_kept_in_the_clear_before_sealing_still_delivers(relay: Relay) -> None:
     """Rules made before 2026-12-05 hold their webhooks as they were given; they still open, and
     deleting them needs no key."""

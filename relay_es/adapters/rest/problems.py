@@ -5,7 +5,9 @@ builds the document (``type``, ``title``, ``status``, ``detail``, and for a
 422 the ``errors`` naming each field and what was wrong), and
 :data:`EXCEPTION_HANDLERS` maps each exception to its status: validation and
 invalid settings 422, unknown org/app/executor/token 404, a command the state
-refuses 409, Litestar's own HTTP errors their status (headers kept), anything
+refuses 409, Litestar's own HTTP errors their status (headers kept), a change that
+kept meeting other writers' changes to the same object through all its retries 503
+with ``Retry-After`` (:meth:`~relay_es.engine.store.RelayStore.retrying`), anything
 else 500 with its traceback in the log and nothing of it in the answer.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from eventsourcing.persistence import IntegrityError
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 
@@ -77,6 +80,13 @@ def _too_deep(_: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
                    [{"location": "body", "message": "JSON is nested too deeply"}])
 
 
+def _busy(_: Request[Any, Any, Any], exc: IntegrityError) -> Response[Any]:
+    log.warning("a change gave up after its retries: other writers kept changing the same object first")
+    resp = problem(503, "Service unavailable", "other changes to the same object kept coming first; retry shortly")
+    resp.headers["Retry-After"] = "1"
+    return resp
+
+
 def _internal(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error", exc_info=exc)
     return problem(500, "Internal server error", "Relay failed to handle this request; see its log")
@@ -96,5 +106,6 @@ EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     DomainError: _conflict,
     HTTPException: _http,
     RecursionError: _too_deep,
+    IntegrityError: _busy,
     Exception: _internal,
 }

@@ -97,8 +97,12 @@ def test_healthz_answers_503_once_the_process_manager_met_a_bug() -> None:
 
 
 def test_errors_are_problem_documents() -> None:
+    from eventsourcing.persistence import IntegrityError
+
     for fail, status in ((UnknownApplication("local", "orders"), 404), (DomainError("not now"), 409),
-                         (RuntimeError("a secret in the traceback"), 500)):
+                         (RuntimeError("a secret in the traceback"), 500),
+                         # other writers' changes to the object kept coming first, through every retry
+                         (IntegrityError("duplicate key value: a secret"), 503)):
         with client_for(Calls(), fail) as client:
             r = client.delete("/v2/orgs/local/apps/orders")
         assert r.status_code == status, r.text
@@ -106,6 +110,7 @@ def test_errors_are_problem_documents() -> None:
         body = r.json()
         assert body["type"] == "about:blank" and body["status"] == status and body["title"]
         assert "secret" not in r.text
+        assert (r.headers.get("retry-after") == "1") == (status == 503)
 
 
 def test_settings_are_decoded_strictly_and_bodies_capped() -> None:
