@@ -8,19 +8,27 @@ State machine (``status``)::
                          +------connect------------+ (reconnect: no recovery) |
                          +------connect (new incarnation) --------------------+
     DEAD --confirm_recovery + delete--> DELETED --connect--> HEALTHY (new incarnation)
+    HEALTHY|DISCONNECTED --connect on another application version--> DEAD, then HEALTHY (new incarnation)
 
 The recovery obligation is a second, orthogonal machine (``recovery_phase``)::
 
     None --declare_dead--> pending --dispatch--> dispatched --confirm--> confirmed
               pending --defer--> deferred --dispatch--> dispatched --fail--> pending
-              pending|deferred --withdraw (executor came back)--> None
+              pending|deferred --withdraw (executor came back on its version)--> None
               pending|deferred --reorder (a later death first)--> pending
 
 Rules, each enforced here and raised as a domain error:
 
 * A reconnect while DISCONNECTED cancels the deadline and returns to HEALTHY;
   nothing is recovered.
-* DeclaredDead only when DISCONNECTED and the deadline has come by the clock.
+* DeclaredDead only when DISCONNECTED and the deadline has come by the clock, or at a connect
+  under another application version than the executor's (HEALTHY or DISCONNECTED): a running
+  process cannot change its version, so the earlier one is gone. Its death is recorded
+  (``reason`` :data:`VERSION_CHANGED`) before the Connected of the new incarnation.
+* A recovery is dispatched (or deferred, or reordered) while the executor is DEAD, or back on
+  another application version than the recovery's (:func:`recovered_by_peer`): a process
+  recovers at launch only its own version's workflows. It is withdrawn only when the executor
+  is back on the recovery's version.
 * At most one outstanding dispatch; RecoveryConfirmed / RecoveryFailed only
   for the outstanding request.
 * A death recorded while a dispatch for an earlier one is outstanding is kept as
@@ -30,7 +38,9 @@ Rules, each enforced here and raised as a domain error:
   after it, so neither waits behind the other.
 * Deleted only after a confirmed recovery, and only while DEAD.
 * The same executor id connecting while DEAD or DELETED starts a new
-  incarnation in the same stream; a dispatch already under way still completes.
+  incarnation in the same stream; a dispatch already under way still completes. A death kept
+  behind it (``recovery_redo_version``) is recovered after it unless the executor is back on
+  that death's version.
 
 Public command methods decide and compute; the private ``@event`` methods only
 assign state, because they run again on every replay. A command records its event with
@@ -142,6 +152,9 @@ class RecoveryPhase(StrEnum):
     CONFIRMED = "confirmed"
 
 
+_UNFINISHED = (RecoveryPhase.PENDING, RecoveryPhase.DEFERRED, RecoveryPhase.DISPATCHED)
+
+
 class DisconnectReason(StrEnum):
     CLEAN_CLOSE = "clean_close"  # the executor closed its socket itself, 1000 or 1001: a shutdown, e.g. a deploy
     SOCKET_CLOSED = "socket_closed"  # the socket dropped without a close of the executor's (a kill, a network)
@@ -149,6 +162,20 @@ class DisconnectReason(StrEnum):
     RELAY_RESTARTED = "relay_restarted"
     SUPERSEDED = "superseded"
     TOKEN_REVOKED = "token_revoked"
+
+
+VERSION_CHANGED = "version_changed"
+"""The ``reason`` of a DeclaredDead recorded at a connect under another application version."""
+
+
+def recovered_by_peer(status: str | None, recovery_phase: str | None, recovery_version: str | None,
+                      app_version: str | None) -> bool:
+    """Whether an executor's recovery is a peer's to do: it is DEAD, or back (HEALTHY or
+    DISCONNECTED) on another application version than its unfinished recovery's, whose workflows
+    its process does not recover."""
+    return status == ExecutorStatus.DEAD or (
+        status in (ExecutorStatus.HEALTHY, ExecutorStatus.DISCONNECTED) and recovery_phase in _UNFINISHED
+        and recovery_version != app_version)
 
 
 def executor_stream_id(org: str, app: str, executor_id: str) -> uuid.UUID:
@@ -242,6 +269,14 @@ class Executor(Aggregate):
             self._refuse("connect", "a connection id is required")
         if connection_id == self.connection_id and self.status == ExecutorStatus.HEALTHY:
             self._refuse("connect", f"connection {connection_id!r} is already current")
+        superseded = self.connection_id if self.status == ExecutorStatus.HEALTHY else None
+        if self.status in (ExecutorStatus.HEALTHY, ExecutorStatus.DISCONNECTED) and app_version != self.app_version:
+            # A running process cannot change its application version: the earlier one is gone, and
+            # its workflows are recovered by an executor of its version (the new process recovers
+            # only its own version's).
+            self.trigger_event(self.DeclaredDead, deadline=self.deadline, app_version=self.app_version,
+                               timestamp=at, reason=VERSION_CHANGED)
+        previous_status = self.status.value if self.status else None
         new_incarnation = self.status in (None, ExecutorStatus.DEAD, ExecutorStatus.DELETED)
         self.trigger_event(
             self.Connected,
@@ -252,8 +287,8 @@ class Executor(Aggregate):
             language=language,
             dbos_version=dbos_version,
             executor_metadata=None if executor_metadata is None else OpaqueJSON(executor_metadata),
-            previous_status=self.status.value if self.status else None,
-            superseded_connection=self.connection_id if self.status == ExecutorStatus.HEALTHY else None,
+            previous_status=previous_status,
+            superseded_connection=superseded,
             incarnation=self.incarnation + 1 if new_incarnation else self.incarnation,
             timestamp=at,
             token=token,
@@ -336,14 +371,23 @@ class Executor(Aggregate):
             self._refuse("declare dead", f"the deadline is now {self.deadline.isoformat()}", NotDue)
         if now < self.deadline:
             self._refuse("declare dead", f"the deadline {self.deadline.isoformat()} has not come", NotDue)
-        self.trigger_event(self.DeclaredDead, deadline=self.deadline, app_version=self.app_version, timestamp=now)
+        self.trigger_event(self.DeclaredDead, deadline=self.deadline, app_version=self.app_version, timestamp=now,
+                           reason=None)
 
-    @event("DeclaredDead")
-    def _declared_dead(self, deadline: datetime, app_version: str | None, timestamp: datetime) -> None:
+    class DeclaredDead(Aggregate.Event):
+        """Declared, as :class:`Connected` is, so that fields added later have defaults."""
+
+        deadline: datetime | None  # None when declared at a connect under another version (while HEALTHY)
+        app_version: str | None
+        reason: str | None = None  # None: its deadline came; VERSION_CHANGED: connected under another version
+
+    @event(DeclaredDead)
+    def _declared_dead(self, deadline: datetime | None, app_version: str | None, timestamp: datetime,
+                       reason: str | None = None) -> None:
         self.status = ExecutorStatus.DEAD
         self.deadline = None
-        # A new death replaces a finished obligation; an unfinished one stays,
-        # and one already on the wire is followed by another for this death.
+        # A new death replaces a finished obligation; an unfinished one stays, and one already on the
+        # wire, or one of another version not yet sent, is followed by another for this death.
         if self.recovery_phase in (None, RecoveryPhase.CONFIRMED):
             self.recovery_phase = RecoveryPhase.PENDING
             self.recovery_version = app_version
@@ -352,9 +396,16 @@ class Executor(Aggregate):
             self.recovery_target = None
         elif self.recovery_phase == RecoveryPhase.DISPATCHED:
             self.recovery_redo_version = app_version
+        elif app_version != self.recovery_version and self.recovery_redo_version is None:
+            self.recovery_redo_version = app_version
+
+    @property
+    def recovered_by_peer(self) -> bool:
+        """See :func:`recovered_by_peer`."""
+        return recovered_by_peer(self.status, self.recovery_phase, self.recovery_version, self.app_version)
 
     def defer_recovery(self, *, reason: str, at: datetime) -> None:
-        if self.status != ExecutorStatus.DEAD or self.recovery_phase != RecoveryPhase.PENDING:
+        if not self.recovered_by_peer or self.recovery_phase != RecoveryPhase.PENDING:
             self._refuse("defer recovery", f"recovery is {self.recovery_phase or 'not needed'}")
         self.trigger_event(self.RecoveryDeferred, reason=reason, timestamp=at)
 
@@ -363,8 +414,9 @@ class Executor(Aggregate):
         self.recovery_phase = RecoveryPhase.DEFERRED
 
     def dispatch_recovery(self, *, request_id: str, target_executor_id: str, at: datetime) -> None:
-        if self.status != ExecutorStatus.DEAD:
-            self._refuse("dispatch recovery", "only a DEAD executor is recovered")
+        if not self.recovered_by_peer:
+            self._refuse("dispatch recovery",
+                         "only a DEAD executor, or one back on another version than the recovery's, is recovered")
         if self.recovery_phase not in (RecoveryPhase.PENDING, RecoveryPhase.DEFERRED):
             self._refuse(
                 "dispatch recovery",
@@ -418,8 +470,10 @@ class Executor(Aggregate):
     def _recovery_confirmed(
         self, request_id: str, target_executor_id: str | None, pending_found: bool | None, timestamp: datetime
     ) -> None:
-        if self.recovery_redo_version is not None and self.status == ExecutorStatus.DEAD:
-            # The confirmed request was for an earlier death: recover this one too.
+        if self.recovery_redo_version is not None and (self.status == ExecutorStatus.DEAD
+                                                       or self.recovery_redo_version != self.app_version):
+            # The confirmed request was for an earlier death: recover this one too, unless the
+            # executor is back on its version (that process recovered its own).
             self.recovery_phase = RecoveryPhase.PENDING
             self.recovery_version = self.recovery_redo_version
             self.recovery_attempt = 0
@@ -432,8 +486,8 @@ class Executor(Aggregate):
     def reorder_recovery(self, *, at: datetime) -> None:
         """Recovers the later death's version first (the process manager's choice, when only it has
         a candidate); the obligation's own version becomes the one recovered after it."""
-        if self.status != ExecutorStatus.DEAD or self.recovery_phase not in (RecoveryPhase.PENDING,
-                                                                            RecoveryPhase.DEFERRED):
+        if not self.recovered_by_peer or self.recovery_phase not in (RecoveryPhase.PENDING,
+                                                                     RecoveryPhase.DEFERRED):
             self._refuse("reorder recovery", f"recovery is {self.recovery_phase or 'not needed'}")
         if self.recovery_redo_version is None:
             self._refuse("reorder recovery", "no later death waits behind this recovery")
@@ -454,6 +508,9 @@ class Executor(Aggregate):
             self._refuse("withdraw recovery", f"recovery is {self.recovery_phase or 'not needed'}")
         if self.status == ExecutorStatus.DEAD:
             self._refuse("withdraw recovery", "the executor is still dead")
+        if self.recovered_by_peer:
+            self._refuse("withdraw recovery", f"the executor is back on version {self.app_version!r}, "
+                                              f"not the recovery's {self.recovery_version!r}")
         self.trigger_event(self.RecoveryWithdrawn, reason=reason, timestamp=at)
 
     @event("RecoveryWithdrawn")

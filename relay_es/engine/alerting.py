@@ -55,7 +55,7 @@ from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.alert import AlertFirings
 from relay_es.aggregates.application import Application, app_stream_id
-from relay_es.aggregates.executor import DisconnectReason, Executor, ExecutorStatus as S
+from relay_es.aggregates.executor import VERSION_CHANGED, DisconnectReason, Executor, ExecutorStatus as S
 from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
 from relay_es.domain.clock import Clock
 from relay_es.domain.ids import new_id
@@ -381,9 +381,12 @@ class AlertManager:
         if isinstance(e, Executor.DeclaredDead):
             # The disconnects that led to a death are that incarnation's: the next one starts clean.
             self._flaps.pop((*app, row.executor_id), None)
+            why = ("it connected again under another application version, and a process recovers only its "
+                   "own version's workflows" if getattr(e, "reason", None) == VERSION_CHANGED
+                   else "it did not come back within its grace period")
             self._decide(app, "ExecutorDead", lambda r: (
-                f"executor {row.executor_id} of {row.app} (version {row.app_version}) was declared DEAD: "
-                "it did not come back within its grace period", who), cause)
+                f"executor {row.executor_id} of {row.app} (version {row.app_version}) was declared DEAD: {why}",
+                who), cause)
         elif isinstance(e, Executor.RecoveryDeferred):
             self._decide(app, "RecoveryDeferred", lambda r: (
                 f"the recovery of dead executor {row.executor_id} of {row.app} waits: no HEALTHY executor of "

@@ -28,7 +28,10 @@ What it does, per executor row (the same fold as the executors table):
   the attempt after it, and is told (:meth:`Dispatcher.expire`) before the
   failure is recorded, so a recovery never goes out for an attempt already
   recorded as failed (ADR 15).
-* Back alive before any dispatch (a new incarnation) -> withdraw the recovery.
+* Back alive before any dispatch (a new incarnation) on the recovery's application version ->
+  withdraw the recovery (that process recovered its own). Back on another version (a connect
+  under another version records the earlier process's death first) -> the recovery goes on as
+  for a DEAD executor: the new process does not recover another version's workflows.
 * What it records itself (deaths, dispatches, answers) it folds at once, as it is saved
   (:meth:`ProcessManager._execute`), and following the log later skips those events without
   decoding them: a death's dispatch waits for no read of the log. Deaths alone wait while more
@@ -79,7 +82,7 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
-from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P
+from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P, recovered_by_peer
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
 from relay_es.domain.ids import new_id
@@ -333,7 +336,8 @@ class ProcessManager:
         clock), or a recovery not yet confirmed (its candidates may be among those coming back)."""
         if row.status == S.DISCONNECTED:
             return row.deadline is not None and row.deadline <= cap
-        return row.status == S.DEAD and row.recovery_phase not in (None, P.CONFIRMED)
+        return row.recovery_phase not in (None, P.CONFIRMED) and recovered_by_peer(
+            row.status, row.recovery_phase, row.recovery_version, row.app_version)
 
     def step(self) -> int:
         """Does everything that is due now. Returns how many things it did. A store error
@@ -771,7 +775,7 @@ class ProcessManager:
             self.timers.cancel(("response", sid))
 
         if row.recovery_phase in (P.PENDING, P.DEFERRED):
-            if row.status == S.DEAD:
+            if recovered_by_peer(row.status, row.recovery_phase, row.recovery_version, row.app_version):
                 if ("dispatch", sid) not in self.timers:
                     self._arm_dispatch(sid)
             else:
@@ -783,7 +787,7 @@ class ProcessManager:
             self._unwait(sid)
 
     def _withdraw(self, row: ExecutorRow) -> None:
-        """Withdraws the recovery of an executor that is back. A refusal means the command found it
+        """Withdraws the recovery of an executor that is back on the recovery's version. A refusal means the command found it
         still dead: a copy in this process's cache older than the Connected this row folded (the
         hub's thread had committed it, not yet cached it). A refusal records nothing, so no version
         check catches it: the copy is forgotten and the row reacted to again, read from the store."""
@@ -1100,7 +1104,8 @@ class ProcessManager:
         peers: dict[tuple[str, str, str | None], list[ExecutorRow]] = {}
         for sid, _ in items:
             row = self.rows.get(sid)
-            if row is None or row.status != S.DEAD or row.recovery_phase not in (P.PENDING, P.DEFERRED):
+            if row is None or row.recovery_phase not in (P.PENDING, P.DEFERRED) or not recovered_by_peer(
+                    row.status, row.recovery_phase, row.recovery_version, row.app_version):
                 continue
             target = self._best_candidate(row, assigned, peers)
             if target is None and self._later_first(row, assigned, peers):

@@ -19,6 +19,10 @@ A workflow is stranded when its executor is, by Relay's rows:
   ``disconnected`` (its socket dropped, it went silent, Relay restarted...; within its grace),
   ``declaration_overdue`` (its deadline has passed and it is not declared dead yet: Relay's
   settle window after a restart, or a process manager behind);
+* HEALTHY, for a workflow of another application version than the executor's (an earlier
+  incarnation's: the process running now recovers only its own version's workflows) -- the
+  reason of the recovery that covers it, as for a DEAD executor (``recovery_pending``,
+  ``recovery_failed``, ``recovery_dispatched``, ``recovery_deferred``), else ``dead_unrecovered``;
 * ``executor_deleted`` -- Relay confirmed its recovery and deleted it, yet the workflow is PENDING on it;
 * ``executor_unknown`` -- Relay has no record of the executor (it never connected to Relay,
   e.g. a process started without Conductor, whose executor id is ``local``).
@@ -127,28 +131,24 @@ class Classified:
     executors: list[StrandedExecutor]
 
 
+UNFINISHED = (P.PENDING.value, P.DEFERRED.value, P.DISPATCHED.value)
+
+
+def _owed_elsewhere(row: ExecutorRow) -> bool:
+    """A HEALTHY executor with a recovery under way for another version than its own (an earlier
+    incarnation's, done by a peer)."""
+    return (row.status == S.HEALTHY and row.recovery_phase in UNFINISHED
+            and row.recovery_version != row.app_version)
+
+
 def recovery_version(row: ExecutorRow) -> str | None:
     """The application version an executor's workflows are recovered by."""
-    if row.status == S.DEAD and row.recovery_version is not None:
+    if row.recovery_version is not None and (row.status == S.DEAD or _owed_elsewhere(row)):
         return row.recovery_version
     return row.app_version
 
 
-def reason_of(row: ExecutorRow | None, now: datetime) -> Reason | None:
-    """Why a workflow of this executor is stranded; None when the executor is alive (HEALTHY)."""
-    if row is None or row.status is None:
-        return Reason.EXECUTOR_UNKNOWN
-    if row.status == S.HEALTHY:
-        return None
-    if row.status == S.DELETED:
-        return Reason.EXECUTOR_DELETED
-    if row.status == S.DISCONNECTED:
-        if row.deadline is not None and row.deadline <= now:
-            return Reason.DECLARATION_OVERDUE
-        if row.disconnect_reason in POLITE_CLOSES:
-            return Reason.STOPPED_POLITELY
-        return Reason.DISCONNECTED
-    # DEAD
+def _obligation_reason(row: ExecutorRow) -> Reason:
     phase = row.recovery_phase
     if phase == P.PENDING:
         return Reason.RECOVERY_FAILED if row.recovery_attempt > 0 else Reason.RECOVERY_PENDING
@@ -157,6 +157,30 @@ def reason_of(row: ExecutorRow | None, now: datetime) -> Reason | None:
     if phase == P.DEFERRED:
         return Reason.RECOVERY_DEFERRED
     return Reason.DEAD_UNRECOVERED
+
+
+def reason_of(row: ExecutorRow | None, now: datetime, workflow_version: str | None = None) -> Reason | None:
+    """Why a workflow of this executor (of ``workflow_version``, if known) is stranded; None when the
+    executor is alive (HEALTHY) and the workflow is of its version (or of one not known)."""
+    if row is None or row.status is None:
+        return Reason.EXECUTOR_UNKNOWN
+    if row.status == S.HEALTHY:
+        if workflow_version is None or row.app_version is None or workflow_version == row.app_version:
+            return None
+        # An earlier incarnation's, of another version: the process running now does not recover it.
+        if row.recovery_phase in UNFINISHED and workflow_version in (row.recovery_version,
+                                                                     row.recovery_redo_version):
+            return _obligation_reason(row)
+        return Reason.DEAD_UNRECOVERED
+    if row.status == S.DELETED:
+        return Reason.EXECUTOR_DELETED
+    if row.status == S.DISCONNECTED:
+        if row.deadline is not None and row.deadline <= now:
+            return Reason.DECLARATION_OVERDUE
+        if row.disconnect_reason in POLITE_CLOSES:
+            return Reason.STOPPED_POLITELY
+        return Reason.DISCONNECTED
+    return _obligation_reason(row)  # DEAD
 
 
 def recoverable(row: ExecutorRow | None) -> bool:
@@ -192,7 +216,7 @@ def classify(workflows: Iterable[WorkflowSummary], rows: Iterable[ExecutorRow], 
     """The stranded workflows among ``workflows`` (those not PENDING are ignored), in the order
     given; the queues they block, most blocked first (then by name); and the executors they wait
     on, with every other not-alive executor Relay knows (DISCONNECTED, or DEAD with a recovery
-    obligation), in executor id order."""
+    obligation, or HEALTHY with one for another version than its own), in executor id order."""
     rows = list(rows)
     by_id: dict[str, ExecutorRow] = {r.executor_id: r for r in rows}
     versions = healthy_versions(rows)
@@ -203,7 +227,7 @@ def classify(workflows: Iterable[WorkflowSummary], rows: Iterable[ExecutorRow], 
         if w.status != "PENDING":
             continue
         row = by_id.get(w.executor_id) if w.executor_id is not None else None
-        reason = reason_of(row, now)
+        reason = reason_of(row, now, w.app_version)
         if reason is None:
             continue
         out.append(Stranded(workflow=w, executor=row, reason=reason, fixes=fixes_for(row, versions, w.app_version)))
@@ -221,13 +245,17 @@ def _executors(rows: Sequence[ExecutorRow], per_executor: Mapping[str, int], ver
     by_id = {r.executor_id: r for r in rows}
     ids = set(per_executor)
     for r in rows:
-        if r.status == S.DISCONNECTED or (r.status == S.DEAD and r.recovery_phase in
-                                          (P.PENDING, P.DEFERRED, P.DISPATCHED)):
+        if r.status == S.DISCONNECTED or (r.status == S.DEAD and r.recovery_phase in UNFINISHED) or \
+                _owed_elsewhere(r):
             ids.add(r.executor_id)
     out = []
     for x in sorted(ids):
         row = by_id.get(x)
         reason = reason_of(row, now)
+        if reason is None and row is not None and _owed_elsewhere(row):
+            reason = _obligation_reason(row)  # an earlier incarnation's recovery, of another version
+        elif reason is None and per_executor.get(x):
+            reason = Reason.DEAD_UNRECOVERED  # HEALTHY, with workflows of another version left
         if reason is None:  # HEALTHY again: nothing waits on it
             continue
         out.append(StrandedExecutor(executor_id=x, row=row, reason=reason, fixes=fixes_for(row, versions),

@@ -77,7 +77,8 @@ _EXECUTOR_ENTRIES: dict[type, Callable[[Any], tuple[str, dict[str, Any]]]] = {
     Executor.Disconnected: lambda e: ("executor.disconnected", {
         "reason": e.reason, "deadline": rfc3339(e.deadline), "connectionId": e.connection_id}),
     Executor.DeclaredDead: lambda e: ("executor.declared_dead", {
-        "deadline": rfc3339(e.deadline), "appVersion": e.app_version}),
+        "deadline": rfc3339(e.deadline), "appVersion": e.app_version,
+        **({"reason": e.reason} if e.reason else {})}),  # reason: version_changed (a connect under another)
     Executor.RecoveryDeferred: lambda e: ("recovery.deferred", {"reason": e.reason}),
     Executor.RecoveryReordered: lambda e: ("recovery.reordered", {
         "appVersion": e.app_version, "postponedVersion": e.postponed_version}),

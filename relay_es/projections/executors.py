@@ -148,6 +148,8 @@ def _step(d: dict[str, Any], e: Any) -> None:
                      recovery_request_id=None, recovery_target=None, recovery_dispatched_at=None)
         if phase == RecoveryPhase.DISPATCHED:
             d["recovery_redo_version"] = e.app_version
+        elif not fresh and e.app_version != d["recovery_version"] and d["recovery_redo_version"] is None:
+            d["recovery_redo_version"] = e.app_version  # another version's death behind one not sent yet
     elif kind is Executor.RecoveryDeferred:
         d["recovery_phase"] = RecoveryPhase.DEFERRED.value
     elif kind is Executor.RecoveryDispatched:
@@ -161,7 +163,8 @@ def _step(d: dict[str, Any], e: Any) -> None:
     elif kind is Executor.RecoveryFailed:
         d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_request_id=None)
     elif kind is Executor.RecoveryConfirmed:
-        if d["recovery_redo_version"] is not None and d["status"] == ExecutorStatus.DEAD:
+        redo = d["recovery_redo_version"]
+        if redo is not None and (d["status"] == ExecutorStatus.DEAD or redo != d["app_version"]):
             d.update(recovery_phase=RecoveryPhase.PENDING.value, recovery_version=d["recovery_redo_version"],
                      recovery_attempt=0, recovery_request_id=None, recovery_target=None, recovery_redo_version=None)
         else:

@@ -86,13 +86,98 @@ def test_connect_from_new_starts_incarnation_one(h: Driver) -> None:
 
 def test_connect_while_healthy_supersedes_the_current_connection(h: Driver) -> None:
     h.connect("c1", owner="relay-1", app_version="v1")
-    e = h.connect("c2", owner="relay-2", app_version="v2")
+    e = h.connect("c2", owner="relay-2", app_version="v1")
     agg = h.agg
     assert e.superseded_connection == "c1"
     assert e.previous_status == "HEALTHY"
     assert e.incarnation == 1
     assert agg.status == S.HEALTHY and agg.incarnation == 1
-    assert (agg.connection_id, agg.owner, agg.app_version) == ("c2", "relay-2", "v2")
+    assert (agg.connection_id, agg.owner, agg.app_version) == ("c2", "relay-2", "v1")
+    assert agg.recovery_phase is None
+
+
+def connect_v2(h: Driver, connection_id: str = "c2", app_version: str = "v2") -> list:
+    return h.do("connect", connection_id=connection_id, owner="relay-1", app_version=app_version,
+                hostname="host", language="python", dbos_version="3.2.0", executor_metadata=None, at=h.tick())
+
+
+@pytest.mark.parametrize("status", ["HEALTHY", "DISCONNECTED"])
+def test_connect_under_another_version_recorded_the_earlier_process_dead(h: Driver, status: str) -> None:
+    h.connect("c1", app_version="v1")
+    if status == "DISCONNECTED":
+        h.disconnect("c1")
+    dead, connected = connect_v2(h)
+    assert isinstance(dead, Executor.DeclaredDead) and isinstance(connected, Executor.Connected)
+    assert (dead.app_version, dead.reason) == ("v1", "version_changed")
+    assert dead.deadline == (None if status == "HEALTHY" else h.now - timedelta(seconds=1) + GRACE)
+    assert connected.incarnation == 2 and connected.previous_status == "DEAD"
+    assert connected.superseded_connection == ("c1" if status == "HEALTHY" else None)
+    agg = h.agg
+    assert (agg.status, agg.incarnation, agg.app_version, agg.deadline) == (S.HEALTHY, 2, "v2", None)
+    # v1's workflows are a peer's to recover: the v2 process recovers only its own version's.
+    assert (agg.recovery_phase, agg.recovery_version) == (P.PENDING, "v1")
+    assert_clear(h.refused("withdraw_recovery", reason="x", at=h.tick()), "withdraw recovery", "HEALTHY")
+    h.dispatch("r1", "peer-v1")
+    h.confirm("r1")
+    assert (agg.status, agg.recovery_phase) == (S.HEALTHY, P.CONFIRMED)
+
+
+def test_a_recovery_pending_went_on_when_the_executor_came_back_on_another_version(h: Driver) -> None:
+    h.to_dead()  # v1's death: recovery pending
+    h.defer()
+    (connected,) = connect_v2(h)  # a new incarnation, on v2
+    agg = h.agg
+    assert (agg.status, agg.incarnation) == (S.HEALTHY, 2)
+    assert (agg.recovery_phase, agg.recovery_version) == (P.DEFERRED, "v1")
+    err = h.refused("withdraw_recovery", reason="x", at=h.tick())
+    assert "back on version 'v2', not the recovery's 'v1'" in str(err)
+    h.refused("dispatch_recovery", request_id="r1", target_executor_id="e", at=h.tick())  # never itself
+    h.dispatch("r1", "peer-v1")
+    h.confirm("r1")
+    assert (agg.status, agg.recovery_phase) == (S.HEALTHY, P.CONFIRMED)  # the live executor is not deleted
+
+
+def test_a_recovery_came_back_on_its_own_version_is_withdrawn_as_before(h: Driver) -> None:
+    h.to_dead()
+    h.connect("c2", app_version="v1")
+    assert (h.agg.recovery_phase, h.agg.recovery_version) == (P.PENDING, "v1")
+    h.refused("dispatch_recovery", request_id="r1", target_executor_id="peer", at=h.tick())
+    h.refused("defer_recovery", reason="x", at=h.tick())
+    h.withdraw()
+    assert h.agg.recovery_phase is None
+
+
+def test_a_death_of_another_version_behind_a_dispatch_was_recovered_after_it_while_healthy(h: Driver) -> None:
+    h.to_dispatched()  # v1's death; r1 out
+    h.connect("c2", app_version="v2")  # incarnation 2, on v2
+    dead, _ = connect_v2(h, "c3", "v3")  # incarnation 3, on v3: incarnation 2 (v2) is gone
+    assert dead.app_version == "v2"
+    assert h.agg.recovery_redo_version == "v2"
+    h.confirm("r1")
+    agg = h.agg
+    assert (agg.status, agg.recovery_phase, agg.recovery_version, agg.recovery_redo_version) == (
+        S.HEALTHY, P.PENDING, "v2", None)
+    h.dispatch("r2", "peer-v2")
+    h.confirm("r2")
+    assert agg.recovery_phase == P.CONFIRMED
+
+
+def test_a_death_behind_a_dispatch_was_dropped_once_back_on_its_version(h: Driver) -> None:
+    h.to_dispatched()
+    h.connect("c2", app_version="v2")
+    h.disconnect("c2")
+    h.declare_dead()  # v2 behind r1
+    h.connect("c3", app_version="v2")  # back on v2: that process recovered v2's own
+    h.confirm("r1")
+    assert (h.agg.recovery_phase, h.agg.recovery_redo_version) == (P.CONFIRMED, None)
+
+
+def test_a_pending_recovery_kept_another_versions_death_behind_it(h: Driver) -> None:
+    h.to_dead()  # v1 pending
+    connect_v2(h)  # v2, v1 still owed
+    connect_v2(h, "c3", "v3")  # v2's process gone too
+    agg = h.agg
+    assert (agg.recovery_phase, agg.recovery_version, agg.recovery_redo_version) == (P.PENDING, "v1", "v2")
 
 
 def test_connect_with_the_current_connection_id_is_refused(h: Driver) -> None:
@@ -399,7 +484,7 @@ def test_dispatch_is_refused_unless_dead(h: Driver, state: str) -> None:
     {"new": lambda: h, "HEALTHY": h.to_healthy, "DISCONNECTED": h.to_disconnected, "DELETED": h.to_deleted}[state]()
     err = h.refused("dispatch_recovery", request_id="r1", target_executor_id="t1", at=h.tick())
     assert_clear(err, "dispatch recovery", state)
-    assert "only a DEAD executor is recovered" in str(err)
+    assert "only a DEAD executor, or one back on another version than the recovery's, is recovered" in str(err)
 
 
 def test_dispatch_is_refused_once_the_executor_came_back_with_recovery_pending(h: Driver) -> None:
@@ -720,7 +805,7 @@ def test_reorder_is_refused_unless_a_later_death_waits_behind_an_unfinished_reco
         h.declare_dead()
     else:
         a_later_death_behind_a_failed_one(h)
-        h.connect("c3", app_version="v3")
+        h.connect("c3", app_version="v1")  # back on the recovery's version
     err = h.refused("reorder_recovery", at=h.tick())
     assert "reorder recovery" in str(err)
 

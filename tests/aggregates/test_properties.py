@@ -93,10 +93,17 @@ class ExecutorMachine(RuleBasedStateMachine):
             REACHED[f"refused {command}"] += 1
             return None
         new = agg.collect_events()
-        assert len(new) == 1, new
-        (e,) = new
-        self.events.append(e)
-        REACHED[type(e).__name__] += 1
+        version_changed = (command == "connect" and prev_status in (S.HEALTHY, S.DISCONNECTED)
+                           and kwargs["app_version"] != before["app_version"])
+        if version_changed:  # the earlier process's death, then the new incarnation's Connected
+            assert [type(x) for x in new] == [Executor.DeclaredDead, Executor.Connected], new
+            assert (new[0].app_version, new[0].reason) == (before["app_version"], "version_changed")
+        else:
+            assert len(new) == 1, new
+        e = new[-1]
+        self.events.extend(new)
+        for x in new:
+            REACHED[type(x).__name__] += 1
 
         # DEAD is entered only by declare_dead, from DISCONNECTED, at or after the deadline.
         if agg.status == S.DEAD and prev_status != S.DEAD:
@@ -114,20 +121,23 @@ class ExecutorMachine(RuleBasedStateMachine):
             assert isinstance(last_recovery, Executor.RecoveryConfirmed)
         # A dispatch never starts while another is outstanding.
         if command == "dispatch_recovery":
-            assert prev_status == S.DEAD and prev_phase in (P.PENDING, P.DEFERRED)
+            assert prev_phase in (P.PENDING, P.DEFERRED)
+            assert prev_status == S.DEAD or before["recovery_version"] != before["app_version"]
             assert e.target_executor_id != "e"
         if command in ("fail_recovery", "confirm_recovery"):
             assert prev_phase == P.DISPATCHED and before["recovery_request_id"] == e.request_id
         if command == "withdraw_recovery":
             assert prev_status != S.DEAD and prev_phase in (P.PENDING, P.DEFERRED)
+            assert before["recovery_version"] == before["app_version"]  # back on the recovery's version
         if command == "reorder_recovery":
             # Only a death kept behind an unfinished recovery, which then goes first: the two swap.
-            assert prev_status == S.DEAD and prev_phase in (P.PENDING, P.DEFERRED)
+            assert prev_phase in (P.PENDING, P.DEFERRED)
+            assert prev_status == S.DEAD or before["recovery_version"] != before["app_version"]
             assert (e.app_version, e.postponed_version) == (before["recovery_redo_version"],
                                                             before["recovery_version"])
             assert agg.recovery_phase == P.PENDING and agg.recovery_attempt == 0
         if command == "connect":
-            expect_new = prev_status in (None, S.DEAD, S.DELETED)
+            expect_new = prev_status in (None, S.DEAD, S.DELETED) or version_changed
             assert e.incarnation == before["incarnation"] + (1 if expect_new else 0)
             assert e.superseded_connection == (before["connection_id"] if prev_status == S.HEALTHY else None)
             assert e.connection_id != before["connection_id"] or prev_status != S.HEALTHY
@@ -313,7 +323,12 @@ class ExecutorMachine(RuleBasedStateMachine):
         status = None
         deadline = None
         for e in self.events:
-            if isinstance(e, Executor.DeclaredDead):
+            if isinstance(e, Executor.DeclaredDead) and e.reason == "version_changed":
+                # At a connect under another version: from HEALTHY (no deadline) or DISCONNECTED, at once.
+                assert status in (S.HEALTHY, S.DISCONNECTED)
+                assert e.deadline == (deadline if status == S.DISCONNECTED else None)
+                status = S.DEAD
+            elif isinstance(e, Executor.DeclaredDead):
                 assert status == S.DISCONNECTED
                 assert e.deadline == deadline and e.timestamp >= deadline
                 status = S.DEAD

@@ -152,6 +152,60 @@ def test_dead_executor_coming_back_before_dispatch_withdraws_the_recovery(world:
     assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryWithdrawn"]
 
 
+@pytest.mark.parametrize("dropped", [True, False])
+def test_an_executor_back_on_another_version_had_the_earlier_ones_workflows_recovered_by_a_peer(
+        world: World, dropped: bool) -> None:
+    """The same executor id connecting under another version (a stable pod name in a rolling update),
+    within its grace or superseding: the v1 process is gone, and the v2 one recovers only v2's workflows."""
+    world.connect("A", "v1")
+    world.connect("B", "v1")
+    if dropped:
+        world.drop("A")
+    world.advance(5)  # within the grace, past the settle window
+    world.connect("A", "v2", conn="A-v2")
+    assert world.status("A") == "HEALTHY" and world.executor("A").incarnation == 2
+    died = ["Registered", "Connected", *(["Disconnected"] if dropped else []), "DeclaredDead", "Connected"]
+    assert world.history("A")[:len(died)] == died
+    req = world.dispatcher.last()
+    assert (req.dead_executor_id, req.target_executor_id, req.app_version) == ("A", "B", "v1")
+    world.answer(req)
+    assert world.status("A") == "HEALTHY"  # confirmed; the live executor is not deleted
+    world.advance(60)
+    assert recoveries(world, "A") == ["RecoveryDispatched", "RecoveryConfirmed"]
+    assert len(world.dispatcher.sent) == 1
+
+
+def test_an_executor_back_on_another_version_waited_for_a_peer_of_the_earlier_version(world: World) -> None:
+    world.connect("A", "v1")
+    world.drop("A")
+    world.connect("A", "v2")
+    world.advance(60)
+    assert world.dispatcher.sent == []
+    assert recoveries(world, "A") == ["RecoveryDeferred"]
+    world.connect("C", "v1")
+    req = world.dispatcher.last()
+    assert (req.dead_executor_id, req.target_executor_id, req.app_version) == ("A", "C", "v1")
+    world.answer(req)
+    assert world.status("A") == "HEALTHY"
+
+
+def test_a_dead_executor_back_on_another_version_kept_its_recovery(world: World) -> None:
+    world.connect("A", "v1")
+    world.drop("A")
+    world.advance(10)
+    assert world.status("A") == "DEAD" and recoveries(world, "A") == ["RecoveryDeferred"]
+    world.connect("A", "v2")  # not withdrawn: the v2 process does not recover v1's workflows
+    world.connect("B", "v2")
+    world.advance(60)
+    assert world.dispatcher.sent == [] and recoveries(world, "A") == ["RecoveryDeferred"]
+    world.connect("C", "v1")
+    req = world.dispatcher.last()
+    assert (req.dead_executor_id, req.target_executor_id, req.app_version) == ("A", "C", "v1")
+    world.answer(req)
+    assert world.status("A") == "HEALTHY"
+    assert recoveries(world, "A") == ["RecoveryDeferred", "RecoveryDispatched", "RecoveryConfirmed"]
+
+
 def test_the_peers_that_failed_one_death_are_not_held_against_the_next(world: World) -> None:
     """Who failed to recover a death belongs to that death: after a withdrawal, the next death starts
     with every HEALTHY peer untried (until 2026-12-06 the failures carried over, and an alert said every

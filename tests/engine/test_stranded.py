@@ -218,3 +218,23 @@ def test_force_recovers_a_disconnected_executor_only_with_one_of_its_version() -
 def test_one_refusal_is_reported_beside_what_could_be_done() -> None:
     plan = plan_recovery(["A", "B"], [healthy("H", "v1"), dead("A"), dead("B", phase="dispatched")])
     assert plan.groups == {"v1": ["A"]} and list(plan.refused) == ["B"]
+
+
+def test_an_earlier_incarnations_workflows_of_another_version_are_stranded_on_a_healthy_executor() -> None:
+    """A HEALTHY executor back on v2: its v1 workflows are an earlier process's, which the v2 one does
+    not recover; listed with the reason of the recovery under way for them, else dead_unrecovered."""
+    owed = row("A", "HEALTHY", "v2", recovery_phase="deferred", recovery_version="v1")
+    assert reason_of(owed, NOW, "v1") == Reason.RECOVERY_DEFERRED
+    assert reason_of(owed, NOW, "v2") is None and reason_of(owed, NOW) is None
+    assert reason_of(row("A", "HEALTHY", "v2"), NOW, "v1") == Reason.DEAD_UNRECOVERED
+    assert recovery_version(owed) == "v1"
+    out = classify([wf("w1"), replace(wf("w2"), app_version="v2")], [owed, healthy("H", "v2")], NOW)
+    assert [(s.workflow.workflow_id, s.reason, s.fixes) for s in out.workflows] == [
+        ("w1", Reason.RECOVERY_DEFERRED, FORK)]
+    assert [(x.executor_id, x.reason, x.stranded) for x in out.executors] == [("A", Reason.RECOVERY_DEFERRED, 1)]
+    # Relay alone (no workflows examined) lists the executor whose recovery is under way too.
+    assert [(x.executor_id, x.reason) for x in classify([], [replace(owed, recovery_phase="pending")], NOW).executors] \
+        == [("A", Reason.RECOVERY_PENDING)]
+    unowed = row("A", "HEALTHY", "v2")
+    assert [(x.executor_id, x.reason) for x in classify([wf("w1")], [unowed], NOW).executors] == [
+        ("A", Reason.DEAD_UNRECOVERED)]

@@ -574,3 +574,74 @@ def test_recovering_executor_that_never_answers_is_timed_out_and_a_newcomer_reco
     # dispatch's stamp (2.999 s was seen), never a whole batch's worth.
     assert timeout - 0.05 <= waited < timeout + 1.0, f"the dispatch failed {waited:.3f}s after it went out"
     stage.finish(deaths=2, recoveries=2)
+
+
+# ---------------------------------------------------------------------------- 4. an executor id that survives restarts
+
+FIXED_ID_LAUNCHER = '''
+import os, runpy, sys
+import dbos
+import dbos._dbos as _d
+
+_launch = dbos.DBOS.launch
+
+
+def launch(*args, **kwargs):
+    """DBOS__VMID's effect: launch() takes the executor id it generates first."""
+    generate, first = _d.generate_uuid, [True]
+
+    def fixed():
+        if first[0]:
+            first[0] = False
+            return os.environ["FIXED_EXECUTOR_ID"]
+        return generate()
+
+    _d.generate_uuid = fixed
+    return _launch(*args, **kwargs)
+
+
+dbos.DBOS.launch = launch
+sys.argv = [sys.argv[1]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def test_an_executor_id_back_on_another_version_has_its_earlier_workflows_recovered_by_a_peer(
+        stage: Stage, tmp_path: Path) -> None:
+    """An executor id that survives restarts (a StatefulSet's pod name in a rolling update) comes back
+    within its grace on v2: the v1 process is gone, its workflows (the v2 process recovers only its own
+    version's) are recovered by the HEALTHY v1 peer, and end SUCCESS."""
+    scene = stage.open()
+    scene.set_grace(20)
+    launcher = tmp_path / "fixed_id_app.py"
+    launcher.write_text(FIXED_ID_LAUNCHER)
+
+    def fixed(name: str, version: str) -> harness.Executor:
+        ex = harness.Executor(scene.python, relay_url=scene.server.ws, app_name=scene.app, app_version=version,
+                              system_database_url=scene.sys_db, steps_db_url=scene.steps_db, name=name,
+                              extra_env={"FIXED_EXECUTOR_ID": "fixed-x"},
+                              command=[str(scene.python), str(launcher), str(harness.DBOS_APP)])
+        scene.executors.append(ex)
+        scene.wait(lambda: (scene.executor("fixed-x") or {}).get("appVersion") == version
+                   and status_of(scene, "fixed-x") == "HEALTHY", f"{name} to be HEALTHY on {version}")
+        return ex
+
+    a = fixed("A", "v1")
+    assert a.executor_id == "fixed-x"
+    p = scene.spawn("P", "v1")
+    ids = a.start_workflows(count=2, steps=5, step_secs=0.4)
+    scene.wait(lambda: reached(scene, ids, 1), "every workflow of A to reach step 1")
+    a.kill()
+    scene.wait(lambda: status_of(scene, "fixed-x") == "DISCONNECTED", "A to be DISCONNECTED", timeout=15)
+    fixed("A2", "v2")  # well within the grace
+
+    scene.wait(lambda: all_success(scene, ids), "every workflow of A to end SUCCESS", timeout=40)
+    rows = harness.workflow_rows(scene.sys_db, ids)
+    assert {r["executor_id"] for r in rows.values()} == {p.executor_id}
+    entries = scene.events("fixed-x")
+    dead = of(entries, "executor.declared_dead")
+    assert [(e["detail"]["appVersion"], e["detail"].get("reason")) for e in dead] == [("v1", "version_changed")]
+    dispatched = assert_one_recovery(entries, targets={p.executor_id})
+    assert dispatched[0]["detail"]["appVersion"] == "v1"
+    assert status_of(scene, "fixed-x") == "HEALTHY"
+    assert (scene.executor("fixed-x") or {}).get("appVersion") == "v2"
