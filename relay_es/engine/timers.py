@@ -8,7 +8,10 @@ read drops the stale entries on top of a heap, so every method holds a lock:
 a read racing the owner's ``pop_due`` could drop a live timer, a deadline that
 would then never fire. Timers are
 keyed: arming a key again replaces its timer, cancelling is O(1) (the stale
-heap entry is skipped when it surfaces). Times are ``monotonic()`` seconds, so
+heap entry is skipped when it surfaces, or dropped when stale entries outnumber
+the live ones, :data:`COMPACT_AT` at least: an executor that drops and comes
+back every few seconds would otherwise leave an entry per drop for its whole
+grace, up to 7 days). Times are ``monotonic()`` seconds, so
 a wall-clock step never moves a timer.
 
 A key that is a tuple has a *kind*, its first element (the process manager's
@@ -27,6 +30,7 @@ from collections.abc import Hashable
 from typing import Any
 
 ANY: Any = object()  # next_at and pop_due over every kind
+COMPACT_AT = 1024  # stale entries that, once they outnumber the live ones, make every heap rebuilt without them
 
 
 class _Entry:
@@ -58,6 +62,7 @@ class TimerHeap:
         self._by_key: dict[Hashable, _Entry] = {}
         self._seq = itertools.count()
         self._lock = threading.Lock()
+        self._stale = 0  # entries in the heaps no longer live
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -76,6 +81,7 @@ class TimerHeap:
             if old.at == at and old.payload == payload:
                 return
             old.live = False
+            self._stale += 1
         entry = _Entry(at, key, payload)
         self._by_key[key] = entry
         kind = kind_of(key)
@@ -83,6 +89,17 @@ class TimerHeap:
         if heap is None:
             heap = self._heaps[kind] = []
         heapq.heappush(heap, (at, next(self._seq), entry))
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuilds every heap without its stale entries, once they outnumber the live ones."""
+        if self._stale < COMPACT_AT or self._stale <= len(self._by_key):
+            return
+        for kind, heap in self._heaps.items():
+            live = [slot for slot in heap if slot[2].live]
+            heapq.heapify(live)
+            self._heaps[kind] = live
+        self._stale = 0
 
     def cancel(self, key: Hashable) -> bool:
         """Disarms ``key``; whether it was armed."""
@@ -91,6 +108,8 @@ class TimerHeap:
             if entry is None:
                 return False
             entry.live = False
+            self._stale += 1
+            self._compact()
             return True
 
     def next_at(self, kind: Hashable = ANY) -> float | None:
@@ -122,6 +141,7 @@ class TimerHeap:
         for heap in heaps:
             while heap and not heap[0][2].live:
                 heapq.heappop(heap)
+                self._stale -= 1
             if heap and (best is None or heap[0] < best[0]):  # (time, arming order): never the entries
                 best = (heap[0], heap)
         return (best[0][2], best[1]) if best is not None else None

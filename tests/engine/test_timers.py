@@ -84,3 +84,23 @@ def test_a_cancelled_timer_of_a_kind_is_skipped_when_that_kind_is_asked_about() 
     assert heap.next_at("deadline") == 2.0
     assert heap.pop_due(1.5, kind="deadline") == [] and heap.pop_due(2.0, kind="deadline", limit=5) == [
         (("deadline", "b"), None)]
+
+
+def test_cancelled_and_rearmed_timers_do_not_pile_up_in_the_heap() -> None:
+    """An executor that drops and comes back every few seconds cancels a deadline a grace away each time
+    (up to 7 days): the stale entries are dropped once they outnumber the live ones, not at their time."""
+    from relay_es.engine.timers import COMPACT_AT
+
+    h = TimerHeap()
+    for i in range(10):
+        h.arm(("deadline", i), 1_000_000.0)
+    for n in range(20 * COMPACT_AT):
+        key = ("deadline", n % 10)
+        h.cancel(key)  # a reconnect...
+        h.arm(key, 1_000_000.0 + n)  # ...and the next drop
+    assert len(h) == 10
+    assert sum(len(heap) for heap in h._heaps.values()) <= 2 * COMPACT_AT + 10
+    due = h.pop_due(2_000_000.0)  # what is live still fires, once each, earliest first
+    assert [k for k, _ in due] == sorted((("deadline", i) for i in range(10)),
+                                         key=lambda k: max(n for n in range(20 * COMPACT_AT) if n % 10 == k[1]))
+    assert len(h) == 0 and h.next_at() is None
