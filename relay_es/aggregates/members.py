@@ -10,7 +10,11 @@ a user alternating an older token with a newer one writes nothing). ``SecretGene
 member made for themselves (``generateSecret``), by its name and the hash of the secret it was made
 with, so that removing them revokes it, and only it (not a token made again later under that name):
 a key outlives nobody's membership. A user who signed in while the org was full is no member on record,
-but what they made is: removing them revokes it all the same.
+but what they made is: removing them revokes it all the same. ``RoleDeleted`` records that one of the
+org's own roles was deleted while no member held a grant of it: the deletion is checked against the
+grants and recorded on their stream, so a grant and a deletion of one role made at once conflict, and
+the one run again sees the other's change (a member never keeps a grant of a deleted role, which a role
+made later under that name would fill with its permissions).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
-from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.errors import IllegalTransition, InvalidSetting
 
 NAMESPACE = uuid.UUID("c41e7b92-5a3d-4f16-8e0c-9b2d7a6f1e58")
 MAX_MEMBERS = 10_000
@@ -109,6 +113,19 @@ class OrgMembers(Aggregate):
     def _groups_gave(self, username: str, role: str | None, timestamp: datetime, issued_at: int = -1) -> None:
         self.members = {**self.members, username: {**self.members[username], "group_role": role,
                                                    "group_role_iat": issued_at}}
+
+    def role_deleted(self, name: str, *, at: datetime) -> None:
+        """The org's own role ``name`` is deleted; refused (:class:`IllegalTransition`) while it is
+        granted to anyone."""
+        granted = [u for u, m in self.members.items() if m.get("role") == name]
+        if granted:
+            raise IllegalTransition(f"role {name!r}", "granted", "delete",
+                                    f"it is granted to {len(granted)} member(s); grant them another role first")
+        self._role_deleted(name=name, timestamp=at)
+
+    @event("RoleDeleted")
+    def _role_deleted(self, name: str, timestamp: datetime) -> None:
+        pass  # nobody holds a grant of it: nothing of the members changes
 
     def remove(self, username: str, *, at: datetime) -> dict[str, Any] | None:
         """Forgets ``username`` and the tokens they made; returns what was known of them (empty for

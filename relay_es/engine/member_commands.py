@@ -64,14 +64,24 @@ class MemberCommands:
 
         self.retrying(run)
 
-    def grant_role(self, org: str, username: str, role: str) -> bool:
-        """:class:`UnknownRole` for a role the org does not have."""
+    def grant_role(self, org: str, username: str, role: str, *,
+                   may_grant: Callable[[list[str] | None, dict[str, Any] | None], None] = lambda perms, known: None,
+                   ) -> bool:
+        """:class:`UnknownRole` for a role the org does not have. ``may_grant(permissions, known)`` is
+        asked before anything changes, with the role's permissions (None: no such role) and what is
+        known of the member (None: nothing), as this run read them and saves on them, and refuses by
+        raising. The members are read before the role: a deletion of the role (which records on the
+        members' stream too) saved after that read makes this save conflict, and the run again finds
+        no such role."""
         _check_username(username)
 
         def run() -> bool:
-            if self.role(org, role) is None:  # read again on a retry: a role deleted meanwhile is not granted
-                raise UnknownRole(org, role)
             m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
+            perms = self.role(org, role)
+            known = m.members.get(username)
+            may_grant(perms, None if known is None else dict(known))
+            if perms is None:
+                raise UnknownRole(org, role)
             changed = m.grant(username, role, at=self.now())
             self.note(changed=changed)  # for the operator's record
             if not changed:
@@ -82,16 +92,21 @@ class MemberCommands:
         return bool(self.retrying(run))
 
     def remove_member(self, org: str, username: str, *,
+                      may_change: Callable[[dict[str, Any] | None], None] = lambda known: None,
                       may_revoke: Callable[[list[str] | None, list[str] | None], None] = lambda apps, perms: None,
                       ) -> tuple[dict[str, Any], list[str]]:
         """Forgets a member and their grant, and revokes the tokens they made for themselves
         (:meth:`generate_secret`), in one transaction. Returns what was known of them and the names of
         the tokens revoked (the caller closes their sockets); :class:`UnknownMember` when there is neither
-        a member on record nor a token they made. ``may_revoke(app_names, permissions)`` is asked of
-        each such token before anything changes (its scope as made, as :meth:`token_scope` tells it)
-        and refuses by raising: a member's secrets keep the permissions they had when they made them."""
+        a member on record nor a token they made. Before anything changes, ``may_change(known)`` is asked
+        with what is known of the member (None: nothing) as this run read it and saves on it, then
+        ``may_revoke(app_names, permissions)`` of each such token (its app names and permissions as
+        made, None for org-wide and those of its scope); each refuses by raising: a member's secrets keep the permissions
+        they had when they made them."""
         def run() -> tuple[dict[str, Any], list[str]]:
             m = self._maybe(members_stream_id(org))
+            known = None if m is None else m.members.get(username)
+            may_change(None if known is None else dict(known))
             made = [] if m is None else m.made_by(username)
             revoked = []
             for name, secret_hash in dict(made).items():

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from relay_es.aggregates.members import OrgMembers, members_stream_id
 from relay_es.aggregates.roles import OrgRoles, roles_stream_id
-from relay_es.domain.errors import IllegalTransition, UnknownRole
+from relay_es.domain.errors import UnknownRole
 from relay_es.domain.roles import BUILT_IN, ordered
 
 
@@ -18,7 +19,6 @@ class RoleCommands:
     save: Callable[..., Any]
     retrying: Callable[[Callable[[], Any]], Any]
     now: Callable[[], datetime]
-    members: Callable[[str], dict[str, dict[str, Any]]]
 
     def roles(self, org: str) -> list[tuple[str, bool, list[str]]]:
         """``(name, built in, permissions)``: the built-in roles, then the org's own by name."""
@@ -45,18 +45,19 @@ class RoleCommands:
         return self.retrying(run)
 
     def delete_role(self, org: str, name: str) -> None:
-        """:class:`UnknownRole` when the org has no role of that name."""
-        granted = [u for u, m in self.members(org).items() if m.get("role") == name]
-        if granted:
-            raise IllegalTransition(f"role {name!r}", "granted", "delete",
-                                    f"it is granted to {len(granted)} member(s); grant them another role first")
-
+        """:class:`UnknownRole` when the org has no role of that name; :class:`IllegalTransition` for a
+        built-in one, or one granted to anyone. The deletion is recorded on the roles' stream and the
+        members' (:meth:`OrgMembers.role_deleted`) in one transaction: a grant of the role saved
+        meanwhile conflicts with it, and the run again finds it granted (as a grant run again after the
+        deletion finds no such role)."""
         def run() -> None:
+            m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
+            m.role_deleted(name, at=self.now())  # refuses while anyone holds a grant of it
             roles = self._maybe(roles_stream_id(org))
             if roles is None or not roles.delete(name, at=self.now()):
                 if name.lower() in BUILT_IN:
                     (roles or OrgRoles(org=org, timestamp=self.now())).delete(name, at=self.now())  # refuses
                 raise UnknownRole(org, name)
-            self.save(roles)
+            self.save(roles, m)
 
         self.retrying(run)

@@ -307,19 +307,19 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
             tok.set_permissions(permissions, at=self.now())
         return tok
 
-    def token_scope(self, org: str, name: str) -> tuple[list[str] | None, list[str] | None] | None:
-        """A live token's ``(app_names, permissions)`` as it was made (None: org-wide, those of its scope),
-        from the store; None when there is no live token of that name."""
-        tok = self._maybe(token_stream_id(org, name))
-        if tok is None or tok.revoked:
-            return None
-        return tok.app_names, getattr(tok, "permissions", None)
-
-    def revoke_token(self, org: str, name: str) -> None:
+    def revoke_token(self, org: str, name: str, *,
+                     may_revoke: Callable[[list[str] | None, list[str] | None], None] = lambda apps, perms: None,
+                     ) -> None:
+        """:class:`UnknownToken` when there is no token of that name. ``may_revoke(app_names, permissions)``
+        is asked of a live token before it is revoked (its app names and permissions as made, None for
+        org-wide and those of its scope, read by this run: a token made again meanwhile is asked of as it
+        is now) and refuses by raising."""
         def run() -> None:
             tok = self._maybe(token_stream_id(org, name))
             if tok is None:
                 raise UnknownToken(org, name)
+            if not tok.revoked:
+                may_revoke(tok.app_names, getattr(tok, "permissions", None))
             tok.revoke(at=self.now())
             self.save(tok)
 

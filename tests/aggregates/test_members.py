@@ -15,7 +15,7 @@ from relay_es.aggregates import members as members_module
 from relay_es.aggregates.members import MAX_FIELD, NAMESPACE, OrgMembers, members_stream_id
 from relay_es.aggregates.roles import roles_stream_id
 from relay_es.domain.clock import FakeClock
-from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.errors import IllegalTransition, InvalidSetting
 from relay_es.engine.service import Relay
 from tests.aggregates.support import replay_any
 from tests.support import POPO
@@ -262,6 +262,34 @@ def test_remove_of_an_unknown_member_returns_none_and_records_nothing() -> None:
     assert m.remove("bob") == (None, [])
     assert m.agg.version == 3
     m.check_replay()
+
+
+# ------------------------------------------------------------- role deleted
+
+
+def test_a_role_nobody_holds_a_grant_of_is_deleted_on_the_members_stream() -> None:
+    m = Members()
+    m.see("bob")
+    m.grant("bob", "ops")
+    m.grant("bob", "viewer")  # held no more
+    before = copy.deepcopy(m.agg.members)
+    m.agg.role_deleted("ops", at=m.tick())
+    (e,) = m._collect()
+    assert isinstance(e, OrgMembers.RoleDeleted)
+    assert (e.name, e.timestamp, e.originator_version) == ("ops", at(4), 5)
+    assert m.agg.members == before  # nobody's grant changes
+    m.check_replay()
+
+
+def test_a_role_granted_to_anyone_is_not_deleted_and_nothing_is_recorded() -> None:
+    m = Members()
+    m.grant("bob", "ops")
+    m.grant("carol", "ops")
+    before = copy.deepcopy(vars(m.agg))
+    with pytest.raises(IllegalTransition) as info:
+        m.agg.role_deleted("ops", at=m.tick())
+    assert "granted to 2 member(s)" in str(info.value)
+    assert vars(m.agg) == before and m.agg.pending_events == []
 
 
 def test_what_remove_returns_is_not_changed_by_later_commands() -> None:

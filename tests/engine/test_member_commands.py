@@ -16,6 +16,7 @@ from relay_es.domain.errors import IllegalTransition, DomainError, InvalidSettin
 from relay_es.engine.service import Relay
 from relay_es.engine.store import SNAPSHOT_EVERY, SNAPSHOTTED
 from tests.engine.support import kinds, stale_once
+from tests.engine.test_role_commands import VIEWER, other_first
 
 ORG, OTHER = "acme", "globex"
 BOB = {"email": "bob@acme.test", "name": "Bob Smith", "given_name": "Bob", "family_name": "Smith"}
@@ -288,6 +289,69 @@ def test_a_remove_on_a_stale_read_is_run_again_and_finds_none(relay: Relay, monk
         relay.remove_member(ORG, "bob")
     assert len(reads) == 2
     assert kinds(relay, sid) == ["Opened", "MemberSeen", "MemberRemoved"]
+
+
+def test_may_grant_is_asked_with_the_roles_permissions_and_what_is_known_of_the_member(relay: Relay) -> None:
+    asked: list[Any] = []
+    relay.grant_role(ORG, "bob", "viewer", may_grant=lambda perms, known: asked.append((perms, known)))
+    with pytest.raises(UnknownRole):  # asked first: a caller it refuses learns nothing of the role
+        relay.grant_role(ORG, "bob", "ops", may_grant=lambda perms, known: asked.append((perms, known)))
+    assert asked == [(VIEWER, None), (None, {**EMPTY, "role": "viewer", "since": relay.member(ORG, "bob")["since"]})]
+
+    def refuse(perms: Any, known: Any) -> None:
+        known["role"] = "admin"  # a copy: the aggregate keeps its own
+        raise PermissionError("stronger than the caller")
+
+    with pytest.raises(PermissionError):
+        relay.grant_role(ORG, "bob", "admin", may_grant=refuse)
+    assert relay.member(ORG, "bob")["role"] == "viewer"
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "RoleGranted"]
+
+
+def test_a_grant_saved_meanwhile_is_what_may_grant_is_asked_of(two_relays: tuple[Relay, Relay], monkeypatch) -> None:
+    # A weaker caller's grant of viewer and a grant of admin to the same user, at once: the weaker one
+    # conflicts, is run again, and is asked of the admin it would demote.
+    mine, other = two_relays
+    mine.member_seen(ORG, "alice", **ALICE)
+    asked: list[Any] = []
+
+    def may_grant(perms: Any, known: Any) -> None:
+        asked.append(None if known is None else known["role"])
+        if known is not None and known["role"] == "admin":
+            raise PermissionError("a member whose role holds more than the caller")
+
+    saves = other_first(mine, monkeypatch, lambda: other.grant_role(ORG, "bob", "admin"))
+    with pytest.raises(PermissionError):
+        mine.grant_role(ORG, "bob", "viewer", may_grant=may_grant)
+    assert asked == [None, "admin"] and len(saves) == 1
+    assert other.member(ORG, "bob")["role"] == "admin"
+
+
+def test_a_grant_saved_meanwhile_is_what_may_change_is_asked_of_before_a_removal(two_relays: tuple[Relay, Relay],
+                                                                                monkeypatch) -> None:
+    mine, other = two_relays
+    mine.grant_role(ORG, "bob", "viewer")
+    asked: list[Any] = []
+
+    def may_change(known: Any) -> None:
+        asked.append(known["role"])
+        if known["role"] == "admin":
+            raise PermissionError("a member whose role holds more than the caller")
+
+    saves = other_first(mine, monkeypatch, lambda: other.grant_role(ORG, "bob", "admin"))
+    with pytest.raises(PermissionError):
+        mine.remove_member(ORG, "bob", may_change=may_change)
+    assert asked == ["viewer", "admin"] and len(saves) == 1
+    assert other.member(ORG, "bob")["role"] == "admin"
+
+
+def test_may_change_is_asked_before_a_removal_with_what_is_known(relay: Relay) -> None:
+    asked: list[Any] = []
+    with pytest.raises(UnknownMember):
+        relay.remove_member(ORG, "bob", may_change=asked.append)
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.remove_member(ORG, "bob", may_change=asked.append)
+    assert asked == [None, {**BOB, "role": None, "since": asked[1]["since"]}]
 
 
 def test_members_are_read_from_the_store_by_every_relay_and_after_a_restart(

@@ -4,11 +4,13 @@ in-memory store, two writers and a restart on a SQLite file and a Postgres datab
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from relay_es.adapters import authz
+from relay_es.aggregates.members import members_stream_id
 from relay_es.aggregates.roles import OrgRoles, roles_stream_id
 from relay_es.aggregates.token import Token, hash_secret, token_stream_id
 from relay_es.domain.errors import DomainError, IllegalTransition, InvalidSetting, UnknownRole
@@ -21,6 +23,22 @@ ADMIN = sorted(PERMISSIONS)
 OPERATOR = ["application.read", "application.write", "metric.read", "organization.read", "token.read"]
 VIEWER = ["application.read", "metric.read", "organization.read"]
 BUILT_INS = [("admin", True, ADMIN), ("operator", True, OPERATOR), ("viewer", True, VIEWER)]
+
+
+def other_first(relay: Relay, monkeypatch: pytest.MonkeyPatch, command: Callable[[], Any]) -> list[int]:
+    """The first save ``relay`` makes runs ``command`` (another writer's, on another Relay) just before
+    it: that writer saves between this one's reads and its save. Returns one entry per save asked."""
+    real = relay.save
+    saves: list[int] = []
+
+    def save(*objs: Any, **kwargs: Any) -> Any:
+        saves.append(1)
+        if len(saves) == 1:
+            command()
+        return real(*objs, **kwargs)
+
+    monkeypatch.setattr(relay, "save", save)
+    return saves
 
 
 def token(relay: Relay, name: str, org: str = ORG) -> Token:
@@ -226,6 +244,52 @@ def test_roles_are_read_from_the_store_by_every_relay_and_after_a_restart(two_re
     assert isinstance(loaded, OrgRoles) and loaded.version == 4
 
 
+def test_a_deletion_is_recorded_on_the_members_stream_too(relay: Relay) -> None:
+    relay.create_role(ORG, "ops", ["metric.read"])
+    relay.delete_role(ORG, "ops")  # an org nobody signed in to: the members' stream is opened with it
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "RoleDeleted"]
+    relay.create_role(ORG, "ops", ["metric.read"])
+    relay.grant_role(ORG, "bob", "ops")
+    with pytest.raises(IllegalTransition, match="granted to 1 member"):
+        relay.delete_role(ORG, "ops")
+    with pytest.raises(UnknownRole):
+        relay.delete_role(ORG, "dev")
+    assert kinds(relay, members_stream_id(ORG)) == ["Opened", "RoleDeleted", "RoleGranted"]  # refusals: nothing
+    assert kinds(relay, roles_stream_id(ORG)) == ["Opened", "RoleCreated", "RoleDeleted", "RoleCreated"]
+
+
+@pytest.mark.parametrize("signed_in", [True, False])
+def test_a_grant_saved_while_its_role_is_deleted_makes_the_deletion_refused(two_relays: tuple[Relay, Relay],
+                                                                           monkeypatch, signed_in: bool) -> None:
+    mine, other = two_relays
+    mine.create_role(ORG, "ops", ["metric.read"])
+    if signed_in:
+        mine.member_seen(ORG, "alice", email="", name="", given_name="", family_name="")
+    saves = other_first(mine, monkeypatch, lambda: other.grant_role(ORG, "bob", "ops"))
+    with pytest.raises(IllegalTransition, match="granted to 1 member"):
+        mine.delete_role(ORG, "ops")  # its save conflicts with the grant; run again, it finds the role granted
+    assert len(saves) == 1
+    assert other.role(ORG, "ops") == ["metric.read"]
+    assert other.member(ORG, "bob")["role"] == "ops"
+
+
+@pytest.mark.parametrize("signed_in", [True, False])
+def test_a_deletion_saved_while_its_role_is_granted_makes_the_grant_unknown_role(two_relays: tuple[Relay, Relay],
+                                                                                monkeypatch, signed_in: bool) -> None:
+    mine, other = two_relays
+    mine.create_role(ORG, "ops", ["metric.read"])
+    if signed_in:
+        mine.member_seen(ORG, "alice", email="", name="", given_name="", family_name="")
+    saves = other_first(mine, monkeypatch, lambda: other.delete_role(ORG, "ops"))
+    with pytest.raises(UnknownRole):
+        mine.grant_role(ORG, "bob", "ops")  # its save conflicts with the deletion; run again, it finds no role
+    assert len(saves) == 1
+    assert other.role(ORG, "ops") is None
+    assert other.member(ORG, "bob") is None
+    other.create_role(ORG, "ops", list(PERMISSIONS))  # a role made again later gives nobody anything
+    assert other.member(ORG, "bob") is None
+
+
 # --------------------------------------------------- tokens' permissions
 
 
@@ -318,6 +382,50 @@ def test_a_tokens_permissions_are_read_back_by_another_relay(two_relays: tuple[R
     other.revoke_token(ORG, "ci")
     other.create_token(ORG, "ci")
     assert mine._maybe(token_stream_id(ORG, "ci")).permissions is None
+
+
+def test_a_revocation_asks_may_revoke_of_the_live_token_only(relay: Relay) -> None:
+    relay.create_token(ORG, "ci", app_names=["shop"], permissions=["metric.read"])
+    asked: list[Any] = []
+    relay.revoke_token(ORG, "ci", may_revoke=lambda apps, perms: asked.append((apps, perms)))
+    assert asked == [(["shop"], ["metric.read"])]
+    with pytest.raises(IllegalTransition):  # revoked already: nothing to ask of
+        relay.revoke_token(ORG, "ci", may_revoke=lambda apps, perms: asked.append((apps, perms)))
+    assert len(asked) == 1
+
+
+def test_a_refused_revocation_records_nothing(relay: Relay) -> None:
+    relay.create_token(ORG, "ci")
+
+    def refuse(apps: Any, perms: Any) -> None:
+        raise PermissionError("stronger than the caller")
+
+    with pytest.raises(PermissionError):
+        relay.revoke_token(ORG, "ci", may_revoke=refuse)
+    assert kinds(relay, token_stream_id(ORG, "ci")) == ["Created"]
+
+
+def test_a_token_made_again_stronger_before_a_revocations_save_is_asked_of_again(two_relays: tuple[Relay, Relay],
+                                                                                monkeypatch) -> None:
+    mine, other = two_relays
+    mine.create_token(ORG, "ci", permissions=["metric.read"])
+    asked: list[Any] = []
+
+    def may_revoke(apps: Any, perms: Any) -> None:  # a caller holding metric.read only
+        asked.append(perms)
+        if authz.permissions_for(apps, perms) - {"metric.read"}:
+            raise PermissionError("stronger than the caller")
+
+    def made_again() -> None:
+        other.revoke_token(ORG, "ci")
+        other.create_token(ORG, "ci")  # org-wide: every permission
+
+    saves = other_first(mine, monkeypatch, made_again)
+    with pytest.raises(PermissionError):
+        mine.revoke_token(ORG, "ci", may_revoke=may_revoke)
+    assert asked == [["metric.read"], None] and len(saves) == 1
+    tok = token(other, "ci")
+    assert not tok.revoked and tok.permissions is None
 
 
 # ------------------------------------------------------- permissions_for

@@ -72,13 +72,23 @@ def _stamp(since: str | None) -> str:
     return units.rfc3339(datetime.fromisoformat(since)) if since else "1970-01-01T00:00:00.000Z"
 
 
-def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, username: str) -> None:
-    """403 unless the caller holds everything the member's roles hold, the one granted them and the
-    one their groups gave them (as recorded): nobody demotes or removes a stronger member
-    (removing a member with a weak grant and strong groups would hand them their groups' role)."""
-    known = ctx.relay.member(org, username) or {}
-    for role in {known.get("role"), known.get("group_role")} - {None}:
+def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, known: dict[str, Any] | None) -> None:
+    """403 unless the caller holds everything the member's roles hold (``known``: what the command
+    read of them, and saves on), the one granted them and the one their groups gave them (as
+    recorded): nobody demotes or removes a stronger member (removing a member with a weak grant and
+    strong groups would hand them their groups' role). Asked inside the command's run: a grant saved
+    meanwhile by someone else makes it run again, and asks again of what it then holds."""
+    for role in {(known or {}).get("role"), (known or {}).get("group_role")} - {None}:
         within(request, ctx.relay.role(org, role) or [], "a member whose role")
+
+
+def _may_grant(ctx: Any, request: Request[Any, Any, Any], org: str, permissions: list[str] | None,
+               known: dict[str, Any] | None) -> None:
+    """403 unless the caller holds the permissions of the role granted (none: no such role, a 404
+    next) and may change the member (:func:`_may_change`)."""
+    if permissions is not None:
+        within(request, permissions, "the role granted")
+    _may_change(ctx, request, org, known)
 
 
 class OrgController(Controller):
@@ -117,11 +127,8 @@ class OrgController(Controller):
                    request: Request[Any, Any, Any], ctx: Context) -> None:
         with recorded(ctx, request, org, None, operation="grantRole", target_type="user", target_ids=[username],
                       parameters={"role": role_name}):
-            perms = ctx.relay.role(org, role_name)
-            if perms is not None:
-                within(request, perms, "the role granted")
-            _may_change(ctx, request, org, username)
-            ctx.relay.grant_role(org, username, role_name)  # notes whether it changed anything
+            ctx.relay.grant_role(org, username, role_name,  # notes whether it changed anything
+                                 may_grant=lambda perms, known: _may_grant(ctx, request, org, perms, known))
 
     @delete("/members/{username:str}", operation_id="removeMember", summary="Remove member (OIDC)",
             status_code=200, sync_to_thread=True)
@@ -129,10 +136,11 @@ class OrgController(Controller):
                       ctx: Context) -> Response[m.Member]:
         with recorded(ctx, request, org, None, operation="removeMember", target_type="user",
                       target_ids=[username]):
-            _may_change(ctx, request, org, username)
             # nor the secrets they made, which keep the permissions the member had then (as deleteToken checks)
-            known, revoked = ctx.relay.remove_member(org, username, may_revoke=lambda apps, perms: within(
-                request, sorted(authz.permissions_for(apps, perms)), "a token the member made"))
+            known, revoked = ctx.relay.remove_member(
+                org, username, may_change=lambda known: _may_change(ctx, request, org, known),
+                may_revoke=lambda apps, perms: within(request, sorted(authz.permissions_for(apps, perms)),
+                                                      "a token the member made"))
         for name in revoked:
             ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
         if revoked:

@@ -160,9 +160,9 @@ class TokensController(Controller):
     def revoke(self, org: FromPath[str], token_name: FromPath[str], ctx: Context,
                request: Request[Any, Any, Any]) -> None:
         with recorded(ctx, request, org, None, operation="deleteToken", target_type="token", target_ids=[token_name]):
-            scope = ctx.relay.token_scope(org, token_name)
-            if scope is not None:  # nobody weaker revokes a stronger key, as none deletes a stronger role
-                within(request, sorted(authz.permissions_for(*scope)), "a token revoked")
-            ctx.relay.revoke_token(org, token_name)
+            # nobody weaker revokes a stronger key, as none deletes a stronger role: asked of the token the
+            # command reads and saves (one made again meanwhile is asked of as it is then)
+            ctx.relay.revoke_token(org, token_name, may_revoke=lambda apps, perms: within(
+                request, sorted(authz.permissions_for(apps, perms)), "a token revoked"))
         ctx.token_revoked(org, token_name)  # refused and disconnected now, not once the read models follow
         ctx.read_your_writes()

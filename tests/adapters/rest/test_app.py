@@ -26,12 +26,9 @@ class FakeRelay(ActionRecords):
         self.revoke_token = self._call(calls("revoke_token"), fail)
         self.update_app = self._call(calls("update_app"), fail)
 
-    def token_scope(self, org: str, name: str) -> None:
-        return None  # no live token of that name: nothing to compare the caller with
-
     @staticmethod
     def _call(record: Any, fail: Exception | None) -> Any:
-        def call(*args: Any) -> None:
+        def call(*args: Any, **_checks: Any) -> None:  # the callbacks that may refuse (may_revoke...): none here
             record(*args)
             if fail is not None:
                 raise fail
