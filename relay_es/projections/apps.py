@@ -83,11 +83,14 @@ TOKEN_EVENTS = (Token.Created, Token.Reissued, Token.PermissionsSet, Token.Revok
 
 
 class AppsProjection:
-    """The apps and tokens read models between batches (few rows: all stay cached)."""
+    """The apps and tokens read models between batches: the rows read or made stay cached, up to
+    :attr:`cache_limit` of each (deleted applications and revoked tokens are rows too: a Relay
+    making and revoking tokens all day would hold them all), then the cache starts again empty."""
 
     NAME = "apps"
     name = NAME
     event_types = APP_EVENTS + TOKEN_EVENTS
+    cache_limit = 20_000
 
     def __init__(self) -> None:
         self.forget()
@@ -128,7 +131,10 @@ class AppsProjection:
         return apps, tokens
 
     def committed(self) -> None:
-        pass
+        if len(self.apps) > self.cache_limit:
+            self.apps = {}
+        if len(self.tokens) > self.cache_limit:
+            self.tokens = {}
 
 
 class AppsAndTokens(Protocol):

@@ -54,3 +54,20 @@ def test_the_projection_asks_for_rows_it_lacks_and_hands_over_what_changed() -> 
     assert [r.name for r in apps] == ["orders"] and [r.name for r in tokens] == ["ci"]
     assert p.changes() == ([], [])
     assert p.missing(items) == []
+
+
+def test_the_cache_of_rows_is_bounded() -> None:
+    """Deleted applications and revoked tokens are rows too: a Relay making and revoking tokens all
+    day held every one it ever made."""
+    p = AppsProjection()
+    p.cache_limit = 3
+    for i in range(5):
+        tok = Token(org="acme", name=f"t{i}", secret_hash="h", app_names=None, timestamp=T0)
+        (e,) = tok.collect_events()
+        p.missing([(i + 1, str(tok.id), e)])
+        p.loaded([str(tok.id)], {})
+        p.apply(i + 1, str(tok.id), e)
+        p.changes()
+        p.committed()
+        assert len(p.tokens) <= p.cache_limit
+    assert p.missing([(9, str(tok.id), e)]) in ([], [str(tok.id)])  # asked again once forgotten: read, not lost

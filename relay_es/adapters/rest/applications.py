@@ -169,4 +169,5 @@ class ApplicationsController(Controller):
         with recorded(ctx, request, org, app, operation="deleteApp", target_type="application", target_ids=[app]):
             ctx.relay.delete_app(org, app)
         ctx.app_deleted(org, app)
+        calling.app_gone(ctx, org, app)
         ctx.read_your_writes()

@@ -152,6 +152,13 @@ def latest_changed(ctx: RestContext, org: str, app: str) -> None:
     ctx.latest_versions.pop(key, None)
 
 
+def app_gone(ctx: RestContext, org: str, app: str) -> None:
+    """``org``/``app`` was deleted: nothing is remembered of its latest version (an application made
+    again under its name asks afresh, and a Relay deleting applications all day keeps none of them)."""
+    ctx.latest_versions.pop((org, app), None)
+    ctx.latest_changes.pop((org, app), None)
+
+
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
               chosen: Callable[[str], None] | None = None, app_checked: bool = False,

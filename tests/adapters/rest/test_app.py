@@ -45,11 +45,13 @@ def client_for(calls: Calls, fail: Exception | None = None, **given: Any) -> Tes
 def test_a_write_is_recorded_then_the_hub_told_then_the_read_models_awaited() -> None:
     calls = Calls()
     relay = FakeRelay(calls)
-    with TestClient(build_app(fake_context(relay=relay, app_deleted=calls("app_deleted"),
-                                           token_revoked=calls("token_revoked"),
-                                           read_your_writes=calls("read_your_writes"))),
-                    base_url="http://127.0.0.1") as client:
+    ctx = fake_context(relay=relay, app_deleted=calls("app_deleted"), token_revoked=calls("token_revoked"),
+                       read_your_writes=calls("read_your_writes"))
+    ctx.latest_versions[("local", "orders")] = ("v2", 0.0)
+    ctx.latest_changes[("local", "orders")] = 1
+    with TestClient(build_app(ctx), base_url="http://127.0.0.1") as client:
         assert client.delete("/v2/orgs/local/apps/orders").status_code == 204
+        assert not ctx.latest_versions and not ctx.latest_changes  # nothing kept of a deleted application
         assert client.delete("/v2/orgs/local/tokens/ci").status_code == 204
     assert calls.made == [("delete_app", "local", "orders"), ("app_deleted", "local", "orders"), ("read_your_writes",),
                           ("revoke_token", "local", "ci"), ("token_revoked", "local", "ci"), ("read_your_writes",)]
