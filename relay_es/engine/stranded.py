@@ -135,9 +135,10 @@ UNFINISHED = (P.PENDING.value, P.DEFERRED.value, P.DISPATCHED.value)
 
 
 def _owed_elsewhere(row: ExecutorRow) -> bool:
-    """A HEALTHY executor with a recovery under way for another version than its own (an earlier
-    incarnation's, done by a peer)."""
-    return (row.status == S.HEALTHY and row.recovery_phase in UNFINISHED
+    """An executor back (HEALTHY, or DISCONNECTED since) with a recovery under way for another version
+    than its own (an earlier incarnation's, done by a peer): the process manager's rule,
+    :func:`~relay_es.aggregates.executor.recovered_by_peer`."""
+    return (row.status in (S.HEALTHY, S.DISCONNECTED) and row.recovery_phase in UNFINISHED
             and row.recovery_version != row.app_version)
 
 
@@ -164,14 +165,17 @@ def reason_of(row: ExecutorRow | None, now: datetime, workflow_version: str | No
     executor is alive (HEALTHY) and the workflow is of its version (or of one not known)."""
     if row is None or row.status is None:
         return Reason.EXECUTOR_UNKNOWN
-    if row.status == S.HEALTHY:
-        if workflow_version is None or row.app_version is None or workflow_version == row.app_version:
-            return None
-        # An earlier incarnation's, of another version: the process running now does not recover it.
+    other_version = workflow_version is not None and row.app_version is not None and \
+        workflow_version != row.app_version
+    if row.status in (S.HEALTHY, S.DISCONNECTED) and other_version:
+        # An earlier incarnation's, of another version: the process (running, or coming back) does not
+        # recover it.
         if row.recovery_phase in UNFINISHED and workflow_version in (row.recovery_version,
                                                                      row.recovery_redo_version):
             return _obligation_reason(row)
         return Reason.DEAD_UNRECOVERED
+    if row.status == S.HEALTHY:
+        return None
     if row.status == S.DELETED:
         return Reason.EXECUTOR_DELETED
     if row.status == S.DISCONNECTED:
@@ -295,8 +299,13 @@ def plan_recovery(executor_ids: Sequence[str], rows: Iterable[ExecutorRow], *, f
         if row is None or row.status in (None, S.DELETED):
             refused[x] = "Relay has no live record of this executor; fork, resume or cancel its workflows"
             continue
+        if row.status == S.HEALTHY and _owed_elsewhere(row):
+            refused[x] = (f"the executor is HEALTHY on version {row.app_version}; its earlier process's "
+                          f"version {row.recovery_version} workflows are Relay's to recover "
+                          f"({row.recovery_phase}); fork, resume or cancel them meanwhile")
+            continue
         if row.status == S.HEALTHY:
-            refused[x] = "the executor is HEALTHY: its workflows are not stranded"
+            refused[x] = "the executor is HEALTHY: its workflows of its own version are not stranded"
             continue
         if row.status == S.DEAD and row.recovery_phase == P.DISPATCHED:
             refused[x] = (f"a recovery is in flight (sent to {row.recovery_target}, attempt "

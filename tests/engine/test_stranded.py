@@ -238,3 +238,17 @@ def test_an_earlier_incarnations_workflows_of_another_version_are_stranded_on_a_
     unowed = row("A", "HEALTHY", "v2")
     assert [(x.executor_id, x.reason) for x in classify([wf("w1")], [unowed], NOW).executors] == [
         ("A", Reason.DEAD_UNRECOVERED)]
+
+
+def test_an_earlier_incarnations_workflows_stay_owed_once_the_executor_drops_again() -> None:
+    """Back on v2, then DISCONNECTED: its v1 workflows are still the recovery's (the process manager
+    goes on with it), not waiting for the executor, which will never recover them; "recover now" of a
+    HEALTHY one says whose they are."""
+    owed = row("A", "DISCONNECTED", "v2", recovery_phase="deferred", recovery_version="v1",
+               disconnect_reason="clean_close")
+    assert reason_of(owed, NOW, "v1") == Reason.RECOVERY_DEFERRED
+    assert reason_of(owed, NOW, "v2") == Reason.STOPPED_POLITELY  # its own: it may come back
+    assert recovery_version(owed) == "v1"
+    back = replace(owed, status="HEALTHY")
+    refused = plan_recovery(["A"], [back, healthy("H", "v1")]).refused["A"]
+    assert "version v1 workflows are Relay's to recover" in refused, refused
