@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 from eventsourcing.utils import get_topic
 
-from relay_es.aggregates.alert import AlertFirings
+from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application, app_stream_id
 from relay_es.aggregates.executor import VERSION_CHANGED, DisconnectReason, Executor, ExecutorStatus as S
 from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
@@ -78,6 +78,9 @@ ALERT_EVENTS = (
 ALERT_TOPICS = tuple(get_topic(c) for c in ALERT_EVENTS)
 RETRY_SECS = 1.0  # a command that failed on the store is tried again this soon
 MAX_FLAPS = 1000  # disconnects remembered per executor
+# Deleted applications remembered (the latest), so that the disconnects of their executors' sockets, closed
+# with 4007 after the deletion, do not count them as applications without a HEALTHY executor.
+DELETIONS_KEPT = 1024
 CHECKED = (*POLLED, "UnresponsiveApplication")
 
 
@@ -202,8 +205,9 @@ class AlertManager:
         self.position = 0
         self.rules: dict[str, AlertingRule] = {}
         self.by_app: dict[tuple[str, str], set[str]] = defaultdict(set)
-        self._app_of_stream: dict[Any, tuple[str, str]] = {}
-        self._firing_streams: dict[Any, tuple[str, str, str]] = {}  # AlertFirings id -> org, app, rule id
+        self._app_of_stream: dict[Any, tuple[str, str]] = {}  # Application id -> org, app; of those with rules
+        self._firing_streams: dict[Any, tuple[str, str, str]] = {}  # AlertFirings id -> org, app, rule id; of rules
+        self._deleted: dict[Any, None] = {}  # Application ids of the latest applications deleted (DELETIONS_KEPT)
         self.pending: dict[tuple[str, str], _Pending] = {}  # (alert id, channel) -> what is left to deliver
         # Rule id -> its last alert (its id, and its time on the monotonic clock): this process's own
         # alert when it fired it, another's placed by its age on the wall clock when it was read.
@@ -303,16 +307,25 @@ class AlertManager:
         elif isinstance(e, Application.AlertingRuleDeleted):
             self._forget(e.rule_id)
         elif isinstance(e, (Application.Deleted, Application.Restored)):
-            app = self._app_of_stream.get(e.originator_id)
+            app = self._app_of_stream.pop(e.originator_id, None)
             for rule_id in list(self.by_app.get(app, ())) if app else ():
                 self._forget(rule_id)
+            self._deleted.pop(e.originator_id, None)
+            if isinstance(e, Application.Deleted):
+                self._deleted[e.originator_id] = None
+                if len(self._deleted) > DELETIONS_KEPT:
+                    del self._deleted[next(iter(self._deleted))]
             # An application registered again is another one: its time without an executor starts afresh.
             for key in [k for k in self._unhealthy_since if app_stream_id(*k) == e.originator_id]:
                 del self._unhealthy_since[key]
         elif isinstance(e, AlertFirings.Opened):
             self._firing_streams[e.originator_id] = (e.org, e.app, e.rule_id)
         elif isinstance(e, AlertFirings.Fired):
-            org, app, rule_id = self._firing_streams[e.originator_id]
+            where = self._firing_streams.get(e.originator_id)
+            if where is None:  # recorded by another writer as the rule was being deleted
+                log.info("alert %s of a deleted rule not delivered", e.alert_id)
+                return
+            org, app, rule_id = where
             if self.last_fired.get(rule_id, ("",))[0] != e.alert_id:  # not the one this process just fired
                 age = (self.clock.now() - e.timestamp).total_seconds()  # < 0: recorded "later" than now
                 self.last_fired[rule_id] = (e.alert_id, self.clock.monotonic() - age)
@@ -341,11 +354,13 @@ class AlertManager:
         self.last_fired.pop(rule_id, None)
         if rule is None:
             return
+        self._firing_streams.pop(firings_stream_id(rule.org, rule.app, rule_id), None)  # its pending alerts stay
         ids = self.by_app.get((rule.org, rule.app))
         if ids is not None:
             ids.discard(rule_id)
             if not ids:
                 del self.by_app[(rule.org, rule.app)]
+                self._app_of_stream.pop(app_stream_id(rule.org, rule.app), None)
         self.timers.cancel(("check", rule_id))
         self._probing.pop(rule_id, None)
         self._asked.pop(rule_id, None)
@@ -369,11 +384,12 @@ class AlertManager:
         only: what fires is queued and recorded at the next :meth:`step` (no store I/O here, on the
         process manager's fold path), retried there while the store is away."""
         app = (row.org, row.app)
-        # Every application's, a rule or not: a rule made later counts from when the executor went.
+        # Every application's, a rule or not: a rule made later counts from when the executor went. Not a
+        # deleted one's (its sockets closed with 4007 after the deletion).
         if self.healthy(*app):
             self._unhealthy_since.pop(app, None)
-        elif self.ready():
-            self._unhealthy_since.setdefault(app, self.clock.monotonic())
+        elif self.ready() and app not in self._unhealthy_since and app_stream_id(*app) not in self._deleted:
+            self._unhealthy_since[app] = self.clock.monotonic()
         if app not in self.by_app:
             return
         who = {"executorId": row.executor_id, "appVersion": row.app_version or "", "hostname": row.hostname or ""}

@@ -32,6 +32,11 @@ What it does, per executor row (the same fold as the executors table):
   withdraw the recovery (that process recovered its own). Back on another version (a connect
   under another version records the earlier process's death first) -> the recovery goes on as
   for a DEAD executor: the new process does not recover another version's workflows.
+* The application deleted (``Application.Deleted``, followed with the executor events; its
+  sockets are closed with 4007) -> every timer and decision of its executors goes and none is
+  armed for them: none is declared dead or recovered, nobody being left to recover them; its
+  executors are not :meth:`~ProcessManager.listed` either. Registered again
+  (``Application.Restored``) -> their rows are reacted to as they stand, as at a restart.
 * What it records itself (deaths, dispatches, answers) it folds at once, as it is saved
   (:meth:`ProcessManager._execute`), and following the log later skips those events without
   decoding them: a death's dispatch waits for no read of the log. Deaths alone wait while more
@@ -82,6 +87,7 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
+from relay_es.aggregates.application import Application, app_stream_id
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P, recovered_by_peer
 from relay_es.domain.clock import Clock
 from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
@@ -114,12 +120,14 @@ log = logging.getLogger(__name__)
 # event no class reads any more): the event is skipped, never retried for ever.
 FOLD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError)
 
-EXECUTOR_TOPICS = tuple(get_topic(c) for c in EXECUTOR_EVENTS)
+# An application's deletion and its registration again: its executors' timers go with it, and come back.
+APP_EVENTS = (Application.Deleted, Application.Restored)
+# What the process manager follows (and its journal holds): the executors' events and APP_EVENTS.
+EXECUTOR_TOPICS = tuple(get_topic(c) for c in (*EXECUTOR_EVENTS, *APP_EVENTS))
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
 RETENTION_FIRST_LOOK = 10.0  # s: an application's first retention firing here, spread over half of this
 EARLY = 0.001  # a metrics timer this close to its wall-clock time is on time (the wall clock has microseconds)
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
-PARKED_MAX_SECS = 3600.0  # at most this long between two checks of a deleted application's executor
 # Timers fired in full every round, before the others, which go a chunk at a time: a deadline, and an
 # orphan (HEALTHY on a Relay that is gone), whose Disconnected carries a deadline a grace from Relay's
 # start (moved by the settle window's extension); recorded a chunk at a time, the last ones would be
@@ -262,10 +270,11 @@ class ProcessManager:
         # Applications whose rounds on record the retention timer has not read yet, with when (monotonic)
         # this process first saw an executor of it (``_fire_retention``).
         self._retention_unread: dict[tuple[str, str], float] = {}
-        # DISCONNECTED executor of a deleted application -> seconds until its deadline is checked again
-        # (doubling from BUG_RETRY_SECS to PARKED_MAX_SECS): registered again, its application's executors are
-        # declared dead as a restart would; deleted for good, they cost a timer each and a read an hour
-        self._parked: dict[str, float] = {}
+        # Deleted applications with executor rows here (as the log says, or the store when a deadline of one
+        # came due before the log's deletion was followed): nothing is armed or decided for their executors
+        # until they are registered again (_app_deleted, _app_restored).
+        self._deleted_apps: set[tuple[str, str]] = set()
+        self._app_ids: dict[UUID, tuple[str, str]] = {}  # application stream id -> (org, app), of those with rows
         self._requests: dict[str, str] = {}  # request id -> stream id
         # request id -> monotonic deadline of a dispatch: sent from here, or found outstanding (see _react)
         self._deadlines: dict[str, float] = {}
@@ -306,18 +315,22 @@ class ProcessManager:
         """Rebuilds pending deadlines and outstanding dispatches from the store. The settle window, and
         the grace of the executors found HEALTHY on a Relay that is gone, start once they are loaded:
         a long load (read models filled from a large log) had used them up before it knew them. The hub's
-        count of admitted sockets is taken before the load: those admitted during it came back."""
+        count of admitted sockets is taken before the load: those admitted during it came back. The
+        executors of applications deleted (one read of each application's stream) get no timer, and the
+        window waits for none of them."""
         self._sample_admissions()
         if self._bootstrap is not None:
             rows, self.position = self._bootstrap()
+            self._deleted_apps.update(app for app in {(r.org, r.app) for r in rows} if self.relay.app_deleted(*app))
             for row in rows:
                 self._put(row)
         self.started_at = self.clock.now()
         self.settle.start(self.clock.monotonic())
-        self.settle.set_orphans(sum(1 for r in self.rows.values() if self._is_orphan(r)))
+        live = [r for r in self.rows.values() if (r.org, r.app) not in self._deleted_apps]
+        self.settle.set_orphans(sum(1 for r in live if self._is_orphan(r)))
         cap = self.clock.now() + timedelta(seconds=self.settle.cap - self.clock.monotonic())
-        self.settle.set_held(sum(1 for r in self.rows.values() if self._held_by_settle(r, cap)))
-        for row in list(self.rows.values()):
+        self.settle.set_held(sum(1 for r in live if self._held_by_settle(r, cap)))
+        for row in live:
             self._react(row)
             if row.status in (S.DISCONNECTED, S.DEAD) and self._indexes.outstanding.get(
                     (row.org, row.app, row.executor_id)):
@@ -573,8 +586,11 @@ class ProcessManager:
 
     def listed(self, org: str, app: str) -> int:
         """How many executors of the application exist (HEALTHY, DISCONNECTED or
-        DEAD), as far as this process manager has followed the log. Safe to ask
-        from another thread (the hub's limit on executor ids per application)."""
+        DEAD), as far as this process manager has followed the log; none while the
+        application is deleted. Safe to ask from another thread (the hub's limit on
+        executor ids per application)."""
+        if (org, app) in self._deleted_apps:
+            return 0
         return self._indexes.listed.get((org, app), 0)
 
     def has_healthy(self, org: str, app: str) -> bool:
@@ -594,9 +610,10 @@ class ProcessManager:
                    and r.executor_id not in tried)
 
     def is_listed(self, stream_id: str) -> bool:
-        """Whether this executor stream exists and is not deleted. Thread-safe, like :meth:`listed`."""
+        """Whether this executor stream exists and is not deleted, nor is its application. Thread-safe, like
+        :meth:`listed`."""
         row = self.rows.get(stream_id)
-        return row is not None and row.visible
+        return row is not None and row.visible and (row.org, row.app) not in self._deleted_apps
 
     # ------------------------------------------------------- derived state
     def derived_indexes(self) -> dict[str, dict[Any, Any]]:
@@ -631,6 +648,8 @@ class ProcessManager:
 
     def _put(self, row: ExecutorRow) -> None:
         old = self.rows.get(row.stream_id)
+        if old is None:  # a stream's org and app never change
+            self._app_ids.setdefault(app_stream_id(row.org, row.app), (row.org, row.app))
         self._indexes.put(old, row)
         self.rows[row.stream_id] = row
         self._follow_schedules((row.org, row.app))
@@ -646,11 +665,12 @@ class ProcessManager:
         its plan every interval. A plan
         that fell due meanwhile goes within :func:`~relay_es.engine.metric_windows.spread` of the
         return, so that after an outage the applications' plans do not all go at once."""
-        healthy = app in self._indexes.apps_healthy
+        gone = app in self._deleted_apps
+        healthy = app in self._indexes.apps_healthy and not gone
         if self.retention_interval is not None:
             if not healthy:
                 self.timers.cancel(("retention", app))
-                if not self._indexes.listed.get(app):  # no executor left at all (deleted, or never one)
+                if gone or not self._indexes.listed.get(app):  # no executor left at all (deleted, or never one)
                     self._retention_due.pop(app, None)
                     self._retention_unread.pop(app, None)
             elif ("retention", app) not in self.timers:
@@ -683,6 +703,14 @@ class ProcessManager:
         if isinstance(event, Unreadable):  # skipped, as the read models skip it (ADR 16), with its own error
             log.error("process manager skipped event %d: %r", nid, event)
             return
+        if isinstance(event, APP_EVENTS):
+            app = self._app_ids.get(event.originator_id)
+            if app is not None:  # else no executor of it here: nothing to close or to arm again
+                if isinstance(event, Application.Deleted):
+                    self._app_deleted(app)
+                else:
+                    self._app_restored(app)
+            return
         sid = str(event.originator_id)
         old = self.rows.get(sid)
         if old is not None and old.version >= event.originator_version:
@@ -713,8 +741,6 @@ class ProcessManager:
             # and a new death (a later incarnation's) starts with every candidate untried.
             self._tried.pop(sid, None)
             self._backoff_until.pop(sid, None)
-        if isinstance(event, (Executor.Connected, Executor.Deleted, Executor.DeclaredDead)):
-            self._parked.pop(sid, None)
         try:  # after the bookkeeping above: an observer sees the failed target among those tried
             self.on_event(event, old, row)
         except Exception:
@@ -747,6 +773,9 @@ class ProcessManager:
 
     def _react(self, row: ExecutorRow) -> None:
         sid = row.stream_id
+        if (row.org, row.app) in self._deleted_apps:
+            self._close_out(row)
+            return
         if row.status == S.DISCONNECTED and row.deadline is not None:
             self.timers.arm(("deadline", sid), self._at(self._mono_for(row.deadline)), row.deadline)
         else:
@@ -786,6 +815,46 @@ class ProcessManager:
             self.timers.cancel(("dispatch", sid))
             self._unwait(sid)
 
+    def _app_deleted(self, app: tuple[str, str]) -> None:
+        """The application is deleted (its sockets are closed with 4007): nobody is left to recover its
+        executors, and a death would only wait for a candidate for ever. Every timer and decision of its
+        executors goes (:meth:`_close_out`), and its retention and metrics timers; what they record from
+        now on is folded, and nothing is armed for it (ADR 15). Their rows stay as the log has them."""
+        if app in self._deleted_apps:
+            return
+        self._deleted_apps.add(app)
+        for row in [r for r in self.rows.values() if (r.org, r.app) == app]:
+            self._close_out(row)
+        self._follow_schedules(app)
+
+    def _app_restored(self, app: tuple[str, str]) -> None:
+        """The application is registered again: its executors' rows are reacted to as they stand, as a
+        restart does. A DISCONNECTED one whose deadline has passed is declared dead at once, a recovery
+        left pending is dispatched, one left dispatched fails within a response timeout."""
+        if app not in self._deleted_apps:
+            return
+        self._deleted_apps.discard(app)
+        for row in [r for r in self.rows.values() if (r.org, r.app) == app]:
+            self._react(row)
+            if row.status in (S.DISCONNECTED, S.DEAD) and self._indexes.outstanding.get(
+                    (row.org, row.app, row.executor_id)):
+                self.timers.arm(("react", row.stream_id), self._at(self.clock.monotonic()))  # _target_lost
+        self._follow_schedules(app)
+
+    def _close_out(self, row: ExecutorRow) -> None:
+        """Forgets every timer and decision about an executor of a deleted application."""
+        sid = row.stream_id
+        for kind in ("deadline", "orphan", "dispatch", "response", "react"):
+            self.timers.cancel((kind, sid))
+            self._alone.discard((kind, sid))
+        self._unwait(sid)
+        self._tried.pop(sid, None)
+        self._backoff_until.pop(sid, None)
+        request_id = row.recovery_request_id
+        if request_id and self._requests.get(request_id) == sid:  # its answer, if one comes, is ignored
+            del self._requests[request_id]
+            self._deadlines.pop(request_id, None)
+
     def _withdraw(self, row: ExecutorRow) -> None:
         """Withdraws the recovery of an executor that is back on the recovery's version. A refusal means the command found it
         still dead: a copy in this process's cache older than the Connected this row folded (the
@@ -824,6 +893,8 @@ class ProcessManager:
                     del self._waiting[key]
 
     def _target_lost(self, lost: ExecutorRow) -> None:
+        if (lost.org, lost.app) in self._deleted_apps:
+            return  # its recoveries are of its deleted application: failed if it is registered again (_app_restored)
         for sid in list(self._indexes.outstanding.get((lost.org, lost.app, lost.executor_id), ())):
             row = self.rows[sid]
             if row.recovery_phase == P.DISPATCHED and row.recovery_request_id:
@@ -1029,16 +1100,11 @@ class ProcessManager:
             if row is not None and (row.org, row.app) not in deleted:
                 deleted[(row.org, row.app)] = self.relay.app_deleted(row.org, row.app)
             if row is not None and deleted[(row.org, row.app)]:
-                # Its application is gone (its sockets were closed with 4007): nobody is left to
-                # recover it, and a death would only wait for a candidate for ever. Left DISCONNECTED.
-                # Its deadline is kept and checked again later (self._parked): if the application is
-                # registered again, it is declared dead then, as a restart would declare it.
-                wait = self._parked[sid] = min(self._parked.get(sid, BUG_RETRY_SECS / 2) * 2, PARKED_MAX_SECS)
-                log.info("executor %s of deleted application %s/%s not declared dead (again in %gs)", sid, row.org,
-                         row.app, wait)
-                self.timers.arm(("deadline", sid), self.clock.monotonic() + wait, d)
+                # Its application is deleted, and the log that says so not followed this far yet: closed out
+                # now (_app_deleted), as when it is. Left DISCONNECTED.
+                log.info("executor %s of deleted application %s/%s not declared dead", sid, row.org, row.app)
+                self._app_deleted((row.org, row.app))
                 continue
-            self._parked.pop(sid, None)
             if row is None or not self._back_already("deadline", row, d):
                 live.append((sid, d))
         items = live
@@ -1268,6 +1334,9 @@ def replay_bootstrap(relay: Relay) -> Bootstrap:
             for nid, sid, e in batch:
                 if isinstance(e, Unreadable):
                     log.error("process manager skipped event %d: %r", nid, e)
+                    position = nid
+                    continue
+                if isinstance(e, APP_EVENTS):  # which applications are deleted is read at start
                     position = nid
                     continue
                 try:

@@ -340,6 +340,34 @@ def test_deleting_the_application_forgets_its_rules(aw: AlertWorld) -> None:
     assert aw.fired(rule) == []
 
 
+def test_a_deleted_application_and_its_rules_leave_nothing_behind_but_the_deliveries_owed(aw: AlertWorld) -> None:
+    """A rule deleted and its application deleted leave no entry in the alert manager's memory, also once its
+    executors' sockets are closed (4007) after the deletion: not counted as an application without a
+    HEALTHY executor. An alert fired before is still delivered, up to the attempt limit."""
+    rule = aw.rule("ExecutorDead", interval=0)
+    aw.rule("ExecutorFlapping", {"disconnects": 3, "windowSecs": 300})
+    aw.w.connect("A")
+    aw.w.connect("B")
+    aw.w.drop("A")
+    aw.advance(10.1)  # A dead: an alert, its delivery out
+    (d,) = aw.sender.take()
+    aw.relay.delete_alerting_rule("local", "app", rule.id)
+    aw.relay.delete_app("local", "app")
+    aw.sync()
+    aw.w.drop("B", reason="app_deleted")
+    aw.sync()
+    assert ("local", "app") not in aw.alerts._unhealthy_since
+    assert (aw.alerts._firing_streams, aw.alerts._app_of_stream, aw.alerts.rules) == ({}, {}, {})
+    for attempt in range(1, TIMING.max_attempts):
+        aw.answer(d, ok=False, detail="no executor")
+        aw.advance(TIMING.backoff(attempt))
+        (d,) = aw.sender.take()
+    aw.answer(d, ok=False, detail="no executor")
+    assert aw.attempts(rule)[-1] == ("app", TIMING.max_attempts, False, True) and aw.alerts.pending == {}
+    aw.restart()
+    assert (aw.alerts._firing_streams, aw.alerts._app_of_stream, aw.alerts.pending) == ({}, {}, {})
+
+
 def test_timing_backoff_is_capped() -> None:
     t = AlertTiming(retry_base=5, retry_max=300)
     assert [t.backoff(n) for n in (1, 2, 3, 7, 8, 20)] == [5, 10, 20, 300, 300, 300]

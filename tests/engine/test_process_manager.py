@@ -230,22 +230,65 @@ def test_the_peers_that_failed_one_death_are_not_held_against_the_next(world: Wo
 
 def test_an_executor_of_a_deleted_application_is_declared_dead_once_it_is_registered_again(world: World) -> None:
     """A DISCONNECTED executor of a deleted application is not declared dead (nobody is left to
-    recover it), but its deadline is kept: registered again, the application's executor is declared
-    dead as a restart would declare it (until 2026-12-06 the running Relay never did)."""
+    recover it), and nothing is armed for it meanwhile: registered again, the application's executor
+    is declared dead at once, its deadline past, as a restart would declare it."""
     world.connect("A")
     world.drop("A")
     world.relay.delete_app("local", "app")
     world.advance(11)
     assert world.status("A") == "DISCONNECTED"
-    world.advance(60 + 120 + 240)  # checked at 60 s, then 120 s and 240 s later: deleted still
+    assert len(world.pm.timers) == 0
+    world.advance(7 * 86_400)
     assert world.status("A") == "DISCONNECTED"
-    assert [k for k in world.pm.timers._by_key if k[0] == "deadline"]  # kept, not dropped
     world.relay.register_app("local", "app")
     world.relay.update_app("local", "app", SettingsPatch(executor_timeout=timedelta(seconds=10)))
     world.connect("C")
-    world.advance(480)  # the next check
+    world.advance(0)
     assert world.status("A") == "DEAD"
     assert [r.target_executor_id for r in world.dispatcher.sent if r.dead_executor_id == "A"] == ["C"]
+
+
+def test_a_deleted_applications_executors_leave_no_timer_nor_decision_behind(world: World) -> None:
+    """Deleting an application closes out its executors in the process manager's memory: the dead one
+    waiting for a candidate, the one whose recovery was out, the one DISCONNECTED within its grace, and
+    those closed with 4007 leave no timer, no wait, no failed candidate, no request; none is listed
+    (the hub's limits forget their ids); nothing is armed again for them, nor after a restart."""
+    world.relay.register_app("local", "other")
+    world.relay.update_app("local", "other", SettingsPatch(executor_timeout=timedelta(seconds=10)))
+    world.connect("K", app="other")  # another application's: untouched
+    world.connect("W", "v2")
+    world.drop("W")
+    world.advance(10)  # W dead, no HEALTHY v2: it waits for a candidate
+    assert world.executor("W").recovery_phase == "deferred"
+    for name in ("P", "Q", "D"):
+        world.connect(name)
+    world.drop("D")
+    world.advance(10)  # D dead, dispatched to P or Q
+    first = world.dispatcher.last()
+    world.answer(first, ok=False, reason="boom")  # D's backoff, one candidate tried
+    world.advance(5)  # dispatched again, to the other; not answered
+    second = world.dispatcher.last()
+    assert world.executor("D").recovery_phase == "dispatched" and second.target_executor_id != first.target_executor_id
+    world.drop(first.target_executor_id)  # DISCONNECTED within its grace
+    pm = world.pm
+    assert pm._waiting and pm._tried and pm._requests
+    world.relay.delete_app("local", "app")
+    world.drop(second.target_executor_id, reason="app_deleted")  # the hub closes what is left with 4007
+    assert len(pm.timers) == 0
+    decisions = (pm._waiting, pm._waits, pm._tried, pm._backoff_until, pm._requests, pm._deadlines)
+    assert decisions == ({}, {}, {}, {}, {}, {})
+    assert pm.listed("local", "app") == 0 and not pm.is_listed(str(world.executor("P").id))
+    assert pm.listed("local", "other") == 1
+    sent = len(world.dispatcher.sent)
+    world.advance(7 * 86_400)
+    assert len(pm.timers) == 0 and len(world.dispatcher.sent) == sent
+    statuses = [world.status(n) for n in ("W", "D", "P", "Q")]
+    assert statuses == ["DEAD", "DEAD", "DISCONNECTED", "DISCONNECTED"]
+    world.restart(down_for=1.0)  # rows of a deleted application found at start: nothing armed for them
+    assert [k for k in world.pm.timers._by_key] == [("orphan", str(world.executor("K", "other").id))]
+    world.advance(120)
+    assert [world.status(n) for n in ("W", "D", "P", "Q")] == statuses
+    assert world.dispatcher.sent == [] and world.pm.listed("local", "app") == 0
 
 
 def test_a_recovery_is_withdrawn_even_when_the_process_manager_runs_before_the_saver_caches_the_connect(

@@ -29,7 +29,8 @@ PRUNE_EVERY = 5.0
 
 
 class Roster(Protocol):
-    """Which executors exist (the process manager, which follows the log): thread-safe reads."""
+    """Which executors exist (the process manager, which follows the log): thread-safe reads. An
+    executor of a deleted application is not listed (its row stays, for a registration again)."""
 
     def listed(self, org: str, app: str) -> int: ...
 
@@ -163,7 +164,8 @@ class Quotas:
         return len(self._key_ids)
 
     def _prune_key_ids(self, ids: dict[ExecutorKey, None]) -> None:
-        """Forgets the executor ids that are gone: not connected here, deleted (or never recorded)."""
+        """Forgets the executor ids that are gone: not connected here, deleted, of a deleted application
+        (or never recorded)."""
         for key in list(ids):
             if self.registry.executor(key) is not None or self.outbox.holds(key):
                 continue

@@ -163,3 +163,26 @@ def test_a_key_is_counted_as_its_token_or_a_digest_of_it() -> None:
     assert key_id("acme", "exec", "relay_secret") == ("token", "acme", "exec")
     dev = key_id("local", None, "relay_secret")
     assert dev[:2] == ("key", "local") and "relay_secret" not in dev[2] and len(dev[2]) == 32
+
+
+def test_the_ids_of_a_deleted_applications_executors_are_forgotten_by_the_sweep(clock) -> None:
+    """The process manager lists no executor of a deleted application, though their rows stay: the
+    hub's hourly sweep forgets the ids its keys registered there, and the keys with none left."""
+    from tests.support import World
+
+    world = World(clock, None)
+    try:
+        async def main() -> None:
+            quotas = Quotas(ResourceLimits(), roster=world.pm, registry=Registry(),
+                            outbox=Outbox(None, None))  # type: ignore[arg-type]
+            for name in ("A", "B"):
+                world.connect(name)
+                assert quotas.over_limit(conn_of(("key", "local", name)), name) is None
+            assert quotas.sweep_keys() == 2
+            world.relay.delete_app("local", "app")
+            world.sync()
+            assert quotas.sweep_keys() == 0
+
+        asyncio.run(main())
+    finally:
+        world.close()
