@@ -144,7 +144,10 @@ def _owed_elsewhere(row: ExecutorRow) -> bool:
 
 def recovery_version(row: ExecutorRow) -> str | None:
     """The application version an executor's workflows are recovered by."""
-    if row.recovery_version is not None and (row.status == S.DEAD or _owed_elsewhere(row)):
+    # HEALTHY, not DISCONNECTED: recovering a DISCONNECTED executor (recover now) recovers its own
+    # version's workflows; an earlier process's are the recovery under way's (reason_of)
+    if row.recovery_version is not None and (row.status == S.DEAD or (row.status == S.HEALTHY
+                                                                       and _owed_elsewhere(row))):
         return row.recovery_version
     return row.app_version
 

@@ -248,7 +248,10 @@ def test_an_earlier_incarnations_workflows_stay_owed_once_the_executor_drops_aga
                disconnect_reason="clean_close")
     assert reason_of(owed, NOW, "v1") == Reason.RECOVERY_DEFERRED
     assert reason_of(owed, NOW, "v2") == Reason.STOPPED_POLITELY  # its own: it may come back
-    assert recovery_version(owed) == "v1"
+    # "recover now" (forced) of it recovers its own version's, by a peer of v2; the v1 ones are the recovery's
+    assert recovery_version(owed) == "v2"
+    assert plan_recovery(["A"], [owed, healthy("H", "v2")], force=True).groups == {"v2": ["A"]}
+    assert fixes_for(owed, {"v1", "v2"}, "v2")[0] == Fix.RECOVER and Fix.RECOVER not in fixes_for(owed, {"v1", "v2"}, "v1")
     back = replace(owed, status="HEALTHY")
     refused = plan_recovery(["A"], [back, healthy("H", "v1")]).refused["A"]
     assert "version v1 workflows are Relay's to recover" in refused, refused

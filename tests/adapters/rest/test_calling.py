@@ -261,5 +261,14 @@ def test_a_latest_version_answer_older_than_a_change_made_meanwhile_is_not_kept(
         assert await calling.latest_version(ctx, "local", "shop") == "v2"  # asked again, not the stale v1
         assert reg.asked == 2
         assert await calling.latest_version(ctx, "local", "shop") == "v2" and reg.asked == 2  # kept now
+        # nor is an answer kept that was asked for before the application was deleted
+        ctx.latest_versions.clear()
+        ctx.latest_changes.clear()  # never made latest here: no count of its own to tell the deletion by
+        reg.gate = asyncio.Event()
+        before = asyncio.create_task(calling.latest_version(ctx, "local", "shop"))
+        await asyncio.sleep(0)
+        calling.app_gone(ctx, "local", "shop")
+        reg.gate.set()
+        assert await before == "v2" and not ctx.latest_versions and not ctx.latest_changes
 
     asyncio.run(go())
