@@ -94,7 +94,7 @@ from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
 from relay_es.domain.ids import new_id
 from relay_es.engine.indexes import Indexes, derive_indexes
 from relay_es.engine.journal import Journal
-from relay_es.engine.metric_windows import seconds_until_next, spread
+from relay_es.engine.metric_windows import Timeline, seconds_until_next, spread
 from relay_es.engine.pace import Pace
 from relay_es.engine.recovery import (
     Answers,
@@ -281,9 +281,8 @@ class ProcessManager:
         # stream id -> notification id of the last event recorded here and folded before the log reached it
         self._folded_ahead: dict[str, int] = {}
         self._defer_later: set[str] = set()  # no candidate, but the log was behind: decided again when it isn't
-        # The wall time retention plans are cut from (see _retention_now): the lowest wall clock reading seen,
-        # moved on by the monotonic clock since, as (wall, monotonic).
-        self._timeline = (clock.now(), clock.monotonic())
+        # The wall time retention plans are cut from (see _retention_now).
+        self._timeline = Timeline(clock.now().timestamp(), clock.monotonic())
         # Deaths recorded and not folded yet, in the order saved (see _fire_urgent); only while _deferring.
         self._unfolded: deque[tuple[int, str, Any]] = deque()
         self._deferring = False
@@ -1068,15 +1067,12 @@ class ProcessManager:
         an hour ahead would have put both cutoffs an hour into the future and taken everything. A clock
         stepped back is followed (the plans delete less); one corrected forward while Relay runs is not,
         until a restart (said at WARNING each round)."""
-        wall, mono = self.clock.now(), self.clock.monotonic()
-        then_wall, then_mono = self._timeline
-        now = min(wall, then_wall + timedelta(seconds=mono - then_mono))
-        self._timeline = (now, mono)
-        if (wall - now).total_seconds() > 1:
+        wall = self.clock.now()
+        now = self._timeline.now(wall.timestamp(), self.clock.monotonic())
+        if self._timeline.ahead > 1:
             log.warning("the wall clock is %.0f s ahead of where it stood, moved on by the monotonic clock: "
-                        "retention plans are cut from the earlier time until Relay restarts",
-                        (wall - now).total_seconds())
-        return now
+                        "retention plans are cut from the earlier time until Relay restarts", self._timeline.ahead)
+        return wall if now == wall.timestamp() else datetime.fromtimestamp(now, wall.tzinfo)
 
     def _fire_metrics(self, app: tuple[str, str], due: float | None) -> None:
         """Asks for the application's metrics that are due; re-arms one bucket later. A timer

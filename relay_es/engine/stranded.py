@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from relay_es.aggregates.executor import ExecutorStatus as S
+from relay_es.aggregates.executor import ExecutorStatus as S, recovered_by_peer
 from relay_es.aggregates.executor import RecoveryPhase as P
 from relay_es.projections.executors import ExecutorRow
 
@@ -138,8 +138,8 @@ def _owed_elsewhere(row: ExecutorRow) -> bool:
     """An executor back (HEALTHY, or DISCONNECTED since) with a recovery under way for another version
     than its own (an earlier incarnation's, done by a peer): the process manager's rule,
     :func:`~relay_es.aggregates.executor.recovered_by_peer`."""
-    return (row.status in (S.HEALTHY, S.DISCONNECTED) and row.recovery_phase in UNFINISHED
-            and row.recovery_version != row.app_version)
+    return row.status != S.DEAD and recovered_by_peer(row.status, row.recovery_phase, row.recovery_version,
+                                                      row.app_version)
 
 
 def recovery_version(row: ExecutorRow) -> str | None:

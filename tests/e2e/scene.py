@@ -103,11 +103,9 @@ class Scene:
         return "\n".join(ex.stderr_tail(30) for ex in self.executors) + "\n--- relay ---\n" + self.server.log()[-6000:]
 
 
-@pytest.fixture
-def scene(tmp_path, store_url) -> Iterator[Scene]:
-    admin = postgres_admin_url()
-    server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
-    s = Scene(server, admin)
+def on_stage(s: Scene) -> Iterator[Scene]:
+    """A fixture's body: yields ``s``; prints the executors' and Relay's logs when the test fails; then
+    closes the scene and stops its Relay."""
     try:
         yield s
     except BaseException:
@@ -115,7 +113,13 @@ def scene(tmp_path, store_url) -> Iterator[Scene]:
         raise
     finally:
         s.close()
-        server.stop()
+        s.server.stop()
+
+
+@pytest.fixture
+def scene(tmp_path, store_url) -> Iterator[Scene]:
+    server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
+    yield from on_stage(Scene(server, postgres_admin_url()))
 
 
 class TsScene(Scene):

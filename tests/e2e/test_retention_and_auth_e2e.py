@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import postgres_admin_url
-from tests.e2e.scene import FAST, Scene
+from tests.e2e.scene import FAST, Scene, on_stage
 from tests.e2e.sysdb import SystemDb
 from tests.server import TLS, RelayServer, admin_token
 
@@ -34,13 +34,11 @@ def retention_scene(tmp_path, postgres_url) -> Iterator[Scene]:
     s = Scene(server, postgres_admin_url())
     try:
         assert s.api("PUT", f"/v2/orgs/local/apps/{s.app}").status_code == 204
-        yield s
     except BaseException:
-        print(s.debug())
-        raise
-    finally:
         s.close()
         server.stop()
+        raise
+    yield from on_stage(s)
 
 
 def test_retention_deletes_old_rows_and_global_timeout_cancels_old_workflows(retention_scene: Scene) -> None:
@@ -104,15 +102,8 @@ def auth_scene(tmp_path) -> Iterator[Scene]:
     except BaseException:
         server.stop()
         raise
-    s = Scene(server, postgres_admin_url(), org="acme", token=admin, conductor_key=made.json()["token"])
-    try:
-        yield s
-    except BaseException:
-        print(s.debug())
-        raise
-    finally:
-        s.close()
-        server.stop()
+    yield from on_stage(Scene(server, postgres_admin_url(), org="acme", token=admin,
+                              conductor_key=made.json()["token"]))
 
 
 def test_revoked_conductor_key_disconnects_its_executor_for_good(auth_scene: Scene) -> None:

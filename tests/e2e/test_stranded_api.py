@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import postgres_admin_url, url_of
 from tests.e2e import harness
-from tests.e2e.scene import FAST, Scene, TsScene
+from tests.e2e.scene import FAST, Scene, TsScene, on_stage
 from tests.rest_client import as_records
 from tests.server import RelayServer
 
@@ -30,15 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 def staged(kind: type[Scene], tmp_path: Any, store_url: str) -> Iterator[Scene]:
     server = RelayServer(tmp_path, args=["--database-url", store_url], env=FAST).start()
-    s = kind(server, postgres_admin_url())
-    try:
-        yield s
-    except BaseException:
-        print(s.debug())
-        raise
-    finally:
-        s.close()
-        server.stop()
+    yield from on_stage(kind(server, postgres_admin_url()))
 
 
 # Each SDK on one store here and on the other in test_relay_e2e.py (pairs, not the full product).

@@ -115,21 +115,7 @@ def rfc3339_to_executor(field: str, text: str) -> str:
     ``field`` for what is not RFC 3339."""
     if not isinstance(text, str) or not _RFC3339.fullmatch(text):
         raise InvalidSetting(field, f"must be an RFC 3339 date-time, got {str(text)[:64]!r}")
-    whole, frac, offset = _split_fraction(text)
-    t = units.parse_rfc3339(field, whole + frac[:7] + offset)  # Python keeps microseconds
-    return t.isoformat()
-
-
-def _split_fraction(text: str) -> tuple[str, str, str]:
-    """``(date and time, .fraction or "", offset)``."""
-    head, offset = text[:19], text[19:]
-    frac = ""
-    if offset.startswith("."):
-        n = 1
-        while n < len(offset) and offset[n].isdigit():
-            n += 1
-        frac, offset = offset[:n], offset[n:]
-    return head, frac, offset
+    return units.parse_rfc3339(field, text).isoformat()  # to the microsecond, further digits dropped
 
 
 def _time(field: str, value: str | UnsetType) -> str | None:
