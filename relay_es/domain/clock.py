@@ -8,7 +8,8 @@ Relay reads time in exactly two ways, both through a :class:`Clock`:
   measured on it, so a wall-clock step cannot make a timer fire early.
 
 The system implementation lives in :mod:`relay_es.adapters.clock`; tests use
-:class:`FakeClock`, which only moves when told to.
+:class:`FakeClock`, which only moves when told to. A :class:`Timeline` reads the two together
+where a wall clock stepped ahead must not be followed (metric windows, retention plans).
 """
 
 from __future__ import annotations
@@ -48,3 +49,22 @@ class FakeClock:
 
     def step_wall(self, seconds: float) -> None:
         self._wall += timedelta(seconds=seconds)
+
+
+class Timeline:
+    """The wall clock, but never ahead of the lowest reading of it seen, moved on by the monotonic
+    clock since (the rule of the process manager's retention plans). A wall clock stepped back is
+    followed; one stepped forward is not, until a restart (:attr:`ahead` says by how much)."""
+
+    def __init__(self, wall: float, monotonic: float) -> None:
+        """``wall``: epoch seconds; ``monotonic``: the monotonic clock's reading at the same instant."""
+        self._wall = wall
+        self._monotonic = monotonic
+        self.ahead = 0.0  # how far the last wall reading was ahead of now(), seconds
+
+    def now(self, wall: float, monotonic: float) -> float:
+        """The time at a reading of both clocks, epoch seconds."""
+        now = min(wall, self._wall + (monotonic - self._monotonic))
+        self._wall, self._monotonic = now, monotonic
+        self.ahead = wall - now
+        return now

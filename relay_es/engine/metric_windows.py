@@ -14,7 +14,8 @@ them (older ones are skipped: a gap). An application seen for the first time sta
 cursor to the next boundary of the new period, so windows never overlap and each one's
 length is its ``granularity``.
 
-The time the windows are cut from, and the samples pruned by, is a :class:`Timeline`'s: the
+The time the windows are cut from, and the samples pruned by, is a
+:class:`~relay_es.domain.clock.Timeline`'s: the
 wall clock, but never ahead of where it stood moved on by the monotonic clock. A wall clock
 stepped ahead for one collection would otherwise ask for buckets the executors (on their own,
 right, clocks) have not reached, move the cursor past the real ones for good, and prune the
@@ -40,25 +41,6 @@ class Window:
     @property
     def granularity(self) -> int:
         return self.end - self.start
-
-
-class Timeline:
-    """The wall clock, but never ahead of the lowest reading of it seen, moved on by the monotonic
-    clock since (the rule of the process manager's retention plans). A wall clock stepped back is
-    followed; one stepped forward is not, until a restart (:attr:`ahead` says by how much)."""
-
-    def __init__(self, wall: float, monotonic: float) -> None:
-        """``wall``: epoch seconds; ``monotonic``: the monotonic clock's reading at the same instant."""
-        self._wall = wall
-        self._monotonic = monotonic
-        self.ahead = 0.0  # how far the last wall reading was ahead of now(), seconds
-
-    def now(self, wall: float, monotonic: float) -> float:
-        """The time at a reading of both clocks, epoch seconds."""
-        now = min(wall, self._wall + (monotonic - self._monotonic))
-        self._wall, self._monotonic = now, monotonic
-        self.ahead = wall - now
-        return now
 
 
 def lag_of(period: int) -> int:

@@ -89,12 +89,12 @@ from eventsourcing.utils import get_topic
 
 from relay_es.aggregates.application import Application, app_stream_id
 from relay_es.aggregates.executor import Executor, ExecutorStatus as S, RecoveryPhase as P, recovered_by_peer
-from relay_es.domain.clock import Clock
+from relay_es.domain.clock import Clock, Timeline
 from relay_es.domain.defaults import RECOVERY_RESPONSE_TIMEOUT, RESTART_SETTLE
 from relay_es.domain.ids import new_id
 from relay_es.engine.indexes import Indexes, derive_indexes
 from relay_es.engine.journal import Journal
-from relay_es.engine.metric_windows import Timeline, seconds_until_next, spread
+from relay_es.engine.metric_windows import seconds_until_next, spread
 from relay_es.engine.pace import Pace
 from relay_es.engine.recovery import (
     Answers,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay_es.engine.metric_windows import BACKFILL, Timeline, Window, due, lag_of, seconds_until_next
+from relay_es.engine.metric_windows import BACKFILL, Window, due, lag_of, seconds_until_next
 
 P = 300  # five minutes
 T = 1_800_000_000  # a boundary of P (and of 60, 600, 3600)
@@ -173,16 +173,3 @@ def test_seconds_until_next_agrees_with_due() -> None:
         after = due(T - P, now + wait, P)
         assert len(after) == len(before) + 1  # exactly one more bucket became due then
         assert due(T - P, now + wait - 0.001, P) == before
-
-
-def test_the_timeline_follows_the_wall_clock_back_but_not_ahead_of_the_monotonic_one() -> None:
-    line = Timeline(T, 1000.0)
-    assert line.now(T + 60, 1060.0) == T + 60 and line.ahead == 0  # both clocks moved on a minute
-    assert line.now(T + 60 + 86_400, 1120.0) == T + 120  # the wall clock stepped a day ahead: not followed
-    assert line.ahead == 86_340
-    assert line.now(T + 180 + 86_400, 1180.0) == T + 180  # the monotonic clock moves it on meanwhile
-    assert line.now(T + 240, 1240.0) == T + 240 and line.ahead == 0  # corrected: the two agree again
-    assert line.now(T - 3600, 1300.0) == T - 3600  # a step back is followed at once...
-    assert line.now(T - 3540, 1360.0) == T - 3540  # ...and the wall clock from there
-    assert line.now(T + 86_400, 1420.0) == T - 3480  # not a step forward, even back to where it stood
-    assert Timeline(T + 86_400, 1420.0).now(T + 86_400, 1420.0) == T + 86_400  # until a restart

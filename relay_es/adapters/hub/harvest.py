@@ -17,7 +17,7 @@ Every collection, whatever came of it, tells ``outcome`` the cursor as it stands
 what it stored), so ``relay_metrics_collected_until_timestamp_seconds`` is there after a restart even while
 the executors fail.
 
-The windows due and the pruning's cutoff are cut from a :class:`~relay_es.engine.metric_windows.Timeline`
+The windows due and the pruning's cutoff are cut from a :class:`~relay_es.domain.clock.Timeline`
 of the wall and monotonic clocks: a wall clock stepped ahead is not followed until Relay restarts (said at
 WARNING, once a period), so it neither asks the executors for buckets they have not reached nor prunes
 history that is still kept.
@@ -32,8 +32,9 @@ from typing import Any
 
 from relay_es.adapters.hub.calls import Calls
 from relay_es.adapters.series import MetricSeries
+from relay_es.domain.clock import Timeline
 from relay_es.engine.calls import CallFailed
-from relay_es.engine.metric_windows import CATCHUP, Timeline, Window, due
+from relay_es.engine.metric_windows import CATCHUP, Window, due
 from relay_es.protocol import metrics as wire
 from relay_es.protocol.limits import printable
 

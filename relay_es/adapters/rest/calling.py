@@ -127,7 +127,7 @@ async def latest_version(ctx: RestContext, org: str, app: str) -> str | None:
     now = time.monotonic()
     if hit is not None and now - hit[1] < LATEST_TTL_SECS:
         return hit[0]
-    changes = ctx.latest_changes.get(key, 0), ctx.apps_gone[0]
+    changes = ctx.latest_changes.get(key, 0), ctx.apps_gone.value
     version = None
     if ctx.calls is not None:
         try:
@@ -138,7 +138,7 @@ async def latest_version(ctx: RestContext, org: str, app: str) -> str | None:
                 version = max(stamped, key=lambda v: v.version_timestamp).version_name
         except CallFailed:
             pass
-    if (ctx.latest_changes.get(key, 0), ctx.apps_gone[0]) == changes:  # else made latest, or deleted, meanwhile
+    if (ctx.latest_changes.get(key, 0), ctx.apps_gone.value) == changes:  # else made latest, or deleted, meanwhile
         ctx.latest_versions[key] = (version, now)
     return version
 
@@ -156,7 +156,7 @@ def app_gone(ctx: RestContext, org: str, app: str) -> None:
     """``org``/``app`` was deleted: nothing is remembered of its latest version (an application made
     again under its name asks afresh, and a Relay deleting applications all day keeps none of them); an
     answer on its way from before is not kept (any application's deletion counts: the count is one number)."""
-    ctx.apps_gone[0] += 1
+    ctx.apps_gone.value += 1
     ctx.latest_versions.pop((org, app), None)
     ctx.latest_changes.pop((org, app), None)
 

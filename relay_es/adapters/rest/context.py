@@ -27,6 +27,13 @@ if TYPE_CHECKING:
     from relay_es.engine.service import Relay
 
 
+@dataclass
+class Tally:
+    """A count that moves inside the frozen :class:`RestContext`."""
+
+    value: int = 0
+
+
 @dataclass(frozen=True)
 class RestContext:
     relay: Relay
@@ -74,9 +81,9 @@ class RestContext:
     seconds): :func:`relay_es.adapters.rest.calling.latest_version`'s memory."""
     latest_changes: dict[tuple[str, str], int] = field(default_factory=dict)
     """(org, app) -> how many times this process made a version latest (:func:`~relay_es.adapters.rest.calling.latest_changed`)."""
-    apps_gone: list[int] = field(default_factory=lambda: [0])
-    """How many applications this process deleted, in a list of one (the context is frozen; the count
-    moves): :func:`~relay_es.adapters.rest.calling.app_gone`; an answer asked for before one was is not kept."""
+    apps_gone: Tally = field(default_factory=lambda: Tally())
+    """How many applications this process deleted (:func:`~relay_es.adapters.rest.calling.app_gone`): a
+    latest-version answer asked for before one was is not kept."""
     series: MetricSeries | None = None
     """The executors' metrics as collected (``listMetrics``), or None where nothing collects."""
     metrics_interval: int = 300
