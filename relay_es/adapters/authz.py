@@ -160,7 +160,8 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("POST", "/v2/orgs/{org}/secrets"): Rule("secrets.generate", Scope.ORG, TOKEN_WRITE, oauth=True),
     ("GET", "/v2/users/me"): Rule("users.me", Scope.SELF, None, oauth=True),
     ("GET", "/v2/orgs/{org}/audit-logs"): Rule("audit.list", Scope.ORG, ORGANIZATION_READ),
-    ("GET", "/v2/orgs/{org}/executor-events"): Rule("executor_events.list", Scope.ORG, ORGANIZATION_READ),
+    # The executors' lifecycle: application data. Its token entries need token.read too (the route's own filter).
+    ("GET", "/v2/orgs/{org}/executor-events"): Rule("executor_events.list", Scope.ORG, APPLICATION_READ),
     ("GET", "/metrics"): Rule("metrics", Scope.ORG, METRIC_READ),
     ("GET", "/healthz"): Rule("healthz", Scope.PUBLIC, None),
     ("GET", "/readyz"): Rule("readyz", Scope.PUBLIC, None),

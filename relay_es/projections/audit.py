@@ -70,6 +70,9 @@ def _connected(e: Any) -> tuple[str, dict[str, Any]]:
 
 
 RECOVERY_CONFIRMED = "recovery.confirmed"  # the action listMetrics' recovery_count counts (its index holds only these)
+# What every token entry's action begins with (token.created, token.revoked): their names and
+# applications are what listTokens shows, so the feed serves them only to a caller with token.read.
+TOKEN_ACTIONS = "token."
 
 # Executor events: (action, detail) from the event; org, app and name come from the stream's context.
 _EXECUTOR_ENTRIES: dict[type, Callable[[Any], tuple[str, dict[str, Any]]]] = {
@@ -253,7 +256,8 @@ class AuditLog(Protocol):
     """Where the log is read (the read models' database)."""
 
     def audit_entries(self, *, org: str, app: str | None = None, executor_id: str | None = None,
-                      after: int | None = None, limit: int = 100, folded: bool = False) -> list[AuditEntry]: ...
+                      after: int | None = None, limit: int = 100, folded: bool = False,
+                      tokens: bool = True) -> list[AuditEntry]: ...
 
 
 def query(
@@ -265,7 +269,10 @@ def query(
     after: int | None = None,
     limit: int = 100,
     folded: bool = False,
+    tokens: bool = True,
 ) -> list[AuditEntry]:
     """The org's entries (of an application, of an executor) after ``after``, in order, at most ``limit``;
-    ``folded``: only those up to the read model's tracked position (a page to follow from)."""
-    return db.audit_entries(org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded)
+    ``folded``: only those up to the read model's tracked position (a page to follow from); ``tokens=False``:
+    none of the tokens' (:data:`TOKEN_ACTIONS`), left out by the query, so every page is as full as the others allow."""
+    return db.audit_entries(org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded,
+                            tokens=tokens)

@@ -107,6 +107,18 @@ def test_a_token_limited_to_applications_reads_and_connects_and_writes_nothing()
     assert "| PATCH | `/v2/orgs/{org}/apps/{app}` | apps.update | org-wide | application.write |" in authz.table_markdown()
 
 
+def test_the_lifecycle_feed_is_application_data_not_the_org_s() -> None:
+    """It names applications, executors (hostnames, peers) and tokens: an auditor's organization.read
+    alone reads it no more than listApplications (its token entries need token.read as well: the
+    route's filter, tests/adapters/rest/test_executor_events.py)."""
+    feed = authz.TABLE[("GET", "/v2/orgs/{org}/executor-events")]
+    assert feed.permission == authz.TABLE[("GET", "/v2/orgs/{org}/apps")].permission == authz.APPLICATION_READ
+    auditor = authz.Principal("acme", "auditor", None, frozenset({authz.ORGANIZATION_READ}))
+    with pytest.raises(authz.Denied):
+        authz.decide(feed, auditor, "acme", None)
+    authz.decide(feed, authz.Principal("acme", "reader", None, frozenset({authz.APPLICATION_READ})), "acme", None)
+
+
 def test_the_readme_table_is_rendered_from_the_data() -> None:
     text = authz.table_markdown()
     assert text.count("\n") == len(authz.TABLE) + 2  # header, rule line, rows, the WebSocket

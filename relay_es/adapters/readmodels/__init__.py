@@ -83,8 +83,10 @@ class ReadModelStore:
         return apps.token_by_hash(self, secret_hash)
 
     def audit_entries(self, *, org: str, app: str | None = None, executor_id: str | None = None,
-                      after: int | None = None, limit: int = 100, folded: bool = False) -> list[AuditEntry]:
-        return audit.query(self, org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded)
+                      after: int | None = None, limit: int = 100, folded: bool = False,
+                      tokens: bool = True) -> list[AuditEntry]:
+        return audit.query(self, org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded,
+                           tokens=tokens)
 
     def recoveries(self, *, org: str, app: str, start_us: int, end_us: int, width_us: int) -> list[tuple[int, int]]:
         return audit.recoveries(self, org=org, app=app, start_us=start_us, end_us=end_us, width_us=width_us)

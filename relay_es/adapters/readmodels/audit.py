@@ -16,7 +16,7 @@ import msgspec
 
 from relay_es.adapters.readmodels.bulk import chunks, copy_rows, insert_rows, is_sqlite, marks
 from relay_es.domain.units import from_epoch_us, to_epoch_us
-from relay_es.projections.audit import RECOVERY_CONFIRMED, AuditEntry, AuditProjection, Where
+from relay_es.projections.audit import RECOVERY_CONFIRMED, TOKEN_ACTIONS, AuditEntry, AuditProjection, Where
 
 NAME = AuditProjection.NAME
 
@@ -112,8 +112,9 @@ class AuditTable:
 
 
 def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None = None, after: int | None = None,
-          limit: int = 100, folded: bool = False) -> list[AuditEntry]:
-    sql, params = query_sql(org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded)
+          limit: int = 100, folded: bool = False, tokens: bool = True) -> list[AuditEntry]:
+    sql, params = query_sql(org=org, app=app, executor_id=executor_id, after=after, limit=limit, folded=folded,
+                            tokens=tokens)
     with db.read() as cur:
         cur.execute(sql, params)
         rows = cur.fetchall()
@@ -121,13 +122,16 @@ def query(db: Any, *, org: str, app: str | None = None, executor_id: str | None 
 
 
 def query_sql(*, org: str, app: str | None, executor_id: str | None, after: int | None,
-              limit: int, folded: bool = False) -> tuple[str, dict[str, Any]]:
+              limit: int, folded: bool = False, tokens: bool = True) -> tuple[str, dict[str, Any]]:
     """:func:`query`'s statement and parameters. ``folded``: only the entries up to the audit read
     model's tracked position, read in the same statement. A live fold writes its rows and moves the
     position in one transaction, so this leaves nothing out then; a fill in processes (a rebuild, a
     start on empty read models) commits rows of every share out of order and moves the position
     once at its end, and a reader paging with ``after`` would have stepped over rows committed
-    behind its page for good."""
+    behind its page for good. ``tokens=False``: without the tokens' entries (``token.*``), left out
+    by the statement itself, so a page holds ``limit`` of the others whenever there are that many
+    (one filtered after the read could come back empty with later entries to come, and a follower
+    stop there)."""
     sql = "SELECT seq, at, org, app, executor_id, action, detail FROM relay_audit WHERE org = %(org)s"
     params: dict[str, Any] = {"org": org, "limit": limit}
     if app is not None:
@@ -139,6 +143,8 @@ def query_sql(*, org: str, app: str | None, executor_id: str | None, after: int 
     if after is not None:
         sql += " AND seq > %(after)s"
         params["after"] = after
+    if not tokens:  # a prefix compared as such: LIKE ignores case on SQLite and not on Postgres
+        sql += f" AND SUBSTR(action, 1, {len(TOKEN_ACTIONS)}) <> '{TOKEN_ACTIONS}'"
     if folded:
         sql += f" AND seq <= (SELECT position FROM relay_tracking WHERE name = '{NAME}')"
     sql += " ORDER BY seq LIMIT %(limit)s"

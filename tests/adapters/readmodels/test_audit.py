@@ -45,6 +45,30 @@ def test_a_page_to_follow_from_holds_only_what_the_read_model_has_folded_as_a_wh
     assert db.audit_entries(org="acme", after=1, limit=1, folded=True) == [rows[1]]
 
 
+def test_the_tokens_entries_are_left_out_by_the_query_so_a_page_is_full_past_them(db: Any) -> None:
+    """A caller without token.read is served no ``token.*`` entry. Left out by the statement: a page
+    of 2 after the first entry is the two after the 50 token entries, not an empty page (which a
+    follower would take for the end of the feed), folded or not, filtered by application or not."""
+    from relay_es.adapters.readmodels import tracking
+
+    def entry(seq: int, action: str, app: str | None = None) -> AuditEntry:
+        return AuditEntry(seq, T0, "acme", app, None, action, {"n": seq})
+
+    entries = ([entry(1, "app.registered", "orders")]
+               + [entry(seq, "token.created" if seq % 2 else "token.revoked") for seq in range(2, 52)]
+               + [entry(52, "app.updated", "orders"), entry(53, "tokens.x"), entry(54, "TOKEN.created")])
+    with db.transaction() as cur:
+        TABLES["audit"].write(cur, ({}, entries))
+        assert tracking.move(cur, "audit", 0, 54)
+    others = [entries[0], *entries[51:]]  # only a prefix of "token." (as it is spelled) is a token's entry
+    assert db.audit_entries(org="acme", limit=100, tokens=False) == others
+    assert db.audit_entries(org="acme", after=1, limit=2, tokens=False) == others[1:3]
+    assert db.audit_entries(org="acme", after=1, limit=2, tokens=False, folded=True) == others[1:3]
+    assert db.audit_entries(org="acme", app="orders", after=1, limit=1, tokens=False) == [entries[51]]
+    assert db.audit_entries(org="acme", after=1, limit=2) == entries[1:3]  # with token.read: every entry
+    assert db.audit_entries(org="acme", limit=100, tokens=True) == entries
+
+
 def test_an_action_s_nested_detail_is_stored_with_sorted_keys_and_read_back_equal(db: Any) -> None:
     """Actions' entries (issue 13) nest their actor, target and summaries; escaped text and "…" survive."""
     from relay_es.adapters.readmodels.audit import encode_detail
@@ -122,8 +146,8 @@ def test_pages_of_entries_are_read_in_an_index_s_order_without_a_sort(db: Any) -
         TABLES["audit"].write(cur, ({}, [AuditEntry(seq, T0, "acme", "orders", "A", "x.happened", {})
                                          for seq in range(1, 50)]))
     for index, keys in [("relay_audit_org", {}), ("relay_audit_app", {"app": "orders", "executor_id": "A"})]:
-        for after, folded in ((None, False), (5, False), (5, True)):
+        for after, folded, tokens in ((None, False, True), (5, False, True), (5, True, True), (5, True, False)):
             plan = _plan(db, *query_sql(org="acme", **{"app": None, "executor_id": None, **keys}, after=after,
-                                        limit=100, folded=folded))
+                                        limit=100, folded=folded, tokens=tokens))
             assert index in plan, plan
             assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan

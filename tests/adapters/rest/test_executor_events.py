@@ -142,3 +142,66 @@ def test_a_repeated_parameter_is_a_400_and_another_org_a_404(dev: RelayServer) -
     assert r.status_code == 400 and r.json()["status"] == 400 and "limit" in r.json()["detail"]
     r = call(dev, "GET", "/v2/orgs/other/executor-events")
     assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json")
+
+
+A = "/v2/orgs/acme"
+
+
+def follow(server: RelayServer, token: str, limit: int) -> list[dict[str, Any]]:
+    """What a follower (``relay events -f``) reads: pages of ``limit`` after the last ``seq``, until one is empty."""
+    out: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        r = call(server, "GET", A + "/executor-events", token, params={"after": after, "limit": limit})
+        assert r.status_code == 200, r.text
+        if not r.json():
+            return out
+        assert len(out) < 1000, "a page that ignores after would never end"
+        out += r.json()
+        after = out[-1]["seq"]
+
+
+def test_the_feed_needs_application_read_and_its_token_entries_token_read(
+        auth_server: tuple[RelayServer, dict[str, str]]) -> None:
+    """The feed names applications, executors (hostnames, peers) and tokens (names, applications):
+    ``organization.read`` alone (an auditor's role) reads none of it, as listApplications, listExecutors
+    and listTokens refuse it; ``application.read`` reads the feed without its token entries, left out
+    by the query: a follower whose pages of 5 meet 29 token entries in a row still reaches what comes
+    after them."""
+    s, t = auth_server
+    admin = t["acme"]
+
+    def token(name: str, *permissions: str) -> str:
+        r = call(s, "POST", f"{A}/tokens/{name}", admin, json={"permissions": list(permissions)})
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+    auditor = token("auditor", "organization.read")
+    reader = token("reader", "application.read")
+    both = token("both", "application.read", "token.read")
+    tokens_only = token("tokens-only", "organization.read", "token.read")
+    for i in range(12):  # with the fixture's "old" revoked and the four above: 29 token entries in a row
+        token(f"t{i}", "application.read")
+        assert call(s, "DELETE", f"{A}/tokens/t{i}", admin).status_code == 204
+    assert call(s, "PATCH", f"{A}/apps/orders", admin, json={"executorTimeoutSecs": 30}).status_code == 204
+
+    for who in (auditor, tokens_only):  # as the routes that serve the same data
+        for path in ("/apps", "/apps/orders/executors", "/executor-events"):
+            r = call(s, "GET", A + path, who)
+            assert r.status_code == 403 and "application.read" in r.json()["detail"], (path, r.text)
+    assert call(s, "GET", A + "/tokens", reader).status_code == 403
+
+    everything = follow(s, admin, 1000)
+    assert everything[-1]["action"] == "app.updated" and everything[-2]["action"] == "token.revoked"
+    actions = [e["action"] for e in everything]
+    assert actions.count("token.created") == 3 + 4 + 12 and actions.count("token.revoked") == 1 + 12
+    assert follow(s, both, 1000) == everything == follow(s, both, 5)
+    without = [e for e in everything if not e["action"].startswith("token.")]
+    assert {e["action"] for e in without} == {"app.registered", "app.updated"}
+    assert follow(s, reader, 1000) == without == follow(s, reader, 5) == follow(s, reader, 1)
+    # the page right after the org's applications were registered: the change that follows 29 token entries
+    registered = without[-2]["seq"]
+    r = call(s, "GET", A + "/executor-events", reader, params={"after": registered, "limit": 5})
+    assert r.json() == without[-1:]
+    r = call(s, "GET", A + "/executor-events", both, params={"after": registered, "limit": 5})
+    assert [e["action"] for e in r.json()] == ["token.revoked"] + ["token.created"] * 4
