@@ -4,12 +4,19 @@ and JWKS over HTTP, keys made here), with a fake clock for the key cache.
 What is shown: a token of a published key is accepted with its claims; a rotated key is fetched
 when a token names it, and a dropped key stops working once the set is fetched again; unknown key
 ids cannot make Relay fetch more than once per :data:`MIN_REFRESH`; the held keys outlive an
-issuer that is down; algorithms outside the asymmetric list are refused whatever the token says;
-groups map to roles, a grant wins, and the first sign-in is recorded.
+issuer that is down, and one that is down from the start is said to be; algorithms outside the
+asymmetric list are refused whatever the token says, and so is one its key's type cannot verify (a key
+published without ``alg``), a refusal never an error of PyJWT; a slow issuer is given up on by the
+deadline, headers included, and while one caller fetches the keys the others use those held or are
+refused at once; groups map to roles (role names checked), a grant wins, and the first sign-in is
+recorded.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import threading
 import time
 from typing import Any
 
@@ -189,9 +196,12 @@ def test_a_token_without_usable_groups_or_iat_gives_no_issue_time(claims: dict[s
 
 def test_helpers() -> None:
     assert looks_like_jwt("eyJa.eyJb.sig") and not looks_like_jwt("relay_abc") and not looks_like_jwt("eyJa.b")
-    assert parse_group_roles("a=b, c = d ,") == (("a", "b"), ("c", "d"))
+    assert parse_group_roles("a=bee, c = dee ,") == (("a", "bee"), ("c", "dee"))
     with pytest.raises(ValueError):
         parse_group_roles("a")
+    for typo in ("everyone=view-r", "ops=op", "ops=" + "x" * 31, "ops=vi ewer"):
+        with pytest.raises(ValueError, match="not a role name"):
+            parse_group_roles(typo)  # settings make it RELAY_OIDC_GROUP_ROLES's InvalidSetting: relay serve exits 2
 
 
 @pytest.mark.parametrize("name", ["bad\udc80name@example.com", "evil\u202e@example.com", "new\nline"])
@@ -254,7 +264,7 @@ def test_a_failing_issuer_is_asked_at_most_once_per_min_refresh(issuer: Issuer) 
     with pytest.raises(OidcError, match="cannot be fetched"):
         v.verify(issuer.token("ada"))
     for _ in range(5):
-        with pytest.raises(OidcError):
+        with pytest.raises(OidcError, match="cannot be fetched"):  # not "no key of its kid": it has none at all
             v.verify(issuer.token("ada"))
     assert len(asked) == 1
     clock.t += oidc.MIN_REFRESH
@@ -267,3 +277,132 @@ def _rsa() -> Any:
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     return rsa.generate_private_key(65537, 2048)
+
+
+def _forged(kid: str, alg: str, iss: str) -> str:
+    """A token whose header names ``alg`` for the key ``kid``: anyone can write one."""
+    def b64(d: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    return f"{b64({'alg': alg, 'kid': kid, 'typ': 'JWT'})}.{b64({'sub': 'x', 'aud': 'relay', 'iss': iss, 'iat': now, 'exp': now + 60})}.AAAA"
+
+
+FITS = {"rsa": {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"}, "ec": {"ES256"}, "ec384": {"ES384"},
+        "ed25519": {"EdDSA"}, "ed448": {"EdDSA"}}
+
+
+@pytest.mark.parametrize("kind", sorted(FITS))
+def test_a_key_without_alg_verifies_only_its_type_s_algorithms(issuer: Issuer, kind: str) -> None:
+    issuer.publish_alg = False  # as Entra ID publishes its keys
+    kid = issuer.rotate(kind=kind)
+    v = Verifier(issuer.url, "relay")
+    assert v.verify(issuer.token("ada"))["sub"] == "ada"  # its own algorithm
+    for alg in oidc.ALGORITHMS:
+        with pytest.raises(OidcError) as refused:  # never PyJWT's TypeError or ValueError: a 500
+            v.verify(_forged(kid, alg, issuer.url))
+        assert ("not its key's" in str(refused.value)) == (alg not in FITS[kind]), (alg, str(refused.value))
+    if kind == "rsa":
+        assert v.verify(issuer.token("ada", alg="PS384"))["sub"] == "ada"  # no alg named: any of its type
+
+
+def test_a_shared_secret_key_verifies_nothing() -> None:
+    jwks = {"keys": [{"kty": "oct", "k": "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", "kid": "h", "use": "sig"}]}
+    docs = {"https://id.example.com/.well-known/openid-configuration":
+            {"issuer": "https://id.example.com", "jwks_uri": "https://id.example.com/jwks"},
+            "https://id.example.com/jwks": jwks}
+    v = Verifier("https://id.example.com", "relay", get=docs.__getitem__)
+    for alg in oidc.ALGORITHMS:
+        with pytest.raises(OidcError, match="no key Relay can use"):
+            v.verify(_forged("h", alg, "https://id.example.com"))
+
+
+def test_what_pyjwt_raises_on_a_key_it_cannot_use_is_a_refusal(issuer: Issuer, monkeypatch) -> None:
+    issuer.publish_alg = False
+    monkeypatch.setattr(oidc, "algorithms_of", lambda key: frozenset(oidc.ALGORITHMS))  # the type check undone
+    with pytest.raises(OidcError, match="signature or claims"):  # PyJWT: TypeError, an RSA key loaded as EC
+        Verifier(issuer.url, "relay").verify(_forged(issuer.kid, "ES256", issuer.url))
+
+
+def test_a_key_whose_kid_is_not_text_is_skipped_not_the_whole_set(issuer: Issuer) -> None:
+    good = Issuer.public_jwk(issuer.kid, issuer.keys[issuer.kid])
+    odd = [{**good, "kid": ["x"]}, {**good, "kid": 7}, {**good, "kid": {"a": 1}}, {**good, "alg": ["RS256"]}, "key"]
+    docs = {f"{issuer.url}/.well-known/openid-configuration": {"issuer": issuer.url, "jwks_uri": f"{issuer.url}/jwks"},
+            f"{issuer.url}/jwks": {"keys": [*odd, good]}}
+    v = Verifier(issuer.url, "relay", get=docs.__getitem__)
+    assert v.verify(issuer.token("ada"))["sub"] == "ada"
+    assert list(v._keys) == [issuer.kid]
+
+
+def test_an_issuer_trickling_its_headers_is_given_up_on_by_the_deadline(issuer: Issuer, monkeypatch) -> None:
+    monkeypatch.setattr(oidc, "HTTP_TIMEOUT", 0.3)  # the whole exchange; the issuer takes 2 s over its headers alone
+    issuer.trickle = 100
+    with pytest.raises(OidcError, match="cannot be fetched"):
+        Verifier(issuer.url, "relay").verify(issuer.token("ada"))
+    assert not issuer.trickled.is_set()  # given up on while the headers still came, not once they were all in
+
+
+class Stall:
+    """The issuer's documents, each fetch held (once ``hold`` is set) until ``go`` is: the test says when."""
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.entered, self.go, self.done = threading.Event(), threading.Event(), threading.Event()
+
+    def __call__(self, url: str) -> Any:
+        if self.hold:
+            self.entered.set()
+            self.go.wait(10)  # a bound for the run before the fix, where the other callers wait for this one
+            self.done.set()
+        return oidc._http_get(url)
+
+
+def test_one_fetch_at_a_time_and_the_other_callers_do_not_wait_for_it(issuer: Issuer) -> None:
+    clock, stall = Clock(), Stall()
+    v = Verifier(issuer.url, "relay", get=stall, clock=clock)
+    token = issuer.token("ada")
+    v.verify(token)
+    clock.t += oidc.KEYS_LIFESPAN  # the set is old: the next caller fetches it again
+    stall.hold = True
+    fetcher = threading.Thread(target=v.verify, args=(token,))
+    fetcher.start()
+    try:
+        assert stall.entered.wait(10)
+        assert v.verify(token)["sub"] == "ada"  # the keys held, while the fetch hangs
+        with pytest.raises(OidcError, match="no key of its kid .its keys are being fetched again"):
+            v.verify(issuer.token("ada", kid=issuer.rotate()))
+        hung = not stall.done.is_set()
+    finally:
+        stall.go.set()
+        fetcher.join()
+    assert hung  # all of that answered while the fetch still hung
+    assert issuer.requests.count("/jwks") == 2
+    assert v.verify(issuer.token("ada"))["sub"] == "ada"  # the new key, fetched by the caller that hung
+
+
+def test_a_caller_finding_the_first_fetch_under_way_is_refused_at_once(issuer: Issuer) -> None:
+    stall = Stall()
+    stall.hold = True
+    v = Verifier(issuer.url, "relay", get=stall)
+    token = issuer.token("ada")
+    fetcher = threading.Thread(target=v.verify, args=(token,))
+    fetcher.start()
+    try:
+        assert stall.entered.wait(10)
+        with pytest.raises(OidcError, match="keys are being fetched"):
+            v.verify(token)
+        hung = not stall.done.is_set()
+    finally:
+        stall.go.set()
+        fetcher.join()
+    assert hung
+    assert v.verify(token)["sub"] == "ada"
+
+
+def test_a_mapped_role_the_org_does_not_have_is_logged_once(issuer: Issuer, caplog) -> None:
+    users = OidcUsers(OidcSettings(issuer.url, "relay", "acme", group_roles=parse_group_roles("everyone=viewr")),
+                      Relay(POPO, clock=FakeClock()))  # a typo: a role name, but no role
+    for _ in range(3):
+        assert users.principal(issuer.token("ada", groups=["everyone"])).permissions == frozenset()
+    assert [r.getMessage() for r in caplog.records if "viewr" in r.getMessage()] == [
+        "--oidc-group-roles maps groups to role 'viewr', which org acme does not have: it gives them nothing"]

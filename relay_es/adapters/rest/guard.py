@@ -10,12 +10,17 @@ live token of the path's org whose scope and permissions the row accepts.
 Names in the path are checked before anything echoes them. The caller is left
 in ``request.state.principal``. A 401 or 403 is put in the audit log, throttled
 (:mod:`relay_es.adapters.rest.recording`); an anonymous caller's only under an org that exists.
+An OIDC sign-in is checked on threads of its own (:data:`OIDC_THREADS`), Relay's tokens on the
+default pool: sign-ins waiting on a slow issuer never keep a token's caller waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from litestar.connection import ASGIConnection
@@ -53,6 +58,10 @@ def valid_text(value: str) -> bool:
 
 
 MAX_BEARER = 16 * 1024  # an OIDC JWT can be a few kilobytes; Relay's own tokens are 49 characters
+
+# At most this many OIDC sign-ins checked at once (the issuer's keys, the member's row); more wait their turn
+# here, not in the default pool that checks Relay's own tokens (asyncio.to_thread). Threads start when needed.
+OIDC_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="relay-oidc")
 
 
 def bearer(header: str) -> str:
@@ -173,7 +182,8 @@ class Authorize:
         assert self.ctx.credentials is not None  # auth mode has a checker (build_app requires it)
         if self.ctx.oidc is not None and looks_like_jwt(secret):
             try:
-                return await asyncio.to_thread(self.ctx.oidc.principal, secret)
+                call = functools.partial(contextvars.copy_context().run, self.ctx.oidc.principal, secret)
+                return await asyncio.get_running_loop().run_in_executor(OIDC_THREADS, call)
             except OidcError as e:
                 raise self.refused(401, f"the OIDC token is refused: {e}",
                                    headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None

@@ -2,11 +2,15 @@
 development mode stays on this machine and auth mode needs a live token whose
 row of the table accepts it, refusals problem documents, counted; then the
 matrix on a real ``relay serve --auth``. Every operation against every caller
-is in ``tests/adapters/test_authz.py``."""
+is in ``tests/adapters/test_authz.py``. With OIDC: a forged token is a 401 (counted, recorded),
+never a 500, and a slow issuer keeps no caller with a Relay token waiting."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -16,12 +20,18 @@ from litestar.testing import TestClient
 from relay_es.adapters import authz
 from relay_es.adapters.rest import build_app
 from relay_es.adapters.rest.guard import bearer, check_path_names
+from relay_es.adapters.oidc import OidcSettings, OidcUsers, Verifier
 from relay_es.adapters.rest.recording import MAX_REFUSALS_PER_WINDOW
+from relay_es.domain.clock import FakeClock
 from relay_es.domain.errors import InvalidSetting
+from relay_es.engine.service import Relay
 from relay_es.protocol.limits import OutOfBounds, check_identifier
 from tests.adapters.rest.fakes import fake_context
+from tests.adapters.test_oidc import Stall, _forged
+from tests.oidc_issuer import Issuer
 from tests.rest_client import rest as call
 from tests.server import RelayServer
+from tests.support import POPO
 
 ADMIN = authz.Principal("acme", "admin", None, authz.permissions_for(None))
 SCOPED = authz.Principal("acme", "orders-only", ("orders",), authz.permissions_for(["orders"]))
@@ -139,6 +149,48 @@ def test_healthz_tells_the_instance_to_an_org_wide_token_only(auth: tuple[TestCl
         assert r.status_code == 200 and r.json() == {"status": "ok"}, headers
     r = client.get("/healthz", headers={"Authorization": "Bearer admin"})
     assert r.json() == {"status": "ok", "instance": "test-instance", "store": "sqlite"}
+
+
+def test_an_oidc_token_naming_an_algorithm_its_key_cannot_verify_is_a_401_counted_and_recorded() -> None:
+    relay = Refused()
+    with Issuer() as issuer:
+        issuer.publish_alg = False  # as Entra ID: the key's type says which algorithms it verifies
+        ctx = fake_context(auth=True, credentials=FakeCredentials(), relay=relay,
+                           oidc=OidcUsers(OidcSettings(issuer.url, "relay", "acme"), relay))
+        with TestClient(build_app(ctx), base_url="http://127.0.0.1") as client:
+            for alg in ("ES256", "ES384"):  # PyJWT would load the RSA key as an EC one: a TypeError, a 500
+                forged = _forged(issuer.kid, alg, issuer.url)
+                r = client.get("/v2/orgs/acme/apps", headers={"Authorization": f"Bearer {forged}"})
+                assert "not its key's" in refused(r, 401)["detail"]
+    assert relay.made == [("acme", "no valid token", 401)]  # the second alike: throttled
+    assert ctx.metrics.registry.get_sample_value("relay_auth_refused_total", {"where": "rest"}) == 2
+
+
+def test_a_slow_oidc_issuer_keeps_no_caller_with_a_relay_token_waiting() -> None:
+    one_thread = ThreadPoolExecutor(max_workers=1)  # the default pool, where Relay's tokens are checked, at its smallest
+    stall = Stall()
+    with Issuer() as issuer:
+        relay = Relay(POPO, clock=FakeClock())
+        users = OidcUsers(OidcSettings(issuer.url, "relay", "acme"), relay, Verifier(issuer.url, "relay", get=stall))
+        ctx = fake_context(auth=True, credentials=FakeCredentials(), relay=relay, oidc=users,
+                           on_startup=lambda: asyncio.get_running_loop().set_default_executor(one_thread))
+        signed_in = {"Authorization": f"Bearer {issuer.token('ada')}"}
+        with TestClient(build_app(ctx), base_url="http://127.0.0.1") as client:
+            stall.hold = True  # the issuer answers when the test says
+            answers: list[int] = []
+            fetcher = threading.Thread(target=lambda: answers.append(client.get("/metrics", headers=signed_in).status_code))
+            fetcher.start()
+            try:
+                assert stall.entered.wait(10)
+                assert "being fetched" in refused(client.get("/metrics", headers=signed_in), 401)["detail"]
+                assert client.get("/metrics", headers={"Authorization": "Bearer admin"}).status_code == 200
+                hung = not stall.done.is_set()
+            finally:
+                stall.go.set()
+                fetcher.join()
+    one_thread.shutdown()
+    assert hung  # the token's caller was answered while the issuer still hung
+    assert answers == [403]  # the keys came; ada has no role
 
 
 def test_auth_mode_needs_a_credential_checker() -> None:
