@@ -191,6 +191,34 @@ def _duration(name: str, raw: Any, most: float = 0.0) -> timedelta:
     return timedelta(seconds=v)
 
 
+MAX_HOST_NAME = 253  # characters of a DNS name, its trailing dot aside (RFC 1035)
+
+
+def _host(raw: Any) -> str:
+    """``--host``: an IP address, or a name the resolver can be asked for (printable, no spaces, each
+    dot-separated label 1-63 characters once IDNA-encoded, 253 in all), checked before anything is
+    opened; the empty name binds every interface. A name Python cannot encode for the resolver
+    (``not..a..host``) would otherwise fail only when the server binds, with tracebacks and after the
+    store was opened; one it can but that resolves to nothing is refused then, as a host not here."""
+    host = str(raw)
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    shown = repr(host[:100]) + ("..." if len(host) > 100 else "")
+    if not host.isprintable() or any(c.isspace() for c in host):
+        raise InvalidSetting("host", f"must be an IP address or a host name, got {shown}")
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError:
+        raise InvalidSetting("host", f"must be an IP address or a host name (dot-separated labels of 1-63 "
+                                     f"characters), got {shown}") from None
+    if len(encoded.removesuffix(b".")) > MAX_HOST_NAME:
+        raise InvalidSetting("host", f"a host name has at most {MAX_HOST_NAME} characters, got {shown}")
+    return host
+
+
 def is_loopback(host: str) -> bool:
     if host in ("localhost", "ip6-localhost"):
         return True
@@ -248,7 +276,7 @@ class Settings:
                 return v
             return env.get(env_name, default)
 
-        host = pick("host", "RELAY_HOST", DEFAULT_HOST)
+        host = _host(pick("host", "RELAY_HOST", DEFAULT_HOST))
         try:
             port = int(pick("port", "RELAY_PORT", DEFAULT_PORT))
         except ValueError:

@@ -259,3 +259,11 @@ def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(tmp_path) -> None
             assert found == [expected], (args, found)
         finally:
             server.stop()
+
+
+def test_a_host_that_is_no_name_is_refused_before_the_store_is_opened(tmp_path) -> None:
+    r = subprocess.run(RELAY + ["serve", "--auth", "--host", "not..a..host"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.startswith("relay: host: ") and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "relay-data").exists()

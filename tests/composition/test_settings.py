@@ -141,3 +141,19 @@ def test_a_duration_that_would_round_to_nothing_is_refused_naming_the_least(raw:
         Settings.from_sources({}, {"RELAY_PING_INTERVAL_SECS": raw})
     assert "RELAY_PING_INTERVAL_SECS" in str(e.value) and "at least 1e-06" in str(e.value)
     assert Settings.from_sources({}, {"RELAY_PING_INTERVAL_SECS": "1e-6"}).ping_interval.total_seconds() == 1e-6
+
+
+@pytest.mark.parametrize("host", ["not..a..host", ".relay.example", "a" * 64 + ".example", ("a" * 63 + ".") * 4 + "io",
+                                  "relay example", "relay\x00.example", "\udc80"])
+def test_a_host_the_resolver_could_never_be_asked_for_is_refused_before_anything_opens(host: str) -> None:
+    """It crashed ``relay serve`` with three tracebacks when the server bound (the store opened by then)."""
+    for args, env in (({"host": host}, {}), ({}, {"RELAY_HOST": host})):
+        with pytest.raises(InvalidSetting) as e:
+            Settings.from_sources({"auth": True, **args}, env)
+        assert str(e.value).startswith("host: ")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "fe80::1%eth0", "relay.example.com", "relay.example.com.",
+                                  "bücher.example", "a" * 63 + ".example", "", ("a" * 62 + ".") * 4 + "a"])
+def test_an_address_or_a_name_is_a_host(host: str) -> None:
+    assert Settings.from_sources({"auth": True, "host": host}, {}).host == host  # "": every interface

@@ -13,8 +13,9 @@ runs, as Conductor does.
   no permissions for one with neither.
 - ``grantRole``: gives a member (signed in or not yet) a role of the org (404 for an unknown role).
 - ``removeMember``: forgets a member and their grant (404 for an unknown one), and revokes the
-  tokens they made with ``generateSecret`` (their executors' sockets are closed); their groups may
-  still give them a role at their next sign-in.
+  tokens they made with ``generateSecret`` (their executors' sockets are closed, also when the
+  removal fails after its commit: the client's retry finds no member to close them for); their
+  groups may still give them a role at their next sign-in.
 - ``getCurrentUser``: the OIDC user calling (404 for a token: no user).
 - ``generateSecret``: a new org-wide token for the calling OIDC user (404 for a token: no user), with
   the caller's permissions (never more), named ``secret-<8 hex digits>``, and noted as theirs: removing
@@ -41,6 +42,7 @@ from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
 from relay_es.adapters.rest.roles import within
 from relay_es.aggregates.members import members_stream_id
+from relay_es.aggregates.token import token_stream_id
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.roles import ordered
@@ -91,6 +93,24 @@ def _may_grant(ctx: Any, request: Request[Any, Any, Any], org: str, permissions:
     _may_change(ctx, request, org, known)
 
 
+def _live_secrets(ctx: Any, org: str, username: str) -> list[str]:
+    """The names of the live tokens ``username`` made for themselves (``generateSecret``) and still holding
+    the secret they made them with, as the store holds them now: those removing the member revokes. At
+    most :data:`~relay_es.aggregates.members.MAX_SECRETS`, read in two queries."""
+    found = ctx.relay.load_many([members_stream_id(org)])
+    members = next(iter(found.values()), None)
+    made = {} if members is None else dict(members.made_by(username))  # a name made again: its newest secret
+    ids = {token_stream_id(org, name): (name, digest) for name, digest in made.items()}
+    tokens = ctx.relay.load_many(list(ids)) if ids else {}
+    return [name for i, (name, digest) in ids.items()
+            if (t := tokens.get(i)) is not None and not t.revoked and t.secret_hash == digest]
+
+
+def _disconnect(ctx: Any, org: str, names: list[str]) -> None:
+    for name in names:
+        ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
+
+
 class OrgController(Controller):
     path = ORG
 
@@ -134,15 +154,29 @@ class OrgController(Controller):
             status_code=200, sync_to_thread=True)
     def remove_member(self, org: FromPath[str], username: FromPath[str], request: Request[Any, Any, Any],
                       ctx: Context) -> Response[m.Member]:
+        passed = [False]  # the last run's checks all passed: its save, revoking the member's secrets, may be on record
+
+        def may_change(known: dict[str, Any] | None) -> None:  # asked first by each run
+            passed[0] = False
+            _may_change(ctx, request, org, known)
+            passed[0] = True
+
+        def may_revoke(apps: list[str] | None, perms: list[str] | None) -> None:
+            # nor the secrets they made, which keep the permissions the member had then (as deleteToken checks)
+            passed[0] = False
+            within(request, sorted(authz.permissions_for(apps, perms)), "a token the member made")
+            passed[0] = True
+
         with recorded(ctx, request, org, None, operation="removeMember", target_type="user",
                       target_ids=[username]):
-            # nor the secrets they made, which keep the permissions the member had then (as deleteToken checks)
-            known, revoked = ctx.relay.remove_member(
-                org, username, may_change=lambda known: _may_change(ctx, request, org, known),
-                may_revoke=lambda apps, perms: within(request, sorted(authz.permissions_for(apps, perms)),
-                                                      "a token the member made"))
-        for name in revoked:
-            ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
+            live = _live_secrets(ctx, org, username)  # what a failure after the commit may have revoked
+            try:
+                known, revoked = ctx.relay.remove_member(org, username, may_change=may_change, may_revoke=may_revoke)
+            except Exception:
+                if passed[0]:  # the answer lost, perhaps, not the change: a retry finds no member, and no secret
+                    _disconnect(ctx, org, live)
+                raise
+        _disconnect(ctx, org, revoked)
         if revoked:
             ctx.read_your_writes()  # listTokens no longer shows them, as after deleteToken
         return calling.answer(m.Member(id=username, org_id=_org_id(org), email=known.get("email", ""),

@@ -25,6 +25,8 @@ or remove a stronger member).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -36,13 +38,13 @@ from msgspec import UNSET, UnsetType
 
 from relay_es.adapters import authz
 from relay_es.adapters.rest import calling, openapi
-from relay_es.adapters.rest.context import Context
+from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import ORG
 from relay_es.adapters.rest.recording import recorded
 from relay_es.adapters.rest.roles import within
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import roles, units
-from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.errors import IllegalTransition, InvalidSetting
 from relay_es.projections import apps as apps_view
 
 MAX_APP_NAMES = 100  # applications one token may be limited to
@@ -159,10 +161,43 @@ class TokensController(Controller):
             summary="Revoke a token; executors using it are disconnected")
     def revoke(self, org: FromPath[str], token_name: FromPath[str], ctx: Context,
                request: Request[Any, Any, Any]) -> None:
-        with recorded(ctx, request, org, None, operation="deleteToken", target_type="token", target_ids=[token_name]):
+        checked = [False]  # the last run found the token live and the caller may revoke it: its save may be on record
+
+        def may_revoke(apps: list[str] | None, perms: list[str] | None) -> None:
             # nobody weaker revokes a stronger key, as none deletes a stronger role: asked of the token the
             # command reads and saves (one made again meanwhile is asked of as it is then)
-            ctx.relay.revoke_token(org, token_name, may_revoke=lambda apps, perms: within(
-                request, sorted(authz.permissions_for(apps, perms)), "a token revoked"))
-        ctx.token_revoked(org, token_name)  # refused and disconnected now, not once the read models follow
+            checked[0] = False
+            within(request, sorted(authz.permissions_for(apps, perms)), "a token revoked")
+            checked[0] = True
+
+        with disconnecting(ctx, org, token_name, may_be_saved=lambda: checked[0]):
+            with recorded(ctx, request, org, None, operation="deleteToken", target_type="token",
+                          target_ids=[token_name]):
+                ctx.relay.revoke_token(org, token_name, may_revoke=may_revoke)
         ctx.read_your_writes()
+
+
+@contextmanager
+def disconnecting(ctx: RestContext, org: str, name: str, *, may_be_saved: Callable[[], bool]) -> Iterator[None]:
+    """Around a revocation of ``org``'s token ``name``: when it ends with the token revoked, or maybe
+    revoked, the token's executors are disconnected and admission forgets the key, before the answer
+    (:attr:`RestContext.token_revoked`: refused now, not once the read models follow; idempotent).
+
+    Revoked: the revocation succeeded, or the token was revoked already (a 409: perhaps the client's
+    retry of a revocation whose answer was lost -- the commit made, then the store's connection
+    failed -- which disconnected nothing). Maybe revoked: it failed after ``may_be_saved()`` (its last
+    run found the token live and the caller allowed to revoke it), so its save may be on record: a live
+    key's executors disconnected for nothing connect again, a revoked key's left connected would keep
+    working. A refusal (403, 404, 422) or a failure before the check disconnects nothing; and only this
+    org's token of that name is ever named (another org's of the same name is another token)."""
+    try:
+        yield
+    except IllegalTransition as e:
+        if e.command == "revoke" and e.state == "revoked":  # revoked already
+            ctx.token_revoked(org, name)
+        raise
+    except Exception:
+        if may_be_saved():
+            ctx.token_revoked(org, name)
+        raise
+    ctx.token_revoked(org, name)

@@ -5,23 +5,34 @@ a real OpenID Connect issuer on loopback (discovery and JWKS over HTTP, keys mad
 A user's permissions are their role's: the one granted them, else their groups'; none without
 either. Refused: an expired token, another audience, another issuer, ``alg: none``, an HMAC token
 keyed with the issuer's public key, a key the issuer does not publish. Without OIDC the seven
-operations answer 404, as Conductor's do. Every answer is checked against the reference.
+operations answer 404, as Conductor's do. Every answer is checked against the reference. Last, in
+process on a real store: a removal whose answer is lost after its commit still disconnects the
+secrets it revoked.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from litestar.testing import TestClient
+
+from relay_es.adapters.rest import build_app
+from relay_es.composition.asgi import rest_context
+from relay_es.composition.runtime import Runtime
+from relay_es.composition.settings import Settings
 
 from tests.adapters.rest.servers import server_admin_token
 from tests.adapters.rest.test_queues import actions
+from tests.adapters.rest.test_tokens import LostAnswer
 from tests.conductor_schema import check_response
 from tests.oidc_issuer import Issuer
 from tests.rest_client import rest as call
@@ -280,3 +291,39 @@ def test_removing_a_member_revokes_no_secret_stronger_than_the_caller(oidc: tupl
     assert "bob@example.com" in conforms("listMembers", call(s, "GET", O + "/members", boss), 200)["users"]
     conforms("removeMember", call(s, "DELETE", O + "/members/bob@example.com", boss), 200)
     assert call(s, "GET", O + "/apps", secret).status_code == 401
+
+
+def test_a_removal_whose_answer_is_lost_disconnects_the_secrets_it_revoked(tmp_path) -> None:
+    """In process, on a real store: the member's removal is committed, then the store's connection fails
+    as it answers. Their live secret's executors are disconnected all the same (the client's retry finds
+    no member, and no secret of theirs, to disconnect); a name of theirs made again by someone else since
+    is another key, left alone."""
+    runtime = Runtime(Settings(database_url=f"sqlite:///{tmp_path}/relay.db", auth=True, instance="test-instance"))
+    closed: list[tuple[str, str]] = []
+
+    def token_revoked(org: str, name: str) -> None:
+        closed.append((org, name))
+        runtime.token_revoked(org, name)
+
+    oidc = SimpleNamespace(settings=SimpleNamespace(org="acme"))  # the OIDC org; its callers here use tokens
+    ctx = dataclasses.replace(rest_context(runtime), token_revoked=token_revoked, oidc=oidc,
+                              read_your_writes=lambda: runtime.runner.catch_up())
+    client = TestClient(build_app(ctx), base_url="http://127.0.0.1")
+    try:
+        relay = runtime.relay
+        admin = {"Authorization": "Bearer " + relay.create_token("acme", "admin")}
+        mine = relay.generate_secret("acme", "bob@example.com", "secret-1", permissions=["application.read"])
+        relay.generate_secret("acme", "bob@example.com", "secret-2", permissions=["application.read"])
+        relay.revoke_token("acme", "secret-2")
+        theirs = relay.create_token("acme", "secret-2")  # made again: not bob's
+        runtime.runner.catch_up()
+        LostAnswer(relay)
+        r = client.delete(O + "/members/bob@example.com", headers=admin)
+        assert r.status_code == 500 and "disk" not in r.text
+        assert closed == [("acme", "secret-1")]
+        assert runtime.gate.credentials.check(mine) is None  # revoked: the commit was made
+        assert client.delete(O + "/members/bob@example.com", headers=admin).status_code == 404  # the retry
+        assert closed == [("acme", "secret-1")]
+        assert runtime.gate.credentials.check(theirs) is not None
+    finally:
+        runtime.close()
