@@ -20,16 +20,21 @@ application over its WebSocket (ADR 0019). A route does three things, each here 
 
 The executor's ``error_message`` keeps its text (escaped and bounded) in the problem's
 ``detail``. Its status is the route's to choose (``failed_status``): an executor says "no
-such workflow" in prose, so a route that can tell passes a function of the message.
+such workflow" in prose, so a route about one named thing passes a function of the message
+that knows how each SDK says it (:func:`not_found_or`, :func:`no_such_schedule`), naming that
+thing. Anything else an executor says is a 500: its database or a bug, which retrying may cure --
+a relation or a database that "does not exist" included. A list answers no 404 for its
+executor's failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -59,7 +64,19 @@ R = TypeVar("R")
 LATEST_TTL_SECS = 30.0  # how long the version a user made latest is taken as known, per application
 LATEST_ASK_SECS = 5.0  # the longest a call waits to learn it (then: the newest registered version)
 
-NOT_FOUND_WORDS = ("does not exist", "not found", "no workflow", "nonexistent", "non-existent")
+# How each SDK says it has no workflow of an id (the id exact, the words in any case): TypeScript
+# "Workflow <id> does not exist" (DBOSNonExistentWorkflowError), Python "Non-existent target workflow
+# ID: <id>" (DBOSNonExistentWorkflowError; "Sent to non-existent destination workflow ID: <id>" in
+# older releases), Java "Workflow does not exist <id>".
+# Each group is the id named; the first is matched at every "workflow" (an error's context says
+# "... workflow <id>: " before the SDK's own words), the others end with their line.
+NO_WORKFLOW = (
+    re.compile(r"(?=\b(?i:workflow) ([^\n]+?) (?i:does not exist)\b)"),
+    re.compile(r"\b(?i:non-existent [a-z]+ workflow (?:id|uuid)): ([^\n]*?)\s*$", re.MULTILINE),
+    re.compile(r"\b(?i:workflow does not exist) ([^\n]*?)\s*$", re.MULTILINE),
+)
+# Python in metadata-only mode names the error's class and withholds its text (and so the id).
+NO_WORKFLOW_WITHHELD = "DBOSNonExistentWorkflowError (details withheld in metadata-only mode)"
 # An executor in metadata-only mode refusing a data operation ("<type> is not allowed in conductor
 # metadata-only mode", protocol section 6): a 403, no retry or other body will help. Not its other
 # errors, which end "(details withheld in metadata-only mode)" whatever they were.
@@ -84,17 +101,53 @@ class ExecutorProblem(Exception):
         self.status, self.title, self.detail = status, title, detail
 
 
-def not_found_or(status: int) -> Callable[[str], int]:
-    """A ``failed_status`` for operations on one named thing: 404 when the executor's message
-    says it does not exist, 403 when it refuses data in metadata-only mode, else ``status``."""
+def refused(message: str) -> bool:
+    """Whether the executor refuses a data operation in metadata-only mode (a 403 wherever it comes)."""
+    return METADATA_ONLY_REFUSAL in message.lower()
 
-    def pick(message: str) -> int:
-        low = message.lower()
-        if METADATA_ONLY_REFUSAL in low:
-            return 403
-        return 404 if any(w in low for w in NOT_FOUND_WORDS) else status
 
-    return pick
+def refused_or(status: int) -> Callable[[str], int]:
+    """A ``failed_status`` that is never a 404 (a list; a thing whose absence the executor answers as
+    null): 403 when the executor refuses data in metadata-only mode, else ``status``."""
+    return lambda message: 403 if refused(message) else status
+
+
+def no_such_workflow(message: str, workflow_ids: Collection[str] | None = None) -> bool:
+    """Whether the executor's message is an SDK's own "no workflow <id>" (:data:`NO_WORKFLOW`) for
+    one of ``workflow_ids`` (None, where a route cannot name them: for an id without spaces). Not a
+    database's "relation ... does not exist", whatever workflow the message's context names."""
+    if NO_WORKFLOW_WITHHELD in message:
+        return True
+    for pattern in NO_WORKFLOW:
+        for match in pattern.finditer(message):
+            named = match.group(1)
+            if named in workflow_ids if workflow_ids is not None else _one_word(named):
+                return True
+    return False
+
+
+def _one_word(text: str) -> bool:
+    return bool(text) and not any(ch.isspace() for ch in text)
+
+
+def no_such_schedule(message: str, schedule_name: str) -> bool:
+    """Whether the executor's message is an SDK's own "no schedule ``schedule_name``": Python's
+    "Schedule '<name>' does not exist", TypeScript's 'Schedule "<name>" not found'."""
+    return f"Schedule '{schedule_name}' does not exist" in message or f'Schedule "{schedule_name}" not found' in message
+
+
+def not_found_or(status: int, workflow_ids: Collection[str] | None = None) -> Callable[[str], int]:
+    """A ``failed_status`` for operations on named workflows: 403 when the executor refuses data in
+    metadata-only mode, 404 when its message is an SDK's "no such workflow" for one of
+    ``workflow_ids`` (:func:`no_such_workflow`), else ``status``."""
+    return lambda message: 403 if refused(message) else 404 if no_such_workflow(message, workflow_ids) else status
+
+
+def schedule_not_found_or(status: int, schedule_name: str) -> Callable[[str], int]:
+    """A ``failed_status`` for operations on one schedule: 403 for the metadata-only refusal, 404
+    when the executor's message is an SDK's "no such schedule" naming it (:func:`no_such_schedule`),
+    else ``status``."""
+    return lambda message: 403 if refused(message) else 404 if no_such_schedule(message, schedule_name) else status
 
 
 async def body(request: Request[Any, Any, Any]) -> Any:

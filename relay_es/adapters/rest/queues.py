@@ -2,8 +2,8 @@
 
 ``GET .../queues`` lists the queues registered in the application's system database
 (``list_queues``, protocol section 5.21; ``[]`` when none is); ``GET .../queues/{queue_name}``
-is one of them (``get_queue``), or 404 when the executor knows none by that name (a queue of
-another name is a 502). Each is Conductor's ``Queue``, exactly its fields, each number within
+is one of them (``get_queue``), or 404 when the executor answers none by that name (null; a queue
+of another name is a 502). The executor's error is a 500 with its text on both, whatever it says. Each is Conductor's ``Queue``, exactly its fields, each number within
 its format (:func:`~relay_es.adapters.rest.conductor.mapping.queue_out`). Any healthy executor answers: the queues are the
 system database's, not one process's.
 
@@ -31,9 +31,12 @@ from relay_es.protocol import messages as wire
 
 
 def failed_status(message: str) -> int:
-    """The status of an executor's error message: 404 when it says the named thing does not
-    exist, else 500 (an SDK that does not know the message at all is :mod:`.calling`'s 501)."""
-    return calling.not_found_or(500)(message)
+    """The status of an executor's error message on the queues' routes (and the versions'): 500,
+    whatever the text says -- its database's "relation ... does not exist" included -- or 403 for
+    the metadata-only refusal. Never 404: a list has nothing to be missing, and an SDK answers a
+    queue it has not with null, not an error. (An SDK that does not know the message at all is
+    :mod:`.calling`'s 501.)"""
+    return calling.refused_or(500)(message)
 
 
 def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:

@@ -5,6 +5,10 @@ The schedules live in the application's system database (``workflow_schedules``)
 healthy executor answers and acts (protocol section 5.19). Reads: the list (filters ``status``,
 ``workflowName``, ``scheduleNamePrefix``, one value each; ``loadContext``, default true) and one schedule (404 when there is none), each Conductor's ``Schedule``.
 
+The executor's error is a 500 with its text, but on a route about one schedule 404 when it is the
+SDK's own "no such schedule" naming it (:func:`~relay_es.adapters.rest.calling.no_such_schedule`);
+never on the list, whatever the text says (its database's "relation ... does not exist" too).
+
 Actions are recorded before they are sent and completed however they end
 (:func:`~relay_es.adapters.rest.calling.act`; target ``schedule``, its name):
 
@@ -23,6 +27,7 @@ An SDK that predates schedules (Python dbos before 2.15) answers "Unknown messag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -36,6 +41,7 @@ from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
 from relay_es.adapters.rest.queues import failed_status, sent_as
+from relay_es.adapters.rest.workflow_actions import AS_BOOLEAN, query_bool
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol import catalogue as c
@@ -47,14 +53,23 @@ WorkflowName = Annotated[str | None, QueryParameter(
     name="workflowName", required=False, description="the scheduled workflow's name")]
 NamePrefix = Annotated[str | None, QueryParameter(
     name="scheduleNamePrefix", required=False, description="the start of the schedule's name")]
-LoadContext = Annotated[bool | None, QueryParameter(
-    name="loadContext", required=False, description="include each schedule's `context` (default true)")]
+# A boolean as sent, read by query_bool: a refusal names the parameter (Litestar's names the argument).
+LoadContext = Annotated[str | None, QueryParameter(
+    name="loadContext", required=False, schema_extra=AS_BOOLEAN,
+    description="include each schedule's `context` (default true)")]
+
+
+def one_schedule(schedule_name: str) -> Callable[[str], int]:
+    """The status of an executor's error about one schedule: 404 for its SDK's "no such schedule"
+    naming it, else 500 (or 403, :func:`calling.refused_or`)."""
+    return calling.schedule_not_found_or(500, schedule_name)
 
 
 async def _get(ctx: RestContext, org: str, app: str, schedule_name: str) -> c.ScheduleOutput:
     """The schedule the executor reads, or 404 (502 for a schedule of another name)."""
     request = mapping.get_schedule_request(schedule_name, request_id="")
-    answer: c.GetScheduleResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
+    answer: c.GetScheduleResponse = await calling.ask(ctx, org, app, sent_as(request),
+                                                      failed_status=one_schedule(schedule_name))
     if answer.output is None:
         raise NotFoundException(detail=f"schedule {schedule_name[:200]!r} not found in application {app!r}")
     mapping.same_as_asked("schedule_name", schedule_name, answer.output.schedule_name)
@@ -72,7 +87,7 @@ class SchedulesController(Controller):
     ) -> Response[list[m.Schedule]]:
         request = mapping.list_schedules_request(request_id="", status=status, workflow_name=workflow_name,
                                                  schedule_name_prefix=schedule_name_prefix,
-                                                 load_context=load_context)
+                                                 load_context=query_bool("loadContext", load_context))
         answer: c.ListSchedulesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         return calling.answer(mapping.schedules_out(answer))
 
@@ -102,7 +117,7 @@ class SchedulesController(Controller):
         await calling.act(
             ctx, request, org, app, operation=operation, target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
-            failed_status=failed_status)
+            failed_status=one_schedule(schedule_name))
 
     @post("/{schedule_name:str}/trigger", operation_id="triggerSchedule", summary="Trigger schedule", status_code=201,
           description="Enqueues the scheduled workflow now; its id, and its path in `Location`.")
@@ -112,7 +127,7 @@ class SchedulesController(Controller):
         answer: c.TriggerScheduleResponse = await calling.act(
             ctx, request, org, app, operation="triggerSchedule", target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
-            result=lambda a: {"workflowId": a.workflow_id}, failed_status=failed_status)
+            result=lambda a: {"workflowId": a.workflow_id}, failed_status=one_schedule(schedule_name))
         out = mapping.trigger_out(answer)
         response = calling.answer(out, 201)
         response.headers["Location"] = f"/v2/orgs/{quote(org, safe='')}/apps/{quote(app, safe='')}" \
@@ -132,5 +147,5 @@ class SchedulesController(Controller):
             ctx, request, org, app, operation="backfillSchedule", target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name, "startTime": b.start_time, "endTime": b.end_time},
             make_request=sent_as(wire_request), result=lambda a: {"count": len(a.workflow_ids or ())},
-            failed_status=failed_status)
+            failed_status=one_schedule(schedule_name))
         return calling.answer(mapping.backfill_out(answer))

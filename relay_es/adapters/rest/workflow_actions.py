@@ -37,7 +37,9 @@ application of the SDK language that exported it (another refuses it: 422). The 
 one buffer and decoded from it, the buffer dropped before the executor is asked.
 
 The executor's ``error_message`` becomes the problem's detail; its status (:func:`failed_status`):
-404 when it says the workflow does not exist, 409 when what the action would create exists
+404 when it is an SDK's own "no such workflow" naming a workflow the action names
+(:func:`~relay_es.adapters.rest.calling.no_such_workflow`; never its database's "relation ... does
+not exist", a 500), 409 when what the action would create exists
 already (a fork's ``newWorkflowId``, an imported workflow), 403 when the executor refuses data
 operations (metadata-only mode), 422 for an import payload it cannot load and a
 fork-from-failure step name no workflow has, else 500: the executor failed for a reason
@@ -46,11 +48,12 @@ that is not the client's (its database, a bug), which retrying may cure.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post, route
+from litestar.enums import HttpMethod, MediaType
 from litestar.params import FromPath, QueryParameter
 from msgspec import UNSET
 
@@ -82,14 +85,16 @@ UNLOADABLE_WORDS = ("padding", "base64", "not a gzipped file", "incorrect header
 NO_SUCH_STEP = "has no step named"
 
 
-def failed_status(default: int = 500, *, payload: bool = False) -> Callable[[str], int]:
+def failed_status(default: int = 500, *, payload: bool = False,
+                  workflow_ids: Collection[str] | None = None) -> Callable[[str], int]:
     """The status of an executor's error message (see the module's docstring). ``payload``:
-    the action carries a payload the executor must load (import)."""
-    not_found = calling.not_found_or(0)
+    the action carries a payload the executor must load (import). ``workflow_ids``: the workflows
+    the action names, the only ones whose absence is a 404 (:func:`calling.no_such_workflow`)."""
+    not_found = calling.not_found_or(0, workflow_ids)
 
     def pick(message: str) -> int:
         low = message.lower()
-        if calling.METADATA_ONLY_REFUSAL in low:
+        if calling.refused(message):
             return 403  # the executors refuse data operations: no retry or other body will help
         if any(w in low for w in CONFLICT_WORDS):
             return 409
@@ -140,34 +145,60 @@ def _forked(answer: c.ForkFromFailureResponse) -> dict[str, Any]:
     return {"forkedCount": len(ids), "firstWorkflowId": ids[0] if ids else None}
 
 
-# Booleans in the query parsed here, so that a refusal names the parameter (Litestar's names the
-# argument), spelled as Conductor's server reads them (Go's strconv.ParseBool).
+# Booleans in the query parsed here (and on the read routes: workflows, schedules), so that a
+# refusal names the parameter (Litestar's names the argument), spelled as Conductor's server reads
+# them (Go's strconv.ParseBool).
 TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+# A boolean query parameter is declared as the text sent (for query_bool to read), a boolean in the
+# OpenAPI document.
+AS_BOOLEAN: dict[str, Any] = {"oneOf": [{"type": "boolean"}, {"type": "null"}]}
 DeleteChildren = Annotated[str | None, QueryParameter(
-    name="deleteChildren", required=False, schema_extra={"oneOf": [{"type": "boolean"}, {"type": "null"}]},
+    name="deleteChildren", required=False, schema_extra=AS_BOOLEAN,
     description="also delete the workflow's children, recursively")]
 ExportChildren = Annotated[str | None, QueryParameter(
-    name="exportChildren", required=False, schema_extra={"oneOf": [{"type": "boolean"}, {"type": "null"}]},
+    name="exportChildren", required=False, schema_extra=AS_BOOLEAN,
     description="also export the workflow's children, recursively")]
+
+
+def query_bool(name: str, value: str | None) -> bool | None:
+    """A boolean query parameter, None when absent; anything else is a 422 naming it."""
+    if value is None:
+        return None
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise InvalidSetting(name, f"must be true or false, got {value[:64]!r}")
 
 
 def query_flag(name: str, value: str | None) -> bool:
     """A boolean query parameter (absent: false); anything else is a 422 naming it."""
-    if value is None or value in FALSE:
-        return False
-    if value in TRUE:
-        return True
-    raise InvalidSetting(name, f"must be true or false, got {value[:64]!r}")
+    return query_bool(name, value) is True
 
 
 class WorkflowActionsController(Controller):
     """The ten routes. ``deleteWorkflow`` shares its path with ``getWorkflow``, a plain handler
     (:func:`relay_es.adapters.rest.workflows.get_workflow`): Litestar 2.25 refuses a second
     controller on a path already registered (each brings its own automatic OPTIONS handler),
-    so that handler is registered after this controller."""
+    so that handler is registered after this controller. That path's ``OPTIONS`` is
+    :meth:`allowed_on_workflow`, which lists ``GET`` too."""
 
     path = APP + "/workflows"
+
+    # Named to sort before delete_workflow: Litestar registers a controller's handlers in the order of
+    # their names, and adds its own OPTIONS handler to a path whose first handler is not one (that one
+    # would then answer, with the methods of the path before getWorkflow joined it: DELETE, OPTIONS).
+    @route("/{workflow_id:str}", http_method=[HttpMethod.OPTIONS], include_in_schema=False, sync_to_thread=False)
+    def allowed_on_workflow(self, request: Request[Any, Any, Any]) -> Response[None]:
+        """``OPTIONS`` at a workflow's path: ``Allow`` lists the methods of the route as served
+        (``DELETE``, ``GET`` and ``OPTIONS``), as a 405 there does."""
+        template = request.scope.get("path_template")
+        served = next(r for r in request.app.routes if r.path_format == template)
+        return Response(content=None, status_code=204, headers={"Allow": ", ".join(sorted(served.methods))},
+                        media_type=MediaType.TEXT)
 
     @post("/{workflow_id:str}/cancel", opt=openapi.body(m.CancelWorkflowInputBody, required=False),
           operation_id="cancelWorkflow", status_code=204, summary="Cancel workflow",
@@ -180,7 +211,7 @@ class WorkflowActionsController(Controller):
         await calling.act(ctx, request, org, app, operation="cancelWorkflow", target_type=WORKFLOW,
                           target_ids=[workflow_id], parameters={"cancelChildren": made.cancel_children},
                           make_request=lambda rid: mapping.cancel_request(workflow_id, b, request_id=rid),
-                          failed_status=failed_status())
+                          failed_status=failed_status(workflow_ids=[workflow_id]))
 
     @post("/{workflow_id:str}/resume", opt=openapi.body(m.ResumeWorkflowInputBody, required=False),
           operation_id="resumeWorkflow", status_code=204, summary="Resume workflow",
@@ -193,7 +224,7 @@ class WorkflowActionsController(Controller):
         await calling.act(ctx, request, org, app, operation="resumeWorkflow", target_type=WORKFLOW,
                           target_ids=[workflow_id], parameters={"queueName": made.queue_name},
                           make_request=lambda rid: mapping.resume_request(workflow_id, b, request_id=rid),
-                          prefer_latest=True, failed_status=failed_status())
+                          prefer_latest=True, failed_status=failed_status(workflow_ids=[workflow_id]))
 
     @post("/{workflow_id:str}/fork", opt=openapi.body(m.ForkWorkflowInputBody, required=False),
           operation_id="forkWorkflow", status_code=201, summary="Fork workflow",
@@ -209,7 +240,8 @@ class WorkflowActionsController(Controller):
             ctx, request, org, app, operation="forkWorkflow", target_type=WORKFLOW, target_ids=[workflow_id],
             parameters=_fork_summary(b),
             make_request=lambda rid: mapping.fork_request(workflow_id, b, request_id=rid, first_step=FIRST_STEP),
-            result=lambda a: {"workflowId": a.new_workflow_id}, prefer_latest=True, failed_status=failed_status())
+            result=lambda a: {"workflowId": a.new_workflow_id}, prefer_latest=True,
+            failed_status=failed_status(workflow_ids=[workflow_id]))
         out = mapping.fork_out(answer)
         resp = calling.answer(out, 201)
         resp.headers["Location"] = (f"/v2/orgs/{quote(org)}/apps/{quote(app)}/workflows/"
@@ -227,7 +259,7 @@ class WorkflowActionsController(Controller):
         await calling.act(ctx, request, org, app, operation="deleteWorkflow", target_type=WORKFLOW,
                           target_ids=[workflow_id], parameters={"deleteChildren": children},
                           make_request=lambda rid: mapping.delete_request(workflow_id, children, request_id=rid),
-                          failed_status=failed_status())
+                          failed_status=failed_status(workflow_ids=[workflow_id]))
 
     @post("/bulk-cancel", opt=openapi.body(m.BulkCancelInputBody), operation_id="bulkCancelWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk cancel workflows",
@@ -240,7 +272,7 @@ class WorkflowActionsController(Controller):
                           parameters={"workflowCount": len(b.workflow_ids),
                                       "cancelChildren": b.cancel_children is True},
                           make_request=lambda rid: mapping.bulk_cancel_request(b, request_id=rid),
-                          failed_status=failed_status())
+                          failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)))
 
     @post("/bulk-resume", opt=openapi.body(m.BulkResumeInputBody), operation_id="bulkResumeWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk resume workflows",
@@ -252,7 +284,7 @@ class WorkflowActionsController(Controller):
                           target_ids=b.workflow_ids,
                           parameters={"workflowCount": len(b.workflow_ids), "queueName": _opt(b.queue_name)},
                           make_request=lambda rid: mapping.bulk_resume_request(b, request_id=rid),
-                          prefer_latest=True, failed_status=failed_status())
+                          prefer_latest=True, failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)))
 
     @post("/bulk-delete", opt=openapi.body(m.BulkDeleteInputBody), operation_id="bulkDeleteWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk delete workflows",
@@ -265,7 +297,7 @@ class WorkflowActionsController(Controller):
                           parameters={"workflowCount": len(b.workflow_ids),
                                       "deleteChildren": b.delete_children is True},
                           make_request=lambda rid: mapping.bulk_delete_request(b, request_id=rid),
-                          failed_status=failed_status())
+                          failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)))
 
     @post("/bulk-fork-from-failure", opt=openapi.body(m.BulkForkFromFailureBody),
           operation_id="bulkForkWorkflowsFromFailure", status_code=200,
@@ -282,7 +314,7 @@ class WorkflowActionsController(Controller):
             ctx, request, org, app, operation="bulkForkWorkflowsFromFailure", target_type=WORKFLOW,
             target_ids=b.workflow_ids, parameters=_fork_from_failure_summary(b),
             make_request=lambda rid: mapping.fork_from_failure_request(b, request_id=rid),
-            result=_forked, prefer_latest=True, failed_status=failed_status())
+            result=_forked, prefer_latest=True, failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)))
         return calling.answer(mapping.fork_from_failure_out(answer))
 
     @get("/{workflow_id:str}/export", operation_id="exportWorkflow", summary="Export workflow",
@@ -295,7 +327,7 @@ class WorkflowActionsController(Controller):
         mapping.export_request(workflow_id, children, request_id="")
         answer: c.ExportWorkflowResponse = await calling.ask(
             ctx, org, app, lambda rid: mapping.export_request(workflow_id, children, request_id=rid),
-            failed_status=failed_status())
+            failed_status=failed_status(workflow_ids=[workflow_id]))
         if answer.serialized_workflow is None:  # TypeScript: an unknown id exports nothing, no error
             raise calling.ExecutorProblem(404, "Not found",
                                           f"the executor exported nothing: workflow {workflow_id!r} not found")
@@ -315,5 +347,5 @@ class WorkflowActionsController(Controller):
         await calling.act(ctx, request, org, app, operation="importWorkflow", target_type=WORKFLOW,
                           parameters={"serializedChars": size},
                           make_request=lambda rid: mapping.import_request(b, request_id=rid),
-                          failed_status=failed_status(payload=True))
+                          failed_status=failed_status(payload=True, workflow_ids=()))
         return Response(content=b"", status_code=201)

@@ -20,11 +20,16 @@ reference's bodies and encoded once (:func:`~relay_es.adapters.rest.calling.answ
   ``queuesOnly`` lists the enqueued workflows only (``list_queued_workflows``).
 * A workflow the executor does not know is a 404 for ``getWorkflow`` (the executor answers
   ``null`` without an error), one of another id than asked for a 502; for its steps, events, notifications and streams it is what the
-  executor answers (an empty list, or its error: 404 when the message says the workflow does
-  not exist, else 500 with the executor's text).
+  executor answers (an empty list, or its error: 404 when the message is the SDK's own "no such
+  workflow" naming it, else 500 with the executor's text -- its database's "relation ... does not
+  exist" too). A list's error is a 500 whatever it says.
+* Boolean query parameters are read as Conductor's server reads them (``true``, ``1``, ``t`` ...;
+  :func:`~relay_es.adapters.rest.workflow_actions.query_bool`): any other value is a 422 naming the
+  parameter, as is a ``workflowName`` over its bound.
 * ``getStepAggregates`` is at ``.../steps/aggregates``, beside ``.../workflows``: one controller,
   rooted at the application, serves eight of the nine; ``getWorkflow`` is the plain handler
-  :func:`get_workflow` (its path is shared with ``deleteWorkflow``'s controller).
+  :func:`get_workflow` (its path is shared with ``deleteWorkflow``'s controller, whose ``OPTIONS``
+  there lists ``GET`` too).
 """
 
 from __future__ import annotations
@@ -41,28 +46,32 @@ from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import mapping, models
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import APP
+from relay_es.adapters.rest.workflow_actions import AS_BOOLEAN, query_bool
 from relay_es.protocol import catalogue as c
 from relay_es.protocol import messages as wire
 
 MAX_SEARCH_BODY = 2 * 1024 * 1024  # bytes: 10,000 workflow IDs of a UUID's length fit five times over
 
-ONE_WORKFLOW = calling.not_found_or(500)
 
 Status = Annotated[str | None, QueryParameter(
     name="status", required=False, max_length=models.MAX_TEXT,
     description="one status: ENQUEUED, DELAYED, PENDING, SUCCESS, ERROR, MAX_RECOVERY_ATTEMPTS_EXCEEDED, CANCELLED")]
-WorkflowName = Annotated[str | None, QueryParameter(name="workflowName", required=False, max_length=models.MAX_TEXT,
+# Bounded by mapping.query_values, whose 422 names the parameter (Litestar's would name the argument).
+WorkflowName = Annotated[str | None, QueryParameter(name="workflowName", required=False,
+                                                    schema_extra={"maxLength": models.MAX_TEXT},
                                                     description="one workflow function name")]
 Limit = Annotated[int | None, QueryParameter(name="limit", required=False, ge=0, le=models.INT64_MAX,
                                              description="at most this many (none: every match)")]
 Offset = Annotated[int | None, QueryParameter(name="offset", required=False, ge=0, le=models.INT64_MAX,
                                               description="skip this many first")]
-SortDesc = Annotated[bool | None, QueryParameter(name="sortDesc", required=False,
-                                                 description="newest first (by creation time); default oldest first")]
-LoadInput = Annotated[bool | None, QueryParameter(name="loadInput", required=False,
-                                                  description="include each workflow's input (default false)")]
-LoadOutput = Annotated[bool | None, QueryParameter(name="loadOutput", required=False,
-                                                   description="include each workflow's output and error (default false)")]
+# Booleans as sent, read by query_bool: a refusal names the parameter.
+SortDesc = Annotated[str | None, QueryParameter(name="sortDesc", required=False, schema_extra=AS_BOOLEAN,
+                                                description="newest first (by creation time); default oldest first")]
+LoadInput = Annotated[str | None, QueryParameter(name="loadInput", required=False, schema_extra=AS_BOOLEAN,
+                                                 description="include each workflow's input (default false)")]
+LoadOutput = Annotated[str | None, QueryParameter(
+    name="loadOutput", required=False, schema_extra=AS_BOOLEAN,
+    description="include each workflow's output and error (default false)")]
 
 
 def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:
@@ -75,6 +84,13 @@ def no_such_workflow(workflow_id: str) -> NotFoundException:
     return NotFoundException(f"workflow {workflow_id[:256]!r} does not exist")
 
 
+def one_workflow(workflow_id: str) -> Callable[[str], int]:
+    """The status of an executor's error about one workflow: 404 for its SDK's own "no such
+    workflow" naming it (:func:`calling.no_such_workflow`), 403 for the metadata-only refusal,
+    else 500 (its database's "relation ... does not exist" included)."""
+    return calling.not_found_or(500, [workflow_id])
+
+
 class WorkflowsController(Controller):
     path = APP
 
@@ -83,9 +99,10 @@ class WorkflowsController(Controller):
                              workflow_name: WorkflowName = None, limit: Limit = None, offset: Offset = None,
                              sort_desc: SortDesc = None, load_input: LoadInput = None,
                              load_output: LoadOutput = None) -> Response[list[models.Workflow]]:
-        request = mapping.list_workflows_request(request_id="", status=status, workflow_name=workflow_name,
-                                                 limit=limit, offset=offset, sort_desc=sort_desc,
-                                                 load_input=load_input, load_output=load_output)
+        request = mapping.list_workflows_request(
+            request_id="", status=status, workflow_name=workflow_name, limit=limit, offset=offset,
+            sort_desc=query_bool("sortDesc", sort_desc), load_input=query_bool("loadInput", load_input),
+            load_output=query_bool("loadOutput", load_output))
         reply: c.ListWorkflowsResponse = await calling.ask(ctx, org, app, sent_as(request))
         return calling.answer(mapping.workflows_out(reply))
 
@@ -114,14 +131,15 @@ class WorkflowsController(Controller):
                          limit: Limit = None, offset: Offset = None) -> Response[list[models.Step]]:
         reply: c.ListStepsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.list_steps_request(workflow_id, request_id="", limit=limit, offset=offset)),
-            failed_status=ONE_WORKFLOW)
+            failed_status=one_workflow(workflow_id))
         return calling.answer(mapping.steps_out(reply))
 
     @get("/workflows/{workflow_id:str}/events", operation_id="listWorkflowEvents", summary="A workflow's events (key, value)")
     async def list_events(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
                           ctx: Context) -> Response[list[models.Event]]:
         reply: c.GetWorkflowEventsResponse = await calling.ask(
-            ctx, org, app, sent_as(mapping.events_request(workflow_id, request_id="")), failed_status=ONE_WORKFLOW)
+            ctx, org, app, sent_as(mapping.events_request(workflow_id, request_id="")),
+            failed_status=one_workflow(workflow_id))
         return calling.answer(mapping.events_out(reply))
 
     @get("/workflows/{workflow_id:str}/notifications", operation_id="listWorkflowNotifications",
@@ -130,7 +148,7 @@ class WorkflowsController(Controller):
                                  ctx: Context) -> Response[list[models.Notification]]:
         reply: c.GetWorkflowNotificationsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.notifications_request(workflow_id, request_id="")),
-            failed_status=ONE_WORKFLOW)
+            failed_status=one_workflow(workflow_id))
         return calling.answer(mapping.notifications_out(reply))
 
     @get("/workflows/{workflow_id:str}/streams", operation_id="listWorkflowStreams", summary="A workflow's streams")
@@ -138,7 +156,7 @@ class WorkflowsController(Controller):
                            ctx: Context) -> Response[list[models.StreamEntry]]:
         reply: c.GetWorkflowStreamsResponse = await calling.ask(
             ctx, org, app, sent_as(mapping.streams_request(workflow_id, request_id="")),
-            failed_status=ONE_WORKFLOW)
+            failed_status=one_workflow(workflow_id))
         return calling.answer(mapping.streams_out(reply))
 
     @post("/steps/aggregates", opt=openapi.body(models.StepAggregatesBody, required=False),
@@ -162,7 +180,7 @@ async def get_workflow(org: FromPath[str], app: FromPath[str], workflow_id: From
     after that controller."""
     reply: c.GetWorkflowResponse = await calling.ask(
         ctx, org, app, sent_as(mapping.get_workflow_request(workflow_id, request_id="")),
-        failed_status=ONE_WORKFLOW)
+        failed_status=one_workflow(workflow_id))
     if reply.output is None:
         raise no_such_workflow(workflow_id)
     mapping.same_as_asked("WorkflowUUID", workflow_id, reply.output.WorkflowUUID)

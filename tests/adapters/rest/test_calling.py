@@ -140,6 +140,10 @@ def test_a_route_that_read_the_application_already_does_not_read_it_again() -> N
     (ReplyRefused("e1", "not a list"), 502, "executor reply refused"),
     (ExecutorFailed("workflow wf-9 does not exist"), 404, "executor reported an error"),
     (ExecutorFailed("database is down"), 500, "executor reported an error"),
+    # the executor's database, not the workflow: "does not exist" in it is no 404
+    (ExecutorFailed('psycopg.errors.UndefinedTable: relation "dbos.workflow_queue" does not exist'), 500,
+     "executor reported an error"),
+    (ExecutorFailed('FATAL:  database "shop_dbos_sys" does not exist'), 500, "executor reported an error"),
     (ExecutorFailed("Unknown message type"), 501, "not supported by the executor"),
     (ExecutorReplyError("CreatedAt", "not a number"), 502, "executor reply refused"),
 ])
@@ -272,3 +276,85 @@ def test_a_latest_version_answer_older_than_a_change_made_meanwhile_is_not_kept(
         assert await before == "v2" and not ctx.latest_versions and not ctx.latest_changes
 
     asyncio.run(go())
+
+
+# --- what an executor's message says -----------------------------------------------------------
+
+# The executor's database or infrastructure failing, in the words Postgres, its drivers and the SDKs'
+# context put around them: none is an SDK saying it has no such workflow or schedule.
+DATABASE_ERRORS = [
+    'relation "dbos.workflow_queue" does not exist',
+    'psycopg.errors.UndefinedTable: relation "dbos.workflow_status" does not exist\nLINE 1: SELECT ...',
+    'connection to server at "db" (10.0.0.5), port 5432 failed: FATAL:  database "shop_dbos_sys" does not exist',
+    "psycopg.errors.UndefinedFunction: function json_not_found() does not exist",
+    'psycopg.errors.UndefinedColumn: column "workflow_uuid" does not exist',
+    "Exception encountered when cancelling workflow wf-1: Traceback (most recent call last):\n"
+    '  File "dbos/_sys_db.py", line 9, in cancel_workflow\n'
+    'psycopg.errors.UndefinedTable: relation "dbos.workflow_status" does not exist',
+    "Error: getaddrinfo ENOTFOUND db.internal",
+    "sqlite3.OperationalError: no such table: workflow_status",
+    "schema \"dbos\" does not exist",
+    "Exception encountered when triggering schedule tick: role \"dbos\" does not exist",
+]
+
+
+@pytest.mark.parametrize("message", DATABASE_ERRORS)
+def test_a_database_error_is_no_such_workflow_or_schedule(message: str) -> None:
+    assert not calling.no_such_workflow(message, ["wf-1"])
+    assert not calling.no_such_workflow(message)  # a route that cannot name the ids
+    assert not calling.no_such_schedule(message, "tick")
+    assert calling.not_found_or(500, ["wf-1"])(message) == 500
+    assert calling.schedule_not_found_or(500, "tick")(message) == 500
+    assert calling.refused_or(500)(message) == 500
+
+
+@pytest.mark.parametrize("message", [
+    "Workflow wf-1 does not exist",  # TypeScript
+    "Exception encountered when forking workflow wf-1: DBOSNonExistentWorkflowError: Workflow wf-1 does not exist",
+    "Exception encountered when resuming workflow wf-1: Traceback (most recent call last):\n  File \"x.py\", "
+    "line 1, in f\ndbos._error.DBOSNonExistentWorkflowError: DBOS Error 5: Non-existent target workflow ID: wf-1\n",
+    "DBOS Error 5: Sent to non-existent destination workflow ID: wf-1",  # Python before 2.x
+    "Sent to non-existent destination workflow UUID: wf-1",  # TypeScript 1.x
+    "Workflow does not exist wf-1",  # Java
+    # metadata-only mode names the class and withholds the rest (the id too)
+    "Exception encountered when resuming workflow(s) ['wf-1']: DBOSNonExistentWorkflowError (details withheld "
+    "in metadata-only mode)",
+])
+def test_an_sdk_saying_it_has_no_such_workflow_is_a_404_for_that_workflow_only(message: str) -> None:
+    assert calling.no_such_workflow(message, ["wf-1"]) and calling.no_such_workflow(message, {"a", "wf-1"})
+    assert calling.no_such_workflow(message)  # an id without spaces, where the route cannot name them
+    assert calling.not_found_or(500, ["wf-1"])(message) == 404
+    if "withheld" not in message:
+        assert not calling.no_such_workflow(message, ["wf-10"]) and not calling.no_such_workflow(message, ["wf"])
+        assert calling.not_found_or(500, ["wf-2"])(message) == 500  # another workflow: a child, a fork's original
+    assert calling.refused_or(500)(message) == 500  # a list, or a thing the executor answers as null: never 404
+
+
+def test_a_workflow_id_is_matched_exactly_spaces_and_all() -> None:
+    message = "Exception encountered when forking workflow a b: Workflow a b does not exist"
+    assert calling.no_such_workflow(message, ["a b"]) and not calling.no_such_workflow(message, ["b"])
+    assert not calling.no_such_workflow(message)  # unnamed, only an id without spaces is taken for one
+    # the words around the id are the SDK's, not a name in quotes that ends with them
+    assert not calling.no_such_workflow('Exception encountered when listing steps of workflow wf-1: relation '
+                                        '"workflow wf-1" does not exist', ["wf-1"])
+    assert calling.no_such_workflow("Non-existent target workflow ID: Wf-1", ["Wf-1"])
+    assert not calling.no_such_workflow("Non-existent target workflow ID: Wf-1", ["wf-1"])  # ids are exact
+
+
+@pytest.mark.parametrize("message,name,found", [
+    ("Exception: Schedule 'tick' does not exist", "tick", True),  # Python
+    ('Error: Schedule "tick" not found', "tick", True),  # TypeScript
+    ("Schedule 'tick' does not exist", "tic", False),
+    ("Schedule 'tick' does not exist", "tick2", False),
+    ('Schedule "a b" not found', "a b", True),
+])
+def test_an_sdk_saying_it_has_no_such_schedule_names_it(message: str, name: str, found: bool) -> None:
+    assert calling.no_such_schedule(message, name) is found
+    assert calling.schedule_not_found_or(500, name)(message) == (404 if found else 500)
+
+
+def test_the_metadata_only_refusal_is_a_403_on_every_route() -> None:
+    message = "get_workflow_events is not allowed in conductor metadata-only mode"
+    assert calling.refused_or(500)(message) == 403
+    assert calling.not_found_or(500, ["wf-1"])(message) == 403
+    assert calling.schedule_not_found_or(500, "tick")(message) == 403

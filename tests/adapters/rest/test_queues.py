@@ -185,6 +185,21 @@ def test_a_queue_of_another_name_or_with_numbers_out_of_bounds_is_a_502(relay: R
                 assert field in body["detail"], (app, op, body)
 
 
-def test_failed_status_reads_the_executors_message() -> None:
-    assert queues.failed_status("Exception: Schedule 'x' does not exist") == 404
-    assert queues.failed_status("Traceback ... OperationalError") == 500
+def test_failed_status_is_a_500_whatever_the_executor_says() -> None:
+    """A list has nothing to be missing, and an unknown queue is the executor's null: no error
+    message makes a 404 here (a database's "does not exist" least of all)."""
+    for message in ("Traceback ... OperationalError", 'relation "dbos.workflow_queue" does not exist',
+                    'FATAL:  database "shop_dbos_sys" does not exist', "Queue 'q' not found",
+                    "Exception: Schedule 'x' does not exist"):
+        assert queues.failed_status(message) == 500, message
+    assert queues.failed_status("list_queues is not allowed in conductor metadata-only mode") == 403
+
+
+def test_the_executor_s_database_failing_is_a_500_not_a_404(relay: RelayServer) -> None:
+    no_table = 'psycopg.errors.UndefinedTable: relation "dbos.workflow_queue" does not exist'
+    with executors(relay, {"app": "shop", "answers": {
+            "list_queues": lambda req: {"output": [], "error_message": no_table},
+            "get_queue": lambda req: {"output": None, "error_message": no_table}}}):
+        for op, path in (("listQueues", "/queues"), ("getQueue", "/queues/orders_queue")):
+            body = conforms(op, call(relay, "GET", L + "/apps/shop" + path), 500)
+            assert body["title"] == "executor reported an error" and "dbos.workflow_queue" in body["detail"], body

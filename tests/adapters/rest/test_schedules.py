@@ -173,6 +173,47 @@ def test_failed_schedule_actions_are_their_problems_and_recorded(relay: RelaySer
             assert done["outcome"] == "failed" and done["message"].endswith("it answered: Unknown message type")
 
 
+def test_the_executor_s_database_failing_is_a_500_and_only_the_sdk_s_own_words_a_404(relay: RelayServer) -> None:
+    """A relation or database that "does not exist" is the executor's failure, on the list and on one
+    schedule alike; "no such schedule" is a 404 in each SDK's words, naming the schedule asked for."""
+    down = 'connection to server at "db", port 5432 failed: FATAL:  database "shop_dbos_sys" does not exist'
+    no_table = 'psycopg.errors.UndefinedTable: relation "dbos.workflow_schedules" does not exist'
+
+    def failing(text: str, **empty: Any) -> Any:
+        return lambda req: {**empty, "error_message": text}
+
+    ts_handlers = {**scheduler(TS_TICK), "trigger_schedule": lambda req: {
+        "error_message": f'Error: Schedule "{req["schedule_name"]}" not found'}}
+    with executors(relay, {"app": "shop", "answers": {
+            "list_schedules": failing(down, output=[]), "get_schedule": failing(no_table),
+            "trigger_schedule": failing(f"Exception encountered when triggering schedule tick: {no_table}"),
+            "backfill_schedule": failing("Exception: Schedule 'other' does not exist", workflow_ids=[])}},
+                   {"app": "tshop", "style": "typescript", "answers": ts_handlers}):
+        for op, method, path, kw in (
+                ("listSchedules", "GET", "", {}), ("getSchedule", "GET", "/tick", {}),
+                ("pauseSchedule", "POST", "/tick/pause", {}), ("triggerSchedule", "POST", "/tick/trigger", {}),
+                ("backfillSchedule", "POST", "/tick/backfill",  # another schedule's absence: not this one's
+                 {"json": {"startTime": "2026-12-01T10:00:00Z", "endTime": "2026-12-01T11:00:00Z"}})):
+            body = conforms(op, call(relay, method, S + path, **kw), 500)
+            assert body["title"] == "executor reported an error", (op, body)
+        [(_, done)] = actions(relay, "shop", "triggerSchedule")
+        assert done["outcome"] == "failed" and "workflow_schedules" in done["message"]
+        conforms("triggerSchedule", call(relay, "POST", T + "/nope/trigger"), 404)  # TypeScript's words
+        conforms("triggerSchedule", call(relay, "POST", T + "/tick/trigger"), 404)
+
+
+def test_a_refused_load_context_is_named_as_sent(relay: RelayServer) -> None:
+    with executors(relay, {"app": "shop", "answers": scheduler(PY_TICK)}) as (py,):
+        for value in ("maybe", "", "yes"):
+            body = conforms("listSchedules", call(relay, "GET", S, params={"loadContext": value}), 422)
+            assert [e["location"] for e in body["errors"]] == ["loadContext"], body
+        assert sent(py, "list_schedules") == []
+        for value, sent_as in (("F", False), ("1", True), (None, True)):
+            conforms("listSchedules", call(relay, "GET", S, params={} if value is None else {"loadContext": value}),
+                     200)
+            assert sent(py, "list_schedules")[-1]["body"]["load_context"] is sent_as
+
+
 def test_an_application_limited_token_reads_schedules_but_does_not_act(
         auth_server: tuple[RelayServer, dict[str, str]]) -> None:
     s, tokens = auth_server

@@ -391,6 +391,11 @@ ERRORS = [
      "Workflow a has no step named 'charge'"), 422),
     ("importWorkflow", "import_workflow", ("Exception encountered when importing workflow: Traceback ...\n"
      "_pickle.UnpicklingError: invalid load key, '{'."), 422),
+    # the executor's database: "does not exist" there is no 404, the workflow may well exist
+    ("cancelWorkflow", "cancel", ("Exception encountered when cancelling workflow(s) ['wf-1']: Traceback ...\n"
+     'psycopg.errors.UndefinedTable: relation "dbos.workflow_status" does not exist'), 500),
+    ("bulkDeleteWorkflows", "delete", ('connection to server at "db" (10.0.0.5), port 5432 failed: FATAL:  '
+     'database "shop_dbos_sys" does not exist'), 500),
 ]
 
 
@@ -550,6 +555,23 @@ def test_an_app_limited_token_cannot_act(tmp_path, store_url) -> None:
 ])
 def test_the_executors_message_picks_the_status(message: str, payload: bool, status: int) -> None:
     assert failed_status(payload=payload)(message) == status
+
+
+@pytest.mark.parametrize("message,ids,status", [
+    ("Exception encountered when cancelling workflow(s) ['wf-1']: DBOSNonExistentWorkflowError: DBOS Error 5: "
+     "Non-existent target workflow ID: wf-1", ["wf-1"], 404),
+    ("Workflow b does not exist", ["a", "b"], 404),  # a bulk action: one of its workflows
+    ("Workflow c does not exist", ["a", "b"], 500),  # none of them (a child, say)
+    ("Workflow wf-10 does not exist", ["wf-1"], 500),
+    ('Exception encountered when forking workflow wf-1: relation "dbos.operation_outputs" does not exist',
+     ["wf-1"], 500),
+    ("psycopg.errors.UndefinedFunction: function json_not_found() does not exist", ["wf-1"], 500),
+    ("Exception encountered when exporting workflow wf-1: sqlalchemy.exc.NoSuchTableError: not found", ["wf-1"], 500),
+    ("Workflow wf-1 does not exist", [], 500),  # import names no workflow: it creates one
+])
+def test_a_404_is_an_sdk_saying_it_has_no_workflow_the_action_names(message: str, ids: list[str],
+                                                                      status: int) -> None:
+    assert failed_status(workflow_ids=ids)(message) == status
 
 
 def test_boolean_query_parameters_are_read_as_conductor_reads_them() -> None:

@@ -529,6 +529,72 @@ def test_an_executor_error_is_its_message_with_the_route_s_status(srv: RelayServ
         assert "metadata-only" in conforms("listWorkflowEvents", call(srv, "GET", A + "/wf-1/events"), 403)["detail"]
 
 
+DATABASE_DOWN = ('connection to server at "db" (10.0.0.5), port 5432 failed: FATAL:  database "shop_dbos_sys" '
+                 'does not exist')
+NO_TABLE = 'psycopg.errors.UndefinedTable: relation "dbos.workflow_status" does not exist'
+
+
+def test_the_executor_s_database_failing_is_a_500_on_every_read_never_a_404(srv: RelayServer) -> None:
+    """Its "does not exist" is a table's or a database's, not the workflow's: a list answers no 404
+    for its executor's failure, and one workflow's reads are 404 only for the SDK's own words."""
+    def err(text: str, **empty: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        return lambda req: {**empty, "error_message": f"Exception encountered when reading: {text}"}
+
+    ex = FakeExecutor(srv.ws, app="shop", executor_id="ex-db", answers={
+        "list_workflows": err(DATABASE_DOWN, output=[]),
+        "list_queued_workflows": err(NO_TABLE, output=[]),
+        "get_workflow": err(NO_TABLE),
+        "list_steps": err(DATABASE_DOWN, output=[]),
+        "get_workflow_events": err(NO_TABLE, events=[]),
+        "get_workflow_notifications": err("psycopg.errors.UndefinedFunction: function json_not_found() does not "
+                                          "exist", notifications=[]),
+        "get_workflow_streams": err("Workflow wf-child does not exist", streams=[])})  # another workflow's
+    with executors(srv, ex):
+        A = L + "/apps/shop/workflows"
+        for op, method, path, body in (("listWorkflows", "GET", "", None),
+                                       ("searchWorkflows", "POST", "/search", {"queuesOnly": True}),
+                                       ("getWorkflow", "GET", "/wf-1", None),
+                                       ("listWorkflowSteps", "GET", "/wf-1/steps", None),
+                                       ("listWorkflowEvents", "GET", "/wf-1/events", None),
+                                       ("listWorkflowNotifications", "GET", "/wf-1/notifications", None),
+                                       ("listWorkflowStreams", "GET", "/wf-1/streams", None)):
+            r = conforms(op, call(srv, method, A + path, json=body), 500)
+            assert r["title"] == "executor reported an error" and "does not exist" in r["detail"], (op, r)
+
+
+def test_a_refused_query_parameter_is_named_as_the_client_sent_it(srv: RelayServer) -> None:
+    ex = FakeExecutor(srv.ws, app="shop", executor_id="ex-q", answers=answers("python"))
+    with executors(srv, ex):
+        A = L + "/apps/shop/workflows"
+        for name, value in (("sortDesc", "maybe"), ("loadInput", "yes"), ("loadOutput", "2"), ("sortDesc", ""),
+                            ("workflowName", "x" * 5000), ("limit", "-1")):
+            r = conforms("listWorkflows", call(srv, "GET", A, params={name: value}), 422)
+            assert [e["location"] for e in r["errors"]] == [name], r
+        assert len(requests_of(ex, "list_workflows")) == 0  # nothing sent
+        # as Conductor's server reads them (Go's strconv.ParseBool)
+        flags = {"sortDesc": "T", "loadInput": "1", "loadOutput": "False"}
+        conforms("listWorkflows", call(srv, "GET", A, params=flags), 200)
+        body = requests_of(ex, "list_workflows")[-1]["body"]
+        assert (body["sort_desc"], body["load_input"], body["load_output"]) == (True, True, False)
+        conforms("listWorkflows", call(srv, "GET", A), 200)
+        body = requests_of(ex, "list_workflows")[-1]["body"]
+        assert (body["sort_desc"], body["load_input"], body["load_output"]) == (False, False, False)
+
+
+def test_options_at_a_workflow_lists_get_as_a_405_there_does(srv: RelayServer) -> None:
+    """getWorkflow is a handler beside deleteWorkflow's controller: OPTIONS lists both."""
+    path = L + "/apps/shop/workflows/wf-1"
+    r = call(srv, "OPTIONS", path)
+    assert r.status_code == 204, r.text
+    allowed = {m.strip() for m in r.headers["allow"].split(",")}
+    assert allowed == {"DELETE", "GET", "OPTIONS"}
+    refused = call(srv, "PUT", path)
+    assert refused.status_code == 405
+    assert {m.strip() for m in refused.headers["allow"].split(",")} == allowed
+    assert {m.strip() for m in call(srv, "OPTIONS", L + "/apps/shop/workflows/wf-1/steps").headers["allow"]
+            .split(",")} == {"GET", "OPTIONS"}
+
+
 # --- auth ------------------------------------------------------------------------------------
 
 
