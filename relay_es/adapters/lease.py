@@ -19,6 +19,21 @@ connection cut), and the lock ends with it. :meth:`Lease.check`, called every
 few seconds by ``relay serve``, takes it again on a new session; if another
 instance took it meanwhile it raises :class:`LeaseLost`, and the server stops
 rather than lead beside it.
+
+The session connects with the store's one connection string
+(``StoreConfig.conninfo``), as the event store and the read models do: the lock
+lives in one database, and it guards the events only if they are in the same one.
+
+The lock is a session's, so the lease needs a session of its own, on one
+Postgres backend for its life. Behind a pooler in transaction or statement mode
+(PgBouncer's default is session mode) each statement may run on another backend:
+two instances took the lock on one shared backend (a session may take its own
+lock again) and both led, and a lock left on a pooled backend refused every
+later start. So the lease records its backend's pid when it takes the lock and
+each check confirms the statement ran on that backend and ``pg_locks`` shows the
+lock held by it (else the lease is lost); a lock this very backend holds counts
+as held by another; and an acquire whose statements ran on two backends is
+refused, naming the pooler, before the lock is asked for.
 """
 
 from __future__ import annotations
@@ -32,13 +47,53 @@ from relay_es.adapters.stores import StoreConfig, make_private_dir, redact_url
 
 LOCK_KEY = 0x52454C4159  # "RELAY"
 
+# The lease session's TCP timeouts, the same at both ends of it. tcp_user_timeout bounds what is sent and not
+# acknowledged, the keepalives an idle session. Relay's end: a session whose network went silent (no reset,
+# no answer) fails its next check within about 10 s, not when TCP gives up (some 15 minutes). Postgres' end,
+# set on the session itself: the session of a holder whose host vanished (node lost, network cut: no FIN or
+# RST ever comes) ends, and the lock with it, within about 11 s, not after the server's default of 2 h idle
+# before the first keepalive (measured: the lock free 11.2 s after the holder vanished, against 2 h 11 min).
+KEEPALIVES_IDLE_SECS = 5
+KEEPALIVES_INTERVAL_SECS = 2
+KEEPALIVES_COUNT = 3
+USER_TIMEOUT_MS = 10_000
+# Postgres ends a silent holder's session no sooner than this after it last heard from it (Linux ends a
+# connection on its keepalives only once the user timeout has passed too). It must exceed the time a holder
+# goes on deciding on an unconfirmed lease (runtime.LEASE_FRESH_SECS, 5 s): a holder cut off from Postgres
+# has stopped deciding before its lock can be let go and another instance take it.
+SILENT_HOLDER_SECS = USER_TIMEOUT_MS / 1000
+_SERVER_TIMEOUTS = {"idle": str(KEEPALIVES_IDLE_SECS), "interval": str(KEEPALIVES_INTERVAL_SECS),
+                    "count": str(KEEPALIVES_COUNT), "user": str(USER_TIMEOUT_MS)}
+
+# The statements of the lease. The lock's row in pg_locks: a bigint key is its high and low 32 bits
+# (classid, objid) with objsubid 1, in the current database (advisory locks are per database).
+_LOCK_ROWS = ("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+              " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+              f" AND classid = {LOCK_KEY >> 32} AND objid = {LOCK_KEY & 0xFFFFFFFF} AND objsubid = 1")
+# Postgres' end of the session's timeouts, and the backend it runs on.
+_OPEN = ("SELECT pg_backend_pid(), set_config('tcp_keepalives_idle', %(idle)s, false),"
+         " set_config('tcp_keepalives_interval', %(interval)s, false),"
+         " set_config('tcp_keepalives_count', %(count)s, false), set_config('tcp_user_timeout', %(user)s, false)")
+# The lock, asked for only on the backend _OPEN ran on (NULL: not asked) and only if no session holds it,
+# this one included (a session may take its own lock again: behind a pooler, another client's); the holder.
+_TAKE = (f"SELECT pg_backend_pid(), CASE WHEN pg_backend_pid() <> %(pid)s THEN NULL"
+         f" WHEN EXISTS ({_LOCK_ROWS}) THEN false ELSE pg_try_advisory_lock(%(key)s) END,"
+         f" ({_LOCK_ROWS} LIMIT 1)")
+# The backend the statement ran on, and whether it holds the lock.
+_HELD = f"SELECT pg_backend_pid(), EXISTS ({_LOCK_ROWS} AND pid = pg_backend_pid())"
+
 
 class LeaseHeld(RuntimeError):
     pass
 
 
 class LeaseLost(RuntimeError):
-    """The lease ended with its session and another instance holds it now."""
+    """The lease is not this instance's any more: its session ended and another instance
+    holds it now, or the session is not the one that took it (a pooler in transaction mode)."""
+
+
+class Pooled(RuntimeError):
+    """Two statements of the lease's session ran on different Postgres backends."""
 
 
 class Lease:
@@ -47,14 +102,20 @@ class Lease:
         self._fd: int | None = None
         self._conn: Any = None
         self._held = False  # Postgres: acquired, and not released (the session may have ended since)
+        self._pid = 0  # Postgres: the backend the lock was taken on
+        self._holder: int | None = None  # Postgres: the backend holding the lock, when it was refused
 
     def acquire(self) -> None:
         if self.config.is_postgres:
-            conn = self._lock_session()
+            try:
+                conn = self._lock_session()
+            except Pooled as e:
+                raise LeaseHeld(f"{e}") from None
             if conn is None:
                 raise LeaseHeld(
-                    f"another Relay instance leads the store at {redact_url(self.config.url)}; "
-                    "running several instances on one store is not supported yet"
+                    f"another Relay instance leads the store at {redact_url(self.config.url)} (its lease "
+                    f"session: Postgres backend {self._holder}); running several instances on one store is "
+                    "not supported yet"
                 )
             self._conn = conn
             self._held = True
@@ -76,49 +137,71 @@ class Lease:
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
 
-    def _lock_session(self) -> Any:
-        """A new session holding the advisory lock, or None if another session holds it."""
+    def _connect(self) -> Any:
+        """A new session for the lease, with Relay's end of its timeouts (see USER_TIMEOUT_MS)."""
         import psycopg
 
-        # A session whose network went silent (no reset, no answer) fails its next check within about 10 s,
-        # not when TCP gives up (some 15 minutes): tcp_user_timeout bounds what is sent and not acknowledged,
-        # the keepalives an idle session.
-        conn = psycopg.connect(self.config.url, autocommit=True, connect_timeout=5, tcp_user_timeout=10_000,
-                               keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3)
+        return psycopg.connect(self.config.conninfo, autocommit=True, connect_timeout=5,
+                               tcp_user_timeout=USER_TIMEOUT_MS, keepalives=1, keepalives_idle=KEEPALIVES_IDLE_SECS,
+                               keepalives_interval=KEEPALIVES_INTERVAL_SECS, keepalives_count=KEEPALIVES_COUNT)
+
+    def _lock_session(self) -> Any:
+        """A new session holding the advisory lock, or None if another session holds it (its backend's pid
+        in ``_holder``). Raises :class:`Pooled` if its statements ran on two backends: the lock is then not
+        asked for."""
+        conn = self._connect()
         try:
-            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]
+            pid = conn.execute(_OPEN, _SERVER_TIMEOUTS).fetchone()[0]
+            now, got, holder = conn.execute(_TAKE, {"pid": pid, "key": LOCK_KEY}).fetchone()
         except BaseException:
             conn.close()
             raise
         if not got:
             conn.close()
+            if got is None:
+                raise Pooled(self._pooled(pid, now))
+            self._holder = holder
             return None
+        self._pid = pid
         return conn
+
+    def _pooled(self, was: int, now: int) -> str:
+        return (f"the store at {redact_url(self.config.url)} ran two statements of one session on two Postgres "
+                f"backends ({was}, then {now}): a connection pooler in transaction or statement mode is in the "
+                "way, and the leader lease needs a session of its own; connect Relay to Postgres directly or "
+                "through the pooler in session mode")
 
     def check(self) -> str:
         """Whether the lease is still this instance's: ``"held"``; ``"retaken"`` (its
         session had ended and the lock was taken again on a new one); ``"unreachable"``
         (the session ended and Postgres cannot be reached: try again later -- no other
         instance can take it meanwhile either). Raises :class:`LeaseLost` if another
-        instance took it. SQLite's file lock cannot be lost while the process lives."""
+        instance took it, or if the session's statement ran on another backend than the
+        one that took the lock, or that backend holds it no more. SQLite's file lock
+        cannot be lost while the process lives."""
         if not self._held:
             return "held"
         import psycopg
 
         if self._conn is not None:
             try:
-                self._conn.execute("SELECT 1")
-                return "held"
+                pid, held = self._conn.execute(_HELD).fetchone()
             except psycopg.Error:
                 try:
                     self._conn.close()
                 except Exception:
                     pass
                 self._conn = None
+            else:
+                self._confirm(pid, held)
+                return "held"
         try:
             conn = self._lock_session()
         except psycopg.Error:
             return "unreachable"
+        except Pooled as e:
+            self._held = False
+            raise LeaseLost(f"{e}") from None
         if conn is None:
             self._held = False
             raise LeaseLost(
@@ -127,6 +210,17 @@ class Lease:
             )
         self._conn = conn
         return "retaken"
+
+    def _confirm(self, pid: int, held: bool) -> None:
+        """Raises :class:`LeaseLost` unless the check ran on the backend that took the lock and it holds it."""
+        if pid != self._pid:
+            self._held = False
+            raise LeaseLost(self._pooled(self._pid, pid))
+        if not held:
+            self._held = False
+            raise LeaseLost(f"the store session holding the leader lease at {redact_url(self.config.url)} "
+                            f"(Postgres backend {pid}) holds it no more: something let the lock go (a pooler's "
+                            "reset, pg_advisory_unlock_all), and another Relay instance may lead now")
 
     def release(self) -> None:
         self._held = False

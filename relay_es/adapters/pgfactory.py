@@ -1,15 +1,19 @@
-"""The event store's Postgres factory: the library's, with every connection
-parameter of ``--database-url``.
+"""The event store's Postgres factory: the library's, connecting with the
+store's one connection string.
 
 ``eventsourcing.postgres`` connects with five parameters only (dbname, host,
 port, user, password, from ``POSTGRES_*``): the URL's query (``sslmode``,
 ``sslrootcert``, ``application_name``, ``target_session_attrs``...) was dropped,
 so ``?sslmode=require`` was ignored by the event store (a token went over
 plaintext to a server without SSL) while the read models' pool, given the
-URL itself, honoured it. :func:`relay_es.adapters.stores.event_store_env`
-passes the rest of the URL's parameters as a libpq connection string under
-:data:`EXTRA_CONNINFO`; this factory adds them to the pool's connection
-arguments before the pool opens (it opens on first use).
+URL itself, honoured it. And the five were filled in with defaults of Relay's
+own where the URL left them out (database ``postgres``, port 5432), where the
+read models and the lease had libpq's (the user name, ``PGDATABASE``,
+``PGPORT``): ``postgresql://alice@host`` put the events in one database and the
+lease in another. :func:`relay_es.adapters.stores.event_store_env` passes the
+store's connection string (``StoreConfig.conninfo``, the URL as libpq reads it)
+under :data:`CONNINFO`; this factory makes the pool connect with it alone, in
+place of the library's five, before the pool opens (it opens on first use).
 
 It also makes the store's tables one process at a time. The library creates its
 types, tables and functions with no guard against another process doing the same:
@@ -37,21 +41,25 @@ from relay_es.adapters.library import ArrayInsertRecorder, FastReadsFactory, add
 from relay_es.adapters.sealing import StoreKeys
 from relay_es.adapters.stores import CREATE_LOCK
 
-EXTRA_CONNINFO = "POSTGRES_EXTRA_CONNINFO"
+CONNINFO = "POSTGRES_CONNINFO"
+_LIBRARY_PARAMS = ("dbname", "host", "port", "user", "password")  # the library's, from POSTGRES_*
 
 
 class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
-    """The library's Postgres factory with the URL's every parameter, offering
-    :class:`~relay_es.adapters.library.FastReads` to the application."""
+    """The library's Postgres factory connecting with the store's connection string,
+    offering :class:`~relay_es.adapters.library.FastReads` to the application."""
 
     kind = "postgres"
     application_recorder_class = ArrayInsertRecorder  # a batch's events as arrays of base types
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
-        extra = self.env.get(EXTRA_CONNINFO)
-        if extra:
-            add_conninfo(self.datastore, conninfo_to_dict(extra))
+        conninfo = self.env.get(CONNINFO)
+        if conninfo is not None:
+            kwargs = self.datastore.pool.kwargs
+            for name in _LIBRARY_PARAMS:
+                kwargs.pop(name, None)  # what the URL leaves out is libpq's to fill in, as for every other connection
+            add_conninfo(self.datastore, conninfo_to_dict(conninfo))
 
     @contextmanager
     def creating(self) -> Iterator[None]:

@@ -7,7 +7,10 @@ One database URL selects everything:
   events, and the read models in the same file.
 * ``postgresql://user:pass@host:port/dbname`` -- the ``eventsourcing``
   Postgres recorder (psycopg 3) for events, the read models in the same
-  database.
+  database. Every connection to it -- the event store's, the read models',
+  the lease's -- is made with one connection string, the URL as libpq reads
+  it (:attr:`StoreConfig.conninfo`): what the URL leaves out, libpq fills in
+  alike for all of them.
 
 :class:`Database` is the small SQL interface the read models use. It has two
 implementations with one behaviour; SQL is written once, in psycopg's
@@ -40,6 +43,8 @@ class StoreConfig:
     kind: str  # "sqlite" | "postgres"
     url: str
     sqlite_path: str | None = None
+    # Postgres: the libpq connection string of every connection Relay makes to the store (postgres_conninfo)
+    conninfo: str = ""
 
     @property
     def is_postgres(self) -> bool:
@@ -51,8 +56,8 @@ def parse_database_url(url: str | None) -> StoreConfig:
     if not url:
         return StoreConfig("sqlite", f"sqlite:///{DEFAULT_SQLITE_PATH}", str(DEFAULT_SQLITE_PATH))
     if url.startswith(("postgresql://", "postgres://")):
-        postgres_params(url)  # a parameter the stores cannot honour is refused here, before anything connects
-        return StoreConfig("postgres", url)
+        # a parameter the stores cannot honour is refused here, before anything connects
+        return StoreConfig("postgres", url, conninfo=postgres_conninfo(url))
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         if not path:
@@ -80,64 +85,82 @@ def redact_url(url: str) -> str:
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
-_BASE_PARAMS = ("dbname", "host", "port", "user", "password")
-
-
 def postgres_params(url: str) -> dict[str, str]:
-    """Every connection parameter of a Postgres URL: dbname, host, port, user and
-    password from its parts, and each ``?name=value`` of its query (``sslmode``,
-    ``sslrootcert``, ``application_name``...; a query's ``host`` or ``user`` wins over
-    the part's, as with libpq). Raises ``ValueError`` for a parameter libpq does not
-    know or one given twice: a parameter the event store would drop or guess at is
-    refused, not ignored."""
-    u = urlparse(url)
-    params = {
-        "dbname": unquote(u.path.lstrip("/")) or "postgres",
-        "host": u.hostname or "localhost",
-        "port": str(u.port or 5432),
-        "user": unquote(u.username or os.environ.get("PGUSER", "postgres")),
-        "password": unquote(u.password or os.environ.get("PGPASSWORD", "")),
-    }
-    seen: set[str] = set()
-    for item in filter(None, u.query.split("&")):
-        name, eq, value = item.partition("=")
+    """Every connection parameter of a Postgres URL as libpq reads it: dbname, host,
+    port, user and password from its parts, and each ``?name=value`` of its query
+    (``sslmode``, ``sslrootcert``, ``application_name``...; a query's ``host`` or
+    ``user`` wins over the part's). What the URL leaves out is not filled in here:
+    libpq fills it in at every connection, the same way for each (see
+    :func:`postgres_conninfo`). ``password`` is always there, for messages to hide it:
+    the URL's, else ``PGPASSWORD``'s, else empty. Raises ``ValueError`` for a parameter
+    libpq does not know, one given twice or one without a value: a parameter a
+    connection would drop or guess at is refused, not ignored."""
+    params = _url_params(url)
+    return {**params, "password": params.get("password") or os.environ.get("PGPASSWORD", "")}
+
+
+def postgres_conninfo(url: str) -> str:
+    """The libpq connection string of a Postgres URL: the one the event store, the read
+    models and the lease all connect with, so that they reach the same database. It holds
+    what the URL says and nothing else; libpq fills in the rest as it does for ``psql``
+    (the database defaults to the user name, the user to ``PGUSER`` or the login name,
+    host and port to ``PGHOST`` and ``PGPORT``, else the local socket and 5432; a
+    ``PGDATABASE``, ``PGPASSWORD``, password file or service file applies). Filling in
+    defaults of Relay's own for one kind of connection and not the others once put the
+    events in database ``postgres`` and the lease and read models in ``alice``, for
+    ``postgresql://alice@host``: a second instance under another user led the same events."""
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(**_url_params(url))
+
+
+def _url_params(url: str) -> dict[str, str]:
+    """The parameters libpq reads from the URL, checked (see :func:`postgres_params`)."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    names: set[str] = set()
+    for item in filter(None, urlparse(url).query.split("&")):
+        name, eq, _ = item.partition("=")
         name = unquote(name)
         if not eq or not name:
             raise ValueError(f"database URL {redact_url(url)!r}: query item {name!r} has no value")
-        if name in seen:
+        if name in names:
             raise ValueError(f"database URL {redact_url(url)!r}: parameter {name!r} is given twice")
-        seen.add(name)
-        params[name] = unquote(value)
-    extra = {k: v for k, v in params.items() if k not in _BASE_PARAMS}
-    if extra:
-        from psycopg import ProgrammingError
-        from psycopg.conninfo import make_conninfo
+        names.add(name)
+    try:
+        make_conninfo(**dict.fromkeys(names, "x"))  # libpq's own check of the names
+        return {k: str(v) for k, v in conninfo_to_dict(url).items()}
+    except ProgrammingError as e:
+        raise ValueError(f"database URL {redact_url(url)!r}: {_hide_password(url, str(e))}") from None
 
-        try:
-            make_conninfo(**extra)  # libpq's own check of the names
-        except ProgrammingError as e:
-            raise ValueError(f"database URL {redact_url(url)!r}: {str(e).strip()}") from None
-    return params
+
+def _hide_password(url: str, said: str) -> str:
+    """The first line of libpq's complaint about the URL, with the URL's password hidden (libpq
+    quotes the token it could not read, which may be the password)."""
+    said = (said.strip().splitlines() or [""])[0]
+    password = urlparse(url).password
+    for secret in filter(None, (password, password and unquote(password))):
+        said = said.replace(secret, "***")
+    return said
 
 
 def event_store_env(config: StoreConfig) -> dict[str, str]:
     """The ``eventsourcing`` environment for the Relay application (the whole of it:
     :meth:`relay_es.engine.service.Relay.construct_env` reads nothing else)."""
     if config.is_postgres:
-        from psycopg.conninfo import make_conninfo
+        from relay_es.adapters.pgfactory import CONNINFO
 
-        from relay_es.adapters.pgfactory import EXTRA_CONNINFO
-
-        p = postgres_params(config.url)
         return {
             "PERSISTENCE_MODULE": "relay_es.adapters.pgfactory:RelayPostgresFactory",
-            "POSTGRES_DBNAME": p["dbname"],
-            "POSTGRES_HOST": p["host"],
-            "POSTGRES_PORT": p["port"],
-            "POSTGRES_USER": p["user"],
-            "POSTGRES_PASSWORD": p["password"],
-            # sslmode, application_name...: every other parameter of the URL (see pgfactory)
-            EXTRA_CONNINFO: make_conninfo(**{k: v for k, v in p.items() if k not in _BASE_PARAMS}),
+            # The library asks for these five; the factory connects with CONNINFO alone, as the lease
+            # and the read models do (see pgfactory).
+            "POSTGRES_DBNAME": "",
+            "POSTGRES_HOST": "",
+            "POSTGRES_PORT": "",
+            "POSTGRES_USER": "",
+            "POSTGRES_PASSWORD": "",
+            CONNINFO: config.conninfo,
             "POSTGRES_POOL_SIZE": "2",
             "POSTGRES_MAX_OVERFLOW": "6",
             "POSTGRES_CONNECT_TIMEOUT": "10",
@@ -310,11 +333,15 @@ class SQLiteDatabase(ReadModelStore):
 class PostgresDatabase(ReadModelStore):
     dialect = "postgres"
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 4) -> None:
+    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        """``conninfo``: the store's (:attr:`StoreConfig.conninfo`)."""
         from psycopg_pool import ConnectionPool
 
-        self.url = url
-        self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=True, timeout=30)
+        self.conninfo = conninfo
+        # Checked as it is handed out: after a Postgres restart the idle connections are ones Postgres cut,
+        # and the first reads got them (500s) until each had failed once. One round trip, no statement.
+        self.pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True, timeout=30,
+                                   check=ConnectionPool.check_connection)
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -343,7 +370,7 @@ class PostgresDatabase(ReadModelStore):
 
 def open_database(config: StoreConfig) -> Database:
     if config.is_postgres:
-        return PostgresDatabase(config.url)
+        return PostgresDatabase(config.conninfo)
     assert config.sqlite_path is not None
     make_private_file(config.sqlite_path)
     return SQLiteDatabase(config.sqlite_path)

@@ -5,6 +5,8 @@ and the holder is told so."""
 from __future__ import annotations
 
 import time
+from typing import Any
+from unittest import mock
 
 import psycopg
 import pytest
@@ -107,3 +109,109 @@ def test_sqlite_lease_is_keyed_by_the_real_file_not_the_path_string(tmp_path, mo
     second = Lease(parse_database_url("sqlite:///link/relay.db"))  # released: another path may take it now
     second.acquire()
     second.release()
+
+
+# ---------------------------------------------------------------- a holder whose host vanished
+
+def test_postgres_ends_the_session_of_a_holder_gone_silent_within_seconds(postgres_url: str) -> None:
+    """Postgres' own keepalives start after 2 h idle by default: a leader whose host vanished (no FIN, no
+    RST) held the lock, and refused every restart, for 2 h 11 min. The lease session sets its end too."""
+    ours = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3",
+            "tcp_user_timeout": "10000"}  # ms: Postgres lets the lock go some 11 s after the holder went silent
+    settings = "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)"
+    lease = Lease(parse_database_url(postgres_url))
+    lease.acquire()
+    try:
+        assert dict(lease._conn.execute(settings, (list(ours),)).fetchall()) == ours
+        cut(lease, postgres_url)
+        assert lease.check() == "retaken"
+        assert dict(lease._conn.execute(settings, (list(ours),)).fetchall()) == ours  # the new session's too
+    finally:
+        lease.release()
+
+
+def test_a_holder_cut_off_stops_deciding_before_postgres_lets_its_lock_go() -> None:
+    from relay_es.adapters import lease as leases
+    from relay_es.composition.runtime import LEASE_FRESH_SECS
+
+    assert (leases.KEEPALIVES_IDLE_SECS, leases.KEEPALIVES_INTERVAL_SECS, leases.KEEPALIVES_COUNT,
+            leases.USER_TIMEOUT_MS) == (5, 2, 3, 10_000)  # as the test above reads them on the session
+    assert LEASE_FRESH_SECS < leases.SILENT_HOLDER_SECS
+
+
+# ---------------------------------------------------------------- behind a pooler in transaction mode
+
+class Pooler:
+    """A pooler in transaction mode, in miniature: the n-th statement of the session runs on the n-th
+    backend of ``route`` (real sessions), the last one once the route is run through."""
+
+    def __init__(self, *route: psycopg.Connection) -> None:
+        self.route = list(route)
+
+    def execute(self, *args: object) -> object:
+        backend = self.route.pop(0) if len(self.route) > 1 else self.route[0]
+        return backend.execute(*args)
+
+    def close(self) -> None:  # the client's connection to the pooler: the backends stay, as a pooler's do
+        pass
+
+
+@pytest.fixture
+def backends(postgres_url: str):
+    conns = [psycopg.connect(postgres_url, autocommit=True) for _ in range(2)]
+    yield conns
+    for c in conns:
+        c.close()
+
+
+def through(pooler: Pooler) -> Any:
+    """The lease's connections made while this lasts are to the pooler."""
+    return mock.patch.object(psycopg, "connect", lambda *args, **kwargs: pooler)
+
+
+def test_an_acquire_whose_statements_run_on_two_backends_is_refused_before_the_lock(postgres_url, backends):
+    a, b = backends
+    with through(Pooler(a, b)), pytest.raises(LeaseHeld, match="pooler in transaction or statement mode.*session"
+                                              ) as e:
+        Lease(parse_database_url(postgres_url)).acquire()
+    assert f"({a.info.backend_pid}, then {b.info.backend_pid})" in str(e.value)
+    direct = Lease(parse_database_url(postgres_url))  # no lock was left on either backend
+    direct.acquire()
+    direct.release()
+
+
+def test_two_instances_behind_one_pooled_backend_do_not_both_lead(postgres_url, backends):
+    """A session may take its own advisory lock again: two instances whose statements ran on one pooled
+    backend both got it, and both led (each declared the other's executors dead)."""
+    shared = backends[0]
+    first = Lease(parse_database_url(postgres_url))
+    with through(Pooler(shared)):
+        first.acquire()
+    try:
+        with through(Pooler(shared)), pytest.raises(LeaseHeld, match=f"another Relay instance leads.*backend "
+                                                                     f"{shared.info.backend_pid}"):
+            Lease(parse_database_url(postgres_url)).acquire()
+        assert first.check() == "held"
+    finally:
+        first.release()
+
+
+def test_a_lease_whose_check_runs_on_another_backend_is_lost(postgres_url, backends):
+    a, b = backends
+    lease = Lease(parse_database_url(postgres_url))
+    with through(Pooler(a, a, b)):  # the acquire's two statements on a, the check on b
+        lease.acquire()
+        with pytest.raises(LeaseLost, match=f"\\({a.info.backend_pid}, then {b.info.backend_pid}\\).*pooler"):
+            lease.check()
+    lease.release()
+
+
+def test_a_lease_whose_lock_was_let_go_under_its_session_is_lost(postgres_url: str) -> None:
+    lease = Lease(parse_database_url(postgres_url))
+    lease.acquire()
+    try:
+        lease._conn.execute("SELECT pg_advisory_unlock_all()")  # as a pooler's reset (DISCARD ALL) does
+        with pytest.raises(LeaseLost, match="holds it no more"):
+            lease.check()
+    finally:
+        lease.release()

@@ -169,3 +169,108 @@ def test_runners_opening_an_empty_database_together_make_the_read_models_tables_
         errors = at_once(4, lambda: (Relay(event_store_env(cfg), clock=FakeClock()), open_database(cfg)), make)
         drop_database(admin, name)
         assert errors == []
+
+
+# ---------------------------------------------------------------- one database for every connection
+
+def test_the_store_s_connection_string_holds_what_the_url_says_and_nothing_more() -> None:
+    # Relay once filled in database postgres and port 5432 for the event store alone; libpq fills in what the
+    # URL leaves out, for every connection alike.
+    from psycopg.conninfo import conninfo_to_dict
+
+    from relay_es.adapters.pgfactory import CONNINFO
+
+    cfg = parse_database_url("postgresql://alice@db.example?sslmode=require")
+    assert conninfo_to_dict(cfg.conninfo) == {"user": "alice", "host": "db.example", "sslmode": "require"}
+    assert event_store_env(cfg)[CONNINFO] == cfg.conninfo
+
+
+@pytest.fixture
+def own_database() -> Any:
+    """A role and a database of the same name, which it owns (a user's default database is its name)."""
+    import uuid
+
+    import psycopg
+
+    from tests.conftest import create_database, drop_database, postgres_admin_url
+
+    admin = postgres_admin_url()
+    name = f"relay_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'CREATE ROLE "{name}" LOGIN')
+    try:
+        create_database(admin, name, f'OWNER "{name}"')
+        yield name
+    finally:
+        drop_database(admin, name)
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f'DROP ROLE IF EXISTS "{name}"')
+
+
+@pytest.mark.parametrize("left_out", ["database: the user's name", "database: PGDATABASE", "port: PGPORT"])
+def test_the_events_the_read_models_and_the_lease_are_in_one_database(left_out: str, own_database: str,
+                                                                        monkeypatch) -> None:
+    """``postgresql://alice@host`` put the events in database ``postgres`` (Relay's default) and the lease
+    and the read models in ``alice`` (libpq's): a second instance under another user led the same events."""
+    from urllib.parse import urlparse
+
+    from relay_es.adapters.lease import Lease
+    from tests.conftest import postgres_admin_url
+
+    name, cluster = own_database, urlparse(postgres_admin_url())
+    for var in ("PGDATABASE", "PGPORT", "PGHOST", "PGUSER", "PGSERVICE"):
+        monkeypatch.delenv(var, raising=False)
+    url = f"postgresql://{name}@{cluster.hostname}:{cluster.port}"
+    if left_out == "database: PGDATABASE":
+        monkeypatch.setenv("PGDATABASE", name)
+    elif left_out == "port: PGPORT":
+        url = f"postgresql://{name}@{cluster.hostname}/{name}"
+        monkeypatch.setenv("PGPORT", str(cluster.port))
+    where = "SELECT current_database(), inet_server_port()"
+    cfg = parse_database_url(url)
+    lease = Lease(cfg)
+    lease.acquire()
+    relay = db = None
+    try:
+        relay = Relay(event_store_env(cfg), clock=FakeClock())
+        db = open_database(cfg)
+        with relay.recorder.datastore.get_connection() as conn:
+            events = tuple(conn.execute(where).fetchone().values())
+        with db.read() as cur:
+            read_models = tuple(cur.execute(where).fetchone())
+        leased = tuple(lease._conn.execute(where).fetchone())
+        assert {"events": events, "read models": read_models, "lease": leased} == dict.fromkeys(
+            ("events", "read models", "lease"), (name, cluster.port))
+    finally:
+        for opened in (db, relay):
+            if opened is not None:
+                opened.close()
+        lease.release()
+
+
+def test_the_read_models_pool_replaces_the_connections_postgres_cut(postgres_url: str) -> None:
+    # After a Postgres restart the pool handed out connections Postgres had cut: the first reads failed
+    # (500 AdminShutdown) until each had failed once.
+    import time
+
+    import psycopg
+
+    name = postgres_url.rpartition("/")[2]
+    db = open_database(parse_database_url(postgres_url))
+    try:
+        with db.read() as cur:
+            assert cur.execute("SELECT 1").fetchone() == (1,)
+        with psycopg.connect(postgres_url, autocommit=True) as c:
+            mine = "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+            pids = [pid for pid, in c.execute(mine, (name,))]
+            assert pids
+            for pid in pids:
+                c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + 10
+            while c.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
+                assert time.monotonic() < deadline, f"backends {pids} still there 10 s after they were terminated"
+                time.sleep(0.01)
+        with db.read() as cur:
+            assert cur.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        db.close()
