@@ -10,6 +10,9 @@ live token of the path's org whose scope and permissions the row accepts.
 Names in the path are checked before anything echoes them. The caller is left
 in ``request.state.principal``. A 401 or 403 is put in the audit log, throttled
 (:mod:`relay_es.adapters.rest.recording`); an anonymous caller's only under an org that exists.
+Once the caller is let through, a query parameter of a number, a boolean or a closed set
+given the literal ``null`` is a 422 naming it (:func:`refuse_null_literals`): Litestar would
+take it for the parameter left out.
 An OIDC sign-in is checked on threads of its own (:data:`OIDC_THREADS`), Relay's tokens on the
 default pool: sign-ins waiting on a slow issuer never keep a token's caller waiting.
 """
@@ -24,9 +27,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from litestar.connection import ASGIConnection
+from litestar.constants import RESERVED_KWARGS
 from litestar.datastructures import Headers
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.enums import ParamType
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.handlers.base import BaseRouteHandler
+from litestar.params import ParameterKwarg
 
 from relay_es.adapters import authz
 from relay_es.adapters.oidc import OidcError, looks_like_jwt
@@ -54,6 +60,8 @@ SLASHED = FREE_TEXT | {"executor_id"}
 
 
 def valid_text(value: str) -> bool:
+    """The rule of an ID or a name the executor's application chose, in the path; in a Conductor
+    body, the same printability (``models.PRINTABLE``)."""
     return 0 < len(value) <= MAX_TEXT and value.isprintable()
 
 
@@ -95,6 +103,38 @@ def check_path_names(rule: authz.Rule, params: dict[str, Any]) -> None:
         raise NotFoundException(f"no such {key.replace('_', ' ')}: it is not a valid name")
 
 
+def null_takers(handler: BaseRouteHandler) -> frozenset[str]:
+    """The query parameters (by the name in the URL) of ``handler`` whose type is optional and
+    takes no text: ``int | None``, ``bool | None``, ``Literal[...] | None``. Litestar converts
+    the query's strings laxly (msgspec, ``strict=False``), which reads ``null`` (any case) there
+    as None: the parameter left out."""
+    skipped = set(handler.resolve_dependencies()) | RESERVED_KWARGS
+    names = set()
+    for name, field in handler.parsed_fn_signature.parameters.items():
+        kwarg = field.kwarg_definition
+        if name in skipped or (kwarg is not None and not isinstance(kwarg, ParameterKwarg)):
+            continue  # a dependency, the request, its body
+        if isinstance(kwarg, ParameterKwarg) and kwarg.param_type is not ParamType.QUERY:
+            continue  # a header, a cookie, the path
+        if field.is_optional and not any(isinstance(a, type) and issubclass(a, str) for a in field.args):
+            names.add(kwarg.name if isinstance(kwarg, ParameterKwarg) and kwarg.name else name)
+    return frozenset(names)
+
+
+def refuse_null_literals(connection: ASGIConnection[Any, Any, Any, Any], takers: frozenset[str]) -> None:
+    """A 422 naming the first of ``takers`` the query gives as ``null``: the reference's
+    integers and booleans have no null, and a parameter left out is left out."""
+    if not takers:
+        return  # most routes: the query string not even parsed here
+    query = connection.query_params
+    for name in sorted(takers):
+        value = query.get(name)
+        if isinstance(value, str) and value.lower() == "null":
+            message = "`null` is not a value of this parameter: leave the parameter out for none"
+            raise ValidationException(detail=f"{name}: {message}",
+                                      extra=[{"key": name, "message": message, "source": "query"}])
+
+
 async def is_operator(ctx: RestContext, headers: Headers) -> bool:
     """Auth mode: does the request carry a live org-wide token? Never refuses
     (liveness answers whatever the caller sends, and while the store is away)."""
@@ -118,6 +158,14 @@ class Authorize:
     def __init__(self, ctx: RestContext, *, refusals: Refusals | None = None) -> None:
         self.ctx = ctx
         self.refusals = Refusals(ctx) if refusals is None else refusals
+        self._null_takers: dict[BaseRouteHandler, frozenset[str]] = {}  # one entry per route handler
+
+    def null_takers(self, handler: BaseRouteHandler) -> frozenset[str]:
+        """:func:`null_takers` of ``handler``, worked out on its first request."""
+        takers = self._null_takers.get(handler)
+        if takers is None:
+            takers = self._null_takers[handler] = null_takers(handler)
+        return takers
 
     def refused(self, status: int, detail: str, **kw: Any) -> HTTPException:
         """A refusal of the caller's credentials, counted in ``relay_auth_refused{where="rest"}``."""
@@ -217,6 +265,7 @@ class Authorize:
                 why = getattr(connection.state, "refused_why", "no valid token")
                 await self.on_record(connection, handler, e, who, why)
             raise
+        refuse_null_literals(connection, self.null_takers(handler))
 
     async def check(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         scope = connection.scope

@@ -158,3 +158,51 @@ def test_a_body_that_is_not_json_is_a_400_problem(api: tuple[TestClient, Calls],
     assert r.status_code == 400, r.text
     assert r.headers["content-type"] == "application/problem+json" and r.json()["status"] == 400 and r.json()["detail"]
     assert calls.made == []
+
+
+class NoApps(FakeRelay):
+    def __init__(self, calls: Calls) -> None:
+        super().__init__(calls)
+        self.app_exists = lambda org, app: calls("app_exists")(org, app) or False
+
+
+@pytest.fixture
+def conductor() -> Iterator[tuple[TestClient, Calls]]:
+    calls = Calls()
+    with TestClient(build_app(fake_context(relay=NoApps(calls))), base_url="http://127.0.0.1") as client:
+        yield client, calls
+
+
+W = "/v2/orgs/local/apps/orders/workflows"
+
+
+@pytest.mark.parametrize("path, body, location", [
+    # the hunter's: sent on to the executor as they were, where a NUL makes its Postgres fail (a 500)
+    ("/bulk-cancel", {"workflowIds": ["ok\u0000id", "\u202e\u0007"]}, "workflowIds[0]"),
+    ("/bulk-cancel", {"workflowIds": ["ok", "\u202e\u0007"]}, "workflowIds[1]"),
+    ("/bulk-resume", {"workflowIds": ["ok"], "queueName": "q\x1b[2J"}, "queueName"),
+    ("/wf-1/fork", {"newWorkflowId": "new\u0000"}, "newWorkflowId"),
+    ("/wf-1/resume", {"queueName": "q\u0085"}, "queueName"),
+    ("/search", {"workflowName": ["probe", "pro\u200bbe"]}, "workflowName[1]"),
+    ("/aggregates", {"queueName": ["q\n"]}, "queueName[0]"),
+])
+def test_an_id_or_a_name_in_a_body_that_is_not_printable_is_a_422_naming_it(
+        conductor: tuple[TestClient, Calls], path: str, body: dict[str, Any], location: str) -> None:
+    """As the same ID in the path is refused (``guard.valid_text``), before anything is looked up."""
+    client, calls = conductor
+    r = client.post(W + path, json=body)
+    assert r.status_code == 422, r.text
+    assert [e["location"] for e in r.json()["errors"]] == [location]
+    assert "printable" in r.json()["detail"]
+    assert calls.made == []
+
+
+def test_printable_ids_and_payloads_go_on(conductor: tuple[TestClient, Calls]) -> None:
+    """A scheduled workflow's id, a space, any script: the body reaches the service (here: no such app)."""
+    client, calls = conductor
+    scheduled = "sched-nightly-2026-12-01T11:00:00+00:00"
+    for path, body in (("/bulk-cancel", {"workflowIds": [scheduled, "a b", "工作流"]}),
+                       ("/search", {"attributes": {"note": "line\nbreak"}}),
+                       ("/import", {"serializedWorkflow": "H4sI\nAAAA\u0000"})):
+        assert client.post(W + path, json=body).status_code == 404
+    assert [c[0] for c in calls.made] == ["app_exists"] * 3

@@ -17,7 +17,11 @@ Field names are the reference's (``rename="camel"``); nullability is the referen
 
 Hostile input is bounded here, before any executor sees it (the refusal names the field):
 
-* :data:`MAX_TEXT` characters in one ID, name, prefix, status or version;
+* :data:`MAX_TEXT` characters in one ID, name, prefix, status or version, and each of them
+  printable (:data:`PRINTABLE`: the rule of an ID in the path, ``guard.valid_text``), so that a
+  NUL, a control or a bidirectional override is refused here rather than sent to an executor;
+  what carries a caller's payload (an ``attributes`` filter, an imported workflow, an alert
+  rule's metadata) is not text of this kind and is not checked;
 * :data:`MAX_FILTER_VALUES` values in one filter list, :data:`MAX_IDS` workflow IDs in a bulk
   action or an ID filter, :data:`MAX_ATTRIBUTES` keys in an ``attributes`` filter;
 * date-times match RFC 3339 (:data:`RFC3339`) and are at most 64 characters;
@@ -31,9 +35,11 @@ Hostile input is bounded here, before any executor sees it (the refusal names th
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+import msgspec.inspect as mi
 from msgspec import UNSET, Meta, UnsetType
 
 MAX_TEXT = 4096
@@ -48,7 +54,14 @@ INT64_MAX = 2**63 - 1
 # RFC 3339 section 5.6 date-time (``T`` or ``t``; ``Z``, ``z`` or a numeric offset required).
 RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 
-Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+# Marks a string of a body that must be printable (``str.isprintable``, as an ID in the path: no
+# control, format -- bidirectional, zero-width --, separator, surrogate, private-use or unassigned
+# character, and no space but U+0020); :func:`decode` checks it. Not in the OpenAPI document.
+PRINTABLE = {"printable": True}
+NOT_PRINTABLE = ("Expected printable text (no control, format, separator, private-use or unassigned character, "
+                 "no space but ' ')")
+
+Text = Annotated[str, Meta(max_length=MAX_TEXT, extra=PRINTABLE)]
 Values = Annotated[list[Text], Meta(max_length=MAX_FILTER_VALUES)]
 Ids = Annotated[list[Text], Meta(max_length=MAX_IDS)]
 BulkIds = Annotated[list[Text], Meta(min_length=1, max_length=MAX_IDS)]
@@ -74,8 +87,37 @@ B = TypeVar("B", bound=_Body)
 
 def decode(raw: bytes | str, cls: type[B]) -> B:
     """``raw`` as request body ``cls``, strictly. Raises ``msgspec.ValidationError`` naming the
-    field (``- at `$.workflowIds[3]```) or ``msgspec.DecodeError`` for what is not JSON."""
-    return msgspec.json.decode(raw, type=cls, strict=True)
+    field (``- at `$.workflowIds[3]```) or ``msgspec.DecodeError`` for what is not JSON. A
+    string marked :data:`PRINTABLE` that is not is refused the same way, after decoding."""
+    body = msgspec.json.decode(raw, type=cls, strict=True)
+    where = unprintable(body, _type_info(cls), "$")
+    if where is not None:
+        raise msgspec.ValidationError(f"{NOT_PRINTABLE} - at `{where}`")
+    return body
+
+
+@functools.cache  # one entry per body class: the classes a module defines
+def _type_info(cls: type) -> mi.Type:
+    return mi.type_info(cls)
+
+
+def unprintable(value: Any, t: mi.Type, at: str) -> str | None:
+    """Where in ``value``, decoded as ``t``, the first string marked :data:`PRINTABLE` is not
+    printable (a path below ``at``: ``$.workflowIds[3]``), or None. Walks what ``t`` describes as
+    structs, lists and unions of them; dicts and ``Any`` are payloads and are not entered."""
+    if isinstance(t, mi.Metadata):
+        if isinstance(value, str) and t.extra is not None and t.extra.get("printable") and not value.isprintable():
+            return at
+        return unprintable(value, t.type, at)
+    if isinstance(t, mi.UnionType):
+        return next((w for member in t.types if (w := unprintable(value, member, at)) is not None), None)
+    if isinstance(t, mi.ListType) and isinstance(value, list):
+        return next((w for i, item in enumerate(value)
+                     if (w := unprintable(item, t.item_type, f"{at}[{i}]")) is not None), None)
+    if isinstance(t, mi.StructType) and isinstance(value, t.cls):
+        return next((w for f in t.fields
+                     if (w := unprintable(getattr(value, f.name), f.type, f"{at}.{f.encode_name}")) is not None), None)
+    return None
 
 
 # --- workflows ---------------------------------------------------------------
@@ -351,7 +393,7 @@ class RolloutPolicy(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown
 
 
 class AutoscalePolicy(_Body, kw_only=True):
-    queue: Annotated[str, Meta(min_length=1, max_length=256)]
+    queue: Annotated[str, Meta(min_length=1, max_length=256, extra=PRINTABLE)]
     rollout: RolloutPolicy | UnsetType = UNSET
 
 
@@ -376,7 +418,7 @@ class CreateAlertInputBody(_Body, kw_only=True):
     rule_type: RULE_TYPE
     rule_metadata: Any
     min_interval_secs: Annotated[int, Meta(ge=0, le=2**31 - 1)] | UnsetType = UNSET
-    receiving_app_name: Annotated[str, Meta(min_length=1, max_length=256)] | UnsetType = UNSET
+    receiving_app_name: Annotated[str, Meta(min_length=1, max_length=256, extra=PRINTABLE)] | UnsetType = UNSET
 
 
 class AlertingRule(_Answer, kw_only=True):
@@ -396,8 +438,8 @@ class RoleOutput(_Answer, kw_only=True):
 
 
 class CreateRoleInputBody(_Body, kw_only=True):
-    name: str
-    permissions: list[str] | None | UnsetType = UNSET
+    name: Annotated[str, Meta(extra=PRINTABLE)]  # its alphabet and length: the role's own check
+    permissions: list[Annotated[str, Meta(extra=PRINTABLE)]] | None | UnsetType = UNSET
 
 
 class CreateRoleOutputBody(_Answer, kw_only=True):

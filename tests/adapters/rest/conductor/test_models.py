@@ -304,3 +304,81 @@ def test_an_imported_workflow_is_bounded_by_its_own_limit() -> None:
 def test_not_json_is_a_decode_error() -> None:
     with pytest.raises(msgspec.DecodeError):
         m.decode(b'{"cancelChildren": tru', m.CancelWorkflowInputBody)
+
+
+# --- printable text ------------------------------------------------------------
+
+# What an ID in the path may not hold either (guard.valid_text): NUL, C0, DEL, C1, a bidirectional
+# override or isolate, zero-width, a line separator, a space but U+0020, private use, unassigned.
+UNPRINTABLE = ["ok\x00id", "\x07", "a\tb", "a\nb", "esc\x1b[31m", "a\x7fb", "a\x85b", "\u202eevil", "a\u2066b",
+               "a\u200bb", "line\u2028", "a\u00a0b", "a\ue000b", "a\U000e0041b", "a\u0378b"]
+PRINTABLE = ["wf-1", "sched-nightly-2026-12-01T11:00:00+00:00", "orders/42", "a queue", "café", "工作流", "🚀",
+             "'\"<>&%\\"]
+
+
+def text_positions(raw: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """``(field, where, body with that string replaced by a placeholder)`` for every string of
+    ``raw`` and every string in one of its lists."""
+    out = []
+    for key, value in raw.items():
+        if isinstance(value, str):
+            out.append((key, f"$.{key}", {**raw, key: None}))
+        elif isinstance(value, list) and value and isinstance(value[0], str):
+            out.append((key, f"$.{key}[0]", {**raw, key: [None, *value[1:]]}))
+    return out
+
+
+def with_text(body: dict[str, Any], text: str) -> str:
+    return json.dumps(body).replace("null", json.dumps(text), 1)
+
+
+# A string of a request body that is not an ID, a name, a filter value or a version.
+NOT_TEXT = {("ImportWorkflowInputBody", "serializedWorkflow")}  # a payload: opaque, never refused for its characters
+# Strings of a closed set or a pattern of their own: refused for them, whatever the text.
+CLOSED = {"startTime", "endTime", "completedAfter", "completedBefore", "dequeuedAfter", "dequeuedBefore",
+          "ruleType", "newName"}
+
+
+@pytest.mark.parametrize("name", sorted(FULL_REQUESTS))
+def test_every_id_name_and_filter_of_a_body_must_be_printable_as_in_the_path(name: str) -> None:
+    """The body's IDs are the path's: ``bulk-cancel`` with ``"ok\\u0000id"`` was sent on to the
+    executor (whose Postgres cannot hold a NUL: a 500), where ``/workflows/ok%00id/cancel`` is refused."""
+    cls = m.SCHEMAS[name]
+    positions = [(k, w, b) for k, w, b in text_positions({k: v for k, v in FULL_REQUESTS[name].items()
+                                                         if k != "$schema"})
+                 if (name, k) not in NOT_TEXT]
+    for key, where, body in positions:
+        for text in PRINTABLE if key not in CLOSED else []:
+            m.decode(with_text(body, text), cls)  # type: ignore[type-var]
+        for text in UNPRINTABLE:
+            message = refusal(with_text(body, text), cls)
+            said = f"at `{where}`" if key in CLOSED else f"{m.NOT_PRINTABLE} - at `{where}`"
+            assert message.endswith(said), (name, key, text, message)
+
+
+def test_body_and_path_agree_on_what_text_is() -> None:
+    from relay_es.adapters.rest.guard import valid_text
+    for text in PRINTABLE + UNPRINTABLE + [chr(c) for c in range(0x3000)]:
+        try:
+            m.decode(json.dumps({"workflowIds": [text]}), m.BulkCancelInputBody)
+            in_body = True
+        except msgspec.ValidationError:
+            in_body = False
+        assert in_body == valid_text(text), repr(text)
+
+
+def test_payloads_are_not_text_and_keep_every_character() -> None:
+    hostile = "line one\nline two\x00\u202e"
+    body = m.decode(json.dumps({"serializedWorkflow": hostile}), m.ImportWorkflowInputBody)
+    assert body.serialized_workflow == hostile
+    search = m.decode(json.dumps({"attributes": {"k\n": hostile}}), m.WorkflowSearchBody)
+    assert search.attributes == {"k\n": hostile}
+    rule = m.decode(json.dumps({"ruleType": "WorkflowFailure", "ruleMetadata": {"x": hostile}}),
+                    m.CreateAlertInputBody)
+    assert rule.rule_metadata == {"x": hostile}
+
+
+def test_a_queue_or_an_application_named_outside_conductor_s_schemas_is_text_too() -> None:
+    assert refusal(json.dumps({"queue": "q\x00"}), m.AutoscalePolicy) == f"{m.NOT_PRINTABLE} - at `$.queue`"
+    assert refusal(json.dumps({"ruleType": "WorkflowFailure", "ruleMetadata": {}, "receivingAppName": "a\u202e"}),
+                   m.CreateAlertInputBody) == f"{m.NOT_PRINTABLE} - at `$.receivingAppName`"
