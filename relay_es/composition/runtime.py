@@ -308,11 +308,15 @@ class Runtime:
         ready while the process manager has not started (it fills the read models first, from the
         store), until the read models have once been within :data:`READY_LAG` events of this
         process's newest (then it stays ready: a storm's lag is no reason to turn callers away),
-        once the process manager has met a bug, and from the start of a shutdown."""
+        once the process manager has met a bug, while its steps keep failing on the store
+        (:attr:`~relay_es.engine.process_manager.ProcessManager.store_unavailable`: ready again at
+        the next that succeeds), and from the start of a shutdown."""
         if self.hub.shutting_down or self.lease_lost:
             return "shutting_down"
         if self.pm.last_bug is not None:
             return "unhealthy"
+        if self.pm.store_unavailable:
+            return "store_unavailable"
         if not self._pm_started.is_set():
             return "starting"
         if not self._ready_once:

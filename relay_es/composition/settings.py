@@ -32,6 +32,7 @@ class TimingSetting:
     default_value: timedelta  # from relay_es.domain.defaults
     help: str
     most: float = 0.0  # the largest value accepted, seconds (0: MAX_DURATION_SECS)
+    least: float = 0.0  # the smallest value accepted, seconds (0: MIN_DURATION_SECS)
 
     @property
     def default(self) -> float:
@@ -51,7 +52,8 @@ TIMINGS = {
         "how long a recovery target has to answer",
     ),
     "retention_interval": TimingSetting(
-        "--retention-interval-secs", "RELAY_RETENTION_INTERVAL_SECS", defaults.RETENTION_INTERVAL, "how often retention is sent"
+        "--retention-interval-secs", "RELAY_RETENTION_INTERVAL_SECS", defaults.RETENTION_INTERVAL,
+        "how often retention is sent, at least 1 s (a round records events of every executor)", least=1.0,
     ),
     "metrics_interval": TimingSetting(
         "--metrics-interval-secs", "RELAY_METRICS_INTERVAL_SECS", defaults.METRICS_INTERVAL,
@@ -180,14 +182,15 @@ def _count(name: str, raw: Any) -> int:
     return v
 
 
-def _duration(name: str, raw: Any, most: float = 0.0) -> timedelta:
+def _duration(name: str, raw: Any, most: float = 0.0, least: float = 0.0) -> timedelta:
     most = most or MAX_DURATION_SECS
+    least = least or MIN_DURATION_SECS
     try:
         v = float(raw)
     except (TypeError, ValueError):
         raise InvalidSetting(name, f"must be a number of seconds, got {raw!r}") from None
-    if not MIN_DURATION_SECS <= v <= most:  # NaN too
-        raise InvalidSetting(name, f"must be at least {MIN_DURATION_SECS:g} and at most {most:g} seconds, got {raw!r}")
+    if not least <= v <= most:  # NaN too
+        raise InvalidSetting(name, f"must be at least {least:g} and at most {most:g} seconds, got {raw!r}")
     return timedelta(seconds=v)
 
 
@@ -294,7 +297,7 @@ class Settings:
                 "host",
                 f"{host} is not a loopback address: refusing to serve without --auth (pass --insecure to do it anyway)",
             )
-        timings = {k: _duration(t.env, pick(k, t.env, t.default), t.most) for k, t in TIMINGS.items()}
+        timings = {k: _duration(t.env, pick(k, t.env, t.default), t.most, t.least) for k, t in TIMINGS.items()}
         if timings["ping_wait"] <= timings["ping_interval"]:
             raise InvalidSetting(
                 "RELAY_PING_WAIT_SECS", "must be longer than RELAY_PING_INTERVAL_SECS (a pong needs time to come back)"

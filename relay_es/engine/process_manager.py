@@ -66,7 +66,9 @@ target goes.
 
 A failure is one of two things. A store error (:meth:`Relay.is_store_error`:
 the store is away or failing) is retried: the timer or reaction fires again
-:data:`RETRY_SECS` later, the log is read again at the next step. Anything else is a bug:
+:data:`RETRY_SECS` later, the log is read again at the next step; once its steps have failed on
+the store for :data:`STORE_UNAVAILABLE_SECS`, none succeeding since, it says so
+(:attr:`ProcessManager.store_unavailable`: the instance is not ready). Anything else is a bug:
 logged with its traceback once per place it happens, counted in
 :attr:`Stats.bugs`, and the process manager reports itself unhealthy (:attr:`ProcessManager.healthy`,
 :attr:`ProcessManager.last_bug`); the streams it hit are tried again every
@@ -125,6 +127,7 @@ APP_EVENTS = (Application.Deleted, Application.Restored)
 # What the process manager follows (and its journal holds): the executors' events and APP_EVENTS.
 EXECUTOR_TOPICS = tuple(get_topic(c) for c in (*EXECUTOR_EVENTS, *APP_EVENTS))
 RETRY_SECS = 1.0  # how soon a command that failed on the store is tried again
+STORE_UNAVAILABLE_SECS = 10.0  # steps failing on the store this long, none succeeding: the store is unavailable
 RETENTION_FIRST_LOOK = 10.0  # s: an application's first retention firing here, spread over half of this
 EARLY = 0.001  # a metrics timer this close to its wall-clock time is on time (the wall clock has microseconds)
 BUG_RETRY_SECS = 60.0  # how soon a timer or reaction that hit a bug is tried again (alone)
@@ -302,6 +305,8 @@ class ProcessManager:
         if cpu is not None:
             self.stats.cpu_seconds.update(dict.fromkeys([*self._fire, "answers", "following"], 0.0))
         self.last_bug: str | None = None
+        # Monotonic time of the first of the steps that failed on the store since the last that succeeded
+        self._store_failing_since: float | None = None
         self._bugs_logged: set[tuple[Any, ...]] = set()
         self._urgent_running = False
         self._armed = False  # start() has bootstrapped the rows and armed their timers
@@ -353,7 +358,19 @@ class ProcessManager:
 
     def step(self) -> int:
         """Does everything that is due now. Returns how many things it did. A store error
-        while reading the log or recording answers propagates (the owner calls again)."""
+        while reading the log or recording answers propagates (the owner calls again); the
+        first of a run of them is noted (:attr:`store_unavailable`), and a step that succeeds
+        forgets it."""
+        try:
+            total = self._step()
+        except Exception as e:
+            if self._store_failing_since is None and self.relay.is_store_error(e):
+                self._store_failing_since = self.clock.monotonic()
+            raise
+        self._store_failing_since = None
+        return total
+
+    def _step(self) -> int:
         total = 0
         while True:
             # Rounds of bounded work, due timers first (every deadline and orphan, a chunk of the rest), then
@@ -420,6 +437,13 @@ class ProcessManager:
     def healthy(self) -> bool:
         """False once a bug has been met (see :attr:`last_bug`); store errors do not count."""
         return self.last_bug is None
+
+    @property
+    def store_unavailable(self) -> bool:
+        """Whether its steps have failed on the store for :data:`STORE_UNAVAILABLE_SECS` or longer,
+        none succeeding since (the instance is not ready: ``/readyz``). Safe to ask from another thread."""
+        since = self._store_failing_since
+        return since is not None and self.clock.monotonic() - since >= STORE_UNAVAILABLE_SECS
 
     def _failed(self, where: str, e: Exception) -> float:
         """Counts and logs a failure; returns how soon to try again."""

@@ -325,6 +325,40 @@ def test_readiness_follows_the_start_the_read_models_a_bug_and_the_shutdown(tmp_
         rt.close()
 
 
+def test_readiness_is_store_unavailable_while_the_process_manager_keeps_failing_on_the_store(
+        tmp_path: Path, clock) -> None:
+    """A store that keeps failing (its tables gone) failed the process manager's every step, and every
+    REST read, while /readyz said ready: ten seconds of steps failing on the store, none succeeding, and
+    it is ``store_unavailable`` until the next step succeeds. Liveness is not its business."""
+    import sqlite3
+
+    from relay_es.engine.process_manager import STORE_UNAVAILABLE_SECS
+
+    rt = Runtime(settings(tmp_path), clock=clock)
+
+    def rename(old: str, new: str) -> None:
+        with sqlite3.connect(tmp_path / "relay.db") as db:
+            db.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+    try:
+        rt._pm_tick()
+        assert rt.readiness() is None
+        rename("stored_events", "stored_events_away")
+        for _ in range(7):  # the worker's retries, 1.5 s apart
+            assert rt.readiness() is None
+            with pytest.raises(Exception) as e:
+                rt._pm_tick()
+            assert rt.relay.is_store_error(e.value), e.value
+            clock.advance(1.5)
+        assert rt.readiness() == "store_unavailable" and rt.pm.healthy
+        rename("stored_events_away", "stored_events")
+        rt._pm_tick()
+        assert rt.readiness() is None
+        assert STORE_UNAVAILABLE_SECS == 10.0
+    finally:
+        rt.close()
+
+
 def test_an_event_another_process_wrote_wakes_the_read_model_process_when_waited_for(tmp_path: Path) -> None:
     """A token made by ``relay admin create-token`` and used at once: the tokens' catch-up waits
     for the read models, and the child must be woken for an event this process did not save (its

@@ -143,6 +143,20 @@ def test_a_duration_that_would_round_to_nothing_is_refused_naming_the_least(raw:
     assert Settings.from_sources({}, {"RELAY_PING_INTERVAL_SECS": "1e-6"}).ping_interval.total_seconds() == 1e-6
 
 
+@pytest.mark.parametrize("raw", ["0.001", "0.999", "1e-6"])
+def test_a_retention_interval_under_a_second_is_refused_at_start(
+        raw: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each retention round records events of every executor of the application: 0.001 s made 235 rounds
+    in 5 s to one executor (a SQLite store of 4.5 MB in seconds)."""
+    with pytest.raises(InvalidSetting) as e:
+        Settings.from_sources({}, {"RELAY_RETENTION_INTERVAL_SECS": raw})
+    assert "RELAY_RETENTION_INTERVAL_SECS" in str(e.value) and "at least 1 " in str(e.value)
+    monkeypatch.setenv("RELAY_RETENTION_INTERVAL_SECS", raw)
+    assert main(["serve"]) == 2  # one line, before anything is opened
+    assert "RELAY_RETENTION_INTERVAL_SECS" in capsys.readouterr().err
+    assert Settings.from_sources({}, {"RELAY_RETENTION_INTERVAL_SECS": "1"}).retention_interval.total_seconds() == 1
+
+
 @pytest.mark.parametrize("host", ["not..a..host", ".relay.example", "a" * 64 + ".example", ("a" * 63 + ".") * 4 + "io",
                                   "relay example", "relay\x00.example", "\udc80"])
 def test_a_host_the_resolver_could_never_be_asked_for_is_refused_before_anything_opens(host: str) -> None:

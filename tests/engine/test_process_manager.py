@@ -1394,6 +1394,48 @@ def test_a_store_error_is_retried_a_second_later_and_is_no_bug(clock, monkeypatc
         world.close()
 
 
+def test_steps_failing_on_the_store_for_ten_seconds_make_it_unavailable_until_one_succeeds(clock, monkeypatch) -> None:
+    """A store that keeps failing (its tables gone, say) failed every step for good while the instance
+    looked ready: a run of steps failing on the store, none succeeding, is noted from its first, and
+    after STORE_UNAVAILABLE_SECS it says so; the next step that succeeds clears it. A bug is no outage."""
+    from eventsourcing.persistence import ProgrammingError
+
+    from relay_es.engine.process_manager import STORE_UNAVAILABLE_SECS
+
+    world = World(clock, None, grace=10)
+    try:
+        world.connect("A")
+        real = world.relay.head
+
+        def away() -> int:
+            raise ProgrammingError('relation "public.relay_events" does not exist')
+
+        monkeypatch.setattr(world.relay, "head", away)  # each step reads where the log ends
+        elapsed = 0.0
+        while elapsed < STORE_UNAVAILABLE_SECS:
+            assert not world.pm.store_unavailable, elapsed
+            with pytest.raises(ProgrammingError):
+                world.pm.step()
+            clock.advance(1.5)  # the worker's retry
+            elapsed += 1.5
+        assert world.pm.store_unavailable and world.pm.healthy  # an outage, not a bug
+        with pytest.raises(ProgrammingError):
+            world.pm.step()  # another failure does not move the start of the run
+        assert world.pm.store_unavailable
+
+        monkeypatch.setattr(world.relay, "head", real)
+        world.pm.step()
+        assert not world.pm.store_unavailable
+
+        monkeypatch.setattr(world.pm, "_follow", lambda: 1 // 0)  # a bug that escapes the step
+        with pytest.raises(ZeroDivisionError):
+            world.pm.step()
+        clock.advance(2 * STORE_UNAVAILABLE_SECS)
+        assert not world.pm.store_unavailable
+    finally:
+        world.close()
+
+
 def test_a_bug_is_loud_once_counted_and_other_streams_go_on(clock, monkeypatch, caplog) -> None:
     """An exception that is not a store error (an AttributeError after a rename) is a bug:
     its traceback is logged once, it is counted, the process manager says it is unhealthy,

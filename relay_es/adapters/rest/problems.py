@@ -7,8 +7,13 @@ builds the document (``type``, ``title``, ``status``, ``detail``, and for a
 invalid settings 422, unknown org/app/executor/token 404, a command the state
 refuses 409, Litestar's own HTTP errors their status (headers kept), a change that
 kept meeting other writers' changes to the same object through all its retries 503
-with ``Retry-After`` (:meth:`~relay_es.engine.store.RelayStore.retrying`), anything
-else 500 with its traceback in the log and nothing of it in the answer.
+with ``Retry-After`` (:meth:`~relay_es.engine.store.RelayStore.retrying`), a store
+that is away or failing (a connection it cut, a pool with none to give, a locked file:
+:func:`~relay_es.adapters.failures.is_store_error`) 503 with ``Retry-After`` and one
+warning line (at most one per :data:`STORE_WARNING_WINDOW`, counting the rest), anything
+else 500 with its traceback in the log and nothing of it in the answer -- also a store
+error that comes from the data (:func:`~relay_es.adapters.failures.is_data_error`: a
+retry fails the same way).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from eventsourcing.persistence import IntegrityError
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 
+from relay_es.adapters.failures import is_data_error, is_store_error
+from relay_es.adapters.hub.throttle import Throttle
 from relay_es.domain.errors import (
     DomainError,
     IllegalTransition,
@@ -35,6 +42,11 @@ from relay_es.domain.errors import (
 log = logging.getLogger(__name__)
 
 PROBLEM = "application/problem+json"
+
+STORE_RETRY_AFTER = "5"  # seconds a caller is asked to wait when the store is away: its outages last seconds
+STORE_WARNING_WINDOW = 10.0  # seconds: one warning per window for the requests the store failed, the rest counted
+# The requests the store failed, one key: a storm of callers during an outage logs a line per window.
+store_warnings = Throttle(STORE_WARNING_WINDOW, max_keys=1)
 
 TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
           413: "Request entity too large", 503: "Service unavailable"}
@@ -87,9 +99,28 @@ def _busy(_: Request[Any, Any, Any], exc: IntegrityError) -> Response[Any]:
     return resp
 
 
-def _internal(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if is_store_error(exc) and not _from_data(exc):
+        return _store_away(request, exc)
     log.exception("unhandled error", exc_info=exc)
     return problem(500, "Internal server error", "Relay failed to handle this request; see its log")
+
+
+def _from_data(exc: BaseException) -> bool:
+    """Whether a store error comes from the data, also where the event store wrapped the driver's."""
+    return is_data_error(exc) or (exc.__cause__ is not None and is_data_error(exc.__cause__))
+
+
+def _store_away(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    hit = store_warnings.hit("store")
+    if hit.passed:
+        more = f"; {hit.suppressed} more since the last warning" if hit.suppressed else ""
+        first = (str(exc).splitlines() or [""])[0][:200]
+        log.warning("the store failed a request (%s: %s): 503, retry after %s s%s", type(exc).__name__, first,
+                    STORE_RETRY_AFTER, more)
+    resp = problem(503, "Service unavailable", "the store is unavailable; retry shortly")
+    resp.headers["Retry-After"] = STORE_RETRY_AFTER
+    return resp
 
 
 EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
