@@ -38,6 +38,7 @@ from uuid import UUID
 from relay_es.adapters import authz, faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
+from relay_es.adapters.failures import is_data_error, is_store_error
 from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.adapters.hub.alerts import AlertSender
 from relay_es.adapters.oidc import OidcSettings, OidcUsers, parse_group_roles
@@ -64,18 +65,28 @@ from relay_es.composition.settings import Settings
 log = logging.getLogger(__name__)
 
 
+STORE_ERROR_LOG_SECS = 60.0  # a worker failing on the store says so at most this often (a store away fails every tick)
+
+
 class Worker(threading.Thread):
     """Calls ``fn`` whenever woken, or when ``timeout()`` seconds have passed. ``cpu_seconds``: the
-    thread's CPU spent in ``fn`` (``relay_worker_cpu_seconds_total``)."""
+    thread's CPU spent in ``fn`` (``relay_worker_cpu_seconds_total``). A failure is retried; a bug is
+    logged with its traceback each time, a store that is away (:func:`~relay_es.adapters.failures.is_store_error`)
+    in one line at most every :data:`STORE_ERROR_LOG_SECS` (it fails every tick until it is back:
+    a traceback every half second said nothing new)."""
 
-    def __init__(self, name: str, fn: Callable[[], Any], timeout: Callable[[], float]) -> None:
+    def __init__(self, name: str, fn: Callable[[], Any], timeout: Callable[[], float], *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name=name, daemon=True)
         self.fn = fn
         self.timeout = timeout
+        self.monotonic = monotonic
         self._wake = threading.Event()
         self._halt = threading.Event()
         self.errors = 0
         self.cpu_seconds = 0.0
+        self._store_told: float | None = None  # when a failure on the store was last logged, in this run of them
+        self._store_untold = 0  # failures on the store since, not logged
 
     def wake(self, *_: Any) -> None:
         self._wake.set()
@@ -89,14 +100,36 @@ class Worker(threading.Thread):
             c0 = time.thread_time()
             try:
                 self.fn()
-            except Exception:
-                self.errors += 1
-                log.exception("%s failed; retrying", self.name)
+            except Exception as e:
+                self.failed(e)
                 self._halt.wait(0.5)
+            else:
+                self.succeeded()
             finally:
                 self.cpu_seconds += time.thread_time() - c0
             self._wake.wait(max(0.0, self.timeout()))
             self._wake.clear()
+
+    def failed(self, e: Exception) -> None:
+        """Counts and logs a failure of ``fn`` (see the class)."""
+        self.errors += 1
+        if not is_store_error(e) or is_data_error(e):
+            log.exception("%s failed; retrying", self.name, exc_info=e)
+            return
+        now = self.monotonic()
+        if self._store_told is not None and now - self._store_told < STORE_ERROR_LOG_SECS:
+            self._store_untold += 1
+            return
+        more = f" ({self._store_untold} more failures since the last line)" if self._store_untold else ""
+        said = (str(e).splitlines() or [""])[0][:200]
+        log.warning("%s failed on the store (%s: %s); retrying%s", self.name, type(e).__name__, said, more)
+        self._store_told, self._store_untold = now, 0
+
+    def succeeded(self) -> None:
+        """``fn`` ran through: a run of failures on the store, if any, is over (and said to be)."""
+        if self._store_told is not None:
+            log.info("%s works on the store again (%d failures since the last line)", self.name, self._store_untold)
+            self._store_told, self._store_untold = None, 0
 
 
 def view_bootstrap(db: Database, runner: ProjectionRunner,

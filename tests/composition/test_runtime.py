@@ -5,6 +5,7 @@ and gives the store's lease back when it closes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,38 @@ def test_a_worker_counts_its_thread_s_cpu_a_failing_tick_included() -> None:
     w.join(10)
     assert not w.is_alive() and w.errors == 1
     assert w.cpu_seconds >= 0.05
+
+
+def test_a_worker_failing_on_the_store_says_so_in_one_line_a_minute_and_a_bug_each_time(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A store that is away fails every tick (every half second): one warning line, no traceback, then
+    one a minute with the count; the run's end is told; a bug keeps its traceback every time."""
+    import sqlite3
+
+    from relay_es.composition.runtime import STORE_ERROR_LOG_SECS, Worker
+
+    now = [1000.0]
+    w = Worker("relay-test", lambda: None, lambda: 0.0, monotonic=lambda: now[0])
+    caplog.set_level(logging.INFO, logger="relay_es.composition.runtime")
+    away = sqlite3.OperationalError("database is locked")
+    for _ in range(5):
+        w.failed(away)
+        now[0] += 0.5
+    now[0] += STORE_ERROR_LOG_SECS
+    w.failed(away)
+    w.succeeded()
+    w.failed(RuntimeError("a bug"))
+    w.failed(RuntimeError("a bug"))
+    lines = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert lines == [
+        ("WARNING", "relay-test failed on the store (OperationalError: database is locked); retrying", False),
+        ("WARNING", "relay-test failed on the store (OperationalError: database is locked); retrying "
+                    "(4 more failures since the last line)", False),
+        ("INFO", "relay-test works on the store again (0 failures since the last line)", False),
+        ("ERROR", "relay-test failed; retrying", True),
+        ("ERROR", "relay-test failed; retrying", True),
+    ]
+    assert w.errors == 8
 
 
 def test_the_runtime_exposes_each_worker_s_cpu(tmp_path: Path) -> None:
