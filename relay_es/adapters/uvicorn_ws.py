@@ -49,8 +49,8 @@ from collections.abc import Callable
 from typing import Any
 
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
-from websockets.exceptions import PayloadTooBig, ProtocolError
-from websockets.frames import CONT, CTRL_OPCODES, Frame
+from websockets.exceptions import InvalidState, PayloadTooBig, ProtocolError
+from websockets.frames import CONT, CTRL_OPCODES, PONG, Frame
 from websockets.server import ServerProtocol
 
 from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
@@ -116,6 +116,10 @@ class _StagedCap(ServerProtocol):
     controls_at = 0.0
     fragments = 0
     control_rate = CONTROL_RATE  # set on the object where Relay pings more often: its pongs come back
+    # Set on the object while the transport's write buffer is over its high-water mark: pongs are not
+    # queued, the latest ping's payload (125 bytes at most) is kept for the pong written once it drains.
+    holding_pongs = False
+    held_pong: bytes | None = None
 
     def recv_frame(self, frame: Frame) -> None:  # called by the parser after each frame, before the next is read
         op = frame.opcode.value
@@ -146,6 +150,12 @@ class _StagedCap(ServerProtocol):
         self.staged = False
         self.budget = None
         self.max_message_size = size
+
+    def send_frame(self, frame: Frame) -> None:
+        if self.holding_pongs and frame.opcode is PONG:  # a ping's answer, queued by recv_frame
+            self.held_pong = bytes(frame.data)  # RFC 6455 5.5.3: answering only the latest ping is enough
+            return
+        super().send_frame(frame)
 
 
 def _forget_tracebacks(error: BaseException | None) -> None:
@@ -286,16 +296,23 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
       and a peer that stopped reading (a frozen process, a zero receive window) never drains it:
       without the abort such a socket was never reported lost, and its executor stayed HEALTHY
       for ever.
-    * While the transport's write buffer is over its high-water mark, a ping gets no pong (RFC
-      6455 5.5.3 lets an endpoint answer only the latest ping): a pong is the one thing a peer can
-      make Relay write, and a ping flood from a client that never reads grew the server by 59 MiB.
-      The socket is read as before: a DBOS executor sends its answer before it reads again, so
-      not reading while Relay's writes back up would stall a busy, healthy executor until the
-      keepalive gave up on it.
+    * While the transport's write buffer is over its high-water mark, a ping gets no pong at once:
+      the latest ping's payload is kept (125 bytes at most) and its pong written when the buffer
+      drains (RFC 6455 5.5.3 lets an endpoint answer only the latest ping; 5.5.2 wants an answer,
+      and an SDK closes the socket 20 s after a ping without one). A pong is the one thing a peer
+      can make Relay write, and a ping flood from a client that never reads grew the server by
+      59 MiB; held, a flood costs one pong. The socket is read as before: a DBOS executor sends its
+      answer before it reads again, so not reading while Relay's writes back up would stall a busy,
+      healthy executor until the keepalive gave up on it.
     * The first message is capped at ``handshake_frame_cap`` bytes, later ones at
       ``pending_frame_cap``, until the application calls
       ``scope["extensions"]["relay.frame_cap"](n)``; a disconnect caused by our
-      own 1009 (a message over the cap) carries ``"relay.too_big": True``.
+      own 1009 (a message over the cap) carries ``"relay.too_big": True``, by our own 1007
+      (text that is not UTF-8) ``"relay.invalid_utf8": True``, by our own 1002 (a frame that
+      breaks RFC 6455 or the bounds on control frames and fragments) ``"relay.protocol_error": True``.
+    * A disconnect with no close frame from the peer (a drop: EOF or reset) is reported as 1006,
+      where uvicorn says 1005; 1005 is left to a close frame of the peer's that carried no code
+      (RFC 6455 7.1.5), such as a TypeScript executor's on shutdown.
     * A ``websocket.send`` with ``"relay.guard"`` (a context manager giving a bool)
       is written under the guard, only if it says yes, else :class:`Withdrawn`.
     * Nothing it adds makes a reference cycle, so once the application lets go of
@@ -307,13 +324,13 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
 
     class RelayWebSocketProtocol(WebSocketsSansIOProtocol):
         app_running = False  # the application's task for this socket is under way (set on the object)
+        invalid_utf8 = False  # it failed the connection with 1007 (set on the object)
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
             self._abort_timer: asyncio.TimerHandle | None = None
-            self._write_paused = False
             if self.conn.available_extensions:  # uvicorn's factory keeps a compressor per socket
                 self.conn.available_extensions = [DEFLATE]
             self.queue = _Inbox()  # type: ignore[assignment]
@@ -395,17 +412,18 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
 
         def pause_writing(self) -> None:
             super().pause_writing()
-            self._write_paused = True
+            self.conn.holding_pongs = True
 
         def resume_writing(self) -> None:
             super().resume_writing()
-            self._write_paused = False
-
-        def handle_ping(self) -> None:
-            if self._write_paused:
-                self.conn.data_to_send()  # the pong websockets queued, dropped: the peer is not reading ours
-                return
-            super().handle_ping()
+            self.conn.holding_pongs = False
+            pong, self.conn.held_pong = self.conn.held_pong, None
+            if pong is not None and not self.disconnected and not self.transport.is_closing():
+                try:
+                    self.conn.send_pong(pong)  # the latest ping held while the buffer was full
+                except InvalidState:  # the connection is closed: no pong is owed
+                    return
+                self.transport.write(b"".join(self.conn.data_to_send()))
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
@@ -419,10 +437,23 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
         async def receive(self) -> Any:
             message = await super().receive()
             if message.get("type") == "websocket.disconnect":
-                if self.keepalive_timed_out:
-                    message = {**message, "code": 1011, "reason": "keepalive ping timeout"}
-                elif isinstance(self.conn.parser_exc, PayloadTooBig):  # not the peer's own 1009, echoed
-                    message = {**message, "relay.too_big": True}
+                message = self._why_disconnected(message)
+            return message
+
+        def _why_disconnected(self, message: Any) -> Any:
+            """The disconnect as Relay reports it: the module's own failures flagged (not the
+            peer's close with the same code, echoed), a drop told from a close frame without a code."""
+            code, error = message.get("code"), self.conn.parser_exc
+            if self.keepalive_timed_out:
+                return {**message, "code": 1011, "reason": "keepalive ping timeout"}
+            if code == 1009 and isinstance(error, PayloadTooBig):
+                return {**message, "relay.too_big": True}
+            if code == 1007 and (self.invalid_utf8 or isinstance(error, UnicodeDecodeError)):
+                return {**message, "relay.invalid_utf8": True}  # a text frame, or a close frame's reason
+            if code == 1002 and isinstance(error, ProtocolError):
+                return {**message, "relay.protocol_error": True}
+            if code == 1005 and self.conn.close_rcvd is None:  # uvicorn's connection_lost: no close frame came
+                return {**message, "code": 1006}
             return message
 
         async def send(self, message: Any) -> None:
@@ -460,7 +491,8 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                     self.frames = []
                     self.logger.info("%s:%d - invalid UTF-8 in a text frame; closing with 1007",
                                      *(self.client or ("?", 0)))
-                    self.conn.send_close(1007)
+                    self.invalid_utf8 = True
+                    self.conn.send_close(1007, "invalid UTF-8 in a text frame")
                     self.handle_parser_exception()
                     return
             super().send_receive_event_to_app()

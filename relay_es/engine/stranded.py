@@ -76,9 +76,9 @@ class Fix(StrEnum):
 
 
 POLITE_CLOSES = frozenset({"clean_close"})
-"""Disconnect reasons of an executor that closed its socket itself, cleanly (close code 1000 or
-1001: ``DBOS.destroy()``). The hub records every close as ``socket_closed`` until it tells a
-clean close from a dropped socket; until then no disconnect is classified as polite."""
+"""Disconnect reasons of an executor that closed its socket itself, cleanly: the hub records
+``clean_close`` for a close frame of code 1000 or 1001 (Python's ``DBOS.destroy()``) or of no code
+(1005: TypeScript's ``DBOS.shutdown()``); a dropped socket is ``socket_closed``."""
 
 DEAD_RECOVERABLE = (P.PENDING.value, P.DEFERRED.value)
 """Recovery phases of a DEAD executor that "recover now" may act on (not one in flight)."""

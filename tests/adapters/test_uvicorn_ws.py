@@ -10,6 +10,7 @@ import os
 import struct
 from typing import Any
 
+import pytest
 import uvicorn
 
 from relay_es.adapters.uvicorn_ws import CONTROL_BURST, MAX_FRAGMENTS, protocol_class
@@ -57,10 +58,11 @@ class Transport:
 
 
 def run_socket(chunks: list[bytes], *, register_after: int | None = None,
-               before: Any = None) -> tuple[list[dict[str, Any]], Any]:
+               before: Any = None, after: Any = None) -> tuple[list[dict[str, Any]], Any]:
     """Feeds ``chunks`` (after the upgrade) to a protocol whose application accepts,
     collects what it receives and, after ``register_after`` messages, raises the
-    cap as the hub does. Returns (messages received, the protocol)."""
+    cap as the hub does; ``before(protocol)`` runs before the chunks, ``after(protocol)``
+    after them, while the application still runs. Returns (messages received, the protocol)."""
     received: list[dict[str, Any]] = []
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -93,6 +95,10 @@ def run_socket(chunks: list[bytes], *, register_after: int | None = None,
             before(proto)
         for chunk in chunks:
             proto.data_received(chunk)
+            for _ in range(20):
+                await asyncio.sleep(0)
+        if after is not None:
+            after(proto)
             for _ in range(20):
                 await asyncio.sleep(0)
         return proto
@@ -145,20 +151,38 @@ def test_unregistered_messages_add_up_to_the_two_caps_at_most() -> None:
     assert texts(received) == [len(reply)] + [MAX_PENDING_FRAME // 4] * 8 and proto.conn.close_sent is None
 
 
-def test_a_peer_that_does_not_read_gets_no_pongs() -> None:
+def test_a_peer_that_does_not_read_gets_one_pong_once_the_buffer_drains() -> None:
     """A pong is the one thing a peer can make Relay write: while the write buffer is over its
-    high-water mark, pings are not answered (RFC 6455 5.5.3), so a flood of them costs no memory."""
-    written_before: list[int] = []
+    high-water mark, pings are not answered at once, so a flood of them costs no memory. The latest
+    is answered once the buffer drains (RFC 6455 5.5.2, 5.5.3): an executor's keepalive ping that
+    came in while Relay wrote an 8 MiB import was never answered, and the SDK closes 20 s later."""
+    seen: list[bytes] = []
+
+    def written(proto: Any) -> bytes:
+        return b"".join(proto.transport.written)
 
     def paused(proto: Any) -> None:
         proto.pause_writing()
-        written_before.append(len(proto.transport.written))
+        seen.append(written(proto))
 
-    _, proto = run_socket([frame(b"p" * 125, opcode=0x9)] * (CONTROL_BURST - 1), before=paused)
-    assert len(proto.transport.written) == written_before[0]  # not one pong
-    proto.resume_writing()
-    proto.data_received(frame(b"q", opcode=0x9))
-    assert proto.transport.written[-1] == b"\x8a\x01q"  # writable again: answered
+    def drained(proto: Any) -> None:
+        seen.append(written(proto))
+        proto.resume_writing()
+        seen.append(written(proto))
+        proto.pause_writing()
+        proto.resume_writing()  # no ping in between: nothing owed
+        seen.append(written(proto))
+        proto.data_received(frame(b"q", opcode=0x9))
+        seen.append(written(proto))
+
+    pings = [frame(b"%03d" % i + b"p" * 122, opcode=0x9) for i in range(CONTROL_BURST - 1)]
+    run_socket(pings, before=paused, after=drained)
+    upgraded, while_paused, resumed, again, writable = seen
+    assert while_paused == upgraded  # not one pong while the buffer is full
+    latest = b"%03d" % (CONTROL_BURST - 2) + b"p" * 122
+    assert resumed == upgraded + b"\x8a\x7d" + latest  # one pong, the latest ping's, once it drains
+    assert again == resumed
+    assert writable == resumed + b"\x8a\x01q"  # writable: answered at once
 
 
 def test_a_flood_of_pings_fails_the_connection() -> None:
@@ -233,3 +257,45 @@ def test_relay_s_own_fast_pings_are_not_taken_for_a_flood() -> None:
 
     assert rate(20.0) == CONTROL_RATE and rate(1.0) == CONTROL_RATE
     assert rate(0.05) == 40.0  # two a ping: its pong, and room for the peer's own
+
+
+def test_a_close_frame_without_a_code_is_told_from_a_dropped_connection() -> None:
+    """TypeScript's ``DBOS.shutdown()`` sends a close frame with no code (1005); a dropped TCP
+    connection sends none, and uvicorn reported 1005 for it too. The drop is reported as the 1006
+    it is (RFC 6455 7.1.5), so that the hub can take the first for a clean close."""
+    received, _ = run_socket([frame(b"", opcode=0x8)])
+    assert received[-1]["type"] == "websocket.disconnect" and received[-1]["code"] == 1005
+    received, _ = run_socket([frame(b"{}")], after=lambda proto: proto.connection_lost(None))
+    assert received[-1]["type"] == "websocket.disconnect" and received[-1]["code"] == 1006
+    received, _ = run_socket([frame(struct.pack("!H", 1000), opcode=0x8)])
+    assert received[-1]["code"] == 1000
+
+
+def part(payload: bytes, opcode: int, *, fin: bool = True, masked: bool = True, rsv: int = 0) -> bytes:
+    head = struct.pack("!BB", (0x80 if fin else 0) | rsv | opcode, (0x80 if masked else 0) | len(payload))
+    return head + (b"\x00" * 4 if masked else b"") + payload
+
+
+@pytest.mark.parametrize("chunk,code,flag", [
+    (frame(b'{"type": "x\xff"}'), 1007, "relay.invalid_utf8"),  # text that is not UTF-8
+    (frame(struct.pack("!H", 1000) + b"\xff", opcode=0x8), 1007, "relay.invalid_utf8"),  # a close reason
+    (part(b"{}", 0x1, masked=False), 1002, "relay.protocol_error"),  # an unmasked frame
+    (part(b"{}", 0x1, rsv=0x40), 1002, "relay.protocol_error"),  # a reserved bit, no extension
+    (part(b"{", 0x1, fin=False) + part(b"", 0x0, fin=False) * MAX_FRAGMENTS, 1002, "relay.protocol_error"),
+    (frame(b"p", opcode=0x9) * (CONTROL_BURST + 1), 1002, "relay.protocol_error"),  # a flood of pings
+    (frame(b"x" * (MAX_HANDSHAKE_FRAME + 1)), 1009, "relay.too_big"),
+], ids=["text", "close-reason", "unmasked", "rsv", "fragments", "pings", "too-big"])
+def test_a_connection_the_socket_fails_for_the_peer_s_frames_is_flagged(chunk: bytes, code: int, flag: str) -> None:
+    """Only a frame over the cap was flagged (and audited): the socket's other fatal closes were recorded
+    as a plain disconnect, though the hub audits every fatal violation."""
+    received, proto = run_socket([chunk])
+    assert proto.conn.close_sent is not None and proto.conn.close_sent.code == code
+    last = received[-1]
+    assert last["type"] == "websocket.disconnect" and last["code"] == code and last.get(flag) is True
+    assert [k for k in last if k.startswith("relay.")] == [flag]
+
+
+@pytest.mark.parametrize("code", [1002, 1007])
+def test_an_executor_s_own_close_with_a_violation_code_is_not_flagged(code: int) -> None:
+    received, proto = run_socket([frame(struct.pack("!H", code), opcode=0x8)])
+    assert received[-1]["code"] == code and not [k for k in received[-1] if k.startswith("relay.")]

@@ -13,7 +13,9 @@ Close codes Relay uses (executors reconnect after any of them):
 
 ==== ==========================================================================
 1001 Relay is shutting down
-1007 a text frame that is not UTF-8
+1002 a frame that breaks RFC 6455 (unmasked, reserved bits set...) or the bounds
+     on pings and pongs and on the frames of one message; audited ``protocol_error``
+1007 a text frame that is not UTF-8; audited ``invalid_utf8``
 1008 the executor broke the protocol: an unusable ``executor_info`` reply, or
      any other frame before it
 1009 a message over the cap: 64 KiB for the first (the ``executor_info``
@@ -48,7 +50,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote_to_bytes
 
 from relay_es.adapters.hub.admission import Gate, Refused
 from relay_es.adapters.hub.connection import Connection, ConnectionLost
@@ -88,16 +90,20 @@ REFUSAL_QUIET = 60.0  # an address with no refusal for this long starts again at
 KEY_SWEEP_INTERVAL = 60.0  # seconds between two sweeps of the executor ids remembered per key
 
 
-def parse_path(path: str) -> tuple[str, str] | None:
-    """``[anything]/websocket/{app}/{key}`` -> ``(app, key)``, percent-decoded."""
-    marker = "/websocket/"
-    i = path.rfind(marker)
-    if i < 0:
+def parse_path(path: bytes | str) -> tuple[str, str] | None:
+    """``[anything]/websocket/{app}/{key}`` -> ``(app, key)``. ``path`` as the request sent it (ASGI's
+    ``raw_path``, bytes) is split at its slashes and each segment percent-decoded once, so a
+    double-encoded key stays encoded once and an encoded slash stays in its segment; a ``str`` is
+    ASGI's ``path``, which the server decoded already (where it gives no ``raw_path``): split only."""
+    if isinstance(path, bytes):
+        segments = [unquote_to_bytes(s).decode("utf-8", "replace") for s in path.split(b"/")]
+    else:
+        segments = path.split("/")
+    # the last "websocket" segment with a segment after it, as the path's last "/websocket/"
+    marker = next((i for i in range(len(segments) - 2, 0, -1) if segments[i] == "websocket"), None)
+    if marker is None or len(segments) - marker != 3 or not segments[-2] or not segments[-1]:
         return None
-    parts = path[i + len(marker):].split("/")
-    if len(parts) != 2 or not parts[0] or not parts[1]:
-        return None
-    return unquote(parts[0]), unquote(parts[1])
+    return segments[-2], segments[-1]
 
 
 def scrub(path: str) -> str:
@@ -193,7 +199,8 @@ class Hub:
         first = await receive()
         if first["type"] != "websocket.connect":
             return
-        parsed = parse_path(path)
+        raw_path = scope.get("raw_path")  # bytes, not decoded (uvicorn gives it; ASGI lets a server omit it)
+        parsed = parse_path(raw_path if isinstance(raw_path, bytes) else path)
         quotas = self.quotas
         quotas.handshake_begins(host)
         registered = False
@@ -256,10 +263,9 @@ class Hub:
                             quotas.handshake_ends(host)
                     elif kind == "websocket.disconnect":
                         code = message.get("code")
-                        if message.get("relay.too_big"):  # our own 1009: the frame cap
-                            await self._violation(conn, Violation(
-                                "frame_too_large", printable(message.get("reason") or "frame over the cap")
-                                + ("" if registered else " (before executor_info was answered)"), fatal=True))
+                        violation = _socket_violation(message, registered)
+                        if violation is not None:
+                            await self._violation(conn, violation)
                         break
             except (ConnectionLost, OSError) as e:
                 log.debug("connection %s ended: %s", conn.id, e)
@@ -476,7 +482,7 @@ class Hub:
             return
         log.warning("executor %s (%s/%s from %s): %s: %s%s", printable(conn.executor_id or "?"), conn.org, conn.app,
                     conn.peer, v.kind, v.detail,
-                    f" ({hit.suppressed} more of this kind in the last {VIOLATION_AUDIT_INTERVAL:g}s)"
+                    f" ({hit.suppressed} more of this kind since the last one logged)"
                     if hit.suppressed else "")
         try:
             await self.pool.run(self.relay.record_violation, conn.org, conn.app, kind=v.kind, detail=v.detail,
@@ -499,11 +505,32 @@ class Hub:
                                                            at=self.relay.clock.now()))
 
 
+_SOCKET_VIOLATIONS = (  # the socket's flag on a disconnect it caused -> the violation's kind, its detail if none
+    ("relay.too_big", "frame_too_large", "frame over the cap"),
+    ("relay.invalid_utf8", "invalid_utf8", "invalid UTF-8"),
+    ("relay.protocol_error", "protocol_error", "a frame that breaks the WebSocket protocol"),
+)
+
+
+def _socket_violation(message: dict[str, Any], registered: bool) -> Violation | None:
+    """The fatal violation a disconnect records, if the socket itself failed the connection for the
+    peer's frames (``uvicorn_ws``: 1009 over the cap, 1007 not UTF-8, 1002 broken framing or a
+    flood of control frames or fragments); None for any other disconnect."""
+    for flag, kind, detail in _SOCKET_VIOLATIONS:
+        if message.get(flag):
+            detail = printable(message.get("reason") or detail)
+            if kind == "frame_too_large" and not registered:
+                detail += " (before executor_info was answered)"
+            return Violation(kind, detail, fatal=True)
+    return None
+
+
 def _reason(code: int | None) -> str:
     """Why a socket Relay did not close itself ended, from the close code the server saw: the
-    executor's own close (1000, 1001: it shut down, e.g. in a deploy), Relay's ping timeout
-    (1011), else a drop (no close frame: 1006, a kill or the network)."""
-    if code in (1000, 1001):
+    executor's own close (1000, 1001, or a close frame without a code, 1005: it shut down, e.g. in
+    a deploy; TypeScript's ``DBOS.shutdown()`` sends no code), Relay's ping timeout (1011), else a
+    drop (no close frame: 1006, a kill or the network) or a close for a violation."""
+    if code in (1000, 1001, 1005):
         return DisconnectReason.CLEAN_CLOSE.value
     if code == 1011:
         return DisconnectReason.PING_TIMEOUT.value

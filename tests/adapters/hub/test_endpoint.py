@@ -315,8 +315,9 @@ def test_a_socket_that_ends_leaves_the_registry_fails_its_calls_and_records_its_
     assert recorded == [("disconnected", "ping_timeout")]
 
 
-@pytest.mark.parametrize("code,reason", [(1000, "clean_close"), (1001, "clean_close"), (1011, "ping_timeout"),
-                                         (1006, "socket_closed"), (None, "socket_closed"), (4000, "socket_closed")])
+@pytest.mark.parametrize("code,reason", [(1000, "clean_close"), (1001, "clean_close"), (1005, "clean_close"),
+                                         (1011, "ping_timeout"), (1006, "socket_closed"), (None, "socket_closed"),
+                                         (4000, "socket_closed"), (1002, "socket_closed"), (1007, "socket_closed")])
 def test_why_a_socket_ended_is_read_from_its_close_code(code: int | None, reason: str) -> None:
     from relay_es.adapters.hub.endpoint import _reason
 
@@ -324,15 +325,19 @@ def test_why_a_socket_ended_is_read_from_its_close_code(code: int | None, reason
 
 
 def test_an_executor_that_closes_its_socket_itself_stopped_cleanly_and_a_dropped_one_did_not(server: RelayServer) -> None:
-    """A shutdown (a deploy) closes with 1000; a kill sends no close frame. Stranded work tells them apart."""
+    """A shutdown (a deploy) closes with 1000, TypeScript's with a close frame that has no code (1005); a
+    kill sends no close frame. Stranded work tells them apart."""
 
     async def main() -> None:
         polite = await FakeExecutor(server.ws, executor_id="P").connect()
+        typescript = await FakeExecutor(server.ws, executor_id="T").connect()
         dropped = await FakeExecutor(server.ws, executor_id="K").connect()
-        await until(lambda: {"P", "K"} <= set(executors(server)))
+        await until(lambda: {"P", "T", "K"} <= set(executors(server)))
         await polite.close()
+        assert typescript.ws is not None
+        await typescript.ws.close(code=None)  # type: ignore[arg-type]  # a close frame with no payload
         dropped.abort()
-        for executor_id, reason in (("P", "clean_close"), ("K", "socket_closed")):
+        for executor_id, reason in (("P", "clean_close"), ("T", "clean_close"), ("K", "socket_closed")):
             gone = await until(lambda e=executor_id: [x for x in events(server, executorId=e)
                                                       if x["action"] == "executor.disconnected"],
                                timeout=10, what=f"{executor_id} recorded disconnected")
@@ -670,3 +675,98 @@ def test_a_forwarded_address_that_is_not_an_address_is_refused_and_the_executor_
         asyncio.run(main())
     finally:
         server.stop()
+
+
+@WIRE_ONLY
+def test_frames_the_socket_itself_refuses_are_audited(server: RelayServer) -> None:
+    """A text frame that is not UTF-8 (1007) and a frame that breaks RFC 6455 (1002, here unmasked) were
+    recorded only as a disconnect, though every fatal violation is audited."""
+
+    async def main() -> None:
+        bad_text = await FakeExecutor(server.ws, executor_id="U").connect()
+        unmasked = await FakeExecutor(server.ws, executor_id="M").connect()
+        assert bad_text.ws is not None and unmasked.ws is not None
+        await until(lambda: {"U", "M"} <= set(executors(server)), what="both registered")
+        bad_text.ws.transport.write(b"\x81\x82\x00\x00\x00\x00\xff\xfe")  # masked (zero mask), not UTF-8
+        unmasked.ws.transport.write(b"\x81\x02{}")
+        assert await bad_text.closed() == 1007 and await unmasked.closed() == 1002
+        got = await until(lambda: d if {"U", "M"} <= set(d := {x["executorId"]: x["detail"] for x in events(
+            server, app="app") if x["action"] == "protocol.violation"}) else None, what="violations audited")
+        assert (got["U"]["kind"], got["M"]["kind"]) == ("invalid_utf8", "protocol_error"), got
+        assert "mask" in got["M"]["detail"]
+        for executor_id in ("U", "M"):
+            gone = await until(lambda e=executor_id: [x for x in events(server, executorId=e)
+                                                      if x["action"] == "executor.disconnected"])
+            assert [x["detail"]["reason"] for x in gone] == ["socket_closed"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("flag,kind", [("relay.invalid_utf8", "invalid_utf8"),
+                                       ("relay.protocol_error", "protocol_error"),
+                                       ("relay.too_big", "frame_too_large")])
+def test_a_disconnect_the_socket_caused_is_audited_as_a_violation_of_its_kind(flag: str, kind: str) -> None:
+    store = Recorded()
+
+    async def main() -> list[Any]:
+        parts = build(store)
+        try:
+            h = Handshake(parts)
+            await answer_info(h, "X")
+            code = {"relay.invalid_utf8": 1007, "relay.protocol_error": 1002, "relay.too_big": 1009}[flag]
+            await h.inbox.put({"type": "websocket.disconnect", "code": code, "reason": "why", flag: True})
+            await asyncio.wait_for(h.task, 5)
+            assert await parts.outbox.drained(timeout=5)
+            return store.log
+        finally:
+            parts.close()
+
+    log = asyncio.run(main())
+    assert [x for x in log if x[0] == "violation"] == [("violation", kind)]
+    assert log[-1][0] == "disconnected"
+
+
+@pytest.mark.parametrize("raw_path,app,key", [
+    (b"/websocket/app/%25%36%42ey", "app", "%6Bey"),  # "key" encoded twice: decoded once, it is not "key"
+    (b"/websocket/my%20app/a%2Fb", "my app", "a/b"),  # an encoded slash stays in its segment
+    (b"/conductor/v1/websocket/app/key", "app", "key"),
+    (None, "app", "%6Bey"),  # no raw_path: the server's decoded path, not decoded again
+])
+def test_the_handshake_path_is_percent_decoded_once(raw_path: bytes | None, app: str, key: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn decodes ``path`` once and the hub decoded it again: a key encoded twice was accepted."""
+    from urllib.parse import unquote
+
+    from relay_es.adapters.hub.admission import Refused
+
+    admitted: list[tuple[str, str]] = []
+
+    async def main() -> None:
+        parts = build()
+
+        async def admit(app: str, key: str, peer: str, headers: Any = None) -> tuple[str, str | None]:
+            admitted.append((app, key))
+            raise Refused(401, "Unauthorized", "unknown key")
+
+        monkeypatch.setattr(parts.hub.gate, "admit", admit)
+        sent: list[dict[str, Any]] = []
+        inbox = [{"type": "websocket.connect"}]
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        async def receive() -> dict[str, Any]:
+            return inbox.pop(0)
+
+        path = unquote((raw_path or b"/websocket/app/%256Bey").decode())  # what uvicorn makes of it
+        scope = {"type": "websocket", "path": path, "client": ("127.0.0.1", 5), "headers": []}
+        if raw_path is not None:
+            scope["raw_path"] = raw_path
+        try:
+            await asyncio.wait_for(parts.hub(scope, receive, send), 5)
+        finally:
+            parts.close()
+        assert sent[0]["status"] == 401
+
+    asyncio.run(main())
+    assert admitted == [(app, key)]

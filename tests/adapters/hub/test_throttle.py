@@ -32,7 +32,7 @@ def test_a_quiet_window_forgets_the_key_and_its_strikes() -> None:
     c.t += 1
     assert t.hit("k").strikes == 1
     c.t += 61
-    assert t.hit("k") == Hit(True, 0, 0)
+    assert t.hit("k") == Hit(True, 1, 0)  # the strikes forgotten; the hit held back is reported
 
 
 def test_keys_are_pruned_once_quiet_and_bounded_in_number() -> None:
@@ -62,3 +62,50 @@ def test_forget() -> None:
     t.hit("k")
     t.forget("k")
     assert t.hit("k") == Hit(True, 0, 0)
+
+
+def test_what_a_key_held_back_before_a_quiet_window_is_reported_by_its_next_hit() -> None:
+    """A burst, a quiet window, one more: the burst's held-back hits were dropped with the key's
+    entry (the audit showed two entries, both ``suppressed: 0``, for 51 violations)."""
+    c = Clock()
+    t = Throttle(60, clock=c)
+    assert t.hit("k") == Hit(True, 0, 0)
+    for _ in range(49):
+        assert not t.hit("k").passed
+    c.t += 62
+    assert t.hit("k") == Hit(True, 49, 0)  # strikes start again; the count does not
+    c.t += 1
+    assert t.hit("k") == Hit(False, 0, 1)
+
+
+def test_the_count_survives_the_key_being_pruned_by_another_key_s_hit() -> None:
+    c = Clock()
+    t = Throttle(60, clock=c)
+    for _ in range(5):
+        t.hit("k")
+    c.t += 61
+    t.hit("other")  # prunes k's entry
+    c.t += 600
+    assert t.hit("k") == Hit(True, 4, 0)
+    c.t += 61
+    assert t.hit("k") == Hit(True, 0, 0)  # reported once
+
+
+def test_held_counts_stay_within_the_bound_and_go_first() -> None:
+    c = Clock()
+    t = Throttle(60, clock=c, max_keys=10)
+    for i in range(10):
+        t.hit(f"burst-{i}")
+        t.hit(f"burst-{i}")  # one held back each
+    c.t += 61
+    for i in range(8):
+        t.hit(f"new-{i}")
+    assert len(t) <= 10
+    assert t.hit("burst-9").suppressed == 1  # the newest counts are kept
+    assert t.hit("burst-0").suppressed == 0  # the oldest made room
+    c.t += 61
+    t.forget("burst-0")
+    for i in range(1000):
+        t.hit(f"flood-{i}")
+        t.hit(f"flood-{i}")
+    assert len(t) <= 10
