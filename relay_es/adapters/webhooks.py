@@ -88,22 +88,25 @@ class Egress:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
         if any(ip in net for net in self.allowed):
             return True
-        if not ip.is_global:
-            return False
-        # An IPv6 address that carries an IPv4 one (mapped, 6to4, NAT64) reaches that IPv4 address through
-        # a gateway: it must be public too (64:ff9b::a9fe:a9fe is a cloud's metadata address via NAT64).
         if isinstance(ip, ipaddress.IPv6Address):
             if ip in _NAT64_LOCAL:  # RFC 8215: where the IPv4 address sits depends on the local prefix
                 return False
-            inner = ip.ipv4_mapped or ip.sixtofour or (
-                ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
-            if inner is not None and not inner.is_global:
+            if ip in _COMPATIBLE and int(ip) > 1:  # deprecated (RFC 4291); a host may still take it for IPv4
                 return False
-        return True
+            # An IPv6 address that carries an IPv4 one (mapped, translated, 6to4, NAT64) reaches that IPv4
+            # address (through a gateway): the IPv4 address's rule is its rule (64:ff9b::a9fe:a9fe is a
+            # cloud's metadata address via NAT64; ::ffff:10.1.2.3 is 10.1.2.3, refused unless allowed).
+            inner = ip.ipv4_mapped or ip.sixtofour or (
+                ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 or ip in _TRANSLATED else None)
+            if inner is not None:
+                return self.permits(str(inner))
+        return ip.is_global
 
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix: the IPv4 address in the last 32 bits
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # RFC 2765's IPv4-translated addresses (SIIT)
+_COMPATIBLE = ipaddress.IPv6Network("::/96")  # IPv4-compatible addresses; :: and ::1 are in it too
 
 
 async def _resolve(host: str, port: int) -> list[str]:

@@ -15,7 +15,7 @@ from eventsourcing.persistence import IntegrityError
 
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application
-from relay_es.domain.alerting import AlertingRule, Webhook, key_scope, parse_metadata
+from relay_es.domain.alerting import AlertingRule, SealedWebhook, Webhook, key_scope, parse_metadata
 from relay_es.domain.errors import InvalidSetting, RelayError, UnknownAlertingRule
 from relay_es.domain.ids import new_id
 from relay_es.domain.sealing import KeyStore
@@ -97,14 +97,21 @@ class AlertCommands:
                 self.keys.delete(key_scope(rule.id))
 
     def open_webhook(self, rule: AlertingRule, index: int) -> Webhook | None:
-        """The rule's ``index``-th webhook with its URL and secret, to post to; None once the rule's
-        key is erased. :class:`~relay_es.domain.sealing.Unsealable` when it does not open with the key
-        (the store's key or event altered). A rule made before webhooks were sealed holds them as they are."""
+        """The rule's ``index``-th webhook with its URL and secret, to post to; None when the rule's
+        key is missing (erased with the rule, or a store restored without ``relay_sealing_keys``).
+        :class:`~relay_es.domain.sealing.Unsealable` when it does not open with the key (the store's
+        key or event altered). A rule made before webhooks were sealed holds them as they are."""
         hook = rule.webhooks[index]
         if isinstance(hook, Webhook):
             return hook
         key = self.keys.get(key_scope(rule.id))
         return None if key is None else hook.opened(key, rule.id, index)
+
+    def rules_without_keys(self, rules: Iterable[AlertingRule]) -> int:
+        """How many of ``rules`` have sealed webhooks and no key to open them (one key read a rule
+        with sealed webhooks)."""
+        return sum(1 for r in rules
+                   if any(isinstance(w, SealedWebhook) for w in r.webhooks) and self.keys.get(key_scope(r.id)) is None)
 
     def fire_alert(self, rule: AlertingRule, *, alert_id: str, message: str, metadata: dict[str, str],
                    channels: list[str], cause: str | None = None, at: datetime | None = None) -> bool:

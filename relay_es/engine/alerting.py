@@ -39,6 +39,17 @@ after an exponential backoff (:class:`AlertTiming`), up to ``max_attempts``. Eve
 recorded (:meth:`Relay.record_alert_delivery`) with its outcome, before the next is armed.
 Delivery is at least once: an attempt under way when Relay stopped is made again, with the
 same alert id for the receiver to drop the repeat.
+
+At most ``max_in_flight`` attempts are handed to the sender and unanswered at once, and at most
+``per_receiver`` to one receiver (a webhook's ``scheme://host:port``, or the receiving
+application): an attempt that is due waits its turn here, as a key in its receiver's queue (what
+it carries is its channel's pending entry already), and the receivers take turns. A storm of
+alerts to a receiver that hangs (50 rules of 5 webhooks each, one executor's death) neither floods
+the event loop the sender runs on nor holds up the attempts to other receivers. A hand-over the
+sender has not answered after ``lost_after`` (its task died: Relay's own fault; a waiting attempt
+is not handed over, so it is never taken for lost) is recorded as a failed attempt, which counts
+toward ``max_attempts``, and its answer, should it come after all, is ignored: each hand-over
+carries a token, and only the latest hand-over's answer is taken.
 """
 
 from __future__ import annotations
@@ -49,7 +60,9 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import count
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from eventsourcing.utils import get_topic
 
@@ -91,6 +104,8 @@ class AlertTiming:
     retry_max: float = 300.0
     max_attempts: int = 10  # per channel: about 25 minutes of retries with the defaults
     lost_after: float = 60.0  # an attempt or a check the sender has not answered by then is given up for lost
+    max_in_flight: int = 32  # delivery attempts handed to the sender and not answered yet, at most
+    per_receiver: int = 4  # of those, to one receiver (a webhook's scheme://host:port, or the receiving app)
 
     def backoff(self, attempt: int) -> float:
         """Seconds between attempt ``attempt`` (failed) and the next."""
@@ -113,6 +128,7 @@ class Delivery:
     metadata: dict[str, str]
     fired_at: datetime
     webhook: Webhook | None = None
+    token: int = 0  # which hand-over this is: only the latest hand-over of its channel is answered for
 
 
 @dataclass(frozen=True)
@@ -179,6 +195,16 @@ class _Pending:
     last_at: datetime | None = None
 
 
+@dataclass(frozen=True)
+class _Out:
+    """A hand-over to the sender not answered yet."""
+
+    token: int
+    attempt: int
+    receiver: str
+    lost_at: float  # monotonic: given up for lost then
+
+
 class AlertManager:
     """See the module docstring. One thread calls :meth:`start` once, then :meth:`step` and
     :meth:`executor_event`; :meth:`probed` and :meth:`delivered` may be called from any thread."""
@@ -212,8 +238,14 @@ class AlertManager:
         # Rule id -> its last alert (its id, and its time on the monotonic clock): this process's own
         # alert when it fired it, another's placed by its age on the wall clock when it was read.
         self.last_fired: dict[str, tuple[str, float]] = {}
-        # Handed to the sender and not answered yet -> monotonic time after which it is given up for lost.
-        self._inflight: dict[tuple[str, str], float] = {}
+        # Handed to the sender and not answered yet (at most max_in_flight; per_receiver to one receiver).
+        self._inflight: dict[tuple[str, str], _Out] = {}
+        self._busy: dict[str, int] = {}  # receiver -> its attempts in _inflight
+        self._tokens = count(1)
+        # Receiver -> its attempts due and not handed over yet, oldest first (keys of pending; the receivers
+        # in the order they take turns). A key is in one queue at most (_queued: key -> its receiver).
+        self._waiting: dict[str, deque[tuple[str, str]]] = {}
+        self._queued: dict[tuple[str, str], str] = {}
         self._probing: dict[str, float] = {}
         self._asked: dict[str, float] = {}  # rule id -> monotonic start of its probe out
         self._seen: dict[str, float] = {}  # rule id -> monotonic start of its last probe answered (no error)
@@ -233,18 +265,34 @@ class AlertManager:
         """Folds every rule and alert in the log: rules are checked from now on, and every
         delivery left unfinished is resumed."""
         self.catch_up()
+        self._report_missing_keys()
         self.started = True
         for rule in self.rules.values():
             self._watch(rule)
         for key, p in self.pending.items():
             self._arm_delivery(key, p)
 
+    def _report_missing_keys(self) -> None:
+        """One ERROR when live rules have sealed webhooks whose key is gone (one key read a rule with
+        webhooks, once): their webhooks cannot be posted to, and nothing else would say so before an alert."""
+        try:
+            missing = self.relay.rules_without_keys(self.rules.values())
+        except Exception as e:  # a warning, never a reason not to start
+            log.warning("alert manager: the rules' sealing keys could not be checked (%s: %s)", type(e).__name__, e,
+                        exc_info=not self.relay.is_store_error(e))
+            return
+        if missing:
+            log.error("%d alerting rule(s) have webhooks whose sealing key is missing from relay_sealing_keys: "
+                      "their webhooks will not be posted to (each attempt is recorded as failed). Was the store "
+                      "restored without that table? Restore it with the events, or delete those rules and make "
+                      "them again with their URLs and secrets", missing)
+
     def step(self) -> int:
         """Does everything due now; returns how much. A store error propagates (retried by the
         owner)."""
         total = 0
         while True:
-            n = self._run_due() + self.catch_up() + self._drain() + self._fire_queued()
+            n = self._run_due() + self.catch_up() + self._drain() + self._fire_queued() + self._hand_over_waiting()
             if n == 0:
                 return total
             total += n
@@ -329,10 +377,11 @@ class AlertManager:
             if self.last_fired.get(rule_id, ("",))[0] != e.alert_id:  # not the one this process just fired
                 age = (self.clock.now() - e.timestamp).total_seconds()  # < 0: recorded "later" than now
                 self.last_fired[rule_id] = (e.alert_id, self.clock.monotonic() - age)
+            metadata = dict(e.metadata)  # one copy for every channel (never changed)
             for channel in e.channels:
                 key = (e.alert_id, channel)
                 p = _Pending(org, app, rule_id, e.alert_id, channel, e.rule_type, e.receiving_app, e.message,
-                             dict(e.metadata), e.timestamp)
+                             metadata, e.timestamp)
                 self.pending[key] = p
                 if self.started:
                     self._arm_delivery(key, p)
@@ -344,6 +393,7 @@ class AlertManager:
             if e.final:
                 del self.pending[key]
                 self.timers.cancel(("deliver", key))
+                self._release(key)  # recorded by another writer while this one's attempt was out: its slot is free
                 return
             p.attempts, p.last_at = max(p.attempts, e.attempt), e.timestamp
             if self.started:
@@ -548,41 +598,130 @@ class AlertManager:
         self.timers.arm(("deliver", key), self.clock.monotonic() + wait)
 
     def _deliver(self, key: tuple[str, str]) -> None:
+        """The channel's timer: its next attempt is due (it joins its receiver's queue), or the watchdog of
+        its hand-over went off."""
         p = self.pending.get(key)
-        if p is None:
+        if p is None or key in self._queued:
             return
-        mono = self.clock.monotonic()
-        lost_at = self._inflight.get(key)
-        if lost_at is not None and mono < lost_at:
-            self.timers.arm(("deliver", key), lost_at)  # its answer is awaited; this fires again if it never comes
-            return
-        if lost_at is not None:
-            log.warning("alert %s on %s: no outcome from attempt %d within %gs; attempting again", p.alert_id,
-                        p.channel, p.attempts + 1, self.timing.lost_after)
-        webhook = None
-        if p.channel.startswith("webhook:"):
-            rule = self.rules.get(p.rule_id)
-            i = int(p.channel.partition(":")[2])
-            if rule is None or i >= len(rule.webhooks):
-                self.relay.record_alert_delivery(p.org, p.app, p.rule_id, alert_id=p.alert_id, channel=p.channel,
-                                                 attempt=p.attempts + 1, ok=False, final=True,
-                                                 detail="not sent: the rule was deleted")
-                return
-            try:
-                webhook = self.relay.open_webhook(rule, i)
-            except Unsealable:
-                webhook, why = None, "not sent: the webhook's sealed credentials do not open with the rule's key"
+        out = self._inflight.get(key)
+        if out is not None:
+            if self.clock.monotonic() < out.lost_at:
+                self.timers.arm(("deliver", key), out.lost_at)  # its answer is awaited; this fires again then
             else:
-                why = "not sent: the rule's key is erased (the rule was deleted, or its deletion did not finish)"
+                self._lost(key, p, out)
+            return
+        receiver = self._receiver(p)
+        if receiver is None:
+            self._end(p, "not sent: the rule was deleted")
+            return
+        self._queued[key] = receiver
+        self._waiting.setdefault(receiver, deque()).append(key)
+
+    def _receiver(self, p: _Pending) -> str | None:
+        """Who the channel's attempts go to, for their bound; None: a webhook of a rule deleted since."""
+        if p.channel == "app":
+            return f"app {p.org}/{p.receiving_app}"
+        rule = self.rules.get(p.rule_id)
+        i = int(p.channel.partition(":")[2])
+        if rule is None or i >= len(rule.webhooks):
+            return None
+        parts = urlsplit(rule.webhooks[i].public()["url"])  # scheme and host, kept in the clear
+        return f"{parts.scheme}://{parts.netloc}".lower()
+
+    def _hand_over_waiting(self) -> int:
+        """Hands the waiting attempts over as the bounds allow, the receivers taking turns; returns how
+        many left their queue."""
+        n = 0
+        moved = True
+        while moved and len(self._inflight) < self.timing.max_in_flight:
+            moved = False
+            for receiver in list(self._waiting):
+                if len(self._inflight) >= self.timing.max_in_flight:
+                    break
+                if self._busy.get(receiver, 0) >= self.timing.per_receiver:
+                    continue
+                queue = self._waiting.pop(receiver)
+                key = queue.popleft()
+                if queue:
+                    self._waiting[receiver] = queue  # at the end: the other receivers' turn first
+                del self._queued[key]
+                n += 1
+                moved = True
+                try:
+                    self._hand_over(key, receiver)
+                except Exception as e:
+                    self.stats.errors += 1
+                    if not self.relay.is_store_error(e):
+                        log.exception("alert manager: the attempt of %s could not be handed over", key)
+                    self.timers.arm(("deliver", key), self.clock.monotonic() + RETRY_SECS)
+        return n
+
+    def _hand_over(self, key: tuple[str, str], receiver: str) -> None:
+        p = self.pending.get(key)
+        if p is None or key in self._inflight:
+            return  # ended while it waited
+        webhook = None
+        if p.channel != "app":
+            webhook, why = self._open(p)
             if webhook is None:
-                log.warning("alert %s on %s of rule %s: %s", p.alert_id, p.channel, p.rule_id, why)
-                self.relay.record_alert_delivery(p.org, p.app, p.rule_id, alert_id=p.alert_id, channel=p.channel,
-                                                 attempt=p.attempts + 1, ok=False, final=True, detail=why)
+                self._end(p, why)
                 return
-        self.sender.deliver(Delivery(p.org, p.app, p.rule_id, p.alert_id, p.channel, p.attempts + 1, p.rule_type,
-                                     p.receiving_app, p.message, p.metadata, p.fired_at, webhook))
-        self._inflight[key] = mono + self.timing.lost_after  # after the hand-over: a failed one is not in flight
-        self.timers.arm(("deliver", key), mono + self.timing.lost_after)  # the watchdog; the outcome re-arms it
+        token = next(self._tokens)
+        attempt = p.attempts + 1
+        self.sender.deliver(Delivery(p.org, p.app, p.rule_id, p.alert_id, p.channel, attempt, p.rule_type,
+                                     p.receiving_app, p.message, p.metadata, p.fired_at, webhook, token))
+        # After the hand-over: a failed one is not in flight (its timer tries again).
+        lost_at = self.clock.monotonic() + self.timing.lost_after
+        self._inflight[key] = _Out(token, attempt, receiver, lost_at)
+        self._busy[receiver] = self._busy.get(receiver, 0) + 1
+        self.timers.arm(("deliver", key), lost_at)  # the watchdog; the outcome re-arms it
+
+    def _open(self, p: _Pending) -> tuple[Webhook | None, str]:
+        """The channel's webhook, opened just before its attempt; else None and why it is not sent."""
+        rule = self.rules.get(p.rule_id)
+        i = int(p.channel.partition(":")[2])
+        if rule is None or i >= len(rule.webhooks):
+            return None, "not sent: the rule was deleted"
+        try:
+            webhook = self.relay.open_webhook(rule, i)
+        except Unsealable:
+            why = "not sent: the webhook's sealed credentials do not open with the rule's key"
+        else:
+            if webhook is not None:
+                return webhook, ""
+            why = ("not sent: the rule's sealing key is missing (the rule was deleted, or its deletion did not "
+                   "finish, or the store was restored without relay_sealing_keys)")
+        log.warning("alert %s on %s of rule %s: %s", p.alert_id, p.channel, p.rule_id, why)
+        return None, why
+
+    def _end(self, p: _Pending, why: str) -> None:
+        """The channel's next attempt, recorded as final without being made."""
+        self.relay.record_alert_delivery(p.org, p.app, p.rule_id, alert_id=p.alert_id, channel=p.channel,
+                                         attempt=p.attempts + 1, ok=False, final=True, detail=why)
+
+    def _lost(self, key: tuple[str, str], p: _Pending, out: _Out) -> None:
+        """A hand-over never answered: recorded as a failed attempt (it counts toward the limit), its
+        answer ignored should it come; the next attempt follows the backoff, as after any failure."""
+        final = out.attempt >= self.timing.max_attempts
+        detail = f"relay: no outcome within {self.timing.lost_after:g}s"
+        if final:
+            detail = f"{detail}; gave up after {out.attempt} attempts"
+        log.warning("alert %s on %s: no outcome from attempt %d within %gs; %s", p.alert_id, p.channel,
+                    out.attempt, self.timing.lost_after, "given up" if final else "counted as failed")
+        self.relay.record_alert_delivery(p.org, p.app, p.rule_id, alert_id=p.alert_id, channel=p.channel,
+                                         attempt=out.attempt, ok=False, detail=detail, final=final)
+        self._release(key)  # after the record: a crash before it makes the attempt again
+        self.stats.delivery_failures += 1
+
+    def _release(self, key: tuple[str, str]) -> None:
+        out = self._inflight.pop(key, None)
+        if out is None:
+            return
+        left = self._busy[out.receiver] - 1
+        if left:
+            self._busy[out.receiver] = left
+        else:
+            del self._busy[out.receiver]
 
     # --------------------------------------------------------------- answers
     def _drain(self) -> int:
@@ -600,7 +739,7 @@ class AlertManager:
                     with self._lock:  # the store is away: the answers wait for the next step
                         self._inbox.extendleft(reversed(taken[i:]))
                     raise
-                self.stats.errors += 1  # a bug: this answer is dropped (its watchdog makes the attempt again)
+                self.stats.errors += 1  # a bug: this answer is dropped (its watchdog counts the attempt failed)
                 log.exception("alert manager: an answer could not be handled")
         return len(taken)
 
@@ -620,16 +759,21 @@ class AlertManager:
     def _on_delivered(self, a: Delivered) -> None:
         d = a.delivery
         key = (d.alert_id, d.channel)
+        out = self._inflight.get(key)
+        if out is None or out.token != d.token:
+            log.info("alert %s on %s: the outcome of attempt %d came after it was given up for lost; ignored",
+                     d.alert_id, d.channel, d.attempt)
+            return
         if key not in self.pending:
-            self._inflight.pop(key, None)
-            return  # an answer to an attempt already given up for lost and ended since
+            self._release(key)
+            return  # ended since it was handed over (recorded elsewhere)
         final = a.ok or not a.retry or d.attempt >= self.timing.max_attempts
         detail = a.detail
         if not a.ok and a.retry and final:
             detail = f"{detail or 'failed'}; gave up after {d.attempt} attempts"
         self.relay.record_alert_delivery(d.org, d.app, d.rule_id, alert_id=d.alert_id, channel=d.channel,
                                          attempt=d.attempt, ok=a.ok, detail=detail, final=final)
-        self._inflight.pop(key, None)  # after the record: a crash before it makes the attempt again
+        self._release(key)  # after the record: a crash before it makes the attempt again
         if a.ok:
             self.stats.delivered += 1
         else:

@@ -11,7 +11,8 @@ stops being checked and its webhooks are not posted to.
 
 from __future__ import annotations
 
-from collections import deque
+import logging
+from collections import Counter, deque
 from datetime import timedelta
 from typing import Any
 
@@ -107,6 +108,15 @@ def _world(request: pytest.FixtureRequest, clock: Any, tmp_path: Any) -> World:
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def aw(request: pytest.FixtureRequest, clock, tmp_path):
     w = _world(request, clock, tmp_path)
+    yield AlertWorld(w)
+    w.close()
+
+
+@pytest.fixture
+def in_memory(clock):
+    """On the in-memory store alone: for what only the alert manager's own memory decides (a storm's
+    thousand records would take seconds on the others)."""
+    w = World(clock, None, grace=10)
     yield AlertWorld(w)
     w.close()
 
@@ -327,7 +337,7 @@ def test_a_webhook_whose_key_is_erased_is_not_posted(aw: AlertWorld) -> None:
     assert aw.attempts(rule) == [("webhook:0", 1, False, True)]
     (attempt,) = [e for e in aw.relay.stream(firings_stream_id("local", "app", rule.id))
                   if isinstance(e, AlertFirings.DeliveryAttempted)]
-    assert "erased" in attempt.detail
+    assert "sealing key is missing" in attempt.detail and "relay_sealing_keys" in attempt.detail
 
 
 def test_deleting_the_application_forgets_its_rules(aw: AlertWorld) -> None:
@@ -375,21 +385,42 @@ def test_timing_backoff_is_capped() -> None:
     assert timedelta(seconds=t.backoff(6)) == timedelta(seconds=160)
 
 
-def test_an_attempt_the_sender_never_answers_is_made_again(aw: AlertWorld) -> None:
+def test_an_attempt_the_sender_never_answers_counts_as_failed_and_its_late_answer_is_ignored(aw: AlertWorld) -> None:
+    """A lost hand-over (its task died) was handed to the sender again under the same attempt number, and
+    whichever answer came first was recorded: 283 attempts recorded twice in a helper's storm. It is
+    recorded as a failed attempt now; the next one follows the backoff, and only its answer is taken."""
     rule = aw.rule("ExecutorDead", interval=0)
     aw.w.connect("A")
     aw.w.drop("A")
     aw.advance(10.1)
     (d,) = aw.sender.take()  # lost: never answered
     aw.advance(TIMING.lost_after - 1)
-    assert aw.sender.take() == []
+    assert aw.sender.take() == [] and aw.attempts(rule) == []
     aw.advance(1.1)
+    assert aw.attempts(rule) == [("app", 1, False, False)]  # counted
+    assert aw.sender.take() == []  # not at once: after the backoff, as any failed attempt
+    aw.advance(TIMING.backoff(1))
     (again,) = aw.sender.take()
-    assert (again.alert_id, again.attempt) == (d.alert_id, 1)  # attempt 1 was never recorded
-    aw.answer(d, ok=False, detail="late")  # the lost one's answer comes after all: recorded
+    assert (again.alert_id, again.attempt) == (d.alert_id, 2) and again.token != d.token
+    aw.answer(d, ok=True, detail="late")  # the lost one's answer comes after all: ignored
+    assert aw.attempts(rule) == [("app", 1, False, False)]
     aw.answer(again)
-    assert aw.attempts(rule) == [("app", 1, False, False), ("app", 1, True, True)]
-    assert aw.alerts.pending == {}
+    assert aw.attempts(rule) == [("app", 1, False, False), ("app", 2, True, True)]
+    assert aw.alerts.pending == {} and aw.alerts._inflight == {}
+
+
+def test_hand_overs_never_answered_end_at_the_attempt_limit(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorDead", interval=0)
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    handed = aw.sender.take()
+    for _ in range(3 * TIMING.max_attempts):  # never answered
+        aw.advance(TIMING.lost_after + TIMING.retry_max)
+        handed += aw.sender.take()
+    assert [d.attempt for d in handed] == list(range(1, TIMING.max_attempts + 1))
+    assert aw.attempts(rule) == [("app", n, False, n == TIMING.max_attempts) for n in range(1, TIMING.max_attempts + 1)]
+    assert aw.alerts.pending == {} and aw.alerts._inflight == {}
 
 
 def test_a_sender_that_fails_to_take_an_attempt_does_not_leave_it_stuck(aw: AlertWorld) -> None:
@@ -492,7 +523,7 @@ def test_a_condition_inside_the_interval_is_suppressed_without_a_store_read(aw: 
     assert reads["n"] == 0 and aw.alerts.stats.suppressed == 10
 
 
-def test_an_answer_that_hits_a_bug_is_dropped_and_the_attempt_made_again(aw: AlertWorld) -> None:
+def test_an_answer_that_hits_a_bug_is_dropped_and_another_attempt_made(aw: AlertWorld) -> None:
     rule = aw.rule("ExecutorDead", interval=0)
     aw.w.connect("A")
     aw.w.drop("A")
@@ -503,10 +534,11 @@ def test_an_answer_that_hits_a_bug_is_dropped_and_the_attempt_made_again(aw: Ale
     aw.answer(d)
     assert aw.alerts.stats.errors == 1 and aw.alerts._inbox == deque()
     aw.relay.record_alert_delivery = real  # type: ignore[method-assign]
-    aw.advance(TIMING.lost_after + 1)
+    aw.advance(TIMING.lost_after + 1)  # given up for lost: a failed attempt
+    aw.advance(TIMING.backoff(1))
     (again,) = aw.sender.take()
     aw.answer(again)
-    assert aw.attempts(rule) == [("app", 1, True, True)]
+    assert aw.attempts(rule) == [("app", 1, False, False), ("app", 2, True, True)]
 
 
 def test_the_log_is_read_once_whatever_its_events_were(aw: AlertWorld) -> None:
@@ -702,3 +734,72 @@ def test_a_workflow_failure_probe_looks_back_to_the_start_of_the_last_one_answer
     aw.w.connect("B")
     aw.advance(10)
     assert len(aw.sender.since) == 4 and aw.sender.since[-1] == third
+
+
+IN_FLIGHT, PER_RECEIVER = 32, 4  # AlertTiming's defaults (TIMING's)
+
+
+def _receiver(d: Delivery) -> str:
+    return "app" if d.webhook is None else d.webhook.url.split("/")[2]
+
+
+def test_an_alert_storm_hands_over_a_bounded_number_of_attempts_and_receivers_take_turns(in_memory: AlertWorld) -> None:
+    """50 ExecutorDead rules of 5 webhooks each, to receivers that never answer in time, and one
+    executor's death: 250 webhook attempts and 50 to the receiving application were handed to the sender
+    at once, each its own task on the event loop (a helper's storm: /healthz took 8.8 s, another
+    application's webhook got no request in 40 s). At most ``max_in_flight`` are out at once, at most
+    ``per_receiver`` to one receiver (here ten hung hosts and a good one); an attempt waiting its turn,
+    however long, is never given up for lost."""
+    aw = in_memory
+    good = "https://good.example/hook"
+    rules = [aw.relay.create_alerting_rule(
+        "local", "app", rule_type="ExecutorDead", min_interval_secs=0, receiving_app="ops",
+        metadata={"webhooks": [{"url": good if (i, j) == (49, 4) else f"https://hung{i % 10}.example/{i}/{j}"}
+                               for j in range(5)]}) for i in range(50)]
+    aw.sync()
+    aw.w.connect("A")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    out = aw.sender.take()
+    assert good in [d.webhook.url for d in out if d.webhook]  # its turn came at once, in the storm
+    handed, peak = len(out), 0
+    while out:
+        peak = max(peak, len(out))
+        assert len(out) <= IN_FLIGHT
+        per = Counter(_receiver(d) for d in out)
+        assert max(per.values()) <= PER_RECEIVER, per
+        aw.advance(10)  # the hung receiver's timeout
+        for d in out:
+            hung = d.webhook is not None and "hung" in d.webhook.url
+            aw.alerts.delivered(Delivered(d, not hung, "no answer within 10s" if hung else "HTTP 200"))
+        aw.sync()
+        out = aw.sender.take()
+        handed += len(out)
+    assert peak == IN_FLIGHT == TIMING.max_in_flight  # the bound was reached (ten hung hosts could take 40)
+    assert PER_RECEIVER == TIMING.per_receiver
+    recorded = [a for r in rules for a in aw.attempts(r)]
+    assert handed == len(recorded) == 50 + 1 + 249 * TIMING.max_attempts  # nothing given up for lost, nor twice
+    assert not [e for r in rules for e in aw.relay.stream(firings_stream_id("local", "app", r.id))
+                if isinstance(e, AlertFirings.DeliveryAttempted) and "no outcome" in (e.detail or "")]
+    assert aw.alerts.pending == {} and aw.alerts._inflight == {} and aw.alerts._waiting == {}
+    assert aw.alerts._queued == {} and aw.alerts._busy == {}
+
+
+def test_rules_whose_sealing_key_is_missing_are_counted_in_one_error_at_start(aw: AlertWorld, caplog) -> None:
+    """A store restored without relay_sealing_keys: nothing said the rules' webhooks could not be posted to
+    until an alert's attempt was recorded as failed, blaming a deletion."""
+    hooks = {"webhooks": [{"url": "https://hooks.example/a", "secret": "s" * 16}]}
+    made = [aw.relay.create_alerting_rule("local", "app", rule_type="ExecutorDead", min_interval_secs=0,
+                                          receiving_app="ops", metadata=hooks) for _ in range(3)]
+    aw.rule("ExecutorDead")  # no webhooks: no key
+    caplog.set_level(logging.ERROR, logger="relay_es.engine.alerting")
+    start = lambda: AlertManager(aw.relay, aw.clock, FakeSender(), healthy=aw.w.pm.has_healthy,  # noqa: E731
+                                 timing=TIMING).start()
+    start()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    for rule in made[:2]:
+        aw.relay.keys.delete(key_scope(rule.id))
+    start()
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert error.getMessage().startswith("2 alerting rule(s) have webhooks whose sealing key is missing")
+    assert "relay_sealing_keys" in error.getMessage()

@@ -13,7 +13,10 @@ through :meth:`~relay_es.engine.alerting.AlertManager.probed` and
   threshold (on the rule's queue);
 * **deliveries** send the ``alert`` message to one executor of the receiving application (the
   SDK calls its alert handler; an error it answers is a failed attempt), or POST to a webhook
-  (:mod:`relay_es.adapters.webhooks`).
+  (:mod:`relay_es.adapters.webhooks`). The alert manager hands over at most ``in_flight``
+  attempts at once (:class:`~relay_es.engine.alerting.AlertTiming`); the webhook client holds as
+  many connections, and its posts as many slots, so an attempt never waits in httpx's pool (where
+  its 10 s would run while it is not sent) and the pool's queue never grows on the event loop.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import httpx
 from relay_es.adapters import webhooks
 from relay_es.adapters.hub.calls import Calls
 from relay_es.domain.alerting import AlertingRule
-from relay_es.engine.alerting import AlertManager, Delivered, Delivery, Probed
+from relay_es.engine.alerting import AlertManager, AlertTiming, Delivered, Delivery, Probed
 from relay_es.engine.calls import CallFailed, NoHealthyExecutor
 from relay_es.protocol import catalogue as c
 from relay_es.protocol.limits import printable
@@ -42,15 +45,18 @@ FAILED = ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")  # a workflow that ended wi
 
 
 class AlertSender:
-    def __init__(self, calls: Calls, *, timeout: float, egress: webhooks.Egress = webhooks.Egress()) -> None:
-        """``timeout``: one executor call. ``egress``: where webhooks may go. :attr:`manager` is set
-        before the first call."""
+    def __init__(self, calls: Calls, *, timeout: float, egress: webhooks.Egress = webhooks.Egress(),
+                 in_flight: int = AlertTiming.max_in_flight) -> None:
+        """``timeout``: one executor call. ``egress``: where webhooks may go. ``in_flight``: webhook
+        posts at once (the alert manager's bound). :attr:`manager` is set before the first call."""
         self.calls = calls
         self.timeout = timeout
         self.egress = egress
+        self.in_flight = in_flight
         self.manager: AlertManager | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
+        self._posts = asyncio.Semaphore(in_flight)  # a post's clock starts once it holds one
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -141,14 +147,20 @@ class AlertSender:
             if d.webhook is None:
                 answer = await self._to_app(d)
             else:
-                if self._client is None:
-                    self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
-                posted = await webhooks.post(self._client, d, d.webhook, self.egress)
+                async with self._posts:
+                    posted = await webhooks.post(self._webhook_client(), d, d.webhook, self.egress)
                 answer = Delivered(d, posted.ok, posted.detail, posted.retry)
         except Exception as e:  # noqa: BLE001  # the manager must hear back, whatever happened
             log.exception("delivery of alert %s on %s failed", d.alert_id, d.channel)
             answer = Delivered(d, False, f"relay: {type(e).__name__}")
         self.manager.delivered(answer)
+
+    def _webhook_client(self) -> httpx.AsyncClient:
+        """One client for every webhook, with a connection for each post at once: none waits in its pool."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False, limits=httpx.Limits(
+                max_connections=self.in_flight, max_keepalive_connections=self.in_flight))
+        return self._client
 
     async def _to_app(self, d: Delivery) -> Delivered:
         executor = ""

@@ -17,10 +17,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from relay_es.adapters import webhooks
 from relay_es.adapters.hub.alerts import IDS_IN_ALERT, AlertSender
 from relay_es.adapters.webhooks import Egress, payload
 from relay_es.domain.alerting import AlertingRule, Webhook
-from relay_es.engine.alerting import Delivered, Delivery, Probed
+from relay_es.engine.alerting import AlertTiming, Delivered, Delivery, Probed
 from relay_es.engine.calls import ExecutorFailed, ExecutorGone, ExecutorTimedOut, NoHealthyExecutor
 from relay_es.protocol import catalogue as c
 from tests.adapters.test_webhooks import Receiver, verify
@@ -475,3 +476,33 @@ def test_the_webhook_client_is_shared_across_deliveries(h, receiver):
     assert client is not None and not client.is_closed
     assert client.follow_redirects is False and client.trust_env is False
     assert [r.headers["x-relay-delivery-attempt"] for r in receiver.requests] == ["1", "2", "3"]
+
+
+def test_webhook_posts_at_once_are_bounded_and_each_is_sent_before_its_clock_runs(h, receiver, monkeypatch):
+    """More attempts than httpx's pool (100) to a receiver that never answers: those past the pool waited in
+    it with their clock running and were answered "no answer" without ever being sent (a helper's
+    t_starve.py), and on the event loop httpcore's queue cost O(queue) at every event. At most
+    ``in_flight`` posts run at once now, with as many connections, and an attempt's clock starts once it
+    holds a slot: every one reaches the receiver."""
+    monkeypatch.setattr(webhooks, "TIMEOUT", 0.5)
+    active = peak = 0
+    real = webhooks.post
+
+    async def counting(*args: Any, **kw: Any) -> Any:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        try:
+            return await real(*args, **kw)
+        finally:
+            active -= 1
+
+    monkeypatch.setattr(webhooks, "post", counting)
+    n = 110
+    for i in range(n):
+        h.sender.deliver(delivery(channel="webhook:0", alert_id=f"alert-{i}", webhook=Webhook(receiver.url("/hang"))))
+    answers = [h.answer("delivered") for _ in range(n)]
+    assert {a.detail for a in answers} == {"no answer within 0.5s"}
+    assert peak <= 32, peak  # AlertTiming.max_in_flight
+    assert len(receiver.to("/hang")) == n  # each was sent: none ran out of time waiting for a connection
+    assert peak == AlertTiming.max_in_flight == h.sender.in_flight == 32
