@@ -31,6 +31,9 @@ class FakeExecutor:
     recovery_success: bool = True
     answer: bool = True  # answer requests at all
     style: str = "python"  # "python" sends nulls, "typescript" omits keys
+    # The ``language`` and ``dbos_version`` its executor_info names; None: neither key sent, as a
+    # old Python SDK (2.10, say: no bulk form of cancel, resume and delete) answers.
+    sdk: tuple[str, str] | None = ("python", "3.2.0")
     requests: list[dict[str, Any]] = field(default_factory=list)
     # Answers to other message types (list_workflows, cancel, ...): ``type -> handler(request)``,
     # the handler returning the reply's fields (a dict: type and request_id added, styled like
@@ -69,6 +72,10 @@ class FakeExecutor:
 
         return await asyncio.wait_for(seen(), timeout)
 
+    def sdk_fields(self) -> dict[str, str]:
+        """The executor_info keys naming its SDK (:attr:`sdk`), none for an old one."""
+        return {} if self.sdk is None else {"language": self.sdk[0], "dbos_version": self.sdk[1]}
+
     def _reply(self, msg: dict[str, Any], **fields: Any) -> str:
         out = {"type": msg["type"], "request_id": msg["request_id"], **fields}
         if self.style == "python":
@@ -98,8 +105,8 @@ class FakeExecutor:
                 t = msg.get("type")
                 if t == "executor_info":
                     reply = self._reply(msg, executor_id=self.executor_id, application_version=self.version,
-                                        hostname="fakehost", language="python", dbos_version="3.2.0",
-                                        executor_metadata={"fake": True})
+                                        hostname="fakehost", executor_metadata={"fake": True},
+                                        **self.sdk_fields())
                 elif t == "exist_pending_workflows":
                     reply = self._reply(msg, exist=self.pending)
                 elif t == "recovery":

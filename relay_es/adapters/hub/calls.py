@@ -12,6 +12,8 @@ Failures are the engine's (:mod:`relay_es.engine.calls`), each with its problem'
 no connection (``NoHealthyExecutor``, 503), no answer within the call's timeout
 (``ExecutorTimedOut``, 504), the socket closed while the call waited (``ExecutorGone``, at
 once), the executor's ``error_message`` (``ExecutorFailed``, its text escaped and bounded),
+executors connected but none able to take the call's form (``NoCapableExecutor``, 501: a call
+that :class:`Needs` more than being registered, such as a bulk action on several workflows),
 a reply Relay refused (``ReplyRefused``: the wrong type for the request, a field of the wrong
 type; audited by the endpoint as a ``protocol.violation`` like every other). A refused or
 unsolicited reply fails only the call it names, if any: other calls on the socket, its pings
@@ -28,11 +30,13 @@ import concurrent.futures
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
 from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.uvicorn_ws import Withdrawn
 from relay_es.engine.calls import (
+    CallFailed,
     ExecutorFailed,
     ExecutorGone,
     ExecutorTimedOut,
@@ -41,9 +45,48 @@ from relay_es.engine.calls import (
 )
 from relay_es.engine.routing import Candidate, choose
 from relay_es.protocol import messages as m
+from relay_es.protocol.limits import printable
 from relay_es.protocol.session import RefusedReply
 
 THREAD_MARGIN = 5.0  # seconds a thread waits beyond a call's own timeout before it gives up on the loop
+SDKS_NAMED = 3  # distinct SDKs (language and version) a NoCapableExecutor's detail names, at most
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a call needs of its executor beyond being registered here. ``able(language,
+    dbos_version)``: whether an executor that said so in its ``executor_info`` can take the call
+    (either is None when it did not say: an old Python SDK sends neither). ``lacking``: what the
+    501 says when executors are connected and none is able (why, and what to do)."""
+
+    able: Callable[[str | None, str | None], bool]
+    lacking: str
+
+
+class NoCapableExecutor(CallFailed):
+    """Executors of the application are connected here, but none can take the call (their SDK
+    lacks the request's form, :class:`Needs`): nothing was sent."""
+
+    status = 501
+    title = "not supported by the executor"
+
+    def __init__(self, org: str, app: str, lacking: str, sdks: list[str]) -> None:
+        super().__init__(f"no executor of application {printable(app, 200)!r} connected here can take this "
+                         f"call (they run {', '.join(sdks)}): {lacking}")
+        self.org, self.app = org, app
+
+
+def sdk_of(conn: Connection) -> tuple[str | None, str | None]:
+    """The ``language`` and ``dbos_version`` the connection's executor sent in its ``executor_info``."""
+    info = conn.session.info
+    return (None, None) if info is None else (info.language, info.dbos_version)
+
+
+def _named(sdks: set[tuple[str | None, str | None]]) -> list[str]:
+    """The first :data:`SDKS_NAMED` of ``sdks`` as text (escaped, bounded)."""
+    names = sorted("an SDK naming neither language nor version" if lang is None and version is None
+                   else f"{printable(lang or '?', 40)} {printable(version or '?', 64)}" for lang, version in sdks)
+    return names[:SDKS_NAMED] + (["..."] if len(names) > SDKS_NAMED else [])
 
 
 class Calls:
@@ -69,13 +112,20 @@ class Calls:
 
     def choose(self, org: str, app: str, *, prefer_latest: bool = False,
                latest_version: str | None = None, only_version: str | None = None,
-               only_executor: str | None = None) -> Connection:
+               only_executor: str | None = None, needs: Needs | None = None) -> Connection:
         """The connection a call of ``org``/``app`` goes to (``only_version``: among that
         application version's alone; ``only_executor``: among that executor's alone, which takes
-        no turn: the choice that named it took one); raises ``NoHealthyExecutor``."""
+        no turn: the choice that named it took one; ``needs``: among the executors able to take it,
+        before the routing rules); raises ``NoHealthyExecutor``, or ``NoCapableExecutor`` when
+        executors are there and none is able."""
         conns = {c.id: c for c in self.registry.registered(org, app)
                  if (only_version is None or c.app_version == only_version)
                  and (only_executor is None or c.executor_id == only_executor)}
+        if needs is not None and conns:
+            able = {i: c for i, c in conns.items() if needs.able(*sdk_of(c))}
+            if not able:
+                raise NoCapableExecutor(org, app, needs.lacking, _named({sdk_of(c) for c in conns.values()}))
+            conns = able
         candidates = [Candidate(id=c.id, executor_id=c.executor_id or "", version=c.app_version,
                                 first_seen=self.first_seen(c), in_flight=len(c.waiters)) for c in conns.values()]
         chosen = choose(org, app, candidates, turn=next(self._turn) if only_executor is None else 0,
@@ -85,7 +135,7 @@ class Calls:
     async def call(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
                    prefer_latest: bool = False, latest_version: str | None = None,
                    only_version: str | None = None, only_executor: str | None = None,
-                   chosen: Callable[[str], None] | None = None) -> m.Response:
+                   chosen: Callable[[str], None] | None = None, needs: Needs | None = None) -> m.Response:
         """Sends ``make_request(request_id)`` to one executor of ``org``/``app`` and returns its
         answer, of the catalogue's type for the request. ``prefer_latest``: the latest
         application version first (``latest_version``, when given and running; see
@@ -93,12 +143,12 @@ class Calls:
         goes to, before it is sent. ``only_version``: an executor of that application version or
         none (a recovery must run on the dead executor's version). ``only_executor``: that
         executor (its ``executor_id``, as :meth:`choose` gave it) or none: the reads of one answer
-        all go to the executor chosen once for it. Raises a
-        :class:`~relay_es.engine.calls.CallFailed`."""
+        all go to the executor chosen once for it. ``needs``: an executor able to take the request
+        (:class:`Needs`) or none. Raises a :class:`~relay_es.engine.calls.CallFailed`."""
         try:
             conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
-                               only_version=only_version, only_executor=only_executor)
-        except NoHealthyExecutor:
+                               only_version=only_version, only_executor=only_executor, needs=needs)
+        except (NoHealthyExecutor, NoCapableExecutor):
             self.observe("none", "unavailable", 0.0)  # nothing was built: no type to tell
             raise
         executor_id = conn.executor_id or ""

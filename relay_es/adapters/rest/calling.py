@@ -10,7 +10,9 @@ application over its WebSocket (ADR 0019). A route does three things, each here 
   (:meth:`relay_es.adapters.hub.calls.Calls.call`) within ``RELAY_CALL_TIMEOUT_SECS``.
   How that can fail is :mod:`relay_es.engine.calls` (503 no healthy executor, 504 no
   answer, 502 the socket dropped or the reply was refused, the executor's own error
-  message); the problem handlers below turn each into its problem.
+  message); the problem handlers below turn each into its problem. A request only some SDKs
+  understand (a bulk action on several workflows, :data:`BULK`) goes to an executor whose
+  ``executor_info`` says it does, or to none: a 501 when none of those connected does.
 * :func:`act` -- an action (cancel, resume, fork, delete, bulk, import, schedules,
   versions): recorded as requested *before* it is sent and as completed however the call
   ends, so an operator's action is in the store even when Relay dies in between (the
@@ -40,6 +42,7 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Request, Response
 
+from relay_es.adapters.hub.calls import Needs
 from relay_es.adapters.rest import bodies, openapi
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
 from relay_es.adapters.rest.context import RestContext
@@ -91,6 +94,46 @@ SINCE = {
         "list_schedules", "get_schedule", "pause_schedule", "resume_schedule", "backfill_schedule",
         "trigger_schedule", "list_application_versions", "set_latest_application_version")},
 }
+
+
+# The first release of each SDK whose cancel, resume and delete act on every id of ``workflow_ids``
+# (protocol sections 5.4 and 8): an older one reads ``workflow_id`` alone and acts on the first id
+# only, answering success. Python: by 2.15, with ``language`` and ``dbos_version`` in its
+# executor_info (2.10 sent neither). TypeScript: 4.11 (4.10.15 has no bulk form, though
+# 4.6 already names its language and version). Go: v0.15.0 ("Bulk cancels"; earlier releases name
+# theirs too). Java: the form came in March 2026 and its HEAD of July 2026 (tags up to 1.0.0) has
+# it; which 0.x release first did is not known here, so 1.0 is required.
+BULK_SINCE: dict[str, tuple[tuple[int, int], str]] = {
+    "python": ((2, 15), "Python dbos 2.15"),
+    "typescript": ((4, 11), "@dbos-inc/dbos-sdk 4.11"),
+    "go": ((0, 15), "Go dbos-transact-golang v0.15.0"),
+    "java": ((1, 0), "Java dev.dbos:transact 1.0"),
+}
+RELEASE = re.compile(r"v?(\d{1,9})\.(\d{1,9})(?![\d])")  # a dbos_version's major and minor ("2.15.0", "v0.15.0")
+
+
+def release(dbos_version: str | None) -> tuple[int, int] | None:
+    """The major and minor release of an SDK's ``dbos_version``; None for none, or one that names no
+    release (Go's "(devel)" or "unknown")."""
+    match = RELEASE.match(dbos_version or "")
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
+
+
+def bulk_capable(language: str | None, dbos_version: str | None) -> bool:
+    """Whether an executor that said ``language`` and ``dbos_version`` acts on every workflow of a
+    bulk cancel, resume or delete (:data:`BULK_SINCE`). An SDK Relay does not know, or a version it
+    cannot read, is not trusted with it: it would act on the first workflow and answer success."""
+    since = BULK_SINCE.get((language or "").lower())
+    version = release(dbos_version)
+    return since is not None and version is not None and version >= since[0]
+
+
+BULK = Needs(bulk_capable, (
+    "their DBOS SDK predates bulk actions on several workflows (it would act on the first one only); "
+    f"upgrade it ({', '.join(name for _, name in BULK_SINCE.values())} or later), or act on one workflow "
+    "at a time"))
+"""What a bulk cancel, resume or delete of more than one workflow needs of its executor. One
+workflow goes to any executor: the single form is understood by every SDK."""
 
 
 class ExecutorProblem(Exception):
@@ -217,7 +260,7 @@ def app_gone(ctx: RestContext, org: str, app: str) -> None:
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
               chosen: Callable[[str], None] | None = None, app_checked: bool = False,
-              only_executor: str | None = None) -> Any:
+              only_executor: str | None = None, needs: Needs | None = None) -> Any:
     """The answer of one executor of ``org``/``app`` to ``make_request(request_id)``, of the
     catalogue's type for it. Raises :class:`~relay_es.engine.calls.CallFailed` (or
     :class:`ExecutorProblem` for the executor's own error, with the status
@@ -226,7 +269,8 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
     executor the request went to. ``app_checked``: the route has read the application's stream
     already in this request (a 404 for one absent); it is not read again. ``only_executor``: that
     executor answers or none does (a 503 once it is gone), for a route whose reads make one answer
-    (:meth:`~relay_es.adapters.hub.calls.Calls.call`)."""
+    (:meth:`~relay_es.adapters.hub.calls.Calls.call`). ``needs``: an executor able to take the
+    request answers (:data:`BULK`), or none does: a 501 when executors are connected and none is."""
     if not app_checked:
         await app_must_exist(ctx, org, app)
     if ctx.calls is None:
@@ -239,10 +283,11 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
         return request
 
     latest = await latest_version(ctx, org, app) if prefer_latest else None
+    needed = {} if needs is None else {"needs": needs}  # only when given: a stand-in for Calls need not know it
     try:
         return await ctx.calls.call(org, app, made, timeout=ctx.call_timeout.total_seconds(),
                                     prefer_latest=prefer_latest, latest_version=latest, chosen=chosen,
-                                    only_executor=only_executor)
+                                    only_executor=only_executor, **needed)
     except ExecutorFailed as e:
         if e.message.strip().lower() == UNKNOWN_TYPE:
             kind = sent[0] if sent else "this operation"
@@ -259,10 +304,13 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
               parameters: Mapping[str, Any] | None = None,
               make_request: Callable[[str], wire.Request],
               result: Callable[[Any], Mapping[str, Any] | None] = lambda answer: None,
-              prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500) -> Any:
+              prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
+              needs: Needs | None = None) -> Any:
     """:func:`ask`, recorded as an operator's action (``operation``: Conductor's
     ``operationId``). ``parameters`` and ``result(answer)``: small summaries of scalars for
-    the audit log, never workflow inputs or outputs. Returns the executor's answer."""
+    the audit log, never workflow inputs or outputs. ``needs``: as :func:`ask` has it; no
+    executor able to take the action is a failure on record, nothing sent. Returns the
+    executor's answer."""
     await app_must_exist(ctx, org, app)
     action_id = await asyncio.to_thread(
         ctx.relay.record_action_requested, org, app, request_id=new_id(), operation=operation,
@@ -271,7 +319,7 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
     asked: list[str] = []
     try:
         answer = await ask(ctx, org, app, make_request, prefer_latest=prefer_latest, failed_status=failed_status,
-                           chosen=asked.append)
+                           chosen=asked.append, needs=needs)
     except NoHealthyExecutor as e:
         await completed(ctx, action_id, Outcome.NO_HEALTHY_EXECUTOR, e.detail, None)
         raise

@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 import websockets
 
+from relay_es.adapters.hub.calls import NoCapableExecutor, Needs
 from relay_es.adapters.uvicorn_ws import protocol_class
 from relay_es.composition.asgi import RelayASGI
 from relay_es.composition.runtime import Runtime
@@ -63,7 +64,7 @@ class Scripted(FakeExecutor):
         t = msg["type"]
         if t == "executor_info":
             out: Any = dict(executor_id=self.executor_id, application_version=self.version, hostname="fakehost",
-                            language="python", dbos_version="3.2.0")
+                            **self.sdk_fields())
         elif t == "exist_pending_workflows":
             out = dict(exist=self.pending)
         elif t == "recovery":
@@ -340,6 +341,50 @@ def test_a_call_for_one_executor_goes_to_it_alone_or_nowhere(tmp_path: Path) -> 
                 await calls.call("local", "app", get_workflow("w"), timeout=5, only_executor="ONE")
             assert [r["type"] for r in other.requests].count("get_workflow") == 0
             await other.close()
+
+    run(main())
+
+
+def test_a_call_that_needs_a_form_goes_to_an_executor_able_to_take_it_or_to_none(tmp_path: Path) -> None:
+    """A bulk cancel of several workflows must not reach an SDK that reads ``workflow_id`` alone: the
+    executors able to take it are chosen among first (the routing rules then pick one of them); with
+    none of them connected, nothing is sent and the call fails with a 501 naming what they run."""
+    async def main() -> None:
+        async with serving(tmp_path) as s:
+            seen: list[tuple[str, str]] = []
+            calls = s.runtime.calls
+            calls.observe = lambda kind, outcome, took: seen.append((kind, outcome))
+            ok = {"cancel": lambda msg: dict(success=True)}
+            bulk = Needs(lambda language, version: (language, version) == ("python", "3.2.0"), "upgrade it")
+            cancel = lambda rid: c.CancelRequest(request_id=rid, workflow_id="a", workflow_ids=["a", "b"])  # noqa: E731
+            old = await join(s, executor_id="OLD", version="v2", sdk=None, replies=ok)
+            mid = await join(s, executor_id="MID", version="v2", sdk=("python", "2.14.0"), replies=ok)
+            with pytest.raises(NoCapableExecutor) as e:
+                await calls.call("local", "app", cancel, timeout=5, needs=bulk)
+            assert (e.value.status, e.value.title) == (501, "not supported by the executor")
+            assert e.value.detail == ("no executor of application 'app' connected here can take this call (they run "
+                                      "an SDK naming neither language nor version, python 2.14.0): upgrade it")
+            assert seen == [("none", "unavailable")]  # nothing was built, nothing sent
+            await asyncio.sleep(0.05)
+            new = await join(s, executor_id="NEW", version="v1", replies=ok)  # an older version, a newer SDK
+            told: list[str] = []
+            for _ in range(3):  # only NEW can take it, though v2 is the latest version
+                await calls.call("local", "app", cancel, timeout=5, needs=bulk, prefer_latest=True, chosen=told.append)
+            assert told == ["NEW"] * 3 and calls.choose("local", "app", needs=bulk).executor_id == "NEW"
+            for _ in range(3):  # nothing needed: any executor, spread over the three
+                await calls.call("local", "app", cancel, timeout=5, chosen=told.append)
+            assert sorted(told[3:]) == ["MID", "NEW", "OLD"]
+            assert [len([r for r in ex.requests if r["type"] == "cancel"]) for ex in (old, mid, new)] == [1, 1, 4]
+            await new.close()
+            await until(lambda: all(conn.executor_id != "NEW" for conn in calls.registry.registered("local", "app")),
+                        what="NEW gone from the registry")
+            with pytest.raises(NoCapableExecutor):
+                await calls.call("local", "app", cancel, timeout=5, needs=bulk)
+            await old.close()
+            await mid.close()
+            await until(lambda: not calls.registry.registered("local", "app"), what="all gone")
+            with pytest.raises(NoHealthyExecutor):  # no executor at all: still a 503
+                await calls.call("local", "app", cancel, timeout=5, needs=bulk)
 
     run(main())
 

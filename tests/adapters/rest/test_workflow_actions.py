@@ -23,6 +23,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from relay_es.adapters.rest import calling
 from relay_es.adapters.rest.conductor import mapping, models
 from relay_es.adapters.rest.workflow_actions import (
     BULK_BODY,
@@ -320,6 +321,72 @@ def test_resume_and_fork_go_to_the_latest_version_first(srv: RelayServer) -> Non
             conforms("bulkForkWorkflowsFromFailure", call(srv, "POST", W + "/bulk-fork-from-failure",
                                                           json={"workflowIds": ["a"]}), 200)
         assert sent(old) == [] and len(sent(new)) == 12
+
+
+BULKS = [  # operation, path, body of several workflows, executor type
+    ("bulkCancelWorkflows", "/bulk-cancel", {"workflowIds": ["wf-a", "wf-b", "wf-c"]}, "cancel"),
+    ("bulkResumeWorkflows", "/bulk-resume", {"workflowIds": ["wf-a", "wf-b"], "queueName": "q"}, "resume"),
+    ("bulkDeleteWorkflows", "/bulk-delete", {"workflowIds": ["wf-a", "wf-b"], "deleteChildren": True}, "delete"),
+]
+
+
+def test_a_bulk_action_on_several_workflows_goes_only_to_an_sdk_that_acts_on_them_all(srv: RelayServer) -> None:
+    """A Python SDK older than 2.15 (no ``language`` nor ``dbos_version`` in its executor_info) reads
+    ``workflow_id`` alone: sent a bulk cancel of three workflows it cancels the first and answers
+    success. So such a bulk goes to an executor with the bulk form, or is a 501 on record as failed,
+    nothing sent; one workflow goes to any executor. Each id an executor acted on is what it was sent."""
+    acted: dict[str, list[str]] = {}
+
+    def acting(ex_id: str) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        def act(req: dict[str, Any]) -> dict[str, Any]:  # as an SDK of the executor's version does
+            acted.setdefault(ex_id, []).extend(req["workflow_ids"] if ex_id != "ex-old" else [req["workflow_id"]])
+            return {"success": True}
+        return {"cancel": act, "resume": act, "delete": act}
+
+    old = FakeExecutor(srv.ws, app="old", executor_id="ex-old", sdk=None, answers=acting("ex-old"))
+    old_ts = FakeExecutor(srv.ws, app="mixed", executor_id="ex-ts", style="typescript",
+                          sdk=("typescript", "4.10.15"), answers=acting("ex-ts"))
+    new = FakeExecutor(srv.ws, app="mixed", executor_id="ex-new", sdk=("python", "2.15.0"), answers=acting("ex-new"))
+    with executors(srv, old, old_ts, new):
+        for op, path, body, _ in BULKS:
+            got = conforms(op, call(srv, "POST", f"{L}/apps/old/workflows{path}", json=body), 501)
+            assert got["title"] == "not supported by the executor", got
+            assert "predates bulk actions" in got["detail"] and "Python dbos 2.15" in got["detail"] and \
+                "one workflow at a time" in got["detail"], got
+        assert sent(old) == [] and acted == {}
+        # one workflow (twice over): the single form, which every SDK reads
+        conforms("bulkCancelWorkflows", call(srv, "POST", f"{L}/apps/old/workflows/bulk-cancel",
+                                             json={"workflowIds": ["wf-1", "wf-1"]}), 204)
+        assert last(old) == {"type": "cancel", "workflow_id": "wf-1", "workflow_ids": ["wf-1", "wf-1"],
+                             "cancel_children": False}
+        for _ in range(2):  # among executors of both kinds: only the one that acts on them all
+            for op, path, body, type_ in BULKS:
+                conforms(op, call(srv, "POST", f"{L}/apps/mixed/workflows{path}", json=body), 204)
+                assert last(new)["type"] == type_ and last(new)["workflow_ids"] == body["workflowIds"]
+        assert sent(old_ts) == [] and len(sent(new)) == 6
+    assert acted == {"ex-old": ["wf-1"], "ex-new": ["wf-a", "wf-b", "wf-c", "wf-a", "wf-b", "wf-a", "wf-b"] * 2}
+
+    on_record = actions(srv, "old", 4)
+    assert [(a["operation"], a["outcome"], a["executorId"]) for a in on_record] == [
+        ("bulkCancelWorkflows", "failed", None), ("bulkResumeWorkflows", "failed", None),
+        ("bulkDeleteWorkflows", "failed", None), ("bulkCancelWorkflows", "succeeded", "ex-old")]
+    assert all("predates bulk actions" in a["message"] for a in on_record[:3]), on_record
+    assert on_record[0]["target"] == {"type": "workflow", "ids": ["wf-a", "wf-b", "wf-c"], "count": 3}
+    assert {(a["outcome"], a["executorId"]) for a in actions(srv, "mixed", 6)} == {("succeeded", "ex-new")}
+
+
+@pytest.mark.parametrize("language,version,capable", [
+    (None, None, False),  # Python before 2.15: neither key
+    ("python", "2.14.2", False), ("python", "2.15.0", True), ("python", "3.2.0", True), ("python", None, False),
+    ("typescript", "4.10.15", False), ("typescript", "4.11.11", True), ("typescript", "5.2.11", True),
+    ("go", "v0.14.0", False), ("go", "v0.15.0", True), ("go", "v1.2.0", True), ("go", "(devel)", False),
+    ("go", "unknown", False), ("java", "0.9.1", False), ("java", "1.0.0", True),
+    ("rust", "9.0.0", False),  # an SDK Relay does not know is not trusted with it
+    ("python", "2.1", False), ("python", "12.15", True), ("python", "2.15rc1", True), ("python", "x2.15", False),
+])
+def test_the_bulk_form_is_trusted_to_the_sdk_releases_that_have_it(language: str | None, version: str | None,
+                                                                   capable: bool) -> None:
+    assert calling.bulk_capable(language, version) is capable
 
 
 # --- failures: problems, and on record ---------------------------------------------------------
