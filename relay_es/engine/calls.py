@@ -14,6 +14,7 @@ from typing import Any
 from relay_es.protocol.limits import printable
 
 ERROR_TEXT_LIMIT = 2000  # characters of an executor's error_message quoted in a problem (Python sends tracebacks)
+SAID_LIMIT = 4096  # characters of each end of an error_message a route reads its kind from (bounded work)
 
 
 class CallFailed(Exception):
@@ -52,14 +53,18 @@ class ExecutorTimedOut(CallFailed):
 
 class ExecutorFailed(CallFailed):
     """The executor answered with an ``error_message`` (or ``success`` not true).
-    ``message`` is its text, escaped and bounded; ``response`` the decoded answer (bulk
-    operations may still carry what was done)."""
+    ``message`` is its text, escaped and bounded (to show); ``said`` its text as sent, its
+    first and last :data:`SAID_LIMIT` characters (to read: a route tells "no such workflow"
+    from it, where an SDK's traceback ends with its exception's line -- in ``message`` a
+    newline is ``\u000a`` and a long traceback's end is cut); ``response`` the decoded answer
+    (bulk operations may still carry what was done)."""
 
     title = "executor reported an error"
 
     def __init__(self, message: str, response: Any = None) -> None:
         self.message = printable(message, ERROR_TEXT_LIMIT)
         super().__init__(self.message)
+        self.said = message if len(message) <= 2 * SAID_LIMIT else f"{message[:SAID_LIMIT]}\n...\n{message[-SAID_LIMIT:]}"
         self.response = response
 
 

@@ -295,7 +295,7 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
                 501, "not supported by the executor",
                 f"the application's executor does not support {kind} (it needs "
                 f"{SINCE.get(kind, 'a newer SDK')} or @dbos-inc/dbos-sdk 5.x); it answered: {e.message}") from None
-        status = failed_status(e.message) if callable(failed_status) else failed_status
+        status = failed_status(e.said) if callable(failed_status) else failed_status  # the text as sent
         raise ExecutorProblem(status, e.title, e.message) from None
 
 

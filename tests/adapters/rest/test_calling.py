@@ -156,6 +156,29 @@ def test_each_failure_is_its_problem(failure: Exception, status: int, title: str
     assert (r.headers.get("retry-after") == "5") == (status == 503)
 
 
+PYTHON_NO_WORKFLOW = ('Exception occurred while resuming workflow wf-9: Traceback (most recent call last):\n'
+                      '  File "/app/.venv/lib/python3.12/site-packages/dbos/_conductor/conductor.py", line 140\n'
+                      'dbos._error.DBOSNonExistentWorkflowError: Non-existent target workflow ID: wf-9\n')
+
+
+@pytest.mark.parametrize("said", [PYTHON_NO_WORKFLOW, PYTHON_NO_WORKFLOW.replace(
+    "line 140\n", "line 140\n" + '  File "/deep/frame.py", line 1, in f\n' * 400)], ids=["traceback", "long-traceback"])
+def test_a_route_naming_its_workflow_reads_the_executor_s_text_as_sent(said: str) -> None:
+    """Python dbos 3.2.0 ends its traceback with the exception's line and a newline, which the
+    problem's detail shows escaped (``\\u000a``): read there, the id named was ``wf-9\\u000a``, not
+    the route's, and a missing workflow was a 500 with a traceback (a helper's real-SDK hunt). A
+    traceback longer than the detail shows is read to its end all the same."""
+    import asyncio
+
+    from relay_es.adapters.rest.calling import ExecutorProblem
+
+    ctx = fake_context(relay=FakeRelay(), calls=FakeCalls(ExecutorFailed(said)))
+    with pytest.raises(ExecutorProblem) as e:
+        asyncio.run(calling.ask(ctx, "local", "shop", lambda rid: Req(rid=rid),
+                                failed_status=calling.not_found_or(500, ["wf-9"])))
+    assert e.value.status == 404 and "\n" not in e.value.detail  # shown escaped, read as sent
+
+
 def test_no_hub_is_no_healthy_executor() -> None:
     with client(None, FakeRelay()) as c:
         assert c.get("/read/shop").status_code == 503
