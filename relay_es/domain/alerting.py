@@ -2,8 +2,9 @@
 
 A rule watches one application (``app``) for one condition (``rule_type``) and, when it holds,
 fires at most once per ``min_interval_secs``; the alert goes to the executors of the
-*receiving* application (the ``alert`` message: the SDK calls the application's alert handler)
-and to the rule's webhooks. Conductor's three types, and Relay's own for what only a control
+*receiving* application (the ``alert`` message: the SDK calls the application's alert handler;
+not once that application is deleted, nor to one registered again under its name) and to the
+rule's webhooks. Conductor's three types, and Relay's own for what only a control
 plane sees:
 
 =========================== ====================================================================
@@ -15,8 +16,11 @@ plane sees:
 ``ExecutorDead``            an executor was declared dead
 ``RecoveryDeferred``        a dead executor's recovery waits: no HEALTHY executor of its version is
                             left that has not failed it (the specification's operator alert)
-``RecoveryFailed``          a recovery attempt failed, the ``attempts``-th for that executor or later
-``ExecutorFlapping``        one executor disconnected ``disconnects`` times within ``windowSecs``
+``RecoveryFailed``          a recovery attempt failed, the ``attempts``-th for that executor or a later
+                            one (each fires again, at most once per ``min_interval_secs``), or one that
+                            leaves no HEALTHY candidate untried
+``ExecutorFlapping``        one executor disconnected ``disconnects`` times within ``windowSecs`` (as its
+                            stream has them, also before a restart of Relay)
 =========================== ====================================================================
 
 ``ruleMetadata`` holds the type's parameters (camelCase, each with a default; an unknown key is

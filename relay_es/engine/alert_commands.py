@@ -7,7 +7,7 @@ A mixin of :class:`~relay_es.engine.service.Relay`, like the action commands.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,16 +15,19 @@ from eventsourcing.persistence import IntegrityError
 
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application
+from relay_es.aggregates.executor import Executor
 from relay_es.domain.alerting import AlertingRule, SealedWebhook, Webhook, key_scope, parse_metadata
 from relay_es.domain.errors import InvalidSetting, RelayError, UnknownAlertingRule
 from relay_es.domain.ids import new_id
 from relay_es.domain.sealing import KeyStore
 from relay_es.domain.text import sanitized
 
+HISTORY_PAGE = 100  # events of an executor's stream read at once, from its end back (disconnects())
+
 
 class AlertCommands:
-    """Needs the store's ``_maybe``, ``save``, ``retrying``, ``now``, ``load_many``, ``keys``, and the
-    service's ``get_app`` and ``_change_app``.
+    """Needs the store's ``_maybe``, ``save``, ``retrying``, ``now``, ``load_many``, ``keys``, ``repository``,
+    and the service's ``get_app`` and ``_change_app``.
 
     A rule's webhooks are sealed under a key of the rule's own (``keys``, outside the log) before
     the rule is recorded, and the key is erased before the rule's deletion, or its application's,
@@ -39,6 +42,7 @@ class AlertCommands:
     load_many: Callable[[list[uuid.UUID]], dict[uuid.UUID, Any]]
     get_app: Callable[[str, str], Application]
     keys: KeyStore
+    repository: Any
     app_exists: Callable[[str, str], bool]
     _change_app: Callable[[str, str, Callable[[Application], bool]], bool]
 
@@ -148,3 +152,26 @@ class AlertCommands:
 
         self.retrying(run)
 
+    def disconnects(self, executor: uuid.UUID, *, before: int, since: datetime, excluding: Collection[str] = (),
+                    limit: int = 1000) -> list[datetime]:
+        """When the executor of stream ``executor`` disconnected (its ``Disconnected`` events, but for the
+        reasons in ``excluding``) after ``since``, among its events before version ``before`` and in its
+        incarnation (after its last death or deletion); oldest first, at most ``limit`` (the latest). Read
+        from the stream's end back, :data:`HISTORY_PAGE` events at a time, down to the first event at or
+        before ``since``, its incarnation's start, or the limit: what an ``ExecutorFlapping`` rule counts of
+        an executor's past, however long its stream."""
+        out: list[datetime] = []
+        top = before - 1
+        while top > 0 and len(out) < limit:
+            page = list(self.repository.event_store.get(executor, lte=top, desc=True, limit=HISTORY_PAGE))
+            for e in page:
+                if e.timestamp <= since or isinstance(e, (Executor.DeclaredDead, Executor.Deleted)):
+                    return out[::-1]
+                if isinstance(e, Executor.Disconnected) and e.reason not in excluding:
+                    out.append(e.timestamp)
+                    if len(out) == limit:
+                        break
+            if len(page) < HISTORY_PAGE:
+                break
+            top = page[-1].originator_version - 1
+        return out[::-1]

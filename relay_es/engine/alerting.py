@@ -2,16 +2,20 @@
 
 It decides; it does no I/O of its own, like the process manager beside it (and on the same
 thread: the runtime steps both). Everything outside its memory goes through the
-:class:`~relay_es.engine.service.Relay` service (the log, and two commands: an alert fired,
-a delivery attempted), an :class:`AlertSender` (the sockets and the webhooks; never blocks)
-and a :class:`~relay_es.domain.clock.Clock`. Tests drive it with a fake clock and a fake sender.
+:class:`~relay_es.engine.service.Relay` service (the log, the end of an executor's stream, and
+two commands: an alert fired, a delivery attempted), an :class:`AlertSender` (the sockets and
+the webhooks; never blocks) and a :class:`~relay_es.domain.clock.Clock`. Tests drive it with a
+fake clock and a fake sender.
 
 What fires a rule (:mod:`relay_es.domain.alerting` has the types and their parameters):
 
 * **Executor events**, told by the process manager as it folds them
   (:meth:`AlertManager.executor_event`): ``ExecutorDead``, ``RecoveryDeferred``,
   ``RecoveryFailed``, ``ExecutorFlapping``. Only events folded after this process started are
-  told, so a restart never fires for an old event.
+  told, so a restart never fires for an old event. ``ExecutorFlapping`` counts an executor's
+  disconnects as its stream has them: the first one told of an executor (since this process
+  started, since its death, since a flapping rule watched its application) waits for the next
+  step, which reads the earlier ones back to the largest window (:meth:`Relay.disconnects`), once.
 * **Checks**, every ``check_interval`` per rule: ``WorkflowFailure`` and ``SlowQueue`` ask one
   executor of the watched application (:meth:`AlertSender.probe`; the answer comes back through
   :meth:`AlertManager.probed`); a ``WorkflowFailure`` probe looks back ``windowSecs``, or to the
@@ -33,10 +37,11 @@ Firing is the conditional command :meth:`Relay.fire_alert`: it records the alert
 rule's ``minIntervalSecs`` has passed since its last one, on the rule's own stream, so a rule
 fires at most once per interval through a restart and with two writers. Delivery follows from
 the recorded ``Fired`` event, never from the decision, so an alert fired before a crash is
-delivered after it: each channel (``app``: the receiving application's executors;
-``webhook:<i>``) gets attempt 1 at once, and each failed attempt that may be retried another
-after an exponential backoff (:class:`AlertTiming`), up to ``max_attempts``. Every attempt is
-recorded (:meth:`Relay.record_alert_delivery`) with its outcome, before the next is armed.
+delivered after it: each channel (``app``: the receiving application's executors, ended unsent
+once that application is deleted, for good; ``webhook:<i>``) gets attempt 1 at once, and each
+failed attempt that may be retried another after an exponential backoff (:class:`AlertTiming`),
+up to ``max_attempts``. Every attempt is recorded (:meth:`Relay.record_alert_delivery`) with its
+outcome, before the next is armed.
 Delivery is at least once: an attempt under way when Relay stopped is made again, with the
 same alert id for the receiver to drop the repeat.
 
@@ -91,6 +96,9 @@ ALERT_EVENTS = (
 ALERT_TOPICS = tuple(get_topic(c) for c in ALERT_EVENTS)
 RETRY_SECS = 1.0  # a command that failed on the store is tried again this soon
 MAX_FLAPS = 1000  # disconnects remembered per executor
+# Disconnects that are not the executor flapping: Relay's own restart, the executor's own new socket.
+NOT_FLAPPING = (DisconnectReason.RELAY_RESTARTED, DisconnectReason.SUPERSEDED)
+RECEIVER_DELETED = "not sent: the receiving application was deleted"
 # Deleted applications remembered (the latest), so that the disconnects of their executors' sockets, closed
 # with 4007 after the deletion, do not count them as applications without a HEALTHY executor.
 DELETIONS_KEPT = 1024
@@ -193,6 +201,7 @@ class _Pending:
     fired_at: datetime
     attempts: int = 0
     last_at: datetime | None = None
+    receiver_deleted: bool = False  # an app channel whose receiving application was deleted: never sent
 
 
 @dataclass(frozen=True)
@@ -234,6 +243,11 @@ class AlertManager:
         self._app_of_stream: dict[Any, tuple[str, str]] = {}  # Application id -> org, app; of those with rules
         self._firing_streams: dict[Any, tuple[str, str, str]] = {}  # AlertFirings id -> org, app, rule id; of rules
         self._deleted: dict[Any, None] = {}  # Application ids of the latest applications deleted (DELETIONS_KEPT)
+        # Application id -> the rules that send their alerts to it, another application than the one they watch.
+        self._receivers: dict[Any, set[str]] = {}
+        # Rules whose receiving application was deleted after they were made: their app channel is never sent,
+        # also once an application of that name is registered again (another application).
+        self._receiver_gone: set[str] = set()
         self.pending: dict[tuple[str, str], _Pending] = {}  # (alert id, channel) -> what is left to deliver
         # Rule id -> its last alert (its id, and its time on the monotonic clock): this process's own
         # alert when it fired it, another's placed by its age on the wall clock when it was read.
@@ -253,7 +267,14 @@ class AlertManager:
         # (org, app) -> monotonic time since which it has had no HEALTHY executor, for every application
         # this process has seen without one (a rule or not); gone when it has one, or is deleted.
         self._unhealthy_since: dict[tuple[str, str], float] = {}
+        # (org, app, executor id) -> the times of its disconnects that count, inside the largest window of its
+        # application's flapping rules, in its incarnation; of executors told of since this process started.
         self._flaps: dict[tuple[str, str, str], deque[datetime]] = {}
+        # Executor events waiting for their executor's earlier disconnects to be read from its stream (at the next
+        # step: no store I/O on the process manager's fold path), oldest first: (key, event, who, cause); who is None
+        # for a death or a deletion. _unread: key -> how many of its events wait there (they keep their order).
+        self._flap_queue: deque[tuple[tuple[str, str, str], Any, dict[str, str] | None, str | None]] = deque()
+        self._unread: dict[tuple[str, str, str], int] = {}
         self.timers = TimerHeap()
         self._inbox: deque[Probed | Delivered] = deque()
         self._lock = threading.Lock()
@@ -292,7 +313,8 @@ class AlertManager:
         owner)."""
         total = 0
         while True:
-            n = self._run_due() + self.catch_up() + self._drain() + self._fire_queued() + self._hand_over_waiting()
+            n = (self._run_due() + self.catch_up() + self._drain() + self._read_flaps() + self._fire_queued()
+                 + self._hand_over_waiting())
             if n == 0:
                 return total
             total += n
@@ -350,6 +372,8 @@ class AlertManager:
             self.rules[rule.id] = rule
             self.by_app[(rule.org, rule.app)].add(rule.id)
             self._app_of_stream[e.originator_id] = (rule.org, rule.app)
+            if rule.receiving_app != rule.app:
+                self._receivers.setdefault(app_stream_id(rule.org, rule.receiving_app), set()).add(rule.id)
             if self.started:
                 self._watch(rule)
         elif isinstance(e, Application.AlertingRuleDeleted):
@@ -360,6 +384,7 @@ class AlertManager:
                 self._forget(rule_id)
             self._deleted.pop(e.originator_id, None)
             if isinstance(e, Application.Deleted):
+                self._receiver_deleted(e.originator_id)
                 self._deleted[e.originator_id] = None
                 if len(self._deleted) > DELETIONS_KEPT:
                     del self._deleted[next(iter(self._deleted))]
@@ -378,10 +403,11 @@ class AlertManager:
                 age = (self.clock.now() - e.timestamp).total_seconds()  # < 0: recorded "later" than now
                 self.last_fired[rule_id] = (e.alert_id, self.clock.monotonic() - age)
             metadata = dict(e.metadata)  # one copy for every channel (never changed)
+            gone = self._receiver_gone  # the rule's receiving application deleted since it was made: not sent
             for channel in e.channels:
                 key = (e.alert_id, channel)
                 p = _Pending(org, app, rule_id, e.alert_id, channel, e.rule_type, e.receiving_app, e.message,
-                             metadata, e.timestamp)
+                             metadata, e.timestamp, receiver_deleted=channel == "app" and rule_id in gone)
                 self.pending[key] = p
                 if self.started:
                     self._arm_delivery(key, p)
@@ -399,11 +425,36 @@ class AlertManager:
             if self.started:
                 self._arm_delivery(key, p)
 
+    def _receiver_deleted(self, app_id: Any) -> None:
+        """Application ``app_id`` was deleted: the rules that send to it lose their app channel for good (an
+        application registered again under its name is another one: it never gets their alerts), and the alerts
+        not delivered to it yet end unsent, at once."""
+        for rule_id in self._receivers.pop(app_id, ()):
+            self._receiver_gone.add(rule_id)
+        ids: dict[tuple[str, str], Any] = {}  # (org, receiving app) -> its id, computed once
+        for key, p in self.pending.items():
+            if p.channel != "app" or p.receiver_deleted:
+                continue
+            receiver = (p.org, p.receiving_app)
+            if receiver not in ids:
+                ids[receiver] = app_stream_id(*receiver)
+            if ids[receiver] != app_id:
+                continue
+            p.receiver_deleted = True
+            if self.started and key not in self._inflight and key not in self._queued:
+                self.timers.arm(("deliver", key), self.clock.monotonic())  # out or waiting: ended when its turn comes
+
     def _forget(self, rule_id: str) -> None:
         rule = self.rules.pop(rule_id, None)
         self.last_fired.pop(rule_id, None)
+        self._receiver_gone.discard(rule_id)
         if rule is None:
             return
+        receivers = self._receivers.get(app_stream_id(rule.org, rule.receiving_app))
+        if receivers is not None:
+            receivers.discard(rule_id)
+            if not receivers:
+                del self._receivers[app_stream_id(rule.org, rule.receiving_app)]
         self._firing_streams.pop(firings_stream_id(rule.org, rule.app, rule_id), None)  # its pending alerts stay
         ids = self.by_app.get((rule.org, rule.app))
         if ids is not None:
@@ -444,9 +495,10 @@ class AlertManager:
             return
         who = {"executorId": row.executor_id, "appVersion": row.app_version or "", "hostname": row.hostname or ""}
         cause = f"{e.originator_id}@{e.originator_version}"
+        key = (*app, row.executor_id)
         if isinstance(e, Executor.DeclaredDead):
             # The disconnects that led to a death are that incarnation's: the next one starts clean.
-            self._flaps.pop((*app, row.executor_id), None)
+            self._end_flaps(key, e)
             why = ("it connected again under another application version, and a process recovers only its "
                    "own version's workflows" if getattr(e, "reason", None) == VERSION_CHANGED
                    else "it did not come back within its grace period")
@@ -472,26 +524,89 @@ class AlertManager:
 
             self._decide(app, "RecoveryFailed", failed, cause)
         elif isinstance(e, Executor.Disconnected) and row.status == S.DISCONNECTED:
-            flapping = [self.rules[i] for i in self.by_app.get(app, ()) if self.rules[i].rule_type == "ExecutorFlapping"]
-            if not flapping or e.reason in (DisconnectReason.RELAY_RESTARTED, DisconnectReason.SUPERSEDED):
+            if e.reason in NOT_FLAPPING or not self._flapping(app):
                 return  # Relay's own restart, or the executor's own new socket: not the executor flapping
-            horizon = e.timestamp - timedelta(seconds=max(r.parameters["windowSecs"] for r in flapping))
-            times = self._flaps.setdefault((*app, row.executor_id), deque(maxlen=MAX_FLAPS))
-            times.append(e.timestamp)
-            while times and times[0] <= horizon:
-                times.popleft()
-
-            def flaps(r: AlertingRule) -> tuple[str, dict[str, str]] | None:
-                window = timedelta(seconds=r.parameters["windowSecs"])
-                n = sum(1 for t in times if t > e.timestamp - window)
-                if n < r.parameters["disconnects"]:
-                    return None
-                return (f"executor {row.executor_id} of {row.app} disconnected {n} times in the last "
-                        f"{r.parameters['windowSecs']} s", {**who, "disconnects": str(n)})
-
-            self._decide(app, "ExecutorFlapping", flaps, cause)
+            if key in self._flaps and key not in self._unread:
+                self._count_flap(key, e, who, cause)
+            else:  # the first told of it (since this process started, its death, a flapping rule): history first
+                self._wait_for_history(key, e, who, cause)
         elif isinstance(e, Executor.Deleted):
-            self._flaps.pop((*app, row.executor_id), None)
+            self._end_flaps(key, e)
+
+    # ------------------------------------------------------------ flapping
+    def _flapping(self, app: tuple[str, str]) -> list[AlertingRule]:
+        return [self.rules[i] for i in self.by_app.get(app, ()) if self.rules[i].rule_type == "ExecutorFlapping"]
+
+    def _wait_for_history(self, key: tuple[str, str, str], e: Any, who: dict[str, str] | None,
+                          cause: str | None) -> None:
+        self._flap_queue.append((key, e, who, cause))
+        self._unread[key] = self._unread.get(key, 0) + 1
+
+    def _end_flaps(self, key: tuple[str, str, str], e: Any) -> None:
+        """The executor died or was deleted: its disconnects are forgotten (after those waiting for its history)."""
+        if key in self._unread:
+            self._wait_for_history(key, e, None, None)
+        else:
+            self._flaps.pop(key, None)
+
+    def _read_flaps(self) -> int:
+        """Counts the disconnects that waited for their executor's history: the earlier ones that count are read
+        from its stream (:meth:`_history`), once, then each is counted as if it had been told then, in order. A
+        store error leaves the rest queued for the next step."""
+        n = 0
+        while self._flap_queue:
+            key, e, who, cause = self._flap_queue[0]
+            flapping = self._flapping(key[:2])
+            if who is None or not flapping:  # its death or deletion, or no flapping rule any more
+                self._flaps.pop(key, None)
+            else:
+                if key not in self._flaps:
+                    self._flaps[key] = self._history(e, flapping)
+                self._count_flap(key, e, who, cause)
+            self._flap_queue.popleft()
+            left = self._unread.pop(key) - 1
+            if left:
+                self._unread[key] = left
+            n += 1
+        return n
+
+    def _history(self, e: Any, flapping: list[AlertingRule]) -> deque[datetime]:
+        """The disconnects that count of ``e``'s executor before ``e``, inside the largest window of ``flapping``
+        and in its incarnation, as its stream has them: those before this process started (a restart of Relay
+        forgets none), or before a flapping rule watched its application."""
+        since = e.timestamp - timedelta(seconds=max(r.parameters["windowSecs"] for r in flapping))
+        try:
+            times = self.relay.disconnects(e.originator_id, before=e.originator_version, since=since,
+                                           excluding=NOT_FLAPPING, limit=MAX_FLAPS - 1)
+        except Exception as error:
+            if self.relay.is_store_error(error):
+                raise  # still queued: the next step reads it again
+            self.stats.errors += 1
+            log.error("alert manager: the disconnects of executor stream %s could not be read (%s: %s); counted "
+                      "from now", e.originator_id, type(error).__name__, error)
+            times = []
+        return deque(times, maxlen=MAX_FLAPS)
+
+    def _count_flap(self, key: tuple[str, str, str], e: Any, who: dict[str, str], cause: str | None) -> None:
+        """One more disconnect of the executor: kept (pruned to the largest window), and the flapping rules
+        decided."""
+        org, app, executor_id = key
+        flapping = self._flapping((org, app))
+        horizon = e.timestamp - timedelta(seconds=max(r.parameters["windowSecs"] for r in flapping))
+        times = self._flaps.setdefault(key, deque(maxlen=MAX_FLAPS))
+        times.append(e.timestamp)
+        while times and times[0] <= horizon:
+            times.popleft()
+
+        def flaps(r: AlertingRule) -> tuple[str, dict[str, str]] | None:
+            window = timedelta(seconds=r.parameters["windowSecs"])
+            n = sum(1 for t in times if t > e.timestamp - window)
+            if n < r.parameters["disconnects"]:
+                return None
+            return (f"executor {executor_id} of {app} disconnected {n} times in the last "
+                    f"{r.parameters['windowSecs']} s", {**who, "disconnects": str(n)})
+
+        self._decide((org, app), "ExecutorFlapping", flaps, cause)
 
     def _decide(self, app: tuple[str, str], rule_type: str,
                 what: Callable[[AlertingRule], tuple[str, dict[str, str]] | None], cause: str) -> None:
@@ -610,6 +725,9 @@ class AlertManager:
             else:
                 self._lost(key, p, out)
             return
+        if p.receiver_deleted:
+            self._end(p, RECEIVER_DELETED)
+            return
         receiver = self._receiver(p)
         if receiver is None:
             self._end(p, "not sent: the rule was deleted")
@@ -661,6 +779,9 @@ class AlertManager:
         if p is None or key in self._inflight:
             return  # ended while it waited
         webhook = None
+        if p.receiver_deleted:  # since it joined the queue
+            self._end(p, RECEIVER_DELETED)
+            return
         if p.channel != "app":
             webhook, why = self._open(p)
             if webhook is None:

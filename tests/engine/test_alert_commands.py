@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from itertools import count
 from typing import Any
 
 import pytest
 
 from relay_es.aggregates.alert import MAX_DETAIL, AlertFirings, firings_stream_id
 from relay_es.aggregates.application import app_stream_id
+from relay_es.aggregates.executor import DisconnectReason, executor_stream_id
 from relay_es.domain.alerting import DEFAULT_MIN_INTERVAL, MAX_RULES, AlertingRule, SealedWebhook, Webhook, key_scope
 from relay_es.domain.errors import InvalidSetting, UnknownAlertingRule, UnknownApplication
 from relay_es.domain.sealing import MemoryKeys, Unsealable
+from relay_es.engine.alert_commands import HISTORY_PAGE
 from relay_es.engine.service import Relay
 from tests.engine.support import kinds
+from tests.support import POPO, info
 
 ORG, APP, OPS = "acme", "shop", "ops"
 
@@ -439,3 +443,46 @@ def test_a_delivery_for_an_unknown_rule_is_refused(relay: Relay) -> None:
         relay.record_alert_delivery(ORG, APP, rule.id, alert_id="a1", channel="app", attempt=1, ok=True,
                                     detail=None, final=True)
     assert kinds(relay, firings_stream_id(ORG, APP, rule.id)) == []
+
+
+# ------------------------------------------------------- an executor's disconnects
+
+
+def test_an_executors_disconnects_are_read_back_to_the_window_or_its_incarnation(clock) -> None:
+    """What an ExecutorFlapping rule counts of an executor's past (the alert manager reads it once per executor,
+    the first time it is told of a disconnect): from the stream's end back, a page at a time, down to the
+    window's start or the executor's last death, Relay's own restarts and superseded sockets left out."""
+    relay = Relay(POPO, clock=clock, default_grace=timedelta(seconds=5))
+    sid = executor_stream_id(ORG, APP, "A")
+    n = count()
+
+    def cycle(reason: str = "socket_closed") -> None:
+        conn = f"c{next(n)}"
+        assert relay.executor_connected(ORG, APP, info("A"), connection_id=conn, owner="o")
+        assert relay.executor_disconnected(sid, connection_id=conn, reason=reason)
+
+    def read(since_secs: float, **kw: Any) -> list[Any]:
+        last = [e for e in relay.stream(sid)][-1]
+        return relay.disconnects(sid, before=last.originator_version + 1,
+                                 since=clock.now() - timedelta(seconds=since_secs),
+                                 excluding=(DisconnectReason.RELAY_RESTARTED, DisconnectReason.SUPERSEDED), **kw)
+
+    cycle()
+    clock.advance(5)
+    assert relay.declare_dead_if_due(sid, relay.get_executor(ORG, APP, "A").deadline)  # an earlier incarnation
+    clock.advance(100)
+    cycle()  # out of a 30 s window
+    clock.advance(50)
+    times = []
+    for reason in ("socket_closed", "relay_restarted", "ping_timeout", "superseded", "clean_close"):
+        cycle(reason)
+        if reason not in ("relay_restarted", "superseded"):
+            times.append(clock.now())
+        clock.advance(1)
+    assert read(30) == times
+    assert read(30, limit=2) == times[1:]  # the latest
+    assert read(1000) == [times[0] - timedelta(seconds=50), *times]  # not the dead incarnation's
+    for _ in range(HISTORY_PAGE):  # more than a page of events
+        cycle()
+    assert len(read(1000)) == HISTORY_PAGE + 4
+    assert read(0) == []

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
+from relay_es.aggregates.application import app_stream_id
 from relay_es.domain.alerting import AlertingRule, key_scope
 from relay_es.engine.alerting import ALERT_TOPICS, AlertManager, AlertTiming, Delivered, Delivery, Probed
 from tests.support import World
@@ -489,6 +490,8 @@ def test_relays_own_restart_is_not_flapping_and_only_watched_apps_are_tracked(aw
     aw.w.connect("A")
     aw.w.drop("A")
     assert aw.alerts._flaps == {}  # no flapping rule: nothing kept
+    aw.w.connect("A")
+    aw.advance(61)  # that disconnect leaves the window (inside it, it would count: it is in A's history)
     flapping = aw.rule("ExecutorFlapping", {"disconnects": 2, "windowSecs": 60})
     aw.w.connect("A")
     aw.w.drop("A", reason="relay_restarted")
@@ -803,3 +806,134 @@ def test_rules_whose_sealing_key_is_missing_are_counted_in_one_error_at_start(aw
     (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert error.getMessage().startswith("2 alerting rule(s) have webhooks whose sealing key is missing")
     assert "relay_sealing_keys" in error.getMessage()
+
+
+# ---------------------------------------------------- a receiving application deleted
+
+
+def details(aw: AlertWorld, rule: AlertingRule) -> list[tuple[str, int, bool, bool, str | None]]:
+    return [(e.channel, e.attempt, e.ok, e.final, e.detail)
+            for e in aw.relay.stream(firings_stream_id("local", "app", rule.id))
+            if isinstance(e, AlertFirings.DeliveryAttempted)]
+
+
+def test_a_deleted_receiving_application_gets_no_more_alerts_nor_does_one_registered_again(aw: AlertWorld) -> None:
+    """The rules of ``app`` that send to ``ops`` kept firing to it once ``ops`` was deleted: each alert handed to
+    the sender for ten attempts (no HEALTHY executor), and an ``ops`` registered again got them. Their ``app``
+    channel ends at once, unsent, saying why; the webhooks still get the alert; a rule made after ``ops`` is
+    registered again sends to it."""
+    plain = aw.rule("ExecutorDead", interval=0)
+    hooked = aw.relay.create_alerting_rule("local", "app", rule_type="ExecutorDead", min_interval_secs=0,
+                                           receiving_app="ops",
+                                           metadata={"webhooks": [{"url": "https://hooks.example/a"}]})
+    aw.sync()
+    for name in "ABCD":
+        aw.w.connect(name)
+    aw.w.drop("A")
+    aw.advance(10.1)
+    for d in aw.sender.take():
+        aw.answer(d, ok=d.channel != "app", detail="application ops has no HEALTHY executor")  # app: retried
+    aw.relay.delete_app("local", "ops")
+    aw.sync()  # the retries owed to ops end at once, not after their backoff
+    assert aw.sender.take() == []
+    gone = ("app", 2, False, True, "not sent: the receiving application was deleted")
+    assert details(aw, plain)[-1] == gone and details(aw, hooked)[-1] == gone
+
+    aw.w.drop("B")
+    aw.advance(10.1)  # both fire again: recorded, the webhook posted, nothing to ops
+    assert [d.channel for d in aw.sender.take()] == ["webhook:0"]
+    assert len(aw.fired(plain)) == 2 and details(aw, plain)[-1] == ("app", 1, False, True, gone[-1])
+    assert ("app", 1, False, True, gone[-1]) in details(aw, hooked)
+
+    aw.relay.register_app("local", "ops")  # another application of that name
+    aw.sync()
+    later = aw.rule("ExecutorDead", interval=0)
+    aw.w.drop("C")
+    aw.advance(10.1)
+    sent = aw.sender.take()
+    assert [(d.rule_id, d.channel) for d in sent if d.channel == "app"] == [(later.id, "app")]
+    assert details(aw, plain)[-1] == ("app", 1, False, True, gone[-1]) and len(aw.fired(plain)) == 3
+    assert aw.alerts._receiver_gone == {plain.id, hooked.id}
+
+    aw.relay.delete_alerting_rule("local", "app", plain.id)
+    aw.relay.delete_alerting_rule("local", "app", hooked.id)
+    aw.sync()
+    assert aw.alerts._receiver_gone == set()
+    assert aw.alerts._receivers == {app_stream_id("local", "ops"): {later.id}}  # the live rule's alone
+
+
+def test_a_deleted_receiving_application_stays_deleted_for_the_rule_after_a_restart(stored: AlertWorld) -> None:
+    aw = stored
+    rule = aw.rule("ExecutorDead", interval=0)
+    aw.relay.delete_app("local", "ops")
+    aw.relay.register_app("local", "ops")
+    aw.restart(down_for=1)
+    aw.advance(6)  # the settle window
+    aw.w.connect("A")
+    aw.w.connect("B")
+    aw.w.drop("A")
+    aw.advance(10.1)
+    assert len(aw.fired(rule)) == 1 and aw.sender.take() == []
+    assert details(aw, rule) == [("app", 1, False, True, "not sent: the receiving application was deleted")]
+
+
+# ----------------------------------------------------- flapping through a restart
+
+
+def test_flapping_counts_the_disconnects_before_a_restart(stored: AlertWorld) -> None:
+    """Two disconnects, Relay restarts, a third inside the window: no alert (the count lived in memory alone).
+    The executor's earlier disconnects are read from its stream the first time it disconnects again."""
+    aw = stored
+    rule = aw.rule("ExecutorFlapping", {"disconnects": 3, "windowSecs": 300}, interval=0)
+    for _ in range(2):
+        aw.w.connect("D")
+        aw.w.drop("D")
+    aw.w.connect("D")
+    aw.w.drop("D", reason="relay_restarted")  # as the Relay that stops records it: not counted
+    aw.restart(down_for=1)
+    aw.advance(6)  # the settle window
+    aw.w.connect("D")
+    assert aw.fired(rule) == []
+    aw.w.drop("D")
+    (flap,) = aw.fired(rule)
+    assert flap.metadata["disconnects"] == "3" and flap.metadata["executorId"] == "D"
+    assert list(aw.alerts._flaps) == [("local", "app", "D")] and aw.alerts._unread == {}
+
+
+def test_after_a_restart_a_dead_incarnations_disconnects_do_not_count(stored: AlertWorld) -> None:
+    aw = stored
+    rule = aw.rule("ExecutorFlapping", {"disconnects": 3, "windowSecs": 300}, interval=0)
+    for _ in range(2):
+        aw.w.connect("D")
+        aw.w.drop("D")
+    aw.advance(10.1)  # D declared DEAD
+    aw.restart(down_for=1)
+    aw.advance(6)
+    aw.w.connect("D")  # a new incarnation
+    aw.w.drop("D")
+    assert aw.fired(rule) == []
+    for _ in range(2):
+        aw.w.connect("D")
+        aw.w.drop("D")
+    (flap,) = aw.fired(rule)
+    assert flap.metadata["disconnects"] == "3"
+
+
+def test_a_death_told_before_the_history_is_read_still_ends_the_count(in_memory: AlertWorld) -> None:
+    """A disconnect waiting for its executor's history and the executor's death, told in one fold: the
+    disconnect is counted first, then the death forgets the count."""
+    aw = in_memory
+    rule = aw.rule("ExecutorFlapping", {"disconnects": 2, "windowSecs": 300}, interval=0)
+    aw.w.connect("D")
+    aw.w.drop("D")
+    aw.w.connect("D")
+    aw.alerts._flaps.clear()  # as after a restart: D's count is not in memory
+    aw.w.steppers.remove(aw.alerts)  # the process manager folds the next events before the alert manager steps
+    aw.w.drop("D")
+    aw.advance(10.1)  # D declared DEAD
+    assert len(aw.alerts._flap_queue) == 2
+    aw.w.steppers.append(aw.alerts)
+    aw.sync()
+    (flap,) = aw.fired(rule)
+    assert flap.metadata["disconnects"] == "2"
+    assert aw.alerts._flaps == {} and aw.alerts._unread == {} and not aw.alerts._flap_queue
