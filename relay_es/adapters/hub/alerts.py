@@ -106,7 +106,9 @@ class AlertSender:
                                        sort_desc=True, load_input=False, load_output=False)
             got = await self.calls.call(rule.org, rule.app, lambda rid: c.ListWorkflowsRequest(request_id=rid, body=body),
                                         timeout=self.timeout)
-            rows = list(got.output or [])
+            # An SDK that ignores completed_after (Python dbos of 1.x and early 2.x read only the filters they
+            # knew) answers the newest failures of all time: those older than the span are no failures of it.
+            rows = _completed_since(got.output or [], start)
             if further:  # threshold failures within windowSecs of one another, anywhere in the longer span
                 rows = _densest(rows, window)
             if len(rows) < threshold:
@@ -178,6 +180,21 @@ class AlertSender:
         except CallFailed as e:
             return Delivered(d, False, printable(f"executor {executor}: {e}"))
         return Delivered(d, True, f"executor {executor} handled it")
+
+
+def _completed_since(rows: list[Any], start: datetime) -> list[Any]:
+    """The rows not known to have completed before ``start`` (by ``CompletedAt``, else ``UpdatedAt``:
+    epoch milliseconds); a row with neither time readable is the executor's to have filtered."""
+    cutoff = start.timestamp() * 1000
+    out = []
+    for w in rows:
+        try:
+            if int((w.CompletedAt or w.UpdatedAt or "")[:20]) < cutoff:
+                continue
+        except (ValueError, OverflowError):
+            pass
+        out.append(w)
+    return out
 
 
 def _densest(rows: list[Any], window: float) -> list[Any]:

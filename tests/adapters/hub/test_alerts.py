@@ -224,6 +224,20 @@ def test_workflow_failure_looks_back_to_the_last_probe_answered_when_that_is_fur
     assert h.probe(rule, failed_at(65, 50, 35, 30, 5), since=NOW - timedelta(seconds=70)).holds
 
 
+def test_failures_before_the_window_do_not_count_whatever_the_executor_answers(h):
+    """An SDK that ignores ``completed_after`` (Python dbos 1.x and early 2.x) answers the newest
+    failures of all time: those completed before the window are left out, so an application that once
+    had ``threshold`` failures is not alerted on for ever (a helper's review of the probe)."""
+    rule = failure_rule(threshold=2, window=600)
+    assert not h.probe(rule, failed_at(86_400, 700, 30)).holds  # a day and 700 s ago: outside
+    assert h.probe(rule, failed_at(86_400, 500, 30)).holds
+    got = h.probe(rule, failed_at(3_600, 500, 30))
+    assert got.metadata["workflowIds"] == "wf-30,wf-500" and got.metadata["failedWorkflows"] == "2"
+    untimed = c.ListWorkflowsResponse(type="list_workflows", request_id="rid", output=[
+        c.WorkflowsOutput(WorkflowUUID=f"wf-{i}", Status="ERROR") for i in range(2)])
+    assert h.probe(rule, untimed).holds  # no time to judge by: the executor's filter is trusted
+
+
 def test_workflow_failure_looks_back_its_window_at_least(h):
     h.probe(failure_rule(window=600), workflows(0), since=NOW - timedelta(seconds=60))
     h.probe(failure_rule(window=600), workflows(0), since=None)  # no probe answered yet (a new rule, a restart)
