@@ -14,8 +14,12 @@ Rules, each enforced here:
 * every string bounded (:mod:`relay_es.domain.text`): names by their patterns,
   identifiers at most :data:`~relay_es.domain.text.MAX_ID_BYTES`, the message at most
   :data:`MESSAGE_CHARS` characters with control characters escaped; no NUL anywhere;
-* at most :data:`MAX_TARGET_IDS` target ids are recorded (the first ones, in the order
-  given); ``target_count`` is how many the request named;
+* the first target ids are recorded, in the order given: at most :data:`MAX_TARGET_IDS`,
+  and only as many as fit in :data:`TARGET_IDS_BYTES` of UTF-8 in all (the first always
+  does: an id is at most :data:`~relay_es.domain.text.MAX_ID_BYTES`); ``target_count``
+  is how many the request named, so fewer recorded than counted says the list was cut.
+  Events recorded before this budget replay as they were (:func:`recorded_target_ids`
+  cuts them again where they are read: the audit log);
 * parameters and result are summaries: at most :data:`MAX_SUMMARY_KEYS` keys, each
   value a bounded string, a 64-bit integer, a boolean or None. Workflow inputs and
   outputs are never recorded (the callers' contract; the bounds keep any slip small).
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -42,6 +46,10 @@ from relay_es.domain.text import check_id, check_text, escape_controls
 NAMESPACE = uuid.UUID("7c1f4e2a-93b6-4d58-a0e7-2b6c9d4f1e83")
 
 MAX_TARGET_IDS = 100  # target ids recorded per action; the count says how many were named
+# UTF-8 bytes of an action's recorded target ids in all: 100 UUIDs fit (3,600), 100 ids of 255 emoji
+# (102,000, which made each audit entry 100 KB) do not. At most about twice that as JSON (quotes, a
+# backslash escaped), never 12 bytes a character (the read model keeps non-ASCII as it is).
+TARGET_IDS_BYTES = 4096
 MAX_SUMMARY_KEYS = 20  # keys of a parameters or result summary
 SUMMARY_CHARS = 200  # characters of a summary's string value, as recorded
 MESSAGE_CHARS = 2000  # characters of a completion's message, as recorded
@@ -70,6 +78,20 @@ class Outcome(StrEnum):
 
 def action_stream_id(org: str, request_id: str) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, f"action/{org}/{request_id}")
+
+
+def recorded_target_ids(ids: Iterable[str]) -> list[str]:
+    """Of the target ids named, those an action records: the first ones, in order, at most
+    :data:`MAX_TARGET_IDS`, as many as fit in :data:`TARGET_IDS_BYTES` of UTF-8 (the first one
+    always, whatever its size). Reads only as many as it keeps, and one more."""
+    out: list[str] = []
+    size = 0
+    for t in ids:
+        size += len(t.encode("utf-8", "surrogatepass"))
+        if len(out) == MAX_TARGET_IDS or (out and size > TARGET_IDS_BYTES):
+            break
+        out.append(t)
+    return out
 
 
 def check_summary(field: str, summary: Mapping[str, Any] | None) -> dict[str, Scalar]:
@@ -130,7 +152,7 @@ class Action(Aggregate):
         at: datetime,
     ) -> Action:
         """Validates and records ``Requested``. ``target_ids``: every id the request
-        named; the first :data:`MAX_TARGET_IDS` are recorded, with their count."""
+        named; the first ones are recorded (:func:`recorded_target_ids`), with their count."""
         check_org_name(org)
         if app is not None:
             check_app_name(app)
@@ -143,7 +165,7 @@ class Action(Aggregate):
         _check_name("targetType", target_type, TARGET_TYPE)
         if isinstance(target_ids, (str, bytes)) or not isinstance(target_ids, Sequence):
             raise InvalidSetting("targetIds", f"must be a list of ids, got {type(target_ids).__name__}")
-        recorded = [check_id("targetIds", t, empty=True) for t in target_ids[:MAX_TARGET_IDS]]
+        recorded = recorded_target_ids(check_id("targetIds", t, empty=True) or "" for t in target_ids)
         return cls(org=org, app=app, request_id=request_id, operation=operation, actor_kind=actor_kind,
                    actor=actor, source=source, target_type=target_type, target_ids=recorded,
                    target_count=len(target_ids), parameters=check_summary("parameters", parameters),

@@ -125,9 +125,11 @@ class ActionCommands:
     ) -> UUID:
         """Records that ``actor`` asked for ``operation`` (Conductor's ``operationId``,
         e.g. ``cancelWorkflow``) on ``target_type`` ``target_ids`` (e.g. ``workflow``,
-        ``schedule``, ``version``; all the ids the request named: the first
-        :data:`~relay_es.aggregates.action.MAX_TARGET_IDS` are recorded, and their
-        count), from ``source`` (the client's address, host only), with a summary of
+        ``schedule``, ``version``; all the ids the request named: each is cut to
+        :data:`~relay_es.aggregates.action.ID_CHARS` characters, a "…" marking the cut, and
+        the first ones are recorded, at most :data:`~relay_es.aggregates.action.MAX_TARGET_IDS`
+        and :data:`~relay_es.aggregates.action.TARGET_IDS_BYTES` in all, with their count),
+        from ``source`` (the client's address, host only), with a summary of
         the request's ``parameters`` (at most
         :data:`~relay_es.aggregates.action.MAX_SUMMARY_KEYS` scalars; never workflow
         inputs or outputs). Returns the action's id, for :meth:`record_action_completed`.
@@ -201,6 +203,7 @@ class ActionCommands:
         target_ids: Sequence[str] = (),
         parameters: Mapping[str, Any] | None = None,
         why: Callable[[BaseException], str] = lambda e: f"relay: {type(e).__name__}",
+        target_noted: str | None = None,
     ) -> Iterator[UUID]:
         """A change to Relay's own state, on record in its own transaction (blocking: the block
         runs in this thread). The block's commands save as usual; the first save that succeeds
@@ -212,7 +215,10 @@ class ActionCommands:
         record of a change never made: a crash leaves both or neither.
 
         Fields as :meth:`record_action_requested`'s, checked before the block runs
-        (:class:`~relay_es.domain.errors.InvalidSetting`). Yields the action's id. Writing the
+        (:class:`~relay_es.domain.errors.InvalidSetting`). ``target_noted``: for a change that makes
+        its target (a new rule, whose id is Relay's, known once made), the key its command notes the
+        target's id under: when noted, that id is the action's one target (kept in the result too);
+        a change that failed before naming it has the targets given. Yields the action's id. Writing the
         record after the block may fail (the store away): that is logged, never raised over the
         block's own outcome. A save that carried the record and a block that raised after it: the
         change was made, and its record says so."""
@@ -221,7 +227,8 @@ class ActionCommands:
         sid = action_stream_id(org, request_id)
 
         def made(_objs: Sequence[Any], noted: dict[str, Any]) -> list[Action]:
-            return [self._action_ended(fields, Outcome.SUCCEEDED, None, noted)]
+            named = _noted_target(fields, noted, target_noted)
+            return [self._action_ended(named, Outcome.SUCCEEDED, None, noted)]
 
         error: BaseException | None = None
         with self.riding(made) as rider:  # type: ignore[attr-defined]
@@ -231,7 +238,8 @@ class ActionCommands:
                 error = e
         if not rider.rode:
             outcome, message = (Outcome.SUCCEEDED, None) if error is None else (Outcome.FAILED, why(error))
-            self._write_action_ended(fields, outcome, message, rider.noted)
+            named = _noted_target(fields, rider.noted, target_noted)
+            self._write_action_ended(named, outcome, message, rider.noted)
         elif error is not None:
             log.info("%s %s raised after its change was recorded: it stays succeeded", operation, sid)
         if error is not None:
@@ -289,6 +297,15 @@ class ActionCommands:
         action's id."""
         fields = _request_fields(org, app, request_id, operation, actor, source, target_type, target_ids)
         return self._save_action_ended(fields, Outcome.REFUSED, detail, {"status": status, "suppressed": suppressed})
+
+
+def _noted_target(fields: dict[str, Any], noted: Mapping[str, Any], key: str | None) -> dict[str, Any]:
+    """``fields`` whose target is what the block's commands noted under ``key`` (escaped and cut, as
+    any target id), when they noted it; else as they were."""
+    value = None if key is None else noted.get(key)
+    if value is None:
+        return fields
+    return fields | {"target_ids": [sanitized(value if isinstance(value, str) else repr(value), ID_CHARS) or ""]}
 
 
 def _same_request(a: Action, b: Action) -> bool:

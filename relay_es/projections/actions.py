@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from relay_es.aggregates.action import Action
+from relay_es.aggregates.action import Action, recorded_target_ids
 from relay_es.projections.storable import check_event, check_keys
 
 # Conductor's AuditTarget types (the reference's enum).
@@ -44,7 +44,7 @@ class ActionRow:
     actor: str
     source: str | None
     target_type: str  # the action's own: workflow, schedule, version, executor, application, token...
-    target_ids: list[str]  # the first ones named (at most MAX_TARGET_IDS)
+    target_ids: list[str]  # the first ones named (aggregates.action.recorded_target_ids: at most 100, 4 KB)
     target_count: int  # how many the request named
     parameters: dict[str, Any]
     outcome: str | None = None  # None: not completed (yet, or ever)
@@ -68,7 +68,8 @@ def conductor_target(row: ActionRow) -> tuple[str, str]:
 def reduce(row: ActionRow | None, notification_id: int, e: Any) -> ActionRow:
     if isinstance(e, Action.Requested):
         return ActionRow(str(e.originator_id), notification_id, e.originator_version, e.org, e.app, e.timestamp,
-                         e.operation, e.actor_kind, e.actor, e.source, e.target_type, list(e.target_ids),
+                         e.operation, e.actor_kind, e.actor, e.source, e.target_type,
+                         recorded_target_ids(e.target_ids),  # an event from before the budget: cut to it
                          e.target_count, dict(e.parameters))
     assert row is not None
     if isinstance(e, Action.Completed):

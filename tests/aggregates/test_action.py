@@ -12,9 +12,11 @@ from relay_es.aggregates.action import (
     MAX_SUMMARY_KEYS,
     MAX_TARGET_IDS,
     MESSAGE_CHARS,
+    TARGET_IDS_BYTES,
     Action,
     Outcome,
     action_stream_id,
+    recorded_target_ids,
 )
 from relay_es.domain.errors import IllegalTransition, InvalidSetting
 from relay_es.domain.text import MAX_ID_BYTES
@@ -84,6 +86,33 @@ def test_a_bulk_target_records_the_first_ids_and_the_count() -> None:
     assert e.target_ids == ids[:MAX_TARGET_IDS] and e.target_count == 10_000
     b = request(operation="bulkCancelWorkflows", target_ids=[])
     assert b.target_ids == [] and b.target_count == 0
+
+
+def test_the_target_ids_recorded_fit_a_budget_and_the_count_says_how_many_were_named() -> None:
+    """A hunter's bulk cancel of 100 ids of 250 emoji each made every audit entry 100 KB: the ids
+    recorded are the first that fit in TARGET_IDS_BYTES, the first always, 100 UUIDs all."""
+    wide = [("\U0001F600" * 250) + f"{i:05d}" for i in range(100)]  # 1,005 bytes each
+    (e,) = request(operation="bulkCancelWorkflows", target_ids=wide).collect_events()
+    assert e.target_ids == wide[:4] and e.target_count == 100
+    assert sum(len(t.encode()) for t in e.target_ids) <= TARGET_IDS_BYTES
+    uuids = [str(action_stream_id("acme", f"r{i}")) for i in range(MAX_TARGET_IDS)]  # 36 characters each
+    assert request(target_ids=uuids).target_ids == uuids
+    assert request(target_ids=["é" * 255 + "…"] * 3).target_ids == ["é" * 255 + "…"] * 3  # 3 x 513 bytes
+    assert recorded_target_ids(["x" * 5000, "y"]) == ["x" * 5000]  # the first always (Conductor's target)
+    assert recorded_target_ids(iter(["a"] * 10_000)) == ["a"] * MAX_TARGET_IDS and recorded_target_ids([]) == []
+
+
+def test_an_event_recorded_before_the_budget_replays_as_it_was() -> None:
+    """Stores hold Requested events with 100 ids of 255 characters: they replay unchanged."""
+    wide = ["\U0001F600" * 255] * MAX_TARGET_IDS
+    old = Action(org="acme", app="orders", request_id="r1", operation="bulkCancelWorkflows", actor_kind="token",
+                 actor="ci", source=None, target_type="workflow", target_ids=wide, target_count=100, parameters={},
+                 timestamp=T0)  # the event as it was recorded, not through request()
+    events = list(old.collect_events())
+    replayed = replay_any(events)
+    assert replayed.target_ids == wide and replayed.target_count == 100
+    replayed.complete(outcome=Outcome.SUCCEEDED, at=T0)
+    assert replayed.completed
 
 
 def test_a_single_string_is_not_taken_for_a_list_of_ids() -> None:

@@ -6,7 +6,15 @@ import pytest
 from eventsourcing.persistence import IntegrityError
 
 from relay_es.adapters.stores import event_store_env, parse_database_url
-from relay_es.aggregates.action import DEVELOPMENT_USER, MAX_TARGET_IDS, MESSAGE_CHARS, Action, action_stream_id
+from relay_es.aggregates.action import (
+    DEVELOPMENT_USER,
+    ID_CHARS,
+    MAX_TARGET_IDS,
+    MESSAGE_CHARS,
+    TARGET_IDS_BYTES,
+    Action,
+    action_stream_id,
+)
 from relay_es.domain.errors import IllegalTransition, InvalidSetting
 from relay_es.domain.text import escape_controls
 from relay_es.engine.action_commands import Actor, Outcome
@@ -127,6 +135,18 @@ def test_a_bulk_request_records_a_bounded_number_of_ids_and_the_count(relays) ->
     requested, completed = relay.stream(action_id)
     assert requested.target_ids == ids[:MAX_TARGET_IDS] and requested.target_count == 5000
     assert completed.result == {"cancelled": 4990, "failed": 10}
+
+
+def test_a_bulk_request_of_long_ids_records_a_few_kilobytes_of_them_each_cut_and_marked(relays) -> None:
+    """100 ids of 300 emoji: each cut to ID_CHARS with a "…", as many as fit in TARGET_IDS_BYTES (the
+    hunter's 1,000 such requests made 300 MB of audit log), the count the true one."""
+    relay, other = relays
+    ids = [("\U0001F600" * 300) + f"{i:05d}" for i in range(100)]
+    action_id = cancel(relay, operation="bulkCancelWorkflows", target_ids=ids)
+    assert cancel(other, operation="bulkCancelWorkflows", target_ids=ids) == action_id  # a retry: the same
+    (requested,) = relay.stream(action_id)
+    assert requested.target_ids == ["\U0001F600" * ID_CHARS + "…"] * 4 and requested.target_count == 100
+    assert sum(len(t.encode()) for t in requested.target_ids) <= TARGET_IDS_BYTES
 
 
 HOSTILE = "wf\x00\n\x1b[2J\u202e\ud800" + "é" * 3000

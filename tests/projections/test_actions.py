@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from relay_es.aggregates.action import Action
+from relay_es.aggregates.action import TARGET_IDS_BYTES, Action
 from relay_es.engine.action_commands import Actor, Outcome
 from relay_es.projections import actions
 from relay_es.projections.actions import ActionRow, ActionsProjection, conductor_target
@@ -67,6 +67,21 @@ def test_a_completion_of_an_uncached_action_asks_for_its_row() -> None:
     lost.loaded([sid], {})
     lost.apply(2, sid, done)
     assert lost.changes() == []
+
+
+def test_an_event_recorded_before_the_ids_budget_folds_within_it() -> None:
+    """A store holds Requested events of 100 ids of 255 emoji (100 KB an entry): the row, live or
+    rebuilt, keeps the first that fit in the budget, and the true count."""
+    wide = ["\U0001F600" * 255 + f"{i}" for i in range(100)]
+    old = Action(org="acme", app="orders", request_id="r1", operation="bulkCancelWorkflows", actor_kind="token",
+                 actor="ci", source=None, target_type="workflow", target_ids=wide, target_count=100, parameters={},
+                 timestamp=T0)  # as recorded then, not through request()
+    (asked,) = old.collect_events()
+    p = ActionsProjection()
+    p.apply(1, str(old.id), asked)
+    (row,) = p.changes()
+    assert row.target_ids == wide[:4] and row.target_count == 100
+    assert sum(len(t.encode()) for t in row.target_ids) <= TARGET_IDS_BYTES
 
 
 def test_conductor_s_target_is_the_one_target_named_else_the_application_else_the_org() -> None:

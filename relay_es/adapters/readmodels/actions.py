@@ -2,8 +2,12 @@
 
 Rows are folded by :mod:`relay_es.projections.actions`; this module stores and reads them.
 The columns the log is filtered and ordered by are columns (org, seq, when, operation, the
-actor, Conductor's target); the rest of a row is one JSON document. Timestamps are epoch
-microseconds, exactly as in the events.
+actor, Conductor's target); the rest of a row is one JSON document, its text as it is (``é`` two
+bytes, an emoji four, not a ``\\u`` escape of 6 or 12: rows written escaped before read the same).
+Timestamps are epoch microseconds, exactly as in the events. The recorded target ids are read
+within the aggregate's budget (:func:`~relay_es.aggregates.action.recorded_target_ids`): a row
+stored before it answers no more than a new one (``relay projections rebuild --only actions``
+shrinks such rows in the table too).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from relay_es.adapters.readmodels.bulk import chunks, marks, upsert_sql
+from relay_es.aggregates.action import recorded_target_ids
 from relay_es.domain.units import from_epoch_us, to_epoch_us
 from relay_es.projections.actions import ActionRow, ActionsProjection, conductor_target
 
@@ -49,6 +56,19 @@ def _us(t: datetime | None) -> int | None:
     return None if t is None else to_epoch_us(t)
 
 
+_encode = msgspec.json.Encoder().encode
+
+
+def encode_doc(doc: dict[str, Any]) -> str:
+    """A row's document as JSON text, non-ASCII as it is. A string UTF-8 cannot hold (a lone
+    surrogate, which no stored event holds: its save would have failed) is written as JSON's
+    ``\\u`` escape instead, so no row is ever unwritable."""
+    try:
+        return _encode(doc).decode()
+    except (ValueError, TypeError):  # UnicodeEncodeError is a ValueError
+        return json.dumps(doc, separators=(",", ":"))
+
+
 def to_db(r: ActionRow) -> tuple[Any, ...]:
     target_type, target_id = conductor_target(r)
     doc = {"app": r.app, "actorKind": r.actor_kind, "source": r.source, "targetType": r.target_type,
@@ -56,7 +76,7 @@ def to_db(r: ActionRow) -> tuple[Any, ...]:
            "message": r.message, "executorId": r.executor_id, "result": r.result,
            "completedAt": _us(r.completed_at)}
     return (r.action_id, r.seq, r.version, r.org, to_epoch_us(r.at), r.operation, r.actor, target_type, target_id,
-            r.outcome, json.dumps(doc, separators=(",", ":")))
+            r.outcome, encode_doc(doc))
 
 
 def from_db(v: Any) -> ActionRow:
@@ -64,7 +84,8 @@ def from_db(v: Any) -> ActionRow:
     done = d["completedAt"]
     return ActionRow(action_id=v[0], seq=v[1], version=v[2], org=v[3], app=d["app"], at=from_epoch_us(v[4]),
                      operation=v[5], actor_kind=d["actorKind"], actor=v[6], source=d["source"],
-                     target_type=d["targetType"], target_ids=d["targetIds"], target_count=d["targetCount"],
+                     target_type=d["targetType"], target_ids=recorded_target_ids(d["targetIds"]),
+                     target_count=d["targetCount"],
                      parameters=d["parameters"], outcome=v[9], message=d["message"], executor_id=d["executorId"],
                      result=d["result"], completed_at=None if done is None else from_epoch_us(done))
 

@@ -8,8 +8,8 @@ application must be registered (422) and, for a token limited to applications, o
 it is answered back without webhook secrets or URL
 paths. ``appId`` and ``receivingAppId`` are the applications' ids (as ``Executor.appId``);
 ``lastFiredAt`` is read from the rule's alerts. Making and deleting a rule are in the audit log
-(target: the rule). The rules are evaluated by the alert manager
-(:mod:`relay_es.engine.alerting`).
+(target: the rule, by its id; a rule that could not be made: its application). The rules are
+evaluated by the alert manager (:mod:`relay_es.engine.alerting`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class AlertingController(Controller):
 
         def create() -> AlertingRule:
             with recorded(ctx, request, org, app, operation="createAlertingRule", target_type="alerting_rule",
-                          parameters=parameters_of(b)):
+                          parameters=parameters_of(b), target_noted="ruleId"):  # the new rule, once made
                 if b.receiving_app_name is not UNSET and who is not None and not who.covers(b.receiving_app_name):
                     # a token limited to applications sends alerts only to those: not into another's alert
                     # handler (refused on record)

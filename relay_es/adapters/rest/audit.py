@@ -4,7 +4,10 @@ Who did what through the API: one ``AuditLogEntry`` per operator action
 (:mod:`relay_es.projections.actions`), newest first. Filters as Conductor's:
 ``startTime`` (inclusive) and ``endTime`` (exclusive), RFC 3339; ``operation`` (an
 ``operationId``, e.g. ``cancelWorkflow``); ``subject`` (the caller: a token's name, a user's
-id); ``target`` (the target's id); ``limit`` (1-1000, default 100) and ``offset``.
+id); ``target`` (the target's id as the log records it: an application's or the org's name, a
+workflow's, schedule's or rule's id, a token's or role's name, a user's id; an application's or
+the org's UUID, as ``listApps`` and ``getOrg`` answer it, is taken for its name); ``limit``
+(1-1000, default 100) and ``offset``.
 
 An entry: ``id`` (the action's), ``emitTime`` (when it was asked), ``operation``, ``status``
 (``success`` when it succeeded; ``failure`` when it failed, timed out, found no executor, was
@@ -13,8 +16,9 @@ user; a caller Relay could not identify is an ``api_key`` whose id says why, e.g
 token``, displayed ``anonymous (no valid token)``),
 ``sourceIp`` (empty when unknown), ``target`` (:func:`~relay_es.projections.actions.conductor_target`)
 and ``details``: ``outcome`` (succeeded, failed, timed_out, no_healthy_executor, refused, or
-pending: never completed), ``app``, ``targets`` (``type``, ``ids``: the first 100 named,
-``count``), ``parameters``, ``message``, ``result``, ``executorId`` (the executor that
+pending: never completed), ``app``, ``targets`` (``type``, ``ids``: the first ones named, at most
+100 and 4 KB of them, each cut to 255 characters with a "…"; ``count``: how many were named),
+``parameters``, ``message``, ``result``, ``executorId`` (the executor that
 answered) and ``completedAt``. Conductor serves this operation only with OAuth; Relay serves
 it in every mode (an org-wide token with ``organization.read`` in auth mode).
 
@@ -28,6 +32,7 @@ time answers what the log holds and says so in Relay's log.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -36,9 +41,11 @@ from litestar.params import FromPath, QueryParameter
 
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
+from relay_es.aggregates.members import members_stream_id
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.projections import actions as actions_view
+from relay_es.projections import apps as apps_view
 from relay_es.projections.actions import ActionRow, conductor_target
 
 MAX_FILTER = 256  # characters of the operation, subject and target filters (every recorded id fits)
@@ -100,6 +107,23 @@ def _text(name: str, value: str | None, most: int = MAX_FILTER) -> str | None:
     return value
 
 
+def target_named(db: Any, org: str, target: str) -> str:
+    """The ``target`` filter as the log records it: the org's id (``getOrg``'s) is its name, an
+    application's id (``listApps``', deleted ones too) its name, anything else as given. Both ids
+    are UUIDs made from the name (version 5, Relay's namespace): no workflow, schedule or rule id
+    Relay or an SDK makes is one of them. Only a canonical UUID is looked up (one read of the org's
+    applications)."""
+    try:
+        if str(uuid.UUID(target)) != target:
+            return target
+    except ValueError:
+        return target
+    if target == str(members_stream_id(org)):
+        return org
+    return next((a.name for a in apps_view.list_apps(db, org, include_deleted=True) if a.stream_id == target),
+                target)
+
+
 class AuditController(Controller):
     path = ORG + "/audit-logs"
 
@@ -121,6 +145,8 @@ class AuditController(Controller):
         operation, subject, target = (_text("operation", operation), _text("subject", subject),
                                       _text("target", target))
         ctx.read_your_writes()  # a bad filter is answered at once; a good one waits for the log to be whole
+        if target is not None:
+            target = target_named(ctx.db, org, target)
         rows = actions_view.query(ctx.db, org=org, start=start, end=end, operation=operation, subject=subject,
                                   target=target, limit=limit, offset=offset)
         return [entry_out(r) for r in rows]

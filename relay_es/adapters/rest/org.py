@@ -7,7 +7,8 @@ runs, as Conductor does.
   ``team``, the counts Relay does not limit are the largest int32, the hosted-only ones 0, and the
   audit log is kept as long as the store keeps events (``auditLogRetentionDays`` 3650).
 - ``updateOrg``: an org's name is part of every stream of it and the audit log is never pruned, so
-  either change is a 422 saying so; an empty body changes nothing (204).
+  either change is a 422 saying so; an empty body changes nothing (204). Each is in the audit log
+  (target: the org), with what was asked.
 - ``listMembers``: everyone who signed in or was granted a role, with the role granted them, else
   the one their groups gave them in the newest token Relay has seen; a role with an empty name and
   no permissions for one with neither.
@@ -24,6 +25,7 @@ runs, as Conductor does.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from datetime import datetime
 from typing import Any
@@ -106,6 +108,13 @@ def _live_secrets(ctx: Any, org: str, username: str) -> list[str]:
             if (t := tokens.get(i)) is not None and not t.revoked and t.secret_hash == digest]
 
 
+def _asked(b: m.UpdateOrgInputBody) -> dict[str, Any]:
+    """What an ``updateOrg`` asked, for its record: the body's two fields (bounded by the body's model:
+    a name of at most 30 characters, a number of days), None for one left out."""
+    return {"newName": None if b.new_name is UNSET else b.new_name,
+            "auditLogRetentionDays": None if b.audit_log_retention_days is UNSET else b.audit_log_retention_days}
+
+
 def _disconnect(ctx: Any, org: str, names: list[str]) -> None:
     for name in names:
         ctx.token_revoked(org, name)  # their executors' sockets closed, the gate's cache forgets them
@@ -126,11 +135,18 @@ class OrgController(Controller):
            operation_id="updateOrg", summary="Update org (OIDC)", status_code=HTTP_204_NO_CONTENT)
     async def update_org(self, org: FromPath[str], request: Request[Any, Any, Any], ctx: Context) -> None:
         b: m.UpdateOrgInputBody = await calling.body(request)
-        if b.new_name is not UNSET:
-            raise InvalidSetting("newName", "an org cannot be renamed in Relay: its name is part of every record of it")
-        if b.audit_log_retention_days is not UNSET:
-            raise InvalidSetting("auditLogRetentionDays", "Relay keeps the audit log as long as the store keeps its "
-                                                          "events; it is not pruned by age")
+
+        def update() -> None:
+            with recorded(ctx, request, org, None, operation="updateOrg", target_type="organization",
+                          target_ids=[org], parameters=_asked(b)):
+                if b.new_name is not UNSET:
+                    raise InvalidSetting("newName", "an org cannot be renamed in Relay: its name is part of every "
+                                                    "record of it")
+                if b.audit_log_retention_days is not UNSET:
+                    raise InvalidSetting("auditLogRetentionDays", "Relay keeps the audit log as long as the store "
+                                                                  "keeps its events; it is not pruned by age")
+
+        await asyncio.to_thread(update)
 
     @get("/members", operation_id="listMembers", summary="List members (OIDC)", sync_to_thread=True)
     def list_members(self, org: FromPath[str], ctx: Context) -> Response[m.OrgMembers]:

@@ -78,14 +78,17 @@ def _why(e: BaseException) -> str:
 @contextmanager
 def recorded(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: str | None, *, operation: str,
              target_type: str, target_ids: Sequence[str] = (),
-             parameters: Mapping[str, Any] | None = None) -> Iterator[uuid.UUID]:
+             parameters: Mapping[str, Any] | None = None, target_noted: str | None = None) -> Iterator[uuid.UUID]:
     """Records a change to Relay's own state in the change's own transaction (blocking: call it off
     the event loop; :meth:`~relay_es.engine.action_commands.ActionCommands.recording_change`).
     What the change did (a rule's id, the tokens revoked) is what its command noted; a failure
-    is recorded with the refusal's detail. Yields the action's id."""
+    is recorded with the refusal's detail. ``target_noted``: the noted key that names the target
+    of a change that makes it (``ruleId``: a new rule is found by its id, as its deletion is).
+    Yields the action's id."""
     with ctx.relay.recording_change(
             org, app, request_id=new_id(), operation=operation, actor=actor_of(request), source=source_of(request),
-            target_type=target_type, target_ids=target_ids, parameters=parameters, why=_why) as action_id:
+            target_type=target_type, target_ids=target_ids, parameters=parameters, why=_why,
+            target_noted=target_noted) as action_id:
         yield action_id
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.adapters.rest.test_queues import L, actions, conforms, executors, sent, wait
+from tests.rest_client import audit_log
 from tests.rest_client import rest as call
 from tests.server import RelayServer
 from tests.webhook_receiver import Receiver, verify
@@ -84,7 +85,13 @@ def test_rules_are_made_listed_and_deleted_in_conductors_shapes(relay: RelayServ
         assert [r["id"] for r in call(relay, "GET", RULES).json()] == [made["id"], own.json()["id"]]
 
         (created, done), *_ = actions(relay, "shop", "createAlertingRule")
-        assert created["target"]["type"] == "alerting_rule" and created["parameters"]["webhooks"] == 2
+        assert created["target"] == {"type": "alerting_rule", "ids": [made["id"]], "count": 1}
+        assert created["parameters"]["webhooks"] == 2
+        # the rule's own entries, found by its id: its making (once recorded without it) and its deletions
+        by_rule = audit_log(relay, target=plain["id"])
+        assert [(e["operation"], e["status"]) for e in by_rule] == [
+            ("deleteAlertingRule", "failure"), ("deleteAlertingRule", "success"), ("createAlertingRule", "success")]
+        assert by_rule[-1]["target"] == {"type": "alerting_rule", "id": plain["id"]}
         assert done["outcome"] == "succeeded" and done["result"]["ruleId"] == made["id"]
         assert SECRET not in json.dumps(actions(relay, "shop", "createAlertingRule"))
         (deleted, ended), = [a for a in actions(relay, "shop", "deleteAlertingRule") if a[1]["outcome"] == "succeeded"]

@@ -98,6 +98,14 @@ def test_changes_to_applications_and_tokens_are_on_record_newest_first(server: R
     assert log(server, endTime=entries[4]["emitTime"]) == entries[5:]
     later = (times[0] + timedelta(seconds=1)).isoformat()
     assert log(server, startTime=later) == []
+    # an application's id, as listApps answers it, finds what its name finds (the log records names)
+    (orders,) = [a["id"] for a in call(server, "GET", L + "/apps").json() if a["name"] == "orders"]
+    by_name = log(server, target="orders")
+    assert [e["operation"] for e in by_name] == ["updateApp", "updateApp", "registerApp"]
+    assert log(server, target=orders) == by_name and log(server, target=orders.upper()) == []
+    assert call(server, "DELETE", L + "/apps/orders").status_code == 204
+    assert [e["operation"] for e in log(server, target=orders)] == ["deleteApp"] + [e["operation"] for e in by_name]
+    assert log(server, target="6f1c2b9e-2a5d-4c7e-9b1a-3d4e5f607182") == []  # a UUID no application has
     assert call(server, "GET", A + "/audit-logs").status_code == 404  # development mode: org local only
     for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"startTime": "yesterday"},
                 {"endTime": "2026-01-01T00:00:00"}, {"startTime": "2026-01-01 00:00:00Z"}, {"operation": "x" * 300}, {"subject": "a\x00b"}):

@@ -111,6 +111,27 @@ def test_what_the_command_noted_is_in_the_record_it_rides_with(relay: Relay) -> 
     assert [c.result for c in completions(relay)] == [{"changed": True}, {"changed": False}]
 
 
+def test_a_change_that_makes_its_target_records_the_id_its_command_noted(relay: Relay) -> None:
+    """createAlertingRule: the new rule's id is Relay's, known once made; it is the action's target, so
+    ``target=<rule id>`` finds its making as well as its deletion. One that failed names none."""
+    ctx = fake_context(relay=relay)
+
+    def create(receiving_app: str | None = None) -> Any:
+        with recorded(ctx, request(), "acme", "orders", operation="createAlertingRule", target_type="alerting_rule",
+                      parameters={"ruleType": "ExecutorDead"}, target_noted="ruleId"):
+            return relay.create_alerting_rule("acme", "orders", rule_type="ExecutorDead", metadata={},
+                                              min_interval_secs=300, receiving_app=receiving_app)
+
+    rule = create()
+    with pytest.raises(InvalidSetting, match="receivingAppName"):
+        create("ghost")
+    made, failed = actions(relay)
+    assert (made.target_type, made.target_ids, made.target_count) == ("alerting_rule", [rule.id], 1)
+    assert (failed.target_ids, failed.target_count) == ([], 0)
+    assert [c.outcome for c in completions(relay)] == ["succeeded", "failed"]
+    assert completions(relay)[0].result == {"ruleId": rule.id}
+
+
 @pytest.mark.parametrize(("error", "message"), [
     (InvalidSetting("executorTimeoutSecs", "must be at least 1"), "executorTimeoutSecs: must be at least 1"),
     (NotFoundException("no such application"), "no such application"),
