@@ -443,6 +443,41 @@ def test_a_fork_answered_with_an_empty_id_is_a_502_on_record_as_failed(srv: Rela
     assert (fork["operation"], fork["outcome"]) == ("forkWorkflow", "failed")
 
 
+def test_an_empty_optional_id_or_name_is_not_given_and_an_empty_required_one_is_a_422(srv: RelayServer) -> None:
+    """Seen with real SDKs: a TypeScript executor made a fork of id '' (PENDING for ever, unreachable)
+    while Relay answered 502; a fork of version '' and a resume on queue '' waited for ever. Now ""
+    is sent as not given (the executor picks the id, the workflow keeps its version and queue), and
+    on record so; a bulk action's empty id and an empty step name are refused, nothing sent."""
+    ex = FakeExecutor(srv.ws, app="shop", executor_id="ex-1", style="typescript", answers=answers())
+    W = L + "/apps/shop/workflows"
+    with executors(srv, ex):
+        for op, path, body, status in [
+                ("bulkCancelWorkflows", "/bulk-cancel", {"workflowIds": ["a", ""]}, 422),
+                ("bulkForkWorkflowsFromFailure", "/bulk-fork-from-failure",
+                 {"workflowIds": ["a"], "fromStepName": ""}, 422)]:
+            assert ("length >= 1" in conforms(op, call(srv, "POST", W + path, json=body), status)["detail"])
+        assert sent(ex) == []
+        r = call(srv, "POST", W + "/wf-1/fork", json={"newWorkflowId": "", "appVersion": "", "queueName": "",
+                                                      "queuePartitionKey": ""})
+        assert conforms("forkWorkflow", r, 201) == {"workflowId": "wf-forked"}  # the id the executor picked
+        assert last(ex)["body"] == {"workflow_id": "wf-1", "start_step": 0, "application_version": None,
+                                    "new_workflow_id": None, "queue_name": None, "queue_partition_key": None}
+        conforms("resumeWorkflow", call(srv, "POST", W + "/wf-1/resume", json={"queueName": ""}), 204)
+        assert last(ex)["queue_name"] is None
+        conforms("bulkResumeWorkflows", call(srv, "POST", W + "/bulk-resume",
+                                             json={"workflowIds": ["a"], "queueName": ""}), 204)
+        assert last(ex)["queue_name"] is None
+        conforms("bulkForkWorkflowsFromFailure", call(srv, "POST", W + "/bulk-fork-from-failure", json={
+            "workflowIds": ["a"], "appVersion": "", "queueName": "", "queuePartitionKey": ""}), 200)
+        assert last(ex)["body"] == {"workflow_ids": ["a"], "from_last_failure": True}
+    fork, resume, bulk_resume, bulk_fork = actions(srv, "shop", 4)
+    assert fork["parameters"] == {"startStep": 0, "newWorkflowId": None, "appVersion": None, "queueName": None,
+                                  "queuePartitionKey": None}
+    assert fork["result"] == {"workflowId": "wf-forked"} and fork["outcome"] == "succeeded"
+    assert resume["parameters"]["queueName"] is None and bulk_resume["parameters"]["queueName"] is None
+    assert (bulk_fork["parameters"]["appVersion"], bulk_fork["parameters"]["queueName"]) == (None, None)
+
+
 # The executor's error message -> the status it calls for (workflow_actions.failed_status).
 ERRORS = [
     ("cancelWorkflow", "cancel", ("Exception encountered when cancelling workflow(s) ['wf-1']: Traceback ...\n"

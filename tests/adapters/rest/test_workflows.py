@@ -392,6 +392,31 @@ def test_refusals_are_problems_and_reach_no_executor(srv: RelayServer) -> None:
         assert seen == set(), seen
 
 
+def test_a_limit_or_offset_up_to_int64_is_accepted_and_sent_as_a_javascript_number_holds_it(srv: RelayServer) -> None:
+    """A TypeScript executor read 9223372036854775807 as 9223372036854776000, out of Postgres' bigint:
+    a 500. Every int64 is accepted (the reference's format) and sent at most 2**53-1, the largest
+    integer a JavaScript number holds exactly: still every row, or none past the offset."""
+    most, safe = 2**63 - 1, 2**53 - 1
+    ex = FakeExecutor(srv.ws, app="shop", executor_id="ex-ts", style="typescript", answers={
+        "list_workflows": lambda req: {"output": []}, "list_steps": lambda req: {"output": []},
+        "get_workflow_aggregates": lambda req: {"output": []}})
+    with executors(srv, ex):
+        A = L + "/apps/shop"
+        for params in ({"limit": most}, {"offset": most}, {"limit": safe + 2, "offset": safe + 1}):
+            assert conforms("listWorkflows", call(srv, "GET", A + "/workflows", params=params), 200) == []
+            assert conforms("listWorkflowSteps", call(srv, "GET", A + "/workflows/wf-1/steps", params=params),
+                            200) == []
+            assert conforms("searchWorkflows", call(srv, "POST", A + "/workflows/search", json=params), 200) == []
+        assert conforms("getWorkflowAggregates", call(srv, "POST", A + "/workflows/aggregates",
+                                                      json={"timeBucketSizeMs": most}), 200) == []
+    listed = [r["body"] for r in requests_of(ex, "list_workflows")]
+    steps = requests_of(ex, "list_steps")
+    expected = [(safe, None), (None, safe), (safe, safe)]
+    assert [(b["limit"], b["offset"]) for b in listed] == [e for e in expected for _ in range(2)]
+    assert [(r["limit"], r["offset"]) for r in steps] == expected
+    assert requests_of(ex, "get_workflow_aggregates")[0]["body"]["time_bucket_size_ms"] == safe
+
+
 # --- failures of the call ----------------------------------------------------------------------
 
 

@@ -7,7 +7,9 @@ supported SDK needs (the catalogue's rule). Date-time filters become ISO strings
 ``+00:00`` offset (Python 3.10's ``fromisoformat`` refuses ``Z``); a filter list the body sends
 empty or ``null`` is no filter; ``wasForkedFrom`` and ``hasParent`` not sent are left out of the
 request (the catalogue's ``TriState``: TypeScript would read ``null`` as a filter); query parameters given once are sent as one string, given
-several times as a list. A value that cannot be sent raises :class:`InvalidSetting` (a 422).
+several times as a list. An optional ID or name not given or empty is not sent (``None``: the
+rule of :mod:`.models`). ``limit``, ``offset`` and ``timeBucketSizeMs`` are sent capped at
+:data:`JS_SAFE_MAX`. A value that cannot be sent raises :class:`InvalidSetting` (a 422).
 
 Executor -> REST: each ``*_out`` function turns one executor output object into its REST model.
 Both SDK dialects decode into the same catalogue objects (TypeScript omits the keys Python sends
@@ -50,6 +52,12 @@ _EPOCH_MS = re.compile(r"-?\d{1,16}")
 _MIN_MS = -62_135_596_800_000
 _MAX_MS = 253_402_300_799_999
 _RFC3339 = re.compile(m.RFC3339)
+
+# The largest integer a JavaScript number holds exactly. A TypeScript executor reads ``limit``,
+# ``offset`` and a time bucket's size as numbers: one above it reaches Postgres rounded up, past
+# ``bigint`` (a 500). A limit that large is every row, an offset that large is past the last, a
+# bucket that large holds every time in epoch ms since 1970 (below 2**53): capped, they mean the same.
+JS_SAFE_MAX = 2**53 - 1
 
 
 class ExecutorReplyError(RelayError, ValueError):
@@ -368,6 +376,16 @@ def _flag(value: bool | UnsetType, default: bool) -> bool:
     return default if value is UNSET else value
 
 
+def _given(value: str | UnsetType) -> str | None:
+    """An optional ID or name (:data:`.models.OptionalText`): not given or ``""`` is ``None``."""
+    return None if value is UNSET or value == "" else value
+
+
+def sendable(n: int | None) -> int | None:
+    """A ``limit``, ``offset`` or time bucket's size as sent: at most :data:`JS_SAFE_MAX`."""
+    return None if n is None else min(n, JS_SAFE_MAX)
+
+
 def query_values(field: str, values: str | Sequence[str] | None) -> str | list[str] | None:
     """A query parameter as the executor's "S|L" filter: absent is ``None``, given once one
     string, given several times a list. Bounded like body filters."""
@@ -388,11 +406,12 @@ def query_values(field: str, values: str | Sequence[str] | None) -> str | list[s
 
 
 def page(limit: int | None, offset: int | None) -> tuple[int | None, int | None]:
-    """``limit`` and ``offset`` query parameters, checked: whole numbers, not negative."""
+    """``limit`` and ``offset`` query parameters, checked (whole numbers from 0 to ``int64``'s
+    largest), as sent (:func:`sendable`)."""
     for field, n in (("limit", limit), ("offset", offset)):
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= m.INT64_MAX):
             raise InvalidSetting(field, f"must be a whole number from 0 to {m.INT64_MAX}, got {n!r}")
-    return limit, offset
+    return sendable(limit), sendable(offset)
 
 
 def text(field: str, value: str) -> str:
@@ -440,8 +459,8 @@ def search_body(b: m.WorkflowSearchBody) -> c.ListWorkflowsBody:
         was_forked_from=b.was_forked_from,  # UNSET stays UNSET: left out, never null (the catalogue's TriState)
         has_parent=b.has_parent,
         queues_only=_flag(b.queues_only, False),
-        limit=None if b.limit is UNSET else b.limit,
-        offset=None if b.offset is UNSET else b.offset,
+        limit=None if b.limit is UNSET else sendable(b.limit),
+        offset=None if b.offset is UNSET else sendable(b.offset),
         sort_desc=_flag(b.sort_desc, False),
         load_input=_flag(b.load_input, False),
         load_output=_flag(b.load_output, False),
@@ -494,7 +513,7 @@ def workflow_aggregates_request(b: m.WorkflowAggregatesBody, *, request_id: str)
         select_min_created_at=_flag(b.select_min_created_at, False),
         select_max_queue_wait_ms=_flag(b.select_max_queue_wait_ms, False),
         select_max_total_latency_ms=_flag(b.select_max_total_latency_ms, False),
-        time_bucket_size_ms=None if b.time_bucket_size_ms is UNSET else b.time_bucket_size_ms,
+        time_bucket_size_ms=None if b.time_bucket_size_ms is UNSET else sendable(b.time_bucket_size_ms),
         status=_values(b.status),
         name=_values(b.workflow_name),
         app_version=_values(b.app_version),
@@ -524,7 +543,7 @@ def step_aggregates_request(b: m.StepAggregatesBody, *, request_id: str) -> c.Ge
         group_by_status=_flag(b.group_by_status, False),
         select_count=_flag(b.select_count, False),
         select_max_duration_ms=_flag(b.select_max_duration_ms, False),
-        time_bucket_size_ms=None if b.time_bucket_size_ms is UNSET else b.time_bucket_size_ms,
+        time_bucket_size_ms=None if b.time_bucket_size_ms is UNSET else sendable(b.time_bucket_size_ms),
         status=_values(b.status),
         function_name=_values(b.step_name),
         workflow_id_prefix=_values(b.workflow_id_prefix),
@@ -544,7 +563,7 @@ def cancel_request(workflow_id: str, b: m.CancelWorkflowInputBody | None, *, req
 
 
 def resume_request(workflow_id: str, b: m.ResumeWorkflowInputBody | None, *, request_id: str) -> c.ResumeRequest:
-    queue = None if b is None or b.queue_name is UNSET else b.queue_name
+    queue = None if b is None else _given(b.queue_name)
     return c.ResumeRequest(request_id=request_id, workflow_id=text("workflowId", workflow_id), queue_name=queue)
 
 
@@ -562,10 +581,10 @@ def fork_request(workflow_id: str, b: m.ForkWorkflowInputBody | None, *, request
     return c.ForkWorkflowRequest(request_id=request_id, body=c.ForkWorkflowBody(
         workflow_id=text("workflowId", workflow_id),
         start_step=first_step if b.start_step is UNSET else b.start_step,
-        application_version=None if b.app_version is UNSET else b.app_version,
-        new_workflow_id=None if b.new_workflow_id is UNSET else b.new_workflow_id,
-        queue_name=None if b.queue_name is UNSET else b.queue_name,
-        queue_partition_key=None if b.queue_partition_key is UNSET else b.queue_partition_key,
+        application_version=_given(b.app_version),
+        new_workflow_id=_given(b.new_workflow_id),
+        queue_name=_given(b.queue_name),
+        queue_partition_key=_given(b.queue_partition_key),
     ))
 
 
@@ -576,7 +595,7 @@ def bulk_cancel_request(b: m.BulkCancelInputBody, *, request_id: str) -> c.Cance
 
 def bulk_resume_request(b: m.BulkResumeInputBody, *, request_id: str) -> c.ResumeRequest:
     return c.ResumeRequest(request_id=request_id, workflow_id=b.workflow_ids[0], workflow_ids=list(b.workflow_ids),
-                           queue_name=None if b.queue_name is UNSET else b.queue_name)
+                           queue_name=_given(b.queue_name))
 
 
 def bulk_delete_request(b: m.BulkDeleteInputBody, *, request_id: str) -> c.DeleteRequest:
@@ -589,9 +608,9 @@ def fork_from_failure_request(b: m.BulkForkFromFailureBody, *, request_id: str) 
     named = (b.from_last_step is True or b.from_step is not UNSET or b.from_step_name is not UNSET)
     return c.ForkFromFailureRequest(request_id=request_id, body=c.ForkFromFailureBody(
         workflow_ids=list(b.workflow_ids),
-        application_version=None if b.app_version is UNSET else b.app_version,
-        queue_name=None if b.queue_name is UNSET else b.queue_name,
-        queue_partition_key=None if b.queue_partition_key is UNSET else b.queue_partition_key,
+        application_version=_given(b.app_version),
+        queue_name=_given(b.queue_name),
+        queue_partition_key=_given(b.queue_partition_key),
         from_last_failure=not named,
         from_last_step=b.from_last_step is True,
         from_step=None if b.from_step is UNSET else b.from_step,

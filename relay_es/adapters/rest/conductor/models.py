@@ -13,7 +13,16 @@ Field names are the reference's (``rename="camel"``); nullability is the referen
   field refused (``additionalProperties: false``), ``null`` refused where the reference does
   not allow it (only the filter lists of ``WorkflowSearchBody`` and ``WorkflowAggregatesBody``
   are nullable), and a field not sent stays ``UNSET``, so a decoded body encodes back to the
-  same JSON. Each accepts the ``$schema`` link the reference lists (and ignores it).
+  same JSON (but for the empty strings of the next point). Each accepts the ``$schema`` link the
+  reference lists (and ignores it).
+* An empty string, on which the reference is silent (no ``minLength``): an optional ID or name
+  that, left out, has a meaning of its own (:data:`OptionalText`: a fork's ``newWorkflowId``, the
+  executor picks one; ``appVersion``, the workflow's own; ``queueName``, the one it had;
+  ``queuePartitionKey``, none) is left out (``UNSET``) when sent as ``""``, as a Go client's zero
+  value would be (``_Body.__post_init__``); every other ID or name -- a required one
+  (``versionName``), an item of a bulk action's ``workflowIds``, ``fromStepName`` (which picks
+  the starting point: left out, it would be another one) -- is refused empty (:data:`Name`). A
+  filter value may be empty (``user: [""]`` matches a TypeScript workflow started by no user).
 
 Hostile input is bounded here, before any executor sees it (the refusal names the field):
 
@@ -58,13 +67,17 @@ RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\
 # control, format -- bidirectional, zero-width --, separator, surrogate, private-use or unassigned
 # character, and no space but U+0020); :func:`decode` checks it. Not in the OpenAPI document.
 PRINTABLE = {"printable": True}
+EMPTY_IS_UNSET = {"emptyIsUnset": True}  # marks an OptionalText; not in the OpenAPI document either
 NOT_PRINTABLE = ("Expected printable text (no control, format, separator, private-use or unassigned character, "
                  "no space but ' ')")
 
 Text = Annotated[str, Meta(max_length=MAX_TEXT, extra=PRINTABLE)]
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_TEXT, extra=PRINTABLE)]  # an ID or name never empty
+# An optional ID or name whose "" a body reads as not given (UNSET): see the module's docstring.
+OptionalText = Annotated[str, Meta(max_length=MAX_TEXT, extra=PRINTABLE | EMPTY_IS_UNSET)]
 Values = Annotated[list[Text], Meta(max_length=MAX_FILTER_VALUES)]
 Ids = Annotated[list[Text], Meta(max_length=MAX_IDS)]
-BulkIds = Annotated[list[Text], Meta(min_length=1, max_length=MAX_IDS)]
+BulkIds = Annotated[list[Name], Meta(min_length=1, max_length=MAX_IDS)]
 DateTime = Annotated[str, Meta(max_length=64, pattern=RFC3339)]
 Attributes = Annotated[dict[str, Any], Meta(max_length=MAX_ATTRIBUTES)]
 Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]  # limit, offset
@@ -73,9 +86,15 @@ BucketMs = Annotated[int, Meta(ge=1, le=INT64_MAX)]
 
 
 class _Body(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
-    """A request body: closed, every field optional unless a subclass says so."""
+    """A request body: closed, every field optional unless a subclass says so. An
+    :data:`OptionalText` field sent as ``""`` is ``UNSET``: not given."""
 
     schema: Annotated[str, Meta(max_length=MAX_TEXT)] | UnsetType = msgspec.field(name="$schema", default=UNSET)
+
+    def __post_init__(self) -> None:
+        for name in empty_is_unset(type(self)):
+            if getattr(self, name) == "":
+                setattr(self, name, UNSET)
 
 
 class _Answer(msgspec.Struct, rename="camel", kw_only=True):
@@ -99,6 +118,18 @@ def decode(raw: bytes | str, cls: type[B]) -> B:
 @functools.cache  # one entry per body class: the classes a module defines
 def _type_info(cls: type) -> mi.Type:
     return mi.type_info(cls)
+
+
+@functools.cache  # one entry per body class
+def empty_is_unset(cls: type) -> tuple[str, ...]:
+    """The attribute names of ``cls``'s :data:`OptionalText` fields."""
+    return tuple(f.name for f in _type_info(cls).fields if _marked_empty_is_unset(f.type))
+
+
+def _marked_empty_is_unset(t: mi.Type) -> bool:
+    if isinstance(t, mi.UnionType):
+        return any(_marked_empty_is_unset(member) for member in t.types)
+    return isinstance(t, mi.Metadata) and t.extra is not None and bool(t.extra.get("emptyIsUnset"))
 
 
 def unprintable(value: Any, t: mi.Type, at: str) -> str | None:
@@ -268,15 +299,15 @@ class CancelWorkflowInputBody(_Body, kw_only=True):
 
 
 class ResumeWorkflowInputBody(_Body, kw_only=True):
-    queue_name: Text | UnsetType = UNSET
+    queue_name: OptionalText | UnsetType = UNSET
 
 
 class ForkWorkflowInputBody(_Body, kw_only=True):
     start_step: StepNumber | UnsetType = UNSET
-    new_workflow_id: Text | UnsetType = UNSET
-    app_version: Text | UnsetType = UNSET
-    queue_name: Text | UnsetType = UNSET
-    queue_partition_key: Text | UnsetType = UNSET
+    new_workflow_id: OptionalText | UnsetType = UNSET
+    app_version: OptionalText | UnsetType = UNSET
+    queue_name: OptionalText | UnsetType = UNSET
+    queue_partition_key: OptionalText | UnsetType = UNSET
 
 
 class ForkWorkflowOutputBody(_Answer, kw_only=True):
@@ -290,7 +321,7 @@ class BulkCancelInputBody(_Body, kw_only=True):
 
 class BulkResumeInputBody(_Body, kw_only=True):
     workflow_ids: BulkIds
-    queue_name: Text | UnsetType = UNSET
+    queue_name: OptionalText | UnsetType = UNSET
 
 
 class BulkDeleteInputBody(_Body, kw_only=True):
@@ -300,15 +331,16 @@ class BulkDeleteInputBody(_Body, kw_only=True):
 
 class BulkForkFromFailureBody(_Body, kw_only=True):
     workflow_ids: BulkIds
-    app_version: Text | UnsetType = UNSET
-    queue_name: Text | UnsetType = UNSET
-    queue_partition_key: Text | UnsetType = UNSET
+    app_version: OptionalText | UnsetType = UNSET
+    queue_name: OptionalText | UnsetType = UNSET
+    queue_partition_key: OptionalText | UnsetType = UNSET
     from_last_failure: bool | UnsetType = UNSET
     from_last_step: bool | UnsetType = UNSET
     from_step: StepNumber | UnsetType = UNSET
-    from_step_name: Text | UnsetType = UNSET
+    from_step_name: Name | UnsetType = UNSET
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         chosen = [self.from_last_failure is True, self.from_last_step is True,
                   self.from_step is not UNSET, self.from_step_name is not UNSET]
         if sum(chosen) > 1:
@@ -377,7 +409,7 @@ class ApplicationVersion(_Answer, kw_only=True):
 
 
 class PatchLatestVersionInputBody(_Body, kw_only=True):
-    version_name: Text
+    version_name: Name
 
 
 # --- autoscaling -------------------------------------------------------------

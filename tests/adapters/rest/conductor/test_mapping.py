@@ -613,6 +613,33 @@ def test_steps_page_and_path_parameters() -> None:
         mp.list_steps_request("w1", request_id="r", offset=-1)
 
 
+JS_SAFE = 2**53 - 1  # 9007199254740991, the largest integer a JavaScript number holds exactly
+
+
+@pytest.mark.parametrize("given, sent", [(2**63 - 1, JS_SAFE), (2**53, JS_SAFE), (JS_SAFE, JS_SAFE), (10, 10),
+                                         (0, 0)])
+def test_a_limit_or_offset_past_javascripts_exact_integers_is_sent_capped(given: int, sent: int) -> None:
+    """A TypeScript executor rounded 2**63-1 to 9223372036854776000, which Postgres refused (a 500):
+    every int64 is accepted, and sent at most 2**53-1 (every row; past the last)."""
+    listed = wire(mp.list_workflows_request(request_id="r", limit=given, offset=given))["body"]
+    steps = wire(mp.list_steps_request("w1", request_id="r", limit=given, offset=given))
+    searched = wire(mp.search_request(m.decode(json.dumps({"limit": given, "offset": given}), m.WorkflowSearchBody),
+                                      request_id="r"))["body"]
+    queued = wire(mp.search_request(m.decode(json.dumps({"limit": given, "queuesOnly": True}), m.WorkflowSearchBody),
+                                    request_id="r"))["body"]
+    for out in (listed, steps, searched):
+        assert (out["limit"], out["offset"]) == (sent, sent)
+    assert queued["limit"] == sent
+    if given:
+        bucket = {"timeBucketSizeMs": given}
+        flows = wire(mp.workflow_aggregates_request(m.decode(json.dumps(bucket), m.WorkflowAggregatesBody),
+                                                    request_id="r"))["body"]
+        step_aggs = wire(mp.step_aggregates_request(m.decode(json.dumps(bucket), m.StepAggregatesBody),
+                                                    request_id="r"))["body"]
+        assert flows["time_bucket_size_ms"] == step_aggs["time_bucket_size_ms"] == sent
+    assert mp.JS_SAFE_MAX == JS_SAFE
+
+
 # --- REST -> executor: aggregates ---------------------------------------------------------------
 
 
@@ -691,6 +718,27 @@ def test_fork() -> None:
                     "queue_name": None, "queue_partition_key": None}  # 0: no step copied, on every SDK
     assert wire(mp.fork_request("w1", m.ForkWorkflowInputBody(), request_id="r", first_step=2))["body"]["start_step"] == 2
     assert wire(mp.fork_request("w1", m.ForkWorkflowInputBody(start_step=0), request_id="r"))["body"]["start_step"] == 0
+
+
+def test_an_empty_optional_id_or_name_is_not_given() -> None:
+    """A TypeScript executor made a fork of id '' (PENDING for ever, unreachable) and forks of version
+    '' and resumes on queue '' that no executor serves: "" is sent as not given (None, or left out)."""
+    fork = m.decode(b'{"newWorkflowId": "", "appVersion": "", "queueName": "", "queuePartitionKey": ""}',
+                    m.ForkWorkflowInputBody)
+    unset = wire(mp.fork_request("w1", None, request_id="r"))["body"]
+    assert wire(mp.fork_request("w1", fork, request_id="r"))["body"] == unset  # every key null: the executor chooses
+    resume = m.decode(b'{"queueName": ""}', m.ResumeWorkflowInputBody)
+    assert wire(mp.resume_request("w1", resume, request_id="r"))["queue_name"] is None
+    bulk = m.decode(b'{"workflowIds": ["a", "b"], "queueName": ""}', m.BulkResumeInputBody)
+    assert wire(mp.bulk_resume_request(bulk, request_id="r"))["queue_name"] is None
+    again = m.decode(b'{"workflowIds": ["a"], "appVersion": "", "queueName": "", "queuePartitionKey": ""}',
+                     m.BulkForkFromFailureBody)
+    assert wire(mp.fork_from_failure_request(again, request_id="r"))["body"] == {
+        "workflow_ids": ["a"], "from_last_failure": True}
+    # a body made without decoding (replace runs no __post_init__) is sent the same way
+    made = msgspec.structs.replace(m.ForkWorkflowInputBody(), new_workflow_id="", app_version="")
+    sent = wire(mp.fork_request("w1", made, request_id="r"))["body"]
+    assert (sent["new_workflow_id"], sent["application_version"]) == (None, None)
 
 
 def test_bulk_actions_name_the_first_workflow_too() -> None:
