@@ -181,8 +181,8 @@ def summary(w: m.Workflow) -> WorkflowSummary:
 
 # --- the fix body ----------------------------------------------------------------------------
 
-FixIds = Annotated[list[m.Text], Meta(min_length=1, max_length=MAX_FIX_WORKFLOWS)]
-ExecutorIds = Annotated[list[m.Text], Meta(min_length=1, max_length=MAX_FIX_EXECUTORS)]
+FixIds = Annotated[list[m.Name], Meta(min_length=1, max_length=MAX_FIX_WORKFLOWS)]
+ExecutorIds = Annotated[list[m.Name], Meta(min_length=1, max_length=MAX_FIX_EXECUTORS)]
 
 
 class FixBody(m._Body, kw_only=True):
@@ -190,7 +190,7 @@ class FixBody(m._Body, kw_only=True):
     workflow_ids: FixIds | UnsetType = UNSET
     executor_ids: ExecutorIds | UnsetType = UNSET
     force: bool | UnsetType = UNSET
-    app_version: m.Text | UnsetType = UNSET
+    app_version: m.OptionalText | UnsetType = UNSET  # "" is not given, as in Conductor's bodies
 
 
 def _refuse(where: str, message: str) -> ValidationException:

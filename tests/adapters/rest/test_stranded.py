@@ -477,6 +477,8 @@ def test_a_hostile_listing_is_refused_with_a_502(server: RelayServer) -> None:
     ({"fix": "resume", "workflowIds": ["w"], "extra": 1}, "body"),
     ({"fix": "resume", "workflowIds": ["w"], "appVersion": "v2"}, "appVersion"),
     ({"fix": "fork", "executorIds": ["A"]}, "executorIds"),
+    ({"fix": "resume", "workflowIds": ["w", ""]}, "workflowIds"),  # an empty id names no workflow
+    ({"fix": "recover", "executorIds": [""]}, "executorIds"),
 ])
 def test_a_fix_body_that_does_not_say_what_to_fix_is_a_422(dev: RelayServer, body: dict[str, Any],
                                                           location: str) -> None:
