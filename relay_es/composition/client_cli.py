@@ -6,9 +6,13 @@ a line under it) and a non-zero exit (1: the server refused, redirected or
 answered what the command cannot use; 2: usage or connection; 141: stdout's
 reader went away, as ``relay events -f | head -1`` does, with nothing on stderr).
 Only a 2xx is success: a redirect is not followed (the token goes to
-``--server`` only). A reply's body must arrive whole within
-:data:`REQUEST_TIMEOUT_SECS` of the request and be at most
-:data:`MAX_REPLY_BYTES`; an error's text is cut to :data:`MAX_SHOWN` characters.
+``--server`` only, which holds no user name, password, query or fragment). A call
+(connecting, sending, the reply's headers and body) must end within
+:data:`REQUEST_TIMEOUT_SECS` of its start, its reply be JSON (no NaN or Infinity) of
+at most :data:`MAX_REPLY_BYTES`; an error's text is cut to :data:`MAX_SHOWN` characters.
+``events --follow`` outlives the server's restarts: once the feed has answered, a
+connection refused or cut, a timeout, 502, 503 or 504 is asked again (every
+:data:`RETRY_SECS`, doubling), told once on stderr.
 
 Every string printed in a table, a key/value listing or an error comes from
 executors, paths or the server and is escaped first (:func:`printable`): no
@@ -32,29 +36,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 import unicodedata
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+import httpcore
 import httpx
 
 from relay_es.composition.settings import DEFAULT_HOST, DEFAULT_PORT
 
 DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where ``relay serve`` listens with no options
-# One REST call: no single wait (to connect, to send, for the reply's next bytes) longer than this, and the
-# reply's body whole within this of sending the request, checked as each part arrives (so, once its headers
-# are in, a call ends at most about twice this after it began); the server's own deadline is
+# One REST call ends within this of its start: connecting, sending, the reply's headers and its body, each
+# step bounded by what is left of it (:class:`_Deadline`); the server's own deadline is
 # RELAY_HTTP_REQUEST_TIMEOUT_SECS.
 REQUEST_TIMEOUT_SECS = 30
-MAX_REPLY_BYTES = 64 << 20  # a reply's body, decoded; a larger one is refused
+MAX_REPLY_BYTES = 64 << 20  # a reply's body, decoded (a larger one is refused); a paged list's pages together
+MAX_PAGES = 1000  # pages of one paged list (Link: rel="next", an executor's history) read before giving up
 MAX_PROBLEM_BYTES = 64 << 10  # what is read of an error's body: its text is cut to MAX_SHOWN anyway
 MAX_SHOWN = 200  # characters shown of an error's text or of a reply that is not JSON
 MAX_DETAILS = 20  # a problem's field errors shown, one a line
 FOLLOW_INTERVAL_SECS = 1.0  # ``events --follow``: how often to ask for new entries
+RETRY_SECS = (1.0, 30.0)  # ``events --follow``: the first wait before asking a server away again, and the longest
+EVENTS_LIMIT = 100  # ``events`` with no --limit: one page, the oldest after --after
 EXTENDED = {"relay": "extended"}  # Conductor's fields and Relay's (executors' deadline, tokens' appNames)
 
 COLUMNS = {
@@ -110,6 +119,11 @@ class CliError(Exception):
         self.details = details  # printed one a line under the message
 
 
+class Unavailable(CliError):
+    """The server was not reached, did not answer in time, cut its answer or answered 502, 503 or 504:
+    worth asking again later (``events --follow`` does)."""
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", default=os.environ.get("RELAY_SERVER", DEFAULT_SERVER),
                    help=f"Relay's URL (RELAY_SERVER, default {DEFAULT_SERVER})")
@@ -157,13 +171,15 @@ def add_parsers(sub: Any) -> None:
     el.add_argument("--as-of", help="RFC 3339 instant: the table as it stood then")
     add_common(el)
 
-    ev = sub.add_parser("events", help="the executor lifecycle feed (every transition, in order)")
+    ev = sub.add_parser("events", help="the executor lifecycle feed (every transition, oldest first)")
     ev.add_argument("--app")
     ev.add_argument("--executor")
-    ev.add_argument("--after", type=int)
-    ev.add_argument("--limit", type=int, default=100)
-    ev.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
-    ev.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_SECS, help=argparse.SUPPRESS)
+    ev.add_argument("--after", type=int, help="only entries after this seq (a full page says where the next starts)")
+    ev.add_argument("--limit", type=int, default=EVENTS_LIMIT,
+                    help=f"at most this many, the oldest (default {EVENTS_LIMIT}; at most 1000)")
+    ev.add_argument("--follow", "-f", action="store_true",
+                    help="keep printing new entries (--json: one object a line); a server away is asked again")
+    ev.add_argument("--interval", type=_seconds, default=FOLLOW_INTERVAL_SECS, help=argparse.SUPPRESS)
     add_common(ev)
 
     au = sub.add_parser("audit", help="the audit log: who did what through the API, newest first")
@@ -327,6 +343,16 @@ def _natural_int(text: str) -> int:
     return n
 
 
+def _seconds(text: str) -> float:
+    try:
+        secs = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= secs < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds of at least 0, got {text!r}")
+    return secs
+
+
 def _nullable_int(text: str) -> int | None:
     if text.lower() == "null":
         return None
@@ -340,30 +366,37 @@ class Client:
     def __init__(self, args: argparse.Namespace) -> None:
         token = _token(args.token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        try:
-            self.http = httpx.Client(base_url=args.server.rstrip("/"), headers=headers, timeout=REQUEST_TIMEOUT_SECS)
-        except httpx.InvalidURL as e:
-            raise CliError(f"--server {_clip(args.server)!r} is not a URL: {e}", 2) from None
+        base = _base_url(args.server)
+        self.deadline = _Deadline(time.monotonic)
+        self.http = httpx.Client(base_url=base, headers=headers, timeout=REQUEST_TIMEOUT_SECS)
+        _bound_by(self.http, self.deadline)
         self.org = args.org
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
         return self._json(self._send(self._request(method, path, **kw)))
 
     def pages(self, path: str, params: dict[str, Any]) -> list[Any]:
-        """Every page of a list the server pages with ``Link: <next>; rel="next"``; a link to a page
-        already read is refused (the pages would never end)."""
+        """Every page of a list the server pages with ``Link: <next>; rel="next"``: at most
+        :data:`MAX_PAGES` of them and :data:`MAX_REPLY_BYTES` together; a link to a page already read
+        is refused (the pages would never end)."""
         out: list[Any] = []
         request = self._request("GET", path, params=params)
         read: set[httpx.URL] = set()
+        size = 0
         while True:
             read.add(request.url)
             r = self._send(request)
+            size += len(r.content)
+            if size > MAX_REPLY_BYTES:
+                raise CliError(f"the server's pages are larger than {MAX_REPLY_BYTES // (1 << 20)} MiB together")
             out.extend(_list(self._json(r), "pages"))
             nxt = r.links.get("next", {}).get("url")
             if not nxt:
                 return out
             if not nxt.startswith("/") or nxt.startswith("//"):  # the token goes to this server only
                 raise CliError(f"the server linked a next page elsewhere: {_clip(nxt)!r}")
+            if len(read) >= MAX_PAGES:
+                raise CliError(f"the server linked a next page after {MAX_PAGES} pages ({len(out)} rows); stopped")
             request = self._request("GET", nxt)
             if request.url in read:
                 raise CliError(f"the server linked a page already read as the next: {_clip(nxt)!r}")
@@ -375,18 +408,25 @@ class Client:
             raise CliError(f"cannot make a URL of {_clip(path)!r}: {e}", 2) from None
 
     def _send(self, request: httpx.Request) -> httpx.Response:
-        """The reply with its whole body, decoded (a redirect is not followed)."""
-        deadline = time.monotonic() + REQUEST_TIMEOUT_SECS
+        """The reply with its whole body, decoded, within :data:`REQUEST_TIMEOUT_SECS` of now (a redirect
+        is not followed)."""
+        self.deadline.start(REQUEST_TIMEOUT_SECS)
         try:
             r = self.http.send(request, stream=True)
             try:
-                body = _read(r, deadline)
+                body = _read(r, self.deadline)
             finally:
                 r.close()
         except httpx.LocalProtocolError:  # its text quotes the header it refused, which may be the token
             raise CliError("cannot send the request: a header or value of it cannot be sent over HTTP", 2) from None
+        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            raise Unavailable(f"the server did not send its whole reply within {REQUEST_TIMEOUT_SECS}s", 2) from None
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            raise Unavailable(f"cannot reach {self.http.base_url}: {e}", 2) from None
         except httpx.HTTPError as e:
             raise CliError(f"cannot reach {self.http.base_url}: {e}", 2) from None
+        except UnicodeError as e:  # the host, as the resolver is asked for it (an empty label, one too long)
+            raise CliError(f"cannot reach {self.http.base_url}: its host is not a valid name ({e})", 2) from None
         # the body as read: decoded already, so no Content-Encoding is applied to it again
         headers = [(k, v) for k, v in r.headers.raw if k.lower() != b"content-encoding"]
         return httpx.Response(r.status_code, headers=headers, content=body, request=request)
@@ -401,7 +441,7 @@ class Client:
         if not r.is_success:
             details: list[str] = []
             try:
-                body = r.json()
+                body = _parse(r)
                 msg = (body.get("detail") or body.get("title") or r.text) if isinstance(body, dict) else r.text
             except ValueError:
                 msg = r.text.strip() or r.reason_phrase
@@ -415,13 +455,114 @@ class Client:
             msg = _clip(str(msg))
             if r.status_code == 503 and r.headers.get("Retry-After", "").isdigit():
                 msg = f"{msg} (retry in {_clip(r.headers['Retry-After'])}s)"
-            raise CliError(f"{r.status_code} {msg}", details=tuple(details))
+            error = Unavailable if r.status_code in (502, 503, 504) else CliError
+            raise error(f"{r.status_code} {msg}", details=tuple(details))
         if r.status_code == 204 or not r.content:
             return None
         try:
-            return r.json()
+            return _parse(r)
+        except _Refused as e:
+            raise CliError(f"{r.status_code} from the server, but not JSON: {e}") from None
         except ValueError:
             raise CliError(f"{r.status_code} from the server, but not JSON: {_clip(r.text)}") from None
+
+
+class _Refused(ValueError):
+    """A reply Python's parser reads but that is not JSON to print: NaN, Infinity, too deep a nesting."""
+
+
+def _parse(r: httpx.Response) -> Any:
+    """``r``'s body as JSON; NaN and ±Infinity (not JSON: ``--json`` would print them as they came) and a
+    nesting deeper than the parser recurses are :class:`_Refused`."""
+    try:
+        return r.json(parse_constant=_constant)
+    except RecursionError:
+        raise _Refused("it is nested too deeply") from None
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"it holds {name}")
+
+
+def _base_url(server: str) -> httpx.URL:
+    """``--server`` as the URL every call is made under: no user name or password (the token is
+    ``--token``'s, and httpx would send them instead; a text that holds them is never shown), no
+    query or fragment (the paths would land in them), a host that can be a name."""
+    if "@" in server.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]:
+        raise CliError("--server holds a user name or password (give the token with --token); it is not shown "
+                       "here", 2)
+    try:
+        url = httpx.URL(server.rstrip("/"))
+        url.host  # noqa: B018  # decoded when read: an IDNA label that is not one raises then
+    except (httpx.InvalidURL, UnicodeError) as e:
+        raise CliError(f"--server {_clip(server)!r} is not a URL: {e}", 2) from None
+    if url.userinfo:
+        raise CliError("--server holds a user name or password (give the token with --token); it is not shown "
+                       "here", 2)
+    if url.query or url.fragment or "?" in server or "#" in server:
+        raise CliError(f"--server {_clip(server)!r} has a query or fragment: give Relay's URL alone", 2)
+    return url
+
+
+class _Deadline(httpcore.NetworkBackend):
+    """Connections whose every step (connecting, TLS, each read and write) ends by the deadline of the call
+    under way (:meth:`start`): httpcore bounds each step alone, so a server trickling its headers a byte at
+    a time would never time out (as :mod:`relay_es.adapters.oidc`'s fetches, but one deadline a call, so
+    that a connection kept alive serves the next)."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self.monotonic = monotonic
+        self.at = math.inf
+        self._backend = httpcore.SyncBackend()
+
+    def start(self, secs: float) -> None:
+        self.at = self.monotonic() + secs
+
+    def passed(self) -> bool:
+        return self.monotonic() >= self.at
+
+    def left(self, timeout: float | None) -> float:
+        left = self.at - self.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout(f"no whole reply within {REQUEST_TIMEOUT_SECS}s")
+        return left if timeout is None else min(timeout, left)
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._backend.connect_tcp(host, port, self.left(timeout), local_address,
+                                                         socket_options), self)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream, deadline: _Deadline) -> None:
+        self._stream = stream
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, self._deadline.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, self._deadline.left(timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, self._deadline.left(timeout)),
+                               self._deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+def _bound_by(http: httpx.Client, deadline: _Deadline) -> None:
+    """Every connection ``http`` opens, to the server or to a proxy of the environment, on ``deadline``:
+    httpx takes no network backend, the httpcore pool of each of its transports (``_pool``) does."""
+    for transport in (http._transport, *http._mounts.values()):
+        pool = getattr(transport, "_pool", None)
+        if hasattr(pool, "_network_backend"):
+            pool._network_backend = deadline
 
 
 def _token(raw: str | None) -> str | None:
@@ -434,15 +575,15 @@ def _token(raw: str | None) -> str | None:
     return token or None
 
 
-def _read(r: httpx.Response, deadline: float) -> bytes:
+def _read(r: httpx.Response, deadline: _Deadline) -> bytes:
     """The body of ``r``, decoded, read as it arrives: past ``deadline`` or :data:`MAX_REPLY_BYTES` it
     is refused. Of an error only its first :data:`MAX_PROBLEM_BYTES` are read."""
     most = MAX_REPLY_BYTES if r.is_success else MAX_PROBLEM_BYTES
     body = bytearray()
     for chunk in r.iter_bytes():
         body += chunk
-        if time.monotonic() > deadline:
-            raise CliError(f"the server did not send its whole reply within {REQUEST_TIMEOUT_SECS}s", 2)
+        if deadline.passed():  # decoding takes time too
+            raise Unavailable(f"the server did not send its whole reply within {REQUEST_TIMEOUT_SECS}s", 2)
         if len(body) > most:
             if not r.is_success:
                 return bytes(body[:most])
@@ -626,15 +767,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _history(c: Client, path: str) -> list[dict[str, Any]]:
-    """An executor's events, every page (up to 1000 events each, by version)."""
+    """An executor's events, every page (up to 1000 events each, by version; at most :data:`MAX_PAGES`)."""
     events: list[dict[str, Any]] = []
     after: int | None = None
-    while True:
+    for _ in range(MAX_PAGES):
         page = _objects(_list(c.call("GET", path, params={} if after is None else {"after": after}), "events"))
         events.extend(page)
         if len(page) < 1000:
             return events
         after = _advance(page[-1], "version", after)
+    raise CliError(f"the server's history goes on after {MAX_PAGES} pages ({len(events)} events); stopped")
 
 
 def _advance(row: dict[str, Any], key: str, after: int | None) -> int:
@@ -941,30 +1083,67 @@ def _audit_row(e: dict[str, Any]) -> dict[str, Any]:
 
 
 def _events(args: argparse.Namespace, c: Client, base: str) -> int:
+    """One page of the feed, the oldest after ``--after`` (a table, or a JSON array), a full one followed
+    by where the next starts (on stderr); with ``--follow``, every page as it comes."""
     params: dict[str, Any] = {"limit": args.limit}
     if args.app:
         params["app"] = args.app
     if args.executor:
         params["executorId"] = args.executor
-    after = args.after
-    first = True
+    if args.after is not None:
+        params["after"] = args.after
+    path = f"{base}/executor-events"
+    if args.follow:
+        return _follow(args, c, path, params)
+    entries = _feed(c, path, params)
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    print(table(entries, COLUMNS["events"]) if entries else "(no events)")
+    if len(entries) >= args.limit:  # the feed has no newest-first order: reading on is the way to the newest
+        print(f"({len(entries)} shown; --after {entries[-1]['seq']} for the next)", file=sys.stderr)
+    return 0
+
+
+def _feed(c: Client, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """A page of the feed whose last entry's seq, where the next page starts, is a whole number past
+    ``after`` (pages that do not move on would be asked for ever)."""
+    entries = _objects(_list(c.call("GET", path, params=params), "events"))
+    if entries:
+        _advance(entries[-1], "seq", params.get("after"))
+    return entries
+
+
+def _follow(args: argparse.Namespace, c: Client, path: str, params: dict[str, Any]) -> int:
+    """``events --follow``: every entry as it comes (``--json``: one object a line), until
+    interrupted. Once the feed has answered, a server away (:class:`Unavailable`: restarting,
+    behind a proxy answering 502-504) is asked again, after :data:`RETRY_SECS` doubling up to its
+    longest, from where the last page ended; told once an outage on stderr. Any other error ends it."""
+    header = True  # a table's header: printed once, with the first entries
+    answered = told = False
+    wait = RETRY_SECS[0]
     while True:
-        if after is not None:
-            params["after"] = after
-        entries = _objects(_list(c.call("GET", f"{base}/executor-events", params=params), "events"))
+        try:
+            entries = _feed(c, path, params)
+        except Unavailable as e:
+            if not answered:
+                raise
+            if not told:
+                print(f"relay: {printable(str(e))}; asking again until it answers (Ctrl-C to stop)",
+                      file=sys.stderr, flush=True)
+                told = True
+            time.sleep(wait)
+            wait = min(wait * 2, RETRY_SECS[1])
+            continue
+        answered, told, wait = True, False, RETRY_SECS[0]
         if entries:
-            after = _advance(entries[-1], "seq", after)
-        if entries or first:
-            if args.json:
-                for e in entries:
-                    print(json.dumps(e), flush=True)
-            elif entries:
-                text = table(entries, COLUMNS["events"])
-                print(text if first else "\n".join(text.splitlines()[1:]), flush=True)
-            elif not args.follow:
-                print("(no events)")
-        first = first and not entries
-        if not args.follow:
-            return 0
+            params["after"] = entries[-1]["seq"]
+        if args.json:
+            for e in entries:
+                print(json.dumps(e), flush=True)
+        elif entries:
+            text = table(entries, COLUMNS["events"])
+            print(text if header else "\n".join(text.splitlines()[1:]), flush=True)
+            header = False
         if len(entries) < args.limit:
             time.sleep(args.interval)
