@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from relay_es.adapters.rest import RestContext, build_app
@@ -24,6 +26,15 @@ log = logging.getLogger(__name__)
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 READ_YOUR_WRITES_TIMEOUT = 10.0  # seconds a write's answer waits for the read models
+# The event loop's default executor runs every blocking REST call: asyncio.to_thread (the guard's key
+# checks, the writes and their wait for the read models) and Litestar's sync_to_thread handlers alike
+# (under asyncio Litestar runs them there, not on anyio's limiter). Python's default size, min(32,
+# cores + 4), is 6 on two cores: six writes waiting for stuck read models held every thread, and an
+# unrelated read waited 9 s behind them. 64: an idle pool starts no thread (one is started only when
+# none is free), a thread parked in a wait takes no CPU, and the store's calls queue on its own pools
+# as before; half of them may wait for the read models, the other half is always there for the rest.
+REST_THREADS = 64
+READ_YOUR_WRITES_WAITERS = 32  # writes waiting at once; the rest of REST_THREADS serve every other call
 
 
 class ScopeRouter:
@@ -51,10 +62,26 @@ def rest_context(runtime: Runtime) -> RestContext:
     """What the REST API uses of the runtime."""
     settings = runtime.settings
 
+    waiting = threading.BoundedSemaphore(READ_YOUR_WRITES_WAITERS)
+
     def read_your_writes() -> None:
-        """Waits until the read models have every event recorded so far."""
-        if runtime.wait_for_read_models(READ_YOUR_WRITES_TIMEOUT) is False:
-            log.warning("read models are lagging behind the event store")
+        """Waits until the read models have every event recorded so far; at most
+        :data:`READ_YOUR_WRITES_WAITERS` writes at once (a write beyond them is answered at once, as one
+        whose wait ran out), so the waits never take the threads every other call needs."""
+        if not waiting.acquire(blocking=False):
+            log.warning("read models are lagging behind the event store (%d writes wait for them already; this "
+                        "one is answered without waiting)", READ_YOUR_WRITES_WAITERS)
+            return
+        try:
+            if runtime.wait_for_read_models(READ_YOUR_WRITES_TIMEOUT) is False:
+                log.warning("read models are lagging behind the event store")
+        finally:
+            waiting.release()
+
+    def started() -> None:
+        loop = asyncio.get_running_loop()
+        serve_blocking_calls(loop)
+        runtime.start(loop)
 
     return RestContext(
         relay=runtime.relay,
@@ -72,7 +99,7 @@ def rest_context(runtime: Runtime) -> RestContext:
         instance=settings.instance,
         store_kind=runtime.store.kind,
         default_executor_timeout=settings.default_executor_timeout,
-        on_startup=lambda: runtime.start(asyncio.get_running_loop()),
+        on_startup=started,
         on_shutdown=runtime.stop,
         calls=runtime.calls,
         executor_here=runtime.dispatcher.is_connected,
@@ -82,3 +109,8 @@ def rest_context(runtime: Runtime) -> RestContext:
         metrics_retention=int(settings.metrics_retention.total_seconds()),
         oidc=runtime.oidc,
     )
+
+
+def serve_blocking_calls(loop: asyncio.AbstractEventLoop) -> None:
+    """Sets ``loop``'s default executor: :data:`REST_THREADS` threads for the blocking REST calls."""
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=REST_THREADS, thread_name_prefix="relay-rest"))

@@ -149,6 +149,8 @@ def view_bootstrap(db: Database, runner: ProjectionRunner,
 COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outbox, audit, retention records)
 CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
 STARTING = "Relay is starting (its read models are being filled from the store): the key cannot be checked yet"
+STUCK = "Relay's read models are stalled (their process is being started again): the key cannot be checked yet"
+STUCK_CHECK_SECS = 0.25  # how often a wait for the read models asks whether their process is late
 READY_LAG = 1_000  # events (one projection batch): read models this close to the log are current for /readyz
 # The leader lease, confirmed on the monotonic clock: the process manager decides nothing on a confirmation
 # older than LEASE_FRESH_SECS (it asks for one first), and a lease not confirmed for LEASE_LOST_SECS is lost.
@@ -309,18 +311,24 @@ class Runtime:
         the read models follow the log once the process manager has started (a start on empty read
         models fills them first, which can take a minute): that is waited for too, within the same
         bound, and until then a key they do not hold cannot be checked (``StoreUnavailable``: a 503,
-        not a 401 for a live key)."""
+        not a 401 for a live key). Nor while their process is late (stuck, until it is ended and the
+        server folds: :attr:`ProjectionProcess.late`)."""
         if not self._catching_up.acquire(blocking=False):
             if not self._pm_started.is_set():
                 raise authz.StoreUnavailable(STARTING)
+            if self._read_models_stuck():
+                raise authz.StoreUnavailable(STUCK)
             return False
         try:
             end = time.monotonic() + CATCH_UP_SECS
             running = self._pm_started.is_set()
             if not self._pm_started.wait(CATCH_UP_SECS):
                 raise authz.StoreUnavailable(STARTING)
-            if self.wait_for_read_models(max(0.0, end - time.monotonic())) is None:
+            caught = self.wait_for_read_models(max(0.0, end - time.monotonic()))
+            if caught is None:
                 return not running  # they have followed the log since the caller looked
+            if caught is False and self._read_models_stuck():
+                raise authz.StoreUnavailable(STUCK)
             return True
         finally:
             self._catching_up.release()
@@ -328,13 +336,26 @@ class Runtime:
     def wait_for_read_models(self, timeout: float) -> bool | None:
         """Blocks, at most ``timeout`` seconds, until the read models hold every event recorded so far
         by any process (the log's head is read). None: they held them already; True: they got there;
-        False: not within ``timeout``. Blocking: call it off the event loop."""
+        False: not within ``timeout``, or their process is late (:attr:`ProjectionProcess.late`: nobody
+        folds until its watchdog ends it, so a wait would only hold a thread). Blocking: call it off the
+        event loop."""
         top = self.relay.head()
         if self.runner.position() >= top:
             return None
         self._wake_anyway = True  # an event another process wrote woke no listener here, nor the child
         self.projection_worker.wake()
-        return self.runner.wait_for(top, timeout=timeout)
+        end = time.monotonic() + timeout
+        while not self._read_models_stuck():
+            left = end - time.monotonic()
+            if self.runner.wait_for(top, timeout=max(0.0, min(left, STUCK_CHECK_SECS))):
+                return True
+            if left <= STUCK_CHECK_SECS:
+                return False
+        return False
+
+    def _read_models_stuck(self) -> bool:
+        """The read-model process follows the log, so this process's runner rests, but it is late."""
+        return self.follower is not None and self.follower.late
 
     def readiness(self) -> str | None:
         """Why this instance should not be sent traffic now (``/readyz``), or None: it should. Not

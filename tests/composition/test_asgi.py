@@ -82,3 +82,43 @@ def test_rest_context_waits_for_the_read_models_and_says_when_they_lag(runtime: 
     with caplog.at_level(logging.WARNING, logger=asgi.__name__):
         ctx.read_your_writes()
     assert caplog.text == ""
+
+
+def test_writes_waiting_for_the_read_models_leave_threads_for_every_other_call(runtime: Runtime, monkeypatch,
+                                                                              caplog) -> None:
+    """Every blocking REST call runs on the event loop's default executor: asyncio.to_thread (the
+    guard's key checks, the writes and their wait for the read models) and Litestar's sync handlers
+    alike. Python's default is 6 threads on two cores: with the read models stuck, six writes waiting
+    took them all, and an unrelated read waited 9 s behind them (129 s behind 80). The server's start
+    sets REST_THREADS, and at most READ_YOUR_WRITES_WAITERS writes wait at once (the others are answered
+    at once, as one whose wait ran out)."""
+    import time
+
+    monkeypatch.setattr(runtime, "start", lambda loop: None)  # no worker: the read models stay where they are
+    monkeypatch.setattr(asgi, "READ_YOUR_WRITES_TIMEOUT", 60.0)
+    ctx = rest_context(runtime)
+    runtime.relay.register_app("local", "orders")  # the read models do not hold it: a write's wait waits
+    n = 80
+
+    async def until(what: Any) -> None:
+        end = time.monotonic() + 30
+        while not what():
+            assert time.monotonic() < end, "not within the bound"
+            await asyncio.sleep(0.02)
+
+    async def main() -> None:
+        ctx.on_startup()  # as the server's lifespan does
+        writes = [asyncio.ensure_future(asyncio.to_thread(ctx.read_your_writes)) for _ in range(n)]
+        try:
+            # a key check, a read: answered while the writes wait (the bound only ends a failing run)
+            assert await asyncio.wait_for(asyncio.to_thread(str, "answered"), 30) == "answered"
+            assert not all(w.done() for w in writes)
+            await until(lambda: sum(w.done() for w in writes) == n - asgi.READ_YOUR_WRITES_WAITERS)
+        finally:
+            runtime.runner.catch_up()  # the read models move: the waits end
+            await asyncio.gather(*writes)
+
+    with caplog.at_level(logging.WARNING, logger=asgi.__name__):
+        asyncio.run(main())
+    assert caplog.text.count("this one is answered without waiting") == n - asgi.READ_YOUR_WRITES_WAITERS
+    assert asgi.REST_THREADS >= 2 * asgi.READ_YOUR_WRITES_WAITERS

@@ -411,6 +411,75 @@ def test_an_event_another_process_wrote_wakes_the_read_model_process_when_waited
     asyncio.run(main())
 
 
+def test_a_stuck_read_model_process_is_ended_and_the_server_folds_meanwhile(tmp_path: Path, clock) -> None:
+    """A read-model process alive but stuck (SIGSTOP here; a lock, I/O, a deadlock alike) went
+    unnoticed: the server's runner rested, the executors listing stayed stale, a token made meanwhile
+    was refused (401), every write waited its 10 s for nothing, and relay_worker_failures_total said 0.
+    Late, a wait for the read models does not wait and a key they do not hold is a 503; stuck, it is
+    killed, counted, the server folds, and it is started again. The child's watchdog runs on a test
+    clock."""
+    import os
+    import re
+    import signal
+    import time
+
+    from relay_es.adapters import authz
+    from relay_es.adapters.readmodels.follower import LATE_SECS, STALL_SECS
+
+    rt = Runtime(settings(tmp_path), projection_process=True)
+    rt.follower.poll_secs = 3600  # it passes only when woken: its silence is no stall
+    rt.follower.monotonic = clock.monotonic
+
+    def until(what: Any, bound: float = 30.0) -> None:
+        end = time.monotonic() + bound
+        while not what():
+            assert time.monotonic() < end, "not within the bound"
+            time.sleep(0.02)
+
+    def failures() -> int:
+        text = rt.metrics.render().decode()
+        return int(float(re.search(r'relay_worker_failures_total\{worker="projections"\} (\S+)', text).group(1)))
+
+    async def main() -> None:
+        await started_with_its_child(rt)
+        stuck = rt.follower._process
+        until(lambda: not rt.follower._asked and not rt.follower._pending)  # no report on its way
+        os.kill(stuck.pid, signal.SIGSTOP)
+        try:
+            await asyncio.to_thread(until, lambda: Path(f"/proc/{stuck.pid}/stat").read_text().split()[2] == "T")
+            rt.relay.register_app("local", "while-stuck")  # wakes the worker, which wakes the child
+            await asyncio.to_thread(until, lambda: rt.follower._asked)  # the wake is sent: it owes the answer
+            clock.advance(LATE_SECS)
+            waited = rt.runner.wait_for
+
+            def no_wait(*a: object, **kw: object) -> bool:
+                raise AssertionError("waited for a late read-model process")
+
+            rt.runner.wait_for = no_wait  # type: ignore[method-assign]
+            assert await asyncio.to_thread(rt.wait_for_read_models, 10) is False  # answered without waiting
+            with pytest.raises(authz.StoreUnavailable, match="stalled"):  # a key made meanwhile: 503, not 401
+                await asyncio.to_thread(rt._read_models_caught_up)
+            rt.runner.wait_for = waited  # type: ignore[method-assign]
+            assert rt.follower.stalls == 0 and failures() == 0  # late, not ended yet
+            clock.advance(STALL_SECS - LATE_SECS)
+            await asyncio.to_thread(until, lambda: rt.follower.stalls == 1)  # the projection worker's next call
+            await asyncio.to_thread(stuck.join, 10)
+            assert stuck.exitcode == -signal.SIGKILL and failures() == 1
+            head = rt.relay.recorder.max_notification_id()
+            assert await asyncio.to_thread(rt.wait_for_read_models, 30) is not False  # the server folds
+            assert rt.runner.position() >= head
+            clock.advance(1.0)  # its backoff
+            await asyncio.to_thread(until, lambda: rt.follower.following)
+            assert rt.follower.starts == 2 and rt.follower._process is not stuck
+        finally:
+            if stuck.is_alive():
+                os.kill(stuck.pid, signal.SIGKILL)
+        rt.begin_shutdown()
+        await rt.stop()
+
+    asyncio.run(main())
+
+
 def test_a_started_runtime_reads_the_executors_the_store_holds_into_the_cache(tmp_path: Path) -> None:
     """After a restart every executor the store holds is read for its Connected (or its orphan's
     Disconnected, its death): the cache warmer reads them once the process manager has started."""

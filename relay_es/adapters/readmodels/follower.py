@@ -41,6 +41,17 @@ exit too) and dies with the server (Linux ``PR_SET_PDEATHSIG``; elsewhere when
 the pipe closes), so a killed server leaves no writer behind. A child that exits is started again after a backoff: 1 s,
 doubled at each exit up to :data:`RESTART_BACKOFF_MAX`, back to 1 s once one
 has run for :data:`WORKED_SECS`.
+
+A child alive but stuck -- stopped (SIGSTOP), waiting on a lock or on I/O, in a deadlock -- reports
+nothing, and nothing else would show it: the server's runner rests while it follows. So it owes a
+report: the answer to a wake from the moment it is sent, and the end of its next unwoken pass
+``poll_secs`` after its last report (every pass ends with one; a report of any kind, a batch, a skip,
+a failed pass, shows it working). One that has owed a report for :data:`LATE_SECS` is late: a wait
+for the read models stops waiting for it (:attr:`ProjectionProcess.late`). At :data:`STALL_SECS` it
+is stuck: killed (SIGKILL; it may answer nothing else), counted and logged as a failure, and started
+again after the backoff like a child that exited, the server folding meanwhile. A batch waiting
+longer than that on the store (SQLite's 30 s lock wait, the Postgres pool's 30 s) ends the child
+too: the server's runner then waits on the same store in its place.
 """
 
 from __future__ import annotations
@@ -67,6 +78,8 @@ WORKED_SECS = 60.0  # a child that ran this long before it exited is started aga
 POLL_SECS = 1.0  # the child reads the log at least this often (writers in other processes)
 READER_SECS = 1.0  # how long a stop waits for the last reports of a child that ended
 STOP_SECS = 5.0  # how long a stop waits for the child before killing it
+LATE_SECS = 2.0  # a child that has owed a report this long is late: waits for the read models stop waiting
+STALL_SECS = 10.0  # a child that has owed a report this long is stuck: killed and started again
 
 
 class ProjectionProcess:
@@ -93,12 +106,15 @@ class ProjectionProcess:
         self._ready = False  # the running child has reported: it follows the log
         self._asked = False  # a wake is outstanding (the child answers each pass)
         self._pending = False  # woken again while one was outstanding: sent when the child answers
+        self._heard_at = 0.0  # when the running child last reported (or was started)
+        self._wanted_at: float | None = None  # when the wake it has not answered yet was sent
         self._stopping = False
         self._next_start = 0.0
         self._started_at = 0.0
         self._backoff = 1.0
         self.starts = 0
         self.exits = 0  # children that exited without being asked
+        self.stalls = 0  # children killed for owing a report for STALL_SECS (see the module)
         # Failures, each logged: a child that exited unasked or could not be started, and every pass a
         # child reported failed (the store away, a bug). The runtime adds them to
         # relay_worker_failures_total{worker="projections"}, as the worker's own failures in a thread.
@@ -109,10 +125,13 @@ class ProjectionProcess:
         """Starts the child if it is not running (and its restart is due), and wakes it if ``wake`` (this
         process recorded events since the last call; the child reads the log unwoken every
         ``poll_secs``). True when it follows the log (it has reported since it started): the server's own
-        runner may rest."""
+        runner may rest. A child stuck for :data:`STALL_SECS` is killed here (the runtime's projection worker
+        calls this at least once a second, and touches no store while the child follows)."""
         with self._lock:
             if self._stopping:
                 return False
+            if self.following and self._overdue() >= STALL_SECS:
+                self._end_stuck()
             if self._process is None or not self._process.is_alive():
                 self._reap()
                 if self.monotonic() < self._next_start:
@@ -134,6 +153,8 @@ class ProjectionProcess:
         try:
             self._conn.send("wake")
             self._asked = True
+            if self._wanted_at is None:
+                self._wanted_at = self.monotonic()  # it owes the answer from now
         except (OSError, ValueError):
             pass  # it is exiting: the reader thread sees the pipe close
 
@@ -141,6 +162,28 @@ class ProjectionProcess:
     def following(self) -> bool:
         """The child runs and has reported since it started."""
         return self._ready and self._process is not None and self._process.is_alive()
+
+    @property
+    def late(self) -> bool:
+        """The child follows the log but has owed a report for :data:`LATE_SECS`: probably stuck (killed at
+        :data:`STALL_SECS`). Nobody folds meanwhile: a wait for the read models need not go on."""
+        with self._lock:
+            return self.following and self._overdue() >= LATE_SECS
+
+    def _overdue(self) -> float:
+        """How long the running child has owed a report (negative: not yet); see the module."""
+        owed = self._heard_at + self.poll_secs  # the end of its next unwoken pass
+        if self._wanted_at is not None:
+            owed = min(owed, max(self._heard_at, self._wanted_at))  # the answer to a wake, or a report since
+        return self.monotonic() - owed
+
+    def _end_stuck(self) -> None:
+        """Kills the running child, stuck (see the module); its reader thread sees the pipe close."""
+        process, overdue = self._process, self._overdue()
+        process.kill()  # a stopped or stuck child answers no stop (and ignores SIGTERM)
+        self.stalls += 1
+        self._reap(f"the read models' process {process.pid} has owed a report for {overdue:.0f} s (stopped, "
+                   "or stuck on a lock, on I/O); killed it")
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -163,7 +206,8 @@ class ProjectionProcess:
             self._at_exit = True
         self._process, self._conn = process, ours
         self._ready = self._asked = self._pending = False
-        self._started_at = self.monotonic()
+        self._started_at = self._heard_at = self.monotonic()
+        self._wanted_at = None
         self.starts += 1
         self._reader = threading.Thread(target=self._read, args=(process, ours), name="relay-projections-reader",
                                         daemon=True)
@@ -174,22 +218,24 @@ class ProjectionProcess:
             raise
         log.info("read models: following the log in process %d", process.pid)
 
-    def _reap(self) -> None:
-        """The child exited (it was running): counted, logged, its restart put off. Its reader
-        thread takes its last reports and closes the pipe."""
+    def _reap(self, killed: str | None = None) -> None:
+        """The child exited (it was running), or was ``killed`` for what that says: counted, logged, its
+        restart put off. Its reader thread takes its last reports and closes the pipe."""
         if self._process is None:
             return
         code = self._process.exitcode
         self._process.join(0)
         self._process = self._conn = None
         self._ready = False
+        self._wanted_at = None
         if not self._stopping:
-            self.exits += 1
+            if killed is None:
+                self.exits += 1
             self.failures += 1
             now = self.monotonic()
             if now - self._started_at >= WORKED_SECS:
                 self._backoff = 1.0  # it had worked: not a child that cannot start
-            self._put_off(f"the read models' process exited (code {code})", now)
+            self._put_off(killed or f"the read models' process exited (code {code})", now)
 
     def _put_off(self, what: str, now: float | None = None) -> None:
         """The next start, after the backoff (doubled for the one after)."""
@@ -210,22 +256,7 @@ class ProjectionProcess:
                     log.exception("unreadable report from the read models' process; ending it")
                     process.kill()
                     return
-                if kind == "poison":
-                    self._poisoned(value)
-                    continue
-                if kind == "failed":
-                    with self._lock:
-                        self.failures += 1
-                    continue
-                self._reached(value)
-                with self._lock:
-                    if self._process is process:
-                        self._ready = True
-                        if kind == "idle":
-                            self._asked = False
-                            if self._pending:  # events came while it was busy: one more pass
-                                self._pending = False
-                                self._wake()
+                self._took(process, kind, value)
         finally:
             with self._lock:
                 if self._process is process:
@@ -234,6 +265,29 @@ class ProjectionProcess:
                 conn.close()
             except OSError:
                 pass
+
+    def _took(self, process: Any, kind: str, value: Any) -> None:
+        """One report of ``process``. Any report shows it working (see the module)."""
+        with self._lock:
+            if self._process is process:
+                self._heard_at = self.monotonic()
+        if kind == "poison":
+            self._poisoned(value)
+            return
+        if kind == "failed":
+            with self._lock:
+                self.failures += 1
+            return
+        self._reached(value)
+        with self._lock:
+            if self._process is process:
+                self._ready = True
+                if kind == "idle":  # the end of a pass: any wake sent before it is answered
+                    self._asked = False
+                    self._wanted_at = None
+                    if self._pending:  # events came while it was busy: one more pass
+                        self._pending = False
+                        self._wake()
 
     def stop(self) -> None:
         """Asks the child to stop after its batch; kills it after :data:`STOP_SECS`."""

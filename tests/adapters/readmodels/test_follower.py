@@ -236,6 +236,130 @@ def test_a_failed_pass_of_the_child_is_counted_here(world: World, follower) -> N
     assert f.failures == 2 and reports.closed and not child.killed
 
 
+def is_stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP): state T."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("State:"):
+            return line.split()[1] == "T"
+    return False
+
+
+def test_a_stuck_child_is_killed_counted_and_started_again_and_the_server_folds_meanwhile(
+        world: World, follower, caplog) -> None:
+    """A child alive but stuck (stopped here: a lock, I/O, a deadlock alike) was never noticed: the
+    server's runner rested for as long as it lasted. It owes the answer to a wake: late after
+    LATE_SECS (waits for the read models stop waiting), killed after STALL_SECS (it may answer nothing
+    else), counted, logged, and started again after the backoff; the server folds meanwhile."""
+    import logging
+
+    from relay_es.adapters.readmodels.follower import LATE_SECS, STALL_SECS
+
+    f, clock, _ = follower
+    until(following(f))
+    until(lambda: not f._asked and not f._pending)  # its last pass answered: no report is on its way
+    stuck = f._process
+    os.kill(stuck.pid, signal.SIGSTOP)
+    try:
+        until(lambda: is_stopped(stuck.pid), timeout=10)
+        world.relay.register_app("local", "while-stuck")
+        assert f.follow() is True and not f.late  # woken: it owes the answer from now
+        clock.advance(LATE_SECS)
+        assert f.late and f.follow() is True  # late: not ended yet
+        clock.advance(STALL_SECS - LATE_SECS - 0.01)
+        assert f.follow() is True and f.stalls == 0
+        clock.advance(0.01)
+        with caplog.at_level(logging.ERROR, logger="relay_es.adapters.readmodels.follower"):
+            assert f.follow() is False  # killed: this process's runner folds
+        stuck.join(10)
+        assert stuck.exitcode == -signal.SIGKILL
+        assert f.stalls == 1 and f.failures == 1 and f.exits == 0 and not f.following and not f.late
+        assert f"process {stuck.pid} has owed a report for 10 s" in caplog.text
+        world.runner.catch_up()  # what the runtime's projection worker does now
+        assert "while-stuck" in {a.name for a in list_apps(world.db, "local")}
+        assert f.follow() is False and f.starts == 1  # not before its backoff
+        clock.advance(1.0)
+        until(following(f))
+        assert f.starts == 2 and f._process is not stuck
+    finally:
+        if stuck.is_alive():  # not left behind, stopped
+            os.kill(stuck.pid, signal.SIGKILL)
+
+
+class FakeConn:
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send(self, what: object) -> None:
+        self.sent.append(what)
+
+
+class Alive:
+    """A running child, as follow() sees it."""
+
+    pid = 4242
+    exitcode = None
+
+    def __init__(self) -> None:
+        self.killed = False
+
+    def is_alive(self) -> bool:
+        return not self.killed
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+def following_fake(f: ProjectionProcess, clock: FakeClock) -> Alive:
+    child = Alive()
+    f._process, f._conn, f._ready, f._started_at, f._heard_at = child, FakeConn(), True, clock.monotonic(), clock.monotonic()
+    return child
+
+
+def test_a_child_that_keeps_reporting_is_not_stuck_however_long_its_pass(world: World, follower) -> None:
+    """A long pass reports after each batch: each report shows it working. Only silence counts."""
+    from relay_es.adapters.readmodels.follower import STALL_SECS
+
+    f, clock, _ = follower
+    child = following_fake(f, clock)
+    assert f.follow() is True and f._conn.sent == ["wake"]
+    for _ in range(5):  # a pass of 45 s, a batch committed every 9 s
+        clock.advance(STALL_SECS - 1)
+        f._took(child, "reached", {})
+        assert f.follow() is True and not f.late
+    f._took(child, "failed", "OperationalError")  # a failed pass is a report too
+    clock.advance(STALL_SECS - 1)
+    assert f.follow() is True
+    clock.advance(1)
+    assert f.follow() is False and child.killed and f.stalls == 1
+    f._process = None
+
+
+def test_a_child_woken_after_a_long_silence_owes_its_answer_from_the_wake(world: World, follower) -> None:
+    """An idle child reading the log unwoken every ``poll_secs`` owes a report each pass: with the
+    runtime's 1 s it is stuck after 11 s of silence. Unwoken for an hour here, its silence is no
+    stall; woken, it owes the answer from the wake, not from its last report."""
+    from relay_es.adapters.readmodels.follower import LATE_SECS, STALL_SECS
+
+    f, clock, _ = follower
+    child = following_fake(f, clock)
+    clock.advance(1800)
+    assert f.follow(wake=False) is True and not f.late  # its next unwoken pass is half an hour away
+    assert f.follow() is True and not f.late  # woken now
+    clock.advance(LATE_SECS)
+    assert f.late
+    f._took(child, "idle", {})  # answered
+    clock.advance(STALL_SECS)
+    assert not f.late and f.follow(wake=False) is True and f.stalls == 0
+    f.poll_secs = 1.0  # the runtime's: its unwoken pass was due 1 s after its answer, 9 s ago
+    assert f.late and f.follow(wake=False) is True
+    clock.advance(1)
+    assert f.follow(wake=False) is False and child.killed and f.stalls == 1
+    f._process = None
+
+
 def test_a_stopped_child_is_not_started_again(world: World, follower) -> None:
     f, clock, _ = follower
     until(following(f))
