@@ -40,6 +40,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from relay_es.adapters.authz import Principal, StoreUnavailable
+from relay_es.adapters.deadline import Deadline
 from relay_es.adapters.failures import is_store_error
 from relay_es.aggregates.members import groups_news
 from relay_es.domain.errors import InvalidSetting
@@ -285,55 +286,12 @@ def secure_url(url: str, *, loopback_http: bool = False) -> bool:
     return False
 
 
-class _Deadline(httpcore.NetworkBackend):
-    """Connections whose every step (connecting, TLS, each read and write) ends by one deadline: httpcore
-    bounds each step alone, so an issuer trickling its headers a line at a time would never time out."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self._backend = httpcore.SyncBackend()
-
-    def left(self, timeout: float | None) -> float:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise httpcore.ReadTimeout("the OIDC issuer did not answer in time")
-        return left if timeout is None else min(timeout, left)
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._backend.connect_tcp(host, port, self.left(timeout), local_address,
-                                                         socket_options), self)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, stream: httpcore.NetworkStream, deadline: _Deadline) -> None:
-        self._stream = stream
-        self._deadline = deadline
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, self._deadline.left(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, self._deadline.left(timeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, self._deadline.left(timeout)),
-                               self._deadline)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
 def _http_get(url: str) -> Any:
     """A JSON document, at most :data:`MAX_DOCUMENT` bytes, the whole exchange within :data:`HTTP_TIMEOUT`
     (no proxy from the environment, no redirect followed)."""
     timeout = HTTP_TIMEOUT
     steps = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-    with httpcore.ConnectionPool(network_backend=_Deadline(time.monotonic() + timeout), retries=0) as pool, \
+    with httpcore.ConnectionPool(network_backend=Deadline("the OIDC issuer did not answer in time").start(timeout), retries=0) as pool, \
             pool.stream("GET", url, headers=[(b"Accept", b"application/json")],
                         extensions={"timeout": steps}) as r:
         if not 200 <= r.status < 300:

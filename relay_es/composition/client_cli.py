@@ -41,19 +41,18 @@ import os
 import sys
 import time
 import unicodedata
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-import httpcore
 import httpx
 
+from relay_es.adapters.deadline import Deadline
 from relay_es.composition.settings import DEFAULT_HOST, DEFAULT_PORT
 
 DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"  # where ``relay serve`` listens with no options
 # One REST call ends within this of its start: connecting, sending, the reply's headers and its body, each
-# step bounded by what is left of it (:class:`_Deadline`); the server's own deadline is
+# step bounded by what is left of it (:class:`~relay_es.adapters.deadline.Deadline`); the server's own deadline is
 # RELAY_HTTP_REQUEST_TIMEOUT_SECS.
 REQUEST_TIMEOUT_SECS = 30
 MAX_REPLY_BYTES = 64 << 20  # a reply's body, decoded (a larger one is refused); a paged list's pages together
@@ -367,7 +366,7 @@ class Client:
         token = _token(args.token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         base = _base_url(args.server)
-        self.deadline = _Deadline(time.monotonic)
+        self.deadline = Deadline(f"no whole reply within {REQUEST_TIMEOUT_SECS}s", monotonic=time.monotonic)
         self.http = httpx.Client(base_url=base, headers=headers, timeout=REQUEST_TIMEOUT_SECS)
         _bound_by(self.http, self.deadline)
         self.org = args.org
@@ -504,59 +503,7 @@ def _base_url(server: str) -> httpx.URL:
     return url
 
 
-class _Deadline(httpcore.NetworkBackend):
-    """Connections whose every step (connecting, TLS, each read and write) ends by the deadline of the call
-    under way (:meth:`start`): httpcore bounds each step alone, so a server trickling its headers a byte at
-    a time would never time out (as :mod:`relay_es.adapters.oidc`'s fetches, but one deadline a call, so
-    that a connection kept alive serves the next)."""
-
-    def __init__(self, monotonic: Callable[[], float]) -> None:
-        self.monotonic = monotonic
-        self.at = math.inf
-        self._backend = httpcore.SyncBackend()
-
-    def start(self, secs: float) -> None:
-        self.at = self.monotonic() + secs
-
-    def passed(self) -> bool:
-        return self.monotonic() >= self.at
-
-    def left(self, timeout: float | None) -> float:
-        left = self.at - self.monotonic()
-        if left <= 0:
-            raise httpcore.ReadTimeout(f"no whole reply within {REQUEST_TIMEOUT_SECS}s")
-        return left if timeout is None else min(timeout, left)
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._backend.connect_tcp(host, port, self.left(timeout), local_address,
-                                                         socket_options), self)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, stream: httpcore.NetworkStream, deadline: _Deadline) -> None:
-        self._stream = stream
-        self._deadline = deadline
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, self._deadline.left(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, self._deadline.left(timeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, self._deadline.left(timeout)),
-                               self._deadline)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-def _bound_by(http: httpx.Client, deadline: _Deadline) -> None:
+def _bound_by(http: httpx.Client, deadline: Deadline) -> None:
     """Every connection ``http`` opens, to the server or to a proxy of the environment, on ``deadline``:
     httpx takes no network backend, the httpcore pool of each of its transports (``_pool``) does."""
     for transport in (http._transport, *http._mounts.values()):
@@ -575,7 +522,7 @@ def _token(raw: str | None) -> str | None:
     return token or None
 
 
-def _read(r: httpx.Response, deadline: _Deadline) -> bytes:
+def _read(r: httpx.Response, deadline: Deadline) -> bytes:
     """The body of ``r``, decoded, read as it arrives: past ``deadline`` or :data:`MAX_REPLY_BYTES` it
     is refused. Of an error only its first :data:`MAX_PROBLEM_BYTES` are read."""
     most = MAX_REPLY_BYTES if r.is_success else MAX_PROBLEM_BYTES
