@@ -11,7 +11,9 @@ frame, so a large answer is the frame plus its decoded form, never more copies).
 Failures are the engine's (:mod:`relay_es.engine.calls`), each with its problem's status:
 no connection (``NoHealthyExecutor``, 503), no answer within the call's timeout
 (``ExecutorTimedOut``, 504), the socket closed while the call waited (``ExecutorGone``, at
-once), the executor's ``error_message`` (``ExecutorFailed``, its text escaped and bounded),
+once; :class:`ExecutorGoneOthersRemain` when other executors able to take the call were connected
+then, which a read may be sent to instead, never to the one that went: ``excluding``), the
+executor's ``error_message`` (``ExecutorFailed``, its text escaped and bounded),
 executors connected but none able to take the call's form (``NoCapableExecutor``, 501: a call
 that :class:`Needs` more than being registered, such as a bulk action on several workflows),
 a reply Relay refused (``ReplyRefused``: the wrong type for the request, a field of the wrong
@@ -29,7 +31,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
@@ -76,6 +78,13 @@ class NoCapableExecutor(CallFailed):
         self.org, self.app = org, app
 
 
+class ExecutorGoneOthersRemain(ExecutorGone):
+    """The executor's socket closed while the call waited, and other executors of the application
+    able to take the call (as it was made: its version, its executor, its needs) were connected
+    then. What a read may be sent again to (``excluding`` the executors that went); an action never
+    is: the executor may have acted before it went."""
+
+
 def sdk_of(conn: Connection) -> tuple[str | None, str | None]:
     """The ``language`` and ``dbos_version`` the connection's executor sent in its ``executor_info``."""
     info = conn.session.info
@@ -110,17 +119,26 @@ class Calls:
         """Calls from other threads run on ``loop`` from now on."""
         self.loop = loop
 
+    def connected(self, org: str, app: str, *, only_version: str | None = None, only_executor: str | None = None,
+                  excluding: Collection[str] = ()) -> dict[str, Connection]:
+        """The registered, open connections of ``org``/``app`` a call may go to, by connection id:
+        of that version (``only_version``), of that executor (``only_executor``), of none of the
+        executors ``excluding`` names."""
+        return {c.id: c for c in self.registry.registered(org, app)
+                if (only_version is None or c.app_version == only_version)
+                and (only_executor is None or c.executor_id == only_executor)
+                and (c.executor_id or "") not in excluding}
+
     def choose(self, org: str, app: str, *, prefer_latest: bool = False,
                latest_version: str | None = None, only_version: str | None = None,
-               only_executor: str | None = None, needs: Needs | None = None) -> Connection:
+               only_executor: str | None = None, needs: Needs | None = None,
+               excluding: Collection[str] = ()) -> Connection:
         """The connection a call of ``org``/``app`` goes to (``only_version``: among that
         application version's alone; ``only_executor``: among that executor's alone, which takes
-        no turn: the choice that named it took one; ``needs``: among the executors able to take it,
-        before the routing rules); raises ``NoHealthyExecutor``, or ``NoCapableExecutor`` when
-        executors are there and none is able."""
-        conns = {c.id: c for c in self.registry.registered(org, app)
-                 if (only_version is None or c.app_version == only_version)
-                 and (only_executor is None or c.executor_id == only_executor)}
+        no turn: the choice that named it took one; ``excluding``: never to those executors;
+        ``needs``: among the executors able to take it, before the routing rules); raises
+        ``NoHealthyExecutor``, or ``NoCapableExecutor`` when executors are there and none is able."""
+        conns = self.connected(org, app, only_version=only_version, only_executor=only_executor, excluding=excluding)
         if needs is not None and conns:
             able = {i: c for i, c in conns.items() if needs.able(*sdk_of(c))}
             if not able:
@@ -135,7 +153,8 @@ class Calls:
     async def call(self, org: str, app: str, make_request: Callable[[str], m.Request], *, timeout: float,
                    prefer_latest: bool = False, latest_version: str | None = None,
                    only_version: str | None = None, only_executor: str | None = None,
-                   chosen: Callable[[str], None] | None = None, needs: Needs | None = None) -> m.Response:
+                   chosen: Callable[[str], None] | None = None, needs: Needs | None = None,
+                   excluding: Collection[str] = ()) -> m.Response:
         """Sends ``make_request(request_id)`` to one executor of ``org``/``app`` and returns its
         answer, of the catalogue's type for the request. ``prefer_latest``: the latest
         application version first (``latest_version``, when given and running; see
@@ -144,10 +163,14 @@ class Calls:
         none (a recovery must run on the dead executor's version). ``only_executor``: that
         executor (its ``executor_id``, as :meth:`choose` gave it) or none: the reads of one answer
         all go to the executor chosen once for it. ``needs``: an executor able to take the request
-        (:class:`Needs`) or none. Raises a :class:`~relay_es.engine.calls.CallFailed`."""
+        (:class:`Needs`) or none. ``excluding``: never those executors (their ``executor_id``: a read
+        sent again after its executor went). Raises a :class:`~relay_es.engine.calls.CallFailed`;
+        the socket closing while it waited, :class:`ExecutorGoneOthersRemain` when other executors
+        could have taken the call, else ``ExecutorGone``. Never sends the request twice."""
         try:
             conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
-                               only_version=only_version, only_executor=only_executor, needs=needs)
+                               only_version=only_version, only_executor=only_executor, needs=needs,
+                               excluding=excluding)
         except (NoHealthyExecutor, NoCapableExecutor):
             self.observe("none", "unavailable", 0.0)  # nothing was built: no type to tell
             raise
@@ -159,7 +182,10 @@ class Calls:
         except TimeoutError:
             raise ExecutorTimedOut(executor_id, timeout) from None
         except ConnectionLost as e:
-            raise ExecutorGone(executor_id, str(e)) from None
+            others = self.connected(org, app, only_version=only_version, only_executor=only_executor,
+                                    excluding={*excluding, executor_id}).values()
+            remain = any(needs is None or needs.able(*sdk_of(c)) for c in others)
+            raise (ExecutorGoneOthersRemain if remain else ExecutorGone)(executor_id, str(e)) from None
         if isinstance(answer, RefusedReply):
             raise ReplyRefused(executor_id, answer.error_message or "unusable reply")
         if answer.failed:

@@ -7,7 +7,9 @@ application over its WebSocket (ADR 0019). A route does three things, each here 
   :mod:`~relay_es.adapters.rest.conductor.models`' closed types (a wrong field: 422 naming it;
   not JSON: 400), read whole only up to the route's own cap.
 * :func:`ask` -- a read: the application must exist (404), then one executor answers
-  (:meth:`relay_es.adapters.hub.calls.Calls.call`) within ``RELAY_CALL_TIMEOUT_SECS``.
+  (:meth:`relay_es.adapters.hub.calls.Calls.call`) within ``RELAY_CALL_TIMEOUT_SECS``; one whose
+  socket closed before it answered is replaced by another of the application, within the same
+  time (:data:`READ_ATTEMPTS`).
   How that can fail is :mod:`relay_es.engine.calls` (503 no healthy executor, 504 no
   answer, 502 the socket dropped or the reply was refused, the executor's own error
   message); the problem handlers below turn each into its problem. A request only some SDKs
@@ -42,7 +44,7 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Request, Response
 
-from relay_es.adapters.hub.calls import Needs
+from relay_es.adapters.hub.calls import ExecutorGoneOthersRemain, NoCapableExecutor, Needs
 from relay_es.adapters.rest import bodies, openapi
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
 from relay_es.adapters.rest.context import RestContext
@@ -66,6 +68,7 @@ R = TypeVar("R")
 
 LATEST_TTL_SECS = 30.0  # how long the version a user made latest is taken as known, per application
 LATEST_ASK_SECS = 5.0  # the longest a call waits to learn it (then: the newest registered version)
+READ_ATTEMPTS = 2  # executors a read is sent to at most: another when the first one's socket closed (ADR 0019)
 
 # How each SDK says it has no workflow of an id (the id exact, the words in any case): TypeScript
 # "Workflow <id> does not exist" (DBOSNonExistentWorkflowError), Python "Non-existent target workflow
@@ -260,17 +263,25 @@ def app_gone(ctx: RestContext, org: str, app: str) -> None:
 async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str], wire.Request], *,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
               chosen: Callable[[str], None] | None = None, app_checked: bool = False,
-              only_executor: str | None = None, needs: Needs | None = None) -> Any:
+              only_executor: str | None = None, needs: Needs | None = None, resend_if_gone: bool = True) -> Any:
     """The answer of one executor of ``org``/``app`` to ``make_request(request_id)``, of the
     catalogue's type for it. Raises :class:`~relay_es.engine.calls.CallFailed` (or
     :class:`ExecutorProblem` for the executor's own error, with the status
     ``failed_status`` gives its message; an executor whose SDK does not know the request's type
-    answers "unknown message type": a 501 saying so). ``chosen(executor_id)`` is told which
+    answers "unknown message type": a 501 saying so). ``chosen(executor_id)`` is told each
     executor the request went to. ``app_checked``: the route has read the application's stream
     already in this request (a 404 for one absent); it is not read again. ``only_executor``: that
     executor answers or none does (a 503 once it is gone), for a route whose reads make one answer
     (:meth:`~relay_es.adapters.hub.calls.Calls.call`). ``needs``: an executor able to take the
-    request answers (:data:`BULK`), or none does: a 501 when executors are connected and none is."""
+    request answers (:data:`BULK`), or none does: a 501 when executors are connected and none is.
+
+    A read whose executor's socket closed before it answered is sent to another executor of the
+    application, never to one that went, up to :data:`READ_ATTEMPTS` executors in all and within
+    the one call timeout: the executors share the application's system database, so any of them
+    answers it alike. Not with ``only_executor`` (the answer's other reads came from that one), nor
+    without ``resend_if_gone`` (:func:`act`: an action may have been done by the executor that
+    went); a timeout is not resent either (the call's time is spent). With none other left, the
+    executor that went is the answer (a 502)."""
     if not app_checked:
         await app_must_exist(ctx, org, app)
     if ctx.calls is None:
@@ -284,10 +295,27 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
 
     latest = await latest_version(ctx, org, app) if prefer_latest else None
     needed = {} if needs is None else {"needs": needs}  # only when given: a stand-in for Calls need not know it
+    total = ctx.call_timeout.total_seconds()
+    began = time.monotonic()
+    gone: list[ExecutorGoneOthersRemain] = []  # the executors that went, in order
     try:
-        return await ctx.calls.call(org, app, made, timeout=ctx.call_timeout.total_seconds(),
-                                    prefer_latest=prefer_latest, latest_version=latest, chosen=chosen,
-                                    only_executor=only_executor, **needed)
+        while True:
+            # only once one went (``excluding``); then what is left of the call's one timeout
+            again = {} if not gone else {"excluding": tuple(g.executor_id for g in gone)}
+            left = total - (time.monotonic() - began) if gone else total
+            try:
+                return await ctx.calls.call(org, app, made, timeout=left, prefer_latest=prefer_latest,
+                                            latest_version=latest, chosen=chosen, only_executor=only_executor,
+                                            **needed, **again)
+            except ExecutorGoneOthersRemain as e:  # only a Calls that takes ``excluding`` raises it
+                gone.append(e)
+                if (not resend_if_gone or only_executor is not None or len(gone) >= READ_ATTEMPTS
+                        or time.monotonic() - began >= total):
+                    raise
+            except (NoHealthyExecutor, NoCapableExecutor):
+                if not gone:
+                    raise
+                raise gone[-1] from None  # the others went too, meanwhile: what happened to the request sent
     except ExecutorFailed as e:
         if e.message.strip().lower() == UNKNOWN_TYPE:
             kind = sent[0] if sent else "this operation"
@@ -309,8 +337,9 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
     """:func:`ask`, recorded as an operator's action (``operation``: Conductor's
     ``operationId``). ``parameters`` and ``result(answer)``: small summaries of scalars for
     the audit log, never workflow inputs or outputs. ``needs``: as :func:`ask` has it; no
-    executor able to take the action is a failure on record, nothing sent. Returns the
-    executor's answer."""
+    executor able to take the action is a failure on record, nothing sent. Sent to one executor
+    only: one whose socket closed may have acted before it went, and another would act again
+    (a second fork, a second trigger). Returns the executor's answer."""
     await app_must_exist(ctx, org, app)
     action_id = await asyncio.to_thread(
         ctx.relay.record_action_requested, org, app, request_id=new_id(), operation=operation,
@@ -319,7 +348,7 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
     asked: list[str] = []
     try:
         answer = await ask(ctx, org, app, make_request, prefer_latest=prefer_latest, failed_status=failed_status,
-                           chosen=asked.append, needs=needs)
+                           chosen=asked.append, needs=needs, resend_if_gone=False)  # it may have been done
     except NoHealthyExecutor as e:
         await completed(ctx, action_id, Outcome.NO_HEALTHY_EXECUTOR, e.detail, None)
         raise
