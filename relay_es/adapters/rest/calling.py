@@ -333,11 +333,13 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
               make_request: Callable[[str], wire.Request],
               result: Callable[[Any], Mapping[str, Any] | None] = lambda answer: None,
               prefer_latest: bool = False, failed_status: Callable[[str], int] | int = 500,
-              needs: Needs | None = None) -> Any:
+              needs: Needs | None = None, only_executor: str | None = None) -> Any:
     """:func:`ask`, recorded as an operator's action (``operation``: Conductor's
     ``operationId``). ``parameters`` and ``result(answer)``: small summaries of scalars for
     the audit log, never workflow inputs or outputs. ``needs``: as :func:`ask` has it; no
-    executor able to take the action is a failure on record, nothing sent. Sent to one executor
+    executor able to take the action is a failure on record, nothing sent. ``only_executor``: as
+    :func:`ask` has it, for an action a read of that executor checked first (a schedule paused
+    where it was found); once it is gone, a 503 on record, nothing sent. Sent to one executor
     only: one whose socket closed may have acted before it went, and another would act again
     (a second fork, a second trigger). Returns the executor's answer."""
     await app_must_exist(ctx, org, app)
@@ -348,7 +350,8 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
     asked: list[str] = []
     try:
         answer = await ask(ctx, org, app, make_request, prefer_latest=prefer_latest, failed_status=failed_status,
-                           chosen=asked.append, needs=needs, resend_if_gone=False)  # it may have been done
+                           chosen=asked.append, needs=needs, only_executor=only_executor,
+                           resend_if_gone=False)  # it may have been done
     except NoHealthyExecutor as e:
         await completed(ctx, action_id, Outcome.NO_HEALTHY_EXECUTOR, e.detail, None)
         raise
