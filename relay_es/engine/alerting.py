@@ -55,13 +55,24 @@ sender has not answered after ``lost_after`` (its task died: Relay's own fault; 
 is not handed over, so it is never taken for lost) is recorded as a failed attempt, which counts
 toward ``max_attempts``, and its answer, should it come after all, is ignored: each hand-over
 carries a token, and only the latest hand-over's answer is taken.
+
+What is left to deliver is held in memory, :data:`MAX_UNDELIVERED` channels at most
+(:attr:`AlertManager.pending`; the receivers' queues and the timers hold its keys only). A receiver
+that hangs is worked through 4 attempts at a time, each taking its full timeout, and waiting one's
+turn does not count against a channel: while its rules went on firing, its channels piled up for as
+long as the hang lasted (20 rules of 3 webhooks and an app channel firing every minute: 80 channels
+more every minute, none finished in three hours). Past the bound, the oldest channel of the
+receiver holding the most (not one under way) is ended unsent, recorded like any final attempt
+(:data:`DROPPED`, an ``alert.delivery`` in the lifecycle feed), so that a restart does not bring it
+back; its alert's ``Fired`` is untouched. Each is counted (:attr:`AlertStats.dropped`, and as a
+failed delivery), and one WARNING a minute at most says how many.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -103,6 +114,13 @@ RECEIVER_DELETED = "not sent: the receiving application was deleted"
 # with 4007 after the deletion, do not count them as applications without a HEALTHY executor.
 DELETIONS_KEPT = 1024
 CHECKED = (*POLLED, "UnresponsiveApplication")
+# Channels of fired alerts held undelivered (pending: queued, under way or waiting for a retry), at most; about
+# 1 KB each, 10 KB at the very most (an alert's message and metadata, shared by its channels). Past it the
+# oldest of the receiver holding the most is dropped: recorded as a final attempt not made (DROPPED).
+MAX_UNDELIVERED = 10_000
+DROPPED = ("not sent: dropped, as Relay holds at most {:,} alert deliveries not finished and this one's receiver "
+           "held the most (its oldest go first)")
+REPORT_EVERY = 60.0  # seconds: one WARNING at most this often about the deliveries dropped
 
 
 @dataclass(frozen=True)
@@ -110,7 +128,7 @@ class AlertTiming:
     check_interval: float = 60.0  # seconds between two checks of a rule
     retry_base: float = 5.0  # the first retry of a failed delivery, seconds; doubled each time
     retry_max: float = 300.0
-    max_attempts: int = 10  # per channel: about 25 minutes of retries with the defaults
+    max_attempts: int = 10  # per channel: 20 minutes of backoff with the defaults, plus the attempts themselves
     lost_after: float = 60.0  # an attempt or a check the sender has not answered by then is given up for lost
     max_in_flight: int = 32  # delivery attempts handed to the sender and not answered yet, at most
     per_receiver: int = 4  # of those, to one receiver (a webhook's scheme://host:port, or the receiving app)
@@ -183,6 +201,7 @@ class AlertStats:
     delivery_failures: int = 0  # attempts that failed (retried or not)
     probe_failures: int = 0
     errors: int = 0
+    dropped: int = 0  # channels ended unsent, more than MAX_UNDELIVERED being held (also counted in delivery_failures)
 
 
 @dataclass
@@ -202,6 +221,7 @@ class _Pending:
     attempts: int = 0
     last_at: datetime | None = None
     receiver_deleted: bool = False  # an app channel whose receiving application was deleted: never sent
+    receiver: str = ""  # who its attempts go to (AlertManager._receiver), as it was when the alert was read
 
 
 @dataclass(frozen=True)
@@ -260,6 +280,13 @@ class AlertManager:
         # in the order they take turns). A key is in one queue at most (_queued: key -> its receiver).
         self._waiting: dict[str, deque[tuple[str, str]]] = {}
         self._queued: dict[tuple[str, str], str] = {}
+        # Receiver -> the keys of pending that go to it, oldest alert first; _sizes: how many a receiver holds ->
+        # those receivers, and _largest the most any holds: the channel dropped past MAX_UNDELIVERED is found at once.
+        self._held: dict[str, OrderedDict[tuple[str, str], None]] = {}
+        self._sizes: dict[int, dict[str, None]] = {}
+        self._largest = 0
+        self._dropped_from: Counter[str] = Counter()  # receiver -> its channels dropped and not reported yet
+        self._reported_at: float | None = None  # monotonic: the last WARNING about drops
         self._probing: dict[str, float] = {}
         self._asked: dict[str, float] = {}  # rule id -> monotonic start of its probe out
         self._seen: dict[str, float] = {}  # rule id -> monotonic start of its last probe answered (no error)
@@ -286,6 +313,7 @@ class AlertManager:
         """Folds every rule and alert in the log: rules are checked from now on, and every
         delivery left unfinished is resumed."""
         self.catch_up()
+        self._shed()  # every unfinished delivery is known now: one later in the log may have finished it
         self._report_missing_keys()
         self.started = True
         for rule in self.rules.values():
@@ -313,8 +341,8 @@ class AlertManager:
         owner)."""
         total = 0
         while True:
-            n = (self._run_due() + self.catch_up() + self._drain() + self._read_flaps() + self._fire_queued()
-                 + self._hand_over_waiting())
+            n = (self._run_due() + self.catch_up() + self._shed() + self._drain() + self._read_flaps()
+                 + self._fire_queued() + self._hand_over_waiting())
             if n == 0:
                 return total
             total += n
@@ -408,17 +436,20 @@ class AlertManager:
                 key = (e.alert_id, channel)
                 p = _Pending(org, app, rule_id, e.alert_id, channel, e.rule_type, e.receiving_app, e.message,
                              metadata, e.timestamp, receiver_deleted=channel == "app" and rule_id in gone)
+                p.receiver = self._receiver(p) or f"a deleted rule's {channel}"
                 self.pending[key] = p
+                self._hold(key, p.receiver)
                 if self.started:
                     self._arm_delivery(key, p)
+            if self.started:  # else once every unfinished delivery is read: one later in the log may finish it
+                self._shed()
         elif isinstance(e, AlertFirings.DeliveryAttempted):
             key = (e.alert_id, e.channel)
             p = self.pending.get(key)
             if p is None:
                 return
             if e.final:
-                del self.pending[key]
-                self.timers.cancel(("deliver", key))
+                self._let_go(key)
                 self._release(key)  # recorded by another writer while this one's attempt was out: its slot is free
                 return
             p.attempts, p.last_at = max(p.attempts, e.attempt), e.timestamp
@@ -667,6 +698,8 @@ class AlertManager:
             try:
                 if kind == "check":
                     self._check(key)
+                elif kind == "report":
+                    self._report_drops()
                 else:
                     self._deliver(key)
             except Exception as e:
@@ -843,6 +876,104 @@ class AlertManager:
             self._busy[out.receiver] = left
         else:
             del self._busy[out.receiver]
+
+    # ---------------------------------------------------------------- bound
+    def _hold(self, key: tuple[str, str], receiver: str) -> None:
+        held = self._held.setdefault(receiver, OrderedDict())
+        if key not in held:
+            held[key] = None
+            self._resize(receiver, len(held) - 1)
+
+    def _let_go(self, key: tuple[str, str]) -> None:
+        """The channel is no longer held (recorded as final, or dropped): out of pending, its receiver's
+        count, its timer and its receiver's queue. Not out of _inflight: its answer frees the slot."""
+        p = self.pending.pop(key, None)
+        if p is None:
+            return
+        held = self._held.get(p.receiver)
+        if held is not None and key in held:
+            del held[key]
+            if not held:
+                del self._held[p.receiver]
+            self._resize(p.receiver, len(held) + 1)
+        self.timers.cancel(("deliver", key))
+        receiver = self._queued.pop(key, None)
+        if receiver is not None:
+            queue = self._waiting[receiver]
+            queue.remove(key)  # the oldest dropped are near its front
+            if not queue:
+                del self._waiting[receiver]
+
+    def _resize(self, receiver: str, was: int) -> None:
+        """``receiver`` held ``was`` channels and now holds one more or one less: it changes bucket."""
+        now = len(self._held.get(receiver, ()))
+        if was:
+            bucket = self._sizes[was]
+            del bucket[receiver]
+            if not bucket:
+                del self._sizes[was]
+        if now:
+            self._sizes.setdefault(now, {})[receiver] = None
+        self._largest = max(self._largest, now)
+        while self._largest and self._largest not in self._sizes:  # one step down at most: sizes move by one
+            self._largest -= 1
+
+    def _victim(self) -> tuple[str, str] | None:
+        """The oldest channel not under way of the receiver holding the most (of another when all of its
+        are under way: at most per_receiver are)."""
+        for receiver in self._sizes.get(self._largest, ()):
+            for key in self._held[receiver]:
+                if key not in self._inflight:
+                    return key
+        for receiver, held in self._held.items():  # seldom: each receiver holding the most has only keys under way
+            for key in held:
+                if key not in self._inflight:
+                    return key
+        return None
+
+    def _shed(self) -> int:
+        """Drops channels while more than :data:`MAX_UNDELIVERED` are held; returns how many. Each is recorded
+        as a final attempt not made (before it is let go: a store error leaves it held, for the next step), so a
+        restart does not bring it back and the lifecycle feed says so."""
+        n = 0
+        while len(self.pending) > MAX_UNDELIVERED:
+            key = self._victim()
+            if key is None:
+                break
+            p = self.pending[key]
+            try:
+                self._end(p, DROPPED.format(MAX_UNDELIVERED))
+            except Exception as e:
+                if self.relay.is_store_error(e):
+                    raise
+                self.stats.errors += 1  # a bug: dropped all the same, the bound holds
+                log.exception("alert manager: the drop of alert %s on %s could not be recorded", p.alert_id, p.channel)
+            self._let_go(key)
+            self.stats.dropped += 1
+            self.stats.delivery_failures += 1
+            self._dropped_from[p.receiver] += 1
+            n += 1
+        if n:
+            self._report_drops()
+        return n
+
+    def _report_drops(self) -> None:
+        """One WARNING for the channels dropped since the last, at most every :data:`REPORT_EVERY` seconds: the
+        next is armed for the rest."""
+        if not self._dropped_from:
+            return
+        mono = self.clock.monotonic()
+        if self._reported_at is not None and mono < self._reported_at + REPORT_EVERY:
+            self.timers.arm(("report", "drops"), self._reported_at + REPORT_EVERY)
+            return
+        most = ", ".join(f"{r} {n}" for r, n in self._dropped_from.most_common(3))
+        log.warning("alert manager: %d alert deliveries dropped unsent (most from: %s; %d receivers in all): more "
+                    "than %d were held undelivered, so the oldest of the receiver holding the most are dropped, "
+                    "each recorded as a final attempt not made (alert.delivery in the lifecycle feed); %d dropped "
+                    "since start", sum(self._dropped_from.values()), most, len(self._dropped_from), MAX_UNDELIVERED,
+                    self.stats.dropped)
+        self._dropped_from.clear()
+        self._reported_at = mono
 
     # --------------------------------------------------------------- answers
     def _drain(self) -> int:
