@@ -32,7 +32,9 @@ from relay_es.composition.settings import (
     PROJECTION_MODES,
     TIMINGS,
     Settings,
+    database_url,
     limit_default,
+    seconds_text,
 )
 
 log = logging.getLogger("relay")
@@ -81,7 +83,7 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--log-level", default=os.environ.get("RELAY_LOG_LEVEL", "INFO"),
                    help=f"{', '.join(LOG_LEVELS)} (RELAY_LOG_LEVEL, default INFO)")
     for key, t in TIMINGS.items():
-        p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {t.default:g})")
+        p.add_argument(t.flag, dest=key, type=float, help=f"{t.help} ({t.env}, default {seconds_text(t.default)})")
     for key, lim in LIMITS.items():
         p.add_argument(lim.flag, dest=key, type=int, help=f"{lim.help} ({lim.env}, default {limit_default(key)})")
 
@@ -117,18 +119,13 @@ def admin(args: argparse.Namespace) -> int:
     from relay_es.engine.service import Relay, check_token_arguments
 
     logs.configure("WARNING")
-    url = args.database_url or os.environ.get("RELAY_DATABASE_URL")
-    try:
-        store = parse_database_url(url)
-    except ValueError as e:
-        print(f"relay: {e}", file=sys.stderr)
-        return 2
     permissions = getattr(args, "permissions", None)
     try:  # before the store is opened (or made): a refused token leaves nothing behind
+        store = parse_database_url(database_url(args.database_url, os.environ))
         check_token_arguments(args.org, args.name, args.apps, permissions)
-    except RelayError as e:
+    except (RelayError, ValueError) as e:  # a usage error, as a setting serve refuses
         print(f"relay: {e}", file=sys.stderr)
-        return 1
+        return 2
     if store.sqlite_path is not None and not os.path.exists(store.sqlite_path):
         # the first token may well come before the first `relay serve`; a mistyped path should not pass unseen
         print(f"relay: no store at {store.sqlite_path} yet: making a new one", file=sys.stderr)
@@ -312,14 +309,19 @@ class _BindError(logging.Filter):
         return True
 
 
+# What an interrupted or broken rebuild leaves: rows of some streams, the positions not yet moved.
+REBUILD_LEFT = ("the read models are partly rebuilt, their positions back at the start (with one process: where "
+                "it had reached); run `relay projections rebuild` again")
+
+
 def projections(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
     from relay_es.adapters.stores import parse_database_url
 
     logs.configure("WARNING")
     try:
-        store = parse_database_url(args.database_url or os.environ.get("RELAY_DATABASE_URL"))
-    except ValueError as e:
+        store = parse_database_url(database_url(args.database_url, os.environ))
+    except ValueError as e:  # InvalidSetting too
         print(f"relay: {e}", file=sys.stderr)
         return 2
     if store.sqlite_path is not None and not os.path.exists(store.sqlite_path):
@@ -330,9 +332,14 @@ def projections(args: argparse.Namespace) -> int:
     except store_errors() as e:
         print(f"relay: {store_failure(e, store.url)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # before the rebuild began: during it, _rebuild says what it left
+        print("relay: interrupted before the rebuild began: the read models are as they were", file=sys.stderr)
+        return 130
 
 
 def _rebuild(args: argparse.Namespace, store: Any) -> int:
+    from concurrent.futures.process import BrokenProcessPool
+
     from relay_es.adapters.lease import Lease, LeaseHeld
     from relay_es.adapters.readmodels.rebuild import rebuild_in_processes
 
@@ -346,6 +353,12 @@ def _rebuild(args: argparse.Namespace, store: Any) -> int:
         return 1
     try:
         n = rebuild_in_processes(store, args.only)
+    except KeyboardInterrupt:  # Ctrl-C: the share processes, in the terminal's group, were interrupted too
+        print(f"relay: rebuild interrupted: {REBUILD_LEFT}", file=sys.stderr)
+        return 130
+    except BrokenProcessPool:  # a share process killed by someone else (the OOM killer, a kill -9)
+        print(f"relay: a rebuild process ended before its share was filled (killed?): {REBUILD_LEFT}", file=sys.stderr)
+        return 1
     finally:
         lease.release()
     print(f"rebuilt {', '.join(args.only or NAMES)} from {n} events")

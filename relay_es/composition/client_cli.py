@@ -396,15 +396,25 @@ class Client:
                 raise CliError(f"the server linked a next page elsewhere: {_clip(nxt)!r}")
             if len(read) >= MAX_PAGES:
                 raise CliError(f"the server linked a next page after {MAX_PAGES} pages ({len(out)} rows); stopped")
-            request = self._request("GET", nxt)
+            request = self._request("GET", nxt, linked=True)
             if request.url in read:
                 raise CliError(f"the server linked a page already read as the next: {_clip(nxt)!r}")
 
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Request:
+    def _request(self, method: str, path: str, *, linked: bool = False, **kw: Any) -> httpx.Request:
+        """The request for ``path``, under ``--server``'s own path. A path this command built (every
+        one but a server's ``linked`` next page) is sent exactly as built or not at all: httpx would
+        remove a dot segment (the request reaching the path above) or encode a character again."""
         try:
-            return self.http.build_request(method, path, **kw)
+            request = self.http.build_request(method, path, **kw)
         except httpx.InvalidURL as e:
             raise CliError(f"cannot make a URL of {_clip(path)!r}: {e}", 2) from None
+        if not linked:
+            built = self.http.base_url.raw_path + path.lstrip("/").encode("utf-8", "surrogatepass")
+            sent = request.url.raw_path.split(b"?", 1)[0]
+            if sent != built:
+                raise CliError(f"the path {_clip(path)!r} would be sent as {_clip(sent.decode('ascii', 'replace'))!r}"
+                               ": not sent", 2)
+        return request
 
     def _send(self, request: httpx.Request) -> httpx.Response:
         """The reply with its whole body, decoded, within :data:`REQUEST_TIMEOUT_SECS` of now (a redirect
@@ -481,6 +491,17 @@ def _parse(r: httpx.Response) -> Any:
 
 def _constant(name: str) -> Any:
     raise _Refused(f"it holds {name}")
+
+
+def _json_flag(flag: str, text: str) -> Any:
+    """A flag's JSON, read as a reply is (:func:`_parse`): NaN, ±Infinity and a nesting deeper than the
+    parser recurses are not JSON either; a usage error."""
+    try:
+        return json.loads(text, parse_constant=_constant)
+    except RecursionError:
+        raise CliError(f"{flag} is not JSON: it is nested too deeply", 2) from None
+    except ValueError as e:
+        raise CliError(f"{flag} is not JSON: {e}", 2) from None
 
 
 def _base_url(server: str) -> httpx.URL:
@@ -573,13 +594,42 @@ def _cell(v: Any) -> str:
     return printable(str(v))
 
 
+MAX_COLUMN = 60  # terminal columns of a table's column; a longer cell is cut, ending in "…"
+
+
+def _columns(ch: str) -> int:
+    """Terminal columns ``ch`` takes: a wide or full-width character (CJK) two, a combining mark none
+    (it sits on the character before it), any other one. ``printable`` has escaped the rest."""
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def width(text: str) -> int:
+    """Terminal columns ``text`` takes (:func:`_columns`): what tables pad by, not its length."""
+    return sum(_columns(ch) for ch in text)
+
+
+def _fit(text: str, columns: int) -> str:
+    """``text`` in exactly ``columns`` terminal columns: padded with spaces, or cut and ended with "…"."""
+    if width(text) > columns:
+        kept, used = [], 0
+        for ch in text:
+            w = _columns(ch)
+            if used + w > columns - 1:
+                break
+            kept.append(ch)
+            used += w
+        text = "".join(kept) + "…"
+    return text + " " * (columns - width(text))
+
+
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    widths = [min(w, 60) for w in widths]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    widths = [min(max([width(c)] + [width(row[i]) for row in cells]), MAX_COLUMN) for i, c in enumerate(columns)]
+    lines = ["  ".join(_fit(c, w) for c, w in zip(columns, widths)).rstrip()]
     for row in cells:
-        lines.append("  ".join((v if len(v) <= w else v[: w - 1] + "…").ljust(w) for v, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(_fit(v, w) for v, w in zip(row, widths)).rstrip())
     return "\n".join(lines)
 
 
@@ -595,9 +645,9 @@ def emit(args: argparse.Namespace, data: Any, kind: str, columns: list[str] | No
         rows = _objects(_list(data, kind))
         print(table(rows, columns) if rows else f"(no {kind})")
     elif isinstance(data, dict):
-        width = max(len(printable(k)) for k in data) if data else 0
+        keys = max(width(printable(k)) for k in data) if data else 0
         for k, v in data.items():
-            print(f"{printable(k).ljust(width)}  {_cell(v)}")
+            print(f"{printable(k)}{' ' * (keys - width(printable(k)))}  {_cell(v)}")
     else:
         raise CliError(f"the server's answer is not a {kind} (an object)")
 
@@ -629,7 +679,16 @@ def _drop_stdout() -> None:
 
 
 def seg(name: str) -> str:
-    """One path segment: a name typed by the user, or an executor id, cannot reach another path."""
+    """One path segment: a name typed by the user, or an executor id, cannot reach another path.
+
+    ``.`` and ``..`` are sent as ``%2E`` and ``%2E%2E`` (the server reads them back as the name):
+    quoted as they are, httpx removes them as dot segments, and ``workflows delete .. --app victim``
+    was ``DELETE .../apps/victim``, the application. An empty name would leave a path of another
+    shape (``apps/``) and is refused. :meth:`Client._request` checks the path sent is the path built."""
+    if not name:
+        raise CliError("a name in the path is empty (an application, an org, an id...): give one", 2)
+    if name in (".", ".."):
+        return name.replace(".", "%2E")
     return quote(name, safe="")
 
 
@@ -929,10 +988,7 @@ def _alerts(args: argparse.Namespace, c: Client, app: str) -> None:
     if args.action == "list":
         emit(args, c.call("GET", f"{app}/alerting-rules"), "alerting rules")
     elif args.action == "create":
-        try:
-            metadata = json.loads(args.metadata)
-        except ValueError as e:
-            raise CliError(f"--metadata is not JSON: {e}", 2) from None
+        metadata = _json_flag("--metadata", args.metadata)
         body: dict[str, Any] = {"ruleType": args.rule_type, "ruleMetadata": metadata}
         if args.min_interval is not None:
             body["minIntervalSecs"] = args.min_interval

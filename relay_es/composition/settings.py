@@ -10,6 +10,7 @@ import ipaddress
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -41,7 +42,10 @@ class TimingSetting:
 
 
 TIMINGS = {
-    "ping_interval": TimingSetting("--ping-interval-secs", "RELAY_PING_INTERVAL_SECS", defaults.PING_INTERVAL, "how often Relay pings each executor"),
+    # At least a tenth of a second: every ping of every executor wakes the loop (1 µs took 23% of a core
+    # for one executor), and no network answers a pong much sooner.
+    "ping_interval": TimingSetting("--ping-interval-secs", "RELAY_PING_INTERVAL_SECS", defaults.PING_INTERVAL,
+                                   "how often Relay pings each executor, at least 0.1 s", least=0.1),
     "ping_wait": TimingSetting("--ping-wait-secs", "RELAY_PING_WAIT_SECS", defaults.PING_WAIT, "silence after which a socket is DISCONNECTED"),
     "default_executor_timeout": TimingSetting(
         "--default-executor-timeout-secs", "RELAY_DEFAULT_EXECUTOR_TIMEOUT_SECS", defaults.EXECUTOR_TIMEOUT,
@@ -69,7 +73,8 @@ TIMINGS = {
     ),
     "alert_retry": TimingSetting(
         "--alert-retry-secs", "RELAY_ALERT_RETRY_SECS", defaults.ALERT_RETRY,
-        "the wait before an alert's second delivery attempt; doubled for each next one, at most 300 s",
+        "the wait before an alert's second delivery attempt, at most 300 s (the backoff's cap); doubled for "
+        "each next one, up to 300 s", most=300.0,
     ),
     "restart_settle": TimingSetting(
         "--restart-settle-secs", "RELAY_RESTART_SETTLE_SECS", defaults.RESTART_SETTLE,
@@ -182,6 +187,11 @@ def _count(name: str, raw: Any) -> int:
     return v
 
 
+def seconds_text(secs: float) -> str:
+    """A number of seconds as a person reads it: ``1209600``, ``0.1``, ``1e-06``; never ``1.2096e+06``."""
+    return f"{secs:g}" if secs < 1e-4 else format(secs, "f").rstrip("0").rstrip(".")
+
+
 def _duration(name: str, raw: Any, most: float = 0.0, least: float = 0.0) -> timedelta:
     most = most or MAX_DURATION_SECS
     least = least or MIN_DURATION_SECS
@@ -190,8 +200,33 @@ def _duration(name: str, raw: Any, most: float = 0.0, least: float = 0.0) -> tim
     except (TypeError, ValueError):
         raise InvalidSetting(name, f"must be a number of seconds, got {raw!r}") from None
     if not least <= v <= most:  # NaN too
-        raise InvalidSetting(name, f"must be at least {least:g} and at most {most:g} seconds, got {raw!r}")
+        raise InvalidSetting(name, f"must be at least {seconds_text(least)} and at most {seconds_text(most)} "
+                                   f"seconds, got {raw!r}")
     return timedelta(seconds=v)
+
+
+DATABASE_URL_ENV = "RELAY_DATABASE_URL"
+
+
+def database_url(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """``--database-url``, else ``RELAY_DATABASE_URL``; None when neither is given (the default store,
+    ./relay-data/relay.db). One given empty is refused: it read as not given, so a deployment whose
+    variable came out empty (meant: its Postgres) served a new, empty SQLite store, and an empty flag
+    hid the variable."""
+    if flag is not None:
+        given, name = flag, "--database-url"
+    elif DATABASE_URL_ENV in environ:
+        given, name = environ[DATABASE_URL_ENV], DATABASE_URL_ENV
+    else:
+        return None
+    if not given.strip():
+        raise InvalidSetting(name, "is empty: give postgresql://user:pass@host:port/db or sqlite:///path, or leave "
+                                   "it unset for the default store (./relay-data/relay.db)")
+    return given
+
+
+# OIDC's settings besides the issuer: each does something only with it (docs/identity.md).
+OIDC_WITH_ISSUER = ("oidc_audience", "oidc_org", "oidc_groups_claim", "oidc_group_roles", "oidc_username_claim")
 
 
 MAX_HOST_NAME = 253  # characters of a DNS name, its trailing dot aside (RFC 1035)
@@ -316,7 +351,15 @@ class Settings:
         oidc = {k: pick(k, f"RELAY_{k.upper()}", None) for k in ("oidc_issuer", "oidc_audience", "oidc_org",
                                                                   "oidc_groups_claim", "oidc_group_roles",
                                                                   "oidc_username_claim")}
-        if oidc["oidc_issuer"]:
+        if not oidc["oidc_issuer"]:
+            # Without the issuer they were ignored, even ones that could never work (--oidc-org a/b):
+            # a misspelt or forgotten issuer left OIDC off with nothing said.
+            stray = [f"RELAY_{k.upper()}" for k in OIDC_WITH_ISSUER if oidc[k]]
+            if stray:
+                raise InvalidSetting("RELAY_OIDC_ISSUER", f"is not given, but {', '.join(stray)} "
+                                                          f"{'is' if len(stray) == 1 else 'are'}: they do nothing "
+                                                          "without it (--oidc-issuer); give it or leave them unset")
+        else:
             if not auth:
                 raise InvalidSetting("RELAY_OIDC_ISSUER", "OIDC sign-in needs auth mode (--auth)")
             from relay_es.adapters.oidc import secure_url
@@ -326,6 +369,10 @@ class Settings:
             for key in ("oidc_audience", "oidc_org"):
                 if not oidc[key]:
                     raise InvalidSetting(f"RELAY_{key.upper()}", "is needed with RELAY_OIDC_ISSUER")
+            for key in ("oidc_groups_claim", "oidc_username_claim"):
+                if oidc[key] is not None and not str(oidc[key]).strip():  # given empty: it names no claim
+                    raise InvalidSetting(f"RELAY_{key.upper()}", "is empty: name a claim of the tokens, or leave "
+                                                                 "it unset for its default")
             from relay_es.aggregates.application import ORG_NAME
             if not ORG_NAME.fullmatch(str(oidc["oidc_org"])):  # else every /v2/orgs/{org}/... path refuses it
                 raise InvalidSetting("RELAY_OIDC_ORG", "must be an org name: letters, digits and ._~- (at most 128, "
@@ -359,7 +406,7 @@ class Settings:
             host=host,
             limits=limits,
             port=port,
-            database_url=pick("database_url", "RELAY_DATABASE_URL", None),
+            database_url=database_url(args.get("database_url"), env),
             auth=auth,
             insecure=insecure,
             **timings,

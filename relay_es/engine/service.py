@@ -57,12 +57,21 @@ from relay_es.engine.store import RelayStore
 from relay_es.protocol.retention import RetentionPlan, plan as retention_plan
 
 
+def check_token_name(name: str) -> str:
+    """A token's name: the URL-safe alphabet of an application's name (it is a path segment too),
+    refused as ``tokenName`` (``relay admin create-token`` said ``appName`` of a bad token name)."""
+    try:
+        return check_app_name(name)
+    except InvalidSetting as e:
+        raise InvalidSetting("tokenName", e.message) from None
+
+
 def check_token_arguments(org: str, name: str, app_names: list[str] | None,
                           permissions: list[str] | None) -> list[str] | None:
     """:meth:`Relay.create_token`'s arguments checked (an :class:`InvalidSetting` naming the first
     that is not); returns the permissions in their order, or None for those of the token's scope."""
     check_org_name(org)
-    check_app_name(name)  # same URL-safe alphabet
+    check_token_name(name)
     if app_names is not None:
         if not isinstance(app_names, (list, tuple)):  # a str would be read letter by letter
             raise InvalidSetting("appNames", f"must be a list of names, got {type(app_names).__name__}")

@@ -97,7 +97,7 @@ def test_admin_checks_its_arguments_before_it_opens_or_makes_a_store(tmp_path) -
     url = f"sqlite:///{tmp_path}/typo/relay.db"
     r = subprocess.run(RELAY + ["admin", "create-token", "ci", "--org", "bad org", "--database-url", url],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert "org" in _failed(r, 1)
+    assert "org" in _failed(r, 2)  # a usage error, as serve's settings
     assert not (tmp_path / "typo").exists()
     r = subprocess.run(RELAY + ["projections", "rebuild", "--database-url", url], cwd=tmp_path, capture_output=True,
                        text=True, timeout=60)

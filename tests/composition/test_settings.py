@@ -138,9 +138,9 @@ def test_oidc_settings_that_could_never_work_safely_are_refused_at_start(issuer:
 @pytest.mark.parametrize("raw", ["1e-7", "0.0000004", "0", "-1", "nan", "inf"])
 def test_a_duration_that_would_round_to_nothing_is_refused_naming_the_least(raw: str) -> None:
     with pytest.raises(InvalidSetting) as e:
-        Settings.from_sources({}, {"RELAY_PING_INTERVAL_SECS": raw})
-    assert "RELAY_PING_INTERVAL_SECS" in str(e.value) and "at least 1e-06" in str(e.value)
-    assert Settings.from_sources({}, {"RELAY_PING_INTERVAL_SECS": "1e-6"}).ping_interval.total_seconds() == 1e-6
+        Settings.from_sources({}, {"RELAY_CALL_TIMEOUT_SECS": raw})  # a timing with no floor of its own
+    assert "RELAY_CALL_TIMEOUT_SECS" in str(e.value) and "at least 1e-06" in str(e.value)
+    assert Settings.from_sources({}, {"RELAY_CALL_TIMEOUT_SECS": "1e-6"}).call_timeout.total_seconds() == 1e-6
 
 
 @pytest.mark.parametrize("raw", ["0.001", "0.999", "1e-6"])
