@@ -20,6 +20,16 @@ few seconds by ``relay serve``, takes it again on a new session; if another
 instance took it meanwhile it raises :class:`LeaseLost`, and the server stops
 rather than lead beside it.
 
+Postgres can also come back with other data than the holder led: restored from
+an older copy of its data directory (a backup, a failover to a replica that
+lagged), or a new cluster on the same address. The lock is free there, and was
+taken again: the holder went on writing over what it held in memory (streams
+with gaps, poison for every read model) or retried for ever on tables that were
+gone. So the lease records the cluster's ``system_identifier`` when it is first
+taken, and a lease taken again is lost unless the store on the new session is
+that cluster still, holds the events table, and its log reaches the newest
+event this process saw (:meth:`Lease.guard`).
+
 The session connects with the store's one connection string
 (``StoreConfig.conninfo``), as the event store and the read models do: the lock
 lives in one database, and it guards the events only if they are in the same one.
@@ -40,6 +50,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +92,8 @@ _TAKE = (f"SELECT pg_backend_pid(), CASE WHEN pg_backend_pid() <> %(pid)s THEN N
          f" ({_LOCK_ROWS} LIMIT 1)")
 # The backend the statement ran on, and whether it holds the lock.
 _HELD = f"SELECT pg_backend_pid(), EXISTS ({_LOCK_ROWS} AND pid = pg_backend_pid())"
+# The cluster: an initdb makes it, a copy of its data directory (a backup, a replica) keeps it.
+_SYSTEM = "SELECT system_identifier FROM pg_control_system()"
 
 
 class LeaseHeld(RuntimeError):
@@ -89,7 +102,8 @@ class LeaseHeld(RuntimeError):
 
 class LeaseLost(RuntimeError):
     """The lease is not this instance's any more: its session ended and another instance
-    holds it now, or the session is not the one that took it (a pooler in transaction mode)."""
+    holds it now, or the session is not the one that took it (a pooler in transaction mode),
+    or the store it was taken again on is not the one it led."""
 
 
 class Pooled(RuntimeError):
@@ -104,6 +118,9 @@ class Lease:
         self._held = False  # Postgres: acquired, and not released (the session may have ended since)
         self._pid = 0  # Postgres: the backend the lock was taken on
         self._holder: int | None = None  # Postgres: the backend holding the lock, when it was refused
+        self._system: int | None = None  # Postgres: the cluster the lock was first taken on (None: not readable)
+        self._log: tuple[str, str] | None = None  # Postgres: the events table (schema, name) it guards
+        self._seen: Callable[[], int] = lambda: 0  # the newest notification id this process saw in it
 
     def acquire(self) -> None:
         if self.config.is_postgres:
@@ -117,6 +134,11 @@ class Lease:
                     f"session: Postgres backend {self._holder}); running several instances on one store is "
                     "not supported yet"
                 )
+            try:
+                self._system = self._cluster(conn)
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
             self._held = True
             return
@@ -136,6 +158,49 @@ class Lease:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
+
+    def guard(self, schema: str, table: str, seen: Callable[[], int]) -> None:
+        """The event log the lease leads: its table and ``seen()``, the newest notification id this
+        process has saved or read there. A lease taken again (:meth:`check`) on a store whose table
+        is gone, or whose log ends before ``seen()``, is lost: that is not the log this process led.
+        Postgres only; a SQLite file cannot change under its lock."""
+        self._log = (schema, table)
+        self._seen = seen
+
+    def _cluster(self, conn: Any) -> int | None:
+        """The cluster's system identifier, or None where the role may not read it (a managed
+        Postgres may revoke ``pg_control_system``): then the log alone tells a store that changed."""
+        import psycopg
+
+        try:
+            return int(conn.execute(_SYSTEM).fetchone()[0])
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+            return None
+
+    def _changed(self, conn: Any) -> str | None:
+        """Why the store on this new session is not the one the lease led, or None: it is."""
+        from psycopg import sql
+
+        where = redact_url(self.config.url)
+        if self._system is not None:
+            now = self._cluster(conn)
+            if now != self._system:
+                return (f"the store at {where} came back as another Postgres cluster (system identifier {now}, "
+                        f"not {self._system}): a new or re-created cluster is not the store this instance led")
+        if self._log is None:
+            return None
+        schema, table = self._log
+        name = sql.Identifier(schema, table)
+        if conn.execute("SELECT to_regclass(%s)", (name.as_string(conn),)).fetchone()[0] is None:
+            return (f"the store at {where} came back without its events table ({schema}.{table}): it is not "
+                    "the store this instance led")
+        head = conn.execute(sql.SQL("SELECT max(notification_id) FROM {}").format(name)).fetchone()[0] or 0
+        seen = self._seen()
+        if head < seen:
+            return (f"the store at {where} came back with its log ending at event {head}, before event {seen} "
+                    "this instance saw: restored from an older copy (a backup, a replica that lagged), it is not "
+                    "the store this instance led")
+        return None
 
     def _connect(self) -> Any:
         """A new session for the lease, with Relay's end of its timeouts (see USER_TIMEOUT_MS)."""
@@ -173,12 +238,14 @@ class Lease:
 
     def check(self) -> str:
         """Whether the lease is still this instance's: ``"held"``; ``"retaken"`` (its
-        session had ended and the lock was taken again on a new one); ``"unreachable"``
-        (the session ended and Postgres cannot be reached: try again later -- no other
-        instance can take it meanwhile either). Raises :class:`LeaseLost` if another
+        session had ended and the lock was taken again on a new one, on the store it led);
+        ``"unreachable"`` (the session ended and Postgres cannot be reached: try again later --
+        no other instance can take it meanwhile either). Raises :class:`LeaseLost` if another
         instance took it, or if the session's statement ran on another backend than the
-        one that took the lock, or that backend holds it no more. SQLite's file lock
-        cannot be lost while the process lives."""
+        one that took the lock, or that backend holds it no more, or if the store it was
+        taken again on is not the one it led (another cluster, its events table gone, its log
+        behind what this process saw: :meth:`guard`). SQLite's file lock cannot be lost while
+        the process lives."""
         if not self._held:
             return "held"
         import psycopg
@@ -208,6 +275,15 @@ class Lease:
                 f"the store session holding the leader lease at {redact_url(self.config.url)} ended, and "
                 "another Relay instance took the lease meanwhile"
             )
+        try:
+            why = self._changed(conn)
+        except psycopg.Error:
+            conn.close()  # the lock with it: asked again at the next check
+            return "unreachable"
+        if why is not None:
+            conn.close()
+            self._held = False
+            raise LeaseLost(why)
         self._conn = conn
         return "retaken"
 

@@ -36,6 +36,13 @@ from urllib.parse import unquote, urlparse
 from relay_es.adapters.readmodels import ReadModelStore
 
 DEFAULT_SQLITE_PATH = Path("relay-data") / "relay.db"
+# Seconds a caller waits for a pooled Postgres connection before it fails with a store error (a REST call's 503
+# with Retry-After; a worker retries): the event store's pool, and the read models' in ``relay serve``. While
+# Postgres is away the pools have none to give: a read of the read models waited 30 s for its 503 (5 s now).
+# The event store library tries each read and write 10 times, each waiting this long, so a write still waits
+# up to some 50 s through an outage. While Postgres answers, a connection comes back as soon as a short
+# transaction ends. Not a statement timeout: a long read, once it has its connection, runs to its end.
+POOL_WAIT_SECS = 5
 
 
 @dataclass(frozen=True)
@@ -163,7 +170,7 @@ def event_store_env(config: StoreConfig) -> dict[str, str]:
             CONNINFO: config.conninfo,
             "POSTGRES_POOL_SIZE": "2",
             "POSTGRES_MAX_OVERFLOW": "6",
-            "POSTGRES_CONNECT_TIMEOUT": "10",
+            "POSTGRES_CONNECT_TIMEOUT": str(POOL_WAIT_SECS),  # the library's name for its pool's wait
         }
     assert config.sqlite_path is not None
     make_private_file(config.sqlite_path)
@@ -333,14 +340,15 @@ class SQLiteDatabase(ReadModelStore):
 class PostgresDatabase(ReadModelStore):
     dialect = "postgres"
 
-    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 4) -> None:
-        """``conninfo``: the store's (:attr:`StoreConfig.conninfo`)."""
+    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 4, pool_wait: float = 30) -> None:
+        """``conninfo``: the store's (:attr:`StoreConfig.conninfo`). ``pool_wait``: how long a caller waits
+        for a connection (``relay serve``'s: :data:`POOL_WAIT_SECS`)."""
         from psycopg_pool import ConnectionPool
 
         self.conninfo = conninfo
         # Checked as it is handed out: after a Postgres restart the idle connections are ones Postgres cut,
         # and the first reads got them (500s) until each had failed once. One round trip, no statement.
-        self.pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True, timeout=30,
+        self.pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True, timeout=pool_wait,
                                    check=ConnectionPool.check_connection)
 
     @contextmanager
@@ -368,9 +376,10 @@ class PostgresDatabase(ReadModelStore):
         self.pool.close()
 
 
-def open_database(config: StoreConfig) -> Database:
+def open_database(config: StoreConfig, *, pool_wait: float = 30) -> Database:
+    """``pool_wait``: Postgres, how long a caller waits for a pooled connection (see :data:`POOL_WAIT_SECS`)."""
     if config.is_postgres:
-        return PostgresDatabase(config.conninfo)
+        return PostgresDatabase(config.conninfo, pool_wait=pool_wait)
     assert config.sqlite_path is not None
     make_private_file(config.sqlite_path)
     return SQLiteDatabase(config.sqlite_path)

@@ -17,10 +17,12 @@ Threads:
 * the **collector worker** runs the full garbage collections itself, at quiet
   moments (``adapters/collector.py``, ADR 13);
 * the **lease worker** checks every 2 s that this instance still holds the
-  store's leader lease (the process manager decides nothing on a confirmation
-  older than 5 s, and asks first), takes it again after a lost Postgres session
-  (one it cannot confirm for 30 s is lost), and stops
-  the server if another instance took it meanwhile;
+  store's leader lease (the process manager decides nothing, and the outbox
+  writes nothing, on a confirmation older than 5 s or older than the store's
+  last failure under them: they ask first), takes it again after a lost Postgres
+  session (one it cannot confirm for 30 s is lost), and stops the server if
+  another instance took it meanwhile or the store came back as another one
+  (another cluster, a copy whose log is behind what this process saw: ADR 7);
 * the **cache warmer**, once the process manager has started, reads the executors
   the store holds into the executor cache before their sockets come back
   (:meth:`~relay_es.engine.store.RelayStore.warm`, ADR 12), and ends.
@@ -35,6 +37,8 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.persistence import PersistenceError
+
 from relay_es.adapters import authz, faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
@@ -45,18 +49,19 @@ from relay_es.adapters.oidc import OidcSettings, OidcUsers, parse_group_roles
 from relay_es.adapters.webhooks import Egress
 from relay_es.adapters.hub.harvest import Harvest
 from relay_es.adapters.lease import Lease, LeaseLost
+from relay_es.adapters.rest.problems import store_warning
 from relay_es.adapters.metrics import Metrics
 from relay_es.adapters.readmodels import executors as executor_rows
 from relay_es.adapters.readmodels.follower import ProjectionProcess
 from relay_es.adapters.readmodels.rebuild import fill_at_start
 from relay_es.adapters.series import MetricSeries
-from relay_es.adapters.stores import Database, event_store_env, open_database, parse_database_url
+from relay_es.adapters.stores import POOL_WAIT_SECS, Database, event_store_env, open_database, parse_database_url
 from relay_es.aggregates.executor import Executor, ExecutorStatus
 from relay_es.domain import defaults
 from relay_es.domain.clock import Clock
 from relay_es.engine.alerting import AlertManager, AlertTiming
 from relay_es.engine.journal import Journal
-from relay_es.engine.process_manager import EXECUTOR_TOPICS, Answers, ProcessManager, Timing
+from relay_es.engine.process_manager import EXECUTOR_TOPICS, STORE_UNAVAILABLE_SECS, Answers, ProcessManager, Timing
 from relay_es.projections import all_projections
 from relay_es.projections.runner import ProjectionRunner
 from relay_es.engine.service import Relay
@@ -158,6 +163,11 @@ LEASE_FRESH_SECS = 5.0
 LEASE_LOST_SECS = 30.0
 
 
+class LeaseUnconfirmed(PersistenceError):
+    """A write held back: the leader lease is not confirmed since the store last failed under this
+    process (it may have come back as another store). A store error: the writer retries."""
+
+
 class Runtime:
     """One Relay process, built in dependency order with everything each part needs:
     store and read models; the hub's command pool, outbox and registry; the recovery
@@ -183,7 +193,9 @@ class Runtime:
         try:
             self.relay = Relay(event_store_env(self.store), clock=self.clock,
                                default_grace=settings.default_executor_timeout)
-            self.db = open_database(self.store)
+            # An action whose record the store failed: one line a window, with the REST layer's 503s.
+            self.relay.store_warning = store_warning
+            self.db = open_database(self.store, pool_wait=POOL_WAIT_SECS)  # REST's reads: a quick 503 in an outage
             self.runner = ProjectionRunner(self.relay, self.db, all_projections())
             self.follower = (ProjectionProcess(self.store, reached=self.runner.reached_elsewhere,
                                                poisoned=self.runner.poisoned_elsewhere,
@@ -192,7 +204,7 @@ class Runtime:
             self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
             self.metrics = Metrics()
             self.pool = CommandPool(COMMAND_WORKERS)
-            self.outbox = Outbox(self.relay, self.pool.run)
+            self.outbox = Outbox(self.relay, self._outbox_run)
             self.registry = Registry()
             answers = Answers(self.pm_worker.wake)
             self.calls = Calls(self.registry, first_seen=self._first_registered, observe=self.metrics.executor_call)
@@ -292,7 +304,12 @@ class Runtime:
         self._lease_ok_at = time.monotonic()  # the last time the lease was confirmed this instance's
         self._lease_lock = threading.Lock()  # one check at a time: the lease worker's, or the process manager's
         self._deleted_apps: set[tuple[str, str]] = set()  # as last read, for /metrics (_listed_executors)
-        self._head = self.relay.head()  # the newest event: the read models' lag
+        self._head = self.relay.head()  # the newest event this process saved or read: the read models' lag
+        self._store_failed_at = float("-inf")  # when a write last failed on the store (the lease's clock)
+        self._outbox_failing_since: float | None = None  # the outbox's run of store failures (self.clock)
+        if self.store.is_postgres:  # the log the lease leads: taken again, it must be this one still
+            recorder = self.relay.recorder
+            self.lease.guard(recorder.datastore.schema, recorder.events_table_name, self._seen)
         self.relay.add_listener(self._saved)
         self.relay.add_listener(self.projection_worker.wake)
         self.relay.add_listener(self.pm_worker.wake)
@@ -340,6 +357,7 @@ class Runtime:
         folds until its watchdog ends it, so a wait would only hold a thread). Blocking: call it off the
         event loop."""
         top = self.relay.head()
+        self._head = max(self._head, top)  # seen: a store that comes back behind it is not this one (Lease.guard)
         if self.runner.position() >= top:
             return None
         self._wake_anyway = True  # an event another process wrote woke no listener here, nor the child
@@ -362,14 +380,13 @@ class Runtime:
         ready while the process manager has not started (it fills the read models first, from the
         store), until the read models have once been within :data:`READY_LAG` events of this
         process's newest (then it stays ready: a storm's lag is no reason to turn callers away),
-        once the process manager has met a bug, while its steps keep failing on the store
-        (:attr:`~relay_es.engine.process_manager.ProcessManager.store_unavailable`: ready again at
-        the next that succeeds), and from the start of a shutdown."""
+        once the process manager has met a bug, while the store keeps failing (:meth:`_store_unavailable`:
+        ready again once it answers), and from the start of a shutdown."""
         if self.hub.shutting_down or self.lease_lost:
             return "shutting_down"
         if self.pm.last_bug is not None:
             return "unhealthy"
-        if self.pm.store_unavailable:
+        if self._store_unavailable():
             return "store_unavailable"
         if not self._pm_started.is_set():
             return "starting"
@@ -378,6 +395,52 @@ class Runtime:
                 return "catching_up"
             self._ready_once = True
         return None
+
+    def _store_unavailable(self) -> bool:
+        """The store has failed for :data:`~relay_es.engine.process_manager.STORE_UNAVAILABLE_SECS`,
+        nothing succeeding since, under any of: the process manager's steps
+        (:attr:`~relay_es.engine.process_manager.ProcessManager.store_unavailable`); the leader lease,
+        not confirmed that long while its checks find the store unreachable or hang (the process
+        manager, which waits for it, then fails nothing: an outage left /readyz ready); the outbox's
+        writes (a read-only Postgres fails writes only)."""
+        if self.pm.store_unavailable:
+            return True
+        if (self._lease_state == "unreachable" or self._lease_lock.locked()) and \
+                time.monotonic() - self._lease_ok_at >= STORE_UNAVAILABLE_SECS:
+            return True
+        since = self._outbox_failing_since
+        return since is not None and self.clock.monotonic() - since >= STORE_UNAVAILABLE_SECS
+
+    async def _outbox_run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The outbox's writes, in the command pool: held back (:class:`LeaseUnconfirmed`, retried like
+        an outage) while the lease is not confirmed since the store last failed under a writer, so that
+        a store that came back as another is not written to before the lease has looked; its failures
+        on the store counted for /readyz (:meth:`_store_unavailable`)."""
+        try:
+            if not self._lease_fresh() and not await self.pool.run(self._lease_confirmed):
+                raise LeaseUnconfirmed("the leader lease is not confirmed since the store failed")
+            out = await self.pool.run(fn, *args, **kwargs)
+        except Exception as e:
+            if is_store_error(e) and not is_data_error(e):
+                self._store_failed(e)
+                if self._outbox_failing_since is None:
+                    self._outbox_failing_since = self.clock.monotonic()
+            raise
+        self._outbox_failing_since = None
+        return out
+
+    def _store_failed(self, e: BaseException) -> None:
+        """A write failed on the store: until the lease is confirmed again, nothing more is decided or
+        written through the outbox (:meth:`_lease_confirmed`). The store may come back as another one
+        (a restored backup, a new cluster), which the lease tells when it is taken again."""
+        if not isinstance(e, LeaseUnconfirmed):
+            self._store_failed_at = time.monotonic()
+
+    def _seen(self) -> int:
+        """The newest notification id this process saved or read (its saves, the log's head as read,
+        the read models' positions): a store that comes back with its log behind it is not the one
+        this process led."""
+        return max(self._head, max(dict(self.runner.reached).values(), default=0))
 
     def _connections_changed(self, n: int) -> None:
         self.metrics.open_connections.set(n)
@@ -476,13 +539,18 @@ class Runtime:
         lately (:meth:`_lease_confirmed`)."""
         if not self._lease_confirmed():
             return
-        if not self._pm_started.is_set():
-            self.pm.start()  # rebuilds timers and dispatches from the store
-            self._pm_started.set()
-            if not self._halt.is_set():
-                self.warmer.start()
-        else:
-            self.pm.step()
+        try:
+            if not self._pm_started.is_set():
+                self.pm.start()  # rebuilds timers and dispatches from the store
+                self._pm_started.set()
+                if not self._halt.is_set():
+                    self.warmer.start()
+            else:
+                self.pm.step()
+        except Exception as e:
+            if self.relay.is_store_error(e):
+                self._store_failed(e)
+            raise
         try:  # its own failures never hold the process manager up
             if not self.alerts.started:
                 self.alerts.start()  # rebuilds the rules and the unfinished deliveries from the store
@@ -510,17 +578,27 @@ class Runtime:
         log.info("executor cache: %d executors read in %.2fs", self.warmed, time.monotonic() - t0)
 
     def _lease_confirmed(self) -> bool:
-        """Whether the lease was confirmed this instance's within :data:`LEASE_FRESH_SECS`, asked now if
-        not. The lease worker asks every 2 s; a process that was paused (SIGSTOP, a stalled VM) or whose
-        store session ended and cannot be opened again may have lost it meanwhile to another instance,
-        which then declares deaths and dispatches recoveries too: a paused instance, resumed, recorded a
-        death and its dispatch before its lease worker noticed it had lost the lease."""
-        if time.monotonic() - self._lease_ok_at <= LEASE_FRESH_SECS:
+        """Whether the lease was confirmed this instance's within :data:`LEASE_FRESH_SECS`, and since the
+        store last failed under a writer (:meth:`_store_failed`), asked now if not. The lease worker asks
+        every 2 s; a process that was paused (SIGSTOP, a stalled VM) or whose store session ended and
+        cannot be opened again may have lost it meanwhile to another instance, which then declares deaths
+        and dispatches recoveries too: a paused instance, resumed, recorded a death and its dispatch before
+        its lease worker noticed it had lost the lease. And a store that failed may come back as another
+        one (a restored backup), which the lease tells only when it is taken again."""
+        if self._lease_fresh():
             return True
         # Not behind a check under way for long: the lease worker's may hang on a silent network (about
         # 10 s, the lease session's timeout); meanwhile nothing is decided, and the next step asks again.
         self._check_lease(wait=1.0)
-        return not self.lease_lost and time.monotonic() - self._lease_ok_at <= LEASE_FRESH_SECS
+        return not self.lease_lost and self._lease_fresh()
+
+    def _lease_fresh(self) -> bool:
+        """Confirmed within :data:`LEASE_FRESH_SECS`, by no check since that found the store unreachable
+        (its session ended: the lease is taken again, and the store looked at, first), and since the store
+        last failed under a writer."""
+        ok = self._lease_ok_at
+        return (not self.lease_lost and self._lease_state != "unreachable"
+                and time.monotonic() - ok <= LEASE_FRESH_SECS and ok >= self._store_failed_at)
 
     def _check_lease(self, wait: float = -1) -> None:
         """Asks whether the lease is still this instance's (``wait``: how long to wait for a check under
@@ -535,13 +613,14 @@ class Runtime:
     def _checking_lease(self) -> None:
         if self.lease_lost:
             return
+        asked = time.monotonic()  # confirmed as of the question: a store that failed after it is not vouched for
         try:
             state = self.lease.check()
         except LeaseLost as e:
             self._lose_lease(f"{e}")
             return
         if state in ("held", "retaken"):
-            self._lease_ok_at = time.monotonic()
+            self._lease_ok_at = asked
         if state == "retaken":
             log.warning("the store session holding the leader lease had ended; the lease is taken again")
         elif state == "unreachable":

@@ -105,10 +105,16 @@ def _request_fields(org: str, app: str | None, request_id: str, operation: str, 
 
 class ActionCommands:
     """The action commands of :class:`~relay_es.engine.service.Relay` (a mixin: it
-    uses ``now()``, ``save()``, ``retrying()`` and ``_maybe()``)."""
+    uses ``now()``, ``save()``, ``retrying()``, ``_maybe()`` and ``is_store_error()``)."""
 
     now: Callable[[], datetime]
     _maybe: Callable[[UUID], Any]
+    is_store_error: Callable[[BaseException], bool]
+    # How a record the store failed to write is told: ``store_warning(error, what)`` tells it and
+    # returns True, or returns False for an error that is not the store being away (a bug: logged here
+    # with its traceback). ``relay serve`` hands the REST layer's, throttled with its 503s
+    # (:func:`relay_es.adapters.rest.problems.store_warning`); without one, each is a line of its own.
+    store_warning: Callable[[BaseException, str], bool] | None = None
 
     def record_action_requested(
         self,
@@ -268,10 +274,21 @@ class ActionCommands:
 
     def _write_action_ended(self, fields: dict[str, Any], outcome: Outcome, message: str | None,
                             result: Mapping[str, Any]) -> None:
-        """:meth:`_save_action_ended` that never raises (logged)."""
+        """:meth:`_save_action_ended` that never raises (logged). The store away (its outage refuses every
+        write, and this follows each refused one) is told in one line without a traceback
+        (:attr:`store_warning`); anything else is a bug, logged with its traceback."""
         try:
             self._save_action_ended(fields, outcome, message, result)
-        except Exception:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
+            what = f"recording how {fields['operation']} ended ({outcome})"
+            tell = self.store_warning
+            if tell is not None:
+                if tell(e, what):
+                    return
+            elif self.is_store_error(e):
+                log.warning("the store failed %s (%s: %s): it is not in the audit log", what, type(e).__name__,
+                            (str(e).splitlines() or [""])[0][:200])
+                return
             log.warning("could not record how %s ended (%s): it is not in the audit log", fields["operation"],
                         outcome, exc_info=True)
 

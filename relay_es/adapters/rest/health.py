@@ -6,8 +6,8 @@ person must look), telling the instance, the store's kind and the fault only in
 development mode or to an org-wide token. ``/readyz`` answers 200 once the
 instance should be sent traffic -- its process manager started and its read
 models current -- and 503 with the reason before that, after a bug, while the
-process manager's steps have failed on the store for 10 s (none succeeding since),
-and from the start of a shutdown (a load balancer holds requests back or drains). ``/metrics``
+store has failed for 10 s, nothing succeeding since (the process manager's steps, the
+leader lease's checks, the outbox's writes), and from the start of a shutdown (a load balancer holds requests back or drains). ``/metrics``
 renders the caller's org's series and the process-wide ones (an org-wide token in auth mode;
 in development mode the only org is ``local``). The API's own
 OpenAPI document, ``/openapi.json``, is :mod:`relay_es.adapters.rest.openapi`'s.
@@ -43,8 +43,9 @@ async def healthz(request: Request[Any, Any, Any], ctx: Context) -> Response[dic
                  "started (a fresh start on a large store fills the read models first) and its read models have "
                  "come within a batch (1,000 events) of the newest event it recorded. Otherwise 503 "
                  "`{\"status\": \"not_ready\", \"reason\": ...}`: `starting`, `catching_up`, `unhealthy` (as "
-                 "/healthz), `store_unavailable` (the process manager's steps have failed on the store for 10 s, "
-                 "none succeeding since; ready again at the next that succeeds) or `shutting_down` (on a "
+                 "/healthz), `store_unavailable` (for 10 s the process manager's steps have failed on the store, "
+                 "or the leader lease could not be confirmed, or the executors' transitions could not be "
+                 "recorded, none succeeding since; ready again once they do) or `shutting_down` (on a "
                  "connection kept open; new ones are refused once the server closes its socket). Once ready it "
                  "stays so while it serves: a storm's lag does not turn callers away.")
 async def readyz(ctx: Context) -> Response[dict[str, Any]]:

@@ -13,7 +13,8 @@ that is away or failing (a connection it cut, a pool with none to give, a locked
 warning line (at most one per :data:`STORE_WARNING_WINDOW`, counting the rest), anything
 else 500 with its traceback in the log and nothing of it in the answer -- also a store
 error that comes from the data (:func:`~relay_es.adapters.failures.is_data_error`: a
-retry fails the same way).
+retry fails the same way). A request's action whose record the store failed to write is
+told alike, in its own line per window (:func:`store_warning`).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ PROBLEM = "application/problem+json"
 
 STORE_RETRY_AFTER = "5"  # seconds a caller is asked to wait when the store is away: its outages last seconds
 STORE_WARNING_WINDOW = 10.0  # seconds: one warning per window for the requests the store failed, the rest counted
-# The requests the store failed, one key: a storm of callers during an outage logs a line per window.
-store_warnings = Throttle(STORE_WARNING_WINDOW, max_keys=1)
+# The requests the store failed, and the records of their actions it failed (see store_warning), a key each: a
+# storm of callers during an outage logs a line of each per window.
+store_warnings = Throttle(STORE_WARNING_WINDOW, max_keys=2)
 
 TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
           413: "Request entity too large", 503: "Service unavailable"}
@@ -115,12 +117,31 @@ def _store_away(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     hit = store_warnings.hit("store")
     if hit.passed:
         more = f"; {hit.suppressed} more since the last warning" if hit.suppressed else ""
-        first = (str(exc).splitlines() or [""])[0][:200]
-        log.warning("the store failed a request (%s: %s): 503, retry after %s s%s", type(exc).__name__, first,
-                    STORE_RETRY_AFTER, more)
+        log.warning("the store failed a request (%s: %s): 503, retry after %s s%s", type(exc).__name__,
+                    _first_line(exc), STORE_RETRY_AFTER, more)
     resp = problem(503, "Service unavailable", "the store is unavailable; retry shortly")
     resp.headers["Retry-After"] = STORE_RETRY_AFTER
     return resp
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:200]
+
+
+def store_warning(exc: BaseException, what: str) -> bool:
+    """Tells that the store failed ``what`` (an action's record: "recording how updateApp ended"), when
+    it is away (:func:`~relay_es.adapters.failures.is_store_error`, not from the data): one warning line
+    per :data:`STORE_WARNING_WINDOW` without a traceback, counting the rest, as the requests' 503s (an
+    outage's 80 refused writes logged 9,202 lines, 320 tracebacks). False, telling nothing, for anything
+    else: a bug, which the caller logs with its traceback."""
+    if not is_store_error(exc) or _from_data(exc):
+        return False
+    hit = store_warnings.hit("record")
+    if hit.passed:
+        more = f"; {hit.suppressed} more not recorded since the last warning" if hit.suppressed else ""
+        log.warning("the store failed %s (%s: %s): it is not in the audit log%s", what, type(exc).__name__,
+                    _first_line(exc), more)
+    return True
 
 
 EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
