@@ -4,10 +4,12 @@ Who did what through the API: one ``AuditLogEntry`` per operator action
 (:mod:`relay_es.projections.actions`), newest first. Filters as Conductor's:
 ``startTime`` (inclusive) and ``endTime`` (exclusive), RFC 3339; ``operation`` (an
 ``operationId``, e.g. ``cancelWorkflow``); ``subject`` (the caller: a token's name, a user's
-id); ``target`` (the target's id as the log records it: an application's or the org's name, a
-workflow's, schedule's or rule's id, a token's or role's name, a user's id; an application's or
-the org's UUID, as ``listApps`` and ``getOrg`` answer it, is taken for its name); ``limit``
-(1-1000, default 100) and ``offset``.
+id); ``target`` (the target's id: an application's or the org's name, a workflow's, schedule's or
+rule's id, a token's or role's name, a user's id; an application's or the org's UUID, as
+``listApps`` and ``getOrg`` answer it, is taken for its name). The log records a target id escaped
+and cut (a tab as ``\t``, at most 255 characters and a "…": ``engine.action_commands``), and the
+filter is read the same way, so the id as the executor has it finds it, and so does the id as the
+log shows it; ``limit`` (1-1000, default 100) and ``offset``.
 
 An entry: ``id`` (the action's), ``emitTime`` (when it was asked), ``operation``, ``status``
 (``success`` when it succeeded; ``failure`` when it failed, timed out, found no executor, was
@@ -39,16 +41,19 @@ import msgspec
 from litestar import Controller, get
 from litestar.params import FromPath, QueryParameter
 
+from relay_es.adapters.rest.conductor.models import text_fault
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import ORG
+from relay_es.aggregates.action import ID_CHARS
 from relay_es.aggregates.members import members_stream_id
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.text import sanitized
 from relay_es.projections import actions as actions_view
 from relay_es.projections import apps as apps_view
 from relay_es.projections.actions import ActionRow, conductor_target
 
-MAX_FILTER = 256  # characters of the operation, subject and target filters (every recorded id fits)
+MAX_FILTER = 256  # characters of the operation and subject filters (every recorded id fits)
 MAX_OFFSET = 2**31 - 1
 
 
@@ -107,6 +112,18 @@ def _text(name: str, value: str | None, most: int = MAX_FILTER) -> str | None:
     return value
 
 
+def recorded_target(value: str | None) -> str | None:
+    """The ``target`` filter as the log records a target id: escaped and cut as
+    ``engine.action_commands`` records every one (``sanitized(id, ID_CHARS)``; a form already
+    escaped and cut stays as it is). Any id an executor's application may choose is taken
+    (``models.text_fault``: no NUL, at most 8 KiB)."""
+    if value is None:
+        return None
+    if (fault := text_fault(value)) is not None:
+        raise InvalidSetting("target", fault)
+    return sanitized(value, ID_CHARS)
+
+
 def target_named(db: Any, org: str, target: str) -> str:
     """The ``target`` filter as the log records it: the org's id (``getOrg``'s) is its name, an
     application's id (``listApps``', deleted ones too) its name, anything else as given. Both ids
@@ -143,7 +160,7 @@ class AuditController(Controller):
         start = None if start_time is None else units.parse_rfc3339("startTime", _text("startTime", start_time, 64))
         end = None if end_time is None else units.parse_rfc3339("endTime", _text("endTime", end_time, 64))
         operation, subject, target = (_text("operation", operation), _text("subject", subject),
-                                      _text("target", target))
+                                      recorded_target(target))
         ctx.read_your_writes()  # a bad filter is answered at once; a good one waits for the log to be whole
         if target is not None:
             target = target_named(ctx.db, org, target)

@@ -7,7 +7,9 @@ closed). Development mode answers only this machine: no reverse-proxy headers,
 a loopback (or the configured) ``Host``, no ``Origin`` of another site, and the
 only org is ``local``. Auth mode requires ``Authorization: Bearer <token>``, a
 live token of the path's org whose scope and permissions the row accepts.
-Names in the path are checked before anything echoes them. The caller is left
+Names in the path are checked before anything echoes them: Relay's own by the names' alphabet (a
+404 where they would be found), what the executor's application chose by its rule
+(:func:`valid_text`, a 422 naming the parameter). The caller is left
 in ``request.state.principal``. A 401 or 403 is put in the audit log, throttled
 (:mod:`relay_es.adapters.rest.recording`); an anonymous caller's only under an org that exists.
 Once the caller is let through, a query parameter of a number, a boolean or a closed set
@@ -36,10 +38,10 @@ from litestar.params import ParameterKwarg
 
 from relay_es.adapters import authz
 from relay_es.adapters.oidc import OidcError, looks_like_jwt
-from relay_es.adapters.rest.conductor.models import MAX_TEXT
+from relay_es.adapters.rest.conductor.models import TEXT_RULE, text_fault
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.recording import Refusals, source_of
-from relay_es.adapters.rest.slashes import restore
+from relay_es.adapters.rest.slashes import SENT_NUL, SLASH, restore
 from relay_es.aggregates.application import APP_NAME, ORG_NAME
 from relay_es.domain.errors import InvalidSetting
 from relay_es.engine.action_commands import Actor
@@ -50,19 +52,39 @@ log = logging.getLogger(__name__)
 # 422 naming the body's field; anywhere else it is a 404.
 CREATES = {"apps.register": ("app", "appName"), "tokens.create": ("token_name", "tokenName")}
 
-# Path parameters that name what an executor's application chose, not Relay: any printable text
-# up to the Conductor bodies' bound (a scheduled workflow's id holds ':' and '+'; a queue or
-# schedule name may hold spaces). Relay's own names (org, app, token) keep the names' alphabet.
-FREE_TEXT = frozenset({"workflow_id", "queue_name", "schedule_name", "username"})
+# Path parameters that name what an executor's application chose, not Relay, by their names in
+# Conductor's API: taken as the executor has them (valid_text: a scheduled workflow's id holds ':'
+# and '+', a queue name a space, a workflow id a tab or a joined emoji -- DBOS takes any of them).
+EXECUTOR_TEXT = {"workflow_id": "workflowId", "queue_name": "queueName", "schedule_name": "scheduleName"}
+# Those and an OIDC member's name: free text, printable (an issuer's subject or e-mail, which Relay
+# keeps). Relay's own names (org, app, token, role, rule) keep the names' alphabet.
+FREE_TEXT = frozenset({*EXECUTOR_TEXT, "username"})
 # Path parameters whose encoded "/" reaches the handler as "/": the free text, and an executor id
 # (which the executor chose too, by the handshake's rule: authz.valid_executor_id).
 SLASHED = FREE_TEXT | {"executor_id"}
+MAX_PRINTABLE = 4096  # characters of a printable name in the path (a member's)
 
 
 def valid_text(value: str) -> bool:
-    """The rule of an ID or a name the executor's application chose, in the path; in a Conductor
-    body, the same printability (``models.PRINTABLE``)."""
-    return 0 < len(value) <= MAX_TEXT and value.isprintable()
+    """The rule of an ID or a name the executor's application chose, in the path and in a
+    Conductor body (``models.EXECUTOR_TEXT``): not empty, and what can be sent and stored
+    (:func:`~relay_es.adapters.rest.conductor.models.text_fault`)."""
+    return bool(value) and text_fault(value) is None
+
+
+def printable_name(value: str) -> bool:
+    """A member's name (or a token's, for the audit log's target): printable, bounded."""
+    return 0 < len(value) <= MAX_PRINTABLE and value.isprintable()
+
+
+def sent_nul(raw_path: bytes, value: str) -> bool:
+    """Whether a path parameter (before :func:`~relay_es.adapters.rest.slashes.restore`) holds a NUL
+    the client sent as ``%00``: :class:`~relay_es.adapters.rest.slashes.EncodedSlashes` made it
+    :data:`~relay_es.adapters.rest.slashes.SENT_NUL`; served without it, it is still a NUL, which
+    only an encoded slash (``%2F``, then routed apart) could otherwise be."""
+    if b"%00" not in raw_path:
+        return False
+    return SENT_NUL in value or (SLASH in value and b"%2f" not in raw_path.lower())
 
 
 MAX_BEARER = 16 * 1024  # an OIDC JWT can be a few kilobytes; Relay's own tokens are 49 characters
@@ -82,17 +104,26 @@ def bearer(header: str) -> str:
     return secret
 
 
-def check_path_names(rule: authz.Rule, params: dict[str, Any]) -> None:
-    """Names in the path are bounded and of the names' alphabet before any
-    handler sees them: an invalid one is a 422 where it would be created, a 404 elsewhere."""
+def check_path_names(rule: authz.Rule, params: dict[str, Any], *, nul_sent: frozenset[str] = frozenset()) -> None:
+    """Names in the path are bounded and of their alphabet before any handler sees them. An ID or
+    name of the executor's application outside its rule (:func:`valid_text`; ``nul_sent``: the
+    parameters that held a ``%00``) is a 422 naming the parameter and the rule: it cannot name
+    anything the executor has. Relay's own names: an invalid one is a 422 where it would be
+    created, a 404 elsewhere."""
     creates, field = CREATES.get(rule.operation, (None, None))
     for key, value in params.items():
         if not isinstance(value, str):
             continue
+        if key in EXECUTOR_TEXT:
+            fault = ("holds a NUL; an ID or name is " + TEXT_RULE if key in nul_sent
+                     else "must not be empty" if not value else text_fault(value))
+            if fault is not None:
+                raise InvalidSetting(EXECUTOR_TEXT[key], fault)
+            continue
         if key == "executor_id":
             ok = authz.valid_executor_id(value)
         elif key in FREE_TEXT:
-            ok = valid_text(value)
+            ok = printable_name(value)
         else:
             ok = authz.valid_name(value)
         if ok:
@@ -148,7 +179,8 @@ async def is_operator(ctx: RestContext, headers: Headers) -> bool:
     return who is not None and who.app_names is None
 
 
-# Path parameters that name what a refused call aimed at: its target in the audit log.
+# Path parameters that name what a refused call aimed at: its target in the audit log (which
+# escapes and cuts it, as every target id: relay_es.engine.action_commands).
 TARGETS = {"workflow_id": "workflow", "schedule_name": "schedule", "token_name": "token"}
 
 
@@ -201,7 +233,8 @@ class Authorize:
         if not (isinstance(app, str) and APP_NAME.fullmatch(app)):
             app = None
         target = next(((kind, params[key]) for key, kind in TARGETS.items()
-                       if isinstance(params.get(key), str) and valid_text(params[key])), None)
+                       if isinstance(params.get(key), str)
+                       and (valid_text if key in EXECUTOR_TEXT else printable_name)(params[key])), None)
         actor = (Actor("user", who.user) if who is not None and who.user is not None
                  else Actor.of(who.token) if who is not None else Actor.anonymous(why))
         await asyncio.to_thread(self.refusals.record, org=org, app=app, operation=operation, actor=actor,
@@ -269,6 +302,9 @@ class Authorize:
 
     async def check(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         scope = connection.scope
+        raw_path = scope.get("raw_path") or b""
+        nul_sent = frozenset(k for k in EXECUTOR_TEXT
+                             if isinstance(v := connection.path_params.get(k), str) and sent_nul(raw_path, v))
         restore(connection.path_params, SLASHED)  # an encoded "/" in an id (relay_es.adapters.rest.slashes)
         rule = authz.rule_for(scope["method"], scope.get("path_template", ""))
         if rule is None:  # fail closed: a route nobody wrote a row for
@@ -294,11 +330,11 @@ class Authorize:
         if not self.ctx.auth:
             if org is not None and org != "local":
                 raise NotFoundException(f"org {org[:128]!r} does not exist: in development mode the only org is 'local'")
-            check_path_names(rule, params)
+            check_path_names(rule, params, nul_sent=nul_sent)
             who = authz.development_principal()
         else:
             who = await self.authenticate(connection)
-            check_path_names(rule, params)  # before any name is echoed in a refusal
+            check_path_names(rule, params, nul_sent=nul_sent)  # before any name is echoed in a refusal
             try:
                 authz.decide(rule, who, org, app)
             except authz.Denied as d:

@@ -46,13 +46,17 @@ The executor's ``error_message`` becomes the problem's detail; its status (:func
 (:func:`~relay_es.adapters.rest.calling.no_such_workflow`; never its database's "relation ... does
 not exist", a 500), 409 when what the action would create exists
 already (a fork's ``newWorkflowId``, an imported workflow), 403 when the executor refuses data
-operations (metadata-only mode), 422 for an import payload it cannot load and a
-fork-from-failure step name no workflow has, else 500: the executor failed for a reason
-that is not the client's (its database, a bug), which retrying may cure.
+operations (metadata-only mode), 422 for a fork-from-failure step name no workflow has, else 500:
+the executor failed for a reason that is not the client's (its database, a bug), which retrying
+may cure. An import is the payload and nothing else, so an import that failed for a reason but a
+conflict and its database failing (:func:`store_failed`) is the payload's: a 422, whatever the SDK
+said of it -- not base64, not gzip, not a pickle or JSON, or one that loads but is not a list of
+exported workflows (``TypeError: 'int' object is not iterable``, ``workflows is not iterable``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -84,18 +88,43 @@ WORKFLOW = "workflow"  # the actions' target type in the audit log
 # "conflictingworkflow": DBOSConflictingWorkflowError, as metadata-only mode names an error and nothing more
 CONFLICT_WORDS = ("already exists", "conflicting workflow", "conflictingworkflow", "duplicate key",
                   "unique constraint")
-# What the SDKs say of a payload they cannot load: bad base64 (Python's binascii, padding), not
-# gzip (Python's gzip, Node's zlib), not a pickle (Python), not JSON (Node's JSON.parse).
-UNLOADABLE_WORDS = ("padding", "base64", "not a gzipped file", "incorrect header check", "unpickl", "pickle",
-                    "invalid load key", "unexpected token", "is not valid json", "json")
 NO_SUCH_STEP = "has no step named"
+
+# What an executor says when its system database failed, not what it was given (:func:`store_failed`):
+# Python's DB-API classes for a database's own failure (PEP 249's OperationalError -- connection lost
+# or refused, out of memory or disk, a serialization failure, an administrator's shutdown --,
+# InterfaceError, InternalError) and SQLAlchemy's pool that found no connection in time; Node's
+# socket errors (node-postgres' "connect ECONNREFUSED 127.0.0.1:5432") and node-postgres' own;
+# PostgreSQL's words for the same (in the TypeScript SDK's messages as the server wrote them); a
+# schema that is not there ("relation ... does not exist"; SQLite's "no such table"); the SDK's own
+# "System database shutting down".
+STORE_FAILURE = re.compile(
+    r"operationalerror|interfaceerror|internalerror|queuepool limit"
+    r"|\be(?:connrefused|connreset|timedout|notfound|ai_again|hostunreach|netunreach|pipe)\b"
+    r"|connection terminated|timeout exceeded when trying to connect|is not queryable|connection refused"
+    r"|terminating connection|server closed the connection|the database system is|too many clients"
+    r"|connection slots are reserved|could not serialize access|deadlock detected|canceling statement due to"
+    r"|out of memory|no space left on device|could not extend file|does not exist|no such table"
+    r"|database is locked|unable to open database file|disk i/o error|shutting down",
+    re.IGNORECASE)
+# A Python traceback's frames and source lines (indented), and the statement and parameters
+# SQLAlchemy appends to a database's error: not what failed, and the parameters hold the payload's
+# own text (or a column such as ``workflow_timeout_ms``).
+_NOT_THE_ERROR = re.compile(r"^(?:[ \t].*|\[SQL: .*|\[parameters: .*)$", re.MULTILINE)
+
+
+def store_failed(message: str) -> bool:
+    """Whether an executor's error says its system database failed (:data:`STORE_FAILURE`, read in
+    the lines that say what failed), rather than the request it was given."""
+    return STORE_FAILURE.search(_NOT_THE_ERROR.sub("", message)) is not None
 
 
 def failed_status(default: int = 500, *, payload: bool = False,
                   workflow_ids: Collection[str] | None = None) -> Callable[[str], int]:
     """The status of an executor's error message (see the module's docstring). ``payload``:
-    the action carries a payload the executor must load (import). ``workflow_ids``: the workflows
-    the action names, the only ones whose absence is a 404 (:func:`calling.no_such_workflow`)."""
+    the action is a payload the executor must load (import): what failed it but a conflict or the
+    executor's database (:func:`store_failed`) is the payload's, a 422. ``workflow_ids``: the
+    workflows the action names, the only ones whose absence is a 404 (:func:`calling.no_such_workflow`)."""
     not_found = calling.not_found_or(0, workflow_ids)
 
     def pick(message: str) -> int:
@@ -104,8 +133,8 @@ def failed_status(default: int = 500, *, payload: bool = False,
             return 403  # the executors refuse data operations: no retry or other body will help
         if any(w in low for w in CONFLICT_WORDS):
             return 409
-        if payload and any(w in low for w in UNLOADABLE_WORDS):
-            return 422
+        if payload:
+            return 500 if store_failed(message) else 422  # another try of the same payload fails alike
         if NO_SUCH_STEP in low:
             return 422
         return not_found(message) or default
@@ -344,8 +373,8 @@ class WorkflowActionsController(Controller):
             ctx, org, app, lambda rid: mapping.export_request(workflow_id, children, request_id=rid),
             failed_status=failed_status(workflow_ids=[workflow_id]))
         if answer.serialized_workflow is None:  # TypeScript: an unknown id exports nothing, no error
-            raise calling.ExecutorProblem(404, "Not found",
-                                          f"the executor exported nothing: workflow {workflow_id!r} not found")
+            raise calling.ExecutorProblem(404, "Not found",  # repr: the id's controls escaped, cut
+                                          f"the executor exported nothing: workflow {workflow_id[:256]!r} not found")
         return calling.answer(mapping.export_out(answer))
 
     @post("/import", opt=openapi.body(m.ImportWorkflowInputBody),

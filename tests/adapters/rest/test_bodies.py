@@ -179,30 +179,32 @@ W = "/v2/orgs/local/apps/orders/workflows"
 @pytest.mark.parametrize("path, body, location", [
     # the hunter's: sent on to the executor as they were, where a NUL makes its Postgres fail (a 500)
     ("/bulk-cancel", {"workflowIds": ["ok\u0000id", "\u202e\u0007"]}, "workflowIds[0]"),
-    ("/bulk-cancel", {"workflowIds": ["ok", "\u202e\u0007"]}, "workflowIds[1]"),
-    ("/bulk-resume", {"workflowIds": ["ok"], "queueName": "q\x1b[2J"}, "queueName"),
+    ("/bulk-cancel", {"workflowIds": ["ok", "\u202e\u0007\u0000"]}, "workflowIds[1]"),
+    ("/bulk-resume", {"workflowIds": ["ok"], "queueName": "q\x1b[2J\x00"}, "queueName"),
     ("/wf-1/fork", {"newWorkflowId": "new\u0000"}, "newWorkflowId"),
-    ("/wf-1/resume", {"queueName": "q\u0085"}, "queueName"),
-    ("/search", {"workflowName": ["probe", "pro\u200bbe"]}, "workflowName[1]"),
-    ("/aggregates", {"queueName": ["q\n"]}, "queueName[0]"),
+    ("/wf-1/resume", {"queueName": "q" * 8193}, "queueName"),
+    ("/search", {"workflowName": ["probe", "pro\u0000be"]}, "workflowName[1]"),
+    ("/aggregates", {"queueName": ["\u00e9" * 4097]}, "queueName[0]"),
 ])
-def test_an_id_or_a_name_in_a_body_that_is_not_printable_is_a_422_naming_it(
+def test_an_id_or_a_name_in_a_body_that_cannot_be_sent_is_a_422_naming_it(
         conductor: tuple[TestClient, Calls], path: str, body: dict[str, Any], location: str) -> None:
-    """As the same ID in the path is refused (``guard.valid_text``), before anything is looked up."""
+    """As the same ID in the path is refused (``guard.valid_text``), before anything is looked up: a NUL,
+    or more than 8 KiB of UTF-8."""
     client, calls = conductor
     r = client.post(W + path, json=body)
     assert r.status_code == 422, r.text
     assert [e["location"] for e in r.json()["errors"]] == [location]
-    assert "printable" in r.json()["detail"]
+    assert "8192" in r.json()["detail"]
     assert calls.made == []
 
 
-def test_printable_ids_and_payloads_go_on(conductor: tuple[TestClient, Calls]) -> None:
-    """A scheduled workflow's id, a space, any script: the body reaches the service (here: no such app)."""
+def test_the_executors_ids_and_payloads_go_on(conductor: tuple[TestClient, Calls]) -> None:
+    """A scheduled workflow's id, a space, any script, a tab or a bidirectional mark DBOS took: the body
+    reaches the service (here: no such app)."""
     client, calls = conductor
     scheduled = "sched-nightly-2026-12-01T11:00:00+00:00"
-    for path, body in (("/bulk-cancel", {"workflowIds": [scheduled, "a b", "工作流"]}),
-                       ("/search", {"attributes": {"note": "line\nbreak"}}),
+    for path, body in (("/bulk-cancel", {"workflowIds": [scheduled, "a b", "工作流", "a\tb", "\u202e\u0007"]}),
+                       ("/search", {"attributes": {"note": "line\nbreak"}, "workflowName": ["pro\u200bbe"]}),
                        ("/import", {"serializedWorkflow": "H4sI\nAAAA\u0000"})):
         assert client.post(W + path, json=body).status_code == 404
     assert [c[0] for c in calls.made] == ["app_exists"] * 3

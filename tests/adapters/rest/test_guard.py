@@ -211,9 +211,11 @@ def test_workflow_ids_queue_and_schedule_names_are_the_applications_text() -> No
     rule = authz.TABLE[("GET", "/v2/orgs/{org}/apps/{app}/workflows/{workflow_id}")]
     # A scheduled workflow's id, a queue named with a space: the application chose them.
     check_path_names(rule, {"org": "acme", "app": "orders", "workflow_id": "sched-tick-2026-12-01T10:00:00+00:00"})
-    check_path_names(rule, {"org": "acme", "app": "orders", "queue_name": "slow lane", "schedule_name": "x" * 4096})
-    for bad in ("", "x" * 4097, "a\x1b[31m", "a\u202eb", "a\nb"):
-        with pytest.raises(NotFoundException):
+    check_path_names(rule, {"org": "acme", "app": "orders", "queue_name": "slow lane", "schedule_name": "x" * 8192})
+    for fine in ("x" * 4097, "a\x1b[31m", "a\u202eb", "a\nb"):  # DBOS takes them: passed on as they are
+        check_path_names(rule, {"org": "acme", "app": "orders", "workflow_id": fine})
+    for bad in ("", "x" * 8193, "a\x00b"):  # what no executor can hold: a 422 naming the parameter
+        with pytest.raises(InvalidSetting, match="^workflowId: "):
             check_path_names(rule, {"org": "acme", "app": "orders", "workflow_id": bad})
     with pytest.raises(NotFoundException):  # Relay's own names keep their alphabet
         check_path_names(rule, {"org": "acme", "app": "or ders", "workflow_id": "w"})

@@ -553,9 +553,9 @@ def test_bad_bodies_are_refused_and_nothing_is_sent_or_recorded(srv: RelayServer
             ("cancelWorkflow", "POST", "/wf-1/cancel", {"content": b"{"}, 400),
             ("cancelWorkflow", "POST", "/wf-1/cancel", {"content": b"[" * 5000 + b"]" * 5000}, 422),
             ("cancelWorkflow", "POST", "/wf-1/cancel", {"content": b" " * (65 * 1024)}, 413),
-            ("cancelWorkflow", "POST", "/" + "w" * 5000 + "/cancel", {}, 404),  # the guard: not a valid name
+            ("cancelWorkflow", "POST", "/" + "w" * 8193 + "/cancel", {}, 422),  # the guard: past 8 KiB, no id
             ("resumeWorkflow", "POST", "/wf-1/resume", {"json": {"queueName": None}}, 422),
-            ("resumeWorkflow", "POST", "/wf-1/resume", {"json": {"queueName": "q" * 5000}}, 422),
+            ("resumeWorkflow", "POST", "/wf-1/resume", {"json": {"queueName": "q" * 8193}}, 422),
             ("forkWorkflow", "POST", "/wf-1/fork", {"json": {"startStep": -1}}, 422),
             ("forkWorkflow", "POST", "/wf-1/fork", {"json": {"startStep": 2**31}}, 422),
             ("forkWorkflow", "POST", "/wf-1/fork", {"json": {"startStep": "2"}}, 422),

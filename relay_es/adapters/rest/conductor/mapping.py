@@ -388,7 +388,8 @@ def sendable(n: int | None) -> int | None:
 
 def query_values(field: str, values: str | Sequence[str] | None) -> str | list[str] | None:
     """A query parameter as the executor's "S|L" filter: absent is ``None``, given once one
-    string, given several times a list. Bounded like body filters."""
+    string, given several times a list. Each value by the rule of body filters
+    (:func:`.models.text_fault`: a NUL, ``%00`` in the query, is refused here, never sent)."""
     if values is None:
         return None
     if isinstance(values, str):
@@ -397,9 +398,9 @@ def query_values(field: str, values: str | Sequence[str] | None) -> str | list[s
         raise InvalidSetting(field, f"at most {m.MAX_FILTER_VALUES} values, got {len(values)}")
     for v in values:
         if not isinstance(v, str):
-            raise InvalidSetting(field, f"must be a string, got {v!r}")
-        if len(v) > m.MAX_TEXT:
-            raise InvalidSetting(field, f"a value of at most {m.MAX_TEXT} characters, got {len(v)}")
+            raise InvalidSetting(field, f"must be a string, got {type(v).__name__}")
+        if (fault := m.text_fault(v)) is not None:
+            raise InvalidSetting(field, f"a value {fault}")
     if not values:
         return None
     return values[0] if len(values) == 1 else list(values)
@@ -415,11 +416,12 @@ def page(limit: int | None, offset: int | None) -> tuple[int | None, int | None]
 
 
 def text(field: str, value: str) -> str:
-    """A path parameter (workflow ID, queue or schedule name), bounded like body text."""
+    """A path parameter (workflow ID, queue or schedule name), by the rule of body text
+    (:func:`.models.text_fault`; the guard has checked it already)."""
     if not isinstance(value, str) or not value:
         raise InvalidSetting(field, "must be a non-empty string")
-    if len(value) > m.MAX_TEXT:
-        raise InvalidSetting(field, f"at most {m.MAX_TEXT} characters, got {len(value)}")
+    if (fault := m.text_fault(value)) is not None:
+        raise InvalidSetting(field, fault)
     return value
 
 

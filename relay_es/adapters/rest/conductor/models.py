@@ -26,11 +26,17 @@ Field names are the reference's (``rename="camel"``); nullability is the referen
 
 Hostile input is bounded here, before any executor sees it (the refusal names the field):
 
-* :data:`MAX_TEXT` characters in one ID, name, prefix, status or version, and each of them
-  printable (:data:`PRINTABLE`: the rule of an ID in the path, ``guard.valid_text``), so that a
-  NUL, a control or a bidirectional override is refused here rather than sent to an executor;
-  what carries a caller's payload (an ``attributes`` filter, an imported workflow, an alert
-  rule's metadata) is not text of this kind and is not checked;
+* an ID, name, prefix, status or version is the executor's application's own text
+  (:data:`EXECUTOR_TEXT`, the rule of such an ID in the path too, ``guard.valid_text``; ADR 15):
+  passed on as the executor has it -- a tab, a no-break space, a joined emoji, a bidirectional
+  mark --, refused only for what cannot be sent or stored: a NUL (Postgres text), a lone surrogate
+  (no UTF-8 holds one; msgspec reads none from JSON either) and more than :data:`MAX_TEXT_BYTES`
+  bytes of UTF-8 (:func:`text_fault`). Relay's own names in a body (a role, a receiving
+  application, an autoscaled queue, which Relay keeps) stay printable (:data:`PRINTABLE`). What
+  carries a caller's payload (an ``attributes`` filter, an imported workflow, an alert rule's
+  metadata) is not text of either kind and is not checked. Text is JSON here and in every
+  answer; where Relay writes it in prose (a problem's detail, a log line, the audit log's
+  record) it is escaped there;
 * :data:`MAX_FILTER_VALUES` values in one filter list, :data:`MAX_IDS` workflow IDs in a bulk
   action or an ID filter, :data:`MAX_ATTRIBUTES` keys in an ``attributes`` filter;
 * date-times match RFC 3339 (:data:`RFC3339`) and are at most 64 characters;
@@ -51,7 +57,11 @@ import msgspec
 import msgspec.inspect as mi
 from msgspec import UNSET, Meta, UnsetType
 
-MAX_TEXT = 4096
+# UTF-8 bytes of one ID or name an executor's application chose (EXECUTOR_TEXT). DBOS bounds none
+# (a 5,000-character workflow id ran and was listed); a body takes the whole bound, a path as much as
+# fits in h11's 16 KiB request head: 8 KiB of ASCII, about 5 KiB of other bytes (each written %XX).
+MAX_TEXT_BYTES = 8 * 1024
+MAX_TEXT = MAX_TEXT_BYTES  # characters, checked first (msgspec's max_length): a character is 1 to 4 bytes
 MAX_FILTER_VALUES = 1000
 MAX_IDS = 10_000
 MAX_ATTRIBUTES = 100
@@ -63,18 +73,22 @@ INT64_MAX = 2**63 - 1
 # RFC 3339 section 5.6 date-time (``T`` or ``t``; ``Z``, ``z`` or a numeric offset required).
 RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 
-# Marks a string of a body that must be printable (``str.isprintable``, as an ID in the path: no
-# control, format -- bidirectional, zero-width --, separator, surrogate, private-use or unassigned
-# character, and no space but U+0020); :func:`decode` checks it. Not in the OpenAPI document.
+# Marks a string of a body that is the executor's application's text (see the module's docstring):
+# :func:`decode` checks it with :func:`text_fault`. Not in the OpenAPI document.
+EXECUTOR_TEXT = {"executorText": True}
+TEXT_RULE = f"any text without NUL or a lone surrogate, at most {MAX_TEXT_BYTES} bytes of UTF-8"
+# Marks a string of a body that names something of Relay's own and must be printable
+# (``str.isprintable``: no control, format -- bidirectional, zero-width --, separator, surrogate,
+# private-use or unassigned character, and no space but U+0020); :func:`decode` checks it.
 PRINTABLE = {"printable": True}
 EMPTY_IS_UNSET = {"emptyIsUnset": True}  # marks an OptionalText; not in the OpenAPI document either
 NOT_PRINTABLE = ("Expected printable text (no control, format, separator, private-use or unassigned character, "
                  "no space but ' ')")
 
-Text = Annotated[str, Meta(max_length=MAX_TEXT, extra=PRINTABLE)]
-Name = Annotated[str, Meta(min_length=1, max_length=MAX_TEXT, extra=PRINTABLE)]  # an ID or name never empty
+Text = Annotated[str, Meta(max_length=MAX_TEXT, extra=EXECUTOR_TEXT)]
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_TEXT, extra=EXECUTOR_TEXT)]  # an ID or name never empty
 # An optional ID or name whose "" a body reads as not given (UNSET): see the module's docstring.
-OptionalText = Annotated[str, Meta(max_length=MAX_TEXT, extra=PRINTABLE | EMPTY_IS_UNSET)]
+OptionalText = Annotated[str, Meta(max_length=MAX_TEXT, extra=EXECUTOR_TEXT | EMPTY_IS_UNSET)]
 Values = Annotated[list[Text], Meta(max_length=MAX_FILTER_VALUES)]
 Ids = Annotated[list[Text], Meta(max_length=MAX_IDS)]
 BulkIds = Annotated[list[Name], Meta(min_length=1, max_length=MAX_IDS)]
@@ -104,14 +118,32 @@ class _Answer(msgspec.Struct, rename="camel", kw_only=True):
 B = TypeVar("B", bound=_Body)
 
 
+def text_fault(value: str) -> str | None:
+    """Why ``value`` cannot be an ID or a name of the executor's application (:data:`TEXT_RULE`),
+    said with the rule, without the value; None when it can."""
+    if "\x00" in value:
+        fault = "holds a NUL"
+    else:
+        try:
+            size = len(value) if value.isascii() else len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            return f"holds a lone surrogate; an ID or name is {TEXT_RULE}"
+        if size <= MAX_TEXT_BYTES:
+            return None
+        fault = f"is {size} bytes of UTF-8"
+    return f"{fault}; an ID or name is {TEXT_RULE}"
+
+
 def decode(raw: bytes | str, cls: type[B]) -> B:
     """``raw`` as request body ``cls``, strictly. Raises ``msgspec.ValidationError`` naming the
     field (``- at `$.workflowIds[3]```) or ``msgspec.DecodeError`` for what is not JSON. A
-    string marked :data:`PRINTABLE` that is not is refused the same way, after decoding."""
+    string marked :data:`EXECUTOR_TEXT` or :data:`PRINTABLE` that breaks its rule is refused the
+    same way, after decoding."""
     body = msgspec.json.decode(raw, type=cls, strict=True)
-    where = unprintable(body, _type_info(cls), "$")
-    if where is not None:
-        raise msgspec.ValidationError(f"{NOT_PRINTABLE} - at `{where}`")
+    refused = refused_text(body, _type_info(cls), "$")
+    if refused is not None:
+        where, why = refused
+        raise msgspec.ValidationError(f"{why} - at `{where}`")
     return body
 
 
@@ -132,22 +164,27 @@ def _marked_empty_is_unset(t: mi.Type) -> bool:
     return isinstance(t, mi.Metadata) and t.extra is not None and bool(t.extra.get("emptyIsUnset"))
 
 
-def unprintable(value: Any, t: mi.Type, at: str) -> str | None:
-    """Where in ``value``, decoded as ``t``, the first string marked :data:`PRINTABLE` is not
-    printable (a path below ``at``: ``$.workflowIds[3]``), or None. Walks what ``t`` describes as
-    structs, lists and unions of them; dicts and ``Any`` are payloads and are not entered."""
+def refused_text(value: Any, t: mi.Type, at: str) -> tuple[str, str] | None:
+    """Where in ``value``, decoded as ``t``, the first string marked :data:`EXECUTOR_TEXT` or
+    :data:`PRINTABLE` breaks its rule (a path below ``at``: ``$.workflowIds[3]``), and why; or
+    None. Walks what ``t`` describes as structs, lists and unions of them; dicts and ``Any`` are
+    payloads and are not entered."""
     if isinstance(t, mi.Metadata):
-        if isinstance(value, str) and t.extra is not None and t.extra.get("printable") and not value.isprintable():
-            return at
-        return unprintable(value, t.type, at)
+        if isinstance(value, str) and t.extra is not None:
+            if t.extra.get("executorText") and (fault := text_fault(value)) is not None:
+                return at, fault
+            if t.extra.get("printable") and not value.isprintable():
+                return at, NOT_PRINTABLE
+        return refused_text(value, t.type, at)
     if isinstance(t, mi.UnionType):
-        return next((w for member in t.types if (w := unprintable(value, member, at)) is not None), None)
+        return next((w for member in t.types if (w := refused_text(value, member, at)) is not None), None)
     if isinstance(t, mi.ListType) and isinstance(value, list):
         return next((w for i, item in enumerate(value)
-                     if (w := unprintable(item, t.item_type, f"{at}[{i}]")) is not None), None)
+                     if (w := refused_text(item, t.item_type, f"{at}[{i}]")) is not None), None)
     if isinstance(t, mi.StructType) and isinstance(value, t.cls):
         return next((w for f in t.fields
-                     if (w := unprintable(getattr(value, f.name), f.type, f"{at}.{f.encode_name}")) is not None), None)
+                     if (w := refused_text(getattr(value, f.name), f.type, f"{at}.{f.encode_name}")) is not None),
+                    None)
     return None
 
 

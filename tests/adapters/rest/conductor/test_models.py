@@ -340,14 +340,22 @@ def test_not_json_is_a_decode_error() -> None:
         m.decode(b'{"cancelChildren": tru', m.CancelWorkflowInputBody)
 
 
-# --- printable text ------------------------------------------------------------
+# --- the executor's text, and Relay's own printable names ------------------------------------------
 
-# What an ID in the path may not hold either (guard.valid_text): NUL, C0, DEL, C1, a bidirectional
-# override or isolate, zero-width, a line separator, a space but U+0020, private use, unassigned.
+# Not printable: NUL, C0, DEL, C1, a bidirectional override or isolate, zero-width, a line separator, a
+# space but U+0020, private use, unassigned. Relay's own names in a body may hold none of them; the
+# executor's application's IDs and names (in the path too: guard.valid_text) all but the NUL.
 UNPRINTABLE = ["ok\x00id", "\x07", "a\tb", "a\nb", "esc\x1b[31m", "a\x7fb", "a\x85b", "\u202eevil", "a\u2066b",
                "a\u200bb", "line\u2028", "a\u00a0b", "a\ue000b", "a\U000e0041b", "a\u0378b"]
 PRINTABLE = ["wf-1", "sched-nightly-2026-12-01T11:00:00+00:00", "orders/42", "a queue", "café", "工作流", "🚀",
              "'\"<>&%\\"]
+# What no ID or name can be: it cannot be sent or stored (a NUL), or is past the bound of UTF-8 bytes.
+UNSENDABLE = ["ok\x00id", "\x00", "x" * (m.MAX_TEXT_BYTES + 1), "\u00e9" * (m.MAX_TEXT_BYTES // 2) + "x"]
+SENDABLE = PRINTABLE + [t for t in UNPRINTABLE if "\x00" not in t] + ["x" * m.MAX_TEXT_BYTES,
+                                                                      "\u00e9" * (m.MAX_TEXT_BYTES // 2)]
+# Strings of a body that name something of Relay's own: printable.
+RELAYS_OWN = {("AutoscalePolicy", "queue"), ("CreateAlertInputBody", "receivingAppName"),
+              ("CreateRoleInputBody", "name"), ("CreateRoleInputBody", "permissions")}
 
 
 def text_positions(raw: dict[str, Any]) -> list[tuple[str, str, Any]]:
@@ -374,25 +382,31 @@ CLOSED = {"startTime", "endTime", "completedAfter", "completedBefore", "dequeued
 
 
 @pytest.mark.parametrize("name", sorted(FULL_REQUESTS))
-def test_every_id_name_and_filter_of_a_body_must_be_printable_as_in_the_path(name: str) -> None:
+def test_every_id_name_and_filter_of_a_body_is_the_executors_text_as_in_the_path(name: str) -> None:
     """The body's IDs are the path's: ``bulk-cancel`` with ``"ok\\u0000id"`` was sent on to the
-    executor (whose Postgres cannot hold a NUL: a 500), where ``/workflows/ok%00id/cancel`` is refused."""
+    executor (whose Postgres cannot hold a NUL: a 500), where ``/workflows/ok%00id/cancel`` is refused;
+    a tab, a no-break space or a joined emoji is an ID DBOS takes, passed on as it is."""
     cls = m.SCHEMAS[name]
     positions = [(k, w, b) for k, w, b in text_positions({k: v for k, v in FULL_REQUESTS[name].items()
                                                          if k != "$schema"})
                  if (name, k) not in NOT_TEXT]
     for key, where, body in positions:
-        for text in PRINTABLE if key not in CLOSED else []:
+        own = (name, key) in RELAYS_OWN
+        fits = [] if key in CLOSED else PRINTABLE if own else SENDABLE
+        for text in fits:
+            if own and len(text) > 256:
+                continue  # past the length of Relay's own name: refused for it
             m.decode(with_text(body, text), cls)  # type: ignore[type-var]
-        for text in UNPRINTABLE:
+        for text in UNPRINTABLE if own or key in CLOSED else UNSENDABLE:
             message = refusal(with_text(body, text), cls)
-            said = f"at `{where}`" if key in CLOSED else f"{m.NOT_PRINTABLE} - at `{where}`"
-            assert message.endswith(said), (name, key, text, message)
+            said = (f"at `{where}`" if key in CLOSED or len(text) > m.MAX_TEXT
+                    else f"{m.NOT_PRINTABLE} - at `{where}`" if own else f"{m.text_fault(text)} - at `{where}`")
+            assert message.endswith(said), (name, key, text[:20], message[:200])
 
 
 def test_body_and_path_agree_on_what_text_is() -> None:
     from relay_es.adapters.rest.guard import valid_text
-    for text in PRINTABLE + UNPRINTABLE + [chr(c) for c in range(0x3000)]:
+    for text in SENDABLE + UNSENDABLE + [chr(c) for c in range(0x3000)]:
         try:
             m.decode(json.dumps({"workflowIds": [text]}), m.BulkCancelInputBody)
             in_body = True
