@@ -2,8 +2,20 @@
 
 Executors connect through uvicorn's Sans-I/O ``websockets`` protocol: no task
 per connection, lean deflate, a peer's disconnect reported at once, and a
-silent socket (no pong within the ping timeout) failed with 1011 so that it
-reaches the application within ``RELAY_PING_WAIT_SECS``.
+silent socket failed with 1011 and reported to the application once nothing
+at all has come from it for ``RELAY_PING_WAIT_SECS``.
+
+Keepalive: the clock is the last bytes read from the peer, whatever they are
+(a pong, the peer's own ping, a message, part of a large message still
+arriving). Relay pings a socket after each ``RELAY_PING_INTERVAL_SECS`` of
+silence; its pong is only the likeliest bytes to come back. uvicorn's own
+keepalive gave each ping's pong a deadline of its own: with the defaults
+(20 s, 25 s) a pong had 4 s, so an executor busy for 5 s (building a 32 MB
+export, its pong queued behind it) or whose reply was still arriving was
+DISCONNECTED though its bytes were flowing. A socket is not silent while
+Relay itself is not reading it (a message waits for the application), and a
+check that runs late because the event loop was busy looks again once the
+loop has read its sockets: bytes that came meanwhile are not silence.
 
 Compression: permessage-deflate is negotiated with *no context takeover in
 both directions* (RFC 7692 7.1.1: the server may require it of the client even
@@ -11,8 +23,15 @@ if the offer did not ask), so no zlib state outlives a message: an idle socket
 holds none (it held about 50 KiB with context takeover). A message Relay sends
 is compressed only from ``COMPRESS_MIN_BYTES`` on; smaller ones go as they
 are (RFC 7692 6: a message without RSV1 is not compressed), which spares the
-per-message compressor for the many small requests. What executors send is
-decompressed whatever its size.
+per-message compressor for the many small requests. A message over
+``SLICED_FROM`` is not compressed in one go: deflate costs 0.1 s a MiB of
+base64 text, and one 60 MiB import held the event loop for 6 s (every REST
+call and every executor's socket with it). It is made ready in slices of
+``DEFLATE_SLICE``, the loop free between them, and compressed only if its
+first slice shrinks to ``DEFLATE_PAYS`` of its size or less (a workflow list
+shrinks to 7-13 %; base64 blobs, to 76 %, go as they are), and only while fewer
+than ``DEFLATE_AT_ONCE`` such messages are being compressed (ADR 26). What
+executors send is decompressed whatever its size.
 
 Frame cap: a socket accepts a first message of at most ``handshake_frame_cap``
 bytes and later ones of at most ``pending_frame_cap`` until the application
@@ -45,17 +64,33 @@ import asyncio
 import socket
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
 from websockets.exceptions import InvalidState, PayloadTooBig, ProtocolError
 from websockets.frames import CONT, CTRL_OPCODES, PONG, Frame
+from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from relay_es.protocol.limits import MAX_HANDSHAKE_FRAME, MAX_PENDING_FRAME
 
 COMPRESS_MIN_BYTES = 1024
+# A message over SLICED_FROM characters (bytes, for a binary one) is made ready in slices, the event loop free
+# between two. Deflating 32 KiB costs at most about 2 ms here (base64 text; a JSON list 0.5 ms), 64 KiB 6 ms
+# and 1 MiB 115 ms (ADR 26): up to SLICED_FROM a message is compressed in one go, as websockets does.
+SLICED_FROM = 32 * 1024
+DEFLATE_SLICE = 32 * 1024  # characters deflated between two turns of the loop
+PLAIN_SLICE = 1024 * 1024  # characters encoded between two turns of the loop, for a message sent as it is
+DEFLATE_PAYS = 0.5  # a sliced message is compressed only if its first slice shrinks to this fraction or less
+DEFLATE_AT_ONCE = 4  # sliced messages being compressed at once, in the process; one more goes as it is
+_deflating = 0  # sliced messages being compressed now
+_EMPTY_BLOCK = b"\x00\x00\xff\xff"  # the end of a sync flush, which RFC 7692 7.2.1 strips from a message
+# A keepalive check that runs this much later than it was due ran behind a busy event loop: the peer's bytes may
+# be waiting unread in the socket, so it looks again _RECHECK later, once the loop has polled its sockets.
+_LATE = 0.1
+_RECHECK = 0.05
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection, dropping what is unsent
 # Connections the kernel holds for the server before it accepts them (the kernel caps it at
 # net.core.somaxconn: 4,096 by default). uvicorn's default, 2,048, overflowed when a fleet reconnected
@@ -97,6 +132,67 @@ class DeflateFactory(ServerPerMessageDeflateFactory):
 
 
 DEFLATE = DeflateFactory()
+
+
+def _frame_head(opcode: int, compressed: bool, size: int) -> bytes:
+    """The header of a final, unmasked (server) frame of ``size`` bytes (RFC 6455 5.2)."""
+    b0 = 0x80 | (0x40 if compressed else 0) | opcode
+    if size < 126:
+        return struct.pack("!BB", b0, size)
+    if size < 65536:
+        return struct.pack("!BBH", b0, 126, size)
+    return struct.pack("!BBQ", b0, 127, size)
+
+
+async def sliced_frame(data: str | bytes, extension: PerMessageDeflate | None) -> list[bytes]:
+    """One final frame carrying ``data`` (text if a str), as the pieces to write in order: made
+    ready a slice at a time, yielding to the event loop between two, so that a message of any size
+    never holds the loop longer than one slice. Compressed with ``extension`` (no context takeover:
+    a compressor of its own) only if the first slice shrinks to :data:`DEFLATE_PAYS` or less, and
+    only while fewer than :data:`DEFLATE_AT_ONCE` are being compressed; else as it is."""
+    global _deflating
+    text = isinstance(data, str)
+    opcode = 0x1 if text else 0x2
+    whole = data if text else memoryview(data).cast("B")  # a bytes slice would be a copy
+
+    def piece(i: int, n: int) -> Any:
+        part = whole[i:i + n]
+        return part.encode() if isinstance(part, str) else part
+
+    pieces: list[Any] = []
+    done = 0  # characters (bytes) of data in pieces
+    if extension is not None and _deflating < DEFLATE_AT_ONCE:
+        _deflating += 1
+        try:
+            encoder = zlib.compressobj(wbits=-extension.local_max_window_bits, **extension.compress_settings)
+            first = piece(0, DEFLATE_SLICE)
+            # A sync flush mid-message (an empty stored block, RFC 1951) is valid DEFLATE: the receiver's
+            # inflater reads through it. It makes the first slice's compressed size known.
+            out = encoder.compress(first) + encoder.flush(zlib.Z_SYNC_FLUSH)
+            if len(out) <= DEFLATE_PAYS * len(first):
+                pieces.append(out)
+                for i in range(DEFLATE_SLICE, len(whole), DEFLATE_SLICE):
+                    await asyncio.sleep(0)
+                    out = encoder.compress(piece(i, DEFLATE_SLICE))
+                    if out:
+                        pieces.append(out)
+                end = encoder.flush(zlib.Z_SYNC_FLUSH)
+                if end[-4:] != _EMPTY_BLOCK:  # zlib's sync flush always ends so; websockets asserts it too
+                    raise RuntimeError("deflate's sync flush did not end with an empty block")
+                pieces.append(end[:-4])
+                return [_frame_head(opcode, True, sum(map(len, pieces))), *pieces]
+            pieces.append(first)  # it does not pay: the message goes as it is, this slice first
+            done = min(DEFLATE_SLICE, len(whole))
+        finally:
+            _deflating -= 1
+    if not text:
+        pieces.append(whole[done:])  # bytes go as they are: nothing to make ready
+    else:
+        for i in range(done, len(whole), PLAIN_SLICE):
+            if pieces:
+                await asyncio.sleep(0)
+            pieces.append(piece(i, PLAIN_SLICE))
+    return [_frame_head(opcode, False, sum(map(len, pieces))), *pieces]
 
 
 class _StagedCap(ServerProtocol):
@@ -268,10 +364,11 @@ class Withdrawn(Exception):
 
 
 def split_ping_wait(interval: float, wait: float) -> tuple[float, float]:
-    """``(ping_timeout, close_timeout)`` such that interval + both == wait."""
+    """``(ping_timeout, close_timeout)`` for ``RELAY_PING_INTERVAL_SECS`` and ``RELAY_PING_WAIT_SECS``:
+    :func:`protocol_class`'s sockets fail one from which nothing has come for ``interval +
+    ping_timeout`` (== wait), and bound every close by ``close_timeout``."""
     budget = wait - interval
-    close_timeout = min(1.0, budget / 2)
-    return budget - close_timeout, close_timeout
+    return budget, min(1.0, budget / 2)
 
 
 def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_HANDSHAKE_FRAME,
@@ -285,9 +382,11 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
     * Per socket it holds what it needs and no more: an :class:`_Inbox` for
       the queue, a :class:`_Flag` for "writable", and the handshake's request
       and response only until the response is written.
-    * A keepalive ping that is not answered fails the connection with 1011 and
-      closes the transport; the application would hear 1005. Relay reports it
-      as the 1011 it is, so the executor is recorded ``ping_timeout``.
+    * Keepalive (the module's docstring): a ping after each ``ws_ping_interval`` with nothing read
+      from the peer, and once nothing has been read for ``ws_ping_interval + ws_ping_timeout``
+      (:func:`split_ping_wait`: ``RELAY_PING_WAIT_SECS``) the connection fails with 1011 and
+      the application is told at once, with the 1011 it is (uvicorn would say 1005 once the
+      transport closed), so the executor is recorded ``ping_timeout``.
     * ``close_timeout`` bounds the closing handshake Relay starts (4001-4005), and every close:
       once a close has begun (Relay's close frame sent, a keepalive ping unanswered, or uvicorn
       closing the transport itself: the peer's close frame, a frame over the cap, the
@@ -315,11 +414,14 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
       (RFC 6455 7.1.5), such as a TypeScript executor's on shutdown.
     * A ``websocket.send`` with ``"relay.guard"`` (a context manager giving a bool)
       is written under the guard, only if it says yes, else :class:`Withdrawn`.
+    * A message over :data:`SLICED_FROM` is made ready by :func:`sliced_frame`, a slice per turn of
+      the event loop, and written whole; sends that come meanwhile wait for it, in order.
     * Nothing it adds makes a reference cycle, so once the application lets go of
       a closed socket, reference counting frees its objects; ``lost(protocol, parser)``
       is called once its connection is lost and the application's task for it has
       ended (Relay's collector watches that they are freed, ADR 13).
     """
+    from uvicorn.protocols.utils import ClientDisconnected
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
     class RelayWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -330,6 +432,8 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             super().__init__(*args, **kwargs)
             self.close_timeout = close_timeout
             self.keepalive_timed_out = False
+            self.heard_at = 0.0  # the loop's time when bytes were last read from the peer
+            self.making_ready: _Flag | None = None  # while a large message is made ready: later sends wait
             self._abort_timer: asyncio.TimerHandle | None = None
             if self.conn.available_extensions:  # uvicorn's factory keeps a compressor per socket
                 self.conn.available_extensions = [DEFLATE]
@@ -387,9 +491,51 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             if lost is not None and self.disconnected and not self.app_running:
                 lost(self, self.conn)
 
+        def start_keepalive(self) -> None:  # called as the accept is written
+            if self.ping_interval:
+                self.heard_at = self.loop.time()
+                self._keepalive_at(self.heard_at + self.ping_interval)
+
+        def _keepalive_at(self, due: float) -> None:
+            # The time it was due goes along: uvloop's handle for a time already past (a call_soon) has no when().
+            self.ping_timer = self.loop.call_at(due, self._keepalive, due)
+
+        def _keepalive(self, due: float) -> None:
+            """Due when a ping or the give-up may be due: pings a peer silent for ``ping_interval``,
+            fails one silent for ``ping_interval + ping_timeout``, else looks again when one may be."""
+            self.ping_timer = None
+            if self.close_sent or self.transport.is_closing():
+                return
+            now = self.loop.time()
+            late = now - due > _LATE
+            now = max(now, due)  # a timer may run a hair before its time (the clock's resolution)
+            if self.read_paused:  # Relay is not reading it (a message waits for the application): not its silence
+                self.heard_at = now
+            interval, heard = self.ping_interval, self.heard_at
+            assert interval is not None
+            give_up = None if self.ping_timeout is None else heard + interval + self.ping_timeout
+            if give_up is not None and now >= give_up:
+                if late:  # the event loop was busy: what the peer sent meanwhile is read first
+                    self._keepalive_at(now + _RECHECK)
+                    return
+                self.keepalive_timeout()
+                return
+            if now >= heard + interval:  # as the timer's time was reckoned: no rounding between the two
+                self.conn.send_ping(b"")
+                self.transport.write(b"".join(self.conn.data_to_send()))
+                ping = now + interval
+            else:
+                ping = heard + interval
+            self._keepalive_at(ping if give_up is None else min(ping, give_up))
+
+        def handle_pong(self, event: Any) -> None:
+            pass  # bytes read: data_received counted them
+
         def keepalive_timeout(self) -> None:
             self.keepalive_timed_out = True
             super().keepalive_timeout()
+            if not self.disconnected:  # told now, not once the transport is gone (up to close_timeout later)
+                self.queue.put_nowait({"type": "websocket.disconnect", "code": 1011})
             self._abort_later()
 
         def _abort_later(self) -> None:
@@ -426,6 +572,7 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                 self.transport.write(b"".join(self.conn.data_to_send()))
 
         def data_received(self, data: bytes) -> None:
+            self.heard_at = self.loop.time()
             super().data_received(data)
             if self.transport.is_closing():  # uvicorn closed it (the peer's close, a frame over the cap...)
                 self._abort_later()
@@ -457,9 +604,20 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
             return message
 
         async def send(self, message: Any) -> None:
-            if message.get("type") == "websocket.close":
+            kind = message.get("type")
+            if kind == "websocket.close":
                 self._abort_later()  # the close frame may wait behind what the peer has not read
+            while self.making_ready is not None:  # a large message is made ready: what follows goes after it
+                await self.making_ready.wait()
             guard = message.get("relay.guard")
+            if kind == "websocket.send" and self.handshake_complete and not self.close_sent \
+                    and self.initial_response is None:
+                data = message.get("bytes")
+                if data is None:
+                    data = message.get("text")
+                if data is not None and len(data) > SLICED_FROM:
+                    await self._send_sliced(data, guard)
+                    return
             if guard is not None:
                 await self.writable.wait()
                 # No await between the guard's answer and the write: super().send finds
@@ -479,6 +637,34 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
                 # A handshake refused with an HTTP response is complete: uvicorn would log
                 # "ASGI callable returned without completing handshake" for every refusal.
                 self.handshake_complete = True
+
+        async def _send_sliced(self, data: str | bytes, guard: Any) -> None:
+            """A message over :data:`SLICED_FROM`, made ready by :func:`sliced_frame` (the event loop
+            free between its slices; later sends wait), then written whole: its frame at once, the
+            guard's answer right before, as for any other."""
+            ready = self.making_ready = _Flag()
+            try:
+                (extension,) = [e for e in self.conn.extensions if isinstance(e, PerMessageDeflate)] or [None]
+                pieces = await sliced_frame(data, extension)
+                await self.writable.wait()
+                if guard is None:
+                    self._write_frame(pieces)
+                    return
+                with guard as allowed:
+                    if not allowed:
+                        raise Withdrawn()
+                    self._write_frame(pieces)
+            finally:
+                self.making_ready = None
+                ready.set()
+
+        def _write_frame(self, pieces: list[Any]) -> None:
+            # What websockets' send_text would check; its frame is written as it is (no extension
+            # touches it), and nothing is pending in the parser's output: uvicorn writes it at once.
+            if self.disconnected or self.close_sent or self.conn.state is not State.OPEN:
+                raise ClientDisconnected()
+            for piece in pieces:
+                self.transport.write(piece)
 
         def send_receive_event_to_app(self) -> None:
             # Text that is not UTF-8 fails the connection with 1007, as uvicorn does, but

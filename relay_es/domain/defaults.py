@@ -14,7 +14,7 @@ RECOVERY_RESPONSE_TIMEOUT = timedelta(seconds=30)  # one recovery attempt, exist
 RETENTION_INTERVAL = timedelta(seconds=300)  # between two retention messages to one application
 RESTART_SETTLE = timedelta(seconds=5)  # after a restart, how long connected executors have to come back
 PING_INTERVAL = timedelta(seconds=20)  # WebSocket pings to executors
-PING_WAIT = timedelta(seconds=25)  # a pong later than this closes the socket (1011)
+PING_WAIT = timedelta(seconds=25)  # this long with nothing read from a socket closes it (1011)
 HTTP_REQUEST_TIMEOUT = timedelta(seconds=30)  # a whole REST request, body included
 CALL_TIMEOUT = timedelta(seconds=20)  # an operation asked of an executor (list, cancel, fork...) -> its answer; under a client's 30 s
 HANDSHAKE_TIMEOUT = timedelta(seconds=10)  # WebSocket accepted -> executor_info answered

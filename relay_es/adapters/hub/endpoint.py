@@ -4,10 +4,11 @@
 through the Sans-I/O :class:`~relay_es.protocol.session.Session`, registers the executor
 (its ``Connected`` into the outbox, a former connection of the same id superseded), audits
 violations and refusals, and on the way out records the disconnect. It speaks ASGI directly
-(no framework in the hot path) and is served by uvicorn, whose ``websockets`` protocol sends
-Relay's pings every ``RELAY_PING_INTERVAL_SECS`` and closes a socket whose pong does not come
-back within ``RELAY_PING_WAIT_SECS - RELAY_PING_INTERVAL_SECS``: a silent socket is
-DISCONNECTED within the ping wait. Pings and pongs never reach the store.
+(no framework in the hot path) and is served by uvicorn, whose ``websockets`` protocol
+(``uvicorn_ws``) pings a socket after each ``RELAY_PING_INTERVAL_SECS`` with nothing read from
+it and fails it (1011, recorded ``ping_timeout``) once nothing at all has been read from it for
+``RELAY_PING_WAIT_SECS``: any bytes count, a pong, the executor's own ping, part of a large
+reply still arriving. Pings and pongs never reach the store.
 
 Close codes Relay uses (executors reconnect after any of them):
 
