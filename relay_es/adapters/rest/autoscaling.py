@@ -30,7 +30,8 @@ from litestar.params import FromPath
 from litestar.status_codes import HTTP_204_NO_CONTENT
 from msgspec import UNSET
 
-from relay_es.adapters.rest import calling, openapi
+from relay_es.adapters.hub.calls import NoCapableExecutor
+from relay_es.adapters.rest import calling, openapi, releases
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
@@ -107,15 +108,17 @@ async def _ask(ctx: RestContext, org: str, app: str, request: Any, only_executor
                              only_executor=only_executor)
 
 
-def _one_executor(ctx: RestContext, org: str, app: str) -> str | None:
+def _one_executor(ctx: RestContext, org: str, app: str, *requests: Any) -> str | None:
     """The executor all the reads of one ``getAutoscale`` go to, chosen as every call is
-    (:meth:`~relay_es.adapters.hub.calls.Calls.choose`); None when there is none (the reads then
-    answer 503, as any call without an executor)."""
+    (:meth:`~relay_es.adapters.hub.calls.Calls.choose`) among those whose SDK release answers all of
+    ``requests`` (:func:`releases.needs_of`: of executors on mixed releases, not one too old for the
+    queues' messages); None when there is none (the reads then answer 503, or 501, as any call
+    without an executor able to take it)."""
     if ctx.calls is None:
         return None
     try:
-        return ctx.calls.choose(org, app).executor_id
-    except NoHealthyExecutor:
+        return ctx.calls.choose(org, app, needs=releases.both(*map(releases.needs_of, requests))).executor_id
+    except (NoHealthyExecutor, NoCapableExecutor):
         return None
 
 
@@ -175,10 +178,12 @@ class AutoscalingController(Controller):
         backlog_request = c.GetWorkflowAggregatesRequest(request_id="", body=c.WorkflowAggregatesBody(
             group_by_application_version=True, select_count=True, status=list(autoscale.BACKLOG),
             queue_name=[policy.queue]))
-        executor = _one_executor(ctx, org, app)
+        queues_request = mapping.list_queues_request(request_id="")
+        versions_request = mapping.list_versions_request(request_id="")
+        executor = _one_executor(ctx, org, app, queues_request, versions_request, backlog_request)
         queues, versions, backlog = await asyncio.gather(
-            _ask(ctx, org, app, mapping.list_queues_request(request_id=""), executor),
-            _ask(ctx, org, app, mapping.list_versions_request(request_id=""), executor),
+            _ask(ctx, org, app, queues_request, executor),
+            _ask(ctx, org, app, versions_request, executor),
             _ask(ctx, org, app, backlog_request, executor))
         observed_at = int(time.time() * 1000)
         depth = backlog_of(backlog)

@@ -12,9 +12,11 @@ application over its WebSocket (ADR 0019). A route does three things, each here 
   time (:data:`READ_ATTEMPTS`).
   How that can fail is :mod:`relay_es.engine.calls` (503 no healthy executor, 504 no
   answer, 502 the socket dropped or the reply was refused, the executor's own error
-  message); the problem handlers below turn each into its problem. A request only some SDKs
-  understand (a bulk action on several workflows, :data:`BULK`) goes to an executor whose
-  ``executor_info`` says it does, or to none: a 501 when none of those connected does.
+  message); the problem handlers below turn each into its problem. A request only some SDK
+  releases understand (a newer message type; a field an older SDK would silently ignore, as a
+  search by ``hasParent`` or a bulk action on several workflows:
+  :mod:`~relay_es.adapters.rest.releases`) goes to an executor whose ``executor_info`` says it
+  can take it, or to none: a 501 when none of those connected can.
 * :func:`act` -- an action (cancel, resume, fork, delete, bulk, import, schedules,
   versions): recorded as requested *before* it is sent and as completed however the call
   ends, so an operator's action is in the store even when Relay dies in between (the
@@ -45,7 +47,7 @@ import msgspec
 from litestar import Request, Response
 
 from relay_es.adapters.hub.calls import ExecutorGoneOthersRemain, NoCapableExecutor, Needs
-from relay_es.adapters.rest import bodies, openapi
+from relay_es.adapters.rest import bodies, openapi, releases
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
 from relay_es.adapters.rest.context import RestContext
 from relay_es.adapters.rest.problems import problem
@@ -89,54 +91,16 @@ NO_WORKFLOW_WITHHELD = "DBOSNonExistentWorkflowError (details withheld in metada
 METADATA_ONLY_REFUSAL = "not allowed in conductor metadata-only mode"
 UNKNOWN_TYPE = "unknown message type"  # every SDK's answer to a type it does not know (protocol section 6)
 
-# The first SDK release that answers each type newer than the recovery half's (protocol section 8;
-# TypeScript 5.2.11 answers them all): told in the 501 an older executor's "unknown message type" makes.
-SINCE = {
-    "list_queues": "Python dbos 2.20", "get_queue": "Python dbos 2.20",
-    **{t: "Python dbos 2.15" for t in (
-        "list_schedules", "get_schedule", "pause_schedule", "resume_schedule", "backfill_schedule",
-        "trigger_schedule", "list_application_versions", "set_latest_application_version")},
-}
+# What a request needs of its SDK's release, and the first releases that answer each message, are
+# :mod:`.releases`' (:func:`ask` applies them to every request). Named here for the routes and tests.
+release = releases.release
+bulk_capable = releases.bulk_capable
+BULK_SINCE = releases.BULK_SINCE
 
-
-# The first release of each SDK whose cancel, resume and delete act on every id of ``workflow_ids``
-# (protocol sections 5.4 and 8): an older one reads ``workflow_id`` alone and acts on the first id
-# only, answering success. Python: by 2.15, with ``language`` and ``dbos_version`` in its
-# executor_info (2.10 sent neither). TypeScript: 4.11 (4.10.15 has no bulk form, though
-# 4.6 already names its language and version). Go: v0.15.0 ("Bulk cancels"; earlier releases name
-# theirs too). Java: the form came in March 2026 and its HEAD of July 2026 (tags up to 1.0.0) has
-# it; which 0.x release first did is not known here, so 1.0 is required.
-BULK_SINCE: dict[str, tuple[tuple[int, int], str]] = {
-    "python": ((2, 15), "Python dbos 2.15"),
-    "typescript": ((4, 11), "@dbos-inc/dbos-sdk 4.11"),
-    "go": ((0, 15), "Go dbos-transact-golang v0.15.0"),
-    "java": ((1, 0), "Java dev.dbos:transact 1.0"),
-}
-RELEASE = re.compile(r"v?(\d{1,9})\.(\d{1,9})(?![\d])")  # a dbos_version's major and minor ("2.15.0", "v0.15.0")
-
-
-def release(dbos_version: str | None) -> tuple[int, int] | None:
-    """The major and minor release of an SDK's ``dbos_version``; None for none, or one that names no
-    release (Go's "(devel)" or "unknown")."""
-    match = RELEASE.match(dbos_version or "")
-    return None if match is None else (int(match.group(1)), int(match.group(2)))
-
-
-def bulk_capable(language: str | None, dbos_version: str | None) -> bool:
-    """Whether an executor that said ``language`` and ``dbos_version`` acts on every workflow of a
-    bulk cancel, resume or delete (:data:`BULK_SINCE`). An SDK Relay does not know, or a version it
-    cannot read, is not trusted with it: it would act on the first workflow and answer success."""
-    since = BULK_SINCE.get((language or "").lower())
-    version = release(dbos_version)
-    return since is not None and version is not None and version >= since[0]
-
-
-BULK = Needs(bulk_capable, (
-    "their DBOS SDK predates bulk actions on several workflows (it would act on the first one only); "
-    f"upgrade it ({', '.join(name for _, name in BULK_SINCE.values())} or later), or act on one workflow "
-    "at a time"))
-"""What a bulk cancel, resume or delete of more than one workflow needs of its executor. One
-workflow goes to any executor: the single form is understood by every SDK."""
+BULK = Needs(bulk_capable, releases.BULK_LACKING)
+"""What a bulk cancel, resume or delete of more than one workflow needs of its executor (which
+:func:`ask` finds in the request by itself, too). One workflow goes to any executor: the single form
+is understood by every SDK."""
 
 
 class ExecutorProblem(Exception):
@@ -272,8 +236,10 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
     executor the request went to. ``app_checked``: the route has read the application's stream
     already in this request (a 404 for one absent); it is not read again. ``only_executor``: that
     executor answers or none does (a 503 once it is gone), for a route whose reads make one answer
-    (:meth:`~relay_es.adapters.hub.calls.Calls.call`). ``needs``: an executor able to take the
-    request answers (:data:`BULK`), or none does: a 501 when executors are connected and none is.
+    (:meth:`~relay_es.adapters.hub.calls.Calls.call`). An executor able to take the request answers,
+    or none does (a 501 when executors are connected and none is): able for what the request needs of
+    its SDK's release (:func:`~relay_es.adapters.rest.releases.needs_of`, of ``make_request("")``: its
+    message type, every field an older SDK would ignore) and for the route's own ``needs``.
 
     A read whose executor's socket closed before it answered is sent to another executor of the
     application, never to one that went, up to :data:`READ_ATTEMPTS` executors in all and within
@@ -293,8 +259,11 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
         sent.append(request.type)
         return request
 
+    # what the request needs of its SDK's release (releases.needs_of), found in it before an executor
+    # is chosen; with the route's own
+    needs = releases.both(needs, releases.needs_of(make_request("")))
     latest = await latest_version(ctx, org, app) if prefer_latest else None
-    needed = {} if needs is None else {"needs": needs}  # only when given: a stand-in for Calls need not know it
+    needed = {} if needs is None else {"needs": needs}  # only when there are: a stand-in for Calls need not know it
     total = ctx.call_timeout.total_seconds()
     began = time.monotonic()
     gone: list[ExecutorGoneOthersRemain] = []  # the executors that went, in order
@@ -322,7 +291,7 @@ async def ask(ctx: RestContext, org: str, app: str, make_request: Callable[[str]
             raise ExecutorProblem(
                 501, "not supported by the executor",
                 f"the application's executor does not support {kind} (it needs "
-                f"{SINCE.get(kind, 'a newer SDK')} or @dbos-inc/dbos-sdk 5.x); it answered: {e.message}") from None
+                f"{releases.first_releases(kind)}); it answered: {e.message}") from None
         status = failed_status(e.said) if callable(failed_status) else failed_status  # the text as sent
         raise ExecutorProblem(status, e.title, e.message) from None
 

@@ -8,11 +8,10 @@ its format (:func:`~relay_es.adapters.rest.conductor.mapping.queue_out`). Any he
 system database's, not one process's.
 
 An executor whose SDK predates a message (``list_queues`` and ``get_queue`` came with Python
-dbos 2.20) answers "Unknown message type": that is a 501 problem saying so
-(:mod:`~relay_es.adapters.rest.calling`), not a failure of Relay. So a request of a type newer than
-the recovery half's goes to an executor that has it (:func:`answering`): of an application whose
-executors run mixed releases, the ones whose ``executor_info`` names a release too old are passed
-over, and only when every executor connected is one of those is it a 501, nothing sent.
+dbos 2.20 and @dbos-inc/dbos-sdk 4.17) is passed over, and an application whose every executor is
+known to be too old is a 501 with nothing sent; one that names no release answers for itself, and
+its "Unknown message type" is a 501 too (:mod:`~relay_es.adapters.rest.calling`, which applies
+:mod:`~relay_es.adapters.rest.releases` to every request).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from litestar import Controller, Response, get
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
 
-from relay_es.adapters.hub.calls import Needs
 from relay_es.adapters.rest import calling
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
@@ -49,35 +47,6 @@ def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:
     return lambda request_id: msgspec.structs.replace(request, request_id=request_id)
 
 
-def answering(kind: str) -> Needs:
-    """What a request of type ``kind`` (one of :data:`calling.SINCE`, each a Python release) needs of
-    its executor: not a Python SDK whose ``dbos_version`` names a release before that one. Any
-    other executor takes it and answers for itself -- one that names no language or no readable
-    version (an old Python SDK names neither), TypeScript, Go, Java: a 501 from its own "unknown
-    message type", as before. Only Python's first releases are known here (:data:`calling.SINCE`)."""
-    since = calling.SINCE[kind]
-    language, _, version = since.rpartition(" dbos ")
-    first = calling.release(version)
-    if language != "Python" or first is None:
-        raise ValueError(f"calling.SINCE[{kind!r}] is not a Python release: {since!r}")
-
-    def able(lang: str | None, dbos_version: str | None) -> bool:
-        named = calling.release(dbos_version)
-        return (lang or "").lower() != "python" or named is None or named >= first
-
-    return Needs(able, f"their DBOS SDK predates {kind} (it answers \"Unknown message type\"); "
-                       f"upgrade it to {since} or later, or to @dbos-inc/dbos-sdk 5.x")
-
-
-NEEDS: dict[str, Needs] = {kind: answering(kind) for kind in calling.SINCE}
-"""By request type: what its executor must have (:func:`answering`)."""
-
-
-def needs_of(request: wire.Request) -> Needs | None:
-    """What ``request`` needs of its executor (:data:`NEEDS`), or None: any executor has it."""
-    return NEEDS.get(request.type)
-
-
 class QueuesController(Controller):
     path = APP + "/queues"
 
@@ -85,16 +54,14 @@ class QueuesController(Controller):
                                                  "as one healthy executor reads them.")
     async def list_queues(self, org: FromPath[str], app: FromPath[str], ctx: Context) -> Response[list[m.Queue]]:
         request = mapping.list_queues_request(request_id="")
-        answer: c.ListQueuesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status,
-                                                         needs=needs_of(request))
+        answer: c.ListQueuesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         return calling.answer(mapping.queues_out(answer))
 
     @get("/{queue_name:str}", operation_id="getQueue", summary="Get queue", description="One queue by name; 404 when there is none.")
     async def get_queue(self, org: FromPath[str], app: FromPath[str], queue_name: FromPath[str],
                         ctx: Context) -> Response[m.Queue]:
         request = mapping.get_queue_request(queue_name, request_id="")
-        answer: c.GetQueueResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status,
-                                                       needs=needs_of(request))
+        answer: c.GetQueueResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         if answer.output is None:
             raise NotFoundException(detail=f"queue {queue_name[:200]!r} not found in application {app!r}")
         mapping.same_as_asked("name", queue_name, answer.output.name)

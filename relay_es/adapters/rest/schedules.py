@@ -29,11 +29,12 @@ Actions are recorded before they are sent and completed however they end
   or time zone Relay cannot read, or a read the executor fails, is not counted: the backfill is
   sent as before, and the executor decides.
 
-A message an SDK predates (Python dbos before 2.15 has none of these) goes to an executor of the
-application whose ``executor_info`` names a release that has it
-(:func:`~relay_es.adapters.rest.queues.answering`); one that names none answers for itself, and
-"Unknown message type" is a 501 (:mod:`~relay_es.adapters.rest.calling`), as is an application
-whose executors are all known to be too old (nothing sent).
+A message an SDK predates (Python dbos before 2.13 and @dbos-inc/dbos-sdk before 4.9 have none of
+these) goes to an executor of the application whose ``executor_info`` names a release that has it
+(:mod:`~relay_es.adapters.rest.releases`, which :func:`calling.ask` applies to every request); one
+that names none answers for itself, and "Unknown message type" is a 501
+(:mod:`~relay_es.adapters.rest.calling`), as is an application whose executors are all known to be
+too old (nothing sent).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
-from relay_es.adapters.rest.queues import failed_status, needs_of, sent_as
+from relay_es.adapters.rest.queues import failed_status, sent_as
 from relay_es.adapters.rest.workflow_actions import AS_BOOLEAN, query_bool
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
@@ -92,8 +93,7 @@ async def _get(ctx: RestContext, org: str, app: str, schedule_name: str, *,
     ``chosen(executor_id)``: told each executor asked (:func:`calling.ask`)."""
     request = mapping.get_schedule_request(schedule_name, request_id="")
     answer: c.GetScheduleResponse = await calling.ask(ctx, org, app, sent_as(request),
-                                                      failed_status=one_schedule(schedule_name),
-                                                      needs=needs_of(request), chosen=chosen)
+                                                      failed_status=one_schedule(schedule_name), chosen=chosen)
     if answer.output is None:
         raise NotFoundException(detail=f"schedule {schedule_name[:200]!r} not found in application {app!r}")
     mapping.same_as_asked("schedule_name", schedule_name, answer.output.schedule_name)
@@ -159,8 +159,7 @@ class SchedulesController(Controller):
         request = mapping.list_schedules_request(request_id="", status=status, workflow_name=workflow_name,
                                                  schedule_name_prefix=schedule_name_prefix,
                                                  load_context=query_bool("loadContext", load_context))
-        answer: c.ListSchedulesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status,
-                                                            needs=needs_of(request))
+        answer: c.ListSchedulesResponse = await calling.ask(ctx, org, app, sent_as(request), failed_status=failed_status)
         return calling.answer(mapping.schedules_out(answer))
 
     @get("/{schedule_name:str}", operation_id="getSchedule", summary="Get schedule", description="One schedule by name; 404 when there is none.")
@@ -190,8 +189,7 @@ class SchedulesController(Controller):
         await calling.act(  # where it was found: another executor's "success" may have changed nothing
             ctx, request, org, app, operation=operation, target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
-            failed_status=one_schedule(schedule_name), needs=needs_of(wire_request),
-            only_executor=asked[-1] if asked else None)
+            failed_status=one_schedule(schedule_name), only_executor=asked[-1] if asked else None)
 
     @post("/{schedule_name:str}/trigger", operation_id="triggerSchedule", summary="Trigger schedule", status_code=201,
           description="Enqueues the scheduled workflow now; its id, and its path in `Location`.")
@@ -201,8 +199,7 @@ class SchedulesController(Controller):
         answer: c.TriggerScheduleResponse = await calling.act(
             ctx, request, org, app, operation="triggerSchedule", target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name}, make_request=sent_as(wire_request),
-            result=lambda a: {"workflowId": a.workflow_id}, failed_status=one_schedule(schedule_name),
-            needs=needs_of(wire_request))
+            result=lambda a: {"workflowId": a.workflow_id}, failed_status=one_schedule(schedule_name))
         out = mapping.trigger_out(answer)
         response = calling.answer(out, 201)
         response.headers["Location"] = f"/v2/orgs/{quote(org, safe='')}/apps/{quote(app, safe='')}" \
@@ -226,6 +223,6 @@ class SchedulesController(Controller):
             ctx, request, org, app, operation="backfillSchedule", target_type="schedule", target_ids=[schedule_name],
             parameters={"scheduleName": schedule_name, "startTime": b.start_time, "endTime": b.end_time},
             make_request=sent_as(wire_request), result=lambda a: {"count": len(a.workflow_ids or ())},
-            failed_status=one_schedule(schedule_name), needs=needs_of(wire_request), only_executor=counted_by)
+            failed_status=one_schedule(schedule_name), only_executor=counted_by)
         return calling.answer(mapping.backfill_out(answer))
 

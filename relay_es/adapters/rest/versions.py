@@ -12,8 +12,10 @@ is sent and completed however it ends (target ``version``, its name). The versio
 where resume and fork go from then on (:func:`~relay_es.adapters.rest.calling.latest_version`:
 at once on this instance, within 30 s on another).
 
-An SDK that predates the registry (Python dbos before 2.15) answers "Unknown message type": a
-501 (:mod:`~relay_es.adapters.rest.calling`).
+An executor whose SDK release is known to predate the registry (Python dbos before 2.14,
+@dbos-inc/dbos-sdk before 4.10) is passed over, and with no other a 501, nothing sent
+(:mod:`~relay_es.adapters.rest.releases`); one naming no release is asked, and its "Unknown message
+type" is a 501 too (:mod:`~relay_es.adapters.rest.calling`).
 """
 
 from __future__ import annotations

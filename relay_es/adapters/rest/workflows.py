@@ -17,7 +17,14 @@ reference's bodies and encoded once (:func:`~relay_es.adapters.rest.calling.answ
   decoded strictly (:func:`~relay_es.adapters.rest.calling.body`): an unknown field or a value
   of the wrong type is a 422 naming it, at most :data:`MAX_SEARCH_BODY` bytes. Each may be left
   out, as the reference has it: no body is ``{}``, every workflow (or step) the executor has.
-  ``queuesOnly`` lists the enqueued workflows only (``list_queued_workflows``).
+  ``queuesOnly`` lists the enqueued workflows only (``list_queued_workflows``). An aggregate
+  without a group (a ``groupBy*`` flag or ``timeBucketSizeMs``) is a 422, nothing sent: every SDK
+  refuses it (:func:`grouped`).
+* A filter an executor's SDK release would silently ignore goes only to an executor known to read
+  it, a message type to one not known too old for it (:mod:`~relay_es.adapters.rest.releases`,
+  applied by :func:`~relay_es.adapters.rest.calling.ask`): a 501 naming the filters and the
+  releases that have them when none connected does. None of ``listWorkflows``' query parameters
+  needs one: Python dbos 0.27.2 and @dbos-inc/dbos-sdk 4.0.2 read them all.
 * A workflow the executor does not know is a 404 for ``getWorkflow`` (the executor answers
   ``null`` without an error), one of another id than asked for a 502; for its steps, events, notifications and streams it is what the
   executor answers (an empty list, or its error: 404 when the message is the SDK's own "no such
@@ -47,6 +54,7 @@ from relay_es.adapters.rest.conductor import mapping, models
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import APP
 from relay_es.adapters.rest.workflow_actions import AS_BOOLEAN, query_bool
+from relay_es.domain.errors import InvalidSetting
 from relay_es.protocol import catalogue as c
 from relay_es.protocol import messages as wire
 
@@ -78,6 +86,28 @@ def sent_as(request: wire.Request) -> Callable[[str], wire.Request]:
     """A request built -- its values checked, a 422 naming what cannot be sent -- before any
     executor is chosen, sent under the request id the hub gives it."""
     return lambda request_id: msgspec.structs.replace(request, request_id=request_id)
+
+
+# What a client calls the groups of each aggregate (the wire's group_by flags, then time_bucket_size_ms).
+GROUPS = {"get_workflow_aggregates": ("groupByStatus", "groupByWorkflowName", "groupByQueueName", "groupByExecutorId",
+                                      "groupByAppVersion", "groupByApplicationName", "timeBucketSizeMs"),
+          "get_step_aggregates": ("groupByFunctionName", "groupByStatus", "timeBucketSizeMs")}
+
+
+def grouped(request: c.GetWorkflowAggregatesRequest | c.GetStepAggregatesRequest) -> None:
+    """An aggregate names a group, or it is a 422 naming them, nothing sent: every SDK refuses one
+    without, with a 500 ("At least one group_by flag must be set to True": Python dbos from 2.16 to
+    3.2.0, ``SystemDatabase.get_workflow_aggregates`` and ``get_step_aggregates``; @dbos-inc/dbos-sdk
+    5.2.11, ``getWorkflowAggregates`` and ``getStepAggregates``). A ``time_bucket_size_ms`` is a group
+    in both (the SDK adds ``time_bucket``); at least one ``select_*`` flag is not needed: both count
+    when none is set."""
+    flags = msgspec.structs.asdict(request.body)
+    if flags["time_bucket_size_ms"] is not None or any(v is True for k, v in flags.items()
+                                                        if k.startswith("group_by_")):
+        return
+    names = GROUPS[request.type]
+    raise InvalidSetting("body", f"an aggregate needs a group: set one of {', '.join(names[:-1])} to true, or "
+                                 f"{names[-1]} (every DBOS SDK refuses an aggregate without one)")
 
 
 def no_such_workflow(workflow_id: str) -> NotFoundException:
@@ -122,8 +152,9 @@ class WorkflowsController(Controller):
     async def workflow_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
                                   request: Request[Any, Any, Any]) -> Response[list[models.WorkflowAggregate]]:
         b: models.WorkflowAggregatesBody = await calling.body(request) or models.WorkflowAggregatesBody()
-        reply: c.GetWorkflowAggregatesResponse = await calling.ask(
-            ctx, org, app, sent_as(mapping.workflow_aggregates_request(b, request_id="")))
+        asked = mapping.workflow_aggregates_request(b, request_id="")
+        grouped(asked)
+        reply: c.GetWorkflowAggregatesResponse = await calling.ask(ctx, org, app, sent_as(asked))
         return calling.answer(mapping.workflow_aggregates_out(reply))
 
     @get("/workflows/{workflow_id:str}/steps", operation_id="listWorkflowSteps", summary="A workflow's steps, in order")
@@ -165,8 +196,9 @@ class WorkflowsController(Controller):
     async def step_aggregates(self, org: FromPath[str], app: FromPath[str], ctx: Context,
                               request: Request[Any, Any, Any]) -> Response[list[models.StepAggregate]]:
         b: models.StepAggregatesBody = await calling.body(request) or models.StepAggregatesBody()
-        reply: c.GetStepAggregatesResponse = await calling.ask(
-            ctx, org, app, sent_as(mapping.step_aggregates_request(b, request_id="")))
+        asked = mapping.step_aggregates_request(b, request_id="")
+        grouped(asked)
+        reply: c.GetStepAggregatesResponse = await calling.ask(ctx, org, app, sent_as(asked))
         return calling.answer(mapping.step_aggregates_out(reply))
 
 

@@ -1,6 +1,7 @@
-"""An application whose executors run mixed SDK releases (``relay_es/adapters/rest/queues.py``'s
-``answering``): a queue or schedule request goes to an executor whose ``executor_info`` names a
-release that has it, on a real ``relay serve`` with fake executors over real WebSockets.
+"""An application whose executors run mixed SDK releases (``relay_es/adapters/rest/releases.py``,
+which ``calling.ask`` applies to every request): a queue or schedule request goes to an executor whose
+``executor_info`` names a release that has it, on a real ``relay serve`` with fake executors over
+real WebSockets.
 
 Round-robin alone sent every other ``list_queues`` to a dbos 2.19 executor, which answered
 "Unknown message type": the route alternated 200 and 501. An executor Relay cannot read (no
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay_es.adapters.rest import calling, queues
+from relay_es.adapters.rest import releases
 from tests.adapters.rest import test_queues
 from tests.adapters.rest.test_queues import L, PY_QUEUE, actions, conforms, executors, sent
 from tests.adapters.rest.test_schedules import PY_TICK, scheduler
@@ -25,7 +26,7 @@ relay = test_queues.relay  # the fixture: a relay serve whose calls time out wit
 
 NEW = ("python", "3.2.0")
 BEFORE_QUEUES = ("python", "2.19.0")  # list_queues and get_queue came with 2.20
-BEFORE_SCHEDULES = ("python", "2.14.3")  # the schedules' messages came with 2.15
+BEFORE_SCHEDULES = ("python", "2.12.1")  # the schedules' messages came with 2.13 (its wheel)
 ROUNDS = 6  # requests of each kind: round-robin alone would send half of them to the old executor
 
 QUEUE_ANSWERS = {"list_queues": lambda req: {"output": [PY_QUEUE]},
@@ -64,10 +65,11 @@ def test_schedule_routes_pass_over_an_executor_whose_release_predates_them(relay
 
 @WIRE_ONLY
 def test_an_executor_relay_cannot_read_answers_for_itself(relay: RelayServer) -> None:
-    """No language or version (an old Python SDK sends neither), or an SDK whose first release of
-    the message Relay does not know: asked, and its own "unknown message type" is the 501 as before."""
+    """No language or version (an old Python SDK sends neither), an SDK whose first release of the
+    message Relay does not know, or a version it cannot read: asked, and its own "unknown message
+    type" is the 501 as before."""
     for app, sdk, style in (("vague", None, "python"), ("go", ("go", "v0.9.0"), "python"),
-                            ("ts", ("typescript", "4.10.15"), "typescript")):
+                            ("ts", ("typescript", "(devel)"), "typescript")):
         with executors(relay, {"app": app, "sdk": sdk, "style": style}) as (ex,):
             body = conforms("listQueues", call(relay, "GET", L + f"/apps/{app}/queues"), 501)
             assert "Unknown message type" in body["detail"], body
@@ -92,24 +94,22 @@ def test_executors_all_known_too_old_are_a_501_naming_the_release_and_nothing_is
                 ("triggerSchedule", "POST", "/tick/trigger", {}),
                 ("backfillSchedule", "POST", "/tick/backfill", {"json": WINDOW})):
             body = conforms(op, call(relay, method, S + path, **kw), 501)
-            assert "Python dbos 2.15" in body["detail"] and "2.14.3" in body["detail"], (op, body)
+            assert "Python dbos 2.13" in body["detail"] and "2.12.1" in body["detail"], (op, body)
         assert [r for ex in (a, b, c) for r in ex.requests if r["type"] != "executor_info"] == []
         # an action no executor can take is on record as failed, as a bulk one is
         for op in ("triggerSchedule", "backfillSchedule"):
             [(_, done)] = actions(relay, "older", op)
-            assert done["outcome"] == "failed" and "Python dbos 2.15" in done["message"], done
+            assert done["outcome"] == "failed" and "Python dbos 2.13" in done["message"], done
 
 
-@pytest.mark.parametrize("kind", sorted(calling.SINCE))
+@pytest.mark.parametrize("kind", sorted(releases.MESSAGES))
 def test_what_each_newer_request_needs(kind: str) -> None:
-    """Only a Python executor naming a release before the message's is passed over."""
-    able = queues.NEEDS[kind].able
-    first = calling.release(calling.SINCE[kind].rpartition(" ")[2])
-    assert first is not None
-    major, minor = first
-    assert able("python", f"{major}.{minor}.0") and able("Python", f"{major}.{minor + 1}") and able("python", "3.2.0")
-    assert not able("python", f"{major}.{minor - 1}.9") and not able("PYTHON", f"{major - 1}.99.0")
-    for lang, version in ((None, None), ("python", None), ("python", "unknown"), ("typescript", "4.10.15"),
-                          ("go", "v0.1.0"), ("java", "0.5.0"), (None, "1.0.0")):
-        assert able(lang, version), (lang, version)
-    assert calling.SINCE[kind] in queues.NEEDS[kind].lacking and kind in queues.NEEDS[kind].lacking
+    """Only an executor naming a release before the message's is passed over."""
+    for lang, (major, minor) in releases.MESSAGES[kind].items():
+        assert releases.answers(kind, lang, f"{major}.{minor}.0") and releases.answers(kind, lang.upper(),
+                                                                                       f"{major}.{minor + 1}")
+        assert not releases.answers(kind, lang, f"{major}.{minor - 1}.9") if minor else True
+        assert not releases.answers(kind, lang, f"{major - 1}.99.0")
+    for lang, version in ((None, None), ("python", None), ("python", "unknown"), ("go", "v0.1.0"),
+                          ("java", "0.5.0"), (None, "1.0.0")):
+        assert releases.answers(kind, lang, version), (lang, version)

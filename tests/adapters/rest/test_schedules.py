@@ -167,7 +167,7 @@ def test_failed_schedule_actions_are_their_problems_and_recorded(relay: RelaySer
                 ("backfillSchedule", "POST", "/tick/backfill",
                  {"json": {"startTime": "2026-12-01T10:00:00Z", "endTime": "2026-12-01T11:00:00Z"}})):
             body = conforms(op, call(relay, method, L + "/apps/old/schedules" + path, **kw), 501)
-            assert "Unknown message type" in body["detail"] and "2.15" in body["detail"], body
+            assert "Unknown message type" in body["detail"] and "Python dbos 2.13" in body["detail"], body
         for op in ("triggerSchedule", "backfillSchedule"):
             [(_, done)] = actions(relay, "old", op)
             assert done["outcome"] == "failed" and done["message"].endswith("it answered: Unknown message type")
