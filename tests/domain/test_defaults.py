@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from relay_es.composition.cli import main
-from relay_es.composition.settings import TIMINGS, Settings
+from relay_es.composition.settings import TIMINGS, Settings, seconds_text
 from relay_es.domain import defaults
 from relay_es.engine.process_manager import Timing
 
@@ -73,7 +73,8 @@ def test_the_help_shows_each_default(capsys) -> None:
     out = " ".join(capsys.readouterr().out.split())
     for key, value in EXPECTED.items():
         t = TIMINGS[key]
-        assert f"{t.env}, default {value.total_seconds():g})" in out, key
+        assert f"{t.env}, default {seconds_text(value.total_seconds())})" in out, key
+    assert "1209600)" in out and "e+" not in out  # two weeks read as seconds, not 1.2096e+06
 
 
 def test_an_executor_call_ends_before_a_client_gives_up() -> None:

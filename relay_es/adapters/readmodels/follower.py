@@ -366,6 +366,8 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
                         conn.send(("reached", sent))
                     if n == 0:
                         break
+                if not sent:
+                    sent = runner.positions()  # a read of the store: away, it fails as a batch does
             except (EOFError, BrokenPipeError, ConnectionResetError):
                 raise  # the server is gone
             except Exception as e:  # the store away: the same batch later
@@ -375,12 +377,18 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
                 conn.send(("failed", type(e).__name__))
                 time.sleep(0.5)
                 continue
-            if not sent:
-                sent = runner.positions()
             conn.send(("idle", sent))
             conn.poll(poll_secs)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the server is gone
+    except Exception as e:
+        if not relay.is_store_error(e):
+            raise
+        # The store away, or not the store it was (a new cluster: no tables) as the process starts: one
+        # line, not multiprocessing's traceback; the server starts another while it runs (a lost store
+        # stops it).
+        log.warning("the read models' process stopped (%s: %s)", type(e).__name__, str(e).splitlines()[0][:200]
+                    if str(e) else "")
     finally:
         db.close()
         relay.close()
