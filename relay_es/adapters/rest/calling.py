@@ -91,16 +91,9 @@ NO_WORKFLOW_WITHHELD = "DBOSNonExistentWorkflowError (details withheld in metada
 METADATA_ONLY_REFUSAL = "not allowed in conductor metadata-only mode"
 UNKNOWN_TYPE = "unknown message type"  # every SDK's answer to a type it does not know (protocol section 6)
 
-# What a request needs of its SDK's release, and the first releases that answer each message, are
-# :mod:`.releases`' (:func:`ask` applies them to every request). Named here for the routes and tests.
-release = releases.release
-bulk_capable = releases.bulk_capable
-BULK_SINCE = releases.BULK_SINCE
-
-BULK = Needs(bulk_capable, releases.BULK_LACKING)
-"""What a bulk cancel, resume or delete of more than one workflow needs of its executor (which
-:func:`ask` finds in the request by itself, too). One workflow goes to any executor: the single form
-is understood by every SDK."""
+# What a request needs of its SDK's release (a newer message type; a field an older SDK ignores, the
+# bulk form of several workflows among them) is :mod:`.releases`', which :func:`ask` applies to every
+# request it sends.
 
 
 class ExecutorProblem(Exception):

@@ -20,7 +20,8 @@ route (under ``.../apps/{app}/workflows``)  operation                        ans
 =========================================  ===============================  ======  =============
 
 A bulk cancel, resume or delete of more than one workflow goes only to an executor whose SDK acts
-on every id of the bulk form (:data:`~relay_es.adapters.rest.calling.BULK`; an older one would act
+on every id of the bulk form (:mod:`~relay_es.adapters.rest.releases`, which :func:`~relay_es.adapters.rest.calling.ask`
+applies to every request; an older one would act
 on the first and answer success): with none of those connected it is a 501, on record as failed,
 nothing sent. One workflow goes to any executor.
 
@@ -66,7 +67,6 @@ from litestar.enums import HttpMethod, MediaType
 from litestar.params import FromPath, QueryParameter
 from msgspec import UNSET
 
-from relay_es.adapters.hub.calls import Needs
 from relay_es.adapters.rest import bodies, calling, openapi
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
@@ -154,12 +154,6 @@ async def streamed_body(request: Request[Any, Any, Any]) -> Any:
         return bodies.of_request(buf, declared.model, required=declared.required)
     finally:
         del buf
-
-
-def _bulk(workflow_ids: list[str]) -> Needs | None:
-    """What a bulk cancel, resume or delete of ``workflow_ids`` needs of its executor: the bulk form
-    for several, nothing for one (every SDK acts on ``workflow_id``, the first id)."""
-    return calling.BULK if len(set(workflow_ids)) > 1 else None
 
 
 def _opt(value: Any) -> Any:
@@ -313,8 +307,7 @@ class WorkflowActionsController(Controller):
                           parameters={"workflowCount": len(b.workflow_ids),
                                       "cancelChildren": b.cancel_children is True},
                           make_request=lambda rid: mapping.bulk_cancel_request(b, request_id=rid),
-                          failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)),
-                          needs=_bulk(b.workflow_ids))
+                          failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)))
 
     @post("/bulk-resume", opt=openapi.body(m.BulkResumeInputBody), operation_id="bulkResumeWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk resume workflows",
@@ -326,8 +319,7 @@ class WorkflowActionsController(Controller):
                           target_ids=b.workflow_ids,
                           parameters={"workflowCount": len(b.workflow_ids), "queueName": _opt(b.queue_name)},
                           make_request=lambda rid: mapping.bulk_resume_request(b, request_id=rid),
-                          prefer_latest=True, failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)),
-                          needs=_bulk(b.workflow_ids))
+                          prefer_latest=True, failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)))
 
     @post("/bulk-delete", opt=openapi.body(m.BulkDeleteInputBody), operation_id="bulkDeleteWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk delete workflows",
@@ -340,8 +332,7 @@ class WorkflowActionsController(Controller):
                           parameters={"workflowCount": len(b.workflow_ids),
                                       "deleteChildren": b.delete_children is True},
                           make_request=lambda rid: mapping.bulk_delete_request(b, request_id=rid),
-                          failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)),
-                          needs=_bulk(b.workflow_ids))
+                          failed_status=failed_status(workflow_ids=frozenset(b.workflow_ids)))
 
     @post("/bulk-fork-from-failure", opt=openapi.body(m.BulkForkFromFailureBody),
           operation_id="bulkForkWorkflowsFromFailure", status_code=200,

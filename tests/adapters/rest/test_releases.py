@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
-from relay_es.adapters.rest import calling, releases
+from relay_es.adapters.hub.calls import Needs
+from relay_es.adapters.rest import releases
 from relay_es.protocol import catalogue as c
 from tests.adapters.rest import test_queues
 from tests.adapters.rest.test_queues import L, conforms, executors, sent
@@ -164,13 +165,16 @@ def test_the_first_releases_of_the_messages_read_from_the_sdks() -> None:
     assert "get_workflow" not in first and "list_workflows" not in first  # every release answers them
 
 
+BULK = Needs(releases.bulk_capable, releases.BULK_LACKING)  # a route's own need of the bulk form
+
+
 def test_a_bulk_and_its_route_s_bulk_need_are_one_need_said_once() -> None:
     bulk = c.CancelRequest(request_id="", workflow_id="a", workflow_ids=["a", "b"], cancel_children=True)
-    needs = releases.both(calling.BULK, releases.needs_of(bulk))
+    needs = releases.both(BULK, releases.needs_of(bulk))
     assert needs is not None
     assert needs.lacking.count("predates bulk actions") == 1 and "cancelChildren" in needs.lacking
     assert needs.able("python", "2.24.0") and not needs.able("python", "2.23.0")
-    assert releases.both(None, None) is None and releases.both(calling.BULK, None) is calling.BULK
+    assert releases.both(None, None) is None and releases.both(BULK, None) is BULK
 
 
 # --- on the wire -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from relay_es.adapters.rest import calling
+from relay_es.adapters.rest import releases
 from relay_es.adapters.rest.conductor import mapping, models
 from relay_es.adapters.rest.workflow_actions import (
     BULK_BODY,
@@ -386,7 +386,7 @@ def test_a_bulk_action_on_several_workflows_goes_only_to_an_sdk_that_acts_on_the
 ])
 def test_the_bulk_form_is_trusted_to_the_sdk_releases_that_have_it(language: str | None, version: str | None,
                                                                    capable: bool) -> None:
-    assert calling.bulk_capable(language, version) is capable
+    assert releases.bulk_capable(language, version) is capable
 
 
 # --- failures: problems, and on record ---------------------------------------------------------

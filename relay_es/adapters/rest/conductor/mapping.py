@@ -556,7 +556,7 @@ def step_aggregates_request(b: m.StepAggregatesBody, *, request_id: str) -> c.Ge
 
 # Actions. A bulk request also names its first workflow in ``workflow_id``: Python requires the
 # key. An SDK older than the bulk form would act on that one alone and answer success, so a bulk
-# request of several workflows goes only to an executor that has the form (calling.BULK).
+# request of several workflows goes only to an executor that has the form (releases.py).
 
 
 def cancel_request(workflow_id: str, b: m.CancelWorkflowInputBody | None, *, request_id: str) -> c.CancelRequest:
