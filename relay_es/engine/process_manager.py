@@ -788,7 +788,10 @@ class ProcessManager:
             self.settle.admitted(self.clock.monotonic(), admissions())
 
     def _mono_for(self, wall: datetime) -> float:
-        return self.clock.monotonic() + (wall - self.clock.now()).total_seconds()
+        """The monotonic time at which the wall clock reaches ``wall``: never early, the wall clock
+        read first (a reading of it may take a while: whatever it took makes the timer late)."""
+        now = self.clock.now()
+        return self.clock.monotonic() + (wall - now).total_seconds()
 
     def _at(self, mono: float) -> float:
         """Nothing is enforced before the settle window after start has passed."""

@@ -341,7 +341,8 @@ class RelayStore(ESApplication[UUID]):
         # Cached before anyone is told: a listener wakes the process manager, whose command on a copy
         # older than what was just saved would refuse, record nothing, and so never be retried.
         self._remember((obj for obj in objs if isinstance(obj, Executor)), copied=not handed_over)
-        self._tell_listeners(recordings)
+        # Observed before anyone is told too: what a listener wakes (the process manager's rows, which
+        # /metrics counts executors from) must not be seen ahead of the transitions counted here.
         if self.save_observers:
             took = time.perf_counter() - started
             events = [r.domain_event for r in recordings]
@@ -350,6 +351,7 @@ class RelayStore(ESApplication[UUID]):
                     fn(took, events)
                 except Exception:
                     log.exception("save observer failed")
+        self._tell_listeners(recordings)
         return recordings
 
     def _take_due_snapshots(self, objs: Sequence[Any], recordings: list[Any]) -> None:

@@ -845,6 +845,26 @@ def test_wall_clock_step_forward_does_not_declare_early(world: World) -> None:
     assert world.status("A") == "DEAD"
 
 
+def test_a_deadline_is_armed_never_early_though_reading_the_wall_clock_takes_a_while() -> None:
+    """The system clock's reading of the wall clock can take milliseconds (the fault suite's reads a
+    file): a timer armed from it fires at the deadline or after it, never before."""
+    from types import SimpleNamespace
+
+    from relay_es.domain.clock import FakeClock
+    from relay_es.engine.process_manager import ProcessManager
+
+    class SlowWallClock(FakeClock):
+        def now(self) -> datetime:
+            self.advance(0.005)  # the read ends 5 ms after it began, and says so
+            return super().now()
+
+    slow = SlowWallClock()
+    deadline = slow.now() + timedelta(seconds=6)
+    mono_of_deadline = slow.monotonic() + 6
+    armed = ProcessManager._mono_for(SimpleNamespace(clock=slow), deadline)  # type: ignore[arg-type]
+    assert armed >= mono_of_deadline
+
+
 def test_wall_clock_step_back_does_not_declare_early_either(world: World) -> None:
     world.connect("A")
     world.connect("B")

@@ -34,6 +34,16 @@ def test_listeners_hear_the_highest_notification_id_and_never_fail_a_save(relay:
     assert heard == [relay.recorder.max_notification_id()]
 
 
+def test_a_saves_observers_count_it_before_its_listeners_wake_anyone(relay: Relay) -> None:
+    """/metrics counts the transitions with an observer and the executors from the process manager's
+    rows, which a listener wakes: a scrape must not see the executor before its transition."""
+    heard: list[str] = []
+    relay.add_listener(lambda top: heard.append("listener"))
+    relay.save_observers.append(lambda took, events: heard.append("observer"))
+    assert relay.executor_connected("local", "app", info("A"), connection_id="c", owner="o")
+    assert heard == ["observer", "listener"]
+
+
 def test_a_snapshot_is_taken_every_interval_and_failing_to_take_one_fails_no_save(relay: Relay, caplog) -> None:
     sid = executor_stream_id("local", "app", "A")
     relay.executor_connected("local", "app", info("A"), connection_id="c0", owner="o")  # versions 1, 2
