@@ -126,7 +126,17 @@ def no_such_workflow(message: str, workflow_ids: Collection[str] | None = None) 
             named = match.group(1)
             if named in workflow_ids if workflow_ids is not None else _one_word(named):
                 return True
-    return False
+    # An id that the patterns' groups cannot hold whole (a line break in it, or space at its end: DBOS
+    # takes either) is looked for as it is, in the same words.
+    return any(_names_exactly(message, wid) for wid in workflow_ids or ()
+               if "\n" in wid or wid[-1:].isspace())
+
+
+def _names_exactly(message: str, workflow_id: str) -> bool:
+    wid = re.escape(workflow_id)
+    return bool(re.search(rf"\b(?i:workflow) {wid} (?i:does not exist)\b", message)
+                or re.search(rf"\b(?i:non-existent [a-z]+ workflow (?:id|uuid)): {wid}[^\S\n]*(?:\n|\Z)", message)
+                or re.search(rf"\b(?i:workflow does not exist) {wid}[^\S\n]*(?:\n|\Z)", message))
 
 
 def _one_word(text: str) -> bool:

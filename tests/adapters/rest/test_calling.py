@@ -364,6 +364,18 @@ def test_a_workflow_id_is_matched_exactly_spaces_and_all() -> None:
     assert not calling.no_such_workflow("Non-existent target workflow ID: Wf-1", ["wf-1"])  # ids are exact
 
 
+@pytest.mark.parametrize("wid", ["a\nb", "wf-1 ", "x\n"])
+def test_a_workflow_id_with_a_line_break_or_a_trailing_space_is_matched_whole(wid: str) -> None:
+    for message in (f"Exception encountered when getting workflow {wid}: Workflow {wid} does not exist",
+                    f"Traceback (most recent call last):\ndbos._error.DBOSNonExistentWorkflowError: DBOS Error 5: "
+                    f"Non-existent target workflow ID: {wid}\n",
+                    f"Workflow does not exist {wid}"):
+        assert calling.no_such_workflow(message, [wid]), message
+        assert calling.not_found_or(500, ["other", wid])(message) == 404
+        assert not calling.no_such_workflow(message, [wid + "x"]) and not calling.no_such_workflow(message, ["b"])
+    assert not calling.no_such_workflow(f"Non-existent target workflow ID: {wid}x", [wid])
+
+
 @pytest.mark.parametrize("message,name,found", [
     ("Exception: Schedule 'tick' does not exist", "tick", True),  # Python
     ('Error: Schedule "tick" not found', "tick", True),  # TypeScript
