@@ -194,6 +194,8 @@ def _fields(path: tuple[str, ...], since: Mapping[str, Release], *names: tuple[s
 
 
 B = ("body",)
+# The application's name in a request's body, read from Python 2.30 and TypeScript 4.26 on.
+_APP_NAME = _fields(B, dict([_py(2, 30), _ts(4, 26)]), ("application_name", "applicationName"))
 # Searches: the fields past Python 0.27.2's and TypeScript 4.0.2's list_workflows (workflow_uuids,
 # workflow_name, authenticated_user, start_time, end_time, status, application_version, limit,
 # offset, sort_desc). list_queued_workflows reads the same keys as list_workflows from Python 2.9 and
@@ -210,9 +212,8 @@ _SEARCH = [
              ("completed_before", "completedBefore"), ("dequeued_after", "dequeuedAfter"),
              ("dequeued_before", "dequeuedBefore")),
     *_fields(B, dict([_py(2, 25), _ts(4, 21)]), ("schedule_name", "scheduleName"), ("attributes", "attributes")),
-    *_fields(B, dict([_py(2, 30), _ts(4, 26)]), ("application_name", "applicationName")),
+    *_APP_NAME,
 ]
-_APP_NAME = _fields(B, dict([_py(2, 30), _ts(4, 26)]), ("application_name", "applicationName"))
 
 FIELDS: dict[str, list[Field]] = {
     "list_workflows": [*_SEARCH, *_fields(B, dict([_py(2, 9), _ts(4, 7)]), ("queue_name", "queueName"),
