@@ -330,14 +330,17 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
 
     logs.configure(log_level)
     from relay_es.adapters.clock import SystemClock
+    from relay_es.adapters.failures import is_store_error
     from relay_es.adapters.stores import event_store_env, open_database
     from relay_es.engine.service import Relay
     from relay_es.projections import all_projections
     from relay_es.projections.runner import PositionMoved, ProjectionRunner
 
-    relay = Relay({**event_store_env(store), "CREATE_TABLE": "false"}, clock=SystemClock())
-    db = open_database(store)
+    relay: Relay | None = None
+    db: Any = None
     try:
+        relay = Relay({**event_store_env(store), "CREATE_TABLE": "false"}, clock=SystemClock())
+        db = open_database(store)
         # The server created the tables (and rebuilt outdated ones) before it started this process.
         runner = ProjectionRunner(relay, db, all_projections(), schema=False)
         runner.on_poison.append(lambda p: conn.send(("poison", p)))
@@ -371,7 +374,7 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
             except (EOFError, BrokenPipeError, ConnectionResetError):
                 raise  # the server is gone
             except Exception as e:  # the store away: the same batch later
-                level = logging.WARNING if relay.is_store_error(e) else logging.ERROR
+                level = logging.WARNING if is_store_error(e) else logging.ERROR
                 log.log(level, "the read models' process failed (%s: %s); retrying", type(e).__name__, e,
                         exc_info=level == logging.ERROR)
                 conn.send(("failed", type(e).__name__))
@@ -382,13 +385,15 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the server is gone
     except Exception as e:
-        if not relay.is_store_error(e):
+        if not is_store_error(e):
             raise
-        # The store away, or not the store it was (a new cluster: no tables) as the process starts: one
-        # line, not multiprocessing's traceback; the server starts another while it runs (a lost store
-        # stops it).
+        # The store away, or not the store it was (a new cluster: no tables) as the process starts (its
+        # first connection made): one line, not multiprocessing's traceback; the server starts another
+        # while it runs (a lost store stops it).
         log.warning("the read models' process stopped (%s: %s)", type(e).__name__, str(e).splitlines()[0][:200]
                     if str(e) else "")
     finally:
-        db.close()
-        relay.close()
+        if db is not None:
+            db.close()
+        if relay is not None:
+            relay.close()

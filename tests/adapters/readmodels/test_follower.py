@@ -427,3 +427,27 @@ print(f._process.pid, flush=True)
     assert done.returncode == 0, done.stderr
     child = int(done.stdout.split()[0])
     until(lambda: not is_follower(child), timeout=10)
+
+
+def test_a_child_that_cannot_reach_the_store_as_it_starts_says_so_in_one_line() -> None:
+    """The store away as the child makes its first connection (the library's recorder registers its
+    types on one): one WARNING line and an exit the server counts and follows with another child,
+    not multiprocessing's traceback."""
+    import subprocess
+    import sys
+
+    from tests.server import free_port
+
+    script = f"""
+import multiprocessing, os
+from relay_es.adapters.readmodels.follower import follow_in_child
+from relay_es.adapters.stores import parse_database_url
+
+ours, theirs = multiprocessing.Pipe()
+follow_in_child(parse_database_url("postgresql://postgres@127.0.0.1:{free_port()}/nothing-listens"), theirs,
+                "WARNING", 1.0, os.getppid())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "the read models' process stopped (OperationalError" in done.stderr, done.stderr
