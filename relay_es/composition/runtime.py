@@ -155,6 +155,7 @@ COMMAND_WORKERS = 8  # threads running the hub's store commands (admission, outb
 CATCH_UP_SECS = 2.0  # the longest a key the tokens read model does not know waits for it to catch up
 STARTING = "Relay is starting (its read models are being filled from the store): the key cannot be checked yet"
 STUCK = "Relay's read models are stalled (their process is being started again): the key cannot be checked yet"
+BEHIND = "Relay's read models are catching up with the store: the key cannot be checked yet"
 STUCK_CHECK_SECS = 0.25  # how often a wait for the read models asks whether their process is late
 READY_LAG = 1_000  # events (one projection batch): read models this close to the log are current for /readyz
 # The leader lease, confirmed on the monotonic clock: the process manager decides nothing on a confirmation
@@ -324,7 +325,9 @@ class Runtime:
         """Waits, at most :data:`CATCH_UP_SECS`, until the read models hold every event recorded so
         far; True when they were behind (what they answered may have changed). Blocking. One caller
         waits at a time: any key can ask (an unknown one, on any route), and a second caller while
-        one waits is answered False at once, so unknown keys hold at most one thread. At the start
+        one waits is answered at once, so unknown keys hold at most one thread: True if the read
+        models hold the log now (ask them again), else ``StoreUnavailable`` (a 503: the key may be one
+        just made, as the first caller's, whose two requests at once got a 200 and a 401). At the start
         the read models follow the log once the process manager has started (a start on empty read
         models fills them first, which can take a minute): that is waited for too, within the same
         bound, and until then a key they do not hold cannot be checked (``StoreUnavailable``: a 503,
@@ -335,7 +338,9 @@ class Runtime:
                 raise authz.StoreUnavailable(STARTING)
             if self._read_models_stuck():
                 raise authz.StoreUnavailable(STUCK)
-            return False
+            if self.runner.position() < self.relay.head():
+                raise authz.StoreUnavailable(BEHIND)
+            return True
         try:
             end = time.monotonic() + CATCH_UP_SECS
             running = self._pm_started.is_set()
