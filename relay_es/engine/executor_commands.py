@@ -131,11 +131,14 @@ class ExecutorCommands:
     def op_declare_dead(self, stream_id: UUID, expected_deadline: datetime | None = None) -> Op:
         return _on_executor(stream_id, lambda ex: ex.declare_dead(now=self.now(), expected_deadline=expected_deadline))
 
-    def op_dispatch(self, stream_id: UUID, *, request_id: str, target_executor_id: str) -> Op:
+    def op_dispatch(self, stream_id: UUID, *, request_id: str, target_executor_id: str,
+                    at: datetime | None = None) -> Op:
+        """``at``: when it was dispatched (default: now; the process manager's reading of the wall clock
+        before it armed the response timer, so the timeout recorded is never shorter than the timer's)."""
         check_id("requestId", request_id)
         check_id("targetExecutorId", target_executor_id)
         return _on_executor(stream_id, lambda ex: ex.dispatch_recovery(
-            request_id=request_id, target_executor_id=target_executor_id, at=self.now()))
+            request_id=request_id, target_executor_id=target_executor_id, at=at or self.now()))
 
     def op_fail(self, stream_id: UUID, *, request_id: str, reason: str) -> Op:
         reason = sanitized(reason)  # a target's own error text

@@ -1218,11 +1218,14 @@ class ProcessManager:
             assigned[(target.org, target.app, target.executor_id)] += 1
             request_id = new_id()
             # Taken before the dispatch is recorded, so the response timer (armed from
-            # it, not from the event's timestamp) is never earlier than what the dispatcher obeys.
+            # it, not from the event's timestamp) is never earlier than what the dispatcher obeys;
+            # and the dispatch stamped with the wall clock read just before it, so a timeout
+            # recorded is never less than the response timeout after the dispatch.
+            dispatched_at = self.clock.now()
             deadline = self.clock.monotonic() + self.timing.response_timeout.total_seconds()
             self._deadlines[request_id] = deadline
             ops.append(self.relay.op_dispatch(UUID(sid), request_id=request_id,
-                                              target_executor_id=target.executor_id))
+                                              target_executor_id=target.executor_id, at=dispatched_at))
             sends.append((sid, RecoveryRequest(
                 request_id=request_id,
                 org=row.org,

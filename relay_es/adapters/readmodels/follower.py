@@ -181,9 +181,9 @@ class ProjectionProcess:
         """Kills the running child, stuck (see the module); its reader thread sees the pipe close."""
         process, overdue = self._process, self._overdue()
         process.kill()  # a stopped or stuck child answers no stop (and ignores SIGTERM)
-        self.stalls += 1
         self._reap(f"the read models' process {process.pid} has owed a report for {overdue:.0f} s (stopped, "
                    "or stuck on a lock, on I/O); killed it")
+        self.stalls += 1  # after the failure it is one of: a reader of both never sees the stall alone
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
