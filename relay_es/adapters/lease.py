@@ -130,9 +130,9 @@ class Lease:
                 raise LeaseHeld(f"{e}") from None
             if conn is None:
                 raise LeaseHeld(
-                    f"another Relay instance leads the store at {redact_url(self.config.url)} (its lease "
-                    f"session: Postgres backend {self._holder}); running several instances on one store is "
-                    "not supported yet"
+                    f"another Relay instance leads the store at {redact_url(self.config.url)} (`relay serve`, or a "
+                    f"rebuild; its lease session: Postgres backend {self._holder}); running several instances on "
+                    "one store is not supported yet"
                 )
             try:
                 self._system = self._cluster(conn)
@@ -154,7 +154,7 @@ class Lease:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LeaseHeld(f"another Relay instance is serving {path}") from None
+            raise LeaseHeld(f"another Relay instance is serving or rebuilding {path}") from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from relay_es.adapters.readmodels import ReadModelStore
 
@@ -64,7 +64,9 @@ def parse_database_url(url: str | None) -> StoreConfig:
         return StoreConfig("sqlite", f"sqlite:///{DEFAULT_SQLITE_PATH}", str(DEFAULT_SQLITE_PATH))
     if url.startswith(("postgresql://", "postgres://")):
         # a parameter the stores cannot honour is refused here, before anything connects
-        return StoreConfig("postgres", url, conninfo=postgres_conninfo(url))
+        conninfo = postgres_conninfo(url)
+        _refuse_search_path(url)
+        return StoreConfig("postgres", url, conninfo=conninfo)
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         if not path:
@@ -142,6 +144,26 @@ def _url_params(url: str) -> dict[str, str]:
         raise ValueError(f"database URL {redact_url(url)!r}: {_hide_password(url, str(e))}") from None
 
 
+def _refuse_search_path(url: str) -> None:
+    """Raises ``ValueError`` when the store's connections would have a ``search_path`` of their own: from the
+    URL's ``options``, else (libpq reads it only then) from ``PGOPTIONS``. The event store's tables are always
+    in the library's schema (``public``: Relay sets no ``POSTGRES_SCHEMA``), the read models', tracking's and
+    the metric series' wherever ``search_path`` puts them: the store was split across two schemas, and two
+    stores told apart by their ``search_path`` shared one event log (a token made for one opened the other)."""
+    options = _url_params(url).get("options")
+    where = f"database URL {redact_url(url)!r}: its options set"
+    if options is None:
+        options, where = os.environ.get("PGOPTIONS", ""), "PGOPTIONS (libpq passes it to a URL without options) sets"
+    # Postgres reads a setting's name in any case, "-" for "_", a backslash escaping the next character; the name
+    # anywhere in the options is refused (no other setting's name holds it).
+    if re.search(r"search[_-]path", options.replace("\\", ""), re.IGNORECASE):
+        raise ValueError(
+            f"{where} search_path, which Relay refuses: its event log is always in schema public and its read "
+            "models follow search_path, so the store would be split across two schemas (and stores told apart by "
+            "search_path would share one event log); give each Relay store a database of its own"
+        )
+
+
 def _hide_password(url: str, said: str) -> str:
     """The first line of libpq's complaint about the URL, with the URL's password hidden (libpq
     quotes the token it could not read, which may be the password)."""
@@ -179,6 +201,35 @@ def event_store_env(config: StoreConfig) -> dict[str, str]:
         "SQLITE_DBNAME": config.sqlite_path,
         "SQLITE_LOCK_TIMEOUT": "10",
     }
+
+
+# The event log's table, as the library names it: after the application (``Relay``) on Postgres, in its schema
+# (``public``: Relay sets no ``POSTGRES_SCHEMA``); ``stored_events`` whatever the application on SQLite.
+POSTGRES_EVENTS_TABLE = ("public", "relay_events")
+SQLITE_EVENTS_TABLE = "stored_events"
+
+
+def holds_event_log(config: StoreConfig) -> bool:
+    """Whether the store holds Relay's event log (its table): not a database of another application, an
+    empty one, nor a SQLite file not there yet. Makes nothing: one plain connection, read-only for SQLite,
+    none for a missing file. Its failure (``psycopg.Error``, ``sqlite3.Error``) is the driver's own reason,
+    libpq's "database does not exist" or "Connection refused", where the event store's pool says only that
+    it got no connection within :data:`POOL_WAIT_SECS`."""
+    if config.is_postgres:
+        import psycopg
+
+        with psycopg.connect(config.conninfo, connect_timeout=POOL_WAIT_SECS) as conn:
+            table = ".".join(POSTGRES_EVENTS_TABLE)
+            return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0])
+    path = config.sqlite_path
+    if path is None or path == ":memory:" or not os.path.exists(path):
+        return False
+    conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
+    try:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SQLITE_EVENTS_TABLE,))
+        return found.fetchone() is not None
+    finally:
+        conn.close()
 
 
 def make_private_dir(path: Path) -> None:

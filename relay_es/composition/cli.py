@@ -112,7 +112,7 @@ def _add_admin(sub: Any) -> None:
 def admin(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
     from relay_es.adapters.clock import SystemClock
-    from relay_es.adapters.stores import event_store_env, parse_database_url
+    from relay_es.adapters.stores import event_store_env, holds_event_log, parse_database_url
     from eventsourcing.utils import TopicError
 
     from relay_es.domain.errors import RelayError
@@ -126,10 +126,12 @@ def admin(args: argparse.Namespace) -> int:
     except (RelayError, ValueError) as e:  # a usage error, as a setting serve refuses
         print(f"relay: {e}", file=sys.stderr)
         return 2
-    if store.sqlite_path is not None and not os.path.exists(store.sqlite_path):
-        # the first token may well come before the first `relay serve`; a mistyped path should not pass unseen
-        print(f"relay: no store at {store.sqlite_path} yet: making a new one", file=sys.stderr)
     try:
+        # One plain connection first: a store that cannot be reached is the driver's reason (the event store's
+        # pool says only that it got no connection in time). The first token may well come before the first
+        # `relay serve`; a mistyped path or database name should not pass unseen.
+        if not holds_event_log(store):
+            print(f"relay: no Relay store at {store_name(store)} yet: making a new one", file=sys.stderr)
         relay = Relay(event_store_env(store), clock=SystemClock())
         try:
             secret = relay.create_token(args.org, args.name, app_names=args.apps, permissions=permissions)
@@ -147,6 +149,14 @@ def admin(args: argparse.Namespace) -> int:
     print(f"token {args.name} of org {args.org} created; this is the only time its secret is shown:", file=sys.stderr)
     print(secret)
     return 0
+
+
+def store_name(store: Any) -> str:
+    """The store of a :class:`~relay_es.adapters.stores.StoreConfig` in a message: its file, or its URL
+    without the password."""
+    from relay_es.adapters.stores import redact_url
+
+    return store.sqlite_path if store.sqlite_path is not None else redact_url(store.url)
 
 
 def store_errors() -> tuple[type[BaseException], ...]:
@@ -316,7 +326,7 @@ REBUILD_LEFT = ("the read models are partly rebuilt, their positions back at the
 
 def projections(args: argparse.Namespace) -> int:
     from relay_es.adapters import logs
-    from relay_es.adapters.stores import parse_database_url
+    from relay_es.adapters.stores import holds_event_log, parse_database_url
 
     logs.configure("WARNING")
     try:
@@ -324,10 +334,12 @@ def projections(args: argparse.Namespace) -> int:
     except ValueError as e:  # InvalidSetting too
         print(f"relay: {e}", file=sys.stderr)
         return 2
-    if store.sqlite_path is not None and not os.path.exists(store.sqlite_path):
-        print(f"relay: no store at {store.sqlite_path}: nothing to rebuild", file=sys.stderr)
-        return 1
     try:
+        # Another application's database, an empty one or a mistyped path: a rebuild there would make Relay's
+        # tables in it and say it rebuilt them from 0 events.
+        if not holds_event_log(store):
+            print(f"relay: no Relay store at {store_name(store)}: nothing to rebuild", file=sys.stderr)
+            return 1
         return _rebuild(args, store)
     except store_errors() as e:
         print(f"relay: {store_failure(e, store.url)}", file=sys.stderr)
@@ -344,12 +356,14 @@ def _rebuild(args: argparse.Namespace, store: Any) -> int:
     from relay_es.adapters.readmodels.rebuild import rebuild_in_processes
 
     # The read models are the running server's to write: a rebuild beside it would drop its tables
-    # under it and race its projection runner. Holding the lease also keeps a server from starting.
+    # under it and race its projection runner. Holding the lease also keeps a server, or another
+    # rebuild, from starting; the lease does not record which of the two holds it.
     lease = Lease(store)
     try:
         lease.acquire()
     except LeaseHeld as e:
-        print(f"relay: cannot rebuild while Relay is running: {e}. Stop `relay serve` first.", file=sys.stderr)
+        print(f"relay: cannot rebuild while Relay is running on this store (`relay serve`, or another rebuild): {e}. "
+              "Stop `relay serve` first, or let the other rebuild end.", file=sys.stderr)
         return 1
     try:
         n = rebuild_in_processes(store, args.only)

@@ -274,3 +274,70 @@ def test_the_read_models_pool_replaces_the_connections_postgres_cut(postgres_url
             assert cur.execute("SELECT 1").fetchone() == (1,)
     finally:
         db.close()
+
+
+# ---------------------------------------------------------------- a search_path would split the store
+
+SEARCH_PATHS = ["-csearch_path%3Dsa", "-c%20search_path%3Dsa", "--search_path%3Dsa", "--search-path%3Dsa",
+                "-c%20SEARCH_PATH%3Dsa", "-c%20work_mem%3D7MB%20-c%20search_path%3Dsa", "-ec%20search_path%3Dsa",
+                "-c%20search%5C_path%3Dsa"]
+
+
+@pytest.mark.parametrize("options", SEARCH_PATHS)
+def test_a_search_path_in_the_urls_options_is_refused(options: str) -> None:
+    """The event store's tables are always in schema public, the read models' where search_path puts
+    them: two stores told apart by search_path shared one event log. Each form Postgres reads is refused."""
+    with pytest.raises(ValueError) as e:
+        parse_database_url(f"postgresql://relay:s3cret@db/relay?options={options}")
+    assert "search_path" in str(e.value) and "s3cret" not in str(e.value)
+
+
+@pytest.mark.parametrize("options", ["-c%20work_mem%3D7MB", "-c%20application_name%3Drelay"])
+def test_other_options_are_accepted(options: str) -> None:
+    assert parse_database_url(f"postgresql://relay@db/relay?options={options}").is_postgres
+
+
+def test_a_search_path_in_pgoptions_is_refused_where_libpq_reads_it(monkeypatch) -> None:
+    monkeypatch.setenv("PGOPTIONS", "-c search_path=sa")
+    with pytest.raises(ValueError, match="PGOPTIONS .* search_path"):
+        parse_database_url("postgresql://relay@db/relay")
+    # libpq reads PGOPTIONS only for a connection string without options (an empty one included)
+    for options in ("-c%20work_mem%3D7MB", ""):
+        assert parse_database_url(f"postgresql://relay@db/relay?options={options}").is_postgres
+    assert parse_database_url("sqlite:///relay.db").sqlite_path == "relay.db"
+
+
+# ---------------------------------------------------------------- whether a database holds a Relay store
+
+def test_holds_event_log_tells_a_relay_store_from_another_applications(store_url: str, tmp_path) -> None:
+    import sqlite3
+
+    import psycopg
+
+    from relay_es.adapters.stores import holds_event_log
+
+    config = parse_database_url(store_url)
+    assert not holds_event_log(config)
+    assert config.is_postgres or not (tmp_path / "relay.db").exists()  # a missing file is not made
+    if config.is_postgres:
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE customers (id int PRIMARY KEY)")
+    else:
+        with sqlite3.connect(tmp_path / "relay.db") as conn:
+            conn.execute("CREATE TABLE customers (id int PRIMARY KEY)")
+    assert not holds_event_log(config)
+    relay = event_store(store_url)
+    try:  # the table it looks for is the one the library made
+        assert holds_event_log(config)
+    finally:
+        relay.close()
+
+
+def test_holds_event_log_on_a_file_that_is_not_a_database_says_so(tmp_path) -> None:
+    import sqlite3
+
+    from relay_es.adapters.stores import holds_event_log
+
+    (tmp_path / "notes.db").write_text("not a database, " * 100)
+    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
+        holds_event_log(parse_database_url(f"sqlite:///{tmp_path}/notes.db"))
