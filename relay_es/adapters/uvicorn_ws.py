@@ -358,6 +358,18 @@ class _Flag:
         return True
 
 
+def _reset(transport: Any) -> None:
+    """Aborts ``transport`` with a reset, not a FIN behind the unread bytes: without SO_LINGER 0 the
+    kernel keeps the closed socket and what it could not send (megabytes) while it probes a zero window."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        except OSError:
+            pass
+    transport.abort()
+
+
 class Withdrawn(Exception):
     """A guarded frame (``relay.guard`` in a ``websocket.send``) was not written:
     the guard said no right before the write."""
@@ -546,15 +558,7 @@ def protocol_class(close_timeout: float, handshake_frame_cap: int | None = MAX_H
         def _abort(self) -> None:
             self._abort_timer = None
             if not self.disconnected:
-                # A reset, not a FIN behind the unread bytes: without SO_LINGER 0 the kernel keeps the
-                # closed socket and what it could not send (megabytes) while it probes a zero window.
-                sock = self.transport.get_extra_info("socket")
-                if sock is not None:
-                    try:
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-                    except OSError:
-                        pass
-                self.transport.abort()  # connection_lost follows: the application hears the disconnect
+                _reset(self.transport)  # connection_lost follows: the application hears the disconnect
 
         def pause_writing(self) -> None:
             super().pause_writing()
@@ -690,9 +694,35 @@ _UNAVAILABLE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; 
                 b"connection: close\r\ncontent-length: 34\r\n\r\ntoo many open connections; retry\r\n")
 
 
+class _Counted:
+    """An HTTP connection's transport, counting the bytes written through it: ``sent()``, the bytes
+    that left the transport's buffer for the kernel, grows only as the peer reads. The rest is the
+    transport's own (uvicorn's HTTP protocol and its request cycles write only through ``write``)."""
+
+    __slots__ = ("raw", "written")
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+        self.raw.write(data)
+
+    def writelines(self, pieces: Any) -> None:
+        for data in pieces:
+            self.write(data)
+
+    def sent(self) -> int:
+        return self.written - self.raw.get_write_buffer_size()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 def http_protocol_class(first_request_timeout: float, request_timeout: float | None = None,
-                        max_connections: int | None = None) -> type:
-    """uvicorn's h11 protocol with deadlines for requests and a cap on open sockets.
+                        max_connections: int | None = None, send_timeout: float | None = None) -> type:
+    """uvicorn's h11 protocol with deadlines for requests and replies and a cap on open sockets.
 
     * **First request**: uvicorn starts its keep-alive timer only after a
       response; a client that opens a connection and never starts a request
@@ -703,11 +733,24 @@ def http_protocol_class(first_request_timeout: float, request_timeout: float | N
       ``request_timeout`` seconds, or the connection is closed. Without it a
       ``Content-Length: 100000000`` sent a byte a second held the socket for
       ever (uvicorn's timers do not run while a request is being read).
+    * **Every reply**: while a reply waits unsent in the transport's buffer, the
+      peer must take some of it every ``send_timeout`` seconds, or the connection
+      is reset (aborted: ``close()`` would wait for the buffer to drain). The
+      rule is *no progress for ``send_timeout``*, not a deadline for the whole
+      reply, so a slow client that keeps reading a large export is never cut.
+      Without it a client that pipelined requests with large replies and never
+      read held its socket for ever: uvicorn's request cycle waits for the
+      buffer to drain before it writes, and its keep-alive timer starts only
+      once a reply is complete; 40 such sockets took every slot of
+      ``max_connections``.
     * **Open sockets**: a connection made while ``max_connections`` sockets
       (HTTP and WebSocket, of this server) are open is answered 503 and closed
       at once, so that Relay never runs out of file descriptors (uvicorn's
       ``limit_concurrency`` lets WebSocket upgrades through and answers only
       after the request arrived).
+
+    Once a connection is upgraded to a WebSocket its timers here are cancelled:
+    the WebSocket protocol has its own (:func:`protocol_class`).
     """
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -717,6 +760,8 @@ def http_protocol_class(first_request_timeout: float, request_timeout: float | N
     class RelayH11Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             self._request_deadline: Any = None
+            self._send_deadline: Any = None
+            self._sent_at_check = 0  # the transport's sent() when the send deadline was armed
             if max_connections is not None and len(self.server_state.connections) >= max_connections:
                 # Not counted, no task: written and closed before anything is read.
                 self.transport = transport
@@ -727,7 +772,7 @@ def http_protocol_class(first_request_timeout: float, request_timeout: float | N
                 self.logger.warning("refused a connection: %d open (RELAY_MAX_OPEN_CONNECTIONS)", max_connections)
                 return
             self._refused = False
-            super().connection_made(transport)
+            super().connection_made(_Counted(transport))  # type: ignore[arg-type]
             self._first_request_deadline = self.loop.call_later(first_request_timeout, self._drop_if_idle)
 
         def data_received(self, data: bytes) -> None:
@@ -741,6 +786,7 @@ def http_protocol_class(first_request_timeout: float, request_timeout: float | N
                 self._request_deadline = None
 
         def handle_websocket_upgrade(self, event: Any) -> None:
+            self.transport = self.transport.raw  # the WebSocket protocol gets the socket's own transport
             super().handle_websocket_upgrade(event)
             # The socket is the WebSocket protocol's now: without this the timers would
             # keep this protocol (its parser, its flow control) alive until they fire.
@@ -748,6 +794,49 @@ def http_protocol_class(first_request_timeout: float, request_timeout: float | N
             if self._request_deadline is not None:
                 self._request_deadline.cancel()
                 self._request_deadline = None
+            self._disarm_send_deadline()
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._arm_send_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            # The reply is all in the transport; some of it may wait in its buffer (under the high-water
+            # mark, or behind a close: uvicorn closes after the reply, or at the keep-alive's end).
+            self._arm_send_deadline()
+
+        def _arm_send_deadline(self) -> None:
+            """Armed, unless it is already, while bytes wait in the transport's buffer."""
+            if send_timeout is None or self._send_deadline is not None or not self._unsent():
+                return
+            self._sent_at_check = self.transport.sent()
+            self._send_deadline = self.loop.call_later(send_timeout, self._drop_if_stalled)
+
+        def _unsent(self) -> bool:
+            """Bytes of this protocol's wait in the transport's buffer. A refused connection's
+            transport, or an upgraded one's (the WebSocket protocol's now), is not counted."""
+            return isinstance(self.transport, _Counted) and self.transport.raw.get_write_buffer_size() > 0
+
+        def _disarm_send_deadline(self) -> None:
+            if self._send_deadline is not None:
+                self._send_deadline.cancel()
+                self._send_deadline = None
+
+        def _drop_if_stalled(self) -> None:
+            """``send_timeout`` after the deadline was armed: nothing waits unsent (disarmed), or bytes
+            left meanwhile (armed again, from now), or the peer took nothing for ``send_timeout`` (reset).
+            Looked at once a period, not moved at each byte: a peer that stops reading is reset between
+            one and two periods after the last bytes it took."""
+            self._send_deadline = None
+            if not self._unsent():
+                return
+            if self.transport.sent() > self._sent_at_check:
+                self._arm_send_deadline()
+                return
+            self.logger.info("%s:%d - reset: the peer took nothing of a reply for %gs",
+                             *(self.client or ("?", 0)), send_timeout)
+            _reset(self.transport.raw)  # connection_lost follows: the slot is free, the request cycle told
 
         def _drop_if_idle(self) -> None:
             upgraded = self.transport.get_protocol() is not self
@@ -767,6 +856,7 @@ def http_protocol_class(first_request_timeout: float, request_timeout: float | N
         def connection_lost(self, exc: Exception | None) -> None:
             if self._request_deadline is not None:
                 self._request_deadline.cancel()
+            self._disarm_send_deadline()
             if self._refused:
                 return
             self._first_request_deadline.cancel()

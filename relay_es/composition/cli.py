@@ -243,7 +243,9 @@ def serve(args: argparse.Namespace) -> int:
         loop="auto",  # uvloop where installed (ADR 2): the event loop is most of a handshake's cost
         http=http_protocol_class(first_request_timeout=FIRST_REQUEST_SECS,
                                  request_timeout=settings.http_request_timeout.total_seconds(),
-                                 max_connections=settings.max_open_connections),
+                                 max_connections=settings.max_open_connections,
+                                 # a reply the client takes nothing of for as long is cut (ADR 2)
+                                 send_timeout=settings.http_request_timeout.total_seconds()),
         # frames capped at 64 KiB until executor_info is answered; a closed socket's objects watched until freed
         ws=protocol_class(close_timeout, lost=runtime.collector.lost),
         ws_max_size=MAX_FRAME,
