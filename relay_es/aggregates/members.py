@@ -4,13 +4,16 @@ One stream per org, made with its first member. A member is seen (``MemberSeen``
 they sign in, or when a role is granted to them before that; ``RoleGranted`` gives them a role
 (replacing any other); ``MemberRemoved`` forgets them and their grant. A member without a grant
 gets the role their groups map to (Relay's settings), or none; ``GroupRoleSeen`` records that role
-as a sign-in's token gave it, each time it differs from the last one recorded and the token was
-issued after the one that gave that (so ``listMembers`` shows it, and nobody weaker demotes them;
+(or none) as a sign-in's token gave it, the first time a token carries their groups and then each
+time it differs from the last one recorded and the token was issued after the one that gave that (so ``listMembers`` shows it, and nobody weaker demotes them;
 a user alternating an older token with a newer one writes nothing). ``SecretGenerated`` notes a token a
-member made for themselves (``generateSecret``), by its name and the hash of the secret it was made
-with, so that removing them revokes it, and only it (not a token made again later under that name):
-a key outlives nobody's membership. A user who signed in while the org was full is no member on record,
-but what they made is: removing them revokes it all the same. ``RoleDeleted`` records that one of the
+member made (``generateSecret``; ``createToken`` signed in, or with a key noted as theirs), by its name and
+the hash of the secret it was made with, so that removing them revokes it, and only it (not a token made
+again later under that name): a key outlives nobody's membership. ``MadeTokensForgotten`` drops notes of
+tokens no longer live with the secret they were made with (revoked, or made again by someone else), which
+removing the member has nothing of to revoke: a member who reached :data:`MAX_SECRETS` may make more once
+they revoke some. A user who signed in while the org was full is no member on record, but what they made
+is: removing them revokes it all the same. ``RoleDeleted`` records that one of the
 org's own roles was deleted while no member held a grant of it: the deletion is checked against the
 grants and recorded on their stream, so a grant and a deletion of one role made at once conflict, and
 the one run again sees the other's change (a member never keeps a grant of a deleted role, which a role
@@ -30,16 +33,21 @@ from relay_es.domain.errors import IllegalTransition, InvalidSetting
 NAMESPACE = uuid.UUID("c41e7b92-5a3d-4f16-8e0c-9b2d7a6f1e58")
 MAX_MEMBERS = 10_000
 MAX_FIELD = 256
-MAX_SECRETS = 100  # tokens one member may have made for themselves (generateSecret), live or not
+MAX_SECRETS = 100  # tokens noted as one member's (SecretGenerated), not forgotten since (MadeTokensForgotten)
 
 
 def groups_news(known: dict[str, Any] | None, role: str | None, issued_at: int | None) -> bool:
     """Whether a token issued at ``issued_at`` whose groups give ``role`` tells anything new of the
-    member ``known`` (as :attr:`OrgMembers.members` holds them): they are on record, the role is not
-    the one recorded, and the token is newer than the one that gave that. (The rule of
-    :meth:`OrgMembers.groups_gave`; a sign-in asks it before it runs a command.)"""
-    return (known is not None and issued_at is not None and known.get("group_role") != role
-            and issued_at > known.get("group_role_iat", -1))
+    member ``known`` (as :attr:`OrgMembers.members` holds them): they are on record, and either none
+    is recorded (the first token carrying their groups: even none is worth recording, as it tells
+    that their groups are known) or the role is not the one recorded and the token is newer than the
+    one that gave that. (The rule of :meth:`OrgMembers.groups_gave`; a sign-in asks it before it runs
+    a command.)"""
+    if known is None or issued_at is None:
+        return False
+    if "group_role" not in known:
+        return True
+    return known["group_role"] != role and issued_at > known.get("group_role_iat", -1)
 
 
 def members_stream_id(org: str) -> uuid.UUID:
@@ -102,8 +110,9 @@ class OrgMembers(Aggregate):
 
     def groups_gave(self, username: str, role: str | None, *, issued_at: int, at: datetime) -> bool:
         """The role ``username``'s groups gave them in a token issued at ``issued_at`` (epoch seconds),
-        recorded when it differs from the last one recorded and the token is newer than the one that
-        gave that; a member on record only (strangers leave nothing). Returns whether it was."""
+        recorded the first time (none too), then when it differs from the last one recorded and the token
+        is newer than the one that gave that; a member on record only (strangers leave nothing). Returns
+        whether it was."""
         if not groups_news(self.members.get(username), role, issued_at):
             return False
         self._groups_gave(username=username, role=role, issued_at=issued_at, timestamp=at)
@@ -146,14 +155,41 @@ class OrgMembers(Aggregate):
         ``secret_hash``; removing them revokes it while it still has that secret."""
         made = self.secrets.get(username, ())
         if len(made) >= MAX_SECRETS:
-            raise InvalidSetting("secret", f"a member may make at most {MAX_SECRETS} secrets, revoked ones "
-                                           "included; removing the member revokes them and starts again")
+            raise InvalidSetting("secret", f"a member may hold at most {MAX_SECRETS} live tokens they made; "
+                                           "revoke one of them first")
         self._secret_generated(username=username, token_name=token_name, secret_hash=secret_hash, timestamp=at)
 
     @event("SecretGenerated")
     def _secret_generated(self, username: str, token_name: str, secret_hash: str, timestamp: datetime) -> None:
         self.secrets = {**self.secrets, username: (*self.secrets.get(username, ()), (token_name, secret_hash))}
 
+    def full(self, username: str) -> bool:
+        """Whether ``username`` has :data:`MAX_SECRETS` tokens noted as theirs: none more until some are forgotten."""
+        return len(self.secrets.get(username, ())) >= MAX_SECRETS
+
+    def forget_made(self, username: str, dead: list[tuple[str, str]], *, at: datetime) -> None:
+        """Forgets the notes ``dead`` (token name, secret hash) of ``username``'s: tokens no longer live
+        with that secret (the caller read them), which removing them would not revoke. Nothing to forget
+        records nothing."""
+        gone = {(str(n), str(h)) for n, h in dead} & set(self.made_by(username))
+        if gone:
+            self._made_forgotten(username=username, tokens=[[n, h] for n, h in sorted(gone)], timestamp=at)
+
+    @event("MadeTokensForgotten")
+    def _made_forgotten(self, username: str, tokens: list[list[str]], timestamp: datetime) -> None:
+        gone = {(str(n), str(h)) for n, h in tokens}
+        kept = tuple((n, h) for n, h in self.made_by(username) if (n, h) not in gone)
+        others = {k: v for k, v in self.secrets.items() if k != username}
+        self.secrets = {**others, username: kept} if kept else others
+
+    def maker_of(self, token_name: str, secret_hash: str) -> str | None:
+        """The member who made the token ``token_name`` with the secret whose hash is ``secret_hash``, if
+        one is noted as its maker."""
+        for username, made in self.secrets.items():
+            if any(str(n) == token_name and str(h) == secret_hash for n, h in made):
+                return username
+        return None
+
     def made_by(self, username: str) -> list[tuple[str, str]]:
-        """(token name, secret hash) of each token ``username`` made for themselves, oldest first."""
+        """(token name, secret hash) of each token noted as ``username``'s, oldest first."""
         return [(str(name), str(h)) for name, h in self.secrets.get(username, ())]

@@ -32,6 +32,7 @@ class MemberCommands:
     now: Callable[[], datetime]
     role: Callable[[str, str], list[str] | None]
     _token_made: Callable[..., Token]
+    load_many: Callable[[list[uuid.UUID]], dict[uuid.UUID, Any]]
 
     def members(self, org: str) -> dict[str, dict[str, Any]]:
         """username -> what is known (``email``, ``name``, ``given_name``, ``family_name``, ``role``
@@ -95,8 +96,8 @@ class MemberCommands:
                       may_change: Callable[[dict[str, Any] | None], None] = lambda known: None,
                       may_revoke: Callable[[list[str] | None, list[str] | None], None] = lambda apps, perms: None,
                       ) -> tuple[dict[str, Any], list[str]]:
-        """Forgets a member and their grant, and revokes the tokens they made for themselves
-        (:meth:`generate_secret`), in one transaction. Returns what was known of them and the names of
+        """Forgets a member and their grant, and revokes the tokens noted as theirs (:meth:`generate_secret`,
+        :meth:`create_member_token`), in one transaction. Returns what was known of them and the names of
         the tokens revoked (the caller closes their sockets); :class:`UnknownMember` when there is neither
         a member on record nor a token they made. Before anything changes, ``may_change(known)`` is asked
         with what is known of the member (None: nothing) as this run read it and saves on it, then
@@ -138,10 +139,59 @@ class MemberCommands:
         secret = new_secret()
 
         def run() -> str:
-            tok = self._token_made(org, name, secret, None, chosen)
             m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
-            m.secret_generated(username, name, tok.secret_hash, at=self.now())
+            tok = self._noted(m, username, self._token_made(org, name, secret, None, chosen))
             self.save(tok, m)
             return secret
 
         return str(self.retrying(run))
+
+    def create_member_token(self, org: str, name: str, *, user: str | None, via: str | None,
+                            app_names: list[str] | None = None, permissions: list[str] | None = None) -> str:
+        """``createToken`` (:meth:`~relay_es.engine.service.Relay.create_token`) by a member: signed in
+        (``user``), or with a token noted as a member's (``via``, its name: theirs while it holds the
+        secret they made it with). The new token is noted as that member's in the same transaction, so
+        removing them revokes it too: neither a key nor a key made with it outlives their membership.
+        A token of no member's (``via`` one an admin made) makes a token of no member's."""
+        from relay_es.engine.service import check_token_arguments  # the service imports this module
+
+        if user is not None:
+            _check_username(user)
+        chosen = check_token_arguments(org, name, app_names, permissions)
+        secret = new_secret()
+
+        def run() -> str:
+            m = self._maybe(members_stream_id(org))
+            maker = user if user is not None else self._maker(org, m, via)
+            tok = self._token_made(org, name, secret, app_names, chosen)
+            if maker is None:
+                self.save(tok)
+                return secret
+            m = m or OrgMembers(org=org, timestamp=self.now())
+            self.save(self._noted(m, maker, tok), m)
+            return secret
+
+        return str(self.retrying(run))
+
+    def _maker(self, org: str, m: OrgMembers | None, via: str | None) -> str | None:
+        """The member the token ``via`` is noted as made by, as it is now (None: nobody's, or no token)."""
+        if m is None or via is None:
+            return None
+        tok = self._maybe(token_stream_id(org, via))
+        return None if tok is None or tok.revoked else m.maker_of(via, tok.secret_hash)
+
+    def _noted(self, m: OrgMembers, username: str, tok: Token) -> Token:
+        """``tok`` (made, not saved yet) noted on ``m`` as ``username``'s. When they have as many noted as
+        a member may, those no longer live with the secret they were made with are forgotten first."""
+        if m.full(username):
+            made = m.made_by(username)
+            found = self.load_many([token_stream_id(m.org, n) for n, _ in made])
+            m.forget_made(username, [(n, h) for n, h in made if not _live(found.get(token_stream_id(m.org, n)), h)],
+                          at=self.now())
+        m.secret_generated(username, tok.name, tok.secret_hash, at=self.now())
+        return tok
+
+
+def _live(tok: Token | None, secret_hash: str) -> bool:
+    """Whether ``tok`` is live and still holds the secret whose hash is ``secret_hash``."""
+    return tok is not None and not tok.revoked and tok.secret_hash == secret_hash

@@ -448,6 +448,19 @@ def test_the_role_a_members_groups_gave_is_recorded_each_time_it_changes() -> No
     m.check_replay()
 
 
+def test_the_first_token_carrying_a_members_groups_records_even_that_they_give_nothing() -> None:
+    # a member granted a role before signing in, whose groups give no role: recorded as known to give none
+    # (not unknown: grantRole and removeMember guard a member whose groups are unknown by every mapped role)
+    m = Members()
+    m.grant("bob", "viewer")
+    assert m.agg.groups_gave("bob", None, issued_at=100, at=m.tick()) is True
+    (e,) = m._collect()
+    assert (e.role, e.issued_at) == (None, 100) and m.agg.members["bob"]["group_role"] is None
+    assert m.agg.groups_gave("bob", None, issued_at=200, at=m.tick()) is False  # the same again: nothing
+    assert m._collect() == []
+    m.check_replay()
+
+
 def test_a_sign_in_records_the_first_sight_and_the_groups_role_together() -> None:
     clock = FakeClock(T0)
     relay = Relay(POPO, clock=clock)
@@ -464,3 +477,29 @@ def test_a_sign_in_records_the_first_sight_and_the_groups_role_together() -> Non
     assert relay.member(ORG, "bob") == {**PROFILE, "role": None, "group_role": "viewer", "group_role_iat": 102,
                                         "since": at(0).isoformat()}
     relay.close()
+
+
+def test_notes_of_tokens_no_longer_live_are_forgotten_and_makers_found(monkeypatch) -> None:
+    monkeypatch.setattr(members_module, "MAX_SECRETS", 3)
+    m = OrgMembers(org=ORG, timestamp=at(0))
+    m.secret_generated("bob", "s1", "h1", at=at(1))
+    m.secret_generated("bob", "s1", "h2", at=at(2))  # made again by bob under that name
+    m.secret_generated("alice", "s3", "h3", at=at(3))
+    assert not m.full("bob")
+    m.secret_generated("bob", "s2", "h4", at=at(4))
+    assert m.full("bob") and not m.full("alice")
+    assert (m.maker_of("s1", "h2"), m.maker_of("s3", "h3"), m.maker_of("s1", "h3"), m.maker_of("x", "h1")) == (
+        "bob", "alice", None, None)
+    events = list(m.collect_events())
+    m.forget_made("bob", [("s1", "h1"), ("s3", "h3"), ("nope", "h9")], at=at(5))  # only bob's own
+    (ev,) = m.collect_events()
+    assert (type(ev).__name__, ev.username, ev.tokens, ev.timestamp) == (
+        "MadeTokensForgotten", "bob", [["s1", "h1"]], at(5))
+    assert m.made_by("bob") == [("s1", "h2"), ("s2", "h4")] and not m.full("bob")
+    m.forget_made("bob", [("s3", "h3")], at=at(6))  # nothing of bob's: nothing recorded
+    assert m.collect_events() == []
+    m.forget_made("alice", [("s3", "h3")], at=at(7))
+    events += [ev, *m.collect_events()]
+    assert m.made_by("alice") == [] and "alice" not in m.secrets
+    replayed = replay_any(copy.deepcopy(events))  # as the store reads it back
+    assert replayed.secrets == m.secrets

@@ -513,3 +513,57 @@ def test_a_member_may_make_a_bounded_number_of_secrets(relay: Relay, monkeypatch
     with pytest.raises(InvalidSetting):
         relay.generate_secret(ORG, "bob", "secret-00000002", permissions=["metric.read"])
     assert relay._maybe(token_stream_id(ORG, "secret-00000002")) is None  # the token was not made either
+
+
+def test_revoking_what_a_member_made_makes_room_for_more(relay: Relay, monkeypatch) -> None:
+    # at the bound, the notes of tokens no longer live with their secret are forgotten first: removing the
+    # member had nothing of them to revoke
+    monkeypatch.setattr(members_module, "MAX_SECRETS", 2)
+    relay.generate_secret(ORG, "bob", "secret-00000000", permissions=["metric.read"])
+    relay.generate_secret(ORG, "bob", "secret-00000001", permissions=["metric.read"])
+    relay.revoke_token(ORG, "secret-00000000")
+    relay.generate_secret(ORG, "bob", "secret-00000002", permissions=["metric.read"])
+    assert [n for n, _ in relay._maybe(members_stream_id(ORG)).made_by("bob")] == ["secret-00000001",
+                                                                                   "secret-00000002"]
+    assert kinds(relay, members_stream_id(ORG))[-2:] == ["MadeTokensForgotten", "SecretGenerated"]
+    with pytest.raises(InvalidSetting):  # both live: no room
+        relay.create_member_token(ORG, "ci", user="bob", via=None)
+    assert token(relay, "ci") is None
+    assert relay.remove_member(ORG, "bob")[1] == ["secret-00000001", "secret-00000002"]
+
+
+# --------------------------------------------------------- tokens a member made with createToken
+
+
+def test_a_token_a_signed_in_member_makes_is_noted_as_theirs_and_revoked_with_them(relay: Relay) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.create_member_token(ORG, "bobs-ci", user="bob", via=None, app_names=["orders"],
+                              permissions=["application.read"])
+    tok = token(relay, "bobs-ci")
+    assert (tok.app_names, tok.permissions) == (["orders"], ["application.read"])
+    assert relay._maybe(members_stream_id(ORG)).made_by("bob") == [("bobs-ci", tok.secret_hash)]
+    relay.create_member_token(ORG, "ci", user=None, via=None)  # nobody's: development mode
+    with pytest.raises(InvalidSetting):  # checked as createToken's: nothing recorded
+        relay.create_member_token(ORG, "x", user="bob", via=None, app_names=[])
+    asked = []
+    known, revoked = relay.remove_member(ORG, "bob", may_revoke=lambda apps, perms: asked.append((apps, perms)))
+    assert revoked == ["bobs-ci"] and asked == [(["orders"], ["application.read"])]
+    assert token(relay, "bobs-ci").revoked and not token(relay, "ci").revoked
+
+
+def test_a_token_made_with_a_members_key_is_theirs_too_and_with_an_admins_nobodys(relay: Relay) -> None:
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.generate_secret(ORG, "bob", "secret-0000000b", permissions=["token.write", "metric.read"])
+    relay.create_member_token(ORG, "hop-1", user=None, via="secret-0000000b", permissions=["metric.read"])
+    relay.create_member_token(ORG, "hop-2", user=None, via="hop-1", permissions=["metric.read"])  # and so on
+    relay.create_token(ORG, "admin")
+    relay.create_member_token(ORG, "ci", user=None, via="admin")
+    relay.create_member_token(ORG, "ci-2", user=None, via="no-such-token")
+    assert [n for n, _ in relay._maybe(members_stream_id(ORG)).made_by("bob")] == ["secret-0000000b", "hop-1",
+                                                                                   "hop-2"]
+    # a name of bob's revoked and made again by an admin: its keys are nobody's
+    relay.revoke_token(ORG, "hop-2")
+    relay.create_token(ORG, "hop-2")
+    relay.create_member_token(ORG, "hop-3", user=None, via="hop-2")
+    assert relay.remove_member(ORG, "bob")[1] == ["secret-0000000b", "hop-1"]
+    assert not any(token(relay, n).revoked for n in ("admin", "ci", "ci-2", "hop-2", "hop-3"))

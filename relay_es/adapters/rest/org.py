@@ -13,10 +13,14 @@ runs, as Conductor does.
   the one their groups gave them in the newest token Relay has seen; a role with an empty name and
   no permissions for one with neither.
 - ``grantRole``: gives a member (signed in or not yet) a role of the org (404 for an unknown role).
+- ``grantRole`` and ``removeMember`` change no member whose roles hold more than the caller: the one
+  granted them and the one their groups gave them, as recorded; for a member on record whose groups
+  no sign-in has carried yet, every role ``--oidc-group-roles`` maps (any may be theirs: 403).
 - ``removeMember``: forgets a member and their grant (404 for an unknown one), and revokes the
-  tokens they made with ``generateSecret`` (their executors' sockets are closed, also when the
-  removal fails after its commit: the client's retry finds no member to close them for); their
-  groups may still give them a role at their next sign-in.
+  tokens noted as theirs, made with ``generateSecret`` or ``createToken`` (signed in, or with a key
+  of theirs): their executors' sockets are closed, also when the removal fails after its commit (the
+  client's retry finds no member to close them for). Their groups may still give them a role at
+  their next sign-in.
 - ``getCurrentUser``: the OIDC user calling (404 for a token: no user).
 - ``generateSecret``: a new org-wide token for the calling OIDC user (404 for a token: no user), with
   the caller's permissions (never more), named ``secret-<8 hex digits>``, and noted as theirs: removing
@@ -80,10 +84,24 @@ def _may_change(ctx: Any, request: Request[Any, Any, Any], org: str, known: dict
     """403 unless the caller holds everything the member's roles hold (``known``: what the command
     read of them, and saves on), the one granted them and the one their groups gave them (as
     recorded): nobody demotes or removes a stronger member (removing a member with a weak grant and
-    strong groups would hand them their groups' role). Asked inside the command's run: a grant saved
-    meanwhile by someone else makes it run again, and asks again of what it then holds."""
-    for role in {(known or {}).get("role"), (known or {}).get("group_role")} - {None}:
+    strong groups would hand them their groups' role). A member on record whose groups are not (no
+    sign-in has carried them yet) may be given any role ``--oidc-group-roles`` maps: the caller must
+    hold them all. Asked inside the command's run: a grant saved meanwhile by someone else makes it
+    run again, and asks again of what it then holds."""
+    if known is None:  # nobody on record: a first grant (checked as a grant), or their secrets' removal (each checked)
+        return
+    for role in {known.get("role"), known.get("group_role")} - {None}:
         within(request, ctx.relay.role(org, role) or [], "a member whose role")
+    if "group_role" not in known:
+        within(request, _mapped_permissions(ctx, org), "a member who has not signed in yet, whom their groups may "
+                                                       "give any role of --oidc-group-roles,")
+
+
+def _mapped_permissions(ctx: Any, org: str) -> list[str]:
+    """Every permission of the roles ``--oidc-group-roles`` maps (those the org has): the most a
+    member's groups may give them."""
+    mapped = {role for _, role in ctx.oidc.settings.group_roles} if ctx.oidc is not None else set()
+    return sorted({p for role in mapped for p in ctx.relay.role(org, role) or []})
 
 
 def _may_grant(ctx: Any, request: Request[Any, Any, Any], org: str, permissions: list[str] | None,
@@ -96,7 +114,7 @@ def _may_grant(ctx: Any, request: Request[Any, Any, Any], org: str, permissions:
 
 
 def _live_secrets(ctx: Any, org: str, username: str) -> list[str]:
-    """The names of the live tokens ``username`` made for themselves (``generateSecret``) and still holding
+    """The names of the live tokens noted as ``username``'s (``generateSecret``, ``createToken``) and still holding
     the secret they made them with, as the store holds them now: those removing the member revokes. At
     most :data:`~relay_es.aggregates.members.MAX_SECRETS`, read in two queries."""
     found = ctx.relay.load_many([members_stream_id(org)])

@@ -19,7 +19,8 @@ make a stronger one; the same holds for a scope's own). Likewise a token is
 revoked only by a caller holding every permission it carries (403 otherwise,
 in the audit log: where Conductor lets ``token.write`` revoke any key, a weak
 key could lock out the admin's, as no weaker caller may delete a stronger role
-or remove a stronger member).
+or remove a stronger member). A token made by an OIDC member, signed in or with a key noted as
+theirs, is noted as theirs: removing them revokes it (``removeMember``).
 """
 
 from __future__ import annotations
@@ -153,7 +154,10 @@ class TokensController(Controller):
             if chosen is None and not authz.permissions_for(names) <= caller:
                 raise PermissionDeniedException(detail="this token's scope carries permissions its maker does not "
                                                        "hold: name the permissions it is to have")
-            secret = ctx.relay.create_token(org, token_name, app_names=names, permissions=chosen)  # never on record
+            # noted as a member's when a member makes it, signed in or with a key of theirs: removing them revokes it
+            secret = ctx.relay.create_member_token(org, token_name, user=getattr(who, "user", None),
+                                                   via=getattr(who, "token", None), app_names=names,
+                                                   permissions=chosen)  # never on record
         ctx.read_your_writes()
         return TokenCreated(token=secret, token_name=token_name)
 

@@ -5,9 +5,10 @@ a real OpenID Connect issuer on loopback (discovery and JWKS over HTTP, keys mad
 A user's permissions are their role's: the one granted them, else their groups'; none without
 either. Refused: an expired token, another audience, another issuer, ``alg: none``, an HMAC token
 keyed with the issuer's public key, a key the issuer does not publish. Without OIDC the seven
-operations answer 404, as Conductor's do. Every answer is checked against the reference. Last, in
-process on a real store: a removal whose answer is lost after its commit still disconnects the
-secrets it revoked.
+operations answer 404, as Conductor's do. Every answer is checked against the reference. A member's
+keys (generateSecret, createToken) are revoked with them; one not signed in yet is guarded by every
+role their groups may give. Last, in process on a real store: a removal disconnects the keys it
+revoked, also when its answer is lost after its commit.
 """
 
 from __future__ import annotations
@@ -305,6 +306,86 @@ def test_removing_a_member_revokes_no_secret_stronger_than_the_caller(oidc: tupl
     assert call(s, "GET", O + "/apps", secret).status_code == 401
 
 
+def test_a_member_who_has_not_signed_in_is_guarded_by_every_role_their_groups_may_give(
+        oidc: tuple[RelayServer, Issuer, str]) -> None:
+    """An admin restricts vic (in `admins` at the issuer) to viewer before his first sign-in: his groups
+    are not on record, so removing him or changing his grant, which could hand him their admin, needs a
+    caller holding every role --oidc-group-roles maps (organization.write and the viewer's are not)."""
+    s, issuer, admin = oidc
+    conforms("grantRole", call(s, "PUT", O + "/members/vic@example.com/roles/viewer", admin), 204)
+    roles = {r["name"]: r["permissions"] for r in call(s, "GET", O + "/roles", admin).json()}
+    weaker = call(s, "POST", O + "/tokens/weaker", admin, json={
+        "permissions": sorted({*roles["viewer"], "organization.write"})}).json()["token"]
+    conforms("createRole", call(s, "POST", O + "/roles", admin, json={"name": "reader",
+                                                                     "permissions": ["organization.read"]}), 201)
+    for method, path, operation in (("DELETE", O + "/members/vic@example.com", "removeMember"),
+                                    ("PUT", O + "/members/vic@example.com/roles/reader", "grantRole")):
+        detail = conforms(operation, call(s, method, path, weaker), 403)["detail"]
+        assert "not signed in yet" in detail and "token.write" in detail, detail
+    # nothing changed: his first sign-in is a viewer's, and records his groups' admin, which guards him as before
+    vic = issuer.token("vic", email="vic@example.com", groups=["admins"])
+    assert call(s, "POST", O + "/tokens/vics", vic).status_code == 403  # token.write: not a viewer's
+    assert call(s, "GET", O + "/apps", vic).status_code == 200
+    conforms("removeMember", call(s, "DELETE", O + "/members/vic@example.com", weaker), 403)
+    # carol, restricted likewise, signs in with groups that give no role: known now, she is no stronger than it
+    conforms("grantRole", call(s, "PUT", O + "/members/carol@example.com/roles/viewer", admin), 204)
+    conforms("removeMember", call(s, "DELETE", O + "/members/carol@example.com", weaker), 403)
+    carol = issuer.token("carol", email="carol@example.com", groups=["staff"])
+    assert call(s, "GET", O + "/apps", carol).status_code == 200
+    conforms("removeMember", call(s, "DELETE", O + "/members/carol@example.com", weaker), 200)
+    # a first grant to someone not on record is a grant, checked as one (it hands out no more than the caller has)
+    conforms("grantRole", call(s, "PUT", O + "/members/nemo@example.com/roles/reader", weaker), 204)
+    conforms("removeMember", call(s, "DELETE", O + "/members/vic@example.com", admin), 200)  # holds every role
+
+
+def test_the_keys_a_member_made_with_create_token_are_revoked_with_them(oidc: tuple[RelayServer, Issuer, str]) -> None:
+    """A key outlives nobody's membership: one a member made with createToken, signed in, or with such a key."""
+    s, issuer, admin = oidc
+    boss = issuer.token("ann", email="ann@example.com", groups=["admins"])
+    lee = issuer.token("lee", email="lee@example.com", groups=["admins"])
+    made = call(s, "POST", O + "/tokens/lees-key", lee, json={"permissions": ["token.write", "application.read"]})
+    assert made.status_code == 201, made.text
+    key = made.json()["token"]
+    hop = call(s, "POST", O + "/tokens/lees-hop", key, json={"permissions": ["application.read"]}).json()["token"]
+    ci = call(s, "POST", O + "/tokens/ci", admin, json={"permissions": ["application.read"]}).json()["token"]
+    assert all(call(s, "GET", O + "/apps", k).status_code == 200 for k in (key, hop, ci))
+    conforms("removeMember", call(s, "DELETE", O + "/members/lee@example.com", boss), 200)
+    assert [call(s, "GET", O + "/apps", k).status_code for k in (key, hop, ci)] == [401, 401, 200]
+    assert {t["tokenName"] for t in call(s, "GET", O + "/tokens", admin).json()} == {"admin", "ci"}
+    removals = [d["result"] for _, d in actions(s, None, "removeMember", org="acme", token=admin)  # type: ignore[arg-type]
+                if d is not None and d["outcome"] == "succeeded"]
+    assert removals == [{"revokedTokens": 2}]
+
+
+def test_removing_a_member_disconnects_the_keys_they_made_with_create_token(tmp_path) -> None:
+    """In process: the executors connected with a key a member made with createToken are disconnected
+    when the member is removed, as those of a key generateSecret made."""
+    runtime = Runtime(Settings(database_url=f"sqlite:///{tmp_path}/relay.db", auth=True, instance="test-instance"))
+    closed: list[tuple[str, str]] = []
+
+    def token_revoked(org: str, name: str) -> None:
+        closed.append((org, name))
+        runtime.token_revoked(org, name)
+
+    oidc = SimpleNamespace(settings=SimpleNamespace(org="acme", group_roles=(("admins", "admin"),)))
+    ctx = dataclasses.replace(rest_context(runtime), token_revoked=token_revoked, oidc=oidc,
+                              read_your_writes=lambda: runtime.runner.catch_up())
+    client = TestClient(build_app(ctx), base_url="http://127.0.0.1")
+    try:
+        relay = runtime.relay
+        admin = {"Authorization": "Bearer " + relay.create_token("acme", "admin")}
+        relay.member_seen("acme", "bob@example.com", email="bob@example.com", name="Bob", given_name="Bob",
+                          family_name="")
+        mine = relay.create_member_token("acme", "bobs-ci", user="bob@example.com", via=None, app_names=["orders"])
+        runtime.runner.catch_up()
+        assert runtime.gate.credentials.check(mine) is not None
+        assert client.delete(O + "/members/bob@example.com", headers=admin).status_code == 200
+        assert closed == [("acme", "bobs-ci")]
+        assert runtime.gate.credentials.check(mine) is None
+    finally:
+        runtime.close()
+
+
 def test_a_removal_whose_answer_is_lost_disconnects_the_secrets_it_revoked(tmp_path) -> None:
     """In process, on a real store: the member's removal is committed, then the store's connection fails
     as it answers. Their live secret's executors are disconnected all the same (the client's retry finds
@@ -317,7 +398,7 @@ def test_a_removal_whose_answer_is_lost_disconnects_the_secrets_it_revoked(tmp_p
         closed.append((org, name))
         runtime.token_revoked(org, name)
 
-    oidc = SimpleNamespace(settings=SimpleNamespace(org="acme"))  # the OIDC org; its callers here use tokens
+    oidc = SimpleNamespace(settings=SimpleNamespace(org="acme", group_roles=()))  # its callers here use tokens
     ctx = dataclasses.replace(rest_context(runtime), token_revoked=token_revoked, oidc=oidc,
                               read_your_writes=lambda: runtime.runner.catch_up())
     client = TestClient(build_app(ctx), base_url="http://127.0.0.1")
