@@ -500,6 +500,11 @@ class Runtime:
         m.watch_process_manager(self.pm.stats)
         m.watch_alerts(self.alerts.stats)
         self.runner.on_poison.append(lambda p: m.projection_poison.labels(p.projection).inc())
+        # A position past this process's newest event is one of events another process wrote (the read-model
+        # process's skip records, another writer), which none of them lags: 0. One past the log itself is reset
+        # when the runner starts (ProjectionRunner.create_schema, logged); a Postgres log restored older under a
+        # running Relay loses it the lease when it is taken again (Lease.guard). A position edited by hand while
+        # Relay runs is noticed at the next start only: the scrape reads nothing from the store (ADR 21).
         m.watch_projections(lambda: {name: max(0, self._head - pos) for name, pos in dict(self.runner.reached).items()})
 
         def workers() -> tuple[Worker, ...]:  # read at each scrape: some are made after this

@@ -36,14 +36,28 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from eventsourcing.utils import get_topic
+
+from relay_es.aggregates.application import Application
+from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.domain.text import escape_controls
+from relay_es.projections.apps import AppsProjection
+from relay_es.projections.executors import ExecutorsProjection
 from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
 
 BATCH = 1000
+
+# Read models that keep, for ever, a row for every stream they fold, made by the event that begins it
+# (executor and application rows are never deleted, ADR 8): one tracked past the first such events in
+# the log and holding none of their streams' rows was emptied by hand. PROBED of them are looked up (the
+# first alone could be one the read model skipped as poison).
+KEPT_FROM = {ExecutorsProjection.NAME: get_topic(Executor.Registered),
+             AppsProjection.NAME: get_topic(Application.Registered)}
+PROBED = 8
 
 
 class Projection(Protocol):
@@ -128,6 +142,8 @@ class EventSource(Protocol):
 
     def record_projection_skip(self, *, projection: str, notification_id: int, event: Any, reason: str,
                                event_type: str | None = None) -> bool: ...
+
+    def head(self) -> int: ...  # the newest notification id in the log (0 while it is empty)
 
 
 class _LazyRead:
@@ -248,23 +264,59 @@ class ProjectionRunner:
     # ---------------------------------------------------------------- schema
     def create_schema(self) -> None:
         """Creates what is missing: tables, indexes (after a rebuild, all of them), positions.
-        Tables stored in an older version are emptied (position 0): catching up rebuilds them."""
+        A read model whose tables are not as of its position is emptied (position 0), and catching
+        up folds it again: stored in another version, a table of it dropped or emptied by hand, its
+        position past the log's newest event. Each is logged with why. The checks cost a catalog
+        query, the log's newest id, and for an executors or apps table a look at a few rows."""
         versions = {p.name: self._tables[p.name].version for p in self.projections}
         with self.db.schema() as cur:
             self.db.create_tracking(cur, [p.name for p in self.projections])
-            outdated = set(self.db.outdated(cur, versions))
+            stale = set(self.db.outdated(cur, versions))  # another version, a table missing: logged there
+            at = self.db.positions(cur)  # before the log's head is read (see _past_the_log)
+            stale |= self._past_the_log(at, stale)
+            stale |= self._emptied(cur, at, stale)
             for p in self.projections:
                 table = self._tables[p.name]
-                if p.name in outdated:
-                    log.warning("read model %s is stored in an older version: rebuilding it", p.name)
+                if p.name in stale:
                     table.drop(cur)
                     self.db.reset_position(cur, p.name)
                 table.create(cur)
             self.db.record_versions(cur, versions)
-        if outdated:
+        if stale:
             self._cached_at.clear()
             for p in self.projections:
                 p.forget()
+
+    def _past_the_log(self, at: dict[str, int], stale: set[str]) -> set[str]:
+        """Read models tracked (at ``at``) past the log's newest event (a position edited by hand, a log
+        restored older than its read models), logged. ``at`` was read before the head is read here: a
+        position another runner had moved it to was an event the log held, so is not past that head."""
+        head = self.relay.head()
+        out = {p.name for p in self.projections if p.name not in stale and at.get(p.name, 0) > head}
+        for name in sorted(out):
+            log.warning("read model %s is tracked at position %d, past the log's newest event %d (a position "
+                        "edited by hand, or a log restored older than its read models?): rebuilding it",
+                        name, at[name], head)
+        return out
+
+    def _emptied(self, cur: Any, at: dict[str, int], stale: set[str]) -> set[str]:
+        """Read models of :data:`KEPT_FROM` tracked (at ``at``) past the first streams they began in the
+        log yet holding none of their rows (a table emptied by hand), logged. One log read (of one
+        topic, up to the position) and one read of a few rows each."""
+        out = set()
+        for p in self.projections:
+            topic, pos = KEPT_FROM.get(p.name), at.get(p.name, 0)
+            if topic is None or pos == 0 or p.name in stale:
+                continue
+            first = [(nid, sid) for nid, sid, e in self.relay.notifications(0, PROBED, (topic,), unreadable=True,
+                                                                          until=pos)
+                     if type(e) is not Unreadable]
+            if first and not self._tables[p.name].read(cur, [sid for _, sid in first]):
+                log.warning("read model %s is tracked at position %d but holds none of the %d streams begun at "
+                            "notifications %d-%d (its table emptied by hand?): rebuilding it",
+                            p.name, pos, len(first), first[0][0], first[-1][0])
+                out.add(p.name)
+        return out
 
     def positions(self) -> dict[str, int]:
         with self.db.read() as cur:

@@ -3,16 +3,20 @@
 
 A read model's rows and its position change in one transaction (the projection
 runner's), so a table is always exactly as of its position. A read model whose
-stored form changed (a column, a unit) has a new version: tables of an older
-version are dropped and rebuilt from the log (read models are rebuildable).
+stored form changed (a column, a unit) has a new version: tables of another
+version are dropped and rebuilt from the log (read models are rebuildable), and so
+are those of a read model tracked past 0 with a table gone (dropped by hand).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from relay_es.adapters.readmodels.bulk import is_sqlite
+from relay_es.adapters.readmodels.bulk import is_sqlite, marks
+
+log = logging.getLogger(__name__)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS relay_tracking (
@@ -69,14 +73,52 @@ def reset(cur: Any, name: str) -> None:
 
 
 def outdated(cur: Any, versions: Mapping[str, int]) -> list[str]:
-    """The names whose tables are stored in another version than ``versions`` says.
-    A read model tracked before versions were recorded (a position, no version) is at
-    version 1; one never filled (position 0) is at whatever version it is created in."""
+    """The names whose tables are to be rebuilt, each logged with why: stored in another version than
+    ``versions`` says, or tracked past 0 with one of its tables missing (dropped by hand: created again
+    empty, it would be taken for one holding every event up to its position). A read model tracked
+    before versions were recorded (a position, no version) is at version 1; one never filled
+    (position 0) is at whatever version it is created in."""
     cur.execute("SELECT name, version FROM relay_versions")
     stored = {n: int(v) for n, v in cur.fetchall()}
     tracked = positions(cur)
-    return [name for name, version in versions.items()
-            if stored.get(name, 1 if tracked.get(name, 0) > 0 else version) != version]
+    out = []
+    for name, version in versions.items():
+        was = stored.get(name, 1 if tracked.get(name, 0) > 0 else version)
+        if was != version:
+            log.warning("read model %s is stored in version %d, %s than this Relay's %d: rebuilding it", name, was,
+                        "older" if was < version else "newer (a downgrade)", version)
+            out.append(name)
+    folded = [name for name in versions if name not in out and tracked.get(name, 0) > 0]
+    gone = missing(cur, {name: _tables_of(name) for name in folded})
+    for name, tables in gone.items():
+        log.warning("read model %s is tracked at position %d but its table %s is missing (dropped by hand?): "
+                    "rebuilding it", name, tracked[name], ", ".join(tables))
+    return out + list(gone)
+
+
+def missing(cur: Any, tables: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Of ``tables`` (a read model's name -> its tables' names), those not in the store, by read model
+    (only those missing one). One catalog query: on Postgres, the schema ``CREATE TABLE`` puts an
+    unqualified table in (``search_path``'s first that exists); on SQLite, the main database."""
+    wanted = sorted({t for names in tables.values() for t in names})
+    if not wanted:
+        return {}
+    if is_sqlite(cur):
+        cur.execute(f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks(len(wanted))})", wanted)
+    else:
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename = ANY(%s)",
+                    (wanted,))
+    present = {r[0] for r in cur.fetchall()}
+    gone = {name: [t for t in names if t not in present] for name, names in tables.items()}
+    return {name: ts for name, ts in gone.items() if ts}
+
+
+def _tables_of(name: str) -> Sequence[str]:
+    """The tables of read model ``name`` (none for a name this Relay does not know)."""
+    from relay_es.adapters.readmodels import TABLES  # the package imports this module: looked up at call time
+
+    table = TABLES.get(name)
+    return table.tables if table is not None else ()
 
 
 def record_versions(cur: Any, versions: Mapping[str, int]) -> None:

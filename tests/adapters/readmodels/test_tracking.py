@@ -21,3 +21,16 @@ def test_positions_start_at_zero_and_move_only_from_where_they_are(db: Any) -> N
         db.reset_position(cur, "executors")
     with db.read() as cur:
         assert db.positions(cur) == {"executors": 0, "audit": 7, "apps": 0, "actions": 0, "new": 0}
+
+
+def test_a_read_model_tracked_past_zero_whose_table_is_missing_is_outdated(db: Any) -> None:
+    """Dropped by hand: created again empty, it would be taken for one holding every event up to its
+    position. One at position 0 has folded nothing yet: its tables are simply made."""
+    versions = {"executors": 1, "audit": 3, "apps": 2, "actions": 1}
+    with db.transaction() as cur:
+        db.record_versions(cur, versions)
+        assert db.move(cur, "apps", 0, 5) and db.move(cur, "audit", 0, 5)
+        cur.execute("DROP TABLE relay_tokens")  # one of the apps read model's two tables
+        cur.execute("DROP TABLE relay_actions")  # at position 0
+    with db.transaction() as cur:
+        assert db.outdated(cur, versions) == ["apps"]
