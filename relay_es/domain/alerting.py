@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+import idna
+
 from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.sealing import seal, unseal
 from relay_es.domain.text import has_controls
@@ -246,7 +248,7 @@ def _webhooks(value: Any) -> tuple[Webhook, ...]:
 
 def check_url(where: str, url: Any) -> str:
     """An absolute ``http``/``https`` URL with a host, at most :data:`MAX_URL` characters, no
-    control characters, no credentials in it."""
+    control characters, no credentials in it; a named host is one DNS can look up (:func:`_dns_name`)."""
     if not isinstance(url, str) or not url or len(url) > MAX_URL or has_controls(url) or " " in url:
         raise InvalidSetting(where, f"must be an http(s) URL of at most {MAX_URL} characters")
     try:
@@ -258,7 +260,22 @@ def check_url(where: str, url: Any) -> str:
         raise InvalidSetting(where, "must be an absolute http:// or https:// URL with a host")
     if parts.username is not None or parts.password is not None:
         raise InvalidSetting(where, "must not carry credentials (use the webhook's secret)")
+    if "[" not in parts.netloc and not _dns_name(parts.hostname):  # an IPv6 address is in brackets
+        raise InvalidSetting(where, "must name a host DNS can look up: labels of 1 to 63 bytes, 253 bytes in "
+                                    "all, letters outside ASCII as IDNA 2008 allows them")
     return url
+
+
+def _dns_name(host: str) -> bool:
+    """Whether ``host``, as the request names it (letters outside ASCII in IDNA 2008, as httpx writes
+    them), is a name a resolver takes: no empty label (but a final dot), none over 63 bytes, at most
+    253 bytes. Else every attempt would fail before a lookup (Python's resolver refuses it)."""
+    try:
+        name = host.encode("ascii") if host.isascii() else idna.encode(host)
+    except (idna.IDNAError, UnicodeError):
+        return False
+    name = name.removesuffix(b".")
+    return len(name) <= 253 and all(1 <= len(label) <= 63 for label in name.split(b"."))
 
 
 def _format(where: str, value: Any) -> str:

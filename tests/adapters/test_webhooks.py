@@ -25,6 +25,7 @@ from relay_es import __version__
 from relay_es.adapters import webhooks
 from relay_es.adapters.webhooks import Posted, payload, post, request_for, signature
 from relay_es.domain.alerting import Webhook, check_url
+from relay_es.domain.errors import InvalidSetting
 from relay_es.engine.alerting import Delivery
 
 SECRET = "s3cret-of-sixteen-chars-or-more"
@@ -476,13 +477,13 @@ def test_egress_judges_an_ipv6_address_carrying_an_ipv4_one_by_the_ipv4_addresss
         assert not lo.permits(other), other
 
 
-def test_a_unicode_host_is_resolved_and_named_as_the_request_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_unicode_host_is_resolved_and_named_as_the_request_names_it() -> None:
     """DNS, TLS and the Host header all name the host's IDNA 2008 form: Python's own codec (IDNA 2003)
     would have resolved faß.de as fass.de, another domain, and sent it the body and signature."""
     resolved: list[str] = []
     seen: list[httpx.Request] = []
 
-    async def resolve(host: str, port: int) -> list[str]:
+    def resolve(host: str, port: int) -> list[str]:
         resolved.append(host)
         return ["93.184.215.14"]
 
@@ -490,11 +491,10 @@ def test_a_unicode_host_is_resolved_and_named_as_the_request_names_it(monkeypatc
         seen.append(request)
         return httpx.Response(204)
 
-    monkeypatch.setattr(webhooks, "_resolve", resolve)
-
     async def main() -> Posted:
         async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-            return await post(client, delivery(), Webhook("https://faß.de/hook", "json", SECRET))
+            return await post(client, delivery(), Webhook("https://faß.de/hook", "json", SECRET),
+                              resolver=webhooks.Resolver(1, resolve))
 
     got = asyncio.run(main())
     assert got.ok and resolved == ["xn--fa-hia.de"]
@@ -504,8 +504,67 @@ def test_a_unicode_host_is_resolved_and_named_as_the_request_names_it(monkeypatc
 
 
 def test_a_url_this_client_cannot_send_to_is_a_final_failure_not_a_retried_one() -> None:
-    """A host the rule's check lets through and httpx refuses (a soft hyphen in it): not tried ten times
-    over half an hour with a traceback each time."""
-    check_url("webhooks[0].url", "http://a\u00adb.com/hook")  # accepted when the rule was made
+    """A host httpx refuses (a soft hyphen in it; the rule's check refuses it too now, but a rule made
+    before may hold it): not tried ten times over half an hour with a traceback each time."""
     got, _ = post_now(delivery(), Webhook("http://a\u00adb.com/hook"))
     assert not got.ok and not got.retry and "not sent" in got.detail
+
+
+@pytest.mark.parametrize("url", ["http://a..example.com/hook", "http://" + "a" * 64 + ".com/hook", "http://.../hook"])
+def test_a_name_no_resolver_takes_is_a_final_failure_not_a_traceback(url: str) -> None:
+    """An empty label or one over 63 bytes: Python's resolver refuses the name (UnicodeError, before
+    any DNS query), which escaped post: a traceback logged at each of ten attempts (a helper's
+    unicode_hook.py). The rule's check refuses such a URL now; a rule made before may hold one."""
+    with pytest.raises(InvalidSetting):
+        check_url("webhooks[0].url", url)
+    got, _ = post_now(delivery(), Webhook(url))
+    assert got == Posted(False, False, "not sent: the webhook's URL is not one this client can send to")
+
+
+def test_an_attempt_whose_lookup_hangs_answers_once_the_lookup_has_returned(monkeypatch) -> None:
+    """A lookup runs on in its thread after its attempt's time is up (nothing stops it): the attempt
+    answers, freeing its slot, only once the thread has, so that hung lookups never hold more threads
+    than there are slots."""
+    monkeypatch.setattr(webhooks, "TIMEOUT", 0)  # the attempt's time is up at its first wait
+    started, release = threading.Event(), threading.Event()
+
+    def hang(host: str, port: int) -> list[str]:
+        started.set()
+        release.wait()
+        return ["93.184.215.14"]
+
+    async def main() -> Posted:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(204))) as client:
+            attempt = asyncio.create_task(post(client, delivery(), Webhook("https://hung.example/x"),
+                                               resolver=webhooks.Resolver(1, hang)))
+            try:
+                assert await asyncio.to_thread(started.wait, 5)
+                for _ in range(50):  # the time-out (at once: call_soon) fires and is handled within a few turns
+                    await asyncio.sleep(0)
+                assert not attempt.done()
+            finally:
+                release.set()
+            return await attempt
+
+    assert asyncio.run(main()) == Posted(False, True, "no answer within 0s")
+
+
+def test_a_lookup_that_fails_at_once_is_worth_retrying() -> None:
+    def fail(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    async def main() -> Posted:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(204))) as client:
+            return await post(client, delivery(), Webhook("https://gone.example/x"),
+                              resolver=webhooks.Resolver(1, fail))
+
+    assert asyncio.run(main()) == Posted(False, True, "could not resolve the webhook's host")
+
+
+def test_egress_refuses_multicast_site_local_and_documentation_addresses() -> None:
+    """Python 3.11's is_global takes them for public (a helper's egress_table.py)."""
+    e = webhooks.Egress()
+    for refused in ("224.0.0.1", "239.255.255.250", "ff02::1", "ff0e::1", "fec0::1", "3fff::1", "5f00::1",
+                    "::ffff:224.0.0.1", "2002:e000:1::1", "64:ff9b::e000:1"):
+        assert not e.permits(refused), refused
+    assert webhooks.Egress.parse("ff0e::/16").permits("ff0e::1")  # an operator may allow it

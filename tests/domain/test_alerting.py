@@ -284,6 +284,33 @@ def test_a_good_url_is_kept_as_given(url: str) -> None:
     assert check_url("where", url) == url
 
 
+LONGEST_NAME = ".".join(["a" * 63] * 4)[:253]  # 253 bytes: the most DNS takes
+
+
+@pytest.mark.parametrize("host", [
+    "a..example.com", ".example.com", "example..", "...", ".", "a" * 64 + ".com", LONGEST_NAME + "a",
+    "\u2026", "a\u2026b.com", "\uff41\uff42\uff43.com", "a\u00adb.com",
+])
+def test_a_host_no_resolver_takes_is_refused_without_echoing_the_url(host: str) -> None:
+    """An empty label, one over 63 bytes, a name over 253, letters IDNA 2008 does not take: every attempt
+    failed before any lookup, each with a traceback, retried ten times (a helper's unicode_hook.py)."""
+    url = f"https://{host}/hook/T0-s3cret-path"
+    with pytest.raises(InvalidSetting) as info:
+        check_url("where", url)
+    assert info.value.field == "where" and "63 bytes" in info.value.message
+    assert "s3cret" not in info.value.message and host not in info.value.message
+    assert refused("ExecutorDead", hooks({"url": url})).field == "ruleMetadata.webhooks[0].url"
+
+
+@pytest.mark.parametrize("host", [
+    "a" * 63 + ".com", LONGEST_NAME, LONGEST_NAME + ".", "example.com.", "fa\u00df.de", "xn--fa-hia.de",
+    "[fe80::1%25eth0]", "[2001:db8::1]:8443", "192.0.2.1", "ex_ample.com",
+])
+def test_a_host_a_resolver_takes_is_kept(host: str) -> None:
+    url = f"https://{host}/hook"
+    assert check_url("where", url) == url
+
+
 def test_a_url_of_the_greatest_length_is_kept() -> None:
     url = "https://example.com/" + "a" * (MAX_URL - len("https://example.com/"))
     assert len(url) == MAX_URL and check_url("where", url) == url

@@ -16,7 +16,10 @@ through :meth:`~relay_es.engine.alerting.AlertManager.probed` and
   (:mod:`relay_es.adapters.webhooks`). The alert manager hands over at most ``in_flight``
   attempts at once (:class:`~relay_es.engine.alerting.AlertTiming`); the webhook client holds as
   many connections, and its posts as many slots, so an attempt never waits in httpx's pool (where
-  its 10 s would run while it is not sent) and the pool's queue never grows on the event loop.
+  its 10 s would run while it is not sent) and the pool's queue never grows on the event loop. Its
+  resolver (:class:`~relay_es.adapters.webhooks.Resolver`) has as many threads, and a post answers
+  (freeing its slot, here and in the alert manager) only once its host's lookup has returned: no
+  lookup waits for a thread, and one that hangs counts as a receiver that hangs.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class AlertSender:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._posts = asyncio.Semaphore(in_flight)  # a post's clock starts once it holds one
+        self.resolver = webhooks.Resolver(in_flight)  # a thread for each post at once
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -67,6 +71,7 @@ class AlertSender:
             t.cancel()
         if self._client is not None:
             await self._client.aclose()
+        self.resolver.close()
 
     def _submit(self, coro: Awaitable[Any]) -> None:
         assert self.loop is not None, "alert sender not started"
@@ -150,7 +155,7 @@ class AlertSender:
                 answer = await self._to_app(d)
             else:
                 async with self._posts:
-                    posted = await webhooks.post(self._webhook_client(), d, d.webhook, self.egress)
+                    posted = await webhooks.post(self._webhook_client(), d, d.webhook, self.egress, self.resolver)
                 answer = Delivered(d, posted.ok, posted.detail, posted.retry)
         except Exception as e:  # noqa: BLE001  # the manager must hear back, whatever happened
             log.exception("delivery of alert %s on %s failed", d.alert_id, d.channel)

@@ -6,14 +6,18 @@ send, webhooks to a real HTTP server on 127.0.0.1. Whatever happens, the manager
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import queue
+import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 
@@ -520,3 +524,73 @@ def test_webhook_posts_at_once_are_bounded_and_each_is_sent_before_its_clock_run
     assert peak <= 32, peak  # AlertTiming.max_in_flight
     assert len(receiver.to("/hang")) == n  # each was sent: none ran out of time waiting for a connection
     assert peak == AlertTiming.max_in_flight == h.sender.in_flight == 32
+
+
+# ------------------------------------------------------------------ webhook hosts whose lookup hangs
+
+
+class HungDns:
+    """Stands for ``socket.getaddrinfo``: a name under ``.hung.test`` is looked up until :attr:`release`
+    (then fails, as a resolver giving up on servers that never answer); ``good.test`` at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started: queue.Queue[str] = queue.Queue()
+
+    def __call__(self, host: str, port: int, *args: Any, **kw: Any) -> list[Any]:
+        if host.endswith(".hung.test"):
+            self.started.put(host)
+            self.release.wait()
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        if host == "good.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port))]
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+@pytest.fixture
+def hung_dns(h, monkeypatch) -> Iterator[HungDns]:
+    dns = HungDns()
+    monkeypatch.setattr(socket, "getaddrinfo", dns)
+    h.sender._client = httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(204)))
+    yield dns
+    dns.release.set()
+
+
+def test_hung_lookups_do_not_hold_up_another_hosts_webhook(h, hung_dns):
+    """The loop's resolver threads (uvloop's: libuv's 4, as here) ran every lookup: 4 webhook hosts whose
+    DNS never answers held them, and a webhook to a receiver that answers was never resolved (a helper's
+    dnsstarve.py). The sender resolves in threads of its own, one for each post at once: with all but one
+    of its slots held by hung lookups, the last still reaches its receiver."""
+    h.loop.set_default_executor(ThreadPoolExecutor(4))
+    hung = [delivery(channel="webhook:0", alert_id=f"alert-{i}", webhook=Webhook(f"https://h{i}.hung.test/x"))
+            for i in range(h.sender.in_flight - 1)]
+    for d in hung:
+        h.sender.deliver(d)
+    assert {hung_dns.started.get(timeout=WAIT) for _ in hung} == {f"h{i}.hung.test" for i in range(len(hung))}
+    good = delivery(channel="webhook:1", webhook=Webhook("https://good.test/x"))
+    h.sender.deliver(good)
+    assert h.answer("delivered") == Delivered(good, True, "HTTP 204", False)
+    hung_dns.release.set()
+    answers = [h.answer("delivered") for _ in hung]
+    assert {(a.ok, a.detail, a.retry) for a in answers} == {(False, "could not resolve the webhook's host", True)}
+
+
+def test_a_hung_lookup_keeps_its_slot_until_it_returns(h, hung_dns, monkeypatch, caplog):
+    """Its attempt's time is up, but its thread is not free: the manager hears of the attempt (and frees
+    its slot, to the receiver's next attempt) only once the lookup has returned, so a host whose DNS
+    hangs takes turns like a receiver that hangs instead of piling lookups up."""
+    monkeypatch.setattr(webhooks, "TIMEOUT", 0)  # the attempt's time is up at its first wait
+    d = delivery(channel="webhook:0", webhook=Webhook("https://h0.hung.test/x"))
+    h.sender.deliver(d)
+    assert hung_dns.started.get(timeout=WAIT) == "h0.hung.test"
+
+    async def turns() -> None:  # the time-out (at once: call_soon) fires and is handled within a few
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    asyncio.run_coroutine_threadsafe(turns(), h.loop).result(WAIT)
+    h.nothing_more()
+    hung_dns.release.set()
+    assert h.answer("delivered") == Delivered(d, False, "no answer within 0s", True)
+    gc.collect()
+    assert "never retrieved" not in caplog.text  # the lookup's error, come after the attempt's end, is taken
