@@ -23,6 +23,9 @@ from relay_es.domain.sealing import KeyStore
 from relay_es.domain.text import sanitized
 
 HISTORY_PAGE = 100  # events of an executor's stream read at once, from its end back (disconnects())
+# The reason recorded for the disconnect of a socket Relay closed as its application was deleted (4007,
+# adapters/hub/endpoint.py): the end of that application's executors; one registered again is another one.
+APP_DELETED = "app_deleted"
 
 
 class AlertCommands:
@@ -156,16 +159,18 @@ class AlertCommands:
                     limit: int = 1000) -> list[datetime]:
         """When the executor of stream ``executor`` disconnected (its ``Disconnected`` events, but for the
         reasons in ``excluding``) after ``since``, among its events before version ``before`` and in its
-        incarnation (after its last death or deletion); oldest first, at most ``limit`` (the latest). Read
-        from the stream's end back, :data:`HISTORY_PAGE` events at a time, down to the first event at or
-        before ``since``, its incarnation's start, or the limit: what an ``ExecutorFlapping`` rule counts of
-        an executor's past, however long its stream."""
+        incarnation (after its last death, its deletion, or its application's: a disconnect
+        :data:`APP_DELETED`); oldest first, at most ``limit`` (the latest). Read from the stream's end back,
+        :data:`HISTORY_PAGE` events at a time, down to the first event at or before ``since``, its
+        incarnation's start, or the limit: what an ``ExecutorFlapping`` rule counts of an executor's past,
+        however long its stream."""
         out: list[datetime] = []
         top = before - 1
         while top > 0 and len(out) < limit:
             page = list(self.repository.event_store.get(executor, lte=top, desc=True, limit=HISTORY_PAGE))
             for e in page:
-                if e.timestamp <= since or isinstance(e, (Executor.DeclaredDead, Executor.Deleted)):
+                if e.timestamp <= since or isinstance(e, (Executor.DeclaredDead, Executor.Deleted)) or (
+                        isinstance(e, Executor.Disconnected) and e.reason == APP_DELETED):
                     return out[::-1]
                 if isinstance(e, Executor.Disconnected) and e.reason not in excluding:
                     out.append(e.timestamp)

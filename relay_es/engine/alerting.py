@@ -89,6 +89,7 @@ from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
 from relay_es.domain.clock import Clock
 from relay_es.domain.ids import new_id
 from relay_es.domain.sealing import Unsealable
+from relay_es.engine.alert_commands import APP_DELETED
 from relay_es.engine.service import Relay
 from relay_es.engine.timers import TimerHeap
 from relay_es.projections.unreadable import Unreadable
@@ -107,8 +108,10 @@ ALERT_EVENTS = (
 ALERT_TOPICS = tuple(get_topic(c) for c in ALERT_EVENTS)
 RETRY_SECS = 1.0  # a command that failed on the store is tried again this soon
 MAX_FLAPS = 1000  # disconnects remembered per executor
-# Disconnects that are not the executor flapping: Relay's own restart, the executor's own new socket.
-NOT_FLAPPING = (DisconnectReason.RELAY_RESTARTED, DisconnectReason.SUPERSEDED)
+# Disconnects that are not the executor flapping: Relay's own restart, the executor's own new socket, and
+# the sockets Relay closed itself as their token was revoked (4003) or their application deleted (4007).
+NOT_FLAPPING = (DisconnectReason.RELAY_RESTARTED, DisconnectReason.SUPERSEDED, DisconnectReason.TOKEN_REVOKED,
+                APP_DELETED)
 RECEIVER_DELETED = "not sent: the receiving application was deleted"
 # Deleted applications remembered (the latest), so that the disconnects of their executors' sockets, closed
 # with 4007 after the deletion, do not count them as applications without a HEALTHY executor.
@@ -556,7 +559,7 @@ class AlertManager:
             self._decide(app, "RecoveryFailed", failed, cause)
         elif isinstance(e, Executor.Disconnected) and row.status == S.DISCONNECTED:
             if e.reason in NOT_FLAPPING or not self._flapping(app):
-                return  # Relay's own restart, or the executor's own new socket: not the executor flapping
+                return  # closed by Relay itself, or the executor's own new socket: not the executor flapping
             if key in self._flaps and key not in self._unread:
                 self._count_flap(key, e, who, cause)
             else:  # the first told of it (since this process started, its death, a flapping rule): history first

@@ -10,9 +10,11 @@ executor commits later than the lag after the bucket's end, or stamps with a clo
 more than the lag behind Relay's, is not counted), so a restart or an executor that did
 not answer loses nothing: the missed buckets are asked for later, up to ``catchup`` of
 them (older ones are skipped: a gap). An application seen for the first time starts
-``backfill`` buckets back. After a change of period the first window runs from the
-cursor to the next boundary of the new period, so windows never overlap and each one's
-length is its ``granularity``.
+``backfill`` buckets back, or at its registration if that is later (``floor``: what its
+executors' system database holds from before may be a deleted application's of that name),
+its first window then running to the next boundary. After a change of period the first
+window runs from the cursor to the next boundary of the new period, so windows never
+overlap and each one's length is its ``granularity``.
 
 The time the windows are cut from, and the samples pruned by, is a
 :class:`~relay_es.domain.clock.Timeline`'s: the
@@ -56,13 +58,14 @@ def spread(app: tuple[str, str], period: int) -> float:
 
 
 def due(cursor: int | None, now: float, period: int, *, backfill: int = BACKFILL,
-        catchup: int = CATCHUP) -> list[Window]:
-    """The windows to ask for at ``now`` (epoch seconds), oldest first."""
+        catchup: int = CATCHUP, floor: int | None = None) -> list[Window]:
+    """The windows to ask for at ``now`` (epoch seconds), oldest first. ``floor``: with no cursor,
+    where the first window starts at the earliest (the application's registration)."""
     if period < 1:
         raise ValueError("period must be at least 1 second")
     last_end = int((now - lag_of(period)) // period) * period  # the end of the newest complete bucket
     if cursor is None:
-        cursor = last_end - backfill * period
+        cursor = last_end - backfill * period if floor is None else max(last_end - backfill * period, floor)
     if cursor >= last_end:
         return []
     first = -(-cursor // period) * period  # the first boundary at or after the cursor

@@ -451,7 +451,8 @@ def test_a_delivery_for_an_unknown_rule_is_refused(relay: Relay) -> None:
 def test_an_executors_disconnects_are_read_back_to_the_window_or_its_incarnation(clock) -> None:
     """What an ExecutorFlapping rule counts of an executor's past (the alert manager reads it once per executor,
     the first time it is told of a disconnect): from the stream's end back, a page at a time, down to the
-    window's start or the executor's last death, Relay's own restarts and superseded sockets left out."""
+    window's start or the executor's last death (or its application's deletion), Relay's own restarts and
+    superseded sockets left out."""
     relay = Relay(POPO, clock=clock, default_grace=timedelta(seconds=5))
     sid = executor_stream_id(ORG, APP, "A")
     n = count()
@@ -486,3 +487,10 @@ def test_an_executors_disconnects_are_read_back_to_the_window_or_its_incarnation
         cycle()
     assert len(read(1000)) == HISTORY_PAGE + 4
     assert read(0) == []
+    relay.register_app(ORG, APP)
+    relay.delete_app(ORG, APP)
+    cycle("app_deleted")  # its socket closed by its application's deletion: that application's end
+    relay.register_app(ORG, APP)
+    clock.advance(1)
+    cycle()
+    assert read(1000) == [clock.now()]

@@ -650,6 +650,41 @@ def test_disconnects_before_a_death_do_not_count_for_the_next_incarnation(aw: Al
     assert flap.metadata["disconnects"] == "3"
 
 
+def test_disconnects_before_the_application_was_deleted_do_not_count_for_the_one_registered_again(
+        aw: AlertWorld) -> None:
+    """An application registered again is another one: its executors' disconnects before the deletion,
+    and the close of their sockets by the deletion itself (4007), are not its executors' flapping."""
+    aw.rule("ExecutorFlapping", {"disconnects": 2, "windowSecs": 300}, interval=0)
+    aw.w.connect("E")
+    aw.w.drop("E")
+    aw.w.connect("E")
+    aw.relay.delete_app("local", "app")
+    aw.sync()
+    aw.w.drop("E", reason="app_deleted")  # as the hub records the sockets it closes
+    aw.relay.register_app("local", "app")
+    rule = aw.rule("ExecutorFlapping", {"disconnects": 2, "windowSecs": 300}, interval=0)
+    aw.w.connect("E")
+    aw.w.drop("E")  # its only disconnect in this application
+    assert aw.fired(rule) == []  # it fired here: "disconnected 3 times"
+    aw.w.connect("E")
+    aw.w.drop("E")
+    (flap,) = aw.fired(rule)
+    assert flap.metadata["disconnects"] == "2"
+
+
+def test_a_socket_closed_by_a_token_revocation_is_not_flapping(aw: AlertWorld) -> None:
+    rule = aw.rule("ExecutorFlapping", {"disconnects": 2, "windowSecs": 300}, interval=0)
+    aw.w.connect("E")
+    aw.w.drop("E", reason="token_revoked")  # Relay closed it (4003)
+    aw.w.connect("E")  # with another token
+    aw.w.drop("E")
+    assert aw.fired(rule) == []  # it fired here: "disconnected 2 times"
+    aw.w.connect("E")
+    aw.w.drop("E")
+    (flap,) = aw.fired(rule)
+    assert flap.metadata["disconnects"] == "2"
+
+
 # --------------------------------------------------------------- wall-clock steps
 
 

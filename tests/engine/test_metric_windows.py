@@ -82,6 +82,16 @@ def test_a_new_application_starts_backfill_buckets_back() -> None:
     assert due(None, now, P, backfill=0) == []
 
 
+def test_a_new_application_starts_no_earlier_than_its_registration() -> None:
+    now = T + 5
+    assert due(None, now, P, floor=T - 2 * P - 7) == [Window(T - 2 * P - 7, T - 2 * P), Window(T - 2 * P, T - P),
+                                                      Window(T - P, T)]
+    assert due(None, now, P, floor=T - 2 * P) == [Window(T - 2 * P, T - P), Window(T - P, T)]
+    assert due(None, now, P, floor=T - 100 * P) == due(None, now, P)  # earlier than the backfill: the backfill
+    assert due(None, now, P, floor=T + 3) == []  # registered in the bucket not complete yet
+    assert due(T - P, now, P, floor=T - 5 * P) == [Window(T - P, T)]  # a cursor: the floor is not asked
+
+
 def test_a_new_application_backfill_is_capped_by_the_catchup() -> None:
     ws = due(None, T + 5, P, backfill=10, catchup=4)
     assert ws == [Window(T - 4 * P, T - 3 * P), Window(T - 3 * P, T - 2 * P), Window(T - 2 * P, T - P),

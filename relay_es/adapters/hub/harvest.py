@@ -12,7 +12,10 @@ application share its system database, so one of them answers for all.
 A call that fails (no executor, no answer in time, the executor's error, an SDK without
 ``get_metrics``) stops the collection there: the cursor stays, and the next one asks
 again from it (an application's first collection sets its cursor before it asks, so
-its backfill does not move while its executors fail). Once a period, samples older than the retention are pruned.
+its backfill does not move while its executors fail; never before the application's
+registration, as the applications' read model has it: a deleted application's workflows, in
+the system database its executors share with one registered again under its name, are not
+the new one's). Once a period, samples older than the retention are pruned.
 Every collection, whatever came of it, tells ``outcome`` the cursor as it stands (the stored one, moved by
 what it stored), so ``relay_metrics_collected_until_timestamp_seconds`` is there after a restart even while
 the executors fail.
@@ -26,6 +29,7 @@ history that is still kept.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -47,13 +51,16 @@ class Harvest:
                  monotonic: Callable[[], float] = time.monotonic,
                  collected: Callable[[str, str, Window, wire.Samples], None] = lambda org, app, w, s: None,
                  outcome: Callable[[str, str, str, int | None], None] = lambda org, app, outcome, until: None,
+                 registered: Callable[[str, str], float | None] | None = None,
                  ) -> None:
         """``run``: how a store call is run off the loop. ``period``: the buckets' length,
         seconds. ``retention``: seconds samples are kept. ``timeout``: one call. ``now``: the
         wall clock, epoch seconds; ``monotonic``: the monotonic clock. ``collected(org, app, window,
         samples)`` is told of every window stored and ``outcome(org, app, "ok" | "failed", until)``
         of every collection, with the application's cursor after it (None: not read, or never set)
-        (the metrics)."""
+        (the metrics). ``registered(org, app)``: when the application was registered, epoch seconds
+        (None: not registered); read off the loop, at its first collection only (default: the
+        applications' read model, on the series' database)."""
         self.calls = calls
         self.series = series
         self.run = run
@@ -66,6 +73,7 @@ class Harvest:
         self._warned_at = float("-inf")  # monotonic time the wall clock's lead was last logged
         self.collected = collected
         self.outcome = outcome
+        self.registered = registered or self._registered
         self._running: set[tuple[str, str]] = set()
         # Moved on by forget() while a collection runs, which then stops; kept only while one runs.
         self._generation: dict[tuple[str, str], int] = {}
@@ -110,8 +118,20 @@ class Harvest:
             log.exception("could not read the metrics cursor of %s/%s", org, app)
             self.outcome(org, app, "failed", None)
             return 0
+        floor = None
+        if cursor is None:  # its first collection: from its registration at the earliest
+            try:
+                registered = await self.run(self.registered, org, app)
+            except Exception:
+                log.exception("could not read when %s/%s was registered", org, app)
+                self.outcome(org, app, "failed", None)
+                return 0
+            if registered is None:  # deleted, or its registration not in the read model yet
+                self._failed(org, app, None, "the application is not in the read models (not yet, or deleted)")
+                return 0
+            floor = math.floor(registered)  # its second: none of its own workflows left out
         now = self._now()
-        windows = due(cursor, now, self.period, catchup=self.catchup)
+        windows = due(cursor, now, self.period, catchup=self.catchup, floor=floor)
         if cursor is None and windows:  # its first collection: from here on, whatever happens
             if gone():
                 return 0
@@ -155,6 +175,12 @@ class Harvest:
             log.info("metrics of %s/%s are collected again", org, app)
         self.outcome(org, app, "ok", cursor)
         return stored
+
+    def _registered(self, org: str, app: str) -> float | None:
+        """When ``org``/``app`` was last registered (a deleted one registered again is another), as the
+        applications' read model has it; None: not registered there (deleted, or not folded yet)."""
+        row = next((r for r in self.series.db.list_apps(org) if r.name == app), None)
+        return None if row is None else row.created_at.timestamp()
 
     def _failed(self, org: str, app: str, cursor: int | None, why: str) -> None:
         self.outcome(org, app, "failed", cursor)

@@ -21,8 +21,8 @@ each window's size and, only where names change from window to window, one query
 of every width), the counts added up: each wide bucket adds up
 the periods of it that start in ``[startTime, endTime)``, recoveries as the executors' counts, so
 the first may start before ``startTime`` and the last hold less than its width. ``appId`` is the
-application's id, as ``getApp`` tells it; recoveries count from its registration (a deleted
-application's do not carry over to a new one of the same name).
+application's id, as ``getApp`` tells it; recoveries and the executors' counts count from its
+registration (a deleted application's do not carry over to a new one of the same name).
 """
 
 from __future__ import annotations
@@ -78,7 +78,10 @@ class MetricsController(Controller):
         first, stop = math.ceil(start), math.ceil(end)  # whole seconds: a bucket starting in [start, end)
         period = ctx.metrics_interval
         since = max(first, math.ceil(row.created_at.timestamp()))
-        kept = int(ctx.relay.clock.now().timestamp() - ctx.metrics_retention)  # older samples are pruned
+        # The executors' counts answered: within the retention (older ones are pruned), from the registration's
+        # second on (none is collected before it: a deleted application's of that name are not this one's).
+        kept = max(int(ctx.relay.clock.now().timestamp() - ctx.metrics_retention),
+                   math.floor(row.created_at.timestamp()))
         out = _points(ctx, org, app, first, stop, since, kept, period, None)
         if len(out) > MAX_POINTS:  # too many: buckets 2, 4, 8... periods wide, the narrowest that fits
             out = _widened(ctx, org, app, first, stop, since, kept, period)

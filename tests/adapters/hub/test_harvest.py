@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -94,6 +94,7 @@ def harvest(calls: FakeCalls, series: MetricSeries, now: Now, *, until: list[Any
         if until is not None:
             until.append((o, cursor))
 
+    kw.setdefault("registered", lambda org, app: 0.0)  # registered long before: no bound on the backfill
     h = Harvest(calls, series, _run, period=60, retention=3600, timeout=5,  # type: ignore[arg-type]
                 now=now, monotonic=now.monotonic, collected=lambda org, app, w, got: stored.append((w, got.kept)),
                 outcome=outcome, **kw)
@@ -274,6 +275,51 @@ def test_a_deleted_application_leaves_nothing_behind(series: MetricSeries, caplo
     caplog.clear()
     assert asyncio.run(h.collect("local", "orders")) == BACKFILL
     assert not [r for r in caplog.records if "again" in r.getMessage()]
+
+
+def test_a_first_collection_asks_nothing_from_before_the_applications_registration(series: MetricSeries) -> None:
+    """An application registered again under a deleted one's name shares its executors' system database: the
+    backfill (12 buckets back) brought the deleted application's workflows back as the new one's."""
+    calls, now = FakeCalls(), Now(T0 + 5)
+    calls.created = [(T0 - 170, "oldwf"), (T0 - 152, "oldwf"), (T0 - 150.2, "new"), (T0 - 10, "new")]
+    h, stored, _ = harvest(calls, series, now, registered=lambda org, app: T0 - 150.5)
+    assert asyncio.run(h.collect("local", "orders")) == 3
+    assert [w for w, _ in stored] == [Window(T0 - 151, T0 - 120), Window(T0 - 120, T0 - 60), Window(T0 - 60, T0)]
+    assert values(series) == {(T0 - 151, "new"): 1, (T0 - 60, "new"): 1}  # from its registration's second
+    assert calls.asked[0][2] == "2026-11-30T11:57:29+00:00"
+    now.t = T0 + 65
+    assert asyncio.run(h.collect("local", "orders")) == 1  # then bucket by bucket, as ever
+
+
+def test_an_application_whose_registration_is_not_read_yet_is_collected_later(series: MetricSeries) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    registered: list[float | None] = [None]  # the read model has not folded its registration yet
+    h, _, outcomes = harvest(calls, series, now, registered=lambda org, app: registered[0])
+    assert asyncio.run(h.collect("local", "orders")) == 0
+    assert (calls.asked, series.cursor("local", "orders"), outcomes) == ([], None, ["failed"])
+    registered[0] = T0 - 61
+    assert asyncio.run(h.collect("local", "orders")) == 2  # [T0 - 61, T0 - 60) and [T0 - 60, T0)
+    assert series.cursor("local", "orders") == T0
+
+
+def test_the_registration_is_read_from_the_applications_read_model(series: MetricSeries) -> None:
+    from relay_es.adapters.readmodels import TABLES
+    from relay_es.projections.apps import AppRow
+
+    def app(name: str, at: float, deleted: bool = False) -> AppRow:
+        when = datetime.fromtimestamp(at, UTC)
+        return AppRow(f"sid-{name}", "local", name, 1, False, None, None, None, None, when, when, deleted)
+
+    with series.db.schema() as cur:
+        TABLES["apps"].create(cur)
+    with series.db.transaction() as cur:
+        TABLES["apps"].write(cur, ([app("orders", T0 - 90), app("gone", T0 - 3600, deleted=True)], []))
+    calls, now = FakeCalls(), Now(T0 + 5)
+    h, stored, _ = harvest(calls, series, now, registered=None)  # the default
+    assert h.registered("local", "orders") == T0 - 90 and h.registered("local", "gone") is None
+    assert asyncio.run(h.collect("local", "orders")) == 2
+    assert stored[0][0] == Window(T0 - 90, T0 - 60)
+    assert asyncio.run(h.collect("local", "gone")) == 0 and series.cursor("local", "gone") is None
 
 
 def test_a_wall_clock_stepped_ahead_neither_skips_buckets_nor_prunes_history(series: MetricSeries, caplog) -> None:

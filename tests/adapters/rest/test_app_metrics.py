@@ -216,11 +216,12 @@ def stored(tmp_path) -> Iterator[Any]:
 
 
 def _stored(tmp_path: Any, recovered_at: float | None = None, url: str | None = None, now: float | None = None,
-            names: Callable[[int], Sequence[str]] = lambda k: "abc", **given: Any) -> Iterator[Any]:
+            names: Callable[[int], Sequence[str]] = lambda k: "abc", registered_again_at: float | None = None,
+            **given: Any) -> Iterator[Any]:
     """:func:`stored`, and one recovery confirmed at ``recovered_at`` (epoch seconds), on the store at
     ``url`` (a SQLite file in ``tmp_path`` without), the clock at ``now`` once the series is stored,
-    ``names(k)`` the names of window ``k``, ``given`` for the context; the client holds the ``series``
-    and the ``clock``."""
+    ``names(k)`` the names of window ``k``, the application deleted and registered again at
+    ``registered_again_at``, ``given`` for the context; the client holds the ``series`` and the ``clock``."""
     from litestar.testing import TestClient
 
     from relay_es.adapters.rest.app import build_app
@@ -251,6 +252,10 @@ def _stored(tmp_path: Any, recovered_at: float | None = None, url: str | None = 
         assert relay.declare_dead_if_due(sid)
         assert relay.dispatch_recovery(sid, request_id="r1", target_executor_id="B")
         assert relay.confirm_recovery(sid, request_id="r1", pending_found=True)
+    if registered_again_at is not None:
+        clock.advance(registered_again_at - clock.now().timestamp())
+        relay.delete_app("local", "shop")
+        relay.register_app("local", "shop")
     runner.catch_up()
     series = MetricSeries(db)
     series.create()
@@ -315,6 +320,26 @@ def test_recoveries_in_wider_buckets_cover_the_periods_the_executors_counts_do(t
 def test_buckets_start_in_the_window_and_partial_seconds_round_up(stored) -> None:
     got = stored.get(M, params={"startTime": iso(T0 + 59.5), "endTime": iso(T0 + 120.5)}).json()
     assert {m["timeBucket"] for m in got} == {"2026-11-30T12:01:00.000Z", "2026-11-30T12:02:00.000Z"}
+
+
+def test_samples_from_before_the_applications_registration_are_not_answered(tmp_path, monkeypatch) -> None:
+    """A deleted application's counts stored under its name (before the collector bounded its first
+    collection by the registration) are not those of the one registered again, narrow or widened."""
+    from relay_es.adapters.rest import app_metrics
+
+    client = _stored(tmp_path, registered_again_at=T0 + 3630)
+    stored = next(client)
+    try:
+        whole = {"startTime": iso(T0), "endTime": iso(T0 + 7200)}
+        fine = conforms("listMetrics", stored.get(M, params=whole), 200)
+        assert len(fine) == 59 * 3 and fine[0]["timeBucket"] == "2026-11-30T13:01:00.000Z"  # T0 + 3660
+        monkeypatch.setattr(app_metrics, "MAX_POINTS", 100)
+        wide = conforms("listMetrics", stored.get(M, params=whole), 200)
+        assert {m["granularity"] for m in wide} == {120}
+        assert sum(m["value"] for m in wide) == sum(m["value"] for m in fine)
+        assert [(m["timeBucket"], m["value"]) for m in wide[:1]] == [("2026-11-30T13:00:00.000Z", 62)]  # T0+3660
+    finally:
+        next(client, None)
 
 
 class Counted:
