@@ -86,7 +86,8 @@ TIMINGS = {
     ),
     "http_request_timeout": TimingSetting(
         "--http-request-timeout-secs", "RELAY_HTTP_REQUEST_TIMEOUT_SECS", defaults.HTTP_REQUEST_TIMEOUT,
-        "time a client has to send a whole HTTP request (headers and body) once it started it",
+        "time a client has to send a whole HTTP request (headers and body) once it started it, and the longest "
+        "a reply may wait unread by it",
     ),
 }
 
