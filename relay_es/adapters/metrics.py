@@ -218,10 +218,10 @@ class Metrics:
         """A collection of ``org``/``app`` ended (``ok`` or ``failed``) with its metrics collected up to
         ``until`` (epoch seconds, the stored cursor; None: not known), whatever came of it: after a restart
         the executors may fail every collection, and the stale-collection alert needs the series."""
-        with self._app_lock:
+        with self._app_lock:  # counted before the cursor is set: a scrape that sees the cursor sees the collection
+            self.metrics_collections.labels(org, app, outcome).inc()
             if until is not None:
                 self.metrics_collected_until.labels(org, app).set(until)
-            self.metrics_collections.labels(org, app, outcome).inc()
 
     def forget_app(self, org: str, app: str) -> None:
         """An application was deleted: its series leave /metrics."""

@@ -158,7 +158,7 @@ class Harvest:
                 log.warning("metrics of %s/%s [%d, %d): %d samples refused, %d names folded into %r", org, app,
                             window.start, window.end, got.dropped, got.folded, wire.OTHER)
             try:
-                moved = await self.run(self.series.record, org, app, cursor, window, got.kept)
+                moved = await self.run(self._record, org, app, cursor, window, got)
             except Exception:
                 log.exception("could not store the metrics of %s/%s", org, app)
                 self.outcome(org, app, "failed", cursor)
@@ -168,13 +168,21 @@ class Harvest:
                 return stored
             cursor = window.end
             stored += 1
-            self.collected(org, app, window, got)
         if gone():
             return stored
         if self._failing.pop((org, app), None) is not None:
             log.info("metrics of %s/%s are collected again", org, app)
         self.outcome(org, app, "ok", cursor)
         return stored
+
+    def _record(self, org: str, app: str, cursor: int | None, window: Window, got: wire.Samples) -> bool:
+        """Stores ``window``'s samples (off the loop) and, if this collector did, tells ``collected`` in the
+        same call: /metrics is never behind what listMetrics answers (a scrape between the two on the loop
+        saw the stored buckets without their counts)."""
+        moved = self.series.record(org, app, cursor, window, got.kept)
+        if moved:
+            self.collected(org, app, window, got)
+        return moved
 
     def _registered(self, org: str, app: str) -> float | None:
         """When ``org``/``app`` was last registered (a deleted one registered again is another), as the

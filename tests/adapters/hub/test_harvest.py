@@ -357,3 +357,25 @@ def test_every_collection_tells_the_stored_cursor_whatever_came_of_it(series: Me
     new, _, _ = harvest(calls, series, now, until=told)  # an application failing from its first collection
     asyncio.run(new.collect("local", "billing"))
     assert told == [("failed", T0 + 3 * 60 - BACKFILL * 60)]  # the cursor its first collection set
+
+
+def test_a_windows_counts_are_told_in_the_same_call_that_stores_it(series: MetricSeries) -> None:
+    """listMetrics reads the stored series, /metrics the counts ``collected`` is told: told on the loop
+    after the store's call returned, a scrape between the two saw the buckets without their counts
+    (a test waiting for the one and asserting the other was a flaky one)."""
+    inside: list[bool] = []
+    running = [False]
+
+    async def run(fn: Callable[..., Any], *args: Any) -> Any:
+        running[0] = True
+        try:
+            return fn(*args)
+        finally:
+            running[0] = False
+
+    calls = FakeCalls()
+    calls.created = [(T0 - 30, "a")]
+    h, _, _ = harvest(calls, series, Now(T0 + 5))
+    h.run, h.collected = run, lambda org, app, w, got: inside.append(running[0])
+    assert asyncio.run(h.collect("local", "orders")) == BACKFILL
+    assert inside and all(inside)
