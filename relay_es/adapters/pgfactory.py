@@ -15,6 +15,11 @@ store's connection string (``StoreConfig.conninfo``, the URL as libpq reads it)
 under :data:`CONNINFO`; this factory makes the pool connect with it alone, in
 place of the library's five, before the pool opens (it opens on first use).
 
+While the store is away its pool fails fast (:class:`FailFast`): the library tries each read and
+write 10 times, and each try waited the pool's whole :data:`~relay_es.adapters.stores.POOL_WAIT_SECS`
+for a connection, so a REST write through an outage took some 50 s (a PATCH cut off by the server's
+own stop after 30 s answered 500).
+
 It also makes the store's tables one process at a time. The library creates its
 types, tables and functions with no guard against another process doing the same:
 four Relays opening an empty database at once failed in every one of ten tries
@@ -29,13 +34,15 @@ lock ``stores.CREATE_LOCK``, as the read models' are (``Database.schema``;
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from eventsourcing.postgres import PostgresFactory
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import PoolTimeout
 
 from relay_es.adapters.library import ArrayInsertRecorder, FastReadsFactory, add_conninfo
 from relay_es.adapters.sealing import StoreKeys
@@ -43,6 +50,29 @@ from relay_es.adapters.stores import CREATE_LOCK
 
 CONNINFO = "POSTGRES_CONNINFO"
 _LIBRARY_PARAMS = ("dbname", "host", "port", "user", "password")  # the library's, from POSTGRES_*
+AWAY_WAIT_SECS = 0.1  # how long a caller waits for a connection while the store is away
+
+
+class FailFast:
+    """A pool's ``getconn``, waiting at most :data:`AWAY_WAIT_SECS` for a connection (not the pool's
+    whole timeout) within one timeout of the last wait that got none: the store is away. The pool's own
+    workers keep trying to connect meanwhile, so a caller after the store is back gets the connection
+    they made at once; a wait that gets none keeps it away. The library's ten tries of a read or a
+    write take some 3 s through an outage, not ten of the pool's timeouts."""
+
+    def __init__(self, getconn: Callable[..., Any], wait: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.getconn, self.wait, self.monotonic = getconn, wait, monotonic
+        self.away_until = float("-inf")
+
+    def __call__(self, timeout: float | None = None) -> Any:
+        wait = self.wait if timeout is None else timeout
+        if self.monotonic() < self.away_until:
+            wait = min(wait, AWAY_WAIT_SECS)
+        try:
+            return self.getconn(timeout=wait)
+        except PoolTimeout:
+            self.away_until = self.monotonic() + self.wait
+            raise
 
 
 class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
@@ -60,6 +90,8 @@ class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
             for name in _LIBRARY_PARAMS:
                 kwargs.pop(name, None)  # what the URL leaves out is libpq's to fill in, as for every other connection
             add_conninfo(self.datastore, conninfo_to_dict(conninfo))
+        pool = self.datastore.pool
+        pool.getconn = FailFast(pool.getconn, pool.timeout)  # type: ignore[method-assign]  # pool.connection() calls it
 
     @contextmanager
     def creating(self) -> Iterator[None]:

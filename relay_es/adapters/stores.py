@@ -39,8 +39,8 @@ DEFAULT_SQLITE_PATH = Path("relay-data") / "relay.db"
 # Seconds a caller waits for a pooled Postgres connection before it fails with a store error (a REST call's 503
 # with Retry-After; a worker retries): the event store's pool, and the read models' in ``relay serve``. While
 # Postgres is away the pools have none to give: a read of the read models waited 30 s for its 503 (5 s now).
-# The event store library tries each read and write 10 times, each waiting this long, so a write still waits
-# up to some 50 s through an outage. While Postgres answers, a connection comes back as soon as a short
+# The event store library tries each read and write 10 times: through an outage the first waits this long,
+# the others far less (pgfactory.FailFast). While Postgres answers, a connection comes back as soon as a short
 # transaction ends. Not a statement timeout: a long read, once it has its connection, runs to its end.
 POOL_WAIT_SECS = 5
 

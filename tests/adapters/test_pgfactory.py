@@ -47,3 +47,68 @@ def test_relays_opening_an_empty_database_together_make_its_tables_one_at_a_time
             for r in made:
                 r.close()
             drop_database(admin, name)
+
+
+def test_while_the_store_is_away_its_pool_fails_fast() -> None:
+    """A wait that got no connection marks the store away for one pool timeout: callers then wait at
+    most AWAY_WAIT_SECS; a wait that gets one, or the time passing, ends it."""
+    from psycopg_pool import PoolTimeout
+
+    from relay_es.adapters.pgfactory import AWAY_WAIT_SECS, FailFast
+
+    clock = FakeClock()
+    waits: list[float] = []
+    away = [True]
+
+    def getconn(timeout: float) -> str:
+        waits.append(timeout)
+        clock.advance(timeout if away[0] else 0.0)
+        if away[0]:
+            raise PoolTimeout("no connection")
+        return "conn"
+
+    get = FailFast(getconn, 5.0, clock.monotonic)
+    for _ in range(3):
+        try:
+            get()
+        except PoolTimeout:
+            pass
+    assert waits == [5.0, AWAY_WAIT_SECS, AWAY_WAIT_SECS]  # the later ones: the store is known away
+    away[0] = False
+    assert get(timeout=2.0) == "conn" and waits[-1] == AWAY_WAIT_SECS  # back: the pool's workers connected
+    clock.advance(5.0)
+    assert get(timeout=2.0) == "conn" and waits[-1] == 2.0  # a timeout later: as asked
+
+
+def test_the_librarys_tries_through_an_outage_wait_one_pool_timeout_not_ten() -> None:
+    """The library tries each read and write 10 times (``retry``, as its recorders' methods are
+    decorated): each waited the pool's whole timeout for a connection."""
+    import pytest
+    from eventsourcing.persistence import InterfaceError, OperationalError
+    from eventsourcing.utils import retry
+
+    from relay_es.adapters.pgfactory import AWAY_WAIT_SECS
+    from tests.server import free_port
+
+    config = parse_database_url(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing-listens")
+    factory = RelayPostgresFactory({**event_store_env(config), "POSTGRES_CONNECT_TIMEOUT": "1"})
+    waits: list[float | None] = []
+    getconn = factory.datastore.pool.getconn.getconn
+
+    def counted(timeout: float | None = None) -> object:
+        waits.append(timeout)
+        return getconn(timeout=timeout)
+
+    factory.datastore.pool.getconn.getconn = counted
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def read() -> None:
+        with factory.datastore.transaction(commit=False) as cur:
+            cur.execute("SELECT 1")
+
+    try:
+        with pytest.raises(OperationalError):
+            read()
+    finally:
+        factory.datastore.close()
+    assert len(waits) == 10 and waits[0] == 1.0 and set(waits[1:]) == {AWAY_WAIT_SECS}, waits
