@@ -55,24 +55,30 @@ AWAY_WAIT_SECS = 0.1  # how long a caller waits for a connection while the store
 
 class FailFast:
     """A pool's ``getconn``, waiting at most :data:`AWAY_WAIT_SECS` for a connection (not the pool's
-    whole timeout) within one timeout of the last wait that got none: the store is away. The pool's own
-    workers keep trying to connect meanwhile, so a caller after the store is back gets the connection
-    they made at once; a wait that gets none keeps it away. The library's ten tries of a read or a
-    write take some 3 s through an outage, not ten of the pool's timeouts."""
+    whole timeout) while the store is away: within one timeout of a wait that got none while nobody
+    got one either (a pool only busy, its connections all taken by others, is not away: its callers
+    keep their whole wait). The pool's own workers keep trying to connect meanwhile, so a caller after
+    the store is back gets the connection they made at once, and that ends it. The library's ten tries
+    of a read or a write take some 3 s through an outage, not ten of the pool's timeouts."""
 
     def __init__(self, getconn: Callable[..., Any], wait: float, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.getconn, self.wait, self.monotonic = getconn, wait, monotonic
         self.away_until = float("-inf")
+        self.got_at = float("-inf")  # when a caller last got a connection
 
     def __call__(self, timeout: float | None = None) -> Any:
         wait = self.wait if timeout is None else timeout
-        if self.monotonic() < self.away_until:
+        started = self.monotonic()
+        if started < self.away_until:
             wait = min(wait, AWAY_WAIT_SECS)
         try:
-            return self.getconn(timeout=wait)
+            conn = self.getconn(timeout=wait)
         except PoolTimeout:
-            self.away_until = self.monotonic() + self.wait
+            if self.got_at < started:  # nobody got one while this caller waited: the store is away
+                self.away_until = self.monotonic() + self.wait
             raise
+        self.got_at, self.away_until = self.monotonic(), float("-inf")
+        return conn
 
 
 class RelayPostgresFactory(FastReadsFactory, PostgresFactory):

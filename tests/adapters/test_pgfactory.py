@@ -76,8 +76,35 @@ def test_while_the_store_is_away_its_pool_fails_fast() -> None:
     assert waits == [5.0, AWAY_WAIT_SECS, AWAY_WAIT_SECS]  # the later ones: the store is known away
     away[0] = False
     assert get(timeout=2.0) == "conn" and waits[-1] == AWAY_WAIT_SECS  # back: the pool's workers connected
-    clock.advance(5.0)
-    assert get(timeout=2.0) == "conn" and waits[-1] == 2.0  # a timeout later: as asked
+    assert get(timeout=2.0) == "conn" and waits[-1] == 2.0  # which ends it
+
+
+def test_a_pool_only_busy_is_not_taken_for_a_store_away() -> None:
+    """A wait that got no connection while other callers got them (all taken, none free in time: a
+    checkpoint's stall, a queue on the events table's lock) leaves the next callers their whole wait."""
+    from psycopg_pool import PoolTimeout
+
+    from relay_es.adapters.pgfactory import FailFast
+
+    clock = FakeClock()
+    waits: list[float] = []
+    get: FailFast
+
+    def getconn(timeout: float) -> str:
+        waits.append(timeout)
+        if len(waits) == 1:  # the first caller waits its whole timeout; meanwhile another gets a connection
+            clock.advance(1.0)
+            assert get(timeout=5.0) == "conn"
+            clock.advance(timeout - 1.0)
+            raise PoolTimeout("none free in time")
+        return "conn"
+
+    get = FailFast(getconn, 5.0, clock.monotonic)
+    try:
+        get()
+    except PoolTimeout:
+        pass
+    assert get() == "conn" and waits == [5.0, 5.0, 5.0]
 
 
 def test_the_librarys_tries_through_an_outage_wait_one_pool_timeout_not_ten() -> None:
