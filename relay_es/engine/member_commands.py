@@ -11,7 +11,7 @@ from typing import Any
 from relay_es.aggregates.application import check_app_name, check_org_name
 from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
 from relay_es.aggregates.token import Token, new_secret, token_stream_id
-from relay_es.domain.errors import InvalidSetting, UnknownMember, UnknownRole
+from relay_es.domain.errors import InvalidSetting, UnknownMember, UnknownRole, UnknownToken
 from relay_es.domain.roles import check_permissions, ordered
 from relay_es.domain.text import check_id, sanitized
 
@@ -174,11 +174,15 @@ class MemberCommands:
         return str(self.retrying(run))
 
     def _maker(self, org: str, m: OrgMembers | None, via: str | None) -> str | None:
-        """The member the token ``via`` is noted as made by, as it is now (None: nobody's, or no token)."""
-        if m is None or via is None:
+        """The member the token ``via`` is noted as made by, as it is now (None: nobody's, or no token).
+        :class:`UnknownToken` when ``via`` is gone or revoked: the request was let in with it before a
+        revocation (its maker's removal, say) committed, and a key it made now would be noted as nobody's."""
+        if via is None:
             return None
         tok = self._maybe(token_stream_id(org, via))
-        return None if tok is None or tok.revoked else m.maker_of(via, tok.secret_hash)
+        if tok is None or tok.revoked:
+            raise UnknownToken(org, via)
+        return None if m is None else m.maker_of(via, tok.secret_hash)
 
     def _noted(self, m: OrgMembers, username: str, tok: Token) -> Token:
         """``tok`` (made, not saved yet) noted on ``m`` as ``username``'s. When they have as many noted as

@@ -558,7 +558,7 @@ def test_a_token_made_with_a_members_key_is_theirs_too_and_with_an_admins_nobody
     relay.create_member_token(ORG, "hop-2", user=None, via="hop-1", permissions=["metric.read"])  # and so on
     relay.create_token(ORG, "admin")
     relay.create_member_token(ORG, "ci", user=None, via="admin")
-    relay.create_member_token(ORG, "ci-2", user=None, via="no-such-token")
+    relay.create_member_token(ORG, "ci-2", user=None, via=None)  # development mode: no key
     assert [n for n, _ in relay._maybe(members_stream_id(ORG)).made_by("bob")] == ["secret-0000000b", "hop-1",
                                                                                    "hop-2"]
     # a name of bob's revoked and made again by an admin: its keys are nobody's
@@ -567,3 +567,17 @@ def test_a_token_made_with_a_members_key_is_theirs_too_and_with_an_admins_nobody
     relay.create_member_token(ORG, "hop-3", user=None, via="hop-2")
     assert relay.remove_member(ORG, "bob")[1] == ["secret-0000000b", "hop-1"]
     assert not any(token(relay, n).revoked for n in ("admin", "ci", "ci-2", "hop-2", "hop-3"))
+
+
+def test_a_token_made_with_a_key_revoked_since_it_let_the_request_in_is_refused(relay: Relay) -> None:
+    """The key checked, then its maker removed (the key revoked) before the command ran: the token it
+    made was noted as nobody's and outlived the removal. Refused now, and nothing made."""
+    from relay_es.domain.errors import UnknownToken
+
+    relay.member_seen(ORG, "bob", **BOB)
+    relay.generate_secret(ORG, "bob", "secret-0000000b", permissions=["token.write", "metric.read"])
+    assert relay.remove_member(ORG, "bob")[1] == ["secret-0000000b"]
+    for via in ("secret-0000000b", "no-such-token"):
+        with pytest.raises(UnknownToken):
+            relay.create_member_token(ORG, "backdoor", user=None, via=via, permissions=["metric.read"])
+    assert token(relay, "backdoor") is None

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, delete, get, post
-from litestar.exceptions import PermissionDeniedException
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.params import FromPath, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import UNSET, UnsetType
@@ -45,7 +45,7 @@ from relay_es.adapters.rest.recording import recorded
 from relay_es.adapters.rest.roles import within
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import roles, units
-from relay_es.domain.errors import IllegalTransition, InvalidSetting
+from relay_es.domain.errors import IllegalTransition, InvalidSetting, UnknownToken
 from relay_es.projections import apps as apps_view
 
 MAX_APP_NAMES = 100  # applications one token may be limited to
@@ -155,9 +155,12 @@ class TokensController(Controller):
                 raise PermissionDeniedException(detail="this token's scope carries permissions its maker does not "
                                                        "hold: name the permissions it is to have")
             # noted as a member's when a member makes it, signed in or with a key of theirs: removing them revokes it
-            secret = ctx.relay.create_member_token(org, token_name, user=getattr(who, "user", None),
-                                                   via=getattr(who, "token", None), app_names=names,
-                                                   permissions=chosen)  # never on record
+            try:
+                secret = ctx.relay.create_member_token(org, token_name, user=getattr(who, "user", None),
+                                                       via=getattr(who, "token", None), app_names=names,
+                                                       permissions=chosen)  # never on record
+            except UnknownToken:  # the caller's own key, revoked since it let the request in
+                raise NotAuthorizedException(detail="the key this request was made with was revoked") from None
         ctx.read_your_writes()
         return TokenCreated(token=secret, token_name=token_name)
 
