@@ -121,7 +121,8 @@ class Resolver:
     thread however soon its attempt stops waiting (a zone whose servers never answer): 4 of them and
     every other lookup queued behind them. With as many workers as posts run at once, each post
     keeping its slot until its lookup has returned, no lookup waits for a thread: a hung lookup holds
-    its attempt's slot as a hung receiver does, and takes turns like one. ``look_up``: blocking, in a
+    its attempt's slot as a hung receiver does, but for as long as the resolver takes to give up (its
+    own timeouts, times its attempts and search domains), not 10 s. ``look_up``: blocking, in a
     worker (tests replace it)."""
 
     def __init__(self, workers: int, look_up: LookUp = look_up) -> None:

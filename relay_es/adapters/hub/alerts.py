@@ -19,7 +19,8 @@ through :meth:`~relay_es.engine.alerting.AlertManager.probed` and
   its 10 s would run while it is not sent) and the pool's queue never grows on the event loop. Its
   resolver (:class:`~relay_es.adapters.webhooks.Resolver`) has as many threads, and a post answers
   (freeing its slot, here and in the alert manager) only once its host's lookup has returned: no
-  lookup waits for a thread, and one that hangs counts as a receiver that hangs.
+  lookup waits for a thread, and one that hangs holds its slot as a receiver that hangs does, until
+  the resolver gives up (not cut at 10 s: a lookup cannot be).
 """
 
 from __future__ import annotations
