@@ -5,18 +5,21 @@
 lifespan -- to the REST application. :class:`RelayASGI` is that router for a
 :class:`Runtime`: the hub, and the REST API built from :func:`rest_context`,
 the part of the runtime the routes use, behind
-:class:`~relay_es.adapters.rest.slashes.EncodedSlashes` (a workflow id may hold ``/``).
+:class:`~relay_es.adapters.rest.slashes.EncodedSlashes` (a workflow id may hold ``/``) and
+:class:`AnswerCancelled` (a request cut short as the server stops is a 503, not a 500).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from relay_es.adapters.failures import is_store_error
 from relay_es.adapters.rest import RestContext, build_app
 from relay_es.adapters.rest.slashes import EncodedSlashes
 from relay_es.composition.runtime import Runtime
@@ -51,11 +54,48 @@ class ScopeRouter:
             await self.http(scope, receive, send)
 
 
+class AnswerCancelled:
+    """An HTTP request cancelled before it was answered is answered 503 with ``Retry-After``: uvicorn
+    cancels the requests still running when its graceful shutdown's time is up (a write waiting through
+    a store outage when the server stops after 30 s without its lease), and answered them 500 with a
+    traceback in the log. What the request was doing may have been done (a thread runs on), as with any
+    503 of a write the store failed."""
+
+    BODY = json.dumps({"title": "Service unavailable", "status": 503,
+                       "detail": "Relay is stopping; this request may or may not have taken effect"}).encode()
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if started:  # part of an answer is out: nothing better than to end the connection
+                raise
+            log.warning("%s %s was cut short as Relay stops: answered 503", scope.get("method"), scope.get("path"))
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [(b"content-type", b"application/problem+json"), (b"retry-after", b"5"),
+                                    (b"content-length", str(len(self.BODY)).encode()), (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": self.BODY})
+
+
 class RelayASGI(ScopeRouter):
     """The process's ASGI application: the runtime's hub and its REST API."""
 
     def __init__(self, runtime: Runtime) -> None:
-        super().__init__(websocket=runtime.hub, http=EncodedSlashes(build_app(rest_context(runtime))))
+        super().__init__(websocket=runtime.hub,
+                         http=AnswerCancelled(EncodedSlashes(build_app(rest_context(runtime)))))
 
 
 def rest_context(runtime: Runtime) -> RestContext:
@@ -75,6 +115,11 @@ def rest_context(runtime: Runtime) -> RestContext:
         try:
             if runtime.wait_for_read_models(READ_YOUR_WRITES_TIMEOUT) is False:
                 log.warning("read models are lagging behind the event store")
+        except Exception as e:  # the write is recorded: a 503 now would invite a retry that does it twice
+            if not is_store_error(e):
+                raise
+            log.warning("the store failed as a write waited for the read models (%s: %s); answered as done",
+                        type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
         finally:
             waiting.release()
 

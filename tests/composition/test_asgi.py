@@ -122,3 +122,55 @@ def test_writes_waiting_for_the_read_models_leave_threads_for_every_other_call(r
         asyncio.run(main())
     assert caplog.text.count("this one is answered without waiting") == n - asgi.READ_YOUR_WRITES_WAITERS
     assert asgi.REST_THREADS >= 2 * asgi.READ_YOUR_WRITES_WAITERS
+
+
+def test_a_request_cut_short_before_its_answer_is_a_503_not_a_500() -> None:
+    """uvicorn cancels the requests still running when its graceful shutdown's time is up (a write
+    waiting through a store outage as the server stops without its lease): answered 500, a traceback
+    logged. Now a 503 with Retry-After; one whose answer had begun is cut as before."""
+    from relay_es.composition.asgi import AnswerCancelled
+
+    async def waits(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.Event().wait()
+
+    async def begins(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await asyncio.Event().wait()
+
+    async def run(app: Any) -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        task = asyncio.ensure_future(AnswerCancelled(app)({"type": "http", "method": "PATCH", "path": "/x"},
+                                                          None, send))
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            sent.append({"type": "cancelled"})
+        return sent
+
+    first, *rest = asyncio.run(run(waits))
+    assert first["status"] == 503 and (b"retry-after", b"5") in first["headers"]
+    assert [m["type"] for m in rest] == ["http.response.body"]
+    assert [m.get("status") or m["type"] for m in asyncio.run(run(begins))] == [200, "cancelled"]
+
+
+def test_a_write_recorded_is_answered_as_done_though_the_store_fails_its_wait_for_the_read_models(
+        runtime: Runtime, monkeypatch, caplog) -> None:
+    """After the commit, the wait for the read models reads the store; failing, it made the write a 503,
+    and a client retrying a create on it made a second one."""
+    from eventsourcing.persistence import OperationalError
+
+    ctx = rest_context(runtime)
+
+    def away(timeout: float) -> bool:
+        raise OperationalError("couldn't get a connection after 5.00 sec")
+
+    monkeypatch.setattr(runtime, "wait_for_read_models", away)
+    with caplog.at_level(logging.WARNING, logger=asgi.__name__):
+        ctx.read_your_writes()
+    assert "answered as done" in caplog.text
