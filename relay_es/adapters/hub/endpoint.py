@@ -189,6 +189,7 @@ class Hub:
         self.shutting_down = True
         await self._close_all(list(self.registry.connections.values()), CLOSE_SHUTDOWN, "relay is shutting down")
         await self.outbox.drained(timeout=5.0)
+        self.outbox.stop()
         for t in list(self._tasks):
             t.cancel()
 

@@ -118,6 +118,30 @@ def test_a_store_outage_is_retried_whole_and_loses_nothing() -> None:
     asyncio.run(main())
 
 
+def test_stopped_as_the_process_stops_it_writes_nothing_more_and_says_what_it_left(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Relay stopping through an outage (its lease lost): the writer went on after the command pool was
+    shut down, and each transition it tried failed as a bug, with chained tracebacks."""
+    store, clock = FakeStore(), Clock()
+
+    async def main() -> None:
+        outbox = Outbox(store, direct, monotonic=clock)  # type: ignore[arg-type]
+        store.outage = True
+        outbox.submit("A", "A1")
+        outbox.submit("B", "B1")
+        await eventually(lambda: outbox.retries >= 1)
+        with caplog.at_level(logging.WARNING):
+            assert outbox.stop() == 2
+        calls = store.calls
+        store.outage = False
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        assert store.calls == calls and store.recorded == [] and outbox.errors == 0
+
+    asyncio.run(main())
+    assert "2 executor transition(s) not recorded as Relay stops" in caplog.text
+
+
 def test_a_runtime_exposes_outbox_errors_stuck_transitions_and_poison_skips(tmp_path, monkeypatch) -> None:
     """The runtime's /metrics: the outbox's errors and stuck executors, and the read
     models' poison skips, each wired to what the components count."""
