@@ -21,6 +21,7 @@ from typing import Any
 
 from relay_es.adapters.failures import is_store_error
 from relay_es.adapters.rest import RestContext, build_app
+from relay_es.adapters.rest.problems import PROBLEM, STORE_RETRY_AFTER
 from relay_es.adapters.rest.slashes import EncodedSlashes
 from relay_es.composition.runtime import Runtime
 
@@ -85,7 +86,7 @@ class AnswerCancelled:
                 raise
             log.warning("%s %s was cut short as Relay stops: answered 503", scope.get("method"), scope.get("path"))
             await send({"type": "http.response.start", "status": 503,
-                        "headers": [(b"content-type", b"application/problem+json"), (b"retry-after", b"5"),
+                        "headers": [(b"content-type", PROBLEM.encode()), (b"retry-after", STORE_RETRY_AFTER.encode()),
                                     (b"content-length", str(len(self.BODY)).encode()), (b"connection", b"close")]})
             await send({"type": "http.response.body", "body": self.BODY})
 

@@ -112,8 +112,7 @@ class MemberCommands:
             revoked = []
             for name, secret_hash in dict(made).items():
                 tok = self._maybe(token_stream_id(org, name))
-                # still the token they made: one made again under that name since (createToken) is not theirs
-                if tok is not None and not tok.revoked and tok.secret_hash == secret_hash:
+                if still_made(tok, secret_hash):
                     may_revoke(tok.app_names, getattr(tok, "permissions", None))
                     revoked.append(tok)
             known = None if m is None else m.remove(username, at=self.now())
@@ -190,12 +189,13 @@ class MemberCommands:
         if m.full(username):
             made = m.made_by(username)
             found = self.load_many([token_stream_id(m.org, n) for n, _ in made])
-            m.forget_made(username, [(n, h) for n, h in made if not _live(found.get(token_stream_id(m.org, n)), h)],
+            m.forget_made(username, [(n, h) for n, h in made if not still_made(found.get(token_stream_id(m.org, n)), h)],
                           at=self.now())
         m.secret_generated(username, tok.name, tok.secret_hash, at=self.now())
         return tok
 
 
-def _live(tok: Token | None, secret_hash: str) -> bool:
-    """Whether ``tok`` is live and still holds the secret whose hash is ``secret_hash``."""
+def still_made(tok: Token | None, secret_hash: str) -> bool:
+    """Whether ``tok`` is live and still holds the secret whose hash is ``secret_hash``: the token noted
+    with it (one made again under its name since is not), which removing its maker revokes."""
     return tok is not None and not tok.revoked and tok.secret_hash == secret_hash

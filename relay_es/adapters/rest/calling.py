@@ -76,13 +76,17 @@ READ_ATTEMPTS = 2  # executors a read is sent to at most: another when the first
 # "Workflow <id> does not exist" (DBOSNonExistentWorkflowError), Python "Non-existent target workflow
 # ID: <id>" (DBOSNonExistentWorkflowError; "Sent to non-existent destination workflow ID: <id>" in
 # older releases), Java "Workflow does not exist <id>".
-# Each group is the id named; the first is matched at every "workflow" (an error's context says
-# "... workflow <id>: " before the SDK's own words), the others end with their line.
-NO_WORKFLOW = (
-    re.compile(r"(?=\b(?i:workflow) ([^\n]+?) (?i:does not exist)\b)"),
-    re.compile(r"\b(?i:non-existent [a-z]+ workflow (?:id|uuid)): ([^\n]*?)\s*$", re.MULTILINE),
-    re.compile(r"\b(?i:workflow does not exist) ([^\n]*?)\s*$", re.MULTILINE),
+# Each is (the words before the id, after it); the Python and Java ids end with their line. An id is
+# looked for at every place the words begin (an error's context says "... workflow <id>: " before the
+# SDK's own words).
+_NO_WORKFLOW_WORDS = (
+    (r"\b(?i:workflow) ", r" (?i:does not exist)\b"),
+    (r"\b(?i:non-existent [a-z]+ workflow (?:id|uuid)): ", r"[^\S\n]*(?:\n|\Z)"),
+    (r"\b(?i:workflow does not exist) ", r"[^\S\n]*(?:\n|\Z)"),
 )
+# Each group is the id named, on one line (an id with a line break, or space at its end, is looked for
+# as it is: :func:`no_such_workflow`).
+NO_WORKFLOW = tuple(re.compile(f"(?={before}([^\\n]+?){after})") for before, after in _NO_WORKFLOW_WORDS)
 # Python in metadata-only mode names the error's class and withholds its text (and so the id).
 NO_WORKFLOW_WITHHELD = "DBOSNonExistentWorkflowError (details withheld in metadata-only mode)"
 # An executor in metadata-only mode refusing a data operation ("<type> is not allowed in conductor
@@ -134,9 +138,7 @@ def no_such_workflow(message: str, workflow_ids: Collection[str] | None = None) 
 
 def _names_exactly(message: str, workflow_id: str) -> bool:
     wid = re.escape(workflow_id)
-    return bool(re.search(rf"\b(?i:workflow) {wid} (?i:does not exist)\b", message)
-                or re.search(rf"\b(?i:non-existent [a-z]+ workflow (?:id|uuid)): {wid}[^\S\n]*(?:\n|\Z)", message)
-                or re.search(rf"\b(?i:workflow does not exist) {wid}[^\S\n]*(?:\n|\Z)", message))
+    return any(re.search(before + wid + after, message) for before, after in _NO_WORKFLOW_WORDS)
 
 
 def _one_word(text: str) -> bool:

@@ -52,6 +52,7 @@ from relay_es.aggregates.token import token_stream_id
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.roles import ordered
+from relay_es.engine.member_commands import still_made
 
 INT32_MAX = 2**31 - 1
 RETENTION_DAYS = 3650
@@ -122,8 +123,7 @@ def _live_secrets(ctx: Any, org: str, username: str) -> list[str]:
     made = {} if members is None else dict(members.made_by(username))  # a name made again: its newest secret
     ids = {token_stream_id(org, name): (name, digest) for name, digest in made.items()}
     tokens = ctx.relay.load_many(list(ids)) if ids else {}
-    return [name for i, (name, digest) in ids.items()
-            if (t := tokens.get(i)) is not None and not t.revoked and t.secret_hash == digest]
+    return [name for i, (name, digest) in ids.items() if still_made(tokens.get(i), digest)]
 
 
 def _asked(b: m.UpdateOrgInputBody) -> dict[str, Any]:
