@@ -21,7 +21,8 @@ from tests.server import RELAY, children_of
 
 pytestmark = pytest.mark.skipif(processes() < 2, reason="one core: a rebuild starts no share processes")
 
-APPS, EVENTS_EACH = 20, 400  # 8,020 events: the shares fill them for half a second or more
+APPS, EVENTS_EACH = 20, 1_000  # 20,020 events: the shares fill them for a second or more (8,020 were
+# filled on an idle machine before the test saw every share at it)
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,10 @@ def test_retention_deletes_old_rows_and_global_timeout_cancels_old_workflows(ret
     assert {r["detail"]["targetExecutorId"] for r in rounds} == {a.executor_id}
     assert {r["detail"]["gcRowsThreshold"] for r in rounds} == {2}
     assert all(r["detail"]["timeoutCutoffEpochMs"] is None for r in rounds)
-    assert feed(scene, "retention.answered") and all(r["detail"]["success"] for r in feed(scene, "retention.answered"))
+    # the executor answers once it has deleted them, and Relay records the answer after that: waited for
+    answered = scene.wait(lambda: feed(scene, "retention.answered"), "the retention round's answer to be recorded",
+                          timeout=30)
+    assert all(r["detail"]["success"] for r in answered)
 
     # a younger workflow, at least 3 s after the old one: the timeout (6 s) takes the old one first
     scene.wait(lambda: time.time() * 1000 - db.workflow(old)["created_at"] >= 3000, "the old workflow to age")
