@@ -4,6 +4,8 @@
   as opposed to a bug, which must be loud.
 * :func:`is_data_error`: an error of a projection's batch that comes from one
   event's data (retrying fails forever: skip it) rather than from an outage.
+* :class:`OutageLog`: how a part that retries through an outage says so, in a
+  line a minute rather than a line a retry.
 
 The only module that knows the drivers' exception classes (psycopg, sqlite3).
 psycopg is imported when a classifier first runs, not with this module: a
@@ -13,9 +15,14 @@ Postgres driver, which costs about 80 ms of start-up per process.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import time
+from collections.abc import Callable
 
 from eventsourcing.persistence import PersistenceError
+
+STORE_ERROR_LOG_SECS = 60.0  # a part failing on the store says so at most this often (a store away fails every try)
 
 
 def is_store_error(e: BaseException) -> bool:
@@ -50,3 +57,42 @@ def is_data_error(e: BaseException) -> bool:
     return isinstance(e, (psycopg.DataError, psycopg.IntegrityError, sqlite3.DataError, sqlite3.IntegrityError,
                           OverflowError, ValueError, TypeError, KeyError, AssertionError, AttributeError,
                           UnicodeError))
+
+
+class OutageLog:
+    """What a part that retries on a store away logs: the first failure at once (WARNING, the
+    error's first line), then at most one line every :data:`STORE_ERROR_LOG_SECS` with how many
+    failures went unsaid since, and one INFO line when it works again. A store away fails every
+    retry until it is back (every half second, or every second): a line each said nothing new."""
+
+    def __init__(self, logger: logging.Logger, name: str, *, every: float = STORE_ERROR_LOG_SECS,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.name = name
+        self.every = every
+        self.monotonic = monotonic
+        self._told: float | None = None  # when a failure was last logged, in this run of them
+        self._untold = 0  # failures since, not logged
+
+    @property
+    def failing(self) -> bool:
+        """A run of failures is under way (a failure logged, no success since)."""
+        return self._told is not None
+
+    def failed(self, doing: str, e: BaseException) -> None:
+        """``doing`` failed on the store with ``e``: logged unless a line was logged lately."""
+        now = self.monotonic()
+        if self._told is not None and now - self._told < self.every:
+            self._untold += 1
+            return
+        more = f" ({self._untold} more failures since the last line)" if self._untold else ""
+        said = (str(e).splitlines() or [""])[0][:200]
+        self.logger.warning("%s %s on the store (%s: %s); retrying%s", self.name, doing, type(e).__name__, said,
+                            more)
+        self._told, self._untold = now, 0
+
+    def worked(self, done: str = "works on the store again") -> None:
+        """It went through: a run of failures, if any, is over, and said to be."""
+        if self._told is not None:
+            self.logger.info("%s %s (%d failures since the last line)", self.name, done, self._untold)
+            self._told, self._untold = None, 0

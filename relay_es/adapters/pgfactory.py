@@ -46,7 +46,7 @@ from psycopg_pool import PoolTimeout
 
 from relay_es.adapters.library import ArrayInsertRecorder, FastReadsFactory, add_conninfo
 from relay_es.adapters.sealing import StoreKeys
-from relay_es.adapters.stores import CREATE_LOCK
+from relay_es.adapters.stores import CREATE_LOCK, reconnect_steadily
 
 CONNINFO = "POSTGRES_CONNINFO"
 _LIBRARY_PARAMS = ("dbname", "host", "port", "user", "password")  # the library's, from POSTGRES_*
@@ -89,6 +89,7 @@ class RelayPostgresFactory(FastReadsFactory, PostgresFactory):
     application_recorder_class = ArrayInsertRecorder  # a batch's events as arrays of base types
 
     def __init__(self, env: Any) -> None:
+        reconnect_steadily()
         super().__init__(env)
         conninfo = self.env.get(CONNINFO)
         if conninfo is not None:

@@ -388,6 +388,20 @@ class SQLiteDatabase(ReadModelStore):
             self._all.clear()
 
 
+def reconnect_steadily() -> None:
+    """Every ``psycopg_pool`` pool of this process tries a connection it could not make again every
+    second (with the pool's jitter), not after 1 s doubling each time: Relay stops serving after 30 s
+    without its lease (ADR 7), so an outage worth riding out is shorter than that, and with the
+    doubling the next try after an outage of 25 s came up to 16 s after Postgres was back (the
+    transitions, the deaths and the REST writes waited that long; measured 7.7 s). A try a second
+    while the store is away is a handful of refused connections a second. Called before a pool is
+    made (:class:`PostgresDatabase`, the event store's factory); the pool module is the driver's, not
+    loaded on SQLite."""
+    from psycopg_pool.base import AttemptWithBackoff
+
+    AttemptWithBackoff.DELAY_BACKOFF = 1.0
+
+
 class PostgresDatabase(ReadModelStore):
     dialect = "postgres"
 
@@ -396,6 +410,7 @@ class PostgresDatabase(ReadModelStore):
         for a connection (``relay serve``'s: :data:`POOL_WAIT_SECS`)."""
         from psycopg_pool import ConnectionPool
 
+        reconnect_steadily()
         self.conninfo = conninfo
         # Checked as it is handed out: after a Postgres restart the idle connections are ones Postgres cut,
         # and the first reads got them (500s) until each had failed once. One round trip, no statement.

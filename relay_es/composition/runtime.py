@@ -42,7 +42,7 @@ from eventsourcing.persistence import PersistenceError
 from relay_es.adapters import authz, faults
 from relay_es.adapters.clock import system_clock
 from relay_es.adapters.collector import Collector
-from relay_es.adapters.failures import is_data_error, is_store_error
+from relay_es.adapters.failures import OutageLog, is_data_error, is_store_error
 from relay_es.adapters.hub import AuthGate, Calls, CommandPool, Connection, Dispatcher, Gate, Hub, Outbox, Registry
 from relay_es.adapters.hub.alerts import AlertSender
 from relay_es.adapters.oidc import OidcSettings, OidcUsers, parse_group_roles
@@ -70,15 +70,16 @@ from relay_es.composition.settings import Settings
 log = logging.getLogger(__name__)
 
 
-STORE_ERROR_LOG_SECS = 60.0  # a worker failing on the store says so at most this often (a store away fails every tick)
+HELD = object()  # what a worker's ``fn`` returns when it did nothing, held back (see Worker)
 
 
 class Worker(threading.Thread):
     """Calls ``fn`` whenever woken, or when ``timeout()`` seconds have passed. ``cpu_seconds``: the
     thread's CPU spent in ``fn`` (``relay_worker_cpu_seconds_total``). A failure is retried; a bug is
     logged with its traceback each time, a store that is away (:func:`~relay_es.adapters.failures.is_store_error`)
-    in one line at most every :data:`STORE_ERROR_LOG_SECS` (it fails every tick until it is back:
-    a traceback every half second said nothing new)."""
+    as :class:`~relay_es.adapters.failures.OutageLog` says (it fails every tick until it is back: a
+    traceback every half second said nothing new). ``fn`` returning :data:`HELD` did nothing (the lease
+    not confirmed): neither a success nor a failure."""
 
     def __init__(self, name: str, fn: Callable[[], Any], timeout: Callable[[], float], *,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -90,8 +91,7 @@ class Worker(threading.Thread):
         self._halt = threading.Event()
         self.errors = 0
         self.cpu_seconds = 0.0
-        self._store_told: float | None = None  # when a failure on the store was last logged, in this run of them
-        self._store_untold = 0  # failures on the store since, not logged
+        self.outage = OutageLog(log, name, monotonic=monotonic)
 
     def wake(self, *_: Any) -> None:
         self._wake.set()
@@ -104,12 +104,13 @@ class Worker(threading.Thread):
         while not self._halt.is_set():
             c0 = time.thread_time()
             try:
-                self.fn()
+                done = self.fn()
             except Exception as e:
                 self.failed(e)
                 self._halt.wait(0.5)
             else:
-                self.succeeded()
+                if done is not HELD:
+                    self.succeeded()
             finally:
                 self.cpu_seconds += time.thread_time() - c0
             self._wake.wait(max(0.0, self.timeout()))
@@ -121,20 +122,11 @@ class Worker(threading.Thread):
         if not is_store_error(e) or is_data_error(e):
             log.exception("%s failed; retrying", self.name, exc_info=e)
             return
-        now = self.monotonic()
-        if self._store_told is not None and now - self._store_told < STORE_ERROR_LOG_SECS:
-            self._store_untold += 1
-            return
-        more = f" ({self._store_untold} more failures since the last line)" if self._store_untold else ""
-        said = (str(e).splitlines() or [""])[0][:200]
-        log.warning("%s failed on the store (%s: %s); retrying%s", self.name, type(e).__name__, said, more)
-        self._store_told, self._store_untold = now, 0
+        self.outage.failed("failed", e)
 
     def succeeded(self) -> None:
         """``fn`` ran through: a run of failures on the store, if any, is over (and said to be)."""
-        if self._store_told is not None:
-            log.info("%s works on the store again (%d failures since the last line)", self.name, self._store_untold)
-            self._store_told, self._store_untold = None, 0
+        self.outage.worked()
 
 
 def view_bootstrap(db: Database, runner: ProjectionRunner,
@@ -200,7 +192,8 @@ class Runtime:
             self.runner = ProjectionRunner(self.relay, self.db, all_projections())
             self.follower = (ProjectionProcess(self.store, reached=self.runner.reached_elsewhere,
                                                poisoned=self.runner.poisoned_elsewhere,
-                                               log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()))
+                                               log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+                                               store_away=lambda: self._lease_state == "unreachable")
                              if projection_process else None)
             self.pm_worker = Worker("relay-process-manager", self._pm_tick, self._pm_sleep)
             self.metrics = Metrics()
@@ -543,12 +536,13 @@ class Runtime:
         """The server is about to close the sockets: their closes are not disconnects."""
         self.hub.begin_shutdown()
 
-    def _pm_tick(self) -> None:
+    def _pm_tick(self) -> object:
         """The process manager, then the alert manager (one thread: the alert manager is told of
         executor events as the process manager folds them). Nothing is decided on a lease not confirmed
-        lately (:meth:`_lease_confirmed`)."""
+        lately (:meth:`_lease_confirmed`): :data:`HELD`, so that the worker does not say it works on the
+        store again while the store is still away."""
         if not self._lease_confirmed():
-            return
+            return HELD
         try:
             if not self._pm_started.is_set():
                 self.pm.start()  # rebuilds timers and dispatches from the store

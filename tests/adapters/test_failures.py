@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import psycopg
 import pytest
 from eventsourcing.persistence import OperationalError as LibraryOperationalError
 
-from relay_es.adapters.failures import is_store_error
+from relay_es.adapters.failures import OutageLog, is_store_error
 
 
 @pytest.mark.parametrize("error, store", [
@@ -34,3 +35,29 @@ def test_a_process_on_sqlite_never_loads_the_postgres_driver() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'psycopg'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_outage_is_told_as_it_starts_once_a_minute_and_as_it_ends(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    said = OutageLog(logging.getLogger("relay.test.outage"), "the part", every=60.0, monotonic=lambda: now[0])
+    away = OSError("connection refused\nsecond line")
+    caplog.set_level(logging.INFO, logger="relay.test.outage")
+    assert not said.failing
+    said.worked()  # nothing failed: nothing to say
+    for _ in range(30):  # a retry every second for half a minute
+        said.failed("failed writing", away)
+        now[0] += 1.0
+    assert said.failing
+    now[0] += 30.0
+    said.failed("failed writing", away)
+    said.failed("failed writing", away)
+    said.worked("writes again")
+    said.worked("writes again")
+    said.failed("failed writing", away)  # a new outage is told at once
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "the part failed writing on the store (OSError: connection refused); retrying"),
+        ("WARNING", "the part failed writing on the store (OSError: connection refused); retrying "
+                    "(29 more failures since the last line)"),
+        ("INFO", "the part writes again (1 failures since the last line)"),
+        ("WARNING", "the part failed writing on the store (OSError: connection refused); retrying"),
+    ]

@@ -139,3 +139,20 @@ def test_the_librarys_tries_through_an_outage_wait_one_pool_timeout_not_ten() ->
     finally:
         factory.datastore.close()
     assert len(waits) == 10 and waits[0] == 1.0 and set(waits[1:]) == {AWAY_WAIT_SECS}, waits
+
+
+def test_a_pool_tries_a_connection_it_could_not_make_again_every_second() -> None:
+    """psycopg_pool's own backoff doubles (1, 2, 4, 8, 16 s): after an outage of 25 s its next try came
+    up to 16 s after Postgres was back, and Relay's writes waited for it. Relay's pools (both stores'
+    factories call reconnect_steadily first) try every second, within the pool's jitter."""
+    from psycopg_pool.base import AttemptWithBackoff
+
+    from relay_es.adapters.stores import reconnect_steadily
+
+    reconnect_steadily()
+    attempt = AttemptWithBackoff(timeout=300.0)
+    delays = []
+    for i in range(8):
+        attempt.update_delay(now=float(i))
+        delays.append(attempt.delay)
+    assert all(0.85 <= d <= 1.15 for d in delays), delays

@@ -154,7 +154,8 @@ def test_a_worker_failing_on_the_store_says_so_in_one_line_a_minute_and_a_bug_ea
     one a minute with the count; the run's end is told; a bug keeps its traceback every time."""
     import sqlite3
 
-    from relay_es.composition.runtime import STORE_ERROR_LOG_SECS, Worker
+    from relay_es.adapters.failures import STORE_ERROR_LOG_SECS
+    from relay_es.composition.runtime import Worker
 
     now = [1000.0]
     w = Worker("relay-test", lambda: None, lambda: 0.0, monotonic=lambda: now[0])
@@ -178,6 +179,34 @@ def test_a_worker_failing_on_the_store_says_so_in_one_line_a_minute_and_a_bug_ea
         ("ERROR", "relay-test failed; retrying", True),
     ]
     assert w.errors == 8
+
+
+def test_a_worker_held_back_does_not_say_it_works_again(caplog: pytest.LogCaptureFixture) -> None:
+    """The process manager's tick does nothing while the lease is not confirmed (the store away):
+    that is not the store working again."""
+    import sqlite3
+
+    from relay_es.composition.runtime import HELD, Worker
+
+    results: list[object] = [sqlite3.OperationalError("unable to open database file"), HELD, HELD, None]
+
+    def tick() -> object:
+        result = results.pop(0)
+        if not results:
+            w.stop()  # the last tick: the worker ends after it
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    w = Worker("relay-test", tick, lambda: 0.0, monotonic=lambda: 0.0)
+    caplog.set_level(logging.INFO, logger="relay_es.composition.runtime")
+    w.start()
+    w.join(timeout=30)
+    assert not w.is_alive() and not results
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "relay-test failed on the store (OperationalError: unable to open database file); retrying"),
+        ("INFO", "relay-test works on the store again (0 failures since the last line)"),
+    ]
 
 
 def test_the_runtime_exposes_each_worker_s_cpu(tmp_path: Path) -> None:

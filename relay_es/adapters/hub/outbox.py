@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from relay_es.adapters.failures import is_store_error
+from relay_es.adapters.failures import OutageLog, is_store_error
 from relay_es.engine.service import Relay
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,9 @@ class Outbox:
       happened (one in flight per executor).
     * **Retried**: while the store is unreachable (Postgres restarting) the
       batch is retried with backoff until it is recorded; none is lost, and
-      the sockets -- whose pings uvicorn answers without us -- stay up.
+      the sockets -- whose pings uvicorn answers without us -- stay up. The
+      outage is logged as :class:`~relay_es.adapters.failures.OutageLog` says
+      (a line as it starts, one a minute, one as it ends), not at every retry.
     * **Never dropped on a bug**: a batch that fails with anything but a store
       outage is a bug. Its transitions are tried one by one; each that fails
       alone is logged with its traceback once, counted (``errors``), kept at
@@ -51,6 +53,7 @@ class Outbox:
         self.batches = 0
         self.errors = 0  # transitions that failed for a reason other than the store being away
         self.queued = 0  # transitions waiting (or being written); the hub caps new handshakes on it
+        self.outage = OutageLog(log, "the hub's outbox", monotonic=monotonic)
 
     def __len__(self) -> int:
         return self.queued
@@ -107,11 +110,11 @@ class Outbox:
                     await self._one_by_one(heads)
                     continue
                 self.retries += 1
-                log.warning("store unavailable recording %d transition(s) (%s: %s); retrying in %.1fs",
-                            len(heads), e.__class__.__name__, e, delay)
+                self.outage.failed(f"failed recording {len(heads)} transition(s)", e)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)  # resume within a second of the store's return
                 continue
+            self.outage.worked("records on the store again")
             self.batches += 1
             delay = 0.2
             for key, queue in heads:

@@ -88,12 +88,16 @@ class ProjectionProcess:
     ``reached``: called (from a reader thread) with each projection's position whenever the child
     committed a batch; ``poisoned``: with each :class:`Poison` it skipped. ``log_level``: the
     server's, for the child's log. ``monotonic``: the clock of the restarts' backoff. ``poll_secs``:
-    how often the child reads the log unwoken."""
+    how often the child reads the log unwoken. ``store_away``: whether the server finds the store
+    unreachable now; a child that ends or is killed meanwhile is logged as a warning (it waited on
+    the store, or could not reach it as it started: what an outage does), not as an error."""
 
     def __init__(self, store: StoreConfig, *, reached: Callable[[dict[str, int]], None],
                  poisoned: Callable[[Poison], None], log_level: str = "INFO",
-                 monotonic: Callable[[], float] = time.monotonic, poll_secs: float = POLL_SECS) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, poll_secs: float = POLL_SECS,
+                 store_away: Callable[[], bool] = lambda: False) -> None:
         self.store = store
+        self.store_away = store_away
         self.monotonic = monotonic
         self.poll_secs = poll_secs
         self._reached = reached
@@ -240,7 +244,10 @@ class ProjectionProcess:
     def _put_off(self, what: str, now: float | None = None) -> None:
         """The next start, after the backoff (doubled for the one after)."""
         self._next_start = (self.monotonic() if now is None else now) + self._backoff
-        log.error("%s; this process folds the log until it is started again in %.0f s", what, self._backoff)
+        if self.store_away():
+            log.warning("%s, the store being unreachable; it is started again in %.0f s", what, self._backoff)
+        else:
+            log.error("%s; this process folds the log until it is started again in %.0f s", what, self._backoff)
         self._backoff = min(RESTART_BACKOFF_MAX, self._backoff * 2)
 
     def _read(self, process: Any, conn: Any) -> None:

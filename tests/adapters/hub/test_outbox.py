@@ -101,7 +101,9 @@ def test_a_bug_keeps_the_transition_and_others_keep_flowing(caplog: pytest.LogCa
     assert len(tracebacks) == 1 and "A" in tracebacks[0].getMessage()
 
 
-def test_a_store_outage_is_retried_whole_and_loses_nothing() -> None:
+def test_a_store_outage_is_retried_whole_and_loses_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """And it is told in a line as it starts and one as it ends, not a line a retry (the retries
+    within a minute of the first line are counted in the last)."""
     store, clock = FakeStore(), Clock()
 
     async def main() -> None:
@@ -109,13 +111,20 @@ def test_a_store_outage_is_retried_whole_and_loses_nothing() -> None:
         store.outage = True
         outbox.submit("A", "A1")
         outbox.submit("B", "B1")
-        await eventually(lambda: outbox.retries >= 1)
+        await eventually(lambda: outbox.retries >= 3)
         assert store.recorded == [] and len(outbox) == 2 and outbox.errors == 0
         store.outage = False
         await eventually(lambda: len(outbox) == 0)
         assert sorted(store.recorded) == ["A1", "B1"]
 
-    asyncio.run(main())
+    with caplog.at_level(logging.INFO, logger="relay_es.adapters.hub.outbox"):
+        asyncio.run(main())
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        ("WARNING", "the hub's outbox failed recording 2 transition(s) on the store (OSError: connection refused); "
+                    "retrying"),
+        ("INFO", "the hub's outbox records on the store again (2 failures since the last line)"),
+    ]
 
 
 def test_stopped_as_the_process_stops_it_writes_nothing_more_and_says_what_it_left(

@@ -451,3 +451,24 @@ follow_in_child(parse_database_url("postgresql://postgres@127.0.0.1:{free_port()
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert "the read models' process stopped (OperationalError" in done.stderr, done.stderr
+
+
+def test_a_child_that_ends_while_the_store_is_unreachable_is_a_warning_not_an_error(world: World, caplog) -> None:
+    """In a Postgres outage the child waits on the store until it is killed as stuck, and the next one
+    cannot reach the store as it starts: what an outage does, told as the outage's other lines are
+    (a warning), where a child ending with the store there is an error."""
+    import logging
+
+    away = [True]
+    f = ProjectionProcess(parse_database_url(world.store_url), reached=lambda _: None, poisoned=lambda _: None,
+                          store_away=lambda: away[0])
+    with caplog.at_level(logging.WARNING, logger="relay_es.adapters.readmodels.follower"):
+        f._put_off("the read models' process exited (code 0)")
+        away[0] = False
+        f._put_off("the read models' process exited (code 0)")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "the read models' process exited (code 0), the store being unreachable; it is started again "
+                    "in 1 s"),
+        ("ERROR", "the read models' process exited (code 0); this process folds the log until it is started "
+                  "again in 2 s"),
+    ]
