@@ -70,10 +70,11 @@ Scalar = str | int | bool | None
 
 class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
-    FAILED = "failed"  # the executor answered with an error, or the call failed (e.g. its socket dropped)
+    FAILED = "failed"  # the executor answered with an error, or the call failed (its reply refused)
     TIMED_OUT = "timed_out"  # the executor did not answer within the call's timeout
     NO_HEALTHY_EXECUTOR = "no_healthy_executor"  # no executor of the application could take it
     REFUSED = "refused"  # Relay refused the caller (credentials, permission): nothing was done
+    UNKNOWN = "unknown"  # the executor's socket closed before its answer came: it may have carried it out
 
 
 def action_stream_id(org: str, request_id: str) -> uuid.UUID:

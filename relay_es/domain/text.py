@@ -77,3 +77,14 @@ def sanitized(value: str | None, limit: int = 2000) -> str | None:
         value = repr(value)
     escaped = escape_controls(value[:limit])  # at most 6 characters for one
     return escaped[:limit] + "…" if len(value) > limit or len(escaped) > limit else escaped
+
+
+def bytes_said(n: int) -> str:
+    """A number of bytes as a person reads it: ``128 MiB`` (a whole number of the unit), else the
+    bytes and the unit beside them, ``67,174,400 bytes (64.06 MiB)``; under a KiB, ``1,000 bytes``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            if n % scale == 0:
+                return f"{n // scale} {unit}"
+            return f"{n:,} bytes ({f'{n / scale:.2f}'.rstrip('0').rstrip('.')} {unit})"
+    return f"{n:,} bytes"

@@ -30,7 +30,14 @@ follow it before Relay has registered the executor (a client that does not
 wait) at most :data:`MAX_PENDING_FRAME`. So an unregistered client cannot make
 Relay buffer more than about a MiB. After registration the cap is
 :data:`MAX_FRAME`: ``list_workflows`` and ``export_workflow`` replies carry
-workflow inputs and outputs (the TypeScript SDK's own limit is 100 MiB).
+workflow inputs and outputs.
+
+The other way, an executor takes at most :data:`SDK_MAX_MESSAGE` in one message
+from Relay: the TypeScript SDK's WebSocket (ws 8, its default ``maxPayload`` of
+100 MiB; past it the SDK closes its connection, 1009). The Python SDK's takes
+any size (dbos 3.2.0 connects with websockets' ``max_size=None``). What Relay
+sends that carries a client's text (an ``import_workflow`` request) is capped
+below it, its frame included (``workflow_actions.IMPORT_BODY``).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from typing import Any
 MAX_HANDSHAKE_FRAME = 64 * 1024
 MAX_PENDING_FRAME = 1024 * 1024
 MAX_FRAME = 128 * 1024 * 1024
+SDK_MAX_MESSAGE = 100 * 1024 * 1024  # what every SDK takes in one message from Relay (the TypeScript SDK's)
 
 IDENTIFIER_BYTES: dict[str, int] = {
     "executor_id": 256,

@@ -70,8 +70,9 @@ def test_an_action_completes_at_most_once(outcome: Outcome) -> None:
     assert a.outcome == outcome.value
 
 
-def test_the_outcomes_are_the_five_named() -> None:
-    assert [o.value for o in Outcome] == ["succeeded", "failed", "timed_out", "no_healthy_executor", "refused"]
+def test_the_outcomes_are_the_six_named() -> None:
+    assert [o.value for o in Outcome] == ["succeeded", "failed", "timed_out", "no_healthy_executor", "refused",
+                                          "unknown"]
     a = request()
     with pytest.raises(InvalidSetting, match="outcome"):
         a.complete(outcome="exploded", at=T0)

@@ -17,7 +17,9 @@ executor's ``error_message`` (``ExecutorFailed``, its text escaped and bounded),
 executors connected but none able to take the call's form (``NoCapableExecutor``, 501: a call
 that :class:`Needs` more than being registered, such as a bulk action on several workflows),
 a reply Relay refused (``ReplyRefused``: the wrong type for the request, a field of the wrong
-type; audited by the endpoint as a ``protocol.violation`` like every other). A refused or
+type; audited by the endpoint as a ``protocol.violation`` like every other), a reply over the frame
+cap (:class:`ReplyTooLarge`: the socket is closed for it, ``frame_too_large``, and the call is
+never sent to another executor, which would answer the same). A refused or
 unsolicited reply fails only the call it names, if any: other calls on the socket, its pings
 and the process manager's deadlines go on.
 
@@ -34,7 +36,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
+from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard, ReplyOverCap
 from relay_es.adapters.hub.registry import Registry
 from relay_es.adapters.uvicorn_ws import Withdrawn
 from relay_es.engine.calls import (
@@ -45,6 +47,7 @@ from relay_es.engine.calls import (
     NoHealthyExecutor,
     ReplyRefused,
 )
+from relay_es.domain.text import bytes_said
 from relay_es.engine.routing import Candidate, choose
 from relay_es.protocol import messages as m
 from relay_es.protocol.limits import printable
@@ -76,6 +79,25 @@ class NoCapableExecutor(CallFailed):
         super().__init__(f"no executor of application {printable(app, 200)!r} connected here can take this "
                          f"call (they run {', '.join(sdks)}): {lacking}")
         self.org, self.app = org, app
+
+
+class ReplyTooLarge(CallFailed):
+    """The executor sent a message over Relay's frame cap while the call waited (its reply: a list of
+    workflows with their inputs and outputs, an export), and Relay closed its socket for it (1009,
+    audited ``frame_too_large``). The reply's fault, not the executor's: never sent to another, which
+    would send the same. ``others``: other calls that waited on the socket then (the message was
+    this call's reply or one of theirs)."""
+
+    title = "executor reply too large"
+
+    def __init__(self, executor_id: str, cap: int, others: int = 0) -> None:
+        whose = ("its reply" if not others else
+                 f"a reply (this call's, or that of one of the {others} other call(s) waiting on its socket)")
+        super().__init__(f"executor {printable(executor_id, 256)!r} sent {whose} larger than the {bytes_said(cap)} "
+                         f"Relay accepts from an executor (its frame cap, MAX_FRAME): Relay closed the executor's "
+                         f"socket (it reconnects) and asked no other executor, which would answer the same (a "
+                         f"list: ask for fewer workflows, or without their inputs and outputs)")
+        self.executor_id, self.cap, self.others = executor_id, cap, others
 
 
 class ExecutorGoneOthersRemain(ExecutorGone):
@@ -166,7 +188,8 @@ class Calls:
         (:class:`Needs`) or none. ``excluding``: never those executors (their ``executor_id``: a read
         sent again after its executor went). Raises a :class:`~relay_es.engine.calls.CallFailed`;
         the socket closing while it waited, :class:`ExecutorGoneOthersRemain` when other executors
-        could have taken the call, else ``ExecutorGone``. Never sends the request twice."""
+        could have taken the call, else ``ExecutorGone``; closed for a reply over the frame cap,
+        :class:`ReplyTooLarge`. Never sends the request twice."""
         try:
             conn = self.choose(org, app, prefer_latest=prefer_latest, latest_version=latest_version,
                                only_version=only_version, only_executor=only_executor, needs=needs,
@@ -181,6 +204,8 @@ class Calls:
             answer = await observed_call(conn, make_request, timeout, self.observe)
         except TimeoutError:
             raise ExecutorTimedOut(executor_id, timeout) from None
+        except ReplyOverCap as e:  # the reply's fault: any other executor would send it alike
+            raise ReplyTooLarge(executor_id, e.cap, e.others) from None
         except ConnectionLost as e:
             others = self.connected(org, app, only_version=only_version, only_executor=only_executor,
                                     excluding={*excluding, executor_id}).values()
@@ -209,7 +234,8 @@ class Calls:
 async def observed_call(conn: Connection, make_request: Callable[[str], m.Request], timeout: float,
                         observe: Callable[[str, str, float], None], guard: Guard | None = None) -> m.Response:
     """``conn.call``, and ``observe(type, outcome, seconds)`` once it ended: the request's type;
-    ``ok``, ``failed`` (the executor's error), ``refused`` (its reply), ``timeout`` (no answer in
+    ``ok``, ``failed`` (the executor's error), ``refused`` (its reply, one over the frame cap
+    included), ``timeout`` (no answer in
     time, or the guard withdrew the request), ``gone`` (the socket closed) or ``cancelled``. What
     :class:`Calls` and the dispatcher's conversations both time (the metrics)."""
     began = time.perf_counter()
@@ -227,6 +253,9 @@ async def observed_call(conn: Connection, make_request: Callable[[str], m.Reques
         return answer
     except (TimeoutError, Withdrawn):
         outcome = "timeout"
+        raise
+    except ReplyOverCap:  # a reply Relay could not take
+        outcome = "refused"
         raise
     except ConnectionLost:
         outcome = "gone"

@@ -7,7 +7,8 @@ time (``send_text``), a request and its awaited answer (``call``), a close sent 
 
 A call waits for its answer at most its timeout, the write included. Once the socket is
 closing (Relay closed it, a write failed, or the peer went away) no answer can come: every
-call still waiting fails at once with :class:`ConnectionLost`.
+call still waiting fails at once with :class:`ConnectionLost` (:class:`ReplyOverCap` when the
+socket failed for a message over the frame cap).
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ from relay_es.protocol.session import Session, State
 
 class ConnectionLost(Exception):
     """The socket closed (or was closed) before a write or an answer."""
+
+
+class ReplyOverCap(ConnectionLost):
+    """The socket failed for a message of the executor's over the frame cap (``cap`` bytes, 1009): a
+    reply Relay cannot read, this call's or that of another call waiting on the socket with it
+    (``others``: how many other calls waited). Not a sign the executor went: another executor would
+    send the same reply."""
+
+    def __init__(self, reason: str, cap: int, others: int) -> None:
+        super().__init__(reason)
+        self.cap, self.others = cap, others
 
 
 class Guard:
@@ -106,6 +118,10 @@ class Connection:
         finally:
             self.waiters.pop(request_id, None)
             self.session.forget(request_id)
+            if fut.done() and not fut.cancelled():
+                # Failed with the others (``_fail_waiting``) by a write of its own that failed, or as the
+                # timeout fell: its exception is the one raised here, not asyncio's "never retrieved" ERROR.
+                fut.exception()
 
     def answered(self, request_id: str, response: m.Response) -> None:
         """An answer arrived: the call awaiting it (if still waiting) returns it."""
@@ -119,12 +135,21 @@ class Connection:
         self.session.close()
         self._fail_waiting(f"connection {self.id} closed")
 
-    def _fail_waiting(self, reason: str) -> None:
-        """Every call still waiting fails with ConnectionLost (a session already closed by a
-        fatal violation has forgotten its requests: the waiters are what is failed)."""
+    def over_cap(self, cap: int) -> None:
+        """The socket failed for a message over ``cap`` bytes the executor sent (unread): closed, and
+        every call still waiting fails with :class:`ReplyOverCap`, before anything else is awaited."""
+        self.closed = True
+        self.session.close()
+        others = sum(1 for fut in self.waiters.values() if not fut.done()) - 1
+        self._fail_waiting(f"connection {self.id}: a message over {cap} bytes",
+                           lambda reason: ReplyOverCap(reason, cap, max(0, others)))
+
+    def _fail_waiting(self, reason: str, error: Callable[[str], ConnectionLost] = ConnectionLost) -> None:
+        """Every call still waiting fails with ``error(reason)``, ConnectionLost unless said (a session
+        already closed by a fatal violation has forgotten its requests: the waiters are what is failed)."""
         for fut in list(self.waiters.values()):
             if not fut.done():
-                fut.set_exception(ConnectionLost(reason))
+                fut.set_exception(error(reason))
 
     async def close(self, code: int, reason: str = "") -> None:
         send = self.closing(code, reason)

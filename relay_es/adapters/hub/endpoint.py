@@ -21,7 +21,8 @@ Close codes Relay uses (executors reconnect after any of them):
      any other frame before it
 1009 a message over the cap: 64 KiB for the first (the ``executor_info``
      reply), 1 MiB for any other before registration, then 128 MiB
-     (``relay_es.protocol.limits``); audited ``frame_too_large``
+     (``relay_es.protocol.limits``); audited ``frame_too_large``, the calls
+     waiting on it failed as a reply too large (``ReplyOverCap``), not a socket gone
 4001 superseded: a newer connection with the same executor id (and, in auth
      mode, the same token) took over
 4002 handshake timeout: ``executor_info`` was not answered in time
@@ -129,13 +130,15 @@ class Hub:
         monotonic: Callable[[], float] = time.monotonic,
         on_connection_change: Callable[[int], None] = lambda n: None,
         on_refused: Callable[[], None] = lambda: None,
+        frame_cap: int = MAX_FRAME,
     ) -> None:
         """``owner``: this instance, recorded with each connection. ``gate``: admission.
         ``roster``: which executors exist (the process manager), for the limits of executor
         ids. ``registry``, ``outbox``: shared with the dispatcher. ``pool``: where store
         commands run. ``monotonic``: the throttles' clock. ``on_connection_change``: called
         with the number of open sockets when it changes; ``on_refused``: on each handshake refused for
-        its credentials or its origin (401, 403), not for a limit, a full queue or a bad path."""
+        its credentials or its origin (401, 403), not for a limit, a full queue or a bad path.
+        ``frame_cap``: the largest message (bytes) a registered executor may send, :data:`MAX_FRAME`."""
         self.relay = relay
         self.owner = owner
         self.gate = gate
@@ -147,6 +150,7 @@ class Hub:
         self.quotas = Quotas(limits, roster=roster, registry=registry, outbox=outbox)
         self.on_connection_change = on_connection_change
         self.on_refused = on_refused
+        self.frame_cap = frame_cap
         self.loop: asyncio.AbstractEventLoop | None = None
         self.shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -266,6 +270,10 @@ class Hub:
                     elif kind == "websocket.disconnect":
                         code = message.get("code")
                         violation = _socket_violation(message, registered)
+                        if violation is not None and violation.kind == "frame_too_large" and registered:
+                            # a reply over the cap: the calls waiting fail as such (no other executor
+                            # is asked: it would send the same), before the violation is recorded
+                            conn.over_cap(self.frame_cap)
                         if violation is not None:
                             await self._violation(conn, violation)
                         break
@@ -416,7 +424,7 @@ class Hub:
             if conn.raise_frame_cap is not None:
                 # Registered: replies may carry workflow data now. Before any await, so that
                 # nothing more is parsed under the handshake's cap, and before any request goes out.
-                conn.raise_frame_cap(MAX_FRAME)
+                conn.raise_frame_cap(self.frame_cap)
             await self._register(conn, ev.info)
         elif isinstance(ev, Violation):
             if ev.fatal:  # closed first: nothing more is read from it while the violation is recorded

@@ -13,12 +13,13 @@ log shows it; ``limit`` (1-1000, default 100) and ``offset``.
 
 An entry: ``id`` (the action's), ``emitTime`` (when it was asked), ``operation``, ``status``
 (``success`` when it succeeded; ``failure`` when it failed, timed out, found no executor, was
-refused, or never recorded its end), ``subject`` (``api_key`` for a token, ``user`` for a
+refused, its executor's socket closed before the answer came, or it never recorded its end), ``subject`` (``api_key`` for a token, ``user`` for a
 user; a caller Relay could not identify is an ``api_key`` whose id says why, e.g. ``no valid
 token``, displayed ``anonymous (no valid token)``),
 ``sourceIp`` (empty when unknown), ``target`` (:func:`~relay_es.projections.actions.conductor_target`)
-and ``details``: ``outcome`` (succeeded, failed, timed_out, no_healthy_executor, refused, or
-pending: never completed), ``app``, ``targets`` (``type``, ``ids``: the first ones named, at most
+and ``details``: ``outcome`` (succeeded, failed, timed_out, no_healthy_executor, refused,
+unknown: the executor's socket closed before it answered, so it may have acted, or pending: never
+completed), ``app``, ``targets`` (``type``, ``ids``: the first ones named, at most
 100 and 4 KB of them, each cut to 255 characters with a "…"; ``count``: how many were named),
 ``parameters``, ``message``, ``result``, ``executorId`` (the executor that
 answered) and ``completedAt``. Conductor serves this operation only with OAuth; Relay serves

@@ -12,7 +12,8 @@ application over its WebSocket (ADR 0019). A route does three things, each here 
   time (:data:`READ_ATTEMPTS`).
   How that can fail is :mod:`relay_es.engine.calls` (503 no healthy executor, 504 no
   answer, 502 the socket dropped or the reply was refused, the executor's own error
-  message); the problem handlers below turn each into its problem. A request only some SDK
+  message) and :class:`~relay_es.adapters.hub.calls.ReplyTooLarge` (502: a reply over the frame
+  cap, never sent to another executor); the problem handlers below turn each into its problem. A request only some SDK
   releases understand (a newer message type; a field an older SDK would silently ignore, as a
   search by ``hasParent`` or a bulk action on several workflows:
   :mod:`~relay_es.adapters.rest.releases`) goes to an executor whose ``executor_info`` says it
@@ -20,7 +21,8 @@ application over its WebSocket (ADR 0019). A route does three things, each here 
 * :func:`act` -- an action (cancel, resume, fork, delete, bulk, import, schedules,
   versions): recorded as requested *before* it is sent and as completed however the call
   ends, so an operator's action is in the store even when Relay dies in between (the
-  audit log shows it requested, never completed). Who asked is the request's principal
+  audit log shows it requested, never completed); one whose executor's socket closed before it
+  answered is on record ``unknown``: it may have been done. Who asked is the request's principal
   (its token's name, or the development user), from where is the client's address
   (:mod:`~relay_es.adapters.rest.recording`, which records every other kind of action).
 
@@ -46,7 +48,7 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Request, Response
 
-from relay_es.adapters.hub.calls import ExecutorGoneOthersRemain, NoCapableExecutor, Needs
+from relay_es.adapters.hub.calls import ExecutorGoneOthersRemain, NoCapableExecutor, Needs, ReplyTooLarge
 from relay_es.adapters.rest import bodies, openapi, releases
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
 from relay_es.adapters.rest.context import RestContext
@@ -58,6 +60,7 @@ from relay_es.engine.action_commands import Outcome
 from relay_es.engine.calls import (
     CallFailed,
     ExecutorFailed,
+    ExecutorGone,
     ExecutorTimedOut,
     NoHealthyExecutor,
 )
@@ -84,6 +87,10 @@ _NO_WORKFLOW_WORDS = (
     (r"\b(?i:non-existent [a-z]+ workflow (?:id|uuid)): ", r"[^\S\n]*(?:\n|\Z)"),
     (r"\b(?i:workflow does not exist) ", r"[^\S\n]*(?:\n|\Z)"),
 )
+# A bulk action's missing workflows are named together, ", " between them (TypeScript "Workflow a, b does
+# not exist", Python "Non-existent target workflow ID: a, b"): a group is either one id, or ids so joined
+# (an id holding ", " itself is found alone, not in such a list).
+MISSING_SEPARATOR = ", "
 # Each group is the id named, on one line (an id with a line break, or space at its end, is looked for
 # as it is: :func:`no_such_workflow`).
 NO_WORKFLOW = tuple(re.compile(f"(?={before}([^\\n]+?){after})") for before, after in _NO_WORKFLOW_WORDS)
@@ -108,6 +115,18 @@ class ExecutorProblem(Exception):
         self.status, self.title, self.detail = status, title, detail
 
 
+class MayHaveActed(CallFailed):
+    """An action's call ended with its executor's socket closed before the answer came (the executor
+    went, or sent a reply over the frame cap): the executor may have carried the action out. The
+    502 of that failure, its title kept, its detail saying so; the action is on record ``unknown``."""
+
+    def __init__(self, failure: ExecutorGone | ReplyTooLarge) -> None:
+        super().__init__(f"{failure.detail}. The executor may have carried the action out before its socket "
+                         f"closed: look (the workflow's status, a fork's new id) before asking again, or it may "
+                         f"be done twice")
+        self.title, self.executor_id = failure.title, failure.executor_id
+
+
 def refused(message: str) -> bool:
     """Whether the executor refuses a data operation in metadata-only mode (a 403 wherever it comes)."""
     return METADATA_ONLY_REFUSAL in message.lower()
@@ -121,19 +140,29 @@ def refused_or(status: int) -> Callable[[str], int]:
 
 def no_such_workflow(message: str, workflow_ids: Collection[str] | None = None) -> bool:
     """Whether the executor's message is an SDK's own "no workflow <id>" (:data:`NO_WORKFLOW`) for
-    one of ``workflow_ids`` (None, where a route cannot name them: for an id without spaces). Not a
+    one of ``workflow_ids`` (None, where a route cannot name them: for an id without spaces), or for
+    several of them listed together (:data:`MISSING_SEPARATOR`: every one listed is named). Not a
     database's "relation ... does not exist", whatever workflow the message's context names."""
     if NO_WORKFLOW_WITHHELD in message:
         return True
+    ours = _is_ours(workflow_ids)
     for pattern in NO_WORKFLOW:
         for match in pattern.finditer(message):
             named = match.group(1)
-            if named in workflow_ids if workflow_ids is not None else _one_word(named):
+            if ours(named) or all(map(ours, named.split(MISSING_SEPARATOR))):
                 return True
     # An id that the patterns' groups cannot hold whole (a line break in it, or space at its end: DBOS
     # takes either) is looked for as it is, in the same words.
     return any(_names_exactly(message, wid) for wid in workflow_ids or ()
                if "\n" in wid or wid[-1:].isspace())
+
+
+def _is_ours(workflow_ids: Collection[str] | None) -> Callable[[str], bool]:
+    """Whether an id an SDK named is one of ``workflow_ids`` (None: any id without spaces)."""
+    if workflow_ids is None:
+        return _one_word
+    ids = workflow_ids if isinstance(workflow_ids, (set, frozenset)) else set(workflow_ids)
+    return ids.__contains__
 
 
 def _names_exactly(message: str, workflow_id: str) -> bool:
@@ -315,7 +344,8 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
     :func:`ask` has it, for an action a read of that executor checked first (a schedule paused
     where it was found); once it is gone, a 503 on record, nothing sent. Sent to one executor
     only: one whose socket closed may have acted before it went, and another would act again
-    (a second fork, a second trigger). Returns the executor's answer."""
+    (a second fork, a second trigger); such an action is on record ``unknown`` and answered a 502
+    saying it may have been done (:class:`MayHaveActed`). Returns the executor's answer."""
     await app_must_exist(ctx, org, app)
     action_id = await asyncio.to_thread(
         ctx.relay.record_action_requested, org, app, request_id=new_id(), operation=operation,
@@ -332,6 +362,10 @@ async def act(ctx: RestContext, request: Request[Any, Any, Any], org: str, app: 
     except ExecutorTimedOut as e:
         await completed(ctx, action_id, Outcome.TIMED_OUT, e.detail, e.executor_id)
         raise
+    except (ExecutorGone, ReplyTooLarge) as e:  # sent, and no answer will come: done or not, nobody knows
+        unknown = MayHaveActed(e)
+        await completed(ctx, action_id, Outcome.UNKNOWN, unknown.detail, e.executor_id)
+        raise unknown from None
     except (CallFailed, ExecutorProblem) as e:
         await completed(ctx, action_id, Outcome.FAILED, getattr(e, "detail", str(e)),
                         getattr(e, "executor_id", None) or (asked[0] if asked else None))

@@ -5,7 +5,8 @@ builds the document (``type``, ``title``, ``status``, ``detail``, and for a
 422 the ``errors`` naming each field and what was wrong), and
 :data:`EXCEPTION_HANDLERS` maps each exception to its status: validation and
 invalid settings 422, unknown org/app/executor/token 404, a command the state
-refuses 409, Litestar's own HTTP errors their status (headers kept), a change that
+refuses 409, Litestar's own HTTP errors their status (headers kept; a 413 names the
+body cap the request passed), a change that
 kept meeting other writers' changes to the same object through all its retries 503
 with ``Retry-After`` (:meth:`~relay_es.engine.store.RelayStore.retrying`), a store
 that is away or failing (a connection it cut, a pool with none to give, a locked file:
@@ -39,6 +40,7 @@ from relay_es.domain.errors import (
     UnknownRole,
     UnknownToken,
 )
+from relay_es.domain.text import bytes_said
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +84,23 @@ def _conflict(_: Request[Any, Any, Any], exc: DomainError) -> Response[Any]:
     return problem(409, "Conflict", str(exc))
 
 
-def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
-    resp = problem(exc.status_code, TITLES.get(exc.status_code, "Error"), exc.detail)
+def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    detail = _too_large(request, exc.detail) if exc.status_code == 413 else exc.detail
+    resp = problem(exc.status_code, TITLES.get(exc.status_code, "Error"), detail)
     if exc.headers:
         resp.headers.update(exc.headers)
     return resp
+
+
+def _too_large(request: Request[Any, Any, Any], detail: str) -> str:
+    """A 413's detail: the body cap of the route it passed (``request_max_body_size``, its own or the
+    app's) and the route's operation, where Litestar says only "Request Entity Too Large"."""
+    handler = request.scope.get("route_handler")
+    limit = handler.resolve_request_max_body_size() if handler is not None else None
+    if not limit:
+        return detail
+    operation = handler.operation_id if isinstance(handler.operation_id, str) else "this route"
+    return f"the request body is larger than {bytes_said(limit)}, the most {operation} takes"
 
 
 def _too_deep(_: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:

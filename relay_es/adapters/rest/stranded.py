@@ -73,6 +73,7 @@ from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import FromPath, QueryParameter
 from msgspec import UNSET, Meta, UnsetType
 
+from relay_es.adapters.hub.calls import ReplyTooLarge
 from relay_es.adapters.rest import calling, openapi, recording
 from relay_es.adapters.rest.conductor import mapping
 from relay_es.adapters.rest.conductor import models as m
@@ -82,7 +83,7 @@ from relay_es.adapters.rest.problems import problem
 from relay_es.domain import units
 from relay_es.domain.ids import new_id
 from relay_es.engine.action_commands import Outcome
-from relay_es.engine.calls import CallFailed, ExecutorTimedOut, NoHealthyExecutor
+from relay_es.engine.calls import CallFailed, ExecutorGone, ExecutorTimedOut, NoHealthyExecutor
 from relay_es.engine.stranded import (
     Classified,
     Fix,
@@ -469,6 +470,9 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
             raise
         except ExecutorTimedOut as e:
             outcome, message, executor_id = Outcome.TIMED_OUT, e.detail, e.executor_id
+            raise
+        except (ExecutorGone, ReplyTooLarge) as e:  # sent, and no answer will come: it may have started them
+            outcome, message, executor_id = Outcome.UNKNOWN, e.detail, e.executor_id
             raise
         except CallFailed as e:
             message, executor_id = e.detail, getattr(e, "executor_id", None)

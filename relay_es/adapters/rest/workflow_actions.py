@@ -39,8 +39,14 @@ workflow on either. ``startStep`` is the executor's step number, as ``listWorkfl
 The serialized workflow of export and import is passed through as the string it is, never
 decoded: a Python executor's is a pickle, the others' JSON, so a workflow imports only into an
 application of the SDK language that exported it (another refuses it: 422). The import body
-(up to :data:`~relay_es.adapters.rest.conductor.models.MAX_SERIALIZED_WORKFLOW`) is read into
-one buffer and decoded from it, the buffer dropped before the executor is asked.
+(up to :data:`~relay_es.adapters.rest.conductor.models.MAX_SERIALIZED_WORKFLOW` characters in
+at most :data:`IMPORT_BODY` bytes) is read into one buffer and decoded from it, the buffer
+dropped before the executor is asked; it answers 201 with no content (and so no content type),
+as Conductor's reference declares it. An export is answered only if that import would take it
+back (:func:`importable`): an executor may reply with up to 128 MiB
+(:data:`~relay_es.protocol.limits.MAX_FRAME`), an import carries less (what every SDK takes in
+one message, :data:`~relay_es.protocol.limits.SDK_MAX_MESSAGE`, bounds it); a larger export is
+a 502 that names the cap.
 
 The executor's ``error_message`` becomes the problem's detail; its status (:func:`failed_status`):
 404 when it is an SDK's own "no such workflow" naming a workflow the action names
@@ -50,9 +56,10 @@ already (a fork's ``newWorkflowId``, an imported workflow), 403 when the executo
 operations (metadata-only mode), 422 for a fork-from-failure step name no workflow has, else 500:
 the executor failed for a reason that is not the client's (its database, a bug), which retrying
 may cure. An import is the payload and nothing else, so an import that failed for a reason but a
-conflict and its database failing (:func:`store_failed`) is the payload's: a 422, whatever the SDK
-said of it -- not base64, not gzip, not a pickle or JSON, or one that loads but is not a list of
-exported workflows (``TypeError: 'int' object is not iterable``, ``workflows is not iterable``).
+conflict and its database failing (:func:`store_failed`, never read in what the message quotes of
+the payload) is the payload's: a 422, whatever the SDK said of it -- not base64, not gzip, not a
+pickle or JSON, or one that loads but is not a list of exported workflows (``TypeError: 'int'
+object is not iterable``, ``workflows is not iterable``).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ from urllib.parse import quote
 from litestar import Controller, Request, Response, delete, get, post, route
 from litestar.enums import HttpMethod, MediaType
 from litestar.params import FromPath, QueryParameter
+from litestar.response.base import ASGIResponse
 from msgspec import UNSET
 
 from relay_es.adapters.rest import bodies, calling, openapi
@@ -73,13 +81,17 @@ from relay_es.adapters.rest.conductor import models as m
 from relay_es.adapters.rest.context import Context
 from relay_es.adapters.rest.paths import APP
 from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.text import bytes_said
 from relay_es.protocol import catalogue as c
+from relay_es.protocol.limits import SDK_MAX_MESSAGE
 
 FIRST_STEP = 0  # a fork without startStep: no step copied, on every SDK (see the module's docstring)
 
 # Request body caps (the app-wide cap is 64 KiB). A bulk body names up to MAX_IDS workflows;
 # 4 MiB allows that many ids of ~400 bytes. An import body is one serialized workflow, its JSON
-# object around it (and a ``$schema`` link) at most 64 KiB more.
+# object around it (and a ``$schema`` link) at most 64 KiB more. Its import_workflow message is no
+# larger than the body and some 100 bytes of envelope (msgspec writes a string's JSON in as few
+# bytes as a client can): within what every SDK takes in one (limits.SDK_MAX_MESSAGE, 100 MiB).
 BULK_BODY = 4 * 1024 * 1024
 IMPORT_BODY = m.MAX_SERIALIZED_WORKFLOW + 64 * 1024
 
@@ -111,12 +123,45 @@ STORE_FAILURE = re.compile(
 # SQLAlchemy appends to a database's error: not what failed, and the parameters hold the payload's
 # own text (or a column such as ``workflow_timeout_ms``).
 _NOT_THE_ERROR = re.compile(r"^(?:[ \t].*|\[SQL: .*|\[parameters: .*)$", re.MULTILINE)
+# What the lines that say what failed quote of the payload, its words read as no store's: PostgreSQL
+# quotes the value it refused as the value is, quotes and line breaks included ('invalid input
+# syntax for type bigint: "does not exist"'), and Node's JSON.parse an excerpt of the text
+# ('Unexpected token 'd', "does not e"... is not valid JSON'): from the first double quote to the
+# last. Python's repr quotes a name a pickle gave ("No module named 'deadlock detected'"), on one
+# line: from a line's first single quote to its last.
+_QUOTED = (re.compile(r'"[\s\S]*"'), re.compile(r"'.*'"))
 
 
 def store_failed(message: str) -> bool:
     """Whether an executor's error says its system database failed (:data:`STORE_FAILURE`, read in
-    the lines that say what failed), rather than the request it was given."""
-    return STORE_FAILURE.search(_NOT_THE_ERROR.sub("", message)) is not None
+    the lines that say what failed, without what they quote), rather than the request it was given."""
+    said = _NOT_THE_ERROR.sub("", message)
+    for quoted in _QUOTED:
+        said = quoted.sub(" ", said)
+    return STORE_FAILURE.search(said) is not None
+
+
+def importable(serialized: str, answer: bytes) -> None:
+    """Refuses (502) an export that ``importWorkflow`` would not take back: a serialized workflow of
+    more than ``MAX_SERIALIZED_WORKFLOW`` characters, or an answer (the body that imports it) of
+    more than :data:`IMPORT_BODY` bytes. The detail names both caps and why."""
+    chars, limit = len(serialized), m.MAX_SERIALIZED_WORKFLOW
+    if chars <= limit and len(answer) <= IMPORT_BODY:
+        return
+    raise calling.ExecutorProblem(
+        502, "export too large to import",
+        f"the executor exported a workflow of {chars:,} characters, an answer of {bytes_said(len(answer))}; "
+        f"importWorkflow takes at most {limit:,} characters in a body of at most {bytes_said(IMPORT_BODY)}, "
+        f"and Relay answers no export it could not import back (an import goes to the executor in one "
+        f"WebSocket message: the TypeScript SDK takes at most {bytes_said(SDK_MAX_MESSAGE)} in one)")
+
+
+def created() -> ASGIResponse:
+    """201 and nothing else: no content, so no content type (Litestar gives one to every answer whose
+    status may carry content), as Conductor's ``importWorkflow`` is declared ("Created")."""
+    resp = ASGIResponse(body=b"", status_code=201)
+    del resp.headers["content-type"]
+    return resp
 
 
 def failed_status(default: int = 500, *, payload: bool = False,
@@ -366,7 +411,9 @@ class WorkflowActionsController(Controller):
         if answer.serialized_workflow is None:  # TypeScript: an unknown id exports nothing, no error
             raise calling.ExecutorProblem(404, "Not found",  # repr: the id's controls escaped, cut
                                           f"the executor exported nothing: workflow {workflow_id[:256]!r} not found")
-        return calling.answer(mapping.export_out(answer))
+        resp = calling.answer(mapping.export_out(answer))
+        importable(answer.serialized_workflow, resp.content)
+        return resp
 
     @post("/import", opt=openapi.body(m.ImportWorkflowInputBody),
           operation_id="importWorkflow", status_code=201, request_max_body_size=IMPORT_BODY,
@@ -376,11 +423,11 @@ class WorkflowActionsController(Controller):
                       "Importing into a Python executor unpickles the payload: only for payloads you trust. "
                       "Conductor's `importWorkflow`.")
     async def import_workflow(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
-                              ctx: Context) -> Response[bytes]:
+                              ctx: Context) -> ASGIResponse:
         b: m.ImportWorkflowInputBody = await streamed_body(request)
         size = len(b.serialized_workflow)
         await calling.act(ctx, request, org, app, operation="importWorkflow", target_type=WORKFLOW,
                           parameters={"serializedChars": size},
                           make_request=lambda rid: mapping.import_request(b, request_id=rid),
                           failed_status=failed_status(payload=True, workflow_ids=()))
-        return Response(content=b"", status_code=201)
+        return created()

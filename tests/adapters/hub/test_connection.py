@@ -179,3 +179,29 @@ def test_a_calls_timeout_covers_its_write() -> None:
         assert not conn.waiters and not conn.session.pending
 
     asyncio.run(main())
+
+
+def test_a_call_whose_own_write_fails_leaves_no_unretrieved_exception(caplog: pytest.LogCaptureFixture) -> None:
+    """The write failing fails every waiting call, the caller's own included, and the caller raises at
+    once: its own future's exception was never retrieved, and asyncio logged it as an ERROR ("Future
+    exception was never retrieved") for an executor that merely went away mid-call."""
+    import gc
+    import logging
+
+    class ClientDisconnected(Exception):
+        pass
+
+    async def send(_: Any) -> None:
+        raise ClientDisconnected()
+
+    async def main() -> None:
+        conn = registered(send)
+        with pytest.raises(ConnectionLost):
+            await conn.call(lambda rid: m.RecoveryRequest(request_id=rid, executor_ids=["D"]), 5)
+        del conn
+        gc.collect()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []

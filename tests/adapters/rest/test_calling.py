@@ -11,6 +11,7 @@ from litestar import Litestar, Request, get, post
 from litestar.params import FromPath
 from litestar.testing import TestClient
 
+from relay_es.adapters.hub.calls import ReplyTooLarge
 from relay_es.adapters.rest import calling, openapi
 from relay_es.adapters.rest.conductor import models
 from relay_es.adapters.rest.conductor.mapping import ExecutorReplyError
@@ -138,6 +139,7 @@ def test_a_route_that_read_the_application_already_does_not_read_it_again() -> N
     (ExecutorTimedOut("e1", 20), 504, "executor did not answer"),
     (ExecutorGone("e1", "closed 1006"), 502, "executor disconnected"),
     (ReplyRefused("e1", "not a list"), 502, "executor reply refused"),
+    (ReplyTooLarge("e1", 128 * 1024 * 1024), 502, "executor reply too large"),
     (ExecutorFailed("workflow wf-9 does not exist"), 404, "executor reported an error"),
     (ExecutorFailed("database is down"), 500, "executor reported an error"),
     # the executor's database, not the workflow: "does not exist" in it is no 404
@@ -189,7 +191,8 @@ def test_no_hub_is_no_healthy_executor() -> None:
     (NoHealthyExecutor("local", "shop"), "no_healthy_executor"),
     (ExecutorTimedOut("e1", 20), "timed_out"),
     (ExecutorFailed("boom"), "failed"),
-    (ExecutorGone("e1"), "failed"),
+    (ExecutorGone("e1"), "unknown"),  # it may have acted before it went
+    (ReplyTooLarge("e1", 1024), "unknown"),  # a reply over the cap on its socket: it may have acted
 ])
 def test_an_action_is_recorded_before_it_is_sent_and_completed_however_it_ends(failure: Any, outcome: str) -> None:
     relay = FakeRelay()
@@ -204,8 +207,10 @@ def test_an_action_is_recorded_before_it_is_sent_and_completed_however_it_ends(f
     assert done["result"] == ({"n": 3} if failure is None else None)
     if failure is None or isinstance(failure, ExecutorFailed):
         assert done["executor_id"] == "e7"  # the executor the request went to
-    if isinstance(failure, ExecutorTimedOut):
+    if isinstance(failure, (ExecutorTimedOut, ExecutorGone, ReplyTooLarge)):
         assert done["executor_id"] == "e1"
+    if str(done["outcome"]) == "unknown":  # the client is told as the log says
+        assert r.json()["detail"] == done["message"] and "may have carried the action out" in done["message"]
 
 
 class AwayOnCompletion(FakeRelay):
@@ -362,6 +367,23 @@ def test_a_workflow_id_is_matched_exactly_spaces_and_all() -> None:
                                         '"workflow wf-1" does not exist', ["wf-1"])
     assert calling.no_such_workflow("Non-existent target workflow ID: Wf-1", ["Wf-1"])
     assert not calling.no_such_workflow("Non-existent target workflow ID: Wf-1", ["wf-1"])  # ids are exact
+
+
+@pytest.mark.parametrize("message", [
+    "Exception encountered when resuming workflow(s) a-1,a-2: Workflow a-1, a-2 does not exist",  # TypeScript
+    "Exception encountered when resuming workflow(s) ['a-1', 'a-2']: Traceback (most recent call last):\n"
+    "dbos._error.DBOSNonExistentWorkflowError: DBOS Error 5: Non-existent target workflow ID: a-1, a-2\n",  # Python
+])
+def test_a_bulk_action_naming_several_missing_workflows_is_a_404_when_each_is_named(message: str) -> None:
+    """Both SDKs name every missing workflow of a bulk action together, ", " between them (TypeScript
+    5.2.11, Python dbos 3.2.0): a bulk resume of two unknown workflows was a 500."""
+    assert calling.no_such_workflow(message, ["a-1", "a-2"]) and calling.no_such_workflow(message, {"a-2", "a-1", "b"})
+    assert calling.not_found_or(500, ["a-1", "a-2"])(message) == 404
+    assert calling.no_such_workflow(message)  # ids without spaces, where the route cannot name them
+    assert not calling.no_such_workflow(message, ["a-1"])  # a-2 is not the route's
+    assert not calling.no_such_workflow(message, ["a-1, a"]) and not calling.no_such_workflow(message, ["a-"])
+    # an id holding ", " itself, missing alone
+    assert calling.no_such_workflow("Workflow a, b does not exist", ["a, b"])
 
 
 @pytest.mark.parametrize("wid", ["a\nb", "wf-1 ", "x\n"])

@@ -265,6 +265,39 @@ PAYLOAD_FAULTS = [
     "Exception encountered when importing workflow: Cannot read properties of undefined (reading 'workflow_uuid')",
     'Exception encountered when importing workflow: invalid byte sequence for encoding "UTF8": 0x00',
 ]
+TS = "Exception encountered when importing workflow: "
+# A payload whose own value holds STORE_FAILURE's words, quoted by what refused it (the hunt of
+# /tmp/hunt_tsx/exp10_py_and_words.py: created_at "does not exist" and "deadlock detected" were 500s):
+# PostgreSQL quotes the value as it is (quotes, line breaks), Node's JSON.parse an excerpt (its messages
+# as Node 20 writes them), Python's pickle the name it was given.
+QUOTED_PAYLOAD_FAULTS = [
+    TS + 'invalid input syntax for type bigint: "does not exist"',
+    TS + 'invalid input syntax for type bigint: "deadlock detected"',
+    TS + 'invalid input syntax for type bigint: "a" deadlock detected "b"',
+    TS + 'invalid input syntax for type bigint: "a\ndeadlock detected"',
+    TS + "Unexpected token 'd', \"does not exist\" is not valid JSON",
+    TS + "Unexpected token 'd', \"d' deadlock detected\" is not valid JSON",
+    TS + "Unexpected token 'd', \"[\ndeadlock detected]\" is not valid JSON",
+    TS + "Unexpected token 'd', ...\": 1, \"b\": deadlock d\"... is not valid JSON",
+    (PY + f'  File "{SITE}psycopg/cursor.py", line 117, in execute\n'
+          "    raise ex.with_traceback(None)\n"
+          'psycopg.errors.InvalidTextRepresentation: invalid input syntax for type bigint: "too many clients"\n\n'
+          "The above exception was the direct cause of the following exception:\n\n"
+          "Traceback (most recent call last):\n"
+          f'  File "{SITE}dbos/_sys_db.py", line 6535, in import_workflow\n'
+          "    c.execute(\n"
+          "sqlalchemy.exc.DataError: (psycopg.errors.InvalidTextRepresentation) invalid input syntax for type "
+          'bigint: "too many clients"\n'
+          "[SQL: INSERT INTO dbos.workflow_status (workflow_uuid) VALUES (%(workflow_uuid)s::VARCHAR)]\n"
+          "[parameters: {'workflow_uuid': 'w'}]\n"
+          "(Background on this error at: https://sqlalche.me/e/20/9h9h)\n"),
+    (PY + f'  File "{SITE}dbos/_conductor/conductor.py", line 803, in run\n'
+          "    workflow = pickle.loads(\n"
+          "ModuleNotFoundError: No module named 'deadlock detected'\n"),
+    (PY + f'  File "{SITE}dbos/_conductor/conductor.py", line 803, in run\n'
+          "    workflow = pickle.loads(\n"
+          "AttributeError: Can't get attribute 'does not exist' on <module 'os' (frozen)>\n"),
+]
 STORE_FAILURES = [
     (PY + f'  File "{SITE}psycopg/connection.py", line 126, in connect\n'
           "    raise last_ex.with_traceback(None)\n"
@@ -285,11 +318,24 @@ STORE_FAILURES = [
           "                    ^\n"),
     "Exception encountered when importing workflow: connect ECONNREFUSED 127.0.0.1:22599",
     'Exception encountered when importing workflow: relation "dbos.workflow_status" does not exist',
+    # what the store's failures quote (its names, never the payload's) leaves the failure said
+    TS + 'column "x" of relation "workflow_status" does not exist',
+    TS + 'database "shop_dbos_sys" does not exist',
+    TS + 'could not extend file "base/16384/16385": No space left on device',
+    (PY + f'  File "{SITE}psycopg/connection.py", line 126, in connect\n'
+          "    raise last_ex.with_traceback(None)\n"
+          "sqlalchemy.exc.OperationalError: (psycopg.OperationalError) connection failed: connection to server at "
+          '"127.0.0.1", port 5432 failed: FATAL:  the database system is shutting down\n'),
 ]
 
 
 @pytest.mark.parametrize("message", PAYLOAD_FAULTS, ids=range(len(PAYLOAD_FAULTS)))
 def test_an_import_the_executor_cannot_take_is_the_payloads_fault(message: str) -> None:
+    assert failed_status(payload=True, workflow_ids=())(message) == 422
+
+
+@pytest.mark.parametrize("message", QUOTED_PAYLOAD_FAULTS, ids=range(len(QUOTED_PAYLOAD_FAULTS)))
+def test_a_store_s_words_in_what_the_error_quotes_of_the_payload_are_the_payload_s(message: str) -> None:
     assert failed_status(payload=True, workflow_ids=())(message) == 422
 
 

@@ -414,6 +414,30 @@ def test_recover_now_sends_recovery_to_an_executor_of_its_version_and_is_audited
     assert outcome and outcome["outcome"] == "succeeded" and outcome["result"] == {"executorCount": 1}
 
 
+def test_a_recover_whose_executor_goes_before_it_answers_is_on_record_unknown(server: RelayServer) -> None:
+    """The recovery request was sent and its executor's socket closed before the answer: it may have
+    recovered them. On record ``unknown`` (it was ``failed``), as an action's call is."""
+    call(server, "PUT", ORDERS)
+    db = SystemDatabase([workflow("w1", "A", n=1)])
+
+    async def go() -> None:
+        c = await FakeExecutor(server.ws, app="orders", executor_id="C", version="v1", **answering(db)).connect()
+        a = await FakeExecutor(server.ws, app="orders", executor_id="A", version="v1").connect()
+        await a.close()
+        await asyncio.to_thread(wait, lambda: status_of(server, "A") == "DISCONNECTED", "A disconnected")
+        c.answer = False  # it reads the recovery request, answers nothing, and goes
+        fix = asyncio.ensure_future(asyncio.to_thread(call, server, "POST", FIX, json={
+            "fix": "recover", "executorIds": ["A"], "force": True}))
+        await c.wait_for("recovery")
+        c.abort()
+        r = await fix
+        assert r.status_code == 502, r.text
+
+    asyncio.run(go())
+    ((_, outcome),) = recorded(server, "strandedRecover")
+    assert outcome and outcome["outcome"] == "unknown" and outcome["executorId"] == "C"
+
+
 def test_without_an_executor_the_listing_is_a_503_and_relay_only_lists_what_relay_knows(server: RelayServer) -> None:
     call(server, "PUT", ORDERS)
 
