@@ -37,6 +37,8 @@ Rules, each enforced here and raised as a domain error:
   (``RecoveryReordered``): the later death's version is recovered first, the earlier one's
   after it, so neither waits behind the other.
 * Deleted only after a confirmed recovery, and only while DEAD.
+* A stream's timestamps never decrease: an event is stamped at the instant its command was given,
+  or at the stream's last event's timestamp if that is later (:meth:`Executor.stamp`).
 * The same executor id connecting while DEAD or DELETED starts a new
   incarnation in the same stream; a dispatch already under way still completes. A death kept
   behind it (``recovery_redo_version``) is recovered after it unless the executor is back on
@@ -54,7 +56,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -165,6 +167,11 @@ class DisconnectReason(StrEnum):
 
 
 VERSION_CHANGED = "version_changed"
+# How far an event's stamp is raised to its stream's last one (:meth:`Executor.stamp`): a recording's lag
+# (a drop seen before a dispatch recorded, written after it: up to some hundreds of ms in a storm). A last
+# stamp further ahead is a wall clock stepped back, not a lag: raised to it, a drop's deadline would be as
+# late as the step.
+MAX_STAMP_RAISE = timedelta(seconds=5)
 """The ``reason`` of a DeclaredDead recorded at a connect under another application version."""
 
 
@@ -241,6 +248,19 @@ class Executor(Aggregate):
     def _refuse(self, command: str, why: str = "", cls: type[IllegalTransition] = IllegalTransition) -> None:
         raise cls(f"executor {self.executor_id!r}", self.status or "new", command, why)
 
+    def stamp(self, at: datetime) -> datetime:
+        """The timestamp of an event recorded now, for the instant ``at`` it was given: ``at``, or the
+        stream's last event's timestamp if that is later by at most :data:`MAX_STAMP_RAISE`. A command's
+        instant is when something was seen (a connection, a drop) or a clock's reading taken before the
+        command ran, and the process manager may have recorded on the stream since: stamped so, the
+        stream's timestamps do not decrease, and a fold up to an instant (as-of) holds exactly the events
+        stamped at or before it. A last stamp further ahead than that is the wall clock stepped back
+        (NTP): ``at`` is kept, and the stamps go back with the clock, rather than every deadline after
+        the step coming as late as the step. Every command stamps its events with it; a stream recorded
+        before stays as it is."""
+        last = self.modified_on
+        return last if at < last <= at + MAX_STAMP_RAISE else at
+
     @property
     def outstanding_request(self) -> str | None:
         return self.recovery_request_id if self.recovery_phase == RecoveryPhase.DISPATCHED else None
@@ -269,6 +289,7 @@ class Executor(Aggregate):
             self._refuse("connect", "a connection id is required")
         if connection_id == self.connection_id and self.status == ExecutorStatus.HEALTHY:
             self._refuse("connect", f"connection {connection_id!r} is already current")
+        at = self.stamp(at)
         superseded = self.connection_id if self.status == ExecutorStatus.HEALTHY else None
         if self.status in (ExecutorStatus.HEALTHY, ExecutorStatus.DISCONNECTED) and app_version != self.app_version:
             # A running process cannot change its application version: the earlier one is gone, and
@@ -351,6 +372,7 @@ class Executor(Aggregate):
                 f"connection {connection_id!r} is not current ({self.connection_id!r} is)",
                 StaleConnection,
             )
+        at = self.stamp(at)
         if deadline < at:
             self._refuse("disconnect", "the deadline is before the disconnect")
         self.trigger_event(self.Disconnected, connection_id=connection_id, reason=str(reason), deadline=deadline,
@@ -371,8 +393,8 @@ class Executor(Aggregate):
             self._refuse("declare dead", f"the deadline is now {self.deadline.isoformat()}", NotDue)
         if now < self.deadline:
             self._refuse("declare dead", f"the deadline {self.deadline.isoformat()} has not come", NotDue)
-        self.trigger_event(self.DeclaredDead, deadline=self.deadline, app_version=self.app_version, timestamp=now,
-                           reason=None)
+        self.trigger_event(self.DeclaredDead, deadline=self.deadline, app_version=self.app_version,
+                           timestamp=self.stamp(now), reason=None)
 
     class DeclaredDead(Aggregate.Event):
         """Declared, as :class:`Connected` is, so that fields added later have defaults."""
@@ -407,7 +429,7 @@ class Executor(Aggregate):
     def defer_recovery(self, *, reason: str, at: datetime) -> None:
         if not self.recovered_by_peer or self.recovery_phase != RecoveryPhase.PENDING:
             self._refuse("defer recovery", f"recovery is {self.recovery_phase or 'not needed'}")
-        self.trigger_event(self.RecoveryDeferred, reason=reason, timestamp=at)
+        self.trigger_event(self.RecoveryDeferred, reason=reason, timestamp=self.stamp(at))
 
     @event("RecoveryDeferred")
     def _recovery_deferred(self, reason: str, timestamp: datetime) -> None:
@@ -431,7 +453,7 @@ class Executor(Aggregate):
             target_executor_id=target_executor_id,
             app_version=self.recovery_version,
             attempt=self.recovery_attempt + 1,
-            timestamp=at,
+            timestamp=self.stamp(at),
         )
 
     @event("RecoveryDispatched")
@@ -452,7 +474,7 @@ class Executor(Aggregate):
     def fail_recovery(self, *, request_id: str, reason: str, at: datetime) -> None:
         self._check_outstanding("fail recovery", request_id)
         self.trigger_event(self.RecoveryFailed, request_id=request_id, target_executor_id=self.recovery_target,
-                           reason=reason, timestamp=at)
+                           reason=reason, timestamp=self.stamp(at))
 
     @event("RecoveryFailed")
     def _recovery_failed(self, request_id: str, target_executor_id: str | None, reason: str, timestamp: datetime) -> None:
@@ -463,7 +485,8 @@ class Executor(Aggregate):
         self._check_outstanding("confirm recovery", request_id)
         self.trigger_event(
             self.RecoveryConfirmed,
-            request_id=request_id, target_executor_id=self.recovery_target, pending_found=pending_found, timestamp=at
+            request_id=request_id, target_executor_id=self.recovery_target, pending_found=pending_found,
+            timestamp=self.stamp(at),
         )
 
     @event("RecoveryConfirmed")
@@ -492,7 +515,7 @@ class Executor(Aggregate):
         if self.recovery_redo_version is None:
             self._refuse("reorder recovery", "no later death waits behind this recovery")
         self.trigger_event(self.RecoveryReordered, app_version=self.recovery_redo_version,
-                           postponed_version=self.recovery_version, timestamp=at)
+                           postponed_version=self.recovery_version, timestamp=self.stamp(at))
 
     @event("RecoveryReordered")
     def _recovery_reordered(self, app_version: str, postponed_version: str | None, timestamp: datetime) -> None:
@@ -511,7 +534,7 @@ class Executor(Aggregate):
         if self.recovered_by_peer:
             self._refuse("withdraw recovery", f"the executor is back on version {self.app_version!r}, "
                                               f"not the recovery's {self.recovery_version!r}")
-        self.trigger_event(self.RecoveryWithdrawn, reason=reason, timestamp=at)
+        self.trigger_event(self.RecoveryWithdrawn, reason=reason, timestamp=self.stamp(at))
 
     @event("RecoveryWithdrawn")
     def _recovery_withdrawn(self, reason: str, timestamp: datetime) -> None:
@@ -525,7 +548,7 @@ class Executor(Aggregate):
             self._refuse("delete", "only a DEAD executor is deleted")
         if self.recovery_phase != RecoveryPhase.CONFIRMED:
             self._refuse("delete", "its recovery has not been confirmed")
-        self.trigger_event(self.Deleted, timestamp=at)
+        self.trigger_event(self.Deleted, timestamp=self.stamp(at))
 
     @event("Deleted")
     def _deleted(self, timestamp: datetime) -> None:

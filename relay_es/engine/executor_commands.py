@@ -65,7 +65,8 @@ class ExecutorCommands:
         self, org: str, app: str, info: ExecutorInfo, *, connection_id: str, owner: str, at: datetime | None = None,
         token: str | None = None, peer: str | None = None,
     ) -> Op:
-        """``at``: when the connection was seen (the hub may record it a little later).
+        """``at``: when the connection was seen (the hub may record it a little later); the Connected is
+        stamped at it, or at the stream's last event's timestamp if that is later (:meth:`Executor.stamp`).
         ``token``: the name of the token the connection was admitted with (None in
         development mode); ``peer``: the address it came from, host only. Both are
         recorded in the Connected event and its audit entry: who registered (or
@@ -114,14 +115,15 @@ class ExecutorCommands:
         grace_from: datetime | None = None,
         at: datetime | None = None,
     ) -> Op:
-        """``at``: when the disconnect was seen (default: now). The deadline is
-        ``grace_from + grace`` (``grace_from`` defaults to ``at``), never
-        earlier than ``at``. A stale connection id is a no-op."""
+        """``at``: when the disconnect was seen (default: now). The Disconnected is stamped at it, or at
+        the stream's last event's timestamp if that is later (:meth:`Executor.stamp`); the deadline is
+        ``grace_from + grace`` (``grace_from`` defaults to that stamp), never earlier than the stamp.
+        A stale connection id is a no-op."""
 
         def run(ex: Executor | None, batch: Batch) -> Executor | None:
             if ex is None:
                 return None
-            now = at or self.now()
+            now = ex.stamp(at or self.now())
             deadline = max((grace_from or now) + batch.grace_for(ex.org, ex.app), now)
             ex.disconnect(connection_id=connection_id, reason=reason, deadline=deadline, at=now)
             return ex

@@ -8,6 +8,7 @@ executors fold agrees with it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -872,3 +873,128 @@ def test_replay_uses_the_event_timestamps_not_the_clock() -> None:
     rebuilt = replay(d.events)
     assert rebuilt.created_on == T0
     assert rebuilt.modified_on == d.now
+
+
+# ------------------------------------------------------------------ stamps
+
+
+LATE = timedelta(milliseconds=45)  # how long before the stream's last stamp a command's instant was taken
+
+
+def _info(app_version: str = "v1") -> dict:
+    return dict(owner="relay-1", app_version=app_version, hostname="host", language="python",
+                dbos_version="3.2.0", executor_metadata=None)
+
+
+def _declare_dead_behind_a_later_confirmation(h: Driver) -> None:
+    """DISCONNECTED, its deadline come a second before the stream's last event (the confirmation of
+    an earlier death's recovery, still outstanding when it came back)."""
+    h.to_dispatched()
+    h.connect("c2")  # back on its version: r1 still outstanding
+    h.disconnect("c2", grace=timedelta(0))
+    h.confirm("r1")
+
+
+# Each command that takes an instant, from a state it is legal in, given an instant before the
+# stream's last stamp (what the hub saw before the process manager recorded, or a clock read
+# before another writer recorded): name -> (setup, command given the instant).
+LATE_COMMANDS = {
+    "connect back while dispatched": (Driver.to_dispatched, lambda h, at: h.do(
+        "connect", connection_id="c2", at=at, **_info())),
+    "connect under another version": (Driver.to_healthy, lambda h, at: h.do(
+        "connect", connection_id="c2", at=at, **_info("v2"))),
+    "disconnect": (Driver.to_healthy, lambda h, at: h.do(
+        "disconnect", connection_id="c1", reason="socket_closed", deadline=h.agg.stamp(at) + GRACE, at=at)),
+    "declare dead": (_declare_dead_behind_a_later_confirmation, lambda h, at: h.do("declare_dead", now=at)),
+    "defer": (Driver.to_dead, lambda h, at: h.do("defer_recovery", reason="no target", at=at)),
+    "dispatch": (Driver.to_dead, lambda h, at: h.do(
+        "dispatch_recovery", request_id="r1", target_executor_id="t1", at=at)),
+    "fail": (Driver.to_dispatched, lambda h, at: h.do("fail_recovery", request_id="r1", reason="x", at=at)),
+    "confirm": (Driver.to_dispatched, lambda h, at: h.do(
+        "confirm_recovery", request_id="r1", pending_found=True, at=at)),
+    "reorder": (lambda h: (a_later_death_behind_a_failed_one(h), h.defer()),
+                lambda h, at: h.do("reorder_recovery", at=at)),
+    "withdraw": (lambda h: (h.to_dead(), h.connect("c2")), lambda h, at: h.do(
+        "withdraw_recovery", reason="came back", at=at)),
+    "delete": (Driver.to_confirmed, lambda h, at: h.do("delete", at=at)),
+}
+
+
+@pytest.mark.parametrize("name", LATE_COMMANDS)
+def test_an_instant_before_the_stream_s_last_stamp_is_stamped_at_it(h: Driver, name: str) -> None:
+    setup, command = LATE_COMMANDS[name]
+    setup(h)
+    last = h.events[-1].timestamp
+    at = last - LATE  # declare dead: its deadline has come by this clock reading, still before the confirmation
+    new = command(h, at)
+    assert new and all(e.timestamp == last for e in new), [(type(e).__name__, e.timestamp) for e in new]
+    stamps = [e.timestamp for e in h.events]
+    assert stamps == sorted(stamps)
+
+
+@pytest.mark.parametrize("name", LATE_COMMANDS)
+def test_an_instant_at_or_after_the_stream_s_last_stamp_is_kept(h: Driver, name: str) -> None:
+    setup, command = LATE_COMMANDS[name]
+    setup(h)
+    at = h.tick()
+    assert all(e.timestamp == at for e in command(h, at))
+
+
+def test_a_reconnect_seen_before_a_dispatch_recorded_folds_as_of_any_instant_as_its_stamps_say(h: Driver) -> None:
+    """The hunter's stream: RecoveryDispatched recorded at 25.851, then a Connected the hub saw at 25.806.
+    As of 25.828 the fold said DEAD while the events stamped at or before it said HEALTHY."""
+    h.to_dead()
+    dispatched = h.dispatch()
+    seen = dispatched.timestamp - LATE
+    (connected,) = h.do("connect", connection_id="c2", at=seen, **_info())
+    assert connected.timestamp == dispatched.timestamp
+    between = seen + LATE / 2
+    row = fold(h.events, until=between)
+    assert row is not None and row.status == "DEAD"  # the Connected is stamped after it, as recorded
+    assert row == fold([e for e in h.events if e.timestamp <= between])
+    assert fold(h.events, until=dispatched.timestamp).status == "HEALTHY"
+
+
+def test_a_disconnect_s_deadline_must_not_be_before_its_stamp(h: Driver) -> None:
+    h.to_dispatched()
+    h.connect("c2")
+    last = h.events[-1].timestamp  # the Connected's
+    seen = last - LATE
+    err = h.refused("disconnect", connection_id="c2", reason="socket_closed", deadline=seen + LATE / 2, at=seen)
+    assert "deadline is before the disconnect" in str(err)
+    (e,) = h.do("disconnect", connection_id="c2", reason="socket_closed", deadline=last, at=seen)
+    assert e.timestamp == e.deadline == last
+
+
+def test_a_stream_recorded_with_stamps_going_backwards_replays_and_goes_on_from_its_last() -> None:
+    """Streams recorded before stamps were kept in order replay as they are; a command stamps from
+    their last event's timestamp (not the highest)."""
+    d = Driver("e")
+    d.to_dispatched()
+    high = d.events[-1].timestamp
+    (connected,) = d.do("connect", connection_id="c2", at=d.tick(), **_info())
+    d.events[-1] = dataclasses.replace(connected, timestamp=high - LATE)  # as recorded before
+    old = replay(d.events)
+    assert old.status == S.HEALTHY and old.modified_on == high - LATE
+    assert old.stamp(high - 2 * LATE) == high - LATE and old.stamp(high) == high
+    assert fold(d.events).status == "HEALTHY"
+    assert fold(d.events, until=high - LATE / 2).status == "DEAD"  # the fold stops at the first later stamp
+    d.agg = old
+    (confirmed,) = d.do("confirm_recovery", request_id="r1", pending_found=True, at=high - 2 * LATE)
+    assert confirmed.timestamp == high - LATE
+
+
+@pytest.mark.parametrize("name", [n for n in LATE_COMMANDS if n != "declare dead"])
+def test_a_wall_clock_stepped_back_further_than_a_recording_s_lag_is_followed(h: Driver, name: str) -> None:
+    """A last stamp more than MAX_STAMP_RAISE ahead of the instant is the clock stepped back (NTP), not a
+    recording's lag: raised to it, a drop's deadline would come as late as the step. (A death is not due
+    by a clock stepped back before its deadline: refused as before.)"""
+    from relay_es.aggregates.executor import MAX_STAMP_RAISE
+
+    setup, command = LATE_COMMANDS[name]
+    setup(h)
+    last = h.events[-1].timestamp
+    assert h.agg.stamp(last - MAX_STAMP_RAISE) == last  # at the bound: still a lag
+    at = last - MAX_STAMP_RAISE - timedelta(microseconds=1)
+    new = command(h, at)
+    assert new and all(e.timestamp == at for e in new), [(type(e).__name__, e.timestamp) for e in new]

@@ -3,10 +3,11 @@
 The list is the executors table as it stands, or with ``asOf`` as it stood at
 a past instant, rebuilt from the event streams one page at a time (a next page
 linked in ``Link``). ``asOf`` is strictly RFC 3339; given to the millisecond (as
-Relay prints instants) or coarser, it includes the events of that millisecond. Each item is Conductor's ``Executor``, exactly its fields;
-with ``?relay=extended`` (a query parameter no Conductor client sends) each
-also carries Relay's ``deadline``: the instant a DISCONNECTED executor is
-declared dead if it does not come back (RFC 3339), else null.
+Relay prints instants) or coarser, it includes the events of that millisecond. An application never
+registered is a 404 with ``asOf`` as without; one deleted since still answers its past. Each item
+is Conductor's ``Executor``, exactly its fields; with ``?relay=extended`` (a query parameter no
+Conductor client sends) each also carries Relay's ``deadline``: the instant a DISCONNECTED executor
+is declared dead if it does not come back (RFC 3339), else null.
 ``.../executors/{executor_id}/history`` pages through one executor's events.
 Both rebuilding reads are expensive: at most :data:`EXPENSIVE_READS` run at
 once (:func:`expensive_reads`), and between two streams each lets the process
@@ -31,7 +32,7 @@ from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import units
-from relay_es.domain.errors import InvalidSetting
+from relay_es.domain.errors import InvalidSetting, UnknownApplication
 from relay_es.engine.queries import (
     AS_OF_LIMIT,
     HISTORY_LIMIT,
@@ -118,6 +119,17 @@ def urgent_work_first(ctx: RestContext) -> None:
         time.sleep(0.002)
 
 
+def ever_registered(ctx: RestContext, org: str, app: str) -> bool:
+    """Whether the application is registered, or was once (deleted since): its past has an answer.
+    One never registered is a 404 at every instant, as it is without ``asOf``. The read model
+    answers for a registered one; the store for the rest (deleted, or not folded yet)."""
+    try:
+        find_app(ctx.db, org, app)
+        return True
+    except UnknownApplication:
+        return ctx.relay.app_deleted(org, app) or ctx.relay.app_exists(org, app)
+
+
 class ExecutorsController(Controller):
     path = APP + "/executors"
 
@@ -152,6 +164,8 @@ class ExecutorsController(Controller):
         at = units.parse_as_of("asOf", as_of)
 
         def past() -> tuple[list[Executor], str | None]:
+            if not ever_registered(ctx, org, app):
+                raise UnknownApplication(org, app)
             rows, cursor = executors_as_of_page(ctx.relay, ctx.db, org, app, at, after=after, limit=limit,
                                                 pause=lambda: urgent_work_first(ctx))
             app_id = str(app_stream_id(org, app))  # the application's id, also once it is deleted

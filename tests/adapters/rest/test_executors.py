@@ -156,6 +156,22 @@ def test_an_unknown_application_is_a_404_problem(server: RelayServer) -> None:
 # ------------------------------------------------------------------ as of an instant
 
 
+def test_as_of_an_application_never_registered_is_a_404_and_one_deleted_since_answers_its_past(
+        server: RelayServer) -> None:
+    body = assert_problem(call(server, "GET", L + "/apps/nope/executors", params={"asOf": FUTURE}), 404)
+    assert "nope" in body["detail"]
+    assert_problem(call(server, "GET", L + "/apps/nope/executors", params={"asOf": PAST}), 404)
+    call(server, "PUT", L + "/apps/orders")
+    connect_and_leave(server, "orders", "A")
+    at = wait(lambda: call(server, "GET", ORDERS + "/A/history").json(), "A's history")[-1]["at"]
+    assert call(server, "DELETE", L + "/apps/orders").status_code == 204
+    assert_problem(call(server, "GET", ORDERS), 404)
+    r = call(server, "GET", ORDERS, params={"asOf": at})
+    assert r.status_code == 200, r.text
+    assert {e["executorId"]: e["status"] for e in r.json()} == {"A": "DISCONNECTED"}
+    assert call(server, "GET", ORDERS, params={"asOf": PAST}).json() == []  # before it was registered
+
+
 def test_as_of_pages_by_executor_id_with_a_link_to_the_next_page(server: RelayServer) -> None:
     call(server, "PUT", L + "/apps/orders")
     connect_and_leave(server, "orders", "C", "A", "B")
