@@ -42,7 +42,7 @@ from eventsourcing.utils import Environment
 
 from relay_es.aggregates.alert import AlertFirings
 from relay_es.aggregates.application import Application, AppSettings
-from relay_es.aggregates.executor import Executor, OpaqueJSON
+from relay_es.aggregates.executor import Executor, ExecutorStatus, OpaqueJSON
 from relay_es.aggregates.gate import Gate
 from relay_es.aggregates.members import OrgMembers
 from relay_es.aggregates.roles import OrgRoles
@@ -460,7 +460,11 @@ class RelayStore(ESApplication[UUID]):
         evicted since is not held. Without that, a read of version N that a save of N+1 and then a
         conflict's eviction overtook would put N back, and a command that refuses on what it finds
         (a disconnect of a connection no longer current) would save nothing to correct it. What a
-        save recorded (``read_since`` None) is held whatever was evicted."""
+        save recorded (``read_since`` None) is held whatever was evicted. A DELETED executor is not held
+        (and a copy held before is dropped): it is acted on no more, and held it kept the cache growing
+        with every executor that ever was until the cache was emptied at :data:`CACHE_MAX`. One that
+        registers again is read from its stream; a stale copy a read puts back meanwhile fails its save
+        on the version check, as every stale copy does."""
         copy_of = self.reads.copy
         with self._cache_lock:
             cache = self._cache
@@ -472,6 +476,9 @@ class RelayStore(ESApplication[UUID]):
             evicted = self._evicted
             for a in aggregates:
                 if read_since is not None and evicted.get(a.id, -1) > read_since:
+                    continue
+                if a.status == ExecutorStatus.DELETED:
+                    cache.pop(a.id, None)
                     continue
                 held = cache.get(a.id)
                 if held is None or held.version < a.version:

@@ -223,3 +223,25 @@ def test_a_conflict_is_tried_again_after_a_random_wait_that_doubles(relay: Relay
     assert relay.retrying(fn) == "saved"
     assert waits == [min(store.RETRY_WAIT * 2 ** a, store.RETRY_WAIT_MAX) for a in range(1, 8)]
     assert waits[0] == 0.002 and waits[-1] == 0.05
+
+
+def test_a_deleted_executor_is_not_held_and_one_registered_again_is_read(relay: Relay, clock) -> None:
+    """A DELETED executor is acted on no more: held, the cache grew with every executor that ever was
+    (1,828 held after 1,898 short-lived executors, 1,817 of them deleted) until it was emptied at
+    CACHE_MAX. One that registers again is read from its stream."""
+    sid = executor_stream_id("local", "app", "A")
+    assert relay.executor_connected("local", "app", info("A"), connection_id="c1", owner="o")
+    assert relay.executor_connected("local", "app", info("B"), connection_id="c2", owner="o")
+    assert relay.executor_disconnected(sid, connection_id="c1", reason="socket_closed")
+    deadline = relay.get_executor("local", "app", "A").deadline
+    clock.advance(3600)
+    assert relay.declare_dead_if_due(sid, deadline)
+    assert relay.dispatch_recovery(sid, request_id="r1", target_executor_id="B")
+    assert sid in relay._cache
+    assert relay.confirm_recovery(sid, request_id="r1", pending_found=True)
+    assert relay.get_executor("local", "app", "A").status == "DELETED"
+    assert sid not in relay._cache
+    relay.load_many([sid])  # a read of it: not held either
+    assert sid not in relay._cache
+    assert relay.executor_connected("local", "app", info("A"), connection_id="c3", owner="o")  # a new incarnation
+    assert relay._cache[sid].status == "HEALTHY" and relay.get_executor("local", "app", "A").incarnation == 2

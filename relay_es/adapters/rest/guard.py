@@ -190,13 +190,17 @@ class Authorize:
     def __init__(self, ctx: RestContext, *, refusals: Refusals | None = None) -> None:
         self.ctx = ctx
         self.refusals = Refusals(ctx) if refusals is None else refusals
-        self._null_takers: dict[BaseRouteHandler, frozenset[str]] = {}  # one entry per route handler
+        self._null_takers: dict[Any, frozenset[str]] = {}  # one entry per route handler's function
 
     def null_takers(self, handler: BaseRouteHandler) -> frozenset[str]:
-        """:func:`null_takers` of ``handler``, worked out on its first request."""
-        takers = self._null_takers.get(handler)
+        """:func:`null_takers` of ``handler``, worked out on its route's first request. Kept by the
+        handler's function: Litestar gives each guard call a copy of the handler (``copy(self)``),
+        which hashes by its identity, so a cache kept by the handler gained an entry a request (a
+        copy and a frozenset, about 0.7 KB: 20,000 requests, 20,003 entries and 25 MB)."""
+        key = handler.fn
+        takers = self._null_takers.get(key)
         if takers is None:
-            takers = self._null_takers[handler] = null_takers(handler)
+            takers = self._null_takers[key] = null_takers(handler)
         return takers
 
     def refused(self, status: int, detail: str, **kw: Any) -> HTTPException:
