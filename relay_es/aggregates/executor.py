@@ -167,12 +167,12 @@ class DisconnectReason(StrEnum):
 
 
 VERSION_CHANGED = "version_changed"
+"""The ``reason`` of a DeclaredDead recorded at a connect under another application version."""
 # How far an event's stamp is raised to its stream's last one (:meth:`Executor.stamp`): a recording's lag
 # (a drop seen before a dispatch recorded, written after it: up to some hundreds of ms in a storm). A last
 # stamp further ahead is a wall clock stepped back, not a lag: raised to it, a drop's deadline would be as
 # late as the step.
 MAX_STAMP_RAISE = timedelta(seconds=5)
-"""The ``reason`` of a DeclaredDead recorded at a connect under another application version."""
 
 
 def recovered_by_peer(status: str | None, recovery_phase: str | None, recovery_version: str | None,

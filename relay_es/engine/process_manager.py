@@ -523,7 +523,7 @@ class ProcessManager:
         row = self.rows.get(stream_id)
         return row is not None and row.version >= version
 
-    def _execute(self, ops: list[Any]) -> list[bool]:
+    def _execute(self, ops: list[Any], saved: list[tuple[int, str, Any]] | None = None) -> list[bool]:
         """Runs a batch of this process manager's commands (:meth:`Relay.execute`) and folds the
         events they recorded at once, in the order they were saved, reacting to them as to any event
         followed: a death's dispatch is armed without waiting to read the death back from the log,
@@ -532,13 +532,16 @@ class ProcessManager:
         this process manager has not followed yet waits for the log, with that one. While
         :attr:`_deferring` (deaths, while more are due: :meth:`_fire_urgent`), what they record waits in
         :attr:`_unfolded` instead; any other batch run here, and following the log, folds those first
-        (what :meth:`_guarded` records is never folded ahead: the log gives it, after them)."""
+        (what :meth:`_guarded` records is never folded ahead: the log gives it, after them). ``saved``:
+        what they recorded is appended to it too."""
         if not self._deferring:
             self._fold_unfolded()
         recorded: list[tuple[int, str, Any]] = []
         try:
             return self.relay.execute(ops, recorded)
         finally:
+            if saved is not None:
+                saved.extend(recorded)
             if self._deferring:
                 self._unfolded.extend(recorded)
             else:
@@ -1189,6 +1192,7 @@ class ProcessManager:
         """Decides every due dispatch, records them in one transaction, then sends."""
         ops = []
         sends: list[tuple[str, RecoveryRequest | None]] = []
+        asked_at: dict[str, datetime] = {}  # request id -> the clock reading its dispatch was stamped and armed from
         assigned: dict[tuple[str, str, str], int] = defaultdict(int)
         peers: dict[tuple[str, str, str | None], list[ExecutorRow]] = {}
         for sid, _ in items:
@@ -1220,8 +1224,9 @@ class ProcessManager:
             # Taken before the dispatch is recorded, so the response timer (armed from
             # it, not from the event's timestamp) is never earlier than what the dispatcher obeys;
             # and the dispatch stamped with the wall clock read just before it, so a timeout
-            # recorded is never less than the response timeout after the dispatch.
-            dispatched_at = self.clock.now()
+            # recorded is never less than the response timeout after the dispatch (a stamp raised
+            # past that reading, Executor.stamp, moves the timer as far: below).
+            dispatched_at = asked_at[request_id] = self.clock.now()
             deadline = self.clock.monotonic() + self.timing.response_timeout.total_seconds()
             self._deadlines[request_id] = deadline
             ops.append(self.relay.op_dispatch(UUID(sid), request_id=request_id,
@@ -1237,14 +1242,17 @@ class ProcessManager:
                 target_owner=target.owner,
                 deadline=deadline,
             )))
+        saved: list[tuple[int, str, Any]] = []
         try:
-            results = self._execute(ops)
+            results = self._execute(ops, saved)
         except Exception:
             for _, req in sends:
                 if req is not None:
                     self._deadlines.pop(req.request_id, None)
             raise
-        recorded = [(sid, req) for (sid, req), ok in zip(sends, results) if ok and req is not None]
+        stamps = {e.request_id: e.timestamp for _, _, e in saved if isinstance(e, Executor.RecoveryDispatched)}
+        recorded = [(sid, self._stamped_late(req, stamps.get(req.request_id), asked_at[req.request_id]))
+                    for (sid, req), ok in zip(sends, results) if ok and req is not None]
         for (_, req), ok in zip(sends, results):
             if req is not None and not ok:
                 self._deadlines.pop(req.request_id, None)
@@ -1254,6 +1262,19 @@ class ProcessManager:
             self.stats.dispatched += 1
             self._requests[req.request_id] = sid
             self.dispatcher.send_recovery(req)
+
+    def _stamped_late(self, req: RecoveryRequest, stamped: datetime | None, asked_at: datetime) -> RecoveryRequest:
+        """``req`` with its response deadline moved by as much as its dispatch was ``stamped`` after the
+        clock reading ``asked_at`` it was armed from: a Connected of the dead executor recorded between
+        that reading and the save raises the dispatch's stamp to its own (:meth:`Executor.stamp`), and a
+        timeout recorded at the reading's deadline would then be less than the response timeout after
+        the dispatch."""
+        late = 0.0 if stamped is None else (stamped - asked_at).total_seconds()
+        if late <= 0 or req.deadline is None:
+            return req
+        req = replace(req, deadline=req.deadline + late)
+        self._deadlines[req.request_id] = req.deadline
+        return req
 
     def _later_first(self, dead: ExecutorRow, assigned: dict[tuple[str, str, str], int],
                      peers: dict[tuple[str, str, str | None], list[ExecutorRow]]) -> bool:

@@ -461,10 +461,9 @@ class RelayStore(ESApplication[UUID]):
         conflict's eviction overtook would put N back, and a command that refuses on what it finds
         (a disconnect of a connection no longer current) would save nothing to correct it. What a
         save recorded (``read_since`` None) is held whatever was evicted. A DELETED executor is not held
-        (and a copy held before is dropped): it is acted on no more, and held it kept the cache growing
-        with every executor that ever was until the cache was emptied at :data:`CACHE_MAX`. One that
-        registers again is read from its stream; a stale copy a read puts back meanwhile fails its save
-        on the version check, as every stale copy does."""
+        (a copy held before is dropped, as an eviction): it is acted on no more, and held it kept the cache
+        growing with every executor that ever was until the cache was emptied at :data:`CACHE_MAX`. One
+        that registers again is read from its stream."""
         copy_of = self.reads.copy
         with self._cache_lock:
             cache = self._cache
@@ -477,12 +476,16 @@ class RelayStore(ESApplication[UUID]):
             for a in aggregates:
                 if read_since is not None and evicted.get(a.id, -1) > read_since:
                     continue
-                if a.status == ExecutorStatus.DELETED:
+                if a.status == ExecutorStatus.DELETED:  # dropped as an eviction: a read begun before is not held
                     cache.pop(a.id, None)
+                    self._evictions += 1
+                    evicted[a.id] = self._evictions
                     continue
                 held = cache.get(a.id)
                 if held is None or held.version < a.version:
                     cache[a.id] = copy_of(a) if copied else a
+            if len(evicted) > CACHE_MAX:
+                self._evict_all()  # bounded: the reads on their way then hold nothing
 
     def _evict_all(self) -> None:
         """Under the lock: the cache was emptied; no read begun before now is held."""

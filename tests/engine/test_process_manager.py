@@ -139,6 +139,48 @@ def test_a_timed_out_dispatch_is_recorded_no_sooner_than_the_response_timeout_af
         w.close()
 
 
+def test_a_dispatch_stamped_after_a_connected_recorded_meanwhile_times_out_no_sooner_for_it() -> None:
+    """The dead executor comes back under another version (its old version's workflows still need a
+    peer) between the process manager's clock reading and its dispatch's save: the dispatch is stamped
+    at the Connected's later stamp (Executor.stamp, so the stream's stamps do not go back), and its
+    response timer, armed from the reading, moves as far: the timeout is recorded no less than the
+    response timeout after the dispatch as recorded (it was 2 s less here)."""
+    from relay_es.domain.clock import FakeClock
+
+    clock = FakeClock()
+    w = World(clock, None, grace=10)
+    try:
+        for name in ("A", "B"):
+            w.connect(name)
+        w.drop("A")
+        execute = w.relay.execute
+        came_back = []
+
+        def meanwhile(ops, recorded=None):  # the first batch after the death holds the dispatch
+            if not came_back and w.status("A") == "DEAD":
+                came_back.append(True)
+                clock.step_wall(2.0)  # the hub saw it 2 s of wall clock later (the monotonic clock stays)
+                w.relay.executor_connected("local", "app", info("A", "v2"), connection_id="A-v2", owner=w.owner)
+                clock.step_wall(-2.0)
+            return execute(ops, recorded)
+
+        w.relay.execute = meanwhile  # type: ignore[method-assign]
+        w.advance(10)
+        [request] = w.dispatcher.sent
+        events = list(w.relay.stream(w.executor("A").id))
+        dispatched = next(e for e in events if type(e).__name__ == "RecoveryDispatched")
+        connected = [e for e in events if type(e).__name__ == "Connected"][-1]
+        assert came_back and dispatched.timestamp == connected.timestamp  # raised to the Connected's stamp
+        timeout = w.pm.timing.response_timeout
+        w.advance(timeout.total_seconds() + 0.5)
+        assert not [e for e in w.relay.stream(w.executor("A").id) if type(e).__name__ == "RecoveryFailed"]
+        w.advance(2.0)
+        failed = next(e for e in w.relay.stream(w.executor("A").id) if type(e).__name__ == "RecoveryFailed")
+        assert failed.timestamp - dispatched.timestamp >= timeout, failed.timestamp - dispatched.timestamp
+    finally:
+        w.close()
+
+
 def test_target_disconnecting_fails_the_dispatch_at_once(world: World) -> None:
     for name in ("A", "B", "C"):
         world.connect(name)

@@ -238,8 +238,11 @@ def test_a_deleted_executor_is_not_held_and_one_registered_again_is_read(relay: 
     assert relay.declare_dead_if_due(sid, deadline)
     assert relay.dispatch_recovery(sid, request_id="r1", target_executor_id="B")
     assert sid in relay._cache
+    read_since, dead = relay._evictions, relay.load_many([sid])[sid]  # a read begun before the deletion
     assert relay.confirm_recovery(sid, request_id="r1", pending_found=True)
     assert relay.get_executor("local", "app", "A").status == "DELETED"
+    assert sid not in relay._cache
+    relay._remember([dead], read_since=read_since)  # that read ends now: overtaken, not held
     assert sid not in relay._cache
     relay.load_many([sid])  # a read of it: not held either
     assert sid not in relay._cache

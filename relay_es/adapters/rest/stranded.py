@@ -472,8 +472,9 @@ async def _recover(ctx: RestContext, request: Request[Any, Any, Any], org: str, 
             outcome, message, executor_id = Outcome.TIMED_OUT, e.detail, e.executor_id
             raise
         except (ExecutorGone, ReplyTooLarge) as e:  # sent, and no answer will come: it may have started them
-            outcome, message, executor_id = Outcome.UNKNOWN, e.detail, e.executor_id
-            raise
+            unknown = calling.MayHaveActed(e)
+            outcome, message, executor_id = Outcome.UNKNOWN, unknown.detail, e.executor_id
+            raise unknown from None
         except CallFailed as e:
             message, executor_id = e.detail, getattr(e, "executor_id", None)
             raise

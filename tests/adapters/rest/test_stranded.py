@@ -432,6 +432,7 @@ def test_a_recover_whose_executor_goes_before_it_answers_is_on_record_unknown(se
         c.abort()
         r = await fix
         assert r.status_code == 502, r.text
+        assert "may have carried the action out" in r.json()["detail"]
 
     asyncio.run(go())
     ((_, outcome),) = recorded(server, "strandedRecover")
