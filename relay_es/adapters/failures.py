@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from eventsourcing.persistence import PersistenceError
 
+from relay_es.domain.text import first_line
+
 STORE_ERROR_LOG_SECS = 60.0  # a part failing on the store says so at most this often (a store away fails every try)
 
 
@@ -74,11 +76,6 @@ class OutageLog:
         self._told: float | None = None  # when a failure was last logged, in this run of them
         self._untold = 0  # failures since, not logged
 
-    @property
-    def failing(self) -> bool:
-        """A run of failures is under way (a failure logged, no success since)."""
-        return self._told is not None
-
     def failed(self, doing: str, e: BaseException) -> None:
         """``doing`` failed on the store with ``e``: logged unless a line was logged lately."""
         now = self.monotonic()
@@ -86,9 +83,8 @@ class OutageLog:
             self._untold += 1
             return
         more = f" ({self._untold} more failures since the last line)" if self._untold else ""
-        said = (str(e).splitlines() or [""])[0][:200]
-        self.logger.warning("%s %s on the store (%s: %s); retrying%s", self.name, doing, type(e).__name__, said,
-                            more)
+        self.logger.warning("%s %s on the store (%s: %s); retrying%s", self.name, doing, type(e).__name__,
+                            first_line(e), more)
         self._told, self._untold = now, 0
 
     def worked(self, done: str = "works on the store again") -> None:

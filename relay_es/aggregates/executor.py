@@ -164,6 +164,9 @@ class DisconnectReason(StrEnum):
     RELAY_RESTARTED = "relay_restarted"
     SUPERSEDED = "superseded"
     TOKEN_REVOKED = "token_revoked"
+    # Relay closed the socket as its application was deleted (4007): the end of that application's
+    # executors; one registered again is another one.
+    APP_DELETED = "app_deleted"
 
 
 VERSION_CHANGED = "version_changed"

@@ -153,8 +153,7 @@ class OrgMembers(Aggregate):
     def secret_generated(self, username: str, token_name: str, secret_hash: str, *, at: datetime) -> None:
         """``username`` made the token ``token_name`` for themselves, with the secret whose hash is
         ``secret_hash``; removing them revokes it while it still has that secret."""
-        made = self.secrets.get(username, ())
-        if len(made) >= MAX_SECRETS:
+        if self.full(username):
             raise InvalidSetting("secret", f"a member may hold at most {MAX_SECRETS} live tokens they made; "
                                            "revoke one of them first")
         self._secret_generated(username=username, token_name=token_name, secret_hash=secret_hash, timestamp=at)

@@ -24,6 +24,7 @@ from relay_es.adapters.rest import RestContext, build_app
 from relay_es.adapters.rest.problems import PROBLEM, STORE_RETRY_AFTER
 from relay_es.adapters.rest.slashes import EncodedSlashes
 from relay_es.composition.runtime import Runtime
+from relay_es.domain.text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def rest_context(runtime: Runtime) -> RestContext:
             if not is_store_error(e):
                 raise
             log.warning("the store failed as a write waited for the read models (%s: %s); answered as done",
-                        type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+                        type(e).__name__, first_line(e))
         finally:
             waiting.release()
 

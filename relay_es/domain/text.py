@@ -88,3 +88,9 @@ def bytes_said(n: int) -> str:
                 return f"{n // scale} {unit}"
             return f"{n:,} bytes ({f'{n / scale:.2f}'.rstrip('0').rstrip('.')} {unit})"
     return f"{n:,} bytes"
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """An error's first line, cut to ``limit`` characters: what a log line says of it (a driver's error
+    goes on with its context and its statement on the lines after)."""
+    return (str(e).splitlines() or [""])[0][:limit]

@@ -42,7 +42,7 @@ from relay_es.aggregates.action import (
     action_stream_id,
 )
 from relay_es.domain.errors import IllegalTransition
-from relay_es.domain.text import sanitized
+from relay_es.domain.text import first_line, sanitized
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ class ActionCommands:
                     return
             elif self.is_store_error(e):
                 log.warning("the store failed %s (%s: %s): it is not in the audit log", what, type(e).__name__,
-                            (str(e).splitlines() or [""])[0][:200])
+                            first_line(e))
                 return
             log.warning("could not record how %s ended (%s): it is not in the audit log", fields["operation"],
                         outcome, exc_info=True)

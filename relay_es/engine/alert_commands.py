@@ -15,7 +15,7 @@ from eventsourcing.persistence import IntegrityError
 
 from relay_es.aggregates.alert import AlertFirings, firings_stream_id
 from relay_es.aggregates.application import Application
-from relay_es.aggregates.executor import Executor
+from relay_es.aggregates.executor import DisconnectReason, Executor
 from relay_es.domain.alerting import AlertingRule, SealedWebhook, Webhook, key_scope, parse_metadata
 from relay_es.domain.errors import InvalidSetting, RelayError, UnknownAlertingRule
 from relay_es.domain.ids import new_id
@@ -23,11 +23,6 @@ from relay_es.domain.sealing import KeyStore
 from relay_es.domain.text import sanitized
 
 HISTORY_PAGE = 100  # events of an executor's stream read at once, from its end back (disconnects())
-# The reason recorded for the disconnect of a socket Relay closed as its application was deleted (4007,
-# adapters/hub/endpoint.py): the end of that application's executors; one registered again is another one.
-APP_DELETED = "app_deleted"
-
-
 class AlertCommands:
     """Needs the store's ``_maybe``, ``save``, ``retrying``, ``now``, ``load_many``, ``keys``, ``repository``,
     and the service's ``get_app`` and ``_change_app``.
@@ -160,7 +155,7 @@ class AlertCommands:
         """When the executor of stream ``executor`` disconnected (its ``Disconnected`` events, but for the
         reasons in ``excluding``) after ``since``, among its events before version ``before`` and in its
         incarnation (after its last death, its deletion, or its application's: a disconnect
-        :data:`APP_DELETED`); oldest first, at most ``limit`` (the latest). Read from the stream's end back,
+        :attr:`~relay_es.aggregates.executor.DisconnectReason.APP_DELETED`); oldest first, at most ``limit`` (the latest). Read from the stream's end back,
         :data:`HISTORY_PAGE` events at a time, down to the first event at or before ``since``, its
         incarnation's start, or the limit: what an ``ExecutorFlapping`` rule counts of an executor's past,
         however long its stream."""
@@ -170,7 +165,7 @@ class AlertCommands:
             page = list(self.repository.event_store.get(executor, lte=top, desc=True, limit=HISTORY_PAGE))
             for e in page:
                 if e.timestamp <= since or isinstance(e, (Executor.DeclaredDead, Executor.Deleted)) or (
-                        isinstance(e, Executor.Disconnected) and e.reason == APP_DELETED):
+                        isinstance(e, Executor.Disconnected) and e.reason == DisconnectReason.APP_DELETED):
                     return out[::-1]
                 if isinstance(e, Executor.Disconnected) and e.reason not in excluding:
                     out.append(e.timestamp)

@@ -89,7 +89,6 @@ from relay_es.domain.alerting import POLLED, AlertingRule, Webhook
 from relay_es.domain.clock import Clock
 from relay_es.domain.ids import new_id
 from relay_es.domain.sealing import Unsealable
-from relay_es.engine.alert_commands import APP_DELETED
 from relay_es.engine.service import Relay
 from relay_es.engine.timers import TimerHeap
 from relay_es.projections.unreadable import Unreadable
@@ -111,7 +110,7 @@ MAX_FLAPS = 1000  # disconnects remembered per executor
 # Disconnects that are not the executor flapping: Relay's own restart, the executor's own new socket, and
 # the sockets Relay closed itself as their token was revoked (4003) or their application deleted (4007).
 NOT_FLAPPING = (DisconnectReason.RELAY_RESTARTED, DisconnectReason.SUPERSEDED, DisconnectReason.TOKEN_REVOKED,
-                APP_DELETED)
+                DisconnectReason.APP_DELETED)
 RECEIVER_DELETED = "not sent: the receiving application was deleted"
 # Deleted applications remembered (the latest), so that the disconnects of their executors' sockets, closed
 # with 4007 after the deletion, do not count them as applications without a HEALTHY executor.

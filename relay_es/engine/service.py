@@ -137,6 +137,11 @@ class Relay(ActionCommands, AlertCommands, RoleCommands, MemberCommands, Executo
         app = self._maybe(app_stream_id(org, name))
         return app is not None and bool(app.deleted)
 
+    def app_ever_registered(self, org: str, name: str) -> bool:
+        """Whether the application was registered, whether or not it is deleted since. One read of its
+        stream, as :meth:`app_deleted`."""
+        return self._maybe(app_stream_id(org, name)) is not None
+
     def app_settings(self, org: str, name: str) -> AppSettings:
         """Settings of a registered application; defaults for an unknown one."""
         app = self._maybe(app_stream_id(org, name))

@@ -328,7 +328,8 @@ class Hub:
         recorded (reason ``app_deleted``); the process manager declares none of them dead."""
         self.gate.forget(org, app=app)
         self._closing("app", org, app)
-        closed = await self._close_where(lambda c: c.org == org and c.app == app, "app_deleted",
+        closed = await self._close_where(lambda c: c.org == org and c.app == app,
+                                         DisconnectReason.APP_DELETED.value,
                                          CLOSE_APP_DELETED, "application deleted")
         if closed:
             log.info("application %s/%s deleted: %d executor socket(s) closed", org, app, closed)
@@ -367,7 +368,7 @@ class Hub:
         token_gone = self._closed.get(("token", conn.org, conn.token or ""), 0) > admitting
         app_gone = self._closed.get(("app", conn.org, conn.app), 0) > admitting
         if admitting < self._forgotten or token_gone or app_gone:
-            conn.close_reason = "app_deleted" if app_gone else "token_revoked"
+            conn.close_reason = (DisconnectReason.APP_DELETED if app_gone else DisconnectReason.TOKEN_REVOKED).value
             await conn.close(*((CLOSE_APP_DELETED, "application deleted") if app_gone
                                else (CLOSE_REVOKED, "token revoked")))
 

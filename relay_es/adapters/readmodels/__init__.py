@@ -52,7 +52,7 @@ class ReadModelStore:
         return tracking.positions(cur)
 
     def outdated(self, cur: Any, versions: dict[str, int]) -> list[str]:
-        return tracking.outdated(cur, versions)
+        return tracking.outdated(cur, versions, {name: table.tables for name, table in TABLES.items()})
 
     def record_versions(self, cur: Any, versions: dict[str, int]) -> None:
         tracking.record_versions(cur, versions)

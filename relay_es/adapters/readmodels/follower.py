@@ -68,6 +68,7 @@ from typing import Any
 
 from relay_es.adapters.readmodels.children import die_with_parent
 from relay_es.adapters.stores import StoreConfig
+from relay_es.domain.text import first_line
 from relay_es.projections.runner import Poison
 
 log = logging.getLogger(__name__)
@@ -397,8 +398,7 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
         # The store away, or not the store it was (a new cluster: no tables) as the process starts (its
         # first connection made): one line, not multiprocessing's traceback; the server starts another
         # while it runs (a lost store stops it).
-        log.warning("the read models' process stopped (%s: %s)", type(e).__name__, str(e).splitlines()[0][:200]
-                    if str(e) else "")
+        log.warning("the read models' process stopped (%s: %s)", type(e).__name__, first_line(e))
     finally:
         if db is not None:
             db.close()

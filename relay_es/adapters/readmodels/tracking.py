@@ -72,12 +72,12 @@ def reset(cur: Any, name: str) -> None:
     cur.execute("UPDATE relay_tracking SET position = 0 WHERE name = %s", (name,))
 
 
-def outdated(cur: Any, versions: Mapping[str, int]) -> list[str]:
+def outdated(cur: Any, versions: Mapping[str, int], tables: Mapping[str, Sequence[str]]) -> list[str]:
     """The names whose tables are to be rebuilt, each logged with why: stored in another version than
     ``versions`` says, or tracked past 0 with one of its tables missing (dropped by hand: created again
     empty, it would be taken for one holding every event up to its position). A read model tracked
     before versions were recorded (a position, no version) is at version 1; one never filled
-    (position 0) is at whatever version it is created in."""
+    (position 0) is at whatever version it is created in. ``tables``: each read model's tables."""
     cur.execute("SELECT name, version FROM relay_versions")
     stored = {n: int(v) for n, v in cur.fetchall()}
     tracked = positions(cur)
@@ -89,7 +89,7 @@ def outdated(cur: Any, versions: Mapping[str, int]) -> list[str]:
                         "older" if was < version else "newer (a downgrade)", version)
             out.append(name)
     folded = [name for name in versions if name not in out and tracked.get(name, 0) > 0]
-    gone = missing(cur, {name: _tables_of(name) for name in folded})
+    gone = missing(cur, {name: tables.get(name, ()) for name in folded})
     for name, tables in gone.items():
         log.warning("read model %s is tracked at position %d but its table %s is missing (dropped by hand?): "
                     "rebuilding it", name, tracked[name], ", ".join(tables))
@@ -111,14 +111,6 @@ def missing(cur: Any, tables: Mapping[str, Sequence[str]]) -> dict[str, list[str
     present = {r[0] for r in cur.fetchall()}
     gone = {name: [t for t in names if t not in present] for name, names in tables.items()}
     return {name: ts for name, ts in gone.items() if ts}
-
-
-def _tables_of(name: str) -> Sequence[str]:
-    """The tables of read model ``name`` (none for a name this Relay does not know)."""
-    from relay_es.adapters.readmodels import TABLES  # the package imports this module: looked up at call time
-
-    table = TABLES.get(name)
-    return table.tables if table is not None else ()
 
 
 def record_versions(cur: Any, versions: Mapping[str, int]) -> None:

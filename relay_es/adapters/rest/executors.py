@@ -127,7 +127,7 @@ def ever_registered(ctx: RestContext, org: str, app: str) -> bool:
         find_app(ctx.db, org, app)
         return True
     except UnknownApplication:
-        return ctx.relay.app_deleted(org, app) or ctx.relay.app_exists(org, app)
+        return ctx.relay.app_ever_registered(org, app)
 
 
 class ExecutorsController(Controller):

@@ -40,7 +40,7 @@ from relay_es.domain.errors import (
     UnknownRole,
     UnknownToken,
 )
-from relay_es.domain.text import bytes_said
+from relay_es.domain.text import bytes_said, first_line
 
 log = logging.getLogger(__name__)
 
@@ -132,14 +132,10 @@ def _store_away(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if hit.passed:
         more = f"; {hit.suppressed} more since the last warning" if hit.suppressed else ""
         log.warning("the store failed a request (%s: %s): 503, retry after %s s%s", type(exc).__name__,
-                    _first_line(exc), STORE_RETRY_AFTER, more)
+                    first_line(exc), STORE_RETRY_AFTER, more)
     resp = problem(503, "Service unavailable", "the store is unavailable; retry shortly")
     resp.headers["Retry-After"] = STORE_RETRY_AFTER
     return resp
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [""])[0][:200]
 
 
 def store_warning(exc: BaseException, what: str) -> bool:
@@ -154,7 +150,7 @@ def store_warning(exc: BaseException, what: str) -> bool:
     if hit.passed:
         more = f"; {hit.suppressed} more not recorded since the last warning" if hit.suppressed else ""
         log.warning("the store failed %s (%s: %s): it is not in the audit log%s", what, type(exc).__name__,
-                    _first_line(exc), more)
+                    first_line(exc), more)
     return True
 
 
