@@ -145,11 +145,8 @@ class Resolver:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-SHARED = Resolver(4)  # for callers without their own (AlertSender has its own); no thread before the first lookup
-
-
-async def post(client: httpx.AsyncClient, d: Delivery, hook: Webhook, egress: Egress = Egress(),
-               resolver: Resolver = SHARED) -> Posted:
+async def post(client: httpx.AsyncClient, d: Delivery, hook: Webhook, egress: Egress = Egress(), *,
+               resolver: Resolver) -> Posted:
     """One attempt. The host is resolved here and the request sent to an address :class:`Egress`
     permits (the ``Host`` header and TLS name stay the URL's), so a name that resolves elsewhere
     between a check and the connection cannot slip through. What it says of a failure is coarse

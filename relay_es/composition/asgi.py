@@ -63,7 +63,7 @@ class AnswerCancelled:
     traceback in the log. What the request was doing may have been done (a thread runs on), as with any
     503 of a write the store failed."""
 
-    BODY = json.dumps({"title": "Service unavailable", "status": 503,
+    BODY = json.dumps({"type": "about:blank", "title": "Service unavailable", "status": 503,
                        "detail": "Relay is stopping; this request may or may not have taken effect"}).encode()
 
     def __init__(self, app: ASGIApp) -> None:

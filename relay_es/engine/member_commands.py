@@ -160,7 +160,7 @@ class MemberCommands:
         secret = new_secret()
 
         def run() -> str:
-            m = self._maybe(members_stream_id(org))
+            m = None if user is None and via is None else self._maybe(members_stream_id(org))  # an admin's: nobody's
             maker = user if user is not None else self._maker(org, m, via)
             tok = self._token_made(org, name, secret, app_names, chosen)
             if maker is None:

@@ -87,6 +87,7 @@ class ActionsProjection:
 
     NAME = "actions"
     name = NAME
+    kept_from = None  # keeps no row per stream for ever
     event_types = ACTION_EVENTS
     cache_limit = 10_000
 

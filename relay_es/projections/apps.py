@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from eventsourcing.utils import get_topic
+
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.token import Token
 from relay_es.projections.storable import check_event
@@ -89,6 +91,7 @@ class AppsProjection:
 
     NAME = "apps"
     name = NAME
+    kept_from = get_topic(Application.Registered)  # an application's row is never deleted (ADR 8)
     event_types = APP_EVENTS + TOKEN_EVENTS
     cache_limit = 20_000
 
@@ -149,6 +152,12 @@ class AppsAndTokens(Protocol):
 
 def list_apps(db: AppsAndTokens, org: str, *, include_deleted: bool = False) -> list[AppRow]:
     return db.list_apps(org, include_deleted=include_deleted)
+
+
+def app_named(db: AppsAndTokens, org: str, name: str) -> AppRow | None:
+    """The application ``org``/``name`` as the read model has it; None: not registered there (deleted,
+    or not folded yet)."""
+    return next((r for r in db.list_apps(org) if r.name == name), None)
 
 
 def list_tokens(db: AppsAndTokens, org: str) -> list[TokenRow]:

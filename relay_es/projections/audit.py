@@ -198,6 +198,7 @@ class AuditProjection:
 
     NAME = "audit"
     name = NAME
+    kept_from = None  # keeps no row per stream for ever
     event_types = EXECUTOR_EVENTS + AUDITED_EVENTS
     cache_limit = 100_000
 

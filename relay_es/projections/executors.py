@@ -21,6 +21,8 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+from eventsourcing.utils import get_topic
+
 from relay_es.aggregates.executor import Executor, ExecutorStatus, RecoveryPhase, opaque_value
 from relay_es.projections.storable import check_event
 
@@ -205,6 +207,7 @@ class ExecutorsProjection:
 
     NAME = "executors"
     name = NAME
+    kept_from = get_topic(Executor.Registered)  # an executor's row is never deleted (ADR 8)
     event_types = EXECUTOR_EVENTS
     cache_limit = 50_000
 

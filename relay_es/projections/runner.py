@@ -36,14 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from eventsourcing.utils import get_topic
-
-from relay_es.aggregates.application import Application
-from relay_es.aggregates.executor import Executor
 from relay_es.aggregates.skip import ProjectionSkip
 from relay_es.domain.text import escape_controls
-from relay_es.projections.apps import AppsProjection
-from relay_es.projections.executors import ExecutorsProjection
 from relay_es.projections.shares import StreamShare
 from relay_es.projections.unreadable import Unreadable
 
@@ -51,12 +45,9 @@ log = logging.getLogger(__name__)
 
 BATCH = 1000
 
-# Read models that keep, for ever, a row for every stream they fold, made by the event that begins it
-# (executor and application rows are never deleted, ADR 8): one tracked past the first such events in
-# the log and holding none of their streams' rows was emptied by hand. PROBED of them are looked up (the
-# first alone could be one the read model skipped as poison).
-KEPT_FROM = {ExecutorsProjection.NAME: get_topic(Executor.Registered),
-             AppsProjection.NAME: get_topic(Application.Registered)}
+# A read model tracked past the first events that begin the rows it keeps for ever (its ``kept_from``)
+# yet holding none of their streams' rows was emptied by hand. PROBED of them are looked up (the first
+# alone could be one the read model skipped as poison).
 PROBED = 8
 
 
@@ -69,11 +60,14 @@ class Projection(Protocol):
     transaction. What a projection holds between batches is a cache of
     committed rows: the runner calls ``forget`` when a batch fails or the
     tracked position moved without it, and ``committed`` after each commit
-    (where a projection bounds its cache).
+    (where a projection bounds its cache). ``kept_from``: the topic of the event that begins a row it
+    keeps for ever, one per stream it folds (executor and application rows are never deleted, ADR 8),
+    or None where rows go.
     """
 
     name: str
     event_types: tuple[type, ...]
+    kept_from: str | None
 
     def forget(self) -> None: ...
 
@@ -300,12 +294,12 @@ class ProjectionRunner:
         return out
 
     def _emptied(self, cur: Any, at: dict[str, int], stale: set[str]) -> set[str]:
-        """Read models of :data:`KEPT_FROM` tracked (at ``at``) past the first streams they began in the
+        """Read models with a ``kept_from`` tracked (at ``at``) past the first streams they began in the
         log yet holding none of their rows (a table emptied by hand), logged. One log read (of one
         topic, up to the position) and one read of a few rows each."""
         out = set()
         for p in self.projections:
-            topic, pos = KEPT_FROM.get(p.name), at.get(p.name, 0)
+            topic, pos = p.kept_from, at.get(p.name, 0)
             if topic is None or pos == 0 or p.name in stale:
                 continue
             first = [(nid, sid) for nid, sid, e in self.relay.notifications(0, PROBED, (topic,), unreadable=True,

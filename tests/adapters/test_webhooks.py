@@ -182,8 +182,12 @@ LOOPBACK = webhooks.Egress.parse("127.0.0.0/8")  # the receivers here are on loo
 
 
 async def _post(d: Delivery, hook: Webhook, egress: webhooks.Egress = LOOPBACK) -> Posted:
-    async with httpx.AsyncClient(follow_redirects=False, trust_env=False) as client:  # as AlertSender makes it
-        return await post(client, d, hook, egress)
+    resolver = webhooks.Resolver(1)
+    try:
+        async with httpx.AsyncClient(follow_redirects=False, trust_env=False) as client:  # as AlertSender makes it
+            return await post(client, d, hook, egress, resolver=resolver)
+    finally:
+        resolver.close()
 
 
 def post_now(d: Delivery, hook: Webhook, egress: webhooks.Egress = LOOPBACK) -> tuple[Posted, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -156,6 +157,8 @@ def test_a_request_cut_short_before_its_answer_is_a_503_not_a_500() -> None:
     first, *rest = asyncio.run(run(waits))
     assert first["status"] == 503 and (b"retry-after", b"5") in first["headers"]
     assert [m["type"] for m in rest] == ["http.response.body"]
+    assert json.loads(rest[0]["body"]) == {"type": "about:blank", "title": "Service unavailable", "status": 503,
+                                           "detail": "Relay is stopping; this request may or may not have taken effect"}
     assert [m.get("status") or m["type"] for m in asyncio.run(run(begins))] == [200, "cancelled"]
 
 

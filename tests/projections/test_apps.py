@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from relay_es.aggregates import SettingsPatch
 from relay_es.aggregates.application import Application
 from relay_es.aggregates.token import Token
-from relay_es.projections.apps import AppsProjection, reduce_app, reduce_token
+from relay_es.projections.apps import AppsProjection, app_named, reduce_app, reduce_token
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
@@ -22,6 +22,23 @@ def test_an_application_s_row_follows_its_events() -> None:
     assert (row.org, row.name, row.version, row.executor_timeout, row.deleted) == (
         "acme", "orders", 3, timedelta(seconds=90), True)
     assert row.created_at == T0 and row.updated_at == T0 + timedelta(seconds=2)
+
+
+def test_an_application_is_found_by_its_name_among_its_org_s_live_ones() -> None:
+    rows = {}
+    for org, name in [("acme", "orders"), ("acme", "billing"), ("other", "orders")]:
+        row = None
+        for e in Application(org=org, name=name, private_mode=False, timestamp=T0).collect_events():
+            row = reduce_app(row, e)
+        rows[org, name] = row
+
+    class Db:
+        def list_apps(self, org: str, *, include_deleted: bool = False) -> list:
+            return [r for (o, _), r in rows.items() if o == org]
+
+    assert app_named(Db(), "acme", "billing") is rows["acme", "billing"]
+    assert app_named(Db(), "other", "orders") is rows["other", "orders"]
+    assert app_named(Db(), "other", "billing") is None
 
 
 def test_a_token_s_row_follows_its_events() -> None:

@@ -156,7 +156,7 @@ class AlertSender:
                 answer = await self._to_app(d)
             else:
                 async with self._posts:
-                    posted = await webhooks.post(self._webhook_client(), d, d.webhook, self.egress, self.resolver)
+                    posted = await webhooks.post(self._webhook_client(), d, d.webhook, self.egress, resolver=self.resolver)
                 answer = Delivered(d, posted.ok, posted.detail, posted.retry)
         except Exception as e:  # noqa: BLE001  # the manager must hear back, whatever happened
             log.exception("delivery of alert %s on %s failed", d.alert_id, d.channel)

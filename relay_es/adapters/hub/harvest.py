@@ -39,6 +39,7 @@ from relay_es.adapters.series import MetricSeries
 from relay_es.domain.clock import Timeline
 from relay_es.engine.calls import CallFailed
 from relay_es.engine.metric_windows import CATCHUP, Window, due
+from relay_es.projections import apps as apps_view
 from relay_es.protocol import metrics as wire
 from relay_es.protocol.limits import printable
 
@@ -187,7 +188,7 @@ class Harvest:
     def _registered(self, org: str, app: str) -> float | None:
         """When ``org``/``app`` was last registered (a deleted one registered again is another), as the
         applications' read model has it; None: not registered there (deleted, or not folded yet)."""
-        row = next((r for r in self.series.db.list_apps(org) if r.name == app), None)
+        row = apps_view.app_named(self.series.db, org, app)
         return None if row is None else row.created_at.timestamp()
 
     def _failed(self, org: str, app: str, cursor: int | None, why: str) -> None:

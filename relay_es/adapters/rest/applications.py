@@ -66,10 +66,10 @@ class PatchAppBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
 
 def find_app(db: Any, org: str, app: str) -> apps_view.AppRow:
     """The application's read-model row, or :class:`UnknownApplication` (404)."""
-    for row in apps_view.list_apps(db, org):
-        if row.name == app:
-            return row
-    raise UnknownApplication(org, app)
+    row = apps_view.app_named(db, org, app)
+    if row is None:
+        raise UnknownApplication(org, app)
+    return row
 
 
 def app_out(row: apps_view.AppRow, executors: list[ExecutorRow], default_timeout: timedelta) -> Application:
