@@ -29,11 +29,14 @@ Disconnected, and 19,464 were declared dead). A few orphans come back within a s
 or not at all: for them the window keeps its plan.
 
 A Relay that found nothing at start the window could protect -- no orphan, no deadline that
-could come due while the window may be open, no recovery still to be sent or answered -- keeps
-to the plan (:meth:`set_held`): the executors it admits then are a fleet arriving, not coming
-back, and any deadline it would hold is one this Relay observed itself, with a full grace (on
-2026-12-04 a Relay whose store held only executors DISCONNECTED a week from their deadline held
-every death of the fleet connecting in its window to the cap, 20 s after start).
+could come due while the window may be open, no recovery still to be sent or answered (a
+dispatch outstanding is one) -- closes it at once (:meth:`set_held`): the
+executors it admits then are a fleet arriving, not coming back, and any deadline it would hold
+is one this Relay observed itself, which the window is not for (on 2026-12-04 a Relay whose store
+held only executors DISCONNECTED a week from their deadline held every death of the fleet
+connecting in its window to the cap, 20 s after start; until 2026-12-07 it kept to its plan, so an
+application whose grace was shorter than the window had a death that came due in it held to its
+end: 11 s late with a 1 s grace and a 12 s window).
 
 It closes at the latest when every orphan would have been back at ``busy_per_s`` a second
 or 1 % of them a second, if more: ``settle + orphans / rate`` after start, at most
@@ -93,8 +96,8 @@ class SettleWindow:
 
     def set_held(self, held: int) -> None:
         """``held``: timers found at start, besides the orphans, that could come due while the window
-        may be open (deadlines before :attr:`cap`, recoveries not yet confirmed). With none of those
-        and no orphan, the window keeps to its plan."""
+        may be open (deadlines before :attr:`cap`, recoveries not yet confirmed). With none of those and no orphan, the window closes at once (at
+        :meth:`is_open`'s next call)."""
         self._held = held
 
     def readmitted(self, now: float) -> None:
@@ -148,18 +151,18 @@ class SettleWindow:
         """Whether nothing may be enforced yet at ``now``; closes the window for good when it ends."""
         if self.closed:
             return False
+        if self._orphans == 0 and self._held == 0:  # nothing found at start to protect
+            self.closed = True
+            log.info("settle window closed %.1fs after start: nothing found at start that it could protect",
+                     now - self._started)
+            self._readmitted.clear()
+            self._admitted.clear()
+            return False
         if now < self.until:
             return True
         readmitted = self._readmitted
         while readmitted and readmitted[0] < now - self.span:
             readmitted.popleft()
-        if self._orphans == 0 and self._held == 0:  # nothing found at start to protect: the plan only
-            self.closed = True
-            log.info("settle window closed %.1fs after start, as planned: nothing found at start that it could "
-                     "protect", now - self._started)
-            self._readmitted.clear()
-            self._admitted.clear()
-            return False
         pace = self.busy_per_s
         # Nobody back yet though orphans were HEALTHY when Relay stopped: Relay's restart, not the executors,
         # is what they wait for (their reconnect backoff, a slow start); wait for the first, up to the cap.
@@ -183,5 +186,5 @@ class SettleWindow:
         return False
 
     def not_before(self, at: float) -> float:
-        """``at``, or the window's end if later (nothing is enforced before it)."""
-        return max(at, self.until)
+        """``at``, or the window's end if later while it is open (nothing is enforced before it)."""
+        return at if self.closed else max(at, self.until)
