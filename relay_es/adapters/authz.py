@@ -216,6 +216,10 @@ class Principal:
     permissions: frozenset[str]
     user: str | None = None  # a user signed in with OIDC (relay_es.adapters.oidc): their username
     role: str | None = None  # and the role their permissions are
+    # and the member record they were let in on, as read then: its ``since`` and the role granted them (None:
+    # their groups'); None when none was read. A key made for them is refused when it is no longer the one
+    # on record (:class:`~relay_es.domain.errors.MembershipChanged`): removed or demoted meanwhile, they make none.
+    membership: tuple[str, str | None] | None = None
 
     def covers(self, app: str) -> bool:
         return self.app_names is None or app in self.app_names

@@ -46,6 +46,7 @@ from relay_es.aggregates.members import groups_news
 from relay_es.domain.errors import InvalidSetting
 from relay_es.domain.roles import ROLE_NAME
 from relay_es.domain.text import has_controls
+from relay_es.engine.member_commands import membership_of
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +321,7 @@ class OidcUsers:
         org = self.settings.org
         try:
             member = self.relay.member(org, username)
+            membership = membership_of(member)  # what a key made on this sign-in is made on (Principal.membership)
             from_groups = self.role_of_groups(claims)
             role = (member or {}).get("role") or from_groups
             # Kept once they have a role (strangers are not); and what their groups give them each time it
@@ -334,6 +336,9 @@ class OidcUsers:
                                            groups_issued_at=issued)
                 except InvalidSetting:
                     log.warning("org %s is full: a member's first sign-in is not recorded", org)
+                if member is None:  # recorded just now: let in on that record, with their groups' role (granted none)
+                    made = membership_of(self.relay.member(org, username))
+                    membership = None if made is None else (made[0], None)
             granted = self.relay.role(org, role) if role else None
             if role and granted is None:
                 self.no_such_role(role)
@@ -342,7 +347,8 @@ class OidcUsers:
             if is_store_error(e):
                 raise StoreUnavailable("the store is unavailable; the sign-in cannot be checked now") from None
             raise
-        return Principal(org=org, token=None, app_names=None, permissions=permissions, user=username, role=role)
+        return Principal(org=org, token=None, app_names=None, permissions=permissions, user=username, role=role,
+                         membership=membership)
 
     def no_such_role(self, role: str) -> None:
         """Logs, once per role, that a role ``--oidc-group-roles`` maps is not a role of the org (a typo, or one

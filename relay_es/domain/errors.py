@@ -9,6 +9,8 @@
     * UnknownApplication -- never registered, or deleted
     * UnknownExecutor -- no such executor stream
     * UnknownToken -- no token of that name was ever created
+    * MembershipChanged -- a signed-in member was removed, or given another role, after the
+      request was let in on the membership it had
     * UnknownAlertingRule -- the application has no alerting rule of that id
     * UnknownRole -- the org has no role of that name (built in or its own)
     * UnknownMember -- the org has no member of that username
@@ -62,6 +64,16 @@ class UnknownExecutor(DomainError):
 class UnknownToken(DomainError):
     def __init__(self, org: str, name: str) -> None:
         super().__init__(f"token {name!r} does not exist in org {org!r}")
+
+
+class MembershipChanged(DomainError):
+    """The member record a sign-in was let in on (its ``since`` and granted role) is no longer the one
+    on record: the member was removed (and perhaps added again), or given another role, since."""
+
+    def __init__(self, org: str, username: str) -> None:
+        super().__init__(f"the membership of {username[:256]!r} in org {org!r} changed since this request was let "
+                         "in (removed, or given another role); sign in again")
+        self.org, self.username = org, username
 
 
 class UnknownAlertingRule(DomainError):

@@ -11,9 +11,18 @@ from typing import Any
 from relay_es.aggregates.application import check_app_name, check_org_name
 from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
 from relay_es.aggregates.token import Token, new_secret, token_stream_id
-from relay_es.domain.errors import InvalidSetting, UnknownMember, UnknownRole, UnknownToken
+from relay_es.domain.errors import InvalidSetting, MembershipChanged, UnknownMember, UnknownRole, UnknownToken
 from relay_es.domain.roles import check_permissions, ordered
 from relay_es.domain.text import check_id, sanitized
+
+
+# A member record as a sign-in read it: its ``since`` and the role granted them (None: their groups' role).
+Membership = tuple[str, str | None]
+
+
+def membership_of(known: dict[str, Any] | None) -> Membership | None:
+    """The membership a member record (as :meth:`MemberCommands.member` answers it) is; None for no record."""
+    return None if known is None else (str(known.get("since", "")), known.get("role"))
 
 
 def _check_username(username: str) -> None:
@@ -127,10 +136,12 @@ class MemberCommands:
         known, revoked = self.retrying(run)
         return dict(known), revoked
 
-    def generate_secret(self, org: str, username: str, name: str, *, permissions: list[str]) -> str:
+    def generate_secret(self, org: str, username: str, name: str, *, permissions: list[str],
+                        membership: Membership | None = None) -> str:
         """A new org-wide token ``name`` for ``username`` with ``permissions`` (the caller's own, checked
         by the caller), noted as theirs so that removing them revokes it; one transaction. Returns its
-        secret: the only time it is seen."""
+        secret: the only time it is seen. ``membership``: the member record the caller was let in on
+        (:func:`membership_of`); :class:`MembershipChanged` when it is no longer the one on record."""
         _check_username(username)
         check_org_name(org)
         check_app_name(name)  # a token's name: the same URL-safe alphabet
@@ -138,7 +149,9 @@ class MemberCommands:
         secret = new_secret()
 
         def run() -> str:
-            m = self._maybe(members_stream_id(org)) or OrgMembers(org=org, timestamp=self.now())
+            m = self._maybe(members_stream_id(org))
+            _still_member(m, org, username, membership)
+            m = m or OrgMembers(org=org, timestamp=self.now())
             tok = self._noted(m, username, self._token_made(org, name, secret, None, chosen))
             self.save(tok, m)
             return secret
@@ -146,12 +159,15 @@ class MemberCommands:
         return str(self.retrying(run))
 
     def create_member_token(self, org: str, name: str, *, user: str | None, via: str | None,
-                            app_names: list[str] | None = None, permissions: list[str] | None = None) -> str:
+                            app_names: list[str] | None = None, permissions: list[str] | None = None,
+                            membership: Membership | None = None) -> str:
         """``createToken`` (:meth:`~relay_es.engine.service.Relay.create_token`) by a member: signed in
         (``user``), or with a token noted as a member's (``via``, its name: theirs while it holds the
         secret they made it with). The new token is noted as that member's in the same transaction, so
         removing them revokes it too: neither a key nor a key made with it outlives their membership.
-        A token of no member's (``via`` one an admin made) makes a token of no member's."""
+        A token of no member's (``via`` one an admin made) makes a token of no member's. ``membership``: the
+        member record ``user`` was let in on (:func:`membership_of`); :class:`MembershipChanged` when it is
+        no longer the one on record (they were removed, or given another role, since)."""
         from relay_es.engine.service import check_token_arguments  # the service imports this module
 
         if user is not None:
@@ -161,6 +177,8 @@ class MemberCommands:
 
         def run() -> str:
             m = None if user is None and via is None else self._maybe(members_stream_id(org))  # an admin's: nobody's
+            if user is not None:
+                _still_member(m, org, user, membership)
             maker = user if user is not None else self._maker(org, m, via)
             tok = self._token_made(org, name, secret, app_names, chosen)
             if maker is None:
@@ -193,6 +211,17 @@ class MemberCommands:
                           at=self.now())
         m.secret_generated(username, tok.name, tok.secret_hash, at=self.now())
         return tok
+
+
+def _still_member(m: OrgMembers | None, org: str, username: str, membership: Membership | None) -> None:
+    """:class:`MembershipChanged` unless ``username``'s record on ``m`` (as a run read it, and saves on: a
+    removal or a grant committed since conflicts, and the run again sees it) is still ``membership``, the one
+    their request was let in on: not removed, nor removed and added again (another ``since``), nor given
+    another role. Nothing is asked without a ``membership`` (none was read)."""
+    if membership is None:
+        return
+    if membership_of(None if m is None else m.members.get(username)) != tuple(membership):
+        raise MembershipChanged(org, username)
 
 
 def still_made(tok: Token | None, secret_hash: str) -> bool:

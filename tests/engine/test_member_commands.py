@@ -12,8 +12,10 @@ import pytest
 from relay_es.aggregates import members as members_module
 from relay_es.aggregates.members import MAX_FIELD, OrgMembers, members_stream_id
 from relay_es.aggregates.token import secret_matches, token_stream_id
-from relay_es.domain.errors import IllegalTransition, DomainError, InvalidSetting, UnknownMember, UnknownRole
+from relay_es.domain.errors import (IllegalTransition, DomainError, InvalidSetting, MembershipChanged,
+                                     UnknownMember, UnknownRole)
 from relay_es.engine.service import Relay
+from relay_es.engine.member_commands import membership_of
 from relay_es.engine.store import SNAPSHOT_EVERY, SNAPSHOTTED
 from tests.engine.support import kinds, stale_once
 from tests.engine.test_role_commands import VIEWER, other_first
@@ -581,3 +583,84 @@ def test_a_token_made_with_a_key_revoked_since_it_let_the_request_in_is_refused(
         with pytest.raises(UnknownToken):
             relay.create_member_token(ORG, "backdoor", user=None, via=via, permissions=["metric.read"])
     assert token(relay, "backdoor") is None
+
+
+# --------------------------------------------------------- a membership changed after the request was let in
+
+
+def makes(relay: Relay, tag: str, membership: Any) -> list[str]:
+    """What bob, let in on ``membership``, makes: a token (createToken signed in) and a secret (generateSecret);
+    the names of those made, each refusal (MembershipChanged) leaving nothing."""
+    def create_token(name: str) -> None:
+        relay.create_member_token(ORG, name, user="bob", via=None, permissions=["metric.read"], membership=membership)
+
+    def generate_secret(name: str) -> None:
+        relay.generate_secret(ORG, "bob", name, permissions=["metric.read"], membership=membership)
+
+    made = []
+    for name, make in ((f"ci-{tag}", create_token), (f"secret-{tag}", generate_secret)):
+        try:
+            make(name)
+        except MembershipChanged:
+            assert token(relay, name) is None
+            continue
+        made.append(name)
+    return made
+
+
+def test_a_key_asked_by_a_member_removed_since_they_were_let_in_is_refused_and_nothing_is_made(
+        relay: Relay, clock) -> None:
+    """The guard let bob in on his admin grant, then his removal committed before the command ran: the
+    key it made was noted as a removed member's and outlived the removal. Refused now; so too once he is
+    added again (another record, another ``since``)."""
+    relay.grant_role(ORG, "bob", "admin")
+    let_in = membership_of(relay.member(ORG, "bob"))
+    assert let_in == (since(clock), "admin")
+    relay.remove_member(ORG, "bob")
+    assert makes(relay, "removed", let_in) == []
+    clock.advance(60)
+    relay.grant_role(ORG, "bob", "admin")
+    assert makes(relay, "again", let_in) == []
+    assert relay._maybe(members_stream_id(ORG)).made_by("bob") == []
+    assert makes(relay, "now", membership_of(relay.member(ORG, "bob"))) == ["ci-now", "secret-now"]
+
+
+def test_a_key_asked_by_a_member_given_another_role_since_they_were_let_in_is_refused(relay: Relay) -> None:
+    relay.grant_role(ORG, "bob", "admin")
+    as_admin = membership_of(relay.member(ORG, "bob"))
+    relay.grant_role(ORG, "bob", "viewer")  # demoted: a key of the admin's permissions is not his to make
+    assert makes(relay, "demoted", as_admin) == []
+    relay.member_seen(ORG, "bob", **BOB)  # a sign-in filling his profile changes not what he was let in on
+    as_viewer = membership_of(relay.member(ORG, "bob"))
+    assert makes(relay, "viewer", as_viewer) == ["ci-viewer", "secret-viewer"]
+    assert [n for n, _ in relay._maybe(members_stream_id(ORG)).made_by("bob")] == ["ci-viewer", "secret-viewer"]
+
+
+def test_a_member_let_in_on_their_groups_role_makes_keys_while_their_record_stands(relay: Relay, clock) -> None:
+    relay.member_seen(ORG, "bob", **BOB, group_role="operator", groups_issued_at=100)
+    let_in = membership_of(relay.member(ORG, "bob"))
+    assert let_in == (since(clock), None)
+    relay.member_seen(ORG, "bob", **BOB, group_role="viewer", groups_issued_at=200)  # another token's groups
+    assert makes(relay, "groups", let_in) == ["ci-groups", "secret-groups"]
+    relay.grant_role(ORG, "bob", "viewer")  # a grant now decides his permissions, not his groups
+    assert makes(relay, "granted", let_in) == []
+    assert makes(relay, "unasked", None) == ["ci-unasked", "secret-unasked"]  # nothing read: nothing asked
+
+
+def test_a_removal_saved_between_the_commands_read_and_its_save_refuses_the_key(two_relays: tuple[Relay, Relay],
+                                                                              monkeypatch) -> None:
+    """The race itself, on a real store: the removal commits after the command read bob's record and before
+    its save, which conflicts (it saves on the members' stream too); run again, it finds him gone."""
+    mine, other = two_relays
+    mine.grant_role(ORG, "bob", "admin")
+    let_in = membership_of(mine.member(ORG, "bob"))
+    saves = other_first(mine, monkeypatch, lambda: other.remove_member(ORG, "bob"))
+    with pytest.raises(MembershipChanged):
+        mine.create_member_token(ORG, "late", user="bob", via=None, membership=let_in)
+    assert len(saves) == 1 and token(other, "late") is None and other.member(ORG, "bob") is None
+    other.grant_role(ORG, "bob", "admin")
+    let_in = membership_of(mine.member(ORG, "bob"))
+    saves = other_first(mine, monkeypatch, lambda: other.grant_role(ORG, "bob", "viewer"))
+    with pytest.raises(MembershipChanged):
+        mine.generate_secret(ORG, "bob", "secret-late", permissions=["metric.read"], membership=let_in)
+    assert len(saves) == 1 and token(other, "secret-late") is None

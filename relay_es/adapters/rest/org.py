@@ -226,7 +226,8 @@ class OrgController(Controller):
             raise NotFoundException("a token is not a user: generateSecret makes a key for an OIDC sign-in")
         name = f"secret-{secrets.token_hex(4)}"
         with recorded(ctx, request, org, None, operation="generateSecret", target_type="token", target_ids=[name]):
-            secret = ctx.relay.generate_secret(org, who.user, name, permissions=sorted(who.permissions))  # never on record
+            secret = ctx.relay.generate_secret(org, who.user, name, permissions=sorted(who.permissions),
+                                               membership=who.membership)  # never on record; a 401 if removed since
         ctx.read_your_writes()
         return calling.answer(m.GenerateSecretOutputBody(secret=secret), HTTP_201_CREATED)
 

@@ -5,8 +5,9 @@ builds the document (``type``, ``title``, ``status``, ``detail``, and for a
 422 the ``errors`` naming each field and what was wrong), and
 :data:`EXCEPTION_HANDLERS` maps each exception to its status: validation and
 invalid settings 422, unknown org/app/executor/token 404, a command the state
-refuses 409, Litestar's own HTTP errors their status (headers kept; a 413 names the
-body cap the request passed), a change that
+refuses 409, a signed-in member removed or given another role after their request was let
+in 401 (:class:`~relay_es.domain.errors.MembershipChanged`: they sign in again), Litestar's own
+HTTP errors their status (headers kept; a 413 names the body cap the request passed), a change that
 kept meeting other writers' changes to the same object through all its retries 503
 with ``Retry-After`` (:meth:`~relay_es.engine.store.RelayStore.retrying`), a store
 that is away or failing (a connection it cut, a pool with none to give, a locked file:
@@ -33,6 +34,7 @@ from relay_es.domain.errors import (
     DomainError,
     IllegalTransition,
     InvalidSetting,
+    MembershipChanged,
     UnknownAlertingRule,
     UnknownApplication,
     UnknownExecutor,
@@ -82,6 +84,13 @@ def _not_found(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
 
 def _conflict(_: Request[Any, Any, Any], exc: DomainError) -> Response[Any]:
     return problem(409, "Conflict", str(exc))
+
+
+def _membership_changed(_: Request[Any, Any, Any], exc: MembershipChanged) -> Response[Any]:
+    resp = problem(401, "Unauthorized", "your membership changed since this request was let in (you were removed, "
+                                        "or given another role); sign in again")
+    resp.headers["WWW-Authenticate"] = "Bearer"
+    return resp
 
 
 def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
@@ -163,6 +172,7 @@ EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     UnknownAlertingRule: _not_found,
     UnknownRole: _not_found,
     UnknownMember: _not_found,
+    MembershipChanged: _membership_changed,
     NotFoundException: _not_found,
     IllegalTransition: _conflict,
     DomainError: _conflict,

@@ -20,7 +20,8 @@ revoked only by a caller holding every permission it carries (403 otherwise,
 in the audit log: where Conductor lets ``token.write`` revoke any key, a weak
 key could lock out the admin's, as no weaker caller may delete a stronger role
 or remove a stronger member). A token made by an OIDC member, signed in or with a key noted as
-theirs, is noted as theirs: removing them revokes it (``removeMember``).
+theirs, is noted as theirs: removing them revokes it (``removeMember``); one asked by a member
+removed, or given another role, after their request was let in is refused (401: sign in again).
 """
 
 from __future__ import annotations
@@ -158,7 +159,9 @@ class TokensController(Controller):
             try:
                 secret = ctx.relay.create_member_token(org, token_name, user=getattr(who, "user", None),
                                                        via=getattr(who, "token", None), app_names=names,
-                                                       permissions=chosen)  # never on record
+                                                       permissions=chosen,  # never on record
+                                                       # a sign-in: refused (401) if removed or demoted since
+                                                       membership=getattr(who, "membership", None))
             except UnknownToken:  # the caller's own key, revoked since it let the request in
                 raise NotAuthorizedException(detail="the key this request was made with was revoked") from None
         ctx.read_your_writes()

@@ -8,7 +8,8 @@ keyed with the issuer's public key, a key the issuer does not publish. Without O
 operations answer 404, as Conductor's do. Every answer is checked against the reference. A member's
 keys (generateSecret, createToken) are revoked with them; one not signed in yet is guarded by every
 role their groups may give. Last, in process on a real store: a removal disconnects the keys it
-revoked, also when its answer is lost after its commit.
+revoked, also when its answer is lost after its commit; and a member removed or demoted after their
+request for a key was let in gets none (401).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import dataclasses
 import json
 import re
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from litestar.testing import TestClient
 
+from relay_es.adapters.oidc import OidcSettings, OidcUsers, parse_group_roles
 from relay_es.adapters.rest import build_app
 from relay_es.composition.asgi import rest_context
 from relay_es.composition.runtime import Runtime
@@ -36,7 +39,7 @@ from tests.adapters.rest.test_queues import actions
 from tests.adapters.rest.test_tokens import LostAnswer
 from tests.conductor_schema import check_response
 from tests.oidc_issuer import Issuer
-from tests.rest_client import audit_log
+from tests.rest_client import as_records, audit_log
 from tests.rest_client import rest as call
 from tests.server import RelayServer
 
@@ -420,3 +423,74 @@ def test_a_removal_whose_answer_is_lost_disconnects_the_secrets_it_revoked(tmp_p
         assert runtime.gate.credentials.check(theirs) is not None
     finally:
         runtime.close()
+
+
+class LetInThen:
+    """Real sign-ins (:class:`OidcUsers`), and after each the next of ``meanwhile``: an admin's change to the
+    member that commits once the guard has let the request in, before its command runs."""
+
+    def __init__(self, users: OidcUsers) -> None:
+        self.users, self.settings = users, users.settings
+        self.meanwhile: list[Callable[[], Any]] = []
+
+    def principal(self, token: str) -> Any:
+        who = self.users.principal(token)
+        if self.meanwhile:
+            self.meanwhile.pop(0)()
+        return who
+
+
+def test_a_key_asked_by_a_member_removed_or_demoted_after_they_were_let_in_is_refused(store_url: str) -> None:
+    """In process, both stores. A member's createToken or generateSecret let in on their grant, then they
+    are removed (or demoted, or, let in on their first sign-in's record, removed) before the command runs:
+    401, a failure on record, and no key made (one made then was theirs, listed and working, after
+    removeMember had answered 200). Let in on the record as it stands, they make keys as before."""
+    with Issuer() as issuer:
+        runtime = Runtime(Settings(database_url=store_url, auth=True, instance="test-instance"))
+        users = LetInThen(OidcUsers(OidcSettings(issuer.url, "relay", "acme", username_claim="email",
+                                                 group_roles=parse_group_roles("admins=admin")), runtime.relay))
+        ctx = dataclasses.replace(rest_context(runtime), oidc=users, read_your_writes=lambda: runtime.runner.catch_up())
+        client = TestClient(build_app(ctx), base_url="http://127.0.0.1")
+        try:
+            relay = runtime.relay
+            admin = {"Authorization": "Bearer " + relay.create_token("acme", "admin")}
+            mal = {"Authorization": "Bearer " + issuer.token("mal", email="mal@example.com", groups=["staff"])}
+            ann = {"Authorization": "Bearer " + issuer.token("ann", email="ann@example.com", groups=["admins"])}
+
+            def removed(user: str, *, added_again: bool = False) -> Callable[[], None]:
+                def change() -> None:
+                    relay.remove_member("acme", user)
+                    if added_again:  # another record: another since
+                        relay.grant_role("acme", user, "admin")
+                return change
+
+            asked = [(mal, O + "/tokens/removed", removed("mal@example.com")),
+                     (mal, O + "/tokens/again", removed("mal@example.com", added_again=True)),
+                     (mal, O + "/secrets", lambda: relay.grant_role("acme", "mal@example.com", "viewer")),
+                     (ann, O + "/tokens/first", removed("ann@example.com"))]  # let in on her first sign-in's record
+            for headers, path, meanwhile in asked:
+                relay.grant_role("acme", "mal@example.com", "admin")
+                users.meanwhile.append(meanwhile)
+                r = client.post(path, headers=headers)
+                assert r.status_code == 401, r.text
+                assert "sign in again" in r.json()["detail"] and r.headers["WWW-Authenticate"] == "Bearer"
+            runtime.runner.catch_up()
+            assert [t["tokenName"] for t in client.get(O + "/tokens", headers=admin).json()] == ["admin"]
+            ended = [(d["operation"], d["outcome"], d["message"]) for _, d in as_records(client.get(
+                O + "/audit-logs", headers=admin, params={"limit": 100}).json())
+                if d is not None and d["operation"] in ("createToken", "generateSecret")]
+            assert [(op, outcome) for op, outcome, _ in ended] == [
+                ("createToken", "failed"), ("createToken", "failed"), ("generateSecret", "failed"),
+                ("createToken", "failed")]
+            assert all("changed since this request was let in" in message for _, _, message in ended)
+            # unchanged since they were let in: made, theirs, and working
+            relay.grant_role("acme", "mal@example.com", "admin")
+            made = client.post(O + "/tokens/kept", headers=mal)
+            assert made.status_code == 201, made.text
+            secret = client.post(O + "/secrets", headers=ann)
+            assert secret.status_code == 201, secret.text
+            for key in (made.json()["token"], secret.json()["secret"]):
+                assert client.get(O + "/apps", headers={"Authorization": "Bearer " + key}).status_code == 200
+            assert relay.remove_member("acme", "mal@example.com")[1] == ["kept"]
+        finally:
+            runtime.close()
