@@ -28,7 +28,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = "text/plain; version=0.0.4"  # Prometheus's text format; Litestar adds "; charset=utf-8"
 MAX_APP_NAMES = 200  # workflow (and step) names one application may have on /metrics
 MAX_LABEL = 128  # characters of a workflow or step name on /metrics
 OTHER = "(other)"

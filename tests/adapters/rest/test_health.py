@@ -21,6 +21,8 @@ def test_metrics_and_openapi(server: RelayServer) -> None:
             return text if healthy in text else None
 
         text = await until(counted, what="A counted HEALTHY")
+        # one charset: Litestar adds it to a text/ type, and a repeated parameter is an error (RFC 6838 4.3)
+        assert call(server, "GET", "/metrics").headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
         assert "relay_open_connections 1.0" in text
         assert 'relay_transitions_total{event="Connected"}' in text
         assert "relay_event_store_append_seconds_count" in text
