@@ -141,8 +141,6 @@ def test_the_checker_sees_a_violation() -> None:
 
 # Modules tested only through others, and why. Everything else has tests/<layer>/test_<module>.py.
 UNMIRRORED: dict[str, str] = {
-    "adapters/rest/paths.py": "two path prefixes; every route test requests them",
-    "adapters/rest/context.py": "a dataclass of the REST API's dependencies; tests/adapters/rest/fakes.py builds it for every in-process test",
 }
 
 

@@ -8,5 +8,7 @@
 * :mod:`~relay_es.protocol.limits` -- bounds on what an executor may send, and
   the resource limits of ADR 15;
 * :mod:`~relay_es.protocol.retention` -- the retention message an application's
-  settings call for.
+  settings call for;
+* :mod:`~relay_es.protocol.metrics` -- ``get_metrics``: the request for one window,
+  and its answer bounded and made fit to store.
 """

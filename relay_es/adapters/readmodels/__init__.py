@@ -3,6 +3,22 @@ and :class:`ReadModelStore`, the port the projection runner and the queries use.
 
 The projections (``relay_es.projections``) fold events into rows in memory; the
 modules here hold every SQL statement that creates, writes and reads those rows.
+
+* :mod:`~relay_es.adapters.readmodels.executors` -- ``relay_executors``, one row per executor stream;
+* :mod:`~relay_es.adapters.readmodels.audit` -- the lifecycle feed's tables, ``relay_audit`` and
+  ``relay_audit_streams``;
+* :mod:`~relay_es.adapters.readmodels.apps` -- ``relay_apps`` and ``relay_tokens``;
+* :mod:`~relay_es.adapters.readmodels.actions` -- the audit log's table, ``relay_actions``;
+* :mod:`~relay_es.adapters.readmodels.tracking` -- ``relay_tracking`` (each read model's position
+  in the log) and ``relay_versions`` (the stored form of its tables);
+* :mod:`~relay_es.adapters.readmodels.bulk` -- many rows written at once, the same on both stores;
+* :mod:`~relay_es.adapters.readmodels.follower` -- the read models followed in a process of their
+  own (``relay serve``, ADR 8);
+* :mod:`~relay_es.adapters.readmodels.rebuild` -- ``relay projections rebuild``, and a server's
+  start on read models far behind: filled from the event store, one process per share of the
+  streams;
+* :mod:`~relay_es.adapters.readmodels.children` -- what each of those processes does first: end
+  with its parent.
 """
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ have is a 404 with nothing done: DBOS refuses a bulk fork with one unknown id wh
 workflows are cancelled (so that no executor of the old version ever runs
 them again), then forked from their last recorded step (the protocol's ``fork_from_failure``
 with ``from_last_step``: new workflow ids, the steps before it copied) on ``appVersion``,
-by default the latest version running (Relay names it: an SDK left to choose keeps the
-original's); it answers
+by default the latest version running (Relay names it: an SDK left to choose may keep the
+original's, as the TypeScript SDK does); it answers
 ``{"fix", "workflowIds", "forkedWorkflowIds"}``; a fork that fails after the cancel is the
 fork's problem, its detail saying the workflows are CANCELLED and not forked. With
 ``{"fix": "recover", "executorIds": [...], "force": false}`` (1-20 ids) Relay has a HEALTHY

@@ -28,8 +28,14 @@ nothing sent. One workflow goes to any executor.
 Every route but export is an operator's action, recorded before it is sent and completed
 however it ends (:func:`~relay_es.adapters.rest.calling.act`): its ``parameters`` and
 ``result`` summaries hold the options and counts, never a workflow's inputs or outputs nor an
-imported payload. Export is a read. Resume and fork (single and bulk) go to an executor of
-the latest application version first: a resumed or forked workflow runs the newest code.
+imported payload. Export is a read. Resume and fork (single and bulk) are sent to an executor of
+the latest application version first (``prefer_latest``, :mod:`relay_es.engine.routing`). That
+executor only writes the change to the system database the application's executors share; the
+workflow is enqueued there, and which executors may dequeue it is the SDK's rule: those of its
+application version. A resumed workflow keeps its version (every SDK re-enqueues it as it was),
+so it runs only where that version still runs. A fork runs on ``appVersion``; without it, on the
+latest version with Python's dbos 3.2.0 (the fork gets no version, which only an executor of the
+latest version dequeues) and on the original's with TypeScript's 5.2.11 (it copies the original's).
 
 A fork without ``startStep`` starts at step 0: every SDK then copies no step (Python numbers
 steps from 1 and copies those below ``start_step``, TypeScript from 0), so it reruns the whole
@@ -295,8 +301,9 @@ class WorkflowActionsController(Controller):
 
     @post("/{workflow_id:str}/resume", opt=openapi.body(m.ResumeWorkflowInputBody, required=False),
           operation_id="resumeWorkflow", status_code=204, summary="Resume workflow",
-          description="Re-enqueues a cancelled or failed workflow (on `queueName`, if given), on an executor of "
-                      "the latest application version first. Conductor's `resumeWorkflow`.")
+          description="Re-enqueues a cancelled workflow, or one past its recovery attempts, on `queueName` if "
+                      "given (one that ended, `SUCCESS` or `ERROR`, is left as it is). It keeps its application "
+                      "version: only an executor of that version runs it. Conductor's `resumeWorkflow`.")
     async def resume(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
                      request: Request[Any, Any, Any], ctx: Context) -> None:
         b: m.ResumeWorkflowInputBody | None = await calling.body(request)
@@ -310,8 +317,8 @@ class WorkflowActionsController(Controller):
           operation_id="forkWorkflow", status_code=201, summary="Fork workflow",
           description="Starts a new workflow (`newWorkflowId`, or one the executor picks) that copies the "
                       "steps before `startStep` (the step's `stepId`; none without it) and runs from there, on "
-                      "`appVersion` (the original's without it), on an executor of the latest application "
-                      "version first. Answers the new id, linked in `Location`. Conductor's `forkWorkflow`.")
+                      "`appVersion`; without it, on the latest version (Python's SDK) or the original's "
+                      "(TypeScript's). Answers the new id, linked in `Location`. Conductor's `forkWorkflow`.")
     async def fork(self, org: FromPath[str], app: FromPath[str], workflow_id: FromPath[str],
                    request: Request[Any, Any, Any], ctx: Context) -> Response[Any]:
         b: m.ForkWorkflowInputBody | None = await calling.body(request)
@@ -356,7 +363,8 @@ class WorkflowActionsController(Controller):
 
     @post("/bulk-resume", opt=openapi.body(m.BulkResumeInputBody), operation_id="bulkResumeWorkflows", status_code=204,
           request_max_body_size=BULK_BODY, summary="Bulk resume workflows",
-          description=f"`resumeWorkflow` for 1 to {m.MAX_IDS} workflows at once. Conductor's `bulkResumeWorkflows`.")
+          description=f"`resumeWorkflow` for 1 to {m.MAX_IDS} workflows at once, each keeping its application "
+                      "version. Conductor's `bulkResumeWorkflows`.")
     async def bulk_resume(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                           ctx: Context) -> None:
         b: m.BulkResumeInputBody = await calling.body(request)
@@ -385,7 +393,8 @@ class WorkflowActionsController(Controller):
           summary="Bulk fork workflows from failure",
           description="Forks each workflow from its last failed step (the default), its last step "
                       "(`fromLastStep`), a step number (`fromStep`) or the last step of a name (`fromStepName`), "
-                      "on an executor of the latest application version first; answers the new ids. "
+                      "on `appVersion`; without it, on the latest version (Python's SDK) or each original's "
+                      "(TypeScript's). Answers the new ids. "
                       "Conductor's `bulkForkWorkflowsFromFailure`.")
     async def bulk_fork_from_failure(self, org: FromPath[str], app: FromPath[str], request: Request[Any, Any, Any],
                                      ctx: Context) -> Response[Any]:
