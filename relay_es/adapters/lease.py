@@ -14,6 +14,16 @@ SQLite: an exclusive ``flock`` on ``<db>.lock`` beside the database's real
 path (symlinks and ``..`` resolved). Postgres: a session-level
 advisory lock held on a dedicated connection for the life of the process.
 
+A SQLite file can change under its lock: its directory deleted (``rm -rf
+relay-data/``) or an older copy moved into place (``mv``). The process went on
+writing into the file it had open, gone from the path, and answered 204; a second
+instance started on the path (the lock file had gone too) and both led; what the
+first recorded was lost when it stopped. So the lease notes the device and inode
+of the database file and of the lock file it holds when it is taken, and
+:meth:`Lease.check` looks at both paths again (two ``stat`` calls): one missing or
+another file is a lease lost. SQLite's ``-wal`` and ``-shm`` files are not looked
+at: they are SQLite's to make and remove.
+
 A Postgres session can end under the holder (Postgres restarted, the
 connection cut), and the lock ends with it. :meth:`Lease.check`, called every
 few seconds by ``relay serve``, takes it again on a new session; if another
@@ -54,9 +64,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from relay_es.adapters.stores import StoreConfig, make_private_dir, redact_url
+from relay_es.adapters.stores import StoreConfig, make_private_dir, make_private_file, redact_url
 
 LOCK_KEY = 0x52454C4159  # "RELAY"
+
+FileId = tuple[int, int]  # (st_dev, st_ino): the file a path names, whatever it is named
 
 # The lease session's TCP timeouts, the same at both ends of it. tcp_user_timeout bounds what is sent and not
 # acknowledged, the keepalives an idle session. Relay's end: a session whose network went silent (no reset,
@@ -103,7 +115,8 @@ class LeaseHeld(RuntimeError):
 class LeaseLost(RuntimeError):
     """The lease is not this instance's any more: its session ended and another instance
     holds it now, or the session is not the one that took it (a pooler in transaction mode),
-    or the store it was taken again on is not the one it led."""
+    or the store it was taken again on is not the one it led, or the SQLite file it leads
+    or its lock file was deleted or replaced."""
 
 
 class Pooled(RuntimeError):
@@ -121,6 +134,7 @@ class Lease:
         self._system: int | None = None  # Postgres: the cluster the lock was first taken on (None: not readable)
         self._log: tuple[str, str] | None = None  # Postgres: the events table (schema, name) it guards
         self._seen: Callable[[], int] = lambda: 0  # the newest notification id this process saw in it
+        self._files: tuple[tuple[str, FileId | None], tuple[str, FileId]] | None = None  # SQLite: (db, lock) as taken
 
     def acquire(self) -> None:
         if self.config.is_postgres:
@@ -155,15 +169,22 @@ class Lease:
         except BlockingIOError:
             os.close(fd)
             raise LeaseHeld(f"another Relay instance is serving or rebuilding {path}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            make_private_file(path)  # made now, not by the store after: the file noted is the one led
+            held = os.fstat(fd)
+            self._files = ((path, _file_id(path)), (str(lock_path), (held.st_dev, held.st_ino)))
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
 
     def guard(self, schema: str, table: str, seen: Callable[[], int]) -> None:
         """The event log the lease leads: its table and ``seen()``, the newest notification id this
         process has saved or read there. A lease taken again (:meth:`check`) on a store whose table
         is gone, or whose log ends before ``seen()``, is lost: that is not the log this process led.
-        Postgres only; a SQLite file cannot change under its lock."""
+        Postgres only: a SQLite file changed under its lock is told by :meth:`check` itself."""
         self._log = (schema, table)
         self._seen = seen
 
@@ -244,8 +265,10 @@ class Lease:
         instance took it, or if the session's statement ran on another backend than the
         one that took the lock, or that backend holds it no more, or if the store it was
         taken again on is not the one it led (another cluster, its events table gone, its log
-        behind what this process saw: :meth:`guard`). SQLite's file lock cannot be lost while
-        the process lives."""
+        behind what this process saw: :meth:`guard`). SQLite: the lock is the process's while it
+        lives, but its files may go from under it: :meth:`_files_check`."""
+        if self._files is not None:
+            return self._files_check()
         if not self._held:
             return "held"
         import psycopg
@@ -287,6 +310,29 @@ class Lease:
         self._conn = conn
         return "retaken"
 
+    def _files_check(self) -> str:
+        """SQLite: ``"held"`` while the database file and the lock file at their paths are the files
+        noted when the lease was taken; ``"unreachable"`` if a path cannot be looked at (permission
+        denied, I/O error). Raises :class:`LeaseLost` if one is missing or another file: deleted
+        (``rm -rf`` of the directory) or replaced (``mv`` of a copy), this process writes into a file
+        no later process opens, and another instance may start on the path beside it. Deleted and
+        replaced are one case: a deleted file may be made again at its path before the check looks
+        (the read models' process opens the path anew)."""
+        assert self._files is not None
+        (db, db_id), (lock, lock_id) = self._files
+        try:
+            db_now, lock_now = _file_id(db), _file_id(lock)
+        except OSError:
+            return "unreachable"
+        if db_now != db_id:
+            raise LeaseLost(f"the store file {db} was deleted or replaced under this process: what this instance "
+                            f"recorded since then is not in the store at {db}, and another Relay instance may start "
+                            "on it")
+        if lock_now != lock_id:
+            raise LeaseLost(f"the lock file {lock} of the store {db} was deleted or replaced under this process: "
+                            "another Relay instance may start on the store beside this one")
+        return "held"
+
     def _confirm(self, pid: int, held: bool) -> None:
         """Raises :class:`LeaseLost` unless the check ran on the backend that took the lock and it holds it."""
         if pid != self._pid:
@@ -300,6 +346,7 @@ class Lease:
 
     def release(self) -> None:
         self._held = False
+        self._files = None
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -311,3 +358,13 @@ class Lease:
                 os.close(self._fd)
             finally:
                 self._fd = None
+
+
+def _file_id(path: str) -> FileId | None:
+    """The file at ``path`` (symlinks followed, as SQLite does), or None if there is none. Raises
+    ``OSError`` if it cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_dev, st.st_ino

@@ -1,10 +1,16 @@
 """The leader lease on Postgres: a session lost (Postgres restarted, the
 connection cut) is taken again; a lease another instance took meanwhile is lost,
-and the holder is told so."""
+and the holder is told so. On SQLite: a lease whose database or lock file was
+deleted or replaced under it is lost."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -109,6 +115,80 @@ def test_sqlite_lease_is_keyed_by_the_real_file_not_the_path_string(tmp_path, mo
     second = Lease(parse_database_url("sqlite:///link/relay.db"))  # released: another path may take it now
     second.acquire()
     second.release()
+
+
+def sqlite_lease(tmp_path, *, made: bool = True) -> tuple[Lease, Path]:
+    """A lease on a SQLite store holding a table (``made``), or on a path with no file yet."""
+    db = tmp_path / "relay-data" / "relay.db"
+    if made:
+        db.parent.mkdir()
+        with sqlite3.connect(db) as c:
+            c.execute("CREATE TABLE events (x)")
+        c.close()
+    lease = Lease(parse_database_url(f"sqlite:///{db}"))
+    lease.acquire()
+    return lease, db
+
+
+def test_a_sqlite_lease_whose_files_are_untouched_stays_held(tmp_path) -> None:
+    lease, db = sqlite_lease(tmp_path, made=False)
+    try:
+        assert db.exists()  # made at acquire, so that the file led is the one noted
+        assert lease.check() == "held"
+        c = sqlite3.connect(db)  # SQLite's -wal and -shm come and go: they are not the store
+        c.execute("PRAGMA journal_mode=wal")
+        with c:
+            c.execute("CREATE TABLE t (x)")
+        assert lease.check() == "held"
+        c.close()
+        assert lease.check() == "held"
+        for extra in ("-wal", "-shm"):
+            Path(f"{db}{extra}").unlink(missing_ok=True)
+        assert lease.check() == "held"
+    finally:
+        lease.release()
+
+
+def test_a_sqlite_lease_whose_directory_was_deleted_is_lost(tmp_path) -> None:
+    """``rm -rf relay-data/`` under a running server: it wrote on into the deleted file, and
+    another server started on the path (the lock file went with the directory) beside it."""
+    lease, db = sqlite_lease(tmp_path)
+    try:
+        shutil.rmtree(db.parent)
+        with pytest.raises(LeaseLost, match=re.escape(f"the store file {db} was deleted or replaced under this")):
+            lease.check()
+        other = Lease(parse_database_url(f"sqlite:///{db}"))
+        other.acquire()  # the path is free for another server: this lease must not lead beside it
+        other.release()
+    finally:
+        lease.release()
+
+
+def test_a_sqlite_lease_whose_database_file_was_replaced_is_lost(tmp_path) -> None:
+    """An older copy moved into place (``mv backup.db relay.db``) under a running server."""
+    lease, db = sqlite_lease(tmp_path)
+    try:
+        older = db.parent / "backup.db"
+        shutil.copy(db, older)
+        os.replace(older, db)
+        with pytest.raises(LeaseLost, match=re.escape(f"the store file {db} was deleted or replaced under this")):
+            lease.check()
+    finally:
+        lease.release()
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+def test_a_sqlite_lease_whose_lock_file_was_deleted_or_replaced_is_lost(tmp_path, replaced: bool) -> None:
+    lease, db = sqlite_lease(tmp_path)
+    lock = Path(f"{db}.lock")
+    try:
+        lock.unlink()
+        if replaced:
+            lock.touch()
+        with pytest.raises(LeaseLost, match=re.escape(f"the lock file {lock} of the store {db} was deleted or")):
+            lease.check()
+    finally:
+        lease.release()
 
 
 # ---------------------------------------------------------------- a holder whose host vanished
