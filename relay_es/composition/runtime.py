@@ -30,6 +30,7 @@ Threads:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -301,6 +302,8 @@ class Runtime:
         self._head = self.relay.head()  # the newest event this process saved or read: the read models' lag
         self._store_failed_at = float("-inf")  # when a write last failed on the store (the lease's clock)
         self._outbox_failing_since: float | None = None  # the outbox's run of store failures (self.clock)
+        self._outbox_writes: dict[int, float] = {}  # the outbox's writes under way: when each began (self.clock)
+        self._outbox_write_ids = itertools.count()
         if self.store.is_postgres:  # the log the lease leads: taken again, it must be this one still
             recorder = self.relay.recorder
             self.lease.guard(recorder.datastore.schema, recorder.events_table_name, self._seen)
@@ -400,14 +403,19 @@ class Runtime:
         (:attr:`~relay_es.engine.process_manager.ProcessManager.store_unavailable`); the leader lease,
         not confirmed that long while its checks find the store unreachable or hang (the process
         manager, which waits for it, then fails nothing: an outage left /readyz ready); the outbox's
-        writes (a read-only Postgres fails writes only)."""
+        writes (a read-only Postgres fails writes only), or one of them under way that long (a frozen
+        file system or a paused Postgres fails nothing: it hangs, and /readyz said ready through 40 s
+        of ``fsfreeze``)."""
         if self.pm.store_unavailable:
             return True
         if (self._lease_state == "unreachable" or self._lease_lock.locked()) and \
                 time.monotonic() - self._lease_ok_at >= STORE_UNAVAILABLE_SECS:
             return True
+        now = self.clock.monotonic()
         since = self._outbox_failing_since
-        return since is not None and self.clock.monotonic() - since >= STORE_UNAVAILABLE_SECS
+        if since is not None and now - since >= STORE_UNAVAILABLE_SECS:
+            return True
+        return now - min(self._outbox_writes.values(), default=now) >= STORE_UNAVAILABLE_SECS
 
     async def _outbox_run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """The outbox's writes, in the command pool: held back (:class:`LeaseUnconfirmed`, retried like
@@ -417,7 +425,12 @@ class Runtime:
         try:
             if not self._lease_fresh() and not await self.pool.run(self._lease_confirmed):
                 raise LeaseUnconfirmed("the leader lease is not confirmed since the store failed")
-            out = await self.pool.run(fn, *args, **kwargs)
+            write = next(self._outbox_write_ids)
+            self._outbox_writes[write] = self.clock.monotonic()
+            try:
+                out = await self.pool.run(fn, *args, **kwargs)
+            finally:
+                del self._outbox_writes[write]
         except Exception as e:
             if is_store_error(e) and not is_data_error(e):
                 self._store_failed(e)

@@ -108,6 +108,39 @@ def test_readiness_counts_the_outbox_s_failures_on_the_store(tmp_path: Path, clo
         rt.close()
 
 
+def test_readiness_counts_an_outbox_write_that_hangs(tmp_path: Path, clock) -> None:
+    """A frozen file system (``fsfreeze``) or a paused Postgres fails nothing: the outbox's write hangs,
+    and /readyz said ready through 40 s of it (a helper's storage-fault hunt). A write under way for
+    STORE_UNAVAILABLE_SECS makes the instance not ready; once it returns, ready again."""
+    import threading
+
+    rt = Runtime(settings(f"sqlite:///{tmp_path}/relay.db"), clock=clock)
+    began, release = threading.Event(), threading.Event()
+
+    def hang() -> str:
+        began.set()
+        assert release.wait(30)
+        return "recorded"
+
+    async def main() -> None:
+        write = asyncio.create_task(rt.outbox.run(hang))
+        assert await asyncio.to_thread(began.wait, 30)
+        clock.advance(STORE_UNAVAILABLE_SECS * 0.9)
+        assert rt.readiness() is None
+        clock.advance(STORE_UNAVAILABLE_SECS * 0.1)
+        assert rt.readiness() == "store_unavailable" and not rt.pm.store_unavailable
+        release.set()
+        assert await write == "recorded"
+        assert rt.readiness() is None
+
+    try:
+        rt._pm_tick()
+        asyncio.run(main())
+    finally:
+        release.set()
+        rt.close()
+
+
 def test_after_a_store_failure_nothing_is_written_or_decided_before_the_lease_is_confirmed_again(
         tmp_path: Path, monkeypatch) -> None:
     """A store that failed may come back as another one (a restored backup, a new cluster), which the lease
