@@ -44,9 +44,22 @@ def _plain(v: Any) -> Any:
     return v
 
 
+# An attribute named otherwise than the camelCase of its name: the lifecycle feed's name for it.
+_FEED_NAMES = {"superseded_connection": "supersededConnectionId"}
+
+
+def camel(name: str) -> str:
+    """An event attribute's name as the API spells field names (``executor_id`` -> ``executorId``)."""
+    if name in _FEED_NAMES:
+        return _FEED_NAMES[name]
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
 def event_record(e: Any) -> dict[str, Any]:
-    """``{version, type, at, data}`` for one stored event."""
-    data = {k: _plain(v) for k, v in vars(e).items() if k not in _ENVELOPE}
+    """``{version, type, at, data}`` for one stored event: ``data`` is its attributes, their names
+    in camelCase (:func:`camel`); the values as recorded (an executor's metadata exactly as it sent it)."""
+    data = {camel(k): _plain(v) for k, v in vars(e).items() if k not in _ENVELOPE}
     return {"version": e.originator_version, "type": type(e).__name__, "at": rfc3339(e.timestamp), "data": data}
 
 
@@ -71,14 +84,22 @@ def _events(relay: Relay, sid: UUID, *, after: int = 0, limit: int | None = None
 
 def executor_history(relay: Relay, org: str, app: str, executor_id: str, *, after: int = 0,
                      limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
+    """The events of :func:`executor_history_page`, without its cursor."""
+    return executor_history_page(relay, org, app, executor_id, after=after, limit=limit)[0]
+
+
+def executor_history_page(relay: Relay, org: str, app: str, executor_id: str, *, after: int = 0,
+                          limit: int = HISTORY_LIMIT) -> tuple[list[dict[str, Any]], int | None]:
     """The executor's events with a version above ``after``, in order, at most
-    ``limit`` of them -- also after deletion. The next page is ``after`` = the
-    last version returned; an empty page is the end."""
+    ``limit`` of them -- also after deletion: ``(events, next cursor or None)``.
+    The cursor is the last version returned, when the stream has an event past it
+    (one more is read to know); None at the end."""
     sid = executor_stream_id(org, app, executor_id)
-    out = [event_record(e) for e in _events(relay, sid, after=after, limit=limit)]
-    if not out and (after == 0 or not any(True for _ in _events(relay, sid, limit=1))):
+    read = list(_events(relay, sid, after=after, limit=limit + 1))
+    if not read and (after == 0 or not any(True for _ in _events(relay, sid, limit=1))):
         raise UnknownExecutor(org, app, executor_id)
-    return out
+    out = [event_record(e) for e in read[:limit]]
+    return out, (out[-1]["version"] if len(read) > limit else None)
 
 
 def executors_as_of(relay: Relay, db: ExecutorRows, org: str, app: str, at: datetime) -> list[ExecutorRow]:

@@ -4,6 +4,8 @@ in-process on a fake clock, then through the REST API."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -12,13 +14,14 @@ import httpx
 import pytest
 
 from relay_es.engine import queries
-from relay_es.engine.queries import executor_history, executors_as_of
-from relay_es.projections.executors import all_rows
+from relay_es.engine.queries import executor_history, executor_history_page, executors_as_of
+from relay_es.projections import audit
+from relay_es.projections.executors import EXECUTOR_EVENTS, all_rows
 from relay_es.domain.errors import UnknownExecutor
 from relay_es.domain.units import parse_as_of
 from tests.fake_executor import FakeExecutor
 from tests.server import RelayServer, TLS
-from tests.support import World, until
+from tests.support import World, info, until
 
 
 @pytest.fixture
@@ -63,6 +66,50 @@ def test_history_pages_by_version(world: World, monkeypatch, chunk: int) -> None
         queries.executor_history(world.relay, "local", "app", "nobody")
     with pytest.raises(UnknownExecutor):
         queries.executor_history(world.relay, "local", "app", "nobody", after=5)
+
+
+
+@pytest.mark.parametrize("chunk", [3, 500])
+def test_a_history_page_names_the_next_while_events_follow(world: World, monkeypatch, chunk: int) -> None:
+    """The cursor is the last version returned while the stream goes on, and None on the last page,
+    also one that is exactly full (no empty page to ask for)."""
+    monkeypatch.setattr(queries, "CHUNK", chunk)
+    churn(world, "A", 12)  # 26 events: Registered, Connected, then 12 (Disconnected, Connected)
+    for limit, pages in ((5, 6), (13, 2), (26, 1), (queries.HISTORY_LIMIT, 1)):
+        got, after, cursors = [], 0, []
+        while True:
+            page, cursor = executor_history_page(world.relay, "local", "app", "A", after=after, limit=limit)
+            got += page
+            cursors.append(cursor)
+            if cursor is None:
+                break
+            assert cursor == page[-1]["version"] and len(page) == limit
+            after = cursor
+        assert got == executor_history(world.relay, "local", "app", "A") and len(got) == 26
+        assert len(cursors) == pages, (limit, cursors)
+    assert executor_history_page(world.relay, "local", "app", "A", after=26) == ([], None)
+
+
+def test_a_history_of_more_than_a_thousand_events_is_read_to_its_end(world: World) -> None:
+    """1,044 events: the default page is the first 1,000 and names the next, which holds the rest."""
+    churn(world, "A", 521)
+    first, cursor = executor_history_page(world.relay, "local", "app", "A")
+    assert len(first) == queries.HISTORY_LIMIT == 1000 and cursor == 1000
+    rest, end = executor_history_page(world.relay, "local", "app", "A", after=cursor)
+    assert [e["version"] for e in first + rest] == list(range(1, 1045)) and end is None
+
+
+CAMEL = re.compile(r"[a-z][A-Za-z0-9]*")
+
+
+def test_every_executor_event_attribute_has_a_camel_case_name() -> None:
+    """History's ``data`` names fields as the rest of the API does: none left in snake_case, no two alike."""
+    for kind in EXECUTOR_EVENTS:
+        names = [f.name for f in dataclasses.fields(kind) if f.name not in queries._ENVELOPE]
+        out = [queries.camel(n) for n in names]
+        assert all(CAMEL.fullmatch(x) for x in out) and len(set(out)) == len(out), (kind.__name__, out)
+    assert queries.camel("superseded_connection") == "supersededConnectionId"  # the lifecycle feed's name
+    assert queries.camel("target_executor_id") == "targetExecutorId" and queries.camel("owner") == "owner"
 
 
 def test_as_of_pages_by_executor_and_folds_at_most_limit_streams(world: World) -> None:
@@ -226,8 +273,38 @@ def test_history_is_readable_in_order_after_deletion(short_world: World) -> None
                                      "RecoveryConfirmed", "Deleted"]
     assert h[2]["data"]["reason"] == "socket_closed"
     assert h[2]["data"]["deadline"].endswith("Z")
-    assert h[4]["data"]["target_executor_id"] == "B"
+    assert h[4]["data"]["targetExecutorId"] == "B"
     assert all(x["at"].endswith("Z") and len(x["at"]) == 24 for x in h)
+
+
+def test_history_data_names_its_fields_in_camel_case_as_the_feed_does(short_world: World) -> None:
+    """Every field of ``data`` in camelCase, the lifecycle feed's name and value where the feed has the
+    field; the executor's own metadata exactly as it sent it (its keys are its own)."""
+    world = short_world
+    meta = {"snake_key": 1, "nested": {"inner_key": [2]}}
+    world.relay.executor_connected("local", "app", info("A", executor_metadata=meta), connection_id="a1",
+                                   owner="relay-1")
+    world.sync()
+    world.connect("A", conn="a2")  # supersedes a1
+    world.connect("B")
+    world.drop("A")
+    world.advance(10)
+    world.answer(world.dispatcher.last(), ok=False, reason="boom")
+    world.advance(30)
+    world.answer(world.dispatcher.last())
+    h = executor_history(world.relay, "local", "app", "A")
+    assert {x["type"] for x in h} == {"Registered", "Connected", "Disconnected", "DeclaredDead", "RecoveryDispatched",
+                                      "RecoveryFailed", "RecoveryConfirmed", "Deleted"}
+    for x in h:
+        assert all(CAMEL.fullmatch(k) for k in x["data"]), x
+    assert h[0]["data"] == {"org": "local", "app": "app", "executorId": "A"}
+    assert h[1]["data"]["executorMetadata"] == meta and h[1]["data"]["dbosVersion"] == "3.2.0"
+    assert h[2]["data"]["supersededConnectionId"] == "a1" and h[2]["data"]["previousStatus"] == "HEALTHY"
+    world.runner.catch_up()
+    feed = audit.query(world.db, org="local", executor_id="A", limit=1000)
+    assert len(feed) == len(h) - 1  # every event but Registered has an entry
+    for entry, x in zip(feed, h[1:]):
+        assert {k: x["data"].get(k, "missing") for k in entry.detail} == entry.detail, (entry.action, x)
 
 
 @pytest.fixture

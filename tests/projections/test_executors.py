@@ -28,7 +28,7 @@ def test_executor_metadata_shaped_like_the_stores_own_wrappers_is_kept_as_sent(w
     world.runner.catch_up()
     (row,) = [r for r in all_rows(world.db, org="local") if r.executor_id == "P"]
     assert row.executor_metadata == meta
-    assert executor_history(world.relay, "local", "app", "P")[1]["data"]["executor_metadata"] == meta
+    assert executor_history(world.relay, "local", "app", "P")[1]["data"]["executorMetadata"] == meta
     world.drop("P")
     world.advance(11)  # the stream still loads: P can be declared dead and its work recovered
     assert world.status("P") == "DEAD"

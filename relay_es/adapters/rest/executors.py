@@ -8,7 +8,9 @@ registered is a 404 with ``asOf`` as without; one deleted since still answers it
 is Conductor's ``Executor``, exactly its fields; with ``?relay=extended`` (a query parameter no
 Conductor client sends) each also carries Relay's ``deadline``: the instant a DISCONNECTED executor
 is declared dead if it does not come back (RFC 3339), else null.
-``.../executors/{executor_id}/history`` pages through one executor's events.
+``.../executors/{executor_id}/history`` pages through one executor's events, each
+``{version, type, at, data}`` (``data``: the event's attributes, named in camelCase), a next
+page linked in ``Link`` as ``asOf``'s is.
 Both rebuilding reads are expensive: at most :data:`EXPENSIVE_READS` run at
 once (:func:`expensive_reads`), and between two streams each lets the process
 manager's urgent work go first.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Annotated, Any, Literal
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import msgspec
 from litestar import Controller, Request, Response, get
@@ -30,13 +32,14 @@ from relay_es.adapters import authz
 from relay_es.adapters.rest.applications import find_app
 from relay_es.adapters.rest.context import Context, RestContext
 from relay_es.adapters.rest.paths import APP
+from relay_es.adapters.rest.slashes import SLASH
 from relay_es.aggregates.application import app_stream_id
 from relay_es.domain import units
 from relay_es.domain.errors import InvalidSetting, UnknownApplication
 from relay_es.engine.queries import (
     AS_OF_LIMIT,
     HISTORY_LIMIT,
-    executor_history,
+    executor_history_page,
     executors_as_of_page,
 )
 from relay_es.projections.executors import ExecutorRow, all_rows
@@ -119,6 +122,14 @@ def urgent_work_first(ctx: RestContext) -> None:
         time.sleep(0.002)
 
 
+def next_link(request: Request[Any, Any, Any], query: dict[str, Any]) -> str:
+    """A ``Link`` header naming the next page: this request's path with ``query``. Each segment of the
+    path is percent-encoded again (an executor id may hold ``/``, spaces, any letter: the routed path
+    has them decoded), so the link names the same resource and the header stays ASCII."""
+    path = "/".join(quote(segment.replace(SLASH, "/"), safe="") for segment in request.url.path.split("/"))
+    return f'<{path}?{urlencode(query)}>; rel="next"'
+
+
 def ever_registered(ctx: RestContext, org: str, app: str) -> bool:
     """Whether the application is registered, or was once (deleted since): its past has an answer.
     One never registered is a 404 at every instant, as it is without ``asOf``. The read model
@@ -176,20 +187,26 @@ class ExecutorsController(Controller):
         headers = {}
         if cursor is not None:
             query = {"asOf": as_of, "after": cursor, "limit": limit, **({"relay": relay} if extended else {})}
-            nxt = request.url.path + "?" + urlencode(query)
-            headers["Link"] = f'<{nxt}>; rel="next"'
+            headers["Link"] = next_link(request, query)
         return Response(out, headers=headers)
 
     @get("/{executor_id:str}/history", operation_id="getExecutorHistory", summary="An executor's events",
-         description=f"Events with a version above `after`, in order, at most `limit` (1-{HISTORY_LIMIT}, default "
-                     f"{HISTORY_LIMIT}); the next page is `after` = the last version returned, until a short page.")
+         description=f"The executor's events, also after it was deleted: `[{{version, type, at, data}}]`, `data` "
+                     "the event's attributes with camelCase names (`executorId`, `appVersion`, `connectionId`, "
+                     "`previousStatus`, ...; `executorMetadata` holds what the executor sent, as it sent it). "
+                     f"Those with a version above `after`, in order, at most `limit` (1-{HISTORY_LIMIT}, default "
+                     f"{HISTORY_LIMIT}); while more follow, the next page is linked in the `Link` header "
+                     "(rel=\"next\", `after` = the last version returned); a page without one is the last.")
     async def history(
-        self, org: FromPath[str], app: FromPath[str], executor_id: FromPath[str],
+        self, org: FromPath[str], app: FromPath[str], executor_id: FromPath[str], request: Request[Any, Any, Any],
         ctx: Context, expensive: Expensive,
-        after: Annotated[int, QueryParameter(name="after", ge=0, le=2**63 - 1, description="a version")] = 0,
-        limit: Annotated[int, QueryParameter(name="limit", ge=1, le=HISTORY_LIMIT)] = HISTORY_LIMIT,
-    ) -> list[HistoryEntry]:
+        after: Annotated[int, QueryParameter(name="after", ge=0, le=2**63 - 1,
+                                             description="the page after this version")] = 0,
+        limit: Annotated[int, QueryParameter(name="limit", ge=1, le=HISTORY_LIMIT,
+                                             description="events per page")] = HISTORY_LIMIT,
+    ) -> Response[list[HistoryEntry]]:
         async with expensive:
-            events = await asyncio.to_thread(executor_history, ctx.relay, org, app, executor_id, after=after,
-                                             limit=limit)
-        return [HistoryEntry(**h) for h in events]
+            events, cursor = await asyncio.to_thread(executor_history_page, ctx.relay, org, app, executor_id,
+                                                     after=after, limit=limit)
+        headers = {} if cursor is None else {"Link": next_link(request, {"after": cursor, "limit": limit})}
+        return Response([HistoryEntry(**h) for h in events], headers=headers)

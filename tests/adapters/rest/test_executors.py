@@ -242,8 +242,9 @@ def test_history_pages_by_version(server: RelayServer) -> None:
     assert [e["type"] for e in whole] == ["Registered", "Connected", "Disconnected", "Connected", "Disconnected"]
     for e in whole:
         assert set(e) == {"version", "type", "at", "data"} and INSTANT.match(e["at"]) and isinstance(e["data"], dict)
-    assert whole[0]["data"] == {"org": "local", "app": "orders", "executor_id": "A"}
-    assert whole[3]["data"]["previous_status"] == "DISCONNECTED" and whole[3]["data"]["incarnation"] == 1
+    assert whole[0]["data"] == {"org": "local", "app": "orders", "executorId": "A"}  # camelCase, as the API's names
+    assert whole[3]["data"]["previousStatus"] == "DISCONNECTED" and whole[3]["data"]["incarnation"] == 1
+    assert {"connectionId", "appVersion", "dbosVersion", "executorMetadata"} <= set(whole[3]["data"])
 
     pages, after = [], 0
     while page := get(after=after, limit=2):
@@ -254,6 +255,31 @@ def test_history_pages_by_version(server: RelayServer) -> None:
     assert get(after=3) == whole[3:]
     assert get(limit=HISTORY_LIMIT) == whole
     assert get(after=2**63 - 1) == []
+
+
+def test_history_links_its_next_page_until_the_end(server: RelayServer) -> None:
+    """As the as-of list does: ``Link: <...>; rel="next"`` (``after`` = the last version returned, ``limit``
+    kept) while events follow; none on the last page, also one exactly full, nor on a whole history."""
+    call(server, "PUT", L + "/apps/orders")
+    connect_and_leave(server, "orders", "A")
+    connect_and_leave(server, "orders", "A")
+    history = ORDERS + "/A/history"
+    wait(lambda: len(call(server, "GET", history).json()) == 5, "five events")
+    whole = call(server, "GET", history)
+    assert len(whole.json()) == 5 and "link" not in whole.headers  # the default page holds them all
+    first = call(server, "GET", history, params={"limit": 2})
+    assert [e["version"] for e in first.json()] == [1, 2]
+    assert first.headers["link"] == f'<{history}?after=2&limit=2>; rel="next"'
+    got, r, pages = list(first.json()), first, 1
+    while "next" in r.links:
+        r = httpx.get(server.http + r.links["next"]["url"], verify=TLS, timeout=10)
+        assert r.status_code == 200, r.text
+        got += r.json()
+        pages += 1
+        assert pages <= 3, got
+    assert got == whole.json() and pages == 3
+    full_last = call(server, "GET", history, params={"after": 3, "limit": 2})
+    assert [e["version"] for e in full_last.json()] == [4, 5] and "link" not in full_last.headers
 
 
 def test_history_of_an_unknown_executor_or_application_is_a_404_problem(server: RelayServer) -> None:
@@ -274,7 +300,11 @@ def test_every_executor_id_the_handshake_accepts_has_a_history(server: RelayServ
         r = call(server, "GET", f"{ORDERS}/{quote(x, safe='')}/history")
         assert r.status_code == 200, (x, r.text)
         assert [e["type"] for e in r.json()] == ["Registered", "Connected", "Disconnected"], x
-        assert r.json()[0]["data"]["executor_id"] == x
+        assert r.json()[0]["data"]["executorId"] == x
+        one = call(server, "GET", f"{ORDERS}/{quote(x, safe='')}/history", params={"limit": 1})
+        nxt = one.links["next"]["url"]  # names the same executor: its id encoded again, "/" as %2F
+        assert nxt == f"{ORDERS}/{quote(x, safe='')}/history?after=1&limit=1", (x, nxt)
+        assert [e["version"] for e in httpx.get(server.http + nxt, verify=TLS, timeout=10).json()] == [2], x
     assert_problem(call(server, "GET", ORDERS + "/host/1/history"), 404)  # a bare slash separates segments
     for bad in ("a\nb", "a\u202eb", "a\x00b", "\u00e9" * 129):  # a control, a format character, NUL, 258 bytes
         body = assert_problem(call(server, "GET", f"{ORDERS}/{quote(bad, safe='')}/history"), 404)
