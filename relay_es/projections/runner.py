@@ -266,6 +266,9 @@ class ProjectionRunner:
         with self.db.schema() as cur:
             self.db.create_tracking(cur, [p.name for p in self.projections])
             stale = set(self.db.outdated(cur, versions))  # another version, a table missing: logged there
+            for p in self.projections:  # what a table of its version lacks (a column added in place) before
+                if p.name not in stale:  # _emptied reads its rows: a store from before 62ba79f would not start
+                    self._tables[p.name].create(cur)
             at = self.db.positions(cur)  # before the log's head is read (see _past_the_log)
             stale |= self._past_the_log(at, stale)
             stale |= self._emptied(cur, at, stale)

@@ -51,6 +51,22 @@ def test_a_disconnected_executor_dies_after_a_restart_on_a_dropped_executors_tab
     assert "DeclaredDead" in world.history("A")
 
 
+def test_a_tokens_table_from_before_permissions_is_completed_before_the_start_checks_read_it(
+        world: World, caplog) -> None:
+    """A store last served by a Relay from before tokens carried permissions (62ba79f, 2026-12-02), with an
+    application registered: the start's check for an emptied table read the apps read model's rows, the
+    tokens table's permissions column among them, before the column was added in place, and relay serve
+    would not start ("no such column: permissions"; a helper's upgrade hunt, from 2f04f57)."""
+    busy_history(world)
+    world.runner.catch_up()
+    live = tables(world)
+    before = world.runner.positions()
+    _sql(world, "ALTER TABLE relay_tokens DROP COLUMN permissions")
+    runner, said = _started(world, caplog)
+    assert said == [] and runner.positions() == before
+    assert tables(world) == live
+
+
 def test_read_models_whose_tables_were_dropped_are_folded_again_and_the_others_kept(world: World, caplog) -> None:
     busy_history(world)
     world.runner.catch_up()
