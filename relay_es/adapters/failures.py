@@ -65,12 +65,14 @@ class OutageLog:
     """What a part that retries on a store away logs: the first failure at once (WARNING, the
     error's first line), then at most one line every :data:`STORE_ERROR_LOG_SECS` with how many
     failures went unsaid since, and one INFO line when it works again. A store away fails every
-    retry until it is back (every half second, or every second): a line each said nothing new."""
+    retry until it is back (every half second, or every second): a line each said nothing new.
+    ``then``: what becomes of what failed, said after each failure's line."""
 
     def __init__(self, logger: logging.Logger, name: str, *, every: float = STORE_ERROR_LOG_SECS,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, then: str = "retrying") -> None:
         self.logger = logger
         self.name = name
+        self.then = then
         self.every = every
         self.monotonic = monotonic
         self._told: float | None = None  # when a failure was last logged, in this run of them
@@ -83,9 +85,18 @@ class OutageLog:
             self._untold += 1
             return
         more = f" ({self._untold} more failures since the last line)" if self._untold else ""
-        self.logger.warning("%s %s on the store (%s: %s); retrying%s", self.name, doing, type(e).__name__,
-                            first_line(e), more)
+        self.logger.warning("%s %s on the store (%s: %s); %s%s", self.name, doing, type(e).__name__,
+                            first_line(e), self.then, more)
         self._told, self._untold = now, 0
+
+    def store_failed(self, doing: str, e: BaseException) -> bool:
+        """If ``e`` is the store's (:func:`is_store_error`, not from the data: :func:`is_data_error`), it
+        is told as :meth:`failed` says, and True; anything else is a bug, the caller's to log with its
+        traceback: False, nothing told."""
+        if not is_store_error(e) or is_data_error(e):
+            return False
+        self.failed(doing, e)
+        return True
 
     def worked(self, done: str = "works on the store again") -> None:
         """It went through: a run of failures, if any, is over, and said to be."""

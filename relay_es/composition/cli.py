@@ -173,7 +173,8 @@ def store_errors() -> tuple[type[BaseException], ...]:
 def store_failure(e: BaseException, url: str | None) -> str:
     """One line for the store of ``url`` (accepted by ``parse_database_url``) that cannot be used: its
     URL without the password and the first line of what the driver said, the password (should the
-    driver quote it) hidden there too."""
+    driver quote it) hidden there too. A SQLite store whose file system has no room left says so beside
+    it: SQLite's own words for a -wal file it cannot make ("disk I/O error") point at the hardware."""
     from relay_es.adapters.stores import parse_database_url, postgres_params, redact_url
 
     store = parse_database_url(url)
@@ -182,7 +183,25 @@ def store_failure(e: BaseException, url: str | None) -> str:
         password = postgres_params(store.url)["password"]
         if password:
             said = said.replace(password, "***")
+    elif store.sqlite_path is not None and not any(full in said for full in ("No space left", "disk is full")):
+        folder = os.path.dirname(os.path.abspath(store.sqlite_path))
+        if _full(folder):  # SQLite says "disk I/O error" when it cannot make its -wal and -shm files
+            said += f"; no space left on the store's file system ({folder})"
     return f"cannot open the store {redact_url(store.url)}: {said}"
+
+
+SQLITE_OPEN_BYTES = 64 * 1024  # more than SQLite writes to open a store in WAL mode: a -shm of 32 KiB, -wal frames
+
+
+def _full(folder: str) -> bool:
+    """The file system of ``folder`` has less room free than SQLite needs to open a store there (unknown:
+    not full)."""
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free < SQLITE_OPEN_BYTES
+    except OSError:
+        return False
 
 
 def _raise_open_file_limit() -> None:

@@ -267,3 +267,30 @@ def test_a_host_that_is_no_name_is_refused_before_the_store_is_opened(tmp_path) 
     assert r.returncode == 2
     assert r.stderr.startswith("relay: host: ") and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert not (tmp_path / "relay-data").exists()
+
+
+def test_a_sqlite_store_that_cannot_be_opened_on_a_full_file_system_says_so(tmp_path, monkeypatch) -> None:
+    """``relay serve`` on a full disk with an existing SQLite store said "disk I/O error" (SQLite's words
+    for a -wal file it cannot make), pointing an operator at the hardware: the full file system is said
+    beside it, and only when its folder has no room."""
+    import shutil
+    import sqlite3
+
+    from relay_es.composition.cli import store_failure
+
+    url = f"sqlite:///{tmp_path}/relay.db"
+    room = [0]
+    real = shutil.disk_usage
+
+    def disk_usage(path: str) -> object:
+        assert path == str(tmp_path)
+        return real(path)._replace(free=room[0])
+
+    monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+    io = sqlite3.OperationalError("disk I/O error")
+    assert store_failure(io, url) == (f"cannot open the store {url}: disk I/O error; no space left on the store's "
+                                      f"file system ({tmp_path})")
+    assert store_failure(OSError(28, "No space left on device"), url) == (
+        f"cannot open the store {url}: [Errno 28] No space left on device")  # said already: not twice
+    room[0] = 10 * 2**20
+    assert store_failure(io, url) == f"cannot open the store {url}: disk I/O error"

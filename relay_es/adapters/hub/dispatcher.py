@@ -12,7 +12,8 @@ event loop, with the executor's :class:`~relay_es.adapters.hub.connection.Connec
   closed the target's socket (the attempt stays outstanding, as after a kill: ADR 3).
 * **retention**: the process manager's timer hands over an application's plan; it is sent to
   the application's newest registered connection, recorded before it is sent and its answer
-  (or the lack of one) recorded after.
+  (or the lack of one) recorded after. A store away fails every application's round alike: told as an
+  outage (:class:`~relay_es.adapters.failures.OutageLog`), only a bug with its traceback.
 * **metrics**: the process manager's timer names an application; its
   :class:`~relay_es.adapters.hub.harvest.Harvest` collects what is due.
 """
@@ -25,6 +26,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from relay_es.adapters.failures import OutageLog
 from relay_es.adapters.hub.calls import observed_call
 from relay_es.adapters.hub.connection import Connection, ConnectionLost, Guard
 from relay_es.adapters.hub.harvest import Harvest
@@ -83,6 +85,8 @@ class Dispatcher:
         self._dispatch_lock = threading.Lock()
         self._expired: set[str] = set()
         self._recovering: set[str] = set()
+        self.retention_outage = OutageLog(log, "retention", monotonic=monotonic,  # on the loop only
+                                          then="tried again next round")
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Conversations run on ``loop`` from now on."""
@@ -223,11 +227,14 @@ class Dispatcher:
         try:  # cut again from the settings the record reads: a change since the timer fired holds
             recorded = await self.run(self.relay.record_retention_plan, conn.org, conn.app, request_id=rid,
                                       target_executor_id=conn.executor_id or "", plan=p)
-        except Exception:
-            log.exception("could not record a retention round for %s/%s; not sending it", conn.org, conn.app)
+        except Exception as e:
+            if not self.retention_outage.store_failed(f"failed recording a round for {conn.org}/{conn.app} "
+                                                      "(not sent)", e):
+                log.exception("could not record a retention round for %s/%s; not sending it", conn.org, conn.app)
             return
         if recorded is None:
-            return  # the settings want no retention any more
+            return  # the settings want no retention any more (nothing written: an outage is not over)
+        self.retention_outage.worked("records on the store again")
         p = recorded
         try:
             answer = await self._call(conn, lambda _: m.RetentionRequest(request_id=rid, body=p.body()),
@@ -241,5 +248,9 @@ class Dispatcher:
         try:
             await self.run(self.relay.record_retention_answered, conn.org, conn.app, request_id=rid,
                            success=success, error=error)
-        except Exception:
-            log.exception("could not record the retention answer of %s/%s", conn.org, conn.app)
+        except Exception as e:
+            if not self.retention_outage.store_failed(f"failed recording the answer of {conn.org}/{conn.app} "
+                                                      "(lost)", e):
+                log.exception("could not record the retention answer of %s/%s", conn.org, conn.app)
+            return
+        self.retention_outage.worked("records on the store again")

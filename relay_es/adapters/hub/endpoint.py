@@ -54,6 +54,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from relay_es.adapters.failures import OutageLog
 from relay_es.adapters.hub.admission import Gate, Refused
 from relay_es.adapters.hub.connection import Connection, ConnectionLost
 from relay_es.adapters.hub.limits import Counted, Quotas, Roster, key_id
@@ -158,6 +159,9 @@ class Hub:
         self._violations = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, kind)
         self._refusals = Throttle(REFUSAL_QUIET, clock=monotonic)  # address: slow-down strikes, one log line
         self._refusal_audit = Throttle(VIOLATION_AUDIT_INTERVAL, clock=monotonic)  # (org, app, address)
+        # The audit entries of refusals and violations the store failed to write: told as an outage (a store
+        # away fails them all alike), only a bug with its traceback.
+        self.audit_outage = OutageLog(log, "the hub", monotonic=monotonic, then="not in the audit log")
         # What was closed for good, for the handshakes admitted before it and registered after it (close_token
         # and close_app close only the registered sockets): ("token" | "app", org, name) -> its number in
         # self._closings, the last CLOSED_KEPT of them.
@@ -310,8 +314,11 @@ class Hub:
         try:
             await self.pool.run(self.relay.record_refusal, org, app=app, peer=host, status=r.status, reason=r.detail,
                                 suppressed=hit.suppressed)
-        except Exception:
-            log.exception("could not record a refused handshake")
+        except Exception as e:
+            if not self.audit_outage.store_failed("failed recording a refused handshake", e):
+                log.exception("could not record a refused handshake")
+            return
+        self.audit_outage.worked("records audit entries on the store again")
 
     async def _refuse(self, send: Any, r: Refused) -> None:
         body = json.dumps({"type": "about:blank", "title": r.title, "status": r.status, "detail": r.detail}).encode()
@@ -498,8 +505,11 @@ class Hub:
         try:
             await self.pool.run(self.relay.record_violation, conn.org, conn.app, kind=v.kind, detail=v.detail,
                                 executor_id=conn.executor_id, peer=conn.peer, suppressed=hit.suppressed)
-        except Exception:
-            log.exception("could not record a protocol violation")
+        except Exception as e:
+            if not self.audit_outage.store_failed("failed recording a protocol violation", e):
+                log.exception("could not record a protocol violation")
+            return
+        self.audit_outage.worked("records audit entries on the store again")
 
     async def _cleanup(self, conn: Connection, code: int | None) -> None:
         """The socket is gone: a registered executor is DISCONNECTED, with why (:func:`_reason`)."""

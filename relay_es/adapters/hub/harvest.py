@@ -16,6 +16,9 @@ its backfill does not move while its executors fail; never before the applicatio
 registration, as the applications' read model has it: a deleted application's workflows, in
 the system database its executors share with one registered again under its name, are not
 the new one's). Once a period, samples older than the retention are pruned.
+A store away or full fails every application's collection alike, every period: it is told as an outage
+(:class:`~relay_es.adapters.failures.OutageLog`: a line as it starts, one a minute, one as it ends), and
+only a bug with its traceback.
 Every collection, whatever came of it, tells ``outcome`` the cursor as it stands (the stored one, moved by
 what it stored), so ``relay_metrics_collected_until_timestamp_seconds`` is there after a restart even while
 the executors fail.
@@ -34,6 +37,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from relay_es.adapters.failures import OutageLog
 from relay_es.adapters.hub.calls import Calls
 from relay_es.adapters.series import MetricSeries
 from relay_es.domain.clock import Timeline
@@ -80,6 +84,12 @@ class Harvest:
         self._generation: dict[tuple[str, str], int] = {}
         self._failing: dict[tuple[str, str], str] = {}  # the last failure logged, per application
         self._pruned_at = float("-inf")
+        # A store away fails every application's collection every period alike: told as an outage (a line
+        # when it starts, one a minute, one when it ends), not a traceback each. Reads, writes and the
+        # pruning apart: on a full disk the reads go on working, and a read that works ends no write's outage.
+        self._reads = OutageLog(log, "metrics collection", monotonic=monotonic, then="asked again next period")
+        self._writes = OutageLog(log, "metrics collection", monotonic=monotonic, then="asked again next period")
+        self._prunes = OutageLog(log, "metrics pruning", monotonic=monotonic, then="tried again next period")
         # missed buckets asked for at most: a day's worth at the default period, never more than kept
         self.catchup = max(1, min(CATCHUP, int(retention // period)))
 
@@ -115,22 +125,27 @@ class Harvest:
 
         try:
             cursor = await self.run(self.series.cursor, org, app)
-        except Exception:
-            log.exception("could not read the metrics cursor of %s/%s", org, app)
+        except Exception as e:
+            if not self._reads.store_failed(f"failed reading the cursor of {org}/{app}", e):
+                log.exception("could not read the metrics cursor of %s/%s", org, app)
             self.outcome(org, app, "failed", None)
             return 0
         floor = None
         if cursor is None:  # its first collection: from its registration at the earliest
             try:
                 registered = await self.run(self.registered, org, app)
-            except Exception:
-                log.exception("could not read when %s/%s was registered", org, app)
+            except Exception as e:
+                if not self._reads.store_failed(f"failed reading when {org}/{app} was registered", e):
+                    log.exception("could not read when %s/%s was registered", org, app)
                 self.outcome(org, app, "failed", None)
                 return 0
+            self._reads.worked("reads the store again")  # both reads went through
             if registered is None:  # deleted, or its registration not in the read model yet
                 self._failed(org, app, None, "the application is not in the read models (not yet, or deleted)")
                 return 0
             floor = math.floor(registered)  # its second: none of its own workflows left out
+        else:
+            self._reads.worked("reads the store again")
         now = self._now()
         windows = due(cursor, now, self.period, catchup=self.catchup, floor=floor)
         if cursor is None and windows:  # its first collection: from here on, whatever happens
@@ -138,10 +153,12 @@ class Harvest:
                 return 0
             try:
                 cursor = await self.run(self.series.begin, org, app, windows[0].start)
-            except Exception:
-                log.exception("could not start the metrics cursor of %s/%s", org, app)
+            except Exception as e:
+                if not self._writes.store_failed(f"failed starting the cursor of {org}/{app}", e):
+                    log.exception("could not start the metrics cursor of %s/%s", org, app)
                 self.outcome(org, app, "failed", None)
                 return 0
+            self._writes.worked("writes to the store again")
             windows = due(cursor, now, self.period, catchup=self.catchup)
         stored = 0
         for window in windows:
@@ -160,10 +177,12 @@ class Harvest:
                             window.start, window.end, got.dropped, got.folded, wire.OTHER)
             try:
                 moved = await self.run(self._record, org, app, cursor, window, got)
-            except Exception:
-                log.exception("could not store the metrics of %s/%s", org, app)
+            except Exception as e:
+                if not self._writes.store_failed(f"failed storing the metrics of {org}/{app}", e):
+                    log.exception("could not store the metrics of %s/%s", org, app)
                 self.outcome(org, app, "failed", cursor)
                 return stored
+            self._writes.worked("writes to the store again")
             if not moved:  # another collector stored it (and what follows): start again next time
                 log.info("metrics of %s/%s were collected elsewhere meanwhile", org, app)
                 return stored
@@ -215,8 +234,10 @@ class Harvest:
         self._pruned_at = now
         try:
             n = await self.run(self.series.prune, int(now - self.retention))
-        except Exception:
-            log.exception("could not prune the metrics series")
+        except Exception as e:
+            if not self._prunes.store_failed("failed", e):
+                log.exception("could not prune the metrics series")
             return
+        self._prunes.worked()
         if n:
             log.info("pruned %d metric samples older than %gs", n, self.retention)

@@ -81,6 +81,7 @@ READER_SECS = 1.0  # how long a stop waits for the last reports of a child that 
 STOP_SECS = 5.0  # how long a stop waits for the child before killing it
 LATE_SECS = 2.0  # a child that has owed a report this long is late: waits for the read models stop waiting
 STALL_SECS = 10.0  # a child that has owed a report this long is stuck: killed and started again
+IDLE_SESSION_TIMEOUT = "57P05"  # the SQLSTATE of a session Postgres ended for its idle_session_timeout
 
 
 class ProjectionProcess:
@@ -321,6 +322,48 @@ class ProjectionProcess:
 # ------------------------------------------------------------------ the child
 
 
+class PassFailures:
+    """How the child takes a pass that failed. A store away fails every pass until it is back: told as
+    :class:`~relay_es.adapters.failures.OutageLog` says (a line as it starts, one a minute, the error's
+    first line only: Postgres' has the statement and a caret under it on the lines after), a bug with
+    its traceback each time. A connection Postgres ended for idling (:func:`ended_idle`) is no outage:
+    the pass runs again at once, once, unsaid."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        from relay_es.adapters.failures import OutageLog
+
+        self.outage = OutageLog(log, "the read models' process", monotonic=monotonic)
+        self._retried = False  # a pass was run again at once since the last one went through
+
+    def again_at_once(self, e: Exception) -> bool:
+        """The pass failed with ``e``: whether to run it again at once (else told, and after a pause)."""
+        if not self._retried and ended_idle(e):
+            self._retried = True  # the pool dropped that connection: it hands out another
+            return True
+        if not self.outage.store_failed("failed", e):
+            log.exception("the read models' process failed; retrying", exc_info=e)
+        return False
+
+    def worked(self) -> None:
+        """A pass went through."""
+        self._retried = False
+        self.outage.worked()
+
+
+def ended_idle(e: BaseException) -> bool:
+    """``e`` (or what it was raised from) says Postgres ended the session of a connection left idle
+    longer than its ``idle_session_timeout`` (a role's setting, say): a pass run again at once gets
+    another connection. A child whose batches come seconds apart met it at every first one."""
+    seen: BaseException | None = e
+    for _ in range(4):  # the library's error, raised from the driver's
+        if seen is None:
+            return False
+        if getattr(seen, "sqlstate", None) == IDLE_SESSION_TIMEOUT:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: float, server: int) -> None:
     """The child: folds the log into the read models until told to stop or the server is gone.
     ``server``: the server's process id."""
@@ -353,6 +396,7 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
         runner = ProjectionRunner(relay, db, all_projections(), schema=False)
         runner.on_poison.append(lambda p: conn.send(("poison", p)))
         sent: dict[str, int] = {}
+        failures = PassFailures()
 
         def stop_asked() -> bool:
             """Reads what the server sent (wakes, a stop) without waiting."""
@@ -382,12 +426,12 @@ def follow_in_child(store: StoreConfig, conn: Any, log_level: str, poll_secs: fl
             except (EOFError, BrokenPipeError, ConnectionResetError):
                 raise  # the server is gone
             except Exception as e:  # the store away: the same batch later
-                level = logging.WARNING if is_store_error(e) else logging.ERROR
-                log.log(level, "the read models' process failed (%s: %s); retrying", type(e).__name__, e,
-                        exc_info=level == logging.ERROR)
+                if failures.again_at_once(e):
+                    continue
                 conn.send(("failed", type(e).__name__))
                 time.sleep(0.5)
                 continue
+            failures.worked()
             conn.send(("idle", sent))
             conn.poll(poll_secs)
     except (EOFError, BrokenPipeError, ConnectionResetError):

@@ -460,3 +460,72 @@ def test_the_process_manager_reads_how_many_sockets_the_hub_admitted() -> None:
             parts.close()
 
     assert asyncio.run(main()) == [0, 2, 2]
+
+
+def _retention_log(caplog: Any) -> list[tuple[str, str, bool]]:
+    """What the dispatcher logged: (level, message, with a traceback)."""
+    return [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records
+            if r.name == "relay_es.adapters.hub.dispatcher"]
+
+
+def test_retention_rounds_the_store_fails_are_one_outage_for_every_application_not_a_traceback_each(
+        caplog: Any) -> None:
+    """A full disk failed every application's retention round every interval with a traceback each (150
+    tracebacks in a 30 s outage at a 1 s interval): told as an outage now, a line as it starts, one a
+    minute with a count, one as it ends; a bug is still logged with its traceback."""
+    import logging
+    import sqlite3
+    from datetime import datetime, timezone
+
+    from relay_es.protocol.retention import RetentionPlan
+
+    clock = _Clock()
+    failure: list[Exception | None] = [sqlite3.OperationalError("database or disk is full")]
+
+    class Store:
+        def record_retention_plan(self, org: str, app: str, **kw: Any) -> Any:
+            if failure[0] is not None:
+                raise failure[0]
+            return kw["plan"]
+
+        def record_retention_answered(self, org: str, app: str, **kw: Any) -> None:
+            if failure[0] is not None:
+                raise failure[0]
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    plan = RetentionPlan(gc_cutoff=datetime(2026, 1, 1, tzinfo=timezone.utc), gc_rows_threshold=5000,
+                         timeout_cutoff=None)
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.hub.dispatcher")
+
+    async def main() -> None:
+        parts = build(Store(), monotonic=clock)
+        conns = [registered(send, f"E{i}", id=f"c{i}", app=f"app{i}") for i in range(5)]
+        for c in conns:
+            c.closed = True  # a round recorded is sent to no one: its answer is recorded at once
+        try:
+            for _ in range(30):  # a round a second for each application
+                for c in conns:
+                    await parts.dispatcher._send_retention(c, plan)
+                clock.t += 1
+            said = ("retention failed recording a round for local/app0 (not sent) on the store (OperationalError: "
+                    "database or disk is full); tried again next round")
+            assert _retention_log(caplog) == [("WARNING", said, False)]
+            clock.t += 30
+            await parts.dispatcher._send_retention(conns[0], plan)
+            assert _retention_log(caplog)[1:] == [("WARNING", said + " (149 more failures since the last line)",
+                                                   False)]
+            failure[0] = None  # the store is back
+            await parts.dispatcher._send_retention(conns[1], plan)
+            assert _retention_log(caplog)[2:] == [
+                ("INFO", "retention records on the store again (0 failures since the last line)", False)]
+            caplog.clear()
+            failure[0] = RuntimeError("a bug")
+            await parts.dispatcher._send_retention(conns[2], plan)
+            assert _retention_log(caplog) == [
+                ("ERROR", "could not record a retention round for local/app2; not sending it", True)]
+        finally:
+            parts.close()
+
+    asyncio.run(main())

@@ -770,3 +770,65 @@ def test_the_handshake_path_is_percent_decoded_once(raw_path: bytes | None, app:
 
     asyncio.run(main())
     assert admitted == [(app, key)]
+
+
+def test_audit_entries_the_store_fails_are_one_outage_not_a_traceback_each(caplog: Any) -> None:
+    """Refused handshakes and protocol violations each wrote a traceback when the store failed their
+    audit entries (one per org, address and interval: a store away fails them all alike). Told as an
+    outage now, a line as it starts, one a minute, one as it ends; a bug still with its traceback."""
+    import logging
+    import sqlite3
+
+    from relay_es.adapters.hub.admission import Refused
+    from relay_es.protocol.session import Violation
+    from tests.adapters.hub.support import registered
+
+    now = [100.0]
+    failure: list[Exception | None] = [sqlite3.OperationalError("database or disk is full")]
+
+    class Store:
+        def record_refusal(self, org: str, **kw: Any) -> None:
+            if failure[0] is not None:
+                raise failure[0]
+
+        def record_violation(self, org: str, app: str, **kw: Any) -> bool:
+            if failure[0] is not None:
+                raise failure[0]
+            return True
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    def said() -> list[tuple[str, str, bool]]:
+        return [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records
+                if r.name == "relay_es.adapters.hub.endpoint" and "executor" not in r.getMessage()]
+
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.hub.endpoint")
+
+    async def main() -> None:
+        parts = build(Store(), monotonic=lambda: now[0])
+        hub = parts.hub
+        try:
+            for i in range(20):
+                await hub._audit_refusal("app", f"10.0.0.{i}", Refused(401, "Unauthorized", "revoked", org="acme"))
+                await hub._violation(registered(send, f"E{i}", app=f"app{i}"), Violation("bad_frame", "not JSON"))
+            full = "on the store (OperationalError: database or disk is full); not in the audit log"
+            assert said() == [("WARNING", f"the hub failed recording a refused handshake {full}", False)]
+            now[0] += 60
+            await hub._violation(registered(send, "E0", app="app0"), Violation("bad_frame", "not JSON"))
+            assert said()[1:] == [("WARNING", f"the hub failed recording a protocol violation {full} (39 more "
+                                              "failures since the last line)", False)]
+            failure[0] = None  # the store is back
+            await hub._audit_refusal("app", "10.0.1.1", Refused(401, "Unauthorized", "revoked", org="acme"))
+            assert said()[2:] == [("INFO", "the hub records audit entries on the store again (0 failures since the "
+                                           "last line)", False)]
+            caplog.clear()
+            failure[0] = RuntimeError("a bug")
+            await hub._audit_refusal("app", "10.0.1.2", Refused(401, "Unauthorized", "revoked", org="acme"))
+            await hub._violation(registered(send, "E1", app="other"), Violation("bad_frame", "not JSON"))
+            assert said() == [("ERROR", "could not record a refused handshake", True),
+                              ("ERROR", "could not record a protocol violation", True)]
+        finally:
+            parts.close()
+
+    asyncio.run(main())

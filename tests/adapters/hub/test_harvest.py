@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -379,3 +380,121 @@ def test_a_windows_counts_are_told_in_the_same_call_that_stores_it(series: Metri
     h.run, h.collected = run, lambda org, app, w, got: inside.append(running[0])
     assert asyncio.run(h.collect("local", "orders")) == BACKFILL
     assert inside and all(inside)
+
+
+def failing(names: set[str], error: Exception) -> Callable[..., Any]:
+    """A store call runner under which the store calls named ``names`` (``cursor``, ``begin``,
+    ``_record``, ``prune``) raise ``error``; an empty set lets every call through."""
+
+    async def run(fn: Callable[..., Any], *args: Any) -> Any:
+        if getattr(fn, "__name__", "") in names:
+            raise error
+        return fn(*args)
+
+    return run
+
+
+def harvest_log(caplog) -> list[tuple[str, str, bool]]:
+    """What the harvest logged: (level, message, with a traceback)."""
+    return [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records
+            if r.name == "relay_es.adapters.hub.harvest"]
+
+
+APPS = [f"app{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("failing_call,doing", [
+    ("cursor", "reading the cursor of local/app0"),
+    ("begin", "starting the cursor of local/app0"),
+    ("_record", "storing the metrics of local/app0"),
+])
+def test_a_store_away_is_one_outage_for_every_application_not_a_traceback_each(
+        series: MetricSeries, caplog, failing_call: str, doing: str) -> None:
+    """A full disk failed every application's collection every period with a traceback each (5
+    applications, 1 s periods, a 30 s outage: 304 ERROR lines, 454 tracebacks): told as an outage
+    now, a line as it starts, one a minute with a count, one as it ends."""
+    calls, now = FakeCalls(), Now(T0 + 5)
+    h, _, outcomes = harvest(calls, series, now)
+    if failing_call == "_record":  # the cursors are set: what fails is storing the answers
+        for app in APPS:
+            asyncio.run(h.collect("local", app))
+        now.t += 60
+    full = sqlite3.OperationalError("database or disk is full")
+    h.run = failing({failing_call}, full)
+    outcomes.clear()
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.hub.harvest")
+    for _ in range(30):  # a 30 s outage, a collection a second
+        for app in APPS:
+            asyncio.run(h.collect("local", app))
+        now.t += 1
+    said = f"metrics collection failed {doing} on the store (OperationalError: database or disk is full); " \
+           "asked again next period"
+    assert harvest_log(caplog) == [("WARNING", said, False)]
+    assert outcomes == ["failed"] * 150  # each still counted in /metrics
+    now.t += 30  # a minute since the first line
+    asyncio.run(h.collect("local", "app0"))
+    assert harvest_log(caplog)[1:] == [
+        ("WARNING", said + " (149 more failures since the last line)", False)]
+    h.run = failing(set(), full)  # the store is back
+    asyncio.run(h.collect("local", "app1"))
+    ends = "reads the store again" if failing_call == "cursor" else "writes to the store again"
+    assert harvest_log(caplog)[2:] == [("INFO", f"metrics collection {ends} (0 failures since the last line)",
+                                         False)]
+    assert outcomes[-1] == "ok"
+
+
+def test_a_full_disk_whose_reads_work_is_still_one_outage_of_the_writes(series: MetricSeries, caplog) -> None:
+    """On a full disk the reads go on working: a read that worked between two writes that failed did not
+    end the writes' outage (a line each would be back)."""
+    calls, now = FakeCalls(), Now(T0 + 5)
+    h, _, _ = harvest(calls, series, now)
+    h.run = failing({"begin"}, sqlite3.OperationalError("database or disk is full"))
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.hub.harvest")
+    for app in APPS * 3:
+        asyncio.run(h.collect("local", app))
+    assert [level for level, _, _ in harvest_log(caplog)] == ["WARNING"]
+
+
+def test_a_prune_that_fails_on_the_store_is_one_line_and_a_bug_is_a_traceback(series: MetricSeries,
+                                                                              caplog) -> None:
+    """A prune a period: with a period of a second (RELAY_METRICS_INTERVAL_SECS=1), one a second."""
+    calls, now = FakeCalls(), Now(T0 + 5)
+    h, _, _ = harvest(calls, series, now)
+    h.period = 1
+    calls.fail = NoHealthyExecutor("local", "orders")  # nothing collected; the pruning comes all the same
+    h.run = failing({"prune"}, sqlite3.OperationalError("disk I/O error"))
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.hub.harvest")
+
+    def pruning() -> list[tuple[str, str, bool]]:
+        return [r for r in harvest_log(caplog) if "prun" in r[1]]
+
+    for _ in range(30):
+        asyncio.run(h.collect("local", "orders"))
+        now.t += 1
+    assert pruning() == [("WARNING", "metrics pruning failed on the store (OperationalError: disk I/O "
+                                     "error); tried again next period", False)]
+    h.run = failing(set(), RuntimeError("unused"))
+    asyncio.run(h.collect("local", "orders"))
+    assert pruning()[1:] == [("INFO", "metrics pruning works on the store again (29 failures since the last line)",
+                              False)]
+    caplog.clear()
+    now.t += 1
+    h.run = failing({"prune"}, RuntimeError("a bug"))
+    asyncio.run(h.collect("local", "orders"))
+    assert pruning() == [("ERROR", "could not prune the metrics series", True)]
+
+
+@pytest.mark.parametrize("failing_call,said", [
+    ("cursor", "could not read the metrics cursor of local/{app}"),
+    ("begin", "could not start the metrics cursor of local/{app}"),
+])
+def test_a_bug_in_a_store_call_is_still_logged_with_its_traceback_each_time(
+        series: MetricSeries, caplog, failing_call: str, said: str) -> None:
+    calls, now = FakeCalls(), Now(T0 + 5)
+    h, _, outcomes = harvest(calls, series, now)
+    h.run = failing({failing_call}, RuntimeError("a bug"))
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.hub.harvest")
+    for app in APPS[:2]:
+        asyncio.run(h.collect("local", app))
+    assert harvest_log(caplog) == [("ERROR", said.format(app=app), True) for app in APPS[:2]]
+    assert outcomes == ["failed", "failed"]

@@ -472,3 +472,83 @@ def test_a_child_that_ends_while_the_store_is_unreachable_is_a_warning_not_an_er
         ("ERROR", "the read models' process exited (code 0); this process folds the log until it is started "
                   "again in 2 s"),
     ]
+
+
+def _wrapped(driver: Exception) -> Exception:
+    """``driver``'s error as the event store's library raises it: its own class, raised from it."""
+    from eventsourcing.persistence import OperationalError
+
+    try:
+        try:
+            raise driver
+        except Exception as e:
+            raise OperationalError(str(e)) from e
+    except OperationalError as wrapped:
+        return wrapped
+
+
+LOCKED = ('canceling statement due to lock timeout\nLINE 1: ...r_id::text, originator_version, topic, state FROM '
+          '"public"."...\n                                                             ^')
+
+
+def test_the_childs_failed_passes_in_a_store_outage_are_one_line_a_minute_in_one_line_each(caplog) -> None:
+    """A table locked for 15 s failed a pass every 0.7 s, each a WARNING carrying Postgres' whole
+    message (the statement and a caret, on three lines): told as an outage now, its first line only."""
+    import logging
+
+    import psycopg.errors
+
+    from relay_es.adapters.readmodels.follower import PassFailures
+
+    clock = FakeClock()
+    failures = PassFailures(monotonic=clock.monotonic)
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.readmodels.follower")
+    for _ in range(22):  # 15 s of a pass every 0.7 s
+        assert not failures.again_at_once(_wrapped(psycopg.errors.LockNotAvailable(LOCKED)))
+        clock.advance(0.7)
+    failures.worked()
+    assert [(r.levelname, r.getMessage(), r.exc_info is None) for r in caplog.records] == [
+        ("WARNING", "the read models' process failed on the store (OperationalError: canceling statement due to "
+                    "lock timeout); retrying", True),
+        ("INFO", "the read models' process works on the store again (21 failures since the last line)", True),
+    ]
+
+
+def test_a_bug_in_the_childs_pass_is_logged_with_its_traceback_every_time(caplog) -> None:
+    import logging
+
+    from relay_es.adapters.readmodels.follower import PassFailures
+
+    failures = PassFailures(monotonic=FakeClock().monotonic)
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.readmodels.follower")
+    for _ in range(2):
+        try:
+            raise RuntimeError("a bug")
+        except RuntimeError as e:
+            assert not failures.again_at_once(e)
+    assert [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records] == [
+        ("ERROR", "the read models' process failed; retrying", True)] * 2
+
+
+def test_a_connection_postgres_ended_for_idling_is_run_again_at_once_unsaid(caplog) -> None:
+    """A role's idle_session_timeout ended the child's idle connection: its next pass failed (a WARNING
+    every ~5 s, for ever). The pass runs again at once, once, on a connection the pool hands out anew;
+    a second failure in a row is an outage like any other."""
+    import logging
+
+    import psycopg.errors
+
+    from relay_es.adapters.readmodels.follower import PassFailures, ended_idle
+
+    idle = _wrapped(psycopg.errors.IdleSessionTimeout("terminating connection due to idle-session timeout"))
+    assert ended_idle(idle) and ended_idle(idle.__cause__)  # type: ignore[arg-type]
+    assert not ended_idle(_wrapped(psycopg.errors.LockNotAvailable(LOCKED))) and not ended_idle(RuntimeError("x"))
+    failures = PassFailures(monotonic=FakeClock().monotonic)
+    caplog.set_level(logging.INFO, logger="relay_es.adapters.readmodels.follower")
+    for _ in range(3):  # an idle connection ended before each of three passes, each run again at once
+        assert failures.again_at_once(idle)
+        failures.worked()
+    assert caplog.records == []
+    assert failures.again_at_once(idle)
+    assert not failures.again_at_once(idle)  # twice in a row: not an idle connection's end alone
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
