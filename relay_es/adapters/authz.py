@@ -145,11 +145,13 @@ TABLE: Mapping[tuple[str, str], Rule] = {
     ("GET", "/v2/orgs/{org}/tokens"): Rule("tokens.list", Scope.ORG, TOKEN_READ),
     ("POST", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.create", Scope.ORG, TOKEN_WRITE),
     ("DELETE", "/v2/orgs/{org}/tokens/{token_name}"): Rule("tokens.revoke", Scope.ORG, TOKEN_WRITE),
-    ("GET", "/v2/orgs/{org}/roles"): Rule("roles.list", Scope.ORG, ORGANIZATION_READ),
-    ("POST", "/v2/orgs/{org}/roles"): Rule("roles.create", Scope.ORG, ORGANIZATION_WRITE),
-    ("DELETE", "/v2/orgs/{org}/roles/{role_name}"): Rule("roles.delete", Scope.ORG, ORGANIZATION_WRITE),
     ("GET", "/v2/orgs/{org}/permissions"): Rule("permissions.list", Scope.ORG, ORGANIZATION_READ),
     # Conductor's OAuth-only operations: with --oidc-issuer only (docs/identity.md); a 404 otherwise.
+    # Roles among them: they are what an OIDC user is given, and do nothing for a token (ADR 24).
+    ("GET", "/v2/orgs/{org}/roles"): Rule("roles.list", Scope.ORG, ORGANIZATION_READ, oauth=True),
+    ("POST", "/v2/orgs/{org}/roles"): Rule("roles.create", Scope.ORG, ORGANIZATION_WRITE, oauth=True),
+    ("DELETE", "/v2/orgs/{org}/roles/{role_name}"): Rule("roles.delete", Scope.ORG, ORGANIZATION_WRITE,
+                                                         oauth=True),
     ("GET", "/v2/orgs/{org}"): Rule("org.get", Scope.ORG, ORGANIZATION_READ, oauth=True),
     ("PATCH", "/v2/orgs/{org}"): Rule("org.update", Scope.ORG, ORGANIZATION_WRITE, oauth=True),
     ("GET", "/v2/orgs/{org}/members"): Rule("members.list", Scope.ORG, ORGANIZATION_READ, oauth=True),

@@ -112,10 +112,11 @@ COMMANDS = ("apps", "tokens", "executors", "events", "audit", "history", "workfl
 
 
 class CliError(Exception):
-    def __init__(self, message: str, code: int = 1, details: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, code: int = 1, details: tuple[str, ...] = (), status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.details = details  # printed one a line under the message
+        self.status = status  # the server's HTTP status, when it refused
 
 
 class Unavailable(CliError):
@@ -239,7 +240,7 @@ def _add_workflows(sub: Any) -> None:
     st.add_argument("--offset", type=_natural_int)
     ca = _app_parser(wsub, "cancel", "cancel a workflow", "workflow_id")
     ca.add_argument("--cancel-children", action="store_true", help="cancel its child workflows too")
-    rs = _app_parser(wsub, "resume", "resume a workflow (on the latest version)", "workflow_id")
+    rs = _app_parser(wsub, "resume", "resume a workflow (on its own application version)", "workflow_id")
     rs.add_argument("--queue", help="resume it on this queue")
     fk = _app_parser(wsub, "fork", "start a new workflow from a step of this one", "workflow_id")
     fk.add_argument("--start-step", type=_natural_int, help="the step to start from (default: the first)")
@@ -289,7 +290,7 @@ def _add_queues_schedules_versions(sub: Any) -> None:
     ve = sub.add_parser("versions", help="an application's versions")
     vsub = ve.add_subparsers(dest="action", required=True)
     _app_parser(vsub, "list", "list application versions")
-    _app_parser(vsub, "set-latest", "make this version the latest (resume and fork prefer it)", "version")
+    _app_parser(vsub, "set-latest", "make this version the latest (Relay asks its executors first to resume and fork)", "version")
 
     au = sub.add_parser("autoscaling", help="an application's autoscaling policy and recommendation (docs/autoscaling.md)")
     asub = au.add_subparsers(dest="action", required=True)
@@ -300,7 +301,8 @@ def _add_queues_schedules_versions(sub: Any) -> None:
     st.add_argument("--max-old-executors", type=_natural_int, help="cap of every old version (a rollout)")
     _app_parser(asub, "clear", "delete the policy")
 
-    ro = sub.add_parser("roles", help="the org's roles: built-in and its own (docs/identity.md)")
+    ro = sub.add_parser("roles", help="the org's roles: built-in and its own; served only by a server with OIDC "
+                                      "configured (--oidc-issuer; docs/identity.md)")
     rsub = ro.add_subparsers(dest="action", required=True)
     add_common(rsub.add_parser("list", help="every role and its permissions"))
     rc = rsub.add_parser("create", help="make a role of the org")
@@ -465,7 +467,7 @@ class Client:
             if r.status_code == 503 and r.headers.get("Retry-After", "").isdigit():
                 msg = f"{msg} (retry in {_clip(r.headers['Retry-After'])}s)"
             error = Unavailable if r.status_code in (502, 503, 504) else CliError
-            raise error(f"{r.status_code} {msg}", details=tuple(details))
+            raise error(f"{r.status_code} {msg}", details=tuple(details), status=r.status_code)
         if r.status_code == 204 or not r.content:
             return None
         try:
@@ -759,17 +761,43 @@ def _run(args: argparse.Namespace) -> int:
     elif cmd == "alerts":
         _alerts(args, c, f"{base}/apps/{seg(args.app)}")
     elif cmd == "roles":
-        if action == "list":
+        _roles(args, c, base)
+    elif cmd in ("queues", "schedules", "versions"):
+        _queues_schedules_versions(args, c, f"{base}/apps/{seg(args.app)}")
+    return 0
+
+
+ROLES_NEED_OIDC = ("roles are served only when the server has OIDC configured (relay serve --oidc-issuer), "
+                   "for its OIDC org (--oidc-org)")
+
+
+def _roles(args: argparse.Namespace, c: Client, base: str) -> None:
+    """``roles list|create|delete``. Roles are Conductor's OAuth-only operations: a server without OIDC
+    answers them 404 (docs/identity.md), which is said plainly here. A 404 to ``delete`` is also an
+    unknown role: it is said so only when listing the roles is a 404 too."""
+    try:
+        if args.action == "list":
             emit(args, c.call("GET", f"{base}/roles"), "roles")
-        elif action == "create":
+        elif args.action == "create":
             emit(args, c.call("POST", f"{base}/roles", json={"name": args.name, "permissions": args.permissions}),
                  "role")
         else:
             c.call("DELETE", f"{base}/roles/{seg(args.name)}")
             _done(args, f"role {printable(args.name)} deleted")
-    elif cmd in ("queues", "schedules", "versions"):
-        _queues_schedules_versions(args, c, f"{base}/apps/{seg(args.app)}")
-    return 0
+    except CliError as e:
+        if e.status != 404 or args.action == "delete" and _roles_served(c, base):
+            raise
+        raise CliError(f"{ROLES_NEED_OIDC}: the server answered {e}", details=e.details, status=404) from None
+
+
+def _roles_served(c: Client, base: str) -> bool:
+    """Whether the server lists the org's roles; True when it answers anything but a 404 (a refusal,
+    an outage: the first answer stands)."""
+    try:
+        c.call("GET", f"{base}/roles")
+    except CliError as e:
+        return e.status != 404
+    return True
 
 
 def _history(c: Client, path: str) -> list[dict[str, Any]]:

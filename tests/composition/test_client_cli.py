@@ -810,3 +810,69 @@ def test_roles_and_token_permissions(monkeypatch, capsys) -> None:
     assert "isGlobal" in capsys.readouterr().out
     assert run(monkeypatch, server, "roles", "delete", "deployer") == 0
     assert asked[-1].method == "DELETE" and asked[-1].url.path == "/v2/orgs/local/roles/deployer"
+
+
+NEED_OIDC = "relay: roles are served only when the server has OIDC configured (relay serve --oidc-issuer)"
+
+
+def test_roles_against_a_real_server_without_oidc_say_plainly_that_they_need_it(tmp_path, capsys) -> None:
+    """Relay serves roles only with OIDC configured, as Conductor serves them only with OAuth: against
+    ``relay serve`` without it each ``relay roles`` command exits 1 saying so, the server's 404 after."""
+    from tests.server import RelayServer
+
+    relay = RelayServer(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/relay.db"]).start()
+    try:
+        for argv in (["roles", "list"], ["roles", "list", "--json"], ["roles", "delete", "deployer"],
+                     ["roles", "create", "deployer", "--permission", "application.read"]):
+            assert cli.main([*argv, "--server", relay.http]) == 1, argv
+            out, err = capsys.readouterr()
+            assert out == "" and err.startswith(NEED_OIDC) and len(err.splitlines()) == 1, (argv, err)
+            assert "404" in err and "--oidc-issuer" in err, err
+    finally:
+        relay.stop()
+
+
+def test_roles_against_a_real_server_with_oidc_work_and_an_unknown_role_is_the_servers_own_404(tmp_path,
+                                                                                                capsys) -> None:
+    """With OIDC configured the same commands work (a token of the OIDC org), and deleting a role that
+    does not exist is the server's own 404, not the one about OIDC."""
+    from tests.oidc_issuer import Issuer
+    from tests.server import RelayServer, admin_token
+
+    url = f"sqlite:///{tmp_path}/relay.db"
+    token = admin_token(tmp_path, url, "acme", "admin")
+    with Issuer() as issuer:
+        relay = RelayServer(tmp_path, args=["--database-url", url, "--auth", "--oidc-issuer", issuer.url,
+                                            "--oidc-audience", "relay", "--oidc-org", "acme"]).start()
+        common = ["--server", relay.http, "--org", "acme", "--token", token]
+        try:
+            assert cli.main(["roles", "create", "deployer", "--permission", "application.write", *common]) == 0
+            assert capsys.readouterr().out.split() == ["name", "deployer", "permissions", '["application.write"]']
+            assert cli.main(["roles", "list", *common, "--json"]) == 0
+            listed = json.loads(capsys.readouterr().out)
+            assert [r["name"] for r in listed] == ["admin", "operator", "viewer", "deployer"]
+            assert cli.main(["roles", "delete", "deployer", *common]) == 0
+            assert "deleted" in capsys.readouterr().out
+            assert cli.main(["roles", "delete", "deployer", *common]) == 1
+            err = capsys.readouterr().err
+            assert err.startswith("relay: 404 ") and "OIDC" not in err, err
+            assert cli.main(["roles", "list", *common[:2], "--org", "other", "--token", token]) == 1  # not its org
+            assert capsys.readouterr().err.startswith(NEED_OIDC)
+        finally:
+            relay.stop()
+
+
+def test_a_roles_404_is_put_down_to_oidc_only_when_the_roles_are_not_listed(monkeypatch, capsys) -> None:
+    """``roles delete``'s 404 may be an unknown role: the CLI asks for the list, and a refusal of that
+    (403 here) leaves the server's own answer standing."""
+    problem = {"content-type": "application/problem+json"}
+
+    def server(r: httpx.Request) -> httpx.Response:
+        if r.method == "DELETE":
+            return httpx.Response(404, headers=problem, json={"status": 404, "detail": "no role 'ghost'"})
+        return httpx.Response(403, headers=problem, json={"status": 403, "detail": "lacks organization.read"})
+
+    assert run(monkeypatch, server, "roles", "delete", "ghost") == 1
+    assert capsys.readouterr().err == "relay: 404 no role 'ghost'\n"
+    assert run(monkeypatch, server, "roles", "list") == 1  # a refusal is no 404: said as it is
+    assert capsys.readouterr().err == "relay: 403 lacks organization.read\n"

@@ -6,7 +6,9 @@ own (:class:`~relay_es.aggregates.roles.OrgRoles`). A role's name is 3-30 letter
 underscores, its permissions among Conductor's eight (422 otherwise); a name in use, or a built-in
 one, is a 409 to make and a built-in one a 409 to delete; deleting an unknown role is a 404. Making
 and deleting are in the audit log (target: the role). Roles are what an OIDC user is granted
-(``docs/identity.md``); a token carries permissions of its own.
+(``docs/identity.md``); a token carries permissions of its own. So the three roles operations are,
+as in Conductor, served only with OIDC configured (rows marked ``oauth`` in
+:mod:`relay_es.adapters.authz`: a 404 otherwise); ``listPermissions`` in every mode.
 """
 
 from __future__ import annotations

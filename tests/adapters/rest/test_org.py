@@ -4,12 +4,12 @@ a real OpenID Connect issuer on loopback (discovery and JWKS over HTTP, keys mad
 
 A user's permissions are their role's: the one granted them, else their groups'; none without
 either. Refused: an expired token, another audience, another issuer, ``alg: none``, an HMAC token
-keyed with the issuer's public key, a key the issuer does not publish. Without OIDC the seven
-operations answer 404, as Conductor's do. Every answer is checked against the reference. A member's
-keys (generateSecret, createToken) are revoked with them; one not signed in yet is guarded by every
-role their groups may give. Last, in process on a real store: a removal disconnects the keys it
-revoked, also when its answer is lost after its commit; and a member removed or demoted after their
-request for a key was let in gets none (401).
+keyed with the issuer's public key, a key the issuer does not publish. Without OIDC the ten
+operations (the roles' three among them) answer 404, as Conductor's do. Every answer is checked
+against the reference. A member's keys (generateSecret, createToken) are revoked with them; one not
+signed in yet is guarded by every role their groups may give. Last, in process on a real store: a
+removal disconnects the keys it revoked, also when its answer is lost after its commit; and a member
+removed or demoted after their request for a key was let in gets none (401).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ O = "/v2/orgs/acme"
 OAUTH_ONLY = [("GET", O, "getOrg"), ("PATCH", O, "updateOrg"), ("GET", O + "/members", "listMembers"),
               ("PUT", O + "/members/bob@example.com/roles/viewer", "grantRole"),
               ("DELETE", O + "/members/bob@example.com", "removeMember"), ("GET", "/v2/users/me", "getCurrentUser"),
-              ("POST", O + "/secrets", "generateSecret")]
+              ("POST", O + "/secrets", "generateSecret"), ("GET", O + "/roles", "listRoles"),
+              ("POST", O + "/roles", "createRole"), ("DELETE", O + "/roles/some_role", "deleteRole")]
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")  # RFC 3339, UTC, milliseconds
 

@@ -2,11 +2,13 @@
 ``relay serve`` in auth mode, both stores.
 
 ``listRoles``, ``createRole``, ``deleteRole`` and ``listPermissions`` answer the reference's shapes
-and statuses. Then **every route × every permission**: a token carrying exactly one permission is
-let through every route that needs it and refused (403) on every route that needs another, and a
-token limited to one application is refused on another's; a token cannot be made stronger than
-its maker. Which status a let-through call ends in (200, 404, 422, 503...) is the operation's
-business; the matrix checks only that the guard let it through.
+and statuses. The three roles operations are Conductor's OAuth-only ones: served with OIDC configured
+(``--oidc-issuer``, a real issuer on loopback), a 404 without it in either mode, and listed in the
+OpenAPI document all the same. Then **every route × every permission**, with OIDC configured: a
+token carrying exactly one permission is let through every route that needs it and refused (403)
+on every route that needs another, and a token limited to one application is refused on another's;
+a token cannot be made stronger than its maker. Which status a let-through call ends in (200, 404,
+422, 503...) is the operation's business; the matrix checks only that the guard let it through.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from relay_es.domain.roles import BUILT_IN, PERMISSIONS
 from tests.adapters.rest.servers import server_admin_token
 from tests.adapters.rest.test_queues import actions
 from tests.conductor_schema import check_response
+from tests.oidc_issuer import Issuer
 from tests.rest_client import rest as call
 from tests.server import RelayServer
 
@@ -34,18 +37,42 @@ def conforms(operation: str, r: Any, status: int) -> Any:
     return body
 
 
-@pytest.fixture
-def acme(tmp_path, store_url):
-    admin = server_admin_token(tmp_path, store_url, "acme", "admin")
-    s = RelayServer(tmp_path, args=["--database-url", store_url, "--auth"]).start()
+ROLES = [("GET", O + "/roles", "listRoles"), ("POST", O + "/roles", "createRole"),
+         ("DELETE", O + "/roles/some_role", "deleteRole")]
+
+
+def oidc_args(issuer: Issuer) -> list[str]:
+    """OIDC configured for acme (as ``tests/adapters/rest/test_org.py``'s server), no group mapped to a role."""
+    return ["--oidc-issuer", issuer.url, "--oidc-audience", "relay", "--oidc-org", "acme",
+            "--oidc-username-claim", "email"]
+
+
+def started(tmp_path, url: str, *args: str) -> tuple[RelayServer, str]:
+    """``relay serve --auth`` on ``url`` (and ``args``), with acme's admin token and two applications."""
+    admin = server_admin_token(tmp_path, url, "acme", "admin")
+    s = RelayServer(tmp_path, args=["--database-url", url, "--auth", *args]).start()
     assert call(s, "PUT", O + "/apps/orders", admin).status_code == 204
     assert call(s, "PUT", O + "/apps/billing", admin).status_code == 204
+    return s, admin
+
+
+@pytest.fixture
+def acme(tmp_path, store_url):
+    s, admin = started(tmp_path, store_url)
     yield s, admin
     s.stop()
 
 
-def test_roles_are_listed_made_and_deleted_in_conductors_shapes(acme: tuple[RelayServer, str]) -> None:
-    s, admin = acme
+@pytest.fixture
+def acme_oidc(tmp_path, store_url):
+    with Issuer() as issuer:
+        s, admin = started(tmp_path, store_url, *oidc_args(issuer))
+        yield s, admin
+        s.stop()
+
+
+def test_roles_are_listed_made_and_deleted_in_conductors_shapes(acme_oidc: tuple[RelayServer, str]) -> None:
+    s, admin = acme_oidc
     assert conforms("listPermissions", call(s, "GET", O + "/permissions", admin), 200) == list(PERMISSIONS)
     listed = conforms("listRoles", call(s, "GET", O + "/roles", admin), 200)
     assert listed == [{"name": n, "isGlobal": True, "permissions": sorted(p)} for n, p in BUILT_IN.items()]
@@ -103,17 +130,55 @@ def test_roles_are_listed_made_and_deleted_in_conductors_shapes(acme: tuple[Rela
     assert req["actor"]["id"] == "billing-writer" and end is not None and end["outcome"] == "failed"
 
 
+@pytest.mark.parametrize("mode", ["development", "auth"])
+def test_without_oidc_the_roles_operations_are_not_there_but_listed(tmp_path, store_url, mode: str) -> None:
+    """Conductor serves listRoles, createRole and deleteRole only with OAuth: without --oidc-issuer they
+    answer 404, a problem document naming OIDC, as listMembers does; in auth mode to every token (the
+    admin's, and each of one permission), as every OAuth-only row of the table does. listPermissions is
+    served. The OpenAPI document lists them, as it lists listMembers."""
+    if mode == "auth":
+        s, admin = started(tmp_path, store_url)
+        tokens = [admin] + [call(s, "POST", f"{O}/tokens/only-{p.replace('.', '-')}", admin,
+                                 json={"permissions": [p]}).json()["token"] for p in PERMISSIONS]
+        org = "acme"
+    else:
+        s = RelayServer(tmp_path, args=["--database-url", store_url]).start()
+        tokens, org = [None], "local"
+    try:
+        asked = [(how, at.replace(O, f"/v2/orgs/{org}"), op) for how, at, op in ROLES]
+        for method, path, operation in asked + [("GET", f"/v2/orgs/{org}/members", "listMembers")]:
+            for token in tokens:
+                r = call(s, method, path, token, **body_for(method, path))
+                assert r.headers["content-type"].startswith("application/problem+json"), (path, r.text)
+                assert "OIDC" in conforms(operation, r, 404)["detail"], (path, r.text)
+        oauth = [route for route, rule in authz.TABLE.items() if rule.oauth]
+        assert {("GET", "/v2/orgs/{org}/roles"), ("POST", "/v2/orgs/{org}/roles"),
+                ("DELETE", "/v2/orgs/{org}/roles/{role_name}")} <= set(oauth)
+        if mode == "auth":  # every OAuth-only row, to every token
+            for method, template in oauth:
+                for token in tokens:
+                    r = call(s, method, fill(template), token, **body_for(method, template))
+                    assert r.status_code == 404, (method, template, r.text)
+        assert conforms("listPermissions", call(s, "GET", f"/v2/orgs/{org}/permissions", tokens[0]), 200) == list(
+            PERMISSIONS)
+        doc = call(s, "GET", "/openapi.json").json()
+        listed = {op["operationId"] for item in doc["paths"].values() for op in item.values()
+                  if isinstance(op, dict) and "operationId" in op}
+        assert {"listRoles", "createRole", "deleteRole", "listMembers"} <= listed
+    finally:
+        s.stop()
+
+
 @pytest.fixture
 def acme_sqlite(tmp_path):
     """The matrix is the guard's (the table, the caller, the path): one store is enough for it; the
-    token lookups it rests on run on both stores everywhere else."""
-    url = f"sqlite:///{tmp_path}/relay.db"
-    admin = server_admin_token(tmp_path, url, "acme", "admin")
-    s = RelayServer(tmp_path, args=["--database-url", url, "--auth"]).start()
-    assert call(s, "PUT", O + "/apps/orders", admin).status_code == 204
-    assert call(s, "PUT", O + "/apps/billing", admin).status_code == 204
-    yield s, admin
-    s.stop()
+    token lookups it rests on run on both stores everywhere else. With OIDC configured, so that the
+    OAuth-only rows are served and in the matrix too (no group mapped to a role: a member not signed in
+    is guarded by no role of theirs)."""
+    with Issuer() as issuer:
+        s, admin = started(tmp_path, f"sqlite:///{tmp_path}/relay.db", *oidc_args(issuer))
+        yield s, admin
+        s.stop()
 
 
 def test_every_route_lets_in_exactly_its_permission(acme_sqlite: tuple[RelayServer, str]) -> None:
@@ -128,13 +193,9 @@ def test_every_route_lets_in_exactly_its_permission(acme_sqlite: tuple[RelayServ
 
     checked = 0
     for (method, template), rule in authz.TABLE.items():
-        if rule.scope == authz.Scope.PUBLIC:
+        if rule.scope in (authz.Scope.PUBLIC, authz.Scope.SELF):  # SELF: a signed-in user's (test_org.py)
             continue
         path = fill(template)
-        if rule.oauth:  # without OIDC, as Conductor without OAuth: not there, for anyone (tests/adapters/rest/test_org.py)
-            for token in (admin, *one.values()):
-                assert call(s, method, path, token, **body_for(method, template)).status_code == 404, (method, path)
-            continue
         for p, token in one.items():
             r = call(s, method, path, token, **body_for(method, template))
             if p == rule.permission:
@@ -149,8 +210,9 @@ def test_every_route_lets_in_exactly_its_permission(acme_sqlite: tuple[RelayServ
         elif rule.scope == authz.Scope.ORG:  # org-wide operations need an org-wide token
             r = call(s, method, path, scoped, **body_for(method, template))
             assert r.status_code == 403, (method, path, "billing-only", r.status_code, r.text)
-    assert checked == 8 * sum(1 for r in authz.TABLE.values() if r.scope != authz.Scope.PUBLIC and not r.oauth)
+    assert checked == 8 * sum(1 for r in authz.TABLE.values() if r.scope not in (authz.Scope.PUBLIC, authz.Scope.SELF))
     assert checked > 400
+    assert sum(1 for r in authz.TABLE.values() if r.oauth and r.scope is authz.Scope.ORG) >= 9  # roles, members...
 
 
 def test_a_token_cannot_be_made_stronger_than_its_maker(acme: tuple[RelayServer, str]) -> None:
