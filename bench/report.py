@@ -589,8 +589,9 @@ def s7(d: dict[str, Any], goals: list[Goal]) -> str:
             "connected, and held every deadline up to its cap, 20 s after start. The streams now end "
             "DISCONNECTED with a week's grace. That still held the deaths on SQLite, 9.7 s late (the "
             "fleet connected within the window), and there the fault was Relay's: a Relay that found "
-            "nothing at start the window could protect kept it open for a fleet arriving. It now keeps "
-            "to the plan; the window is also decided at its planned end, not up to a second later."]
+            "nothing at start the window could protect kept it open for a fleet arriving. It kept to the "
+            "plan from then, and since 2026-12-07 closes at once; the window is also decided at its planned "
+            "end, not up to a second later."]
     return "\n".join(out)
 
 

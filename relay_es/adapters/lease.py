@@ -134,7 +134,7 @@ class Lease:
         self._system: int | None = None  # Postgres: the cluster the lock was first taken on (None: not readable)
         self._log: tuple[str, str] | None = None  # Postgres: the events table (schema, name) it guards
         self._seen: Callable[[], int] = lambda: 0  # the newest notification id this process saw in it
-        self._files: tuple[tuple[str, FileId | None], tuple[str, FileId]] | None = None  # SQLite: (db, lock) as taken
+        self._files: tuple[tuple[str, FileId], tuple[str, FileId]] | None = None  # SQLite: (db, lock) as taken
 
     def acquire(self) -> None:
         if self.config.is_postgres:
@@ -162,7 +162,9 @@ class Lease:
         make_private_dir(Path(path).parent)
         # Keyed by the file, not by how it was named: a relative path, an absolute one, a
         # symlink or ./x/../x to the same database all lock the same <real path>.lock.
-        lock_path = Path(os.path.realpath(path) + ".lock")
+        real = os.path.realpath(path)
+        make_private_dir(Path(real).parent)  # a symlink's target's directory, made as the link's is
+        lock_path = Path(real + ".lock")
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)  # private, as the store (it holds a pid)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -172,9 +174,14 @@ class Lease:
         try:
             os.ftruncate(fd, 0)
             os.write(fd, str(os.getpid()).encode())
-            make_private_file(path)  # made now, not by the store after: the file noted is the one led
+            # Made now, not by the store after: the file noted is the one led. Made at its real path: a symlink
+            # to a file not made yet names nothing until SQLite made it, which a check then took for a change.
+            make_private_file(real)
+            db_id = _file_id(path)
+            if db_id is None:
+                raise FileNotFoundError(f"the store file {path} was not made")
             held = os.fstat(fd)
-            self._files = ((path, _file_id(path)), (str(lock_path), (held.st_dev, held.st_ino)))
+            self._files = ((path, db_id), (str(lock_path), (held.st_dev, held.st_ino)))
         except BaseException:
             os.close(fd)
             raise

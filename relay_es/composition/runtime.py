@@ -426,11 +426,15 @@ class Runtime:
             if not self._lease_fresh() and not await self.pool.run(self._lease_confirmed):
                 raise LeaseUnconfirmed("the leader lease is not confirmed since the store failed")
             write = next(self._outbox_write_ids)
-            self._outbox_writes[write] = self.clock.monotonic()
-            try:
-                out = await self.pool.run(fn, *args, **kwargs)
-            finally:
-                del self._outbox_writes[write]
+
+            def timed() -> Any:  # while a thread of the pool runs it: a write queued behind others is not hung
+                self._outbox_writes[write] = self.clock.monotonic()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    del self._outbox_writes[write]
+
+            out = await self.pool.run(timed)
         except Exception as e:
             if is_store_error(e) and not is_data_error(e):
                 self._store_failed(e)

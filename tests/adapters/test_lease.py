@@ -149,6 +149,26 @@ def test_a_sqlite_lease_whose_files_are_untouched_stays_held(tmp_path) -> None:
         lease.release()
 
 
+def test_a_sqlite_lease_on_a_symlink_to_a_file_not_made_yet_stays_held(tmp_path) -> None:
+    """A store path that is a symlink to a database not made yet (a second reading's find): the file was
+    not made at acquire (made exclusively at the link, which exists), None was noted, and the first check
+    after SQLite made it stopped a healthy server (exit 3, about 2 s after start)."""
+    real = tmp_path / "data" / "real.db"
+    link = tmp_path / "srv" / "relay.db"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    lease = Lease(parse_database_url(f"sqlite:///{link}"))
+    lease.acquire()
+    try:
+        assert real.exists()
+        with sqlite3.connect(link) as c:  # as the store opens it
+            c.execute("CREATE TABLE events (x)")
+        c.close()
+        assert lease.check() == "held"
+    finally:
+        lease.release()
+
+
 def test_a_sqlite_lease_whose_directory_was_deleted_is_lost(tmp_path) -> None:
     """``rm -rf relay-data/`` under a running server: it wrote on into the deleted file, and
     another server started on the path (the lock file went with the directory) beside it."""

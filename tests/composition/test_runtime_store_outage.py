@@ -141,6 +141,45 @@ def test_readiness_counts_an_outbox_write_that_hangs(tmp_path: Path, clock) -> N
         rt.close()
 
 
+def test_an_outbox_write_queued_behind_others_is_not_taken_for_a_hung_one(tmp_path: Path, clock) -> None:
+    """The outbox shares its pool's threads with the hub's other commands (admissions, audit records,
+    retention records): a write waiting 10 s for a thread is a busy instance, not a hung store (a second
+    reading's find: stamped before it was queued, it took the instance out of rotation in a storm)."""
+    import threading
+
+    rt = Runtime(settings(f"sqlite:///{tmp_path}/relay.db"), clock=clock)
+    release, started = threading.Event(), threading.Event()
+    holding = threading.Semaphore(0)
+
+    def hold() -> None:
+        holding.release()
+        assert release.wait(30)
+
+    def write() -> str:
+        started.set()
+        return "recorded"
+
+    async def main() -> None:
+        holders = [asyncio.create_task(rt.pool.run(hold)) for _ in range(rt_module.COMMAND_WORKERS)]
+        for _ in holders:  # every thread of the pool holds one
+            assert await asyncio.to_thread(holding.acquire, True, 30)
+        queued = asyncio.create_task(rt.outbox.run(write))
+        for _ in range(20):  # a few turns of the loop: it is handed to the pool, and queued behind the holders
+            await asyncio.sleep(0)
+        clock.advance(STORE_UNAVAILABLE_SECS * 2)
+        assert not started.is_set() and rt.readiness() is None
+        release.set()
+        assert await queued == "recorded"
+        await asyncio.gather(*holders)
+
+    try:
+        rt._pm_tick()
+        asyncio.run(main())
+    finally:
+        release.set()
+        rt.close()
+
+
 def test_after_a_store_failure_nothing_is_written_or_decided_before_the_lease_is_confirmed_again(
         tmp_path: Path, monkeypatch) -> None:
     """A store that failed may come back as another one (a restored backup, a new cluster), which the lease

@@ -777,7 +777,7 @@ def test_the_settle_window_is_decided_at_its_planned_end_not_when_the_process_ma
     assert declared_dead_lateness(world, "X") == declared_dead_lateness(world, "A0") == 0
 
 
-def test_a_relay_that_found_nothing_to_protect_keeps_to_its_settle_plan_while_its_fleet_connects(clock) -> None:
+def test_a_relay_that_found_nothing_to_protect_holds_no_death_of_its_fleet_connecting(clock) -> None:
     # A first start: no orphan, no deadline, no recovery found. Its fleet of 500 is admitted in the
     # window's first seconds (10 a second and more over 16 s would keep a restart's window open),
     # one of it drops at 3 s: its death comes at its deadline, not at the window's cap.
