@@ -272,12 +272,12 @@ class ProjectionRunner:
             at = self.db.positions(cur)  # before the log's head is read (see _past_the_log)
             stale |= self._past_the_log(at, stale)
             stale |= self._emptied(cur, at, stale)
-            for p in self.projections:
-                table = self._tables[p.name]
+            for p in self.projections:  # the others were completed above
                 if p.name in stale:
+                    table = self._tables[p.name]
                     table.drop(cur)
                     self.db.reset_position(cur, p.name)
-                table.create(cur)
+                    table.create(cur)
             self.db.record_versions(cur, versions)
         if stale:
             self._cached_at.clear()

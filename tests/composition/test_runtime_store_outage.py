@@ -78,6 +78,18 @@ def test_readiness_is_store_unavailable_while_the_lease_cannot_be_confirmed(tmp_
         rt.close()
 
 
+def _driven(rt: Runtime, main: Any, release: Any = None) -> None:
+    """``main()`` run on a loop of its own after a step of the process manager; then ``release`` set (the
+    threads a test holds let go) and the runtime closed."""
+    try:
+        rt._pm_tick()
+        asyncio.run(main())
+    finally:
+        if release is not None:
+            release.set()
+        rt.close()
+
+
 def test_readiness_counts_the_outbox_s_failures_on_the_store(tmp_path: Path, clock) -> None:
     """A read-only Postgres fails writes only: the executors' transitions failed in the outbox, retried
     for ever, and /readyz said ready. Failing for STORE_UNAVAILABLE_SECS, none recorded since, the
@@ -101,11 +113,7 @@ def test_readiness_counts_the_outbox_s_failures_on_the_store(tmp_path: Path, clo
         assert await rt.outbox.run(lambda: "recorded") == "recorded"
         assert rt.readiness() is None
 
-    try:
-        rt._pm_tick()
-        asyncio.run(main())
-    finally:
-        rt.close()
+    _driven(rt, main)
 
 
 def test_readiness_counts_an_outbox_write_that_hangs(tmp_path: Path, clock) -> None:
@@ -133,12 +141,7 @@ def test_readiness_counts_an_outbox_write_that_hangs(tmp_path: Path, clock) -> N
         assert await write == "recorded"
         assert rt.readiness() is None
 
-    try:
-        rt._pm_tick()
-        asyncio.run(main())
-    finally:
-        release.set()
-        rt.close()
+    _driven(rt, main, release)
 
 
 def test_an_outbox_write_queued_behind_others_is_not_taken_for_a_hung_one(tmp_path: Path, clock) -> None:
@@ -172,12 +175,7 @@ def test_an_outbox_write_queued_behind_others_is_not_taken_for_a_hung_one(tmp_pa
         assert await queued == "recorded"
         await asyncio.gather(*holders)
 
-    try:
-        rt._pm_tick()
-        asyncio.run(main())
-    finally:
-        release.set()
-        rt.close()
+    _driven(rt, main, release)
 
 
 def test_after_a_store_failure_nothing_is_written_or_decided_before_the_lease_is_confirmed_again(
